@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything kolo needs to build, test and train, from Debian's packages.
+# Run as root on a fresh Debian 12 machine; safe to run again.
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libopenblas-dev            # GEMM (CBLAS) for matmul and convolution
+  zlib1g-dev                 # gzip-compressed IDX files
+  libgtest-dev libgmock-dev  # tests
+  libbenchmark-dev           # micro-benchmarks
+  libcli11-dev               # command-line parsing
+  nlohmann-json3-dev         # metrics, checkpoint metadata, safetensors headers
+  libopenmpi-dev openmpi-bin # MPI backend and the Open MPI peer benchmark
+  dataset-fashion-mnist      # the main job's data
+  iproute2                   # network-namespace multi-host tests
+)
+if [ "${KOLO_WITH_PEERS:-0}" = 1 ]; then
+  packages+=(python3-torch python3-numpy)  # PyTorch peers for benchmarks and golden fixtures
+fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
