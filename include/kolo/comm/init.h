@@ -1,0 +1,45 @@
+// Finding this process's place in a job: from `kolo run`'s variables (KOLO_RANK,
+// KOLO_WORLD_SIZE, KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE, KOLO_STORE, KOLO_TOKEN), torchrun's
+// (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Open MPI's (OMPI_COMM_WORLD_*)
+// or Slurm's (SLURM_PROCID, SLURM_NTASKS, ...), else a single rank.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "kolo/comm/communicator.h"
+#include "kolo/comm/store.h"
+
+namespace kolo::comm {
+
+/// Where this process stands in the job, as the environment says.
+struct LaunchInfo {
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;
+  int localSize = 1;
+  /// "kolo", "torchrun", "mpi", "slurm" or "single".
+  std::string launcher = "single";
+  /// host:port of the TCP store ("" when none).
+  std::string storeAddress;
+  std::string token;
+};
+
+/// Reads the launch information from `env` (normally the process environment).
+LaunchInfo detectLaunch(const std::map<std::string, std::string>& env);
+LaunchInfo detectLaunch();
+
+struct InitOptions {
+  /// "auto" (MPI under mpirun/srun when built with MPI, else native), "native" or "mpi".
+  std::string backend = "auto";
+  /// Default deadline for collectives; KOLO_TIMEOUT (seconds) overrides.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+};
+
+/// Builds the communicator for this process from its environment (Horovod's hvd.init()).
+/// A single process without launcher variables gets a communicator of size 1.
+std::shared_ptr<Communicator> initFromEnvironment(const InitOptions& options = {});
+
+}  // namespace kolo::comm
