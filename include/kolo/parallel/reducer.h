@@ -1,0 +1,158 @@
+// The data-parallel gradient Reducer, as PyTorch DDP's: gradients are packed into buckets
+// (reverse parameter order) whose all-reduce starts from the gradient-ready hooks while
+// backward still runs; finalize() waits, averages and writes the result back to .grad().
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kolo/comm/communicator.h"
+#include "kolo/tensor.h"
+
+namespace kolo::parallel {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+using Clock = std::chrono::steady_clock;
+
+/// Options of a Reducer.
+struct ReducerOptions {
+  /// Capacity of every bucket but the first (bytes of gradient); DDP's default is 25 MB.
+  size_t bucketCapBytes = size_t{25} << 20;
+  /// Capacity of the first bucket (the last parameters, whose gradients are ready first).
+  size_t firstBucketCapBytes = size_t{1} << 20;
+  /// Broadcast the parameters from `rootRank` when the reducer is built.
+  bool broadcastParameters = true;
+  int rootRank = 0;
+  /// Algorithm (and deadline) of every bucket all-reduce.
+  comm::CollectiveOptions collective;
+};
+
+/// Timestamps of one synchronised step, for showing overlap of communication and backward.
+struct StepTimeline {
+  Clock::time_point backwardStart;  // prepareForBackward()
+  Clock::time_point lastHook;       // the last gradient-ready hook of the pass
+  Clock::time_point finalizeStart;  // finalize() entered
+  Clock::time_point finalizeEnd;    // finalize() returned
+  std::vector<Clock::time_point> bucketStart;   // iallreduce started, per bucket
+  std::vector<Clock::time_point> bucketFinish;  // its wait() returned, per bucket
+};
+
+/// Reduces the gradients of one model replica across the ranks of a communicator.
+///
+/// Protocol per step: (optionally prepareForBackward()), loss.backward(), finalize(). Each
+/// parameter's gradient-ready hook copies its gradient into its bucket's flat buffer; when
+/// every gradient of a bucket is in, and every earlier bucket has been started, the
+/// bucket's iallreduce starts (buckets start in the same order on every rank). finalize()
+/// starts whatever is left, waits for every bucket, divides by the number of ranks that
+/// took part (see join()) and copies the averages into each parameter's .grad().
+///
+/// The last bucket carries three extra elements: whether the rank is active (not joined),
+/// how many parameters got no gradient on it, and its loss, so that every rank learns the
+/// divisor, whether any rank lacks a gradient (all ranks then throw instead of hanging), and
+/// the global mean loss, without another collective.
+///
+/// Not copyable. Hooks are removed by the destructor. The parameters must all be of one
+/// floating dtype (f32 or f64) and outlive the reducer.
+class Reducer {
+ public:
+  /// Builds the buckets (collective when options.broadcastParameters: every rank must call).
+  Reducer(NamedTensors parameters, std::shared_ptr<comm::Communicator> comm, ReducerOptions options = {});
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  /// Marks the start of a backward pass (timestamp, resets per-step state). Optional:
+  /// the first hook of a pass does the same if this was not called.
+  void prepareForBackward();
+  /// Records this rank's loss of the step; finalize() then makes globalLoss() available.
+  void setLocalLoss(double loss) { localLoss_ = loss; }
+  /// Waits for every bucket and writes the averaged gradients into .grad(). Throws
+  /// kolo::Error naming the parameters that got no gradient in this pass (on every rank, if
+  /// any rank lacks one), and rethrows communication errors (Timeout, IoError, Mismatch).
+  /// Inside a noSync scope, does nothing.
+  void finalize();
+  /// The mean of setLocalLoss() over the active ranks of the last finalize().
+  double globalLoss() const { return globalLoss_; }
+  /// The number of ranks that contributed gradients at the last finalize().
+  int activeRanks() const { return activeRanks_; }
+
+  /// RAII scope in which backward passes only accumulate gradients locally (no
+  /// communication); the first synchronised pass after it reduces the accumulated sum.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(Reducer& reducer);
+    ~NoSyncGuard();
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    Reducer& reducer_;
+    bool previous_;
+  };
+  /// Opens a noSync scope (see NoSyncGuard).
+  [[nodiscard]] NoSyncGuard noSync() { return NoSyncGuard(*this); }
+
+  /// Uneven inputs: a rank that has run out of data calls join() instead of further steps.
+  /// It shadows every step of the ranks still training with an all-reduce of zeros
+  /// (counting as inactive, so their divisor is the number of active ranks) and returns
+  /// when every rank has joined; then every rank takes the parameters of the rank that
+  /// trained the most steps (optimizer state is not synchronised). Returns the number of
+  /// steps shadowed. Collective: the ranks still training call finalize() per step.
+  int64_t join();
+
+  /// Number of buckets and, per bucket, the parameter indices it holds (in hook order).
+  size_t bucketCount() const { return buckets_.size(); }
+  std::vector<size_t> bucketParameters(size_t bucket) const { return buckets_.at(bucket).params; }
+  size_t bucketBytes(size_t bucket) const;
+  /// Timestamps of the last synchronised step.
+  const StepTimeline& timeline() const { return timeline_; }
+  comm::Communicator& communicator() { return *comm_; }
+  const NamedTensors& parameters() const { return params_; }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;        // indices into params_
+    std::vector<size_t> offsets;       // element offset of each in the flat buffer
+    size_t numel = 0;                  // gradient elements (without the extra slots)
+    Tensor flat;                       // numel (+ extra slots for the last bucket)
+    size_t pending = 0;                // gradients still missing this pass
+    std::unique_ptr<comm::Work> work;  // in flight
+    bool started = false;
+  };
+
+  void onGradReady(size_t param);
+  void beginPass();
+  void startReadyBuckets();
+  void startBucket(size_t b);
+  void broadcastFromRoot();
+  std::string unreadyNames() const;
+  void syncFinalParameters();
+
+  NamedTensors params_;
+  std::shared_ptr<comm::Communicator> comm_;
+  ReducerOptions options_;
+  DType dtype_ = DType::F32;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucketOf_;   // parameter -> bucket
+  std::vector<size_t> slotOf_;     // parameter -> position in its bucket
+  std::vector<bool> ready_;        // parameter got its gradient this pass
+  std::vector<int> hookIds_;
+  size_t nextToStart_ = 0;
+  bool inPass_ = false;
+  bool sync_ = true;
+  bool joined_ = false;
+  double localLoss_ = 0.0;
+  double globalLoss_ = 0.0;
+  int activeRanks_ = 0;
+  int64_t syncedSteps_ = 0;
+  StepTimeline timeline_;
+  std::mutex mutex_;  // hooks may fire on an autograd worker thread
+};
+
+}  // namespace kolo::parallel

@@ -1,0 +1,322 @@
+// Reducer: DDP-style gradient buckets whose all-reduce starts from the gradient-ready
+// hooks, the join protocol for uneven inputs, and the missing-gradient check.
+#include "kolo/parallel/reducer.h"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "kolo/error.h"
+
+namespace kolo::parallel {
+namespace {
+
+// Extra elements at the end of the last bucket: [active, missing gradients, loss].
+constexpr size_t kExtraSlots = 3;
+
+template <class T>
+void scaleInto(const T* src, T* dst, size_t n, T scale) {
+  for (size_t i = 0; i < n; ++i) dst[i] = src[i] * scale;
+}
+
+}  // namespace
+
+Reducer::Reducer(NamedTensors parameters, std::shared_ptr<comm::Communicator> comm, ReducerOptions options)
+    : params_(std::move(parameters)), comm_(std::move(comm)), options_(options) {
+  KOLO_CHECK(comm_ != nullptr, "Reducer needs a communicator");
+  KOLO_CHECK(!params_.empty(), "Reducer needs at least one parameter");
+  KOLO_CHECK_GT(options_.bucketCapBytes, size_t{0}, "(bucketCapBytes)");
+  KOLO_CHECK_GT(options_.firstBucketCapBytes, size_t{0}, "(firstBucketCapBytes)");
+  dtype_ = params_.front().second.dtype();
+  KOLO_CHECK(dtype_ == DType::F32 || dtype_ == DType::F64, "Reducer: parameter '", params_.front().first,
+             "' has dtype ", dtypeName(dtype_), "; only f32 and f64 are reduced");
+  for (const auto& [name, p] : params_) {
+    KOLO_CHECK(p.defined(), "Reducer: parameter '", name, "' is undefined");
+    KOLO_CHECK(p.dtype() == dtype_, "Reducer: parameter '", name, "' has dtype ", dtypeName(p.dtype()),
+               " but '", params_.front().first, "' has ", dtypeName(dtype_), "; one dtype per reducer");
+    KOLO_CHECK(p.isContiguous(), "Reducer: parameter '", name, "' is not contiguous");
+  }
+
+  // Buckets in reverse parameter order: the gradients of the last layers are ready first.
+  const size_t elemBytes = dtypeSize(dtype_);
+  bucketOf_.assign(params_.size(), 0);
+  slotOf_.assign(params_.size(), 0);
+  Bucket current;
+  auto close = [&] {
+    if (!current.params.empty()) buckets_.push_back(std::move(current));
+    current = Bucket();
+  };
+  for (size_t k = params_.size(); k-- > 0;) {
+    const size_t bytes = static_cast<size_t>(params_[k].second.numel()) * elemBytes;
+    const size_t cap = buckets_.empty() ? options_.firstBucketCapBytes : options_.bucketCapBytes;
+    if (!current.params.empty() && (current.numel * elemBytes + bytes) > cap) close();
+    bucketOf_[k] = buckets_.size();
+    slotOf_[k] = current.params.size();
+    current.params.push_back(k);
+    current.offsets.push_back(current.numel);
+    current.numel += static_cast<size_t>(params_[k].second.numel());
+  }
+  close();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const size_t extra = (b + 1 == buckets_.size()) ? kExtraSlots : 0;
+    buckets_[b].flat = Tensor::zeros({static_cast<int64_t>(buckets_[b].numel + extra)}, dtype_);
+  }
+  ready_.assign(params_.size(), false);
+  timeline_.bucketStart.resize(buckets_.size());
+  timeline_.bucketFinish.resize(buckets_.size());
+
+  if (options_.broadcastParameters && comm_->size() > 1) broadcastFromRoot();
+
+  for (size_t k = 0; k < params_.size(); ++k) {
+    hookIds_.push_back(params_[k].second.addGradReadyHook([this, k](Tensor&) { onGradReady(k); }));
+  }
+}
+
+Reducer::~Reducer() {
+  for (size_t k = 0; k < hookIds_.size(); ++k) params_[k].second.removeGradReadyHook(hookIds_[k]);
+  // A bucket still in flight writes into flat buffers we own: let it land (errors ignored,
+  // a destructor must not throw).
+  for (auto& b : buckets_) {
+    if (b.work) {
+      try {
+        b.work->wait();
+      } catch (...) {
+      }
+    }
+  }
+}
+
+size_t Reducer::bucketBytes(size_t bucket) const { return buckets_.at(bucket).numel * dtypeSize(dtype_); }
+
+void Reducer::broadcastFromRoot() {
+  // One broadcast per bucket rather than per parameter: fewer, larger messages.
+  const size_t elemBytes = dtypeSize(dtype_);
+  for (auto& b : buckets_) {
+    auto* flat = static_cast<uint8_t*>(b.flat.rawData());
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      const Tensor& p = params_[b.params[i]].second;
+      std::memcpy(flat + b.offsets[i] * elemBytes, p.rawData(), p.nbytes());
+    }
+    comm_->broadcast(flat, b.numel, dtype_, options_.rootRank, options_.collective);
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      Tensor& p = params_[b.params[i]].second;
+      std::memcpy(p.rawData(), flat + b.offsets[i] * elemBytes, p.nbytes());
+    }
+  }
+}
+
+void Reducer::prepareForBackward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (sync_) beginPass();
+}
+
+void Reducer::beginPass() {
+  for (auto& b : buckets_) {
+    KOLO_CHECK(!b.work, "Reducer: a new backward pass began while a bucket all-reduce of the previous one is "
+               "still in flight; call finalize() after every synchronised backward");
+    b.pending = b.params.size();
+    b.started = false;
+  }
+  std::fill(ready_.begin(), ready_.end(), false);
+  nextToStart_ = 0;
+  inPass_ = true;
+  timeline_.backwardStart = Clock::now();
+  timeline_.lastHook = timeline_.backwardStart;
+  std::fill(timeline_.bucketStart.begin(), timeline_.bucketStart.end(), Clock::time_point());
+  std::fill(timeline_.bucketFinish.begin(), timeline_.bucketFinish.end(), Clock::time_point());
+}
+
+void Reducer::onGradReady(size_t k) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!sync_) return;  // noSync: gradients just accumulate in .grad()
+  if (!inPass_) beginPass();
+  const std::string& name = params_[k].first;
+  KOLO_CHECK(!ready_[k], "Reducer: parameter '", name, "' got a second gradient in one synchronised pass; call "
+             "finalize() after each backward, or use noSync() to accumulate");
+  Bucket& b = buckets_[bucketOf_[k]];
+  KOLO_CHECK(!b.started, "Reducer: parameter '", name, "' became ready after its bucket was started");
+  Tensor grad = params_[k].second.grad();
+  KOLO_CHECK(grad.defined(), "Reducer: gradient-ready hook of '", name, "' fired without a gradient");
+  KOLO_CHECK_EQ(grad.numel(), params_[k].second.numel(), "Reducer: gradient size of '", name, "'");
+  Tensor src = grad.dtype() == dtype_ ? grad.contiguous() : grad.to(dtype_).contiguous();
+  const size_t elemBytes = dtypeSize(dtype_);
+  std::memcpy(static_cast<uint8_t*>(b.flat.rawData()) + b.offsets[slotOf_[k]] * elemBytes, src.rawData(),
+              src.nbytes());
+  ready_[k] = true;
+  timeline_.lastHook = Clock::now();
+  if (--b.pending == 0) startReadyBuckets();
+}
+
+void Reducer::startReadyBuckets() {
+  // Start strictly in bucket order so that every rank issues the same sequence.
+  while (nextToStart_ < buckets_.size() && buckets_[nextToStart_].pending == 0) startBucket(nextToStart_++);
+}
+
+void Reducer::startBucket(size_t index) {
+  Bucket& b = buckets_[index];
+  if (index + 1 == buckets_.size()) {
+    // The last bucket carries [active, missing, loss]; every hook-driven start happens with
+    // nothing missing, finalize() and join() fill these before forcing the start.
+    if (b.pending == 0 && !joined_) {
+      auto put = [&](size_t i, double v) {
+        if (dtype_ == DType::F32)
+          b.flat.data<float>()[b.numel + i] = static_cast<float>(v);
+        else
+          b.flat.data<double>()[b.numel + i] = v;
+      };
+      put(0, 1.0);
+      put(1, 0.0);
+      put(2, localLoss_);
+    }
+  }
+  const size_t count = b.numel + (index + 1 == buckets_.size() ? kExtraSlots : 0);
+  timeline_.bucketStart[index] = Clock::now();
+  b.work = comm_->iallreduce(b.flat.rawData(), b.flat.rawData(), count, dtype_, comm::ReduceOp::Sum,
+                             options_.collective);
+  b.started = true;
+}
+
+std::string Reducer::unreadyNames() const {
+  std::ostringstream out;
+  size_t shown = 0;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (ready_[k]) continue;
+    if (shown++) out << ", ";
+    out << "'" << params_[k].first << "'";
+  }
+  return out.str();
+}
+
+void Reducer::finalize() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!sync_) return;
+  timeline_.finalizeStart = Clock::now();
+  if (!inPass_) beginPass();  // no hook fired: every parameter is missing
+
+  const size_t elemBytes = dtypeSize(dtype_);
+  size_t missing = 0;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (ready_[k]) continue;
+    ++missing;
+    Bucket& b = buckets_[bucketOf_[k]];
+    std::memset(static_cast<uint8_t*>(b.flat.rawData()) + b.offsets[slotOf_[k]] * elemBytes, 0,
+                params_[k].second.nbytes());
+  }
+  Bucket& last = buckets_.back();
+  if (!last.started) {
+    const double extras[kExtraSlots] = {joined_ ? 0.0 : 1.0, static_cast<double>(missing), joined_ ? 0.0 : localLoss_};
+    for (size_t i = 0; i < kExtraSlots; ++i) {
+      if (dtype_ == DType::F32)
+        last.flat.data<float>()[last.numel + i] = static_cast<float>(extras[i]);
+      else
+        last.flat.data<double>()[last.numel + i] = extras[i];
+    }
+  }
+  // Ranks must agree on the bucket sequence even when gradients are missing, so start
+  // every remaining bucket (with zeros) and report the problem after the exchange.
+  for (; nextToStart_ < buckets_.size(); ++nextToStart_) {
+    buckets_[nextToStart_].pending = 0;
+    startBucket(nextToStart_);
+  }
+  std::exception_ptr failure;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    try {
+      buckets_[i].work->wait();
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+    buckets_[i].work.reset();
+    timeline_.bucketFinish[i] = Clock::now();
+  }
+  inPass_ = false;
+  if (failure) std::rethrow_exception(failure);
+
+  auto extra = [&](size_t i) {
+    return dtype_ == DType::F32 ? static_cast<double>(last.flat.data<float>()[last.numel + i])
+                                : last.flat.data<double>()[last.numel + i];
+  };
+  activeRanks_ = static_cast<int>(std::lround(extra(0)));
+  const long missingTotal = std::lround(extra(1));
+  globalLoss_ = activeRanks_ > 0 ? extra(2) / activeRanks_ : 0.0;
+  if (missingTotal > 0) {
+    if (missing > 0)
+      KOLO_THROW(Error, "Reducer (rank ", comm_->rank(), "): parameter(s) ", unreadyNames(),
+                 " got no gradient in this backward pass; every parameter must take part in the loss on every rank");
+    KOLO_THROW(Error, "Reducer (rank ", comm_->rank(), "): ", missingTotal,
+               " parameter gradient(s) were missing on other rank(s) in this backward pass (see their errors)");
+  }
+  if (activeRanks_ == 0 || joined_) {
+    timeline_.finalizeEnd = Clock::now();
+    return;  // a joined rank keeps its weights until join() syncs them at the end
+  }
+  ++syncedSteps_;
+
+  // Average over the ranks that contributed and hand the result back to .grad().
+  for (auto& b : buckets_) {
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      Tensor& p = params_[b.params[i]].second;
+      Tensor grad = p.grad();
+      const size_t n = static_cast<size_t>(p.numel());
+      if (!grad.defined() || !grad.isContiguous() || grad.dtype() != dtype_) {
+        grad = Tensor::empty(p.shape(), dtype_);
+        p.setGrad(grad);
+      }
+      if (dtype_ == DType::F32)
+        scaleInto(b.flat.data<float>() + b.offsets[i], grad.data<float>(), n, 1.0f / static_cast<float>(activeRanks_));
+      else
+        scaleInto(b.flat.data<double>() + b.offsets[i], grad.data<double>(), n, 1.0 / activeRanks_);
+    }
+  }
+  timeline_.finalizeEnd = Clock::now();
+}
+
+Reducer::NoSyncGuard::NoSyncGuard(Reducer& reducer) : reducer_(reducer) {
+  std::lock_guard<std::mutex> lock(reducer_.mutex_);
+  previous_ = reducer_.sync_;
+  reducer_.sync_ = false;
+}
+
+Reducer::NoSyncGuard::~NoSyncGuard() {
+  std::lock_guard<std::mutex> lock(reducer_.mutex_);
+  reducer_.sync_ = previous_;
+}
+
+int64_t Reducer::join() {
+  KOLO_CHECK(sync_, "Reducer::join() inside a noSync scope");
+  int64_t shadowed = 0;
+  joined_ = true;
+  try {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        beginPass();
+        for (auto& b : buckets_) b.flat.fill(0.0);
+        std::fill(ready_.begin(), ready_.end(), true);  // zeros stand for every gradient
+      }
+      finalize();
+      if (activeRanks_ == 0) break;
+      ++shadowed;
+    }
+  } catch (...) {
+    joined_ = false;
+    throw;
+  }
+  joined_ = false;
+  syncFinalParameters();
+  return shadowed;
+}
+
+void Reducer::syncFinalParameters() {
+  // The rank that took the most synchronised steps holds the final weights (ties: lowest
+  // rank); encode (steps, -rank) in one integer so a single max all-reduce finds it.
+  const int64_t size = comm_->size();
+  int64_t key = syncedSteps_ * size + (size - 1 - comm_->rank());
+  comm_->allreduce(&key, &key, 1, DType::I64, comm::ReduceOp::Max, options_.collective);
+  const int root = static_cast<int>(size - 1 - key % size);
+  const int savedRoot = options_.rootRank;
+  options_.rootRank = root;
+  broadcastFromRoot();
+  options_.rootRank = savedRoot;
+}
+
+}  // namespace kolo::parallel
