@@ -1,0 +1,193 @@
+// kolo::optim: optimizers (SGD, Adam, AdamW) with the exact update rules of torch.optim,
+// learning-rate schedules, and gradient-norm clipping. Optimizer state is kept per named
+// parameter so it can be checkpointed, restored and later sharded across ranks.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kolo/tensor.h"
+
+namespace kolo::optim {
+
+/// Parameters with their names (a module's namedParameters()).
+using NamedParameters = std::vector<std::pair<std::string, Tensor>>;
+
+/// Saved optimizer state: per parameter name, named state tensors (e.g. "momentum_buffer",
+/// "exp_avg", "exp_avg_sq"), plus scalars ("step", "lr").
+struct StateDict {
+  std::map<std::string, std::map<std::string, Tensor>> perParameter;
+  std::map<std::string, double> scalars;
+  /// The tensors flattened to "<parameter>/<slot>" names (e.g. for a safetensors file).
+  std::vector<std::pair<std::string, Tensor>> flatTensors() const;
+  /// The inverse of flatTensors(); names without '/' are refused with InvalidArgument.
+  static StateDict fromFlat(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                            std::map<std::string, double> scalars);
+};
+
+/// Base of every optimizer: holds the parameters (f32 leaves) and per-parameter state.
+/// step() updates each parameter whose gradient is defined, in place, with plain loops that
+/// never record autograd history.
+class Optimizer {
+ public:
+  Optimizer(NamedParameters parameters, double lr);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  /// One update of every parameter with a defined gradient; then stepCount() grows by one.
+  /// Throws InvalidArgument naming the parameter if it or its gradient is not contiguous f32.
+  void step();
+  /// Zeroes every defined gradient (storage kept).
+  void zeroGrad();
+  double lr() const { return lr_; }
+  void setLr(double lr) { lr_ = lr; }
+  /// Number of step() calls so far (restored by loadStateDict).
+  int64_t stepCount() const { return stepCount_; }
+  const NamedParameters& parameters() const { return parameters_; }
+  /// Deep copy of the state (tensors cloned), with scalars "step" and "lr".
+  virtual StateDict stateDict() const;
+  /// Restores state saved by stateDict() of an optimizer of the same kind over parameters
+  /// with the same names and shapes; throws InvalidArgument naming any mismatch.
+  virtual void loadStateDict(const StateDict& state);
+  /// "sgd", "adam", "adamw".
+  virtual std::string kind() const = 0;
+
+ protected:
+  /// Updates one parameter: `param` and `grad` hold `n` floats; `state` is that parameter's
+  /// slot map (empty on its first update); `step` counts from 1.
+  virtual void update(const std::string& name, float* param, const float* grad, int64_t n,
+                      std::map<std::string, Tensor>& state, int64_t step) = 0;
+  /// Names of the state slots this optimizer keeps per parameter.
+  virtual std::vector<std::string> slotNames() const = 0;
+
+ private:
+  NamedParameters parameters_;
+  double lr_;
+  int64_t stepCount_ = 0;
+  std::map<std::string, std::map<std::string, Tensor>> state_;
+};
+
+/// torch.optim.SGD: d = g + wd*p; with momentum, buf = d on the first step and
+/// buf = momentum*buf + (1-dampening)*d after; d = nesterov ? d + momentum*buf : buf;
+/// p -= lr*d.
+struct SgdOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weightDecay = 0.0;
+  bool nesterov = false;
+};
+
+class Sgd : public Optimizer {
+ public:
+  /// Throws InvalidArgument for nesterov without momentum or with dampening (as torch).
+  Sgd(NamedParameters parameters, SgdOptions options);
+  std::string kind() const override { return "sgd"; }
+  const SgdOptions& options() const { return options_; }
+
+ protected:
+  void update(const std::string& name, float* param, const float* grad, int64_t n,
+              std::map<std::string, Tensor>& state, int64_t step) override;
+  std::vector<std::string> slotNames() const override;
+
+ private:
+  SgdOptions options_;
+};
+
+/// torch.optim.Adam / AdamW (amsgrad off): m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g^2,
+/// p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). Adam adds wd*p to g first; AdamW
+/// (decoupled) multiplies p by (1 - lr*wd) first.
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weightDecay = 0.0;
+  bool decoupled = false;  // true: AdamW
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(NamedParameters parameters, AdamOptions options);
+  std::string kind() const override { return options_.decoupled ? "adamw" : "adam"; }
+  const AdamOptions& options() const { return options_; }
+
+ protected:
+  void update(const std::string& name, float* param, const float* grad, int64_t n,
+              std::map<std::string, Tensor>& state, int64_t step) override;
+  std::vector<std::string> slotNames() const override;
+
+ private:
+  AdamOptions options_;
+};
+
+/// AdamW with torch's default weight decay (0.01) unless `options.weightDecay` is set.
+std::unique_ptr<Optimizer> makeAdamW(NamedParameters parameters, AdamOptions options);
+
+/// Learning rate as a function of the optimizer step (0-based: lrAt(s) is used by step s).
+class LrSchedule {
+ public:
+  virtual ~LrSchedule() = default;
+  virtual double lrAt(int64_t step) const = 0;
+};
+
+/// Always `lr`.
+class ConstantLr : public LrSchedule {
+ public:
+  explicit ConstantLr(double lr) : lr_(lr) {}
+  double lrAt(int64_t) const override { return lr_; }
+
+ private:
+  double lr_;
+};
+
+/// lr * gamma^(floor(step / stepSize)) (torch's StepLR, stepped per optimizer step).
+class StepLr : public LrSchedule {
+ public:
+  StepLr(double lr, int64_t stepSize, double gamma);
+  double lrAt(int64_t step) const override;
+
+ private:
+  double lr_;
+  int64_t stepSize_;
+  double gamma_;
+};
+
+/// Cosine annealing from lr to minLr over totalSteps: minLr + (lr-minLr)*(1+cos(pi*s/T))/2;
+/// minLr after T.
+class CosineLr : public LrSchedule {
+ public:
+  CosineLr(double lr, int64_t totalSteps, double minLr = 0.0);
+  double lrAt(int64_t step) const override;
+
+ private:
+  double lr_;
+  int64_t totalSteps_;
+  double minLr_;
+};
+
+/// Linear warm-up composed with another schedule: for step < warmupSteps the rate climbs
+/// linearly from after.lrAt(0)*startFactor to after.lrAt(0) ((s+1)/W of the way), then
+/// follows after.lrAt(step - warmupSteps).
+class WarmupLr : public LrSchedule {
+ public:
+  WarmupLr(std::unique_ptr<LrSchedule> after, int64_t warmupSteps, double startFactor = 0.0);
+  double lrAt(int64_t step) const override;
+
+ private:
+  std::unique_ptr<LrSchedule> after_;
+  int64_t warmupSteps_;
+  double startFactor_;
+};
+
+/// Scales all gradients so that their global L2 norm is at most maxNorm (as
+/// torch.nn.utils.clip_grad_norm_: coefficient maxNorm / (norm + 1e-6), capped at 1).
+/// Returns the norm before clipping. Parameters without a gradient are skipped.
+double clipGradNorm(const std::vector<Tensor>& parameters, double maxNorm);
+
+}  // namespace kolo::optim

@@ -1,0 +1,95 @@
+// Optimizer base (parameter bookkeeping, state save/restore) and the StateDict helpers.
+#include <algorithm>
+#include <set>
+
+#include "kolo/optim.h"
+
+namespace kolo::optim {
+
+std::vector<std::pair<std::string, Tensor>> StateDict::flatTensors() const {
+  std::vector<std::pair<std::string, Tensor>> flat;
+  for (const auto& [parameter, slots] : perParameter) {
+    for (const auto& [slot, tensor] : slots) flat.emplace_back(parameter + "/" + slot, tensor);
+  }
+  return flat;
+}
+
+StateDict StateDict::fromFlat(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                              std::map<std::string, double> scalars) {
+  StateDict state;
+  state.scalars = std::move(scalars);
+  for (const auto& [name, tensor] : tensors) {
+    const size_t slash = name.rfind('/');
+    KOLO_CHECK(slash != std::string::npos && slash > 0 && slash + 1 < name.size(),
+               "optimizer state name '", name, "' is not <parameter>/<slot>");
+    state.perParameter[name.substr(0, slash)][name.substr(slash + 1)] = tensor;
+  }
+  return state;
+}
+
+Optimizer::Optimizer(NamedParameters parameters, double lr) : parameters_(std::move(parameters)), lr_(lr) {
+  std::set<std::string> names;
+  for (const auto& [name, parameter] : parameters_) {
+    KOLO_CHECK(parameter.defined(), "optimizer parameter ", name, " is undefined");
+    KOLO_CHECK(names.insert(name).second, "optimizer parameter name ", name, " appears twice");
+  }
+  KOLO_CHECK(lr >= 0.0, "learning rate ", lr, " is negative");
+}
+
+void Optimizer::step() {
+  ++stepCount_;
+  for (auto& [name, parameter] : parameters_) {
+    Tensor grad = parameter.grad();
+    if (!grad.defined()) continue;
+    KOLO_CHECK(parameter.dtype() == DType::F32 && parameter.isContiguous(), "optimizer parameter ", name,
+               " must be contiguous f32 (is ", dtypeName(parameter.dtype()), ")");
+    KOLO_CHECK(grad.shape() == parameter.shape(), "gradient of ", name, " has shape ", shapeString(grad.shape()),
+               ", parameter ", shapeString(parameter.shape()));
+    Tensor g = grad.dtype() == DType::F32 ? grad.contiguous() : grad.to(DType::F32);
+    Tensor p = parameter;
+    update(name, p.data<float>(), g.data<float>(), p.numel(), state_[name], stepCount_);
+  }
+}
+
+void Optimizer::zeroGrad() {
+  for (auto& [name, parameter] : parameters_) {
+    Tensor p = parameter;
+    p.zeroGrad();
+  }
+}
+
+StateDict Optimizer::stateDict() const {
+  StateDict state;
+  for (const auto& [name, slots] : state_) {
+    for (const auto& [slot, tensor] : slots) state.perParameter[name][slot] = tensor.clone();
+  }
+  state.scalars["step"] = static_cast<double>(stepCount_);
+  state.scalars["lr"] = lr_;
+  return state;
+}
+
+void Optimizer::loadStateDict(const StateDict& state) {
+  std::map<std::string, const Tensor*> byName;
+  for (const auto& [name, parameter] : parameters_) byName[name] = &parameter;
+  const std::vector<std::string> slots = slotNames();
+  std::map<std::string, std::map<std::string, Tensor>> restored;
+  for (const auto& [name, saved] : state.perParameter) {
+    auto found = byName.find(name);
+    KOLO_CHECK(found != byName.end(), "optimizer state names parameter ", name, ", which this ", kind(),
+               " optimizer does not hold");
+    for (const auto& [slot, tensor] : saved) {
+      KOLO_CHECK(std::find(slots.begin(), slots.end(), slot) != slots.end(), "optimizer state slot ", name, "/",
+                 slot, " is not one of ", kind(), "'s");
+      if (slot != "step") {
+        KOLO_CHECK(tensor.shape() == found->second->shape(), "optimizer state ", name, "/", slot, " has shape ",
+                   shapeString(tensor.shape()), ", parameter ", shapeString(found->second->shape()));
+      }
+      restored[name][slot] = tensor.to(tensor.dtype()).clone();
+    }
+  }
+  state_ = std::move(restored);
+  if (auto it = state.scalars.find("step"); it != state.scalars.end()) stepCount_ = static_cast<int64_t>(it->second);
+  if (auto it = state.scalars.find("lr"); it != state.scalars.end()) lr_ = it->second;
+}
+
+}  // namespace kolo::optim

@@ -1,0 +1,63 @@
+// Learning-rate schedules and gradient-norm clipping.
+#include <cmath>
+#include <numbers>
+
+#include "kolo/optim.h"
+
+namespace kolo::optim {
+
+StepLr::StepLr(double lr, int64_t stepSize, double gamma) : lr_(lr), stepSize_(stepSize), gamma_(gamma) {
+  KOLO_CHECK_GT(stepSize, 0, "StepLr step size");
+}
+
+double StepLr::lrAt(int64_t step) const { return lr_ * std::pow(gamma_, static_cast<double>(step / stepSize_)); }
+
+CosineLr::CosineLr(double lr, int64_t totalSteps, double minLr) : lr_(lr), totalSteps_(totalSteps), minLr_(minLr) {
+  KOLO_CHECK_GT(totalSteps, 0, "CosineLr total steps");
+}
+
+double CosineLr::lrAt(int64_t step) const {
+  if (step >= totalSteps_) return minLr_;
+  const double progress = static_cast<double>(std::max<int64_t>(step, 0)) / static_cast<double>(totalSteps_);
+  return minLr_ + (lr_ - minLr_) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+WarmupLr::WarmupLr(std::unique_ptr<LrSchedule> after, int64_t warmupSteps, double startFactor)
+    : after_(std::move(after)), warmupSteps_(warmupSteps), startFactor_(startFactor) {
+  KOLO_CHECK(after_ != nullptr, "WarmupLr needs the schedule that follows the warm-up");
+  KOLO_CHECK_GE(warmupSteps, 0, "WarmupLr warm-up steps");
+}
+
+double WarmupLr::lrAt(int64_t step) const {
+  if (step >= warmupSteps_) return after_->lrAt(step - warmupSteps_);
+  const double fraction = static_cast<double>(step + 1) / static_cast<double>(warmupSteps_);
+  return after_->lrAt(0) * (startFactor_ + (1.0 - startFactor_) * fraction);
+}
+
+double clipGradNorm(const std::vector<Tensor>& parameters, double maxNorm) {
+  double sumSquares = 0.0;
+  std::vector<Tensor> grads;
+  for (const Tensor& parameter : parameters) {
+    Tensor grad = parameter.grad();
+    if (!grad.defined()) continue;
+    KOLO_CHECK(grad.dtype() == DType::F32 && grad.isContiguous(), "clipGradNorm needs contiguous f32 gradients (",
+               parameter.name(), " is ", dtypeName(grad.dtype()), ")");
+    const float* g = grad.data<float>();
+    double partial = 0.0;
+    for (int64_t i = 0, n = grad.numel(); i < n; ++i) partial += static_cast<double>(g[i]) * g[i];
+    sumSquares += partial;
+    grads.push_back(grad);
+  }
+  const double norm = std::sqrt(sumSquares);
+  const double coefficient = maxNorm / (norm + 1e-6);
+  if (coefficient < 1.0) {
+    const float scale = static_cast<float>(coefficient);
+    for (Tensor& grad : grads) {
+      float* g = grad.data<float>();
+      for (int64_t i = 0, n = grad.numel(); i < n; ++i) g[i] *= scale;
+    }
+  }
+  return norm;
+}
+
+}  // namespace kolo::optim

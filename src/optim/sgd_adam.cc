@@ -1,0 +1,112 @@
+// SGD and Adam/AdamW updates, written as plain loops over f32 that the compiler
+// vectorises, following torch.optim's single-tensor code path operation by operation.
+#include <cmath>
+
+#include "kolo/optim.h"
+
+namespace kolo::optim {
+
+Sgd::Sgd(NamedParameters parameters, SgdOptions options) : Optimizer(std::move(parameters), options.lr), options_(options) {
+  KOLO_CHECK(options.momentum >= 0.0, "SGD momentum ", options.momentum, " is negative");
+  KOLO_CHECK(options.weightDecay >= 0.0, "SGD weight decay ", options.weightDecay, " is negative");
+  KOLO_CHECK(!options.nesterov || (options.momentum > 0.0 && options.dampening == 0.0),
+             "Nesterov momentum requires a momentum and zero dampening");
+}
+
+std::vector<std::string> Sgd::slotNames() const { return {"momentum_buffer"}; }
+
+void Sgd::update(const std::string& name, float* param, const float* grad, int64_t n,
+                 std::map<std::string, Tensor>& state, int64_t) {
+  const float lr = static_cast<float>(this->lr());
+  const float wd = static_cast<float>(options_.weightDecay);
+  const float momentum = static_cast<float>(options_.momentum);
+  const float keep = static_cast<float>(1.0 - options_.dampening);
+  if (momentum == 0.0f) {
+    for (int64_t i = 0; i < n; ++i) param[i] -= lr * (grad[i] + wd * param[i]);
+    return;
+  }
+  auto found = state.find("momentum_buffer");
+  if (found == state.end()) {
+    // First step: the buffer is the (decayed) gradient itself, without dampening.
+    Tensor buffer = Tensor::empty({n}, DType::F32);
+    float* buf = buffer.data<float>();
+    for (int64_t i = 0; i < n; ++i) buf[i] = grad[i] + wd * param[i];
+    for (int64_t i = 0; i < n; ++i) {
+      const float d = options_.nesterov ? buf[i] + momentum * buf[i] : buf[i];
+      param[i] -= lr * d;
+    }
+    state["momentum_buffer"] = buffer;
+    return;
+  }
+  float* buf = found->second.data<float>();
+  KOLO_CHECK_EQ(found->second.numel(), n, "momentum buffer of ", name);
+  if (options_.nesterov) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float d = grad[i] + wd * param[i];
+      buf[i] = momentum * buf[i] + keep * d;
+      param[i] -= lr * (d + momentum * buf[i]);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const float d = grad[i] + wd * param[i];
+      buf[i] = momentum * buf[i] + keep * d;
+      param[i] -= lr * buf[i];
+    }
+  }
+}
+
+Adam::Adam(NamedParameters parameters, AdamOptions options) : Optimizer(std::move(parameters), options.lr), options_(options) {
+  KOLO_CHECK(options.beta1 >= 0.0 && options.beta1 < 1.0, "Adam beta1 ", options.beta1, " not in [0, 1)");
+  KOLO_CHECK(options.beta2 >= 0.0 && options.beta2 < 1.0, "Adam beta2 ", options.beta2, " not in [0, 1)");
+  KOLO_CHECK(options.eps >= 0.0, "Adam eps ", options.eps, " is negative");
+  KOLO_CHECK(options.weightDecay >= 0.0, "Adam weight decay ", options.weightDecay, " is negative");
+}
+
+std::vector<std::string> Adam::slotNames() const { return {"exp_avg", "exp_avg_sq", "step"}; }
+
+void Adam::update(const std::string& name, float* param, const float* grad, int64_t n,
+                  std::map<std::string, Tensor>& state, int64_t) {
+  if (!state.count("exp_avg")) {
+    state["exp_avg"] = Tensor::zeros({n}, DType::F32);
+    state["exp_avg_sq"] = Tensor::zeros({n}, DType::F32);
+    state["step"] = Tensor::zeros({}, DType::F64);
+  }
+  Tensor& stepTensor = state["step"];
+  // The step count is per parameter (as in torch): a parameter that missed an update keeps
+  // its own bias correction.
+  const double step = stepTensor.item() + 1.0;
+  stepTensor.fill(step);
+  float* m = state["exp_avg"].data<float>();
+  float* v = state["exp_avg_sq"].data<float>();
+  KOLO_CHECK_EQ(state["exp_avg"].numel(), n, "Adam state of ", name);
+  const double lr = this->lr();
+  const float beta1 = static_cast<float>(options_.beta1);
+  const float beta2 = static_cast<float>(options_.beta2);
+  const float oneMinusBeta1 = static_cast<float>(1.0 - options_.beta1);
+  const float oneMinusBeta2 = static_cast<float>(1.0 - options_.beta2);
+  const float eps = static_cast<float>(options_.eps);
+  const float wd = static_cast<float>(options_.weightDecay);
+  const double biasCorrection1 = 1.0 - std::pow(options_.beta1, step);
+  const double biasCorrection2 = 1.0 - std::pow(options_.beta2, step);
+  const float stepSize = static_cast<float>(lr / biasCorrection1);
+  const float correction2Sqrt = static_cast<float>(std::sqrt(biasCorrection2));
+  if (options_.decoupled && wd != 0.0f) {
+    const float shrink = static_cast<float>(1.0 - lr * options_.weightDecay);
+    for (int64_t i = 0; i < n; ++i) param[i] *= shrink;
+  }
+  const float coupledWd = options_.decoupled ? 0.0f : wd;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i] + coupledWd * param[i];
+    m[i] = m[i] * beta1 + g * oneMinusBeta1;
+    v[i] = v[i] * beta2 + g * g * oneMinusBeta2;
+    const float denom = std::sqrt(v[i]) / correction2Sqrt + eps;
+    param[i] -= stepSize * (m[i] / denom);
+  }
+}
+
+std::unique_ptr<Optimizer> makeAdamW(NamedParameters parameters, AdamOptions options) {
+  options.decoupled = true;
+  return std::make_unique<Adam>(std::move(parameters), options);
+}
+
+}  // namespace kolo::optim
