@@ -97,6 +97,8 @@ class Tensor {
   const std::string& name() const;
   void setName(const std::string& name);
   TensorImpl* impl() const { return impl_.get(); }
+  /// The shared implementation handle (the autograd layer keeps weak references to leaves).
+  const std::shared_ptr<TensorImpl>& implPtr() const { return impl_; }
   /// True when both handles refer to the same TensorImpl.
   bool sameAs(const Tensor& other) const { return impl_ == other.impl_; }
 
@@ -135,7 +137,7 @@ class Tensor {
   // ---- autograd ----
   bool requiresGrad() const;
   /// Marks a leaf as requiring grad (parameters); returns *this.
-  Tensor& setRequiresGrad(bool requires = true);
+  Tensor& setRequiresGrad(bool enabled = true);
   /// The accumulated gradient (undefined until a backward pass reaches this leaf).
   Tensor grad() const;
   void setGrad(const Tensor& grad);

@@ -1,0 +1,118 @@
+// Raw CPU kernels of the tensor layer: views, copies, broadcasting elementwise math,
+// reductions, GEMM-based matmul and convolution, pooling and the fused nn kernels.
+// Nothing here records gradients; kolo/ops.h (autograd layer) wraps these in backward nodes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kolo/tensor.h"
+
+namespace kolo::kernels {
+
+// ---- copies and views (views share storage; results carry no autograd state) ----
+
+/// Copies src into dst element by element (shapes equal; dtypes converted; any strides).
+void copyInto(Tensor& dst, const Tensor& src);
+/// Resolves one -1 in `shape` against numel; checks the element count.
+Shape inferShape(const Shape& shape, int64_t numel, const Shape& from);
+/// View with a new shape; throws InvalidArgument when the strides do not allow it.
+Tensor viewRaw(const Tensor& x, const Shape& shape);
+/// View when possible, otherwise a contiguous copy.
+Tensor reshapeRaw(const Tensor& x, const Shape& shape);
+Tensor transposeRaw(const Tensor& x, int64_t d0, int64_t d1);
+Tensor permuteRaw(const Tensor& x, const std::vector<int64_t>& dims);
+Tensor sliceRaw(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step);
+Tensor expandRaw(const Tensor& x, const Shape& shape);
+Tensor unsqueezeRaw(const Tensor& x, int64_t dim);
+Tensor squeezeRaw(const Tensor& x, int64_t dim);
+/// Normalises a possibly negative dimension index against rank nd.
+int64_t wrapDim(int64_t d, int64_t nd, const char* op);
+
+// ---- elementwise ----
+
+/// NumPy/PyTorch broadcast of two shapes; throws naming both shapes and `op`.
+Shape broadcastShapes(const Shape& a, const Shape& b, const char* op);
+
+enum class BinaryOp { Add, Sub, Mul, Div, Pow, Max, Min, Gt, Lt, Eq };
+/// out = a op b with broadcasting (comparisons give 1/0 of the float dtype).
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+/// dst += alpha * src where src broadcasts to dst's shape (dst may be strided).
+void addInPlace(Tensor& dst, const Tensor& src, double alpha = 1.0);
+/// dst *= s.
+void scaleInPlace(Tensor& dst, double s);
+
+enum class UnaryOp { Neg, Exp, Log, Tanh, Sigmoid, Relu, Gelu, Sqrt, Abs };
+Tensor unary(UnaryOp op, const Tensor& x);
+/// a * x + b elementwise, and x ^ p.
+Tensor affineScalar(const Tensor& x, double a, double b);
+Tensor powScalar(const Tensor& x, double p);
+
+/// Gradients of the activations given the saved input x or output y.
+Tensor reluBackward(const Tensor& grad, const Tensor& y);
+Tensor geluBackward(const Tensor& grad, const Tensor& x);
+Tensor tanhBackward(const Tensor& grad, const Tensor& y);
+Tensor sigmoidBackward(const Tensor& grad, const Tensor& y);
+
+/// cond ? a : b with broadcasting; cond is any dtype, nonzero meaning true.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+// ---- reductions ----
+
+/// Sum over `dims` (empty: all). keepdim keeps reduced dimensions as size 1.
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
+/// Sums a broadcast gradient back to `shape` (the inverse of broadcasting).
+Tensor sumToShape(const Tensor& x, const Shape& shape);
+/// Max over one dimension; indices (i64, same shape as values) may be null.
+Tensor maxDim(const Tensor& x, int64_t dim, bool keepdim, Tensor* indices);
+/// Scatters grad (shape of the max values) back to the argmax positions of xShape.
+Tensor maxDimBackward(const Tensor& grad, const Tensor& indices, const Shape& xShape,
+                      int64_t dim, bool keepdim);
+
+// ---- linear algebra ----
+
+/// C = A @ B for 2-d A [M,K], B [K,N]; a transposed view is passed to BLAS as a transpose
+/// flag instead of being copied. out (if given) must be contiguous [M,N]; beta scales its
+/// previous content.
+Tensor matmul2d(const Tensor& a, const Tensor& b, Tensor* out = nullptr, double beta = 0.0);
+/// Batched matmul [B,M,K] x [B,K,N] -> [B,M,N].
+Tensor bmm(const Tensor& a, const Tensor& b);
+
+// ---- convolution and pooling (NCHW, weights [O, C, kh, kw]) ----
+
+struct Conv2dParams {
+  int64_t strideH = 1, strideW = 1, padH = 0, padW = 0;
+};
+Tensor conv2dForward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p);
+/// Gradients of conv2d; any output pointer may be null to skip that gradient.
+void conv2dBackward(const Tensor& grad, const Tensor& x, const Tensor& w, const Conv2dParams& p,
+                    Tensor* gradX, Tensor* gradW, Tensor* gradB);
+/// Max-pool with kernel k, stride s, padding pad; argmax (i32 flat index into each H*W
+/// plane) is written to *indices.
+Tensor maxPool2dForward(const Tensor& x, int64_t k, int64_t s, int64_t pad, Tensor* indices);
+Tensor maxPool2dBackward(const Tensor& grad, const Tensor& indices, const Shape& xShape);
+
+// ---- fused nn kernels ----
+
+/// Softmax / log-softmax along dim.
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor logSoftmax(const Tensor& x, int64_t dim);
+Tensor softmaxBackward(const Tensor& grad, const Tensor& y, int64_t dim);
+Tensor logSoftmaxBackward(const Tensor& grad, const Tensor& y, int64_t dim);
+/// Mean cross-entropy of logits [N,C] against i64 labels [N]; writes softmax into *probs.
+Tensor crossEntropyForward(const Tensor& logits, const Tensor& labels, Tensor* probs);
+/// d loss / d logits = (probs - onehot) * gradScale / N.
+Tensor crossEntropyBackward(const Tensor& probs, const Tensor& labels, double gradScale);
+/// LayerNorm over the trailing `normSize` elements; writes per-row mean and rstd.
+Tensor layerNormForward(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t normSize,
+                        double eps, Tensor* mean, Tensor* rstd);
+void layerNormBackward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                       const Tensor& rstd, int64_t normSize, Tensor* gradX, Tensor* gradW,
+                       Tensor* gradB);
+/// Rows of weight [V,D] picked by i64/i32 indices of any shape -> shape + [D].
+Tensor embeddingForward(const Tensor& indices, const Tensor& weight);
+Tensor embeddingBackward(const Tensor& grad, const Tensor& indices, int64_t numEmbeddings);
+/// Concatenates along dim (shapes equal elsewhere).
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
+
+}  // namespace kolo::kernels
