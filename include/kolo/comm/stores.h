@@ -1,0 +1,132 @@
+// The Store implementations: in-memory (ranks as threads of one process), file (a
+// directory every rank can see) and TCP (a server hosted by `kolo run` or rank 0, and a
+// client that must present the job token before it is served).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kolo/comm/store.h"
+
+namespace kolo::comm {
+
+/// Largest key any store accepts (bytes); longer keys throw InvalidArgument.
+inline constexpr size_t kMaxStoreKeyBytes = 4096;
+/// Largest value any store accepts (bytes); larger values throw InvalidArgument.
+inline constexpr size_t kMaxStoreValueBytes = size_t{64} << 20;
+
+/// A store held in this process's memory; every thread that shares the pointer sees the
+/// same keys. Waits block on a condition variable until their deadline. Thread-safe.
+std::shared_ptr<Store> makeMemoryStore();
+
+/// A store kept in `directory` (created if missing), which every participant must see
+/// (a local or shared file system). One file per key, written atomically (temporary file
+/// + rename); `add` serialises through an flock'ed lock file; waits poll with backoff.
+/// Throws IoError when the directory cannot be created.
+std::shared_ptr<Store> makeFileStore(const std::string& directory);
+
+/// Host and port parsed from "HOST:PORT", "[IPV6]:PORT" or "IPV6%SCOPE" forms.
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+  /// "host:port", with brackets around IPv6 literals.
+  std::string toString() const;
+};
+
+/// Parses "HOST:PORT" or "[V6ADDR]:PORT"; throws InvalidArgument naming the text otherwise.
+HostPort parseHostPort(const std::string& text);
+
+struct TcpStoreServerOptions {
+  /// Address to listen on. Empty: every interface, IPv6 and IPv4. A literal or host name
+  /// listens on each address it resolves to.
+  std::string host;
+  /// Port; 0 picks a free one (see TcpStoreServer::port()).
+  uint16_t port = 0;
+  /// Job token every client must present before any request is served.
+  std::string token;
+  /// Largest accepted key and value; larger requests close the connection.
+  size_t maxKeyBytes = kMaxStoreKeyBytes;
+  size_t maxValueBytes = kMaxStoreValueBytes;
+};
+
+/// The TCP store server: one thread multiplexing every connection with poll(). A
+/// connection must send the job token first; a wrong token, an oversized or malformed
+/// request closes that connection only. get/wait block in the server until their keys
+/// exist or the client's deadline passes. The destructor stops the thread and closes every
+/// connection (their clients then get IoError).
+class TcpStoreServer {
+ public:
+  /// Binds and starts serving. Throws IoError when no address could be bound.
+  explicit TcpStoreServer(const TcpStoreServerOptions& options);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  /// The port actually bound (useful with port 0).
+  uint16_t port() const;
+  /// Number of connections closed for a wrong token, oversized or malformed requests.
+  uint64_t rejectedConnections() const;
+  /// Stops serving now and closes every connection; idempotent.
+  void stop();
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+struct TcpStoreClientOptions {
+  std::string host;
+  uint16_t port = 0;
+  std::string token;
+  /// How long to keep retrying the first connection (the server may start later).
+  std::chrono::milliseconds connectTimeout{std::chrono::seconds(60)};
+  /// Deadline for requests that do not carry their own (set, add, remove, check).
+  std::chrono::milliseconds requestTimeout{std::chrono::seconds(60)};
+};
+
+/// A client of TcpStoreServer. Connects in the constructor (retrying until connectTimeout)
+/// and presents the token; throws IoError when the server cannot be reached or refuses the
+/// token. A server that vanishes later makes the pending and later calls throw IoError.
+/// Thread-safe: requests from several threads are serialised on the one connection.
+class TcpStoreClient : public Store {
+ public:
+  explicit TcpStoreClient(const TcpStoreClientOptions& options);
+  ~TcpStoreClient() override;
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, Millis timeout) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  bool remove(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+
+  /// This end's address of the connection to the server (the address peers on other hosts
+  /// can reach this host at, as far as the route to the store goes), without a port.
+  std::string localAddress() const;
+  /// "host:port" of the server.
+  std::string serverAddress() const;
+
+ private:
+  /// Sends one request frame and returns the reply body; IoError when the connection
+  /// fails or no reply comes before `deadline` (the connection is then unusable).
+  Bytes roundTrip(const Bytes& request, std::chrono::steady_clock::time_point deadline);
+  /// Deadline for the reply to a request that waits `timeout` in the server.
+  std::chrono::steady_clock::time_point replyDeadline(Millis timeout) const;
+
+  TcpStoreClientOptions options_;
+  int fd_ = -1;
+  bool broken_ = false;
+  std::mutex mutex_;
+};
+
+/// Connects a TcpStoreClient to "HOST:PORT" with the token; the same timeout is used for
+/// the connection and for requests without their own deadline.
+std::shared_ptr<Store> connectTcpStore(const std::string& address, const std::string& token,
+                                       std::chrono::milliseconds timeout);
+
+}  // namespace kolo::comm

@@ -1,0 +1,452 @@
+// The TCP store server: one thread runs a poll() loop over the listening sockets, a wake
+// pipe and every connection. Requests are parsed from per-connection buffers; get/wait
+// whose keys are missing are parked with their deadline and answered when a set/add makes
+// them ready or the deadline passes. Connections that present a wrong token, send an
+// oversized frame or a malformed request are closed; everyone else carries on.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "comm/store/store_detail.h"
+#include "comm/store/tcp_wire.h"
+#include "kolo/comm/stores.h"
+#include "kolo/error.h"
+
+namespace kolo::comm {
+
+using Clock = std::chrono::steady_clock;
+using detail::StoreOp;
+using detail::StoreStatus;
+using detail::WireReader;
+using detail::WireWriter;
+
+namespace {
+
+/// A get or wait that arrived before its keys; answered later.
+struct Parked {
+  StoreOp op = StoreOp::Get;
+  std::vector<std::string> keys;
+  Clock::time_point deadline;
+};
+
+struct Connection {
+  int fd = -1;
+  bool authenticated = false;
+  bool closing = false;  // close once `out` is drained (not used for rejections)
+  Bytes in;
+  Bytes out;
+  size_t outSent = 0;
+  std::optional<Parked> parked;
+};
+
+bool sameToken(const std::string& given, const std::string& expected) {
+  if (given.size() != expected.size()) return false;
+  // Look at every byte wherever the first difference is, so timing says nothing.
+  unsigned diff = 0;
+  for (size_t i = 0; i < given.size(); ++i)
+    diff |= static_cast<unsigned char>(given[i]) ^ static_cast<unsigned char>(expected[i]);
+  return diff == 0;
+}
+
+void setNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+}  // namespace
+
+class TcpStoreServer::Impl {
+ public:
+  explicit Impl(const TcpStoreServerOptions& options) : options_(options) {
+    bindListeners();
+    if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+      closeListeners();
+      KOLO_THROW(IoError, "TCP store: cannot create wake pipe: ", std::strerror(errno));
+    }
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  ~Impl() {
+    stop();
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+  }
+
+  void stop() {
+    if (stopped_.exchange(true)) return;
+    char byte = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_[1], &byte, 1);
+    if (thread_.joinable()) thread_.join();
+    for (auto& c : connections_) ::close(c.fd);
+    connections_.clear();
+    closeListeners();
+  }
+
+  uint16_t port() const { return port_; }
+  uint64_t rejected() const { return rejected_.load(); }
+
+ private:
+  void bindListeners() {
+    if (options_.host.empty()) {
+      // One dual-stack IPv6 socket serves IPv4 too; fall back to IPv4 where IPv6 is off.
+      int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd >= 0) {
+        int off = 0;
+        ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
+        sockaddr_in6 addr{};
+        addr.sin6_family = AF_INET6;
+        addr.sin6_addr = in6addr_any;
+        addr.sin6_port = htons(options_.port);
+        if (!listenOn(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr)) fd = -1;
+      }
+      if (fd < 0) {
+        fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_ANY);
+        addr.sin_port = htons(options_.port);
+        if (fd < 0 || !listenOn(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr))
+          KOLO_THROW(IoError, "TCP store: cannot listen on port ", options_.port, ": ", lastError_);
+      }
+      return;
+    }
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    addrinfo* list = nullptr;
+    int rc = ::getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &list);
+    if (rc != 0) KOLO_THROW(IoError, "TCP store: cannot resolve '", options_.host, "': ", ::gai_strerror(rc));
+    for (addrinfo* a = list; a; a = a->ai_next) {
+      int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      if (a->ai_family == AF_INET6) {
+        int on = 1;
+        ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
+      }
+      // With port 0 every address after the first listens on the port the first got.
+      if (port_ != 0) {
+        if (a->ai_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_port = htons(port_);
+        else reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_port = htons(port_);
+      }
+      listenOn(fd, a->ai_addr, a->ai_addrlen);
+    }
+    ::freeaddrinfo(list);
+    if (listeners_.empty())
+      KOLO_THROW(IoError, "TCP store: cannot listen on ", options_.host, " port ", options_.port, ": ", lastError_);
+  }
+
+  bool listenOn(int fd, sockaddr* addr, socklen_t len) {
+    int on = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    if (::bind(fd, addr, len) != 0 || ::listen(fd, 1024) != 0) {
+      lastError_ = std::strerror(errno);
+      ::close(fd);
+      return false;
+    }
+    setNonBlocking(fd);
+    sockaddr_storage bound{};
+    socklen_t boundLen = sizeof bound;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &boundLen);
+    port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    listeners_.push_back(fd);
+    return true;
+  }
+
+  void closeListeners() {
+    for (int fd : listeners_) ::close(fd);
+    listeners_.clear();
+  }
+
+  void loop() {
+    std::vector<pollfd> fds;
+    while (!stopped_.load()) {
+      fds.clear();
+      fds.push_back({wake_[0], POLLIN, 0});
+      for (int fd : listeners_) fds.push_back({fd, POLLIN, 0});
+      for (auto& c : connections_) {
+        short events = c.parked ? 0 : POLLIN;  // a client waits for its reply before sending more
+        if (c.outSent < c.out.size()) events |= POLLOUT;
+        fds.push_back({c.fd, events, 0});
+      }
+      ::poll(fds.data(), fds.size(), pollTimeoutMs());
+      if (fds[0].revents) break;
+      size_t index = 1;
+      for (size_t i = 0; i < listeners_.size(); ++i, ++index)
+        if (fds[index].revents & POLLIN) acceptAll(listeners_[i]);
+      // Connections accepted just now are not in `fds`; only the first `served` are.
+      size_t served = fds.size() - index;
+      for (size_t i = 0; i < served; ++i) {
+        short revents = fds[index + i].revents;
+        Connection& c = connections_[i];
+        if (revents & (POLLIN | POLLHUP | POLLERR)) readFrom(c);
+        if (!c.closing && (revents & POLLOUT)) writeTo(c);
+      }
+      expireParked();
+      resumeBuffered();
+      std::erase_if(connections_, [](const Connection& c) {
+        if (c.closing) ::close(c.fd);
+        return c.closing;
+      });
+    }
+  }
+
+  int pollTimeoutMs() const {
+    auto now = Clock::now();
+    auto next = Clock::time_point::max();
+    for (const auto& c : connections_)
+      if (c.parked) next = std::min(next, c.parked->deadline);
+    if (next == Clock::time_point::max()) return -1;
+    if (next <= now) return 0;
+    auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - now).count();
+    return static_cast<int>(std::min<int64_t>(ms, 60'000));
+  }
+
+  void acceptAll(int listener) {
+    for (;;) {
+      int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) return;  // EAGAIN, or a transient error: the next poll retries
+      int on = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+      ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+      Connection c;
+      c.fd = fd;
+      connections_.push_back(std::move(c));
+    }
+  }
+
+  void reject(Connection& c) {
+    c.closing = true;
+    c.parked.reset();
+    rejected_.fetch_add(1);
+  }
+
+  void readFrom(Connection& c) {
+    uint8_t chunk[65536];
+    for (;;) {
+      ssize_t n = ::recv(c.fd, chunk, sizeof chunk, 0);
+      if (n == 0) {
+        c.closing = true;  // the client went away
+        return;
+      }
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) c.closing = true;
+        break;
+      }
+      c.in.insert(c.in.end(), chunk, chunk + n);
+      if (!parseFrames(c)) return;
+      if (c.parked || static_cast<size_t>(n) < sizeof chunk) break;
+    }
+  }
+
+  /// Handles every complete frame in c.in; false when the connection was rejected.
+  bool parseFrames(Connection& c) {
+    size_t offset = 0;
+    while (!c.parked && c.in.size() - offset >= 4) {
+      uint32_t length;
+      std::memcpy(&length, c.in.data() + offset, 4);
+      // Check the announced length before buffering more: untrusted peers must not make
+      // the server allocate, and an unauthenticated one gets room for a Hello only.
+      uint64_t limit = c.authenticated ? options_.maxValueBytes + options_.maxKeyBytes + 64 : detail::kMaxHelloFrame;
+      if (length == 0 || length > limit) {
+        reject(c);
+        return false;
+      }
+      if (c.in.size() - offset - 4 < length) break;
+      bool ok = handle(c, c.in.data() + offset + 4, length);
+      offset += 4 + length;
+      if (!ok) {
+        reject(c);
+        return false;
+      }
+    }
+    c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(offset));
+    return true;
+  }
+
+  /// Serves one request; false when it is malformed or not allowed (connection closes).
+  bool handle(Connection& c, const uint8_t* body, size_t length) {
+    try {
+      WireReader in(body, length);
+      auto op = static_cast<StoreOp>(in.u8());
+      if (!c.authenticated) {
+        if (op != StoreOp::Hello) return false;
+        if (in.u32() != detail::kTcpStoreMagic || in.u8() != detail::kTcpStoreVersion) return false;
+        std::string token = in.str(detail::kMaxHelloFrame);
+        in.expectEnd();
+        if (!sameToken(token, options_.token)) return false;
+        c.authenticated = true;
+        reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Ok)));
+        return true;
+      }
+      switch (op) {
+        case StoreOp::Set: {
+          std::string key = readKey(in);
+          Bytes value = in.bytes(options_.maxValueBytes);
+          in.expectEnd();
+          values_[key] = std::move(value);
+          reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Ok)));
+          wakeParked();
+          return true;
+        }
+        case StoreOp::Get:
+        case StoreOp::Wait: {
+          Parked parked;
+          parked.op = op;
+          uint32_t count = op == StoreOp::Get ? 1 : in.u32();
+          if (count > length / 4) return false;
+          for (uint32_t i = 0; i < count; ++i) parked.keys.push_back(readKey(in));
+          uint64_t timeoutMs = in.u64();
+          in.expectEnd();
+          parked.deadline = detail::deadlineAfter(Millis(static_cast<int64_t>(std::min<uint64_t>(timeoutMs, INT64_MAX / 2))));
+          c.parked = std::move(parked);
+          tryAnswer(c);
+          return true;
+        }
+        case StoreOp::Add: {
+          std::string key = readKey(in);
+          auto delta = static_cast<int64_t>(in.u64());
+          in.expectEnd();
+          auto it = values_.find(key);
+          int64_t result = 0;
+          try {
+            result = (it == values_.end() ? 0 : detail::parseCounter(key, it->second)) + delta;
+          } catch (const InvalidArgument& e) {
+            reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Error)).str(e.what()));
+            return true;
+          }
+          values_[key] = detail::encodeCounter(result);
+          reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Ok)).u64(static_cast<uint64_t>(result)));
+          wakeParked();
+          return true;
+        }
+        case StoreOp::Remove: {
+          std::string key = readKey(in);
+          in.expectEnd();
+          bool existed = values_.erase(key) > 0;
+          reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Ok)).u8(existed ? 1 : 0));
+          return true;
+        }
+        case StoreOp::Check: {
+          uint32_t count = in.u32();
+          if (count > length / 4) return false;
+          bool all = true;
+          for (uint32_t i = 0; i < count; ++i) all = values_.count(readKey(in)) > 0 && all;
+          in.expectEnd();
+          reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Ok)).u8(all ? 1 : 0));
+          return true;
+        }
+        default:
+          return false;
+      }
+    } catch (const FormatError&) {
+      return false;
+    }
+  }
+
+  std::string readKey(WireReader& in) {
+    std::string key = in.str(options_.maxKeyBytes);
+    if (key.empty()) KOLO_THROW(FormatError, "empty key");
+    return key;
+  }
+
+  void reply(Connection& c, WireWriter& writer) {
+    Bytes frame = writer.finish();
+    if (c.outSent == c.out.size()) {
+      c.out.clear();
+      c.outSent = 0;
+    }
+    c.out.insert(c.out.end(), frame.begin(), frame.end());
+    writeTo(c);
+  }
+
+  void writeTo(Connection& c) {
+    while (c.outSent < c.out.size()) {
+      ssize_t n = ::send(c.fd, c.out.data() + c.outSent, c.out.size() - c.outSent, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) c.closing = true;
+        return;
+      }
+      c.outSent += static_cast<size_t>(n);
+    }
+  }
+
+  /// Answers c's parked request if its keys all exist now.
+  bool tryAnswer(Connection& c) {
+    const Parked& p = *c.parked;
+    for (const auto& key : p.keys)
+      if (!values_.count(key)) return false;
+    WireWriter out;
+    out.u8(static_cast<uint8_t>(StoreStatus::Ok));
+    if (p.op == StoreOp::Get) out.bytes(values_[p.keys[0]]);
+    c.parked.reset();
+    reply(c, out);
+    return true;
+  }
+
+  /// Serves requests that were buffered behind a parked one which has since been answered
+  /// (a pipelining client); repeats because serving them may answer further parked ones.
+  void resumeBuffered() {
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (auto& c : connections_) {
+        if (c.closing || c.parked || c.in.size() < 4) continue;
+        size_t before = c.in.size();
+        parseFrames(c);
+        progress = progress || c.in.size() != before;
+      }
+    }
+  }
+
+  void wakeParked() {
+    for (auto& c : connections_)
+      if (c.parked && !c.closing) tryAnswer(c);
+  }
+
+  void expireParked() {
+    auto now = Clock::now();
+    for (auto& c : connections_) {
+      if (!c.parked || c.closing || c.parked->deadline > now) continue;
+      WireWriter out;
+      out.u8(static_cast<uint8_t>(StoreStatus::Timeout));
+      std::vector<std::string> missing;
+      for (const auto& key : c.parked->keys)
+        if (!values_.count(key)) missing.push_back(key);
+      out.u32(static_cast<uint32_t>(missing.size()));
+      for (const auto& key : missing) out.str(key);
+      c.parked.reset();
+      reply(c, out);
+    }
+  }
+
+  TcpStoreServerOptions options_;
+  std::vector<int> listeners_;
+  std::string lastError_;
+  uint16_t port_ = 0;
+  int wake_[2] = {-1, -1};
+  std::atomic<bool> stopped_{false};
+  std::atomic<uint64_t> rejected_{0};
+  std::vector<Connection> connections_;
+  std::map<std::string, Bytes> values_;
+  std::thread thread_;
+};
+
+TcpStoreServer::TcpStoreServer(const TcpStoreServerOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+TcpStoreServer::~TcpStoreServer() = default;
+uint16_t TcpStoreServer::port() const { return impl_->port(); }
+uint64_t TcpStoreServer::rejectedConnections() const { return impl_->rejected(); }
+void TcpStoreServer::stop() { impl_->stop(); }
+
+}  // namespace kolo::comm

@@ -1,0 +1,114 @@
+// The TCP store's wire format, shared by server and client. Every message is a frame: a
+// little-endian u32 body length, then the body. A request body is an opcode byte and its
+// fields; byte strings are a u32 length and the bytes; integers are little-endian. A reply
+// body is a status byte and the operation's result. The first request on a connection
+// must be Hello carrying the magic "KOLO", the protocol version and the job token.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kolo/comm/store.h"
+#include "kolo/error.h"
+
+namespace kolo::comm::detail {
+
+inline constexpr uint32_t kTcpStoreMagic = 0x4f4c4f4b;  // "KOLO" read as little-endian u32
+inline constexpr uint8_t kTcpStoreVersion = 1;
+/// Largest frame a connection may send before it has presented the token.
+inline constexpr uint32_t kMaxHelloFrame = 4096 + 64;
+
+enum class StoreOp : uint8_t { Hello = 1, Set = 2, Get = 3, Wait = 4, Add = 5, Remove = 6, Check = 7 };
+enum class StoreStatus : uint8_t { Ok = 0, Timeout = 1, Error = 2 };
+
+/// Appends fields to a frame; finish() fills in the length prefix.
+class WireWriter {
+ public:
+  WireWriter() { bytes_.resize(4); }
+  WireWriter& u8(uint8_t v) {
+    bytes_.push_back(v);
+    return *this;
+  }
+  WireWriter& u32(uint32_t v) { return raw(&v, 4); }
+  WireWriter& u64(uint64_t v) { return raw(&v, 8); }
+  WireWriter& str(const std::string& s) {
+    u32(static_cast<uint32_t>(s.size()));
+    return raw(s.data(), s.size());
+  }
+  WireWriter& bytes(const Bytes& b) {
+    u32(static_cast<uint32_t>(b.size()));
+    return raw(b.data(), b.size());
+  }
+  Bytes finish() {
+    uint32_t length = static_cast<uint32_t>(bytes_.size() - 4);
+    std::memcpy(bytes_.data(), &length, 4);
+    return std::move(bytes_);
+  }
+
+ private:
+  WireWriter& raw(const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    bytes_.insert(bytes_.end(), b, b + n);
+    return *this;
+  }
+  Bytes bytes_;
+};
+
+/// Reads fields from a frame body; any read past the end or a string longer than its
+/// limit throws FormatError (the peer's bytes are untrusted).
+class WireReader {
+ public:
+  WireReader(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  uint8_t u8() {
+    need(1);
+    return data_[pos_++];
+  }
+  uint32_t u32() {
+    uint32_t v;
+    copy(&v, 4);
+    return v;
+  }
+  uint64_t u64() {
+    uint64_t v;
+    copy(&v, 8);
+    return v;
+  }
+  std::string str(size_t maxBytes) {
+    uint32_t n = u32();
+    if (n > maxBytes) KOLO_THROW(FormatError, "string of ", n, " bytes exceeds the limit of ", maxBytes);
+    need(n);
+    std::string s(reinterpret_cast<const char*>(data_ + pos_), n);
+    pos_ += n;
+    return s;
+  }
+  Bytes bytes(size_t maxBytes) {
+    uint32_t n = u32();
+    if (n > maxBytes) KOLO_THROW(FormatError, "value of ", n, " bytes exceeds the limit of ", maxBytes);
+    need(n);
+    Bytes b(data_ + pos_, data_ + pos_ + n);
+    pos_ += n;
+    return b;
+  }
+  size_t remaining() const { return size_ - pos_; }
+  /// Throws FormatError when bytes are left over (a request must be exactly its fields).
+  void expectEnd() const {
+    if (pos_ != size_) KOLO_THROW(FormatError, size_ - pos_, " unexpected trailing bytes");
+  }
+
+ private:
+  void need(size_t n) const {
+    if (size_ - pos_ < n) KOLO_THROW(FormatError, "truncated message: need ", n, " bytes, have ", size_ - pos_);
+  }
+  void copy(void* out, size_t n) {
+    need(n);
+    std::memcpy(out, data_ + pos_, n);
+    pos_ += n;
+  }
+  const uint8_t* data_;
+  size_t size_;
+  size_t pos_ = 0;
+};
+
+}  // namespace kolo::comm::detail
