@@ -1,0 +1,105 @@
+// Differentiable tensor operations (namespace kolo). Each op computes its result with the
+// raw kernels of the tensor layer and, when grad mode is on and an input requires grad,
+// records a backward node. Binary ops broadcast as NumPy/PyTorch do, and their gradients
+// are summed back to each input's shape. f32 and f64 compute; other dtypes throw.
+#pragma once
+
+#include <vector>
+
+#include "kolo/autograd.h"
+#include "kolo/tensor.h"
+
+namespace kolo {
+
+// ---- elementwise arithmetic (broadcasting) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+/// Elementwise maximum / minimum (gradient goes to the larger / smaller; ties to a).
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+/// a * x + b with scalars.
+Tensor affine(const Tensor& x, double scale, double shift);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, double s);
+Tensor operator+(double s, const Tensor& a);
+Tensor operator-(const Tensor& a, double s);
+Tensor operator-(double s, const Tensor& a);
+Tensor operator*(const Tensor& a, double s);
+Tensor operator*(double s, const Tensor& a);
+Tensor operator/(const Tensor& a, double s);
+Tensor operator/(double s, const Tensor& a);
+
+// ---- elementwise functions ----
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+/// Exact GELU, x * Phi(x) (PyTorch's default approximate='none').
+Tensor gelu(const Tensor& x);
+Tensor pow(const Tensor& x, double exponent);
+
+// ---- reductions ----
+/// Sum of all elements (shape {}).
+Tensor sum(const Tensor& x);
+/// Sum over `dims`; keepdim keeps them with size 1.
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+/// Max over one dimension (values only; the gradient goes to the first maximum).
+Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);
+/// Max of all elements (shape {}).
+Tensor max(const Tensor& x);
+/// Indices of the maximum along dim (i64, not differentiable).
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+
+// ---- linear algebra ----
+/// Matrix product with PyTorch's matmul rules: 1-d operands are promoted, 2-d x 2-d is a
+/// GEMM, N-d x 2-d folds the leading dimensions, N-d x N-d broadcasts batch dimensions.
+/// Throws InvalidArgument naming both shapes when the inner dimensions differ.
+Tensor matmul(const Tensor& a, const Tensor& b);
+/// Batched [B,M,K] x [B,K,N] -> [B,M,N].
+Tensor bmm(const Tensor& a, const Tensor& b);
+/// x @ weight^T + bias for x [..., in], weight [out, in], bias [out] (may be undefined).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+// ---- neural-network functions ----
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor logSoftmax(const Tensor& x, int64_t dim);
+/// Mean cross-entropy of logits [N, C] against i64 class labels [N] (shape {}).
+Tensor crossEntropy(const Tensor& logits, const Tensor& labels);
+/// 2-d convolution, x [N,C,H,W], weight [O,C,kh,kw], bias [O] (may be undefined).
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride = 1,
+              int64_t padding = 0);
+/// Max-pooling with a square kernel; stride defaults to the kernel size.
+Tensor maxPool2d(const Tensor& x, int64_t kernel, int64_t stride = -1, int64_t padding = 0);
+/// Layer normalisation over the trailing dimensions `normalizedShape`; weight and bias
+/// (shape normalizedShape) may be undefined.
+Tensor layerNorm(const Tensor& x, const Shape& normalizedShape, const Tensor& weight, const Tensor& bias,
+                 double eps = 1e-5);
+/// Rows of weight [V, D] selected by integer indices -> indices.shape + [D].
+Tensor embedding(const Tensor& indices, const Tensor& weight);
+/// Inverted dropout: zeroes each element with probability p and scales the rest by
+/// 1/(1-p) when training; identity otherwise. Draws from gen.
+Tensor dropout(const Tensor& x, double p, bool training, Generator& gen);
+
+// ---- joining and selection ----
+Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
+Tensor stack(const std::vector<Tensor>& xs, int64_t dim);
+/// cond ? a : b elementwise with broadcasting (cond nonzero = true; not differentiated).
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// x with `value` where mask is nonzero (e.g. -inf above the diagonal for causal attention).
+Tensor maskedFill(const Tensor& x, const Tensor& mask, double value);
+/// Lower-triangular [n, n] u8 mask of ones (the causal mask's allowed positions).
+Tensor trilMask(int64_t n);
+
+}  // namespace kolo
