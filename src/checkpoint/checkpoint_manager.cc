@@ -1,0 +1,278 @@
+// CheckpointManager: atomic checkpoint directories (temporary name, fsync, rename, fsync of
+// the parent), a JSON manifest with a CRC32 per file, pruning to the last K, and the
+// newest-good search that resume uses.
+#include "kolo/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "kolo/error.h"
+
+namespace kolo::checkpoint {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kFormat = "kolo-checkpoint-1";
+constexpr const char* kPrefix = "ckpt-";
+constexpr const char* kManifest = "meta.json";
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+
+std::string stepDirName(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%s%09lld", kPrefix, static_cast<long long>(step));
+  return buf;
+}
+
+void fsyncPath(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) KOLO_THROW(IoError, "cannot open '", path, "' to fsync it: ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) KOLO_THROW(IoError, "fsync of '", path, "' failed: ", std::strerror(err));
+}
+
+void writeFileSynced(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) KOLO_THROW(IoError, "cannot create '", path, "': ", std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      KOLO_THROW(IoError, "writing '", path, "' failed: ", std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) KOLO_THROW(IoError, "fsync of '", path, "' failed: ", std::strerror(err));
+}
+
+// The manifest's checksum covers its canonical dump without the checksum field itself.
+uint32_t manifestCrc(json manifest) {
+  manifest.erase("manifest_crc32");
+  const std::string text = manifest.dump();
+  return static_cast<uint32_t>(::crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
+}
+
+json readManifest(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kManifest).string();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) KOLO_THROW(FormatError, "checkpoint '", dir, "': ", kManifest, " is missing");
+  std::stringstream text;
+  text << in.rdbuf();
+  json manifest;
+  try {
+    manifest = json::parse(text.str());
+  } catch (const json::exception& e) {
+    KOLO_THROW(FormatError, "checkpoint '", dir, "': ", kManifest, " is not valid JSON (truncated or corrupt): ",
+               e.what());
+  }
+  if (!manifest.is_object() || manifest.value("format", "") != kFormat)
+    KOLO_THROW(FormatError, "checkpoint '", dir, "': ", kManifest, " is not a ", kFormat, " manifest");
+  if (!manifest.contains("manifest_crc32") || manifest["manifest_crc32"].get<uint32_t>() != manifestCrc(manifest))
+    KOLO_THROW(FormatError, "checkpoint '", dir, "': ", kManifest, " fails its checksum (corrupt)");
+  return manifest;
+}
+
+}  // namespace
+
+uint32_t fileCrc32(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) KOLO_THROW(IoError, "cannot read '", path, "'");
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const std::streamsize n = in.gcount();
+    if (n > 0) crc = ::crc32(crc, reinterpret_cast<const Bytef*>(buf.data()), static_cast<uInt>(n));
+  }
+  if (in.bad()) KOLO_THROW(IoError, "reading '", path, "' failed");
+  return static_cast<uint32_t>(crc);
+}
+
+CheckpointManager::CheckpointManager(std::string dir, int keepLast, bool writer, WarningSink warn)
+    : dir_(std::move(dir)), keepLast_(keepLast), writer_(writer), warn_(std::move(warn)) {
+  KOLO_CHECK(!dir_.empty(), "checkpoint directory is empty");
+  KOLO_CHECK_GE(keepLast_, 1, "(checkpoints to keep)");
+  if (!warn_) warn_ = [](const std::string& line) { std::cerr << "kolo: warning: " << line << std::endl; };
+}
+
+std::string CheckpointManager::save(const NamedTensors& weights, const optim::Optimizer* optimizer,
+                                    const TrainingState& state) {
+  if (!writer_) return "";
+  KOLO_CHECK_GE(state.step, int64_t{0}, "(checkpoint step)");
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) KOLO_THROW(IoError, "cannot create checkpoint directory '", dir_, "': ", ec.message());
+
+  const std::string name = stepDirName(state.step);
+  const fs::path finalDir = fs::path(dir_) / name;
+  const fs::path tmpDir = fs::path(dir_) / (".tmp-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(tmpDir, ec);
+  fs::create_directory(tmpDir, ec);
+  if (ec) KOLO_THROW(IoError, "cannot create '", tmpDir.string(), "': ", ec.message());
+
+  json manifest;
+  manifest["format"] = kFormat;
+  manifest["step"] = state.step;
+  manifest["epoch"] = state.epoch;
+  manifest["loader"] = {{"epoch", state.loader.epoch}, {"batch", state.loader.batch}};
+  manifest["rng"] = state.rng;
+  manifest["extra"] = state.extra;
+
+  std::vector<std::string> files;
+  saveSafetensors((tmpDir / kModelFile).string(), weights, {{"step", std::to_string(state.step)}});
+  files.push_back(kModelFile);
+  if (optimizer) {
+    const optim::StateDict sd = optimizer->stateDict();
+    saveSafetensors((tmpDir / kOptimizerFile).string(), sd.flatTensors(), {{"kind", optimizer->kind()}});
+    files.push_back(kOptimizerFile);
+    json scalars = json::object();
+    for (const auto& [k, v] : sd.scalars) scalars[k] = v;
+    manifest["optimizer"] = {{"kind", optimizer->kind()}, {"scalars", scalars}};
+  }
+  json fileList = json::object();
+  for (const auto& f : files) {
+    const std::string p = (tmpDir / f).string();
+    fsyncPath(p, false);
+    fileList[f] = {{"bytes", fs::file_size(p)}, {"crc32", fileCrc32(p)}};
+  }
+  manifest["files"] = fileList;
+  manifest["manifest_crc32"] = manifestCrc(manifest);
+  writeFileSynced((tmpDir / kManifest).string(), manifest.dump(2) + "\n");
+  fsyncPath(tmpDir.string(), true);
+
+  // Re-saving a step replaces the old directory; rename() cannot replace a non-empty one.
+  if (fs::exists(finalDir)) fs::remove_all(finalDir, ec);
+  fs::rename(tmpDir, finalDir, ec);
+  if (ec) KOLO_THROW(IoError, "cannot rename '", tmpDir.string(), "' to '", finalDir.string(), "': ", ec.message());
+  fsyncPath(dir_, true);
+  prune();
+  return finalDir.string();
+}
+
+std::vector<CheckpointInfo> CheckpointManager::list() const {
+  std::vector<CheckpointInfo> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.rfind(kPrefix, 0) != 0) continue;
+    const std::string digits = name.substr(std::strlen(kPrefix));
+    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    out.push_back({entry.path().string(), std::stoll(digits)});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return out;
+}
+
+void CheckpointManager::prune() const {
+  auto all = list();
+  std::error_code ec;
+  for (size_t i = 0; i + static_cast<size_t>(keepLast_) < all.size(); ++i) fs::remove_all(all[i].path, ec);
+  // Temporary directories left by a crashed save are garbage.
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    if (entry.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(entry.path(), ec);
+  }
+}
+
+void CheckpointManager::verify(const std::string& path) {
+  const json manifest = readManifest(path);
+  if (!manifest.contains("files") || !manifest["files"].is_object() || !manifest["files"].contains(kModelFile))
+    KOLO_THROW(FormatError, "checkpoint '", path, "': ", kManifest, " lists no ", kModelFile);
+  for (const auto& [file, facts] : manifest["files"].items()) {
+    const fs::path p = fs::path(path) / file;
+    std::error_code ec;
+    if (!fs::exists(p, ec)) KOLO_THROW(FormatError, "checkpoint '", path, "': ", file, " is missing");
+    const uint64_t expected = facts.at("bytes").get<uint64_t>();
+    const uint64_t actual = fs::file_size(p, ec);
+    if (actual != expected)
+      KOLO_THROW(FormatError, "checkpoint '", path, "': ", file, " has ", actual, " bytes, the manifest says ", expected,
+                 actual < expected ? " (truncated)" : " (overwritten)");
+    const uint32_t crc = fileCrc32(p.string());
+    if (crc != facts.at("crc32").get<uint32_t>())
+      KOLO_THROW(FormatError, "checkpoint '", path, "': ", file, " fails its CRC32 check (corrupt): ", crc,
+                 " != ", facts.at("crc32").get<uint32_t>());
+  }
+}
+
+TrainingState CheckpointManager::load(const std::string& path, const NamedTensors& weights,
+                                      optim::Optimizer* optimizer) {
+  verify(path);
+  const json manifest = readManifest(path);
+  TrainingState state;
+  try {
+    state.step = manifest.at("step").get<int64_t>();
+    state.epoch = manifest.at("epoch").get<int64_t>();
+    state.loader.epoch = manifest.at("loader").at("epoch").get<int64_t>();
+    state.loader.batch = manifest.at("loader").at("batch").get<int64_t>();
+    state.rng = manifest.at("rng").get<std::vector<uint64_t>>();
+    state.extra = manifest.at("extra").get<std::map<std::string, std::string>>();
+  } catch (const json::exception& e) {
+    KOLO_THROW(FormatError, "checkpoint '", path, "': ", kManifest, " lacks a field: ", e.what());
+  }
+  loadSafetensorsInto((fs::path(path) / kModelFile).string(), weights, true);
+  if (optimizer) {
+    if (!manifest.contains("optimizer"))
+      KOLO_THROW(InvalidArgument, "checkpoint '", path, "' holds no optimizer state, but a ", optimizer->kind(),
+                 " optimizer was given to restore");
+    const std::string kind = manifest["optimizer"].at("kind").get<std::string>();
+    if (kind != optimizer->kind())
+      KOLO_THROW(InvalidArgument, "checkpoint '", path, "' holds ", kind, " optimizer state, but the optimizer is ",
+                 optimizer->kind());
+    std::map<std::string, double> scalars = manifest["optimizer"].at("scalars").get<std::map<std::string, double>>();
+    SafetensorsFile file = loadSafetensors((fs::path(path) / kOptimizerFile).string());
+    optim::StateDict sd = optim::StateDict::fromFlat(file.tensors, std::move(scalars));
+    // State slots are per-element companions of their parameter: give a slot saved flat
+    // the parameter's shape, which loadStateDict checks.
+    for (const auto& [name, param] : optimizer->parameters()) {
+      auto it = sd.perParameter.find(name);
+      if (it == sd.perParameter.end()) continue;
+      for (auto& [slot, t] : it->second)
+        if (t.shape() != param.shape() && t.numel() == param.numel()) t = t.reshape(param.shape());
+    }
+    optimizer->loadStateDict(sd);
+  }
+  return state;
+}
+
+std::optional<CheckpointInfo> CheckpointManager::latestGood() const {
+  auto all = list();
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      verify(it->path);
+      return *it;
+    } catch (const Error& e) {
+      warn_(detail::concat("skipping checkpoint '", it->path, "': ", e.what()));
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<TrainingState> CheckpointManager::restoreLatest(const NamedTensors& weights,
+                                                              optim::Optimizer* optimizer) const {
+  auto good = latestGood();
+  if (!good) return std::nullopt;
+  return load(good->path, weights, optimizer);
+}
+
+}  // namespace kolo::checkpoint
