@@ -1,0 +1,35 @@
+// Causal multi-head self-attention and a pre-LayerNorm transformer block (GPT-2 style),
+// built from the differentiable ops; inputs are (B, T, C).
+#pragma once
+
+#include "kolo/nn/layers.h"
+
+namespace kolo::nn {
+
+/// Multi-head attention where position t attends to positions <= t. Parameters:
+/// "qkv" Linear(C, 3C) and "proj" Linear(C, C).
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(int64_t embedDim, int64_t numHeads, Generator& gen);
+  /// x (B, T, C) -> (B, T, C).
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  int64_t embedDim_, numHeads_;
+  std::shared_ptr<Linear> qkv_, proj_;
+};
+
+/// x + attn(ln1(x)), then + mlp(ln2(.)) with mlp = Linear(C, hidden) - GELU - Linear(hidden, C)
+/// (hidden defaults to 4C). Children: "ln1", "attn", "ln2", "mlp" ("mlp.0", "mlp.2").
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(int64_t embedDim, int64_t numHeads, Generator& gen, int64_t hidden = -1);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::shared_ptr<LayerNorm> ln1_, ln2_;
+  std::shared_ptr<CausalSelfAttention> attn_;
+  std::shared_ptr<Sequential> mlp_;
+};
+
+}  // namespace kolo::nn

@@ -1,0 +1,120 @@
+// Standard layers with PyTorch's weight layouts and default initialisation:
+// Linear [out, in], Conv2d [out, in, kh, kw], LayerNorm, Embedding, activations, pooling,
+// shape adapters, dropout and Sequential (children named "0", "1", ...).
+#pragma once
+
+#include <initializer_list>
+
+#include "kolo/nn/module.h"
+
+namespace kolo::nn {
+
+/// y = x W^T + b. Weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform(a=sqrt(5))).
+class Linear : public Module {
+ public:
+  Linear(int64_t in, int64_t out, Generator& gen, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+};
+
+/// 2-d convolution (square stride and padding); init bound 1/sqrt(in * kh * kw).
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in, int64_t out, int64_t kernel, Generator& gen, int64_t stride = 1, int64_t padding = 0,
+         bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  int64_t stride, padding;
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(int64_t kernel, int64_t stride = -1, int64_t padding = 0)
+      : kernel_(kernel), stride_(stride), padding_(padding) {}
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  int64_t kernel_, stride_, padding_;
+};
+
+/// Flattens dimensions startDim..endDim (PyTorch nn.Flatten defaults: 1..-1).
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t startDim = 1, int64_t endDim = -1) : startDim_(startDim), endDim_(endDim) {}
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  int64_t startDim_, endDim_;
+};
+
+/// Splits dimension dim into `sizes` (nn.Unflatten).
+class Unflatten : public Module {
+ public:
+  Unflatten(int64_t dim, Shape sizes) : dim_(dim), sizes_(std::move(sizes)) {}
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  int64_t dim_;
+  Shape sizes_;
+};
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+};
+class GELU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+};
+class Tanh : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+};
+
+/// Inverted dropout with its own seeded generator; identity in eval mode.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5, uint64_t seed = 0) : p_(p), gen_(seed) {}
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  double p_;
+  Generator gen_;
+};
+
+/// Layer normalisation over the trailing `normalizedShape`; weight ones, bias zeros.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(Shape normalizedShape, double eps = 1e-5);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+
+ private:
+  Shape normalizedShape_;
+  double eps_;
+};
+
+/// Lookup table [num, dim] initialised N(0, 1); forward takes integer indices.
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num, int64_t dim, Generator& gen);
+  Tensor forward(const Tensor& indices) override;
+  Tensor weight;
+};
+
+/// Runs children in order; children are named "0", "1", ... as in torch.nn.Sequential.
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  Sequential(std::initializer_list<std::shared_ptr<Module>> modules);
+  /// Appends a module (named by its index); returns *this for chaining.
+  Sequential& add(std::shared_ptr<Module> module);
+  Tensor forward(const Tensor& x) override;
+  size_t size() const { return children().size(); }
+  Module& at(size_t i) const { return *children().at(i).second; }
+};
+
+/// Mean cross-entropy of logits [N, C] against i64 labels [N] (torch.nn.CrossEntropyLoss).
+Tensor crossEntropy(const Tensor& logits, const Tensor& labels);
+
+}  // namespace kolo::nn

@@ -1,0 +1,20 @@
+// The built-in models, exactly the peers' torch.nn.Sequential definitions
+// (shared/anchors/fmnist_common.py), so parameter names equal PyTorch's state_dict keys.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kolo/nn/layers.h"
+
+namespace kolo::nn {
+
+/// "mlp": Linear(784,512)-ReLU-Linear(512,256)-ReLU-Linear(256,10)
+///        (names 0.weight, 0.bias, 2.*, 4.*).
+/// "cnn": Unflatten(1,(1,28,28))-Conv2d(1,32,5)-ReLU-MaxPool(2)-Conv2d(32,64,5)-ReLU-
+///        MaxPool(2)-Flatten-Linear(1024,128)-ReLU-Linear(128,10) (names 1.*, 4.*, 8.*, 10.*).
+/// Both take f32 [B, 784] pixels/255 and return logits [B, 10]. Parameters are drawn from
+/// gen in registration order. Throws InvalidArgument for any other name.
+std::shared_ptr<Sequential> makeModel(const std::string& name, Generator& gen);
+
+}  // namespace kolo::nn

@@ -1,0 +1,8 @@
+// Umbrella header of the nn module: Module, layers, attention, built-in models.
+#pragma once
+
+#include "kolo/nn/attention.h"
+#include "kolo/nn/layers.h"
+#include "kolo/nn/models.h"
+#include "kolo/nn/module.h"
+#include "kolo/ops.h"

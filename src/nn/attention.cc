@@ -1,0 +1,53 @@
+// Causal multi-head self-attention and the pre-LN transformer block.
+#include "kolo/nn/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "kolo/ops.h"
+
+namespace kolo::nn {
+
+CausalSelfAttention::CausalSelfAttention(int64_t embedDim, int64_t numHeads, Generator& gen)
+    : embedDim_(embedDim), numHeads_(numHeads) {
+  KOLO_CHECK(numHeads > 0 && embedDim % numHeads == 0, "CausalSelfAttention: embedDim ", embedDim,
+             " not divisible by numHeads ", numHeads);
+  qkv_ = registerModule("qkv", std::make_shared<Linear>(embedDim, 3 * embedDim, gen));
+  proj_ = registerModule("proj", std::make_shared<Linear>(embedDim, embedDim, gen));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  KOLO_CHECK(x.dim() == 3 && x.shape()[2] == embedDim_, "CausalSelfAttention: input ", shapeString(x.shape()),
+             " is not (B, T, ", embedDim_, ")");
+  const int64_t b = x.shape()[0], t = x.shape()[1], c = embedDim_, h = numHeads_, hd = c / h;
+  Tensor qkv = qkv_->forward(x);  // (B, T, 3C)
+  auto head = [&](int64_t i) {    // (B, H, T, hd)
+    return qkv.slice(2, i * c, (i + 1) * c).reshape({b, t, h, hd}).transpose(1, 2);
+  };
+  Tensor q = head(0), k = head(1), v = head(2);
+  Tensor att = matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(hd)));  // (B, H, T, T)
+  att = where(trilMask(t), att, Tensor::scalar(-std::numeric_limits<double>::infinity(), att.dtype()));
+  att = softmax(att, -1);
+  Tensor y = matmul(att, v);                       // (B, H, T, hd)
+  y = y.transpose(1, 2).reshape({b, t, c});        // (B, T, C)
+  return proj_->forward(y);
+}
+
+TransformerBlock::TransformerBlock(int64_t embedDim, int64_t numHeads, Generator& gen, int64_t hidden) {
+  if (hidden <= 0) hidden = 4 * embedDim;
+  ln1_ = registerModule("ln1", std::make_shared<LayerNorm>(Shape{embedDim}));
+  attn_ = registerModule("attn", std::make_shared<CausalSelfAttention>(embedDim, numHeads, gen));
+  ln2_ = registerModule("ln2", std::make_shared<LayerNorm>(Shape{embedDim}));
+  auto mlp = std::make_shared<Sequential>();
+  mlp->add(std::make_shared<Linear>(embedDim, hidden, gen));
+  mlp->add(std::make_shared<GELU>());
+  mlp->add(std::make_shared<Linear>(hidden, embedDim, gen));
+  mlp_ = registerModule("mlp", mlp);
+}
+
+Tensor TransformerBlock::forward(const Tensor& x) {
+  Tensor h = x + attn_->forward(ln1_->forward(x));
+  return h + mlp_->forward(ln2_->forward(h));
+}
+
+}  // namespace kolo::nn

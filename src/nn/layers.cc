@@ -1,0 +1,89 @@
+// Standard layers: PyTorch layouts and default initialisation drawn from a Generator.
+#include "kolo/nn/layers.h"
+
+#include <cmath>
+
+#include "kolo/ops.h"
+
+namespace kolo::nn {
+
+namespace {
+// kaiming_uniform_(a=sqrt(5)) reduces to U(-1/sqrt(fanIn), 1/sqrt(fanIn)), as does the bias.
+Tensor uniformInit(const Shape& shape, int64_t fanIn, Generator& gen) {
+  const double bound = fanIn > 0 ? 1.0 / std::sqrt(static_cast<double>(fanIn)) : 0.0;
+  return Tensor::rand(shape, gen, -bound, bound);
+}
+}  // namespace
+
+Linear::Linear(int64_t in, int64_t out, Generator& gen, bool withBias) {
+  KOLO_CHECK(in > 0 && out > 0, "Linear(", in, ", ", out, "): sizes must be positive");
+  weight = registerParameter("weight", uniformInit({out, in}, in, gen));
+  if (withBias) bias = registerParameter("bias", uniformInit({out}, in, gen));
+}
+
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Generator& gen, int64_t stride_, int64_t padding_,
+               bool withBias)
+    : stride(stride_), padding(padding_) {
+  KOLO_CHECK(in > 0 && out > 0 && kernel > 0, "Conv2d(", in, ", ", out, ", ", kernel, "): sizes must be positive");
+  const int64_t fanIn = in * kernel * kernel;
+  weight = registerParameter("weight", uniformInit({out, in, kernel, kernel}, fanIn, gen));
+  if (withBias) bias = registerParameter("bias", uniformInit({out}, fanIn, gen));
+}
+
+Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, stride, padding); }
+
+Tensor MaxPool2d::forward(const Tensor& x) { return maxPool2d(x, kernel_, stride_, padding_); }
+
+Tensor Flatten::forward(const Tensor& x) { return x.flatten(startDim_, endDim_); }
+
+Tensor Unflatten::forward(const Tensor& x) {
+  const int64_t nd = x.dim();
+  const int64_t d = dim_ < 0 ? dim_ + nd : dim_;
+  KOLO_CHECK(d >= 0 && d < nd, "Unflatten: dimension ", dim_, " out of range for input ", shapeString(x.shape()));
+  KOLO_CHECK(shapeNumel(sizes_) == x.shape()[d], "Unflatten: input ", shapeString(x.shape()), " dimension ", d,
+             " has ", x.shape()[d], " elements, not ", shapeString(sizes_));
+  Shape s(x.shape().begin(), x.shape().begin() + d);
+  s.insert(s.end(), sizes_.begin(), sizes_.end());
+  s.insert(s.end(), x.shape().begin() + d + 1, x.shape().end());
+  return x.reshape(s);
+}
+
+Tensor ReLU::forward(const Tensor& x) { return relu(x); }
+Tensor GELU::forward(const Tensor& x) { return gelu(x); }
+Tensor Tanh::forward(const Tensor& x) { return tanh(x); }
+
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p_, isTraining(), gen_); }
+
+LayerNorm::LayerNorm(Shape normalizedShape, double eps) : normalizedShape_(std::move(normalizedShape)), eps_(eps) {
+  weight = registerParameter("weight", Tensor::ones(normalizedShape_));
+  bias = registerParameter("bias", Tensor::zeros(normalizedShape_));
+}
+
+Tensor LayerNorm::forward(const Tensor& x) { return layerNorm(x, normalizedShape_, weight, bias, eps_); }
+
+Embedding::Embedding(int64_t num, int64_t dim, Generator& gen) {
+  weight = registerParameter("weight", Tensor::randn({num, dim}, gen));
+}
+
+Tensor Embedding::forward(const Tensor& indices) { return embedding(indices, weight); }
+
+Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) {
+  for (const auto& m : modules) add(m);
+}
+
+Sequential& Sequential::add(std::shared_ptr<Module> module) {
+  registerModule(std::to_string(children().size()), std::move(module));
+  return *this;
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (const auto& [name, child] : children()) h = child->forward(h);
+  return h;
+}
+
+Tensor crossEntropy(const Tensor& logits, const Tensor& labels) { return kolo::crossEntropy(logits, labels); }
+
+}  // namespace kolo::nn
