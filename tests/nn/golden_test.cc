@@ -1,0 +1,148 @@
+// Golden comparisons with PyTorch: the built-in mlp and cnn, from closed-form weights on
+// 8 Fashion-MNIST images, must reproduce PyTorch's logits, every parameter gradient, and
+// the losses of 5 SGD(momentum 0.9) steps (fixtures from tests/fixtures/make_golden.py).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "kolo/nn/nn.h"
+
+namespace kolo {
+namespace {
+
+constexpr double kRelTol = 1e-4;
+
+struct Record {
+  Shape shape;
+  int64_t stride = 1;  // stored every stride-th flat element
+  std::vector<double> values;
+};
+
+std::map<std::string, Record> readFixture(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) KOLO_THROW(IoError, "cannot open fixture ", path);
+  std::map<std::string, Record> out;
+  auto read = [&](void* p, size_t n) {
+    in.read(static_cast<char*>(p), static_cast<std::streamsize>(n));
+    if (!in) KOLO_THROW(FormatError, "truncated fixture ", path);
+  };
+  while (in.peek() != EOF) {
+    uint32_t nameLen;
+    read(&nameLen, 4);
+    std::string name(nameLen, '\0');
+    read(name.data(), nameLen);
+    uint8_t dtype;
+    uint32_t ndim;
+    read(&dtype, 1);
+    read(&ndim, 4);
+    Record r;
+    r.shape.resize(ndim);
+    read(r.shape.data(), 8 * ndim);
+    uint64_t count;
+    read(&r.stride, 8);
+    read(&count, 8);
+    r.values.resize(count);
+    for (uint64_t i = 0; i < count; ++i) {
+      if (dtype == 0) {
+        float v;
+        read(&v, 4);
+        r.values[i] = v;
+      } else {
+        int64_t v;
+        read(&v, 8);
+        r.values[i] = static_cast<double>(v);
+      }
+    }
+    out.emplace(name, std::move(r));
+  }
+  return out;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  uint64_t z = x + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// Same closed form as fixture_weight() in make_golden.py.
+void setFixtureWeights(nn::Module& model) {
+  int64_t index = 0, fanIn = 1;
+  for (auto& [name, p] : model.namedParameters()) {
+    if (p.dim() > 1) fanIn = p.numel() / p.shape()[0];
+    const double bound = 1.0 / std::sqrt(static_cast<double>(fanIn));
+    float* w = p.data<float>();
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      const double u = static_cast<double>(splitmix64((static_cast<uint64_t>(index) << 32) + i) >> 11) * 0x1.0p-53;
+      w[i] = static_cast<float>((2.0 * u - 1.0) * bound);
+    }
+    ++index;
+  }
+}
+
+// max |actual - expected| / max |expected| over the stored elements.
+double relativeError(const Tensor& actual, const Record& expected) {
+  EXPECT_EQ(actual.shape(), expected.shape);
+  std::vector<double> a = actual.toDoubleVector();
+  double maxDiff = 0.0, maxRef = 0.0;
+  for (size_t j = 0; j < expected.values.size(); ++j) {
+    const double ref = expected.values[j];
+    maxDiff = std::max(maxDiff, std::abs(a[j * expected.stride] - ref));
+    maxRef = std::max(maxRef, std::abs(ref));
+  }
+  return maxRef > 0 ? maxDiff / maxRef : maxDiff;
+}
+
+Tensor toTensor(const Record& r, DType dtype) {
+  std::vector<double> v = r.values;
+  return Tensor::fromVector(r.shape, v).to(dtype);
+}
+
+void checkModel(const std::string& name, double lr) {
+  auto fixture = readFixture(std::string(KOLO_SOURCE_DIR) + "/tests/fixtures/golden_" + name + ".bin");
+  Generator gen(0);
+  auto model = nn::makeModel(name, gen);
+  setFixtureWeights(*model);
+  Tensor x = toTensor(fixture.at("input"), DType::F32);
+  Tensor y = toTensor(fixture.at("labels"), DType::I64);
+  const Record& losses = fixture.at("losses");
+  auto params = model->namedParameters();
+  std::vector<Tensor> momentum(params.size());
+  for (int step = 0; step < static_cast<int>(losses.values.size()); ++step) {
+    model->zeroGrad();
+    Tensor out = model->forward(x);
+    Tensor loss = nn::crossEntropy(out, y);
+    loss.backward();
+    EXPECT_NEAR(loss.item(), losses.values[step], kRelTol * std::abs(losses.values[step]))
+        << name << " loss at step " << step;
+    if (step == 0) {
+      EXPECT_LE(relativeError(out, fixture.at("output")), kRelTol) << name << " forward output";
+      for (auto& [pname, p] : params) {
+        ASSERT_TRUE(p.grad().defined()) << pname;
+        EXPECT_LE(relativeError(p.grad(), fixture.at("grad/" + pname)), kRelTol) << name << " grad of " << pname;
+      }
+    }
+    // SGD with momentum as torch.optim.SGD: buf = g (first step), buf = 0.9 buf + g; p -= lr buf.
+    for (size_t i = 0; i < params.size(); ++i) {
+      Tensor& p = params[i].second;
+      const float* g = p.grad().data<float>();
+      if (!momentum[i].defined()) momentum[i] = p.grad().clone();
+      else {
+        float* b = momentum[i].data<float>();
+        for (int64_t j = 0; j < p.numel(); ++j) b[j] = 0.9f * b[j] + g[j];
+      }
+      const float* b = momentum[i].data<float>();
+      float* w = p.data<float>();
+      for (int64_t j = 0; j < p.numel(); ++j) w[j] -= static_cast<float>(lr) * b[j];
+    }
+  }
+}
+
+TEST(Golden, MlpMatchesPyTorch) { checkModel("mlp", 0.05); }
+TEST(Golden, CnnMatchesPyTorch) { checkModel("cnn", 0.02); }
+
+}  // namespace
+}  // namespace kolo
