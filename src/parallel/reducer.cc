@@ -148,27 +148,28 @@ void Reducer::onGradReady(size_t k) {
 }
 
 void Reducer::startReadyBuckets() {
-  // Start strictly in bucket order so that every rank issues the same sequence.
-  while (nextToStart_ < buckets_.size() && buckets_[nextToStart_].pending == 0) startBucket(nextToStart_++);
+  // Start strictly in bucket order so that every rank issues the same sequence. A start
+  // from the hooks means nothing is missing, so the last bucket's extras are known now;
+  // finalize() and join() fill them themselves before forcing the remaining starts.
+  while (nextToStart_ < buckets_.size() && buckets_[nextToStart_].pending == 0) {
+    if (nextToStart_ + 1 == buckets_.size()) writeExtras(1.0, 0.0, localLoss_);
+    startBucket(nextToStart_++);
+  }
+}
+
+void Reducer::writeExtras(double active, double missing, double loss) {
+  Bucket& b = buckets_.back();
+  const double values[kExtraSlots] = {active, missing, loss};
+  for (size_t i = 0; i < kExtraSlots; ++i) {
+    if (dtype_ == DType::F32)
+      b.flat.data<float>()[b.numel + i] = static_cast<float>(values[i]);
+    else
+      b.flat.data<double>()[b.numel + i] = values[i];
+  }
 }
 
 void Reducer::startBucket(size_t index) {
   Bucket& b = buckets_[index];
-  if (index + 1 == buckets_.size()) {
-    // The last bucket carries [active, missing, loss]; every hook-driven start happens with
-    // nothing missing, finalize() and join() fill these before forcing the start.
-    if (b.pending == 0 && !joined_) {
-      auto put = [&](size_t i, double v) {
-        if (dtype_ == DType::F32)
-          b.flat.data<float>()[b.numel + i] = static_cast<float>(v);
-        else
-          b.flat.data<double>()[b.numel + i] = v;
-      };
-      put(0, 1.0);
-      put(1, 0.0);
-      put(2, localLoss_);
-    }
-  }
   const size_t count = b.numel + (index + 1 == buckets_.size() ? kExtraSlots : 0);
   timeline_.bucketStart[index] = Clock::now();
   b.work = comm_->iallreduce(b.flat.rawData(), b.flat.rawData(), count, dtype_, comm::ReduceOp::Sum,
@@ -203,15 +204,7 @@ void Reducer::finalize() {
                 params_[k].second.nbytes());
   }
   Bucket& last = buckets_.back();
-  if (!last.started) {
-    const double extras[kExtraSlots] = {joined_ ? 0.0 : 1.0, static_cast<double>(missing), joined_ ? 0.0 : localLoss_};
-    for (size_t i = 0; i < kExtraSlots; ++i) {
-      if (dtype_ == DType::F32)
-        last.flat.data<float>()[last.numel + i] = static_cast<float>(extras[i]);
-      else
-        last.flat.data<double>()[last.numel + i] = extras[i];
-    }
-  }
+  if (!last.started) writeExtras(joined_ ? 0.0 : 1.0, static_cast<double>(missing), joined_ ? 0.0 : localLoss_);
   // Ranks must agree on the bucket sequence even when gradients are missing, so start
   // every remaining bucket (with zeros) and report the problem after the exchange.
   for (; nextToStart_ < buckets_.size(); ++nextToStart_) {

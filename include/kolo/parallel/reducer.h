@@ -130,6 +130,7 @@ class Reducer {
   void beginPass();
   void startReadyBuckets();
   void startBucket(size_t b);
+  void writeExtras(double active, double missing, double loss);
   void broadcastFromRoot();
   std::string unreadyNames() const;
   void syncFinalParameters();
