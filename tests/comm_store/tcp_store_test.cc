@@ -1,0 +1,276 @@
+// What only the TCP store must do: refuse a wrong token while good clients carry on,
+// close connections that send oversized, unauthenticated or garbled requests, serve IPv4
+// and IPv6, and turn a server that vanishes into IoError on the client instead of a hang.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "comm/store/tcp_wire.h"
+#include "kolo/comm/stores.h"
+#include "kolo/error.h"
+
+namespace kolo::comm {
+namespace {
+
+using namespace std::chrono_literals;
+using detail::StoreOp;
+using detail::WireWriter;
+
+constexpr char kToken[] = "the-job-token-0123456789";
+
+std::string loopback(const TcpStoreServer& server) { return "127.0.0.1:" + std::to_string(server.port()); }
+
+/// A raw connection to speak (or garble) the protocol by hand.
+class RawSocket {
+ public:
+  explicit RawSocket(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  }
+  ~RawSocket() { ::close(fd_); }
+  void send(const Bytes& bytes) { ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL); }
+  /// True when the server closed the connection (EOF or reset) within 30 s; reads and
+  /// drops anything the server sends first.
+  bool closedByServer() {
+    for (;;) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 30000) <= 0) return false;
+      uint8_t buf[256];
+      ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return true;
+    }
+  }
+  /// Reads one reply frame's status byte (-1 on closure).
+  int replyStatus() {
+    uint8_t head[5];
+    size_t got = 0;
+    while (got < sizeof head) {
+      ssize_t n = ::recv(fd_, head + got, sizeof head - got, 0);
+      if (n <= 0) return -1;
+      got += static_cast<size_t>(n);
+    }
+    return head[4];
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+Bytes helloFrame(const std::string& token) {
+  return WireWriter()
+      .u8(static_cast<uint8_t>(StoreOp::Hello))
+      .u32(detail::kTcpStoreMagic)
+      .u8(detail::kTcpStoreVersion)
+      .str(token)
+      .finish();
+}
+
+class TcpStoreTest : public ::testing::Test {
+ protected:
+  TcpStoreServer server_{TcpStoreServerOptions{"127.0.0.1", 0, kToken}};
+  std::shared_ptr<Store> good_ = connectTcpStore(loopback(server_), kToken, 10s);
+
+  /// The good client keeps being served after whatever a bad peer did.
+  void expectGoodClientWorks(const std::string& key) {
+    good_->setString(key, "value-" + key);
+    EXPECT_EQ(good_->getString(key, 5s), "value-" + key);
+    EXPECT_EQ(good_->add(key + "-n", 2), 2);
+  }
+};
+
+TEST_F(TcpStoreTest, WrongTokenIsRefusedWhileGoodClientKeepsWorking) {
+  good_->setString("before", "1");
+  EXPECT_THROW(connectTcpStore(loopback(server_), "wrong-token", 5s), IoError);
+  EXPECT_THROW(connectTcpStore(loopback(server_), "", 5s), IoError);
+  EXPECT_THROW(connectTcpStore(loopback(server_), std::string(kToken) + "x", 5s), IoError);
+  EXPECT_EQ(server_.rejectedConnections(), 3u);
+  expectGoodClientWorks("after");
+  EXPECT_EQ(good_->getString("before", 1s), "1");
+}
+
+TEST_F(TcpStoreTest, RequestBeforeTokenClosesConnection) {
+  RawSocket raw(server_.port());
+  raw.send(WireWriter().u8(static_cast<uint8_t>(StoreOp::Set)).str("stolen").str("x").finish());
+  EXPECT_TRUE(raw.closedByServer());
+  EXPECT_FALSE(good_->check({"stolen"}));
+  expectGoodClientWorks("k1");
+}
+
+TEST_F(TcpStoreTest, OversizedUnauthenticatedFrameClosesConnection) {
+  RawSocket raw(server_.port());
+  uint32_t huge = 1u << 20;  // far above a Hello's room
+  Bytes header(4);
+  std::memcpy(header.data(), &huge, 4);
+  raw.send(header);
+  EXPECT_TRUE(raw.closedByServer());
+  expectGoodClientWorks("k2");
+}
+
+TEST_F(TcpStoreTest, OversizedAuthenticatedFrameClosesConnection) {
+  RawSocket raw(server_.port());
+  raw.send(helloFrame(kToken));
+  EXPECT_EQ(raw.replyStatus(), 0);
+  uint32_t huge = static_cast<uint32_t>(kMaxStoreValueBytes + kMaxStoreKeyBytes + 1024);
+  Bytes header(4);
+  std::memcpy(header.data(), &huge, 4);
+  raw.send(header);
+  EXPECT_TRUE(raw.closedByServer());
+  expectGoodClientWorks("k3");
+}
+
+TEST_F(TcpStoreTest, OversizedKeyInsideFrameClosesConnection) {
+  RawSocket raw(server_.port());
+  raw.send(helloFrame(kToken));
+  EXPECT_EQ(raw.replyStatus(), 0);
+  raw.send(WireWriter().u8(static_cast<uint8_t>(StoreOp::Set)).str(std::string(kMaxStoreKeyBytes + 1, 'k')).str("v").finish());
+  EXPECT_TRUE(raw.closedByServer());
+  expectGoodClientWorks("k4");
+}
+
+TEST_F(TcpStoreTest, GarbageAndMalformedRequestsCloseConnection) {
+  {
+    RawSocket raw(server_.port());
+    raw.send(Bytes{'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P', '/', '1', '.', '1', '\r', '\n', '\r', '\n'});
+    EXPECT_TRUE(raw.closedByServer());
+  }
+  {
+    // A field length that runs past the end of its frame.
+    RawSocket raw(server_.port());
+    raw.send(helloFrame(kToken));
+    EXPECT_EQ(raw.replyStatus(), 0);
+    WireWriter w;
+    w.u8(static_cast<uint8_t>(StoreOp::Set)).u32(1000).u8('a');
+    raw.send(w.finish());
+    EXPECT_TRUE(raw.closedByServer());
+  }
+  {
+    // An unknown opcode.
+    RawSocket raw(server_.port());
+    raw.send(helloFrame(kToken));
+    EXPECT_EQ(raw.replyStatus(), 0);
+    raw.send(WireWriter().u8(99).finish());
+    EXPECT_TRUE(raw.closedByServer());
+  }
+  {
+    // A Hello with the wrong magic, even with the right token.
+    RawSocket raw(server_.port());
+    raw.send(WireWriter().u8(static_cast<uint8_t>(StoreOp::Hello)).u32(0x12345678).u8(1).str(kToken).finish());
+    EXPECT_TRUE(raw.closedByServer());
+  }
+  EXPECT_EQ(server_.rejectedConnections(), 4u);
+  expectGoodClientWorks("k5");
+}
+
+TEST_F(TcpStoreTest, StoppedServerTurnsBlockedGetIntoIoError) {
+  auto pending = std::async(std::launch::async, [&] { return good_->get("never", 60s); });
+  std::this_thread::sleep_for(100ms);  // let the request reach the server (either way it must fail)
+  server_.stop();
+  EXPECT_THROW(pending.get(), IoError);
+  EXPECT_THROW(good_->setString("x", "y"), IoError);
+}
+
+TEST(TcpStoreProcessTest, KilledServerProcessGivesClientIoError) {
+  int pipeFds[2];
+  ASSERT_EQ(::pipe(pipeFds), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    TcpStoreServer server(TcpStoreServerOptions{"127.0.0.1", 0, kToken});
+    uint16_t port = server.port();
+    [[maybe_unused]] ssize_t n = ::write(pipeFds[1], &port, sizeof port);
+    for (;;) ::pause();
+  }
+  uint16_t port = 0;
+  ASSERT_EQ(::read(pipeFds[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+  auto client = connectTcpStore("127.0.0.1:" + std::to_string(port), kToken, 10s);
+  client->setString("alive", "1");
+  auto pending = std::async(std::launch::async, [&] { return client->get("never", 120s); });
+  std::this_thread::sleep_for(100ms);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_THROW(pending.get(), IoError);
+  ::close(pipeFds[0]);
+  ::close(pipeFds[1]);
+}
+
+TEST(TcpStoreAddressTest, WildcardServerAcceptsIpv4AndIpv6Clients) {
+  TcpStoreServer server(TcpStoreServerOptions{"", 0, kToken});
+  auto v4 = connectTcpStore("127.0.0.1:" + std::to_string(server.port()), kToken, 5s);
+  v4->setString("family", "v4");
+  std::shared_ptr<Store> v6;
+  try {
+    v6 = connectTcpStore("[::1]:" + std::to_string(server.port()), kToken, 2s);
+  } catch (const IoError& e) {
+    GTEST_SKIP() << "IPv6 loopback unavailable here: " << e.what();
+  }
+  EXPECT_EQ(v6->getString("family", 1s), "v4");
+  EXPECT_EQ(static_cast<TcpStoreClient&>(*v6).localAddress(), "::1");
+  EXPECT_EQ(static_cast<TcpStoreClient&>(*v4).localAddress(), "127.0.0.1");
+}
+
+TEST(TcpStoreAddressTest, Ipv6OnlyServer) {
+  std::unique_ptr<TcpStoreServer> server;
+  try {
+    server = std::make_unique<TcpStoreServer>(TcpStoreServerOptions{"::1", 0, kToken});
+  } catch (const IoError& e) {
+    GTEST_SKIP() << "cannot listen on ::1 here: " << e.what();
+  }
+  auto client = connectTcpStore("[::1]:" + std::to_string(server->port()), kToken, 5s);
+  EXPECT_EQ(client->add("n", 4), 4);
+}
+
+TEST(TcpStoreAddressTest, ClientRetriesUntilServerStarts) {
+  // Find a free port, release it, and start the server there only after the client began.
+  uint16_t port = 0;
+  {
+    TcpStoreServer probe(TcpStoreServerOptions{"127.0.0.1", 0, kToken});
+    port = probe.port();
+  }
+  auto client = std::async(std::launch::async, [&] {
+    return connectTcpStore("127.0.0.1:" + std::to_string(port), kToken, 30s);
+  });
+  std::this_thread::sleep_for(200ms);
+  TcpStoreServer server(TcpStoreServerOptions{"127.0.0.1", port, kToken});
+  EXPECT_EQ(client.get()->add("late", 1), 1);
+}
+
+TEST(TcpStoreAddressTest, UnreachableServerThrowsIoErrorAfterConnectTimeout) {
+  uint16_t port = 0;
+  {
+    TcpStoreServer probe(TcpStoreServerOptions{"127.0.0.1", 0, kToken});
+    port = probe.port();
+  }
+  EXPECT_THROW(connectTcpStore("127.0.0.1:" + std::to_string(port), kToken, 200ms), IoError);
+}
+
+TEST(HostPortTest, ParsesIpv4Ipv6AndNames) {
+  HostPort a = parseHostPort("10.0.0.1:29500");
+  EXPECT_EQ(a.host, "10.0.0.1");
+  EXPECT_EQ(a.port, 29500);
+  HostPort b = parseHostPort("[fe80::1%eth0]:80");
+  EXPECT_EQ(b.host, "fe80::1%eth0");
+  EXPECT_EQ(b.port, 80);
+  EXPECT_EQ(b.toString(), "[fe80::1%eth0]:80");
+  EXPECT_EQ(parseHostPort("node-3.cluster:1").toString(), "node-3.cluster:1");
+  EXPECT_THROW(parseHostPort("nohost"), InvalidArgument);
+  EXPECT_THROW(parseHostPort("::1:80"), InvalidArgument);
+  EXPECT_THROW(parseHostPort("host:99999"), InvalidArgument);
+  EXPECT_THROW(parseHostPort("host:"), InvalidArgument);
+  EXPECT_THROW(parseHostPort(":80"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace kolo::comm
