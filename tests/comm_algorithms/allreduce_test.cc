@@ -159,6 +159,21 @@ TEST(Allreduce, ResultsAreBitIdenticalAcrossRanksForRoundedSums) {
     }
 }
 
+TEST(Allreduce, TransportErrorsReachTheCaller) {
+  // One rank disagrees about the count: the double's length check throws Mismatch inside
+  // the algorithm, which must surface instead of hanging or being swallowed.
+  for (Algorithm algo : kFlat) {
+    EXPECT_THROW(testing::runRanks(4, SendMode::Buffered,
+                                   [&](Links& links, int r) {
+                                     std::vector<float> x(9, 1.0f);
+                                     const size_t count = r == 2 ? 9 : 7;
+                                     allreduce(links, x.data(), x.data(), count, DType::F32, ReduceOp::Sum, algo);
+                                   }),
+                 Mismatch)
+        << algorithmName(algo);
+  }
+}
+
 TEST(AlgorithmNames, ParseRoundTrips) {
   for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::HalvingDoubling, Algorithm::Tree,
                       Algorithm::ReduceBroadcast, Algorithm::Hierarchical})

@@ -143,6 +143,37 @@ TEST(ReduceKernels, MatchScalarReferenceForEveryDtypeOpAndLength) {
   }
 }
 
+TEST(ReduceKernels, HalfTypesMatchReferenceOnEveryBitPattern) {
+  // Random 16-bit patterns cover subnormals, infinities, NaNs and rounding ties. NaN
+  // payloads may differ between the F16C and the scalar conversion, so NaN matches NaN.
+  std::mt19937_64 rng(777);
+  const size_t count = 1 << 16;
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    auto toFloat = [dtype](uint16_t v) { return dtype == DType::F16 ? halfToFloat(v) : bfloat16ToFloat(v); };
+    std::vector<uint16_t> a(count), b(count), want(count), got(count), portable(count);
+    for (size_t i = 0; i < count; ++i) {
+      a[i] = static_cast<uint16_t>(i);  // every pattern once
+      b[i] = static_cast<uint16_t>(rng());
+    }
+    for (ReduceOp op : kOps) {
+      for (size_t i = 0; i < count; ++i) refElement(dtype, want.data(), a.data(), b.data(), i, op);
+      reduceTo(got.data(), a.data(), b.data(), count, dtype, op);
+      reduceToPortable(portable.data(), a.data(), b.data(), count, dtype, op);
+      size_t bad = 0;
+      for (size_t i = 0; i < count; ++i) {
+        const float w = toFloat(want[i]);
+        for (uint16_t g : {got[i], portable[i]}) {
+          const bool same = std::isnan(w) ? std::isnan(toFloat(g)) : g == want[i];
+          if (!same && bad++ < 3)
+            ADD_FAILURE() << dtypeName(dtype) << " " << reduceOpName(op) << " a=" << a[i] << " b=" << b[i]
+                          << " got bits " << g << " want " << want[i];
+        }
+      }
+      EXPECT_EQ(bad, 0u) << dtypeName(dtype) << " " << reduceOpName(op);
+    }
+  }
+}
+
 TEST(ReduceKernels, CountZeroTouchesNothing) {
   float x = 1.0f;
   reduceInto(&x, nullptr, 0, DType::F32, ReduceOp::Sum);

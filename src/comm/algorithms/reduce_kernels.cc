@@ -102,6 +102,36 @@ __attribute__((target("avx2,f16c"), noinline)) void floatToHalfF16c(const float*
   }
   for (; i < n; ++i) out[i] = kolo::floatToHalf(in[i]);
 }
+
+__attribute__((target("avx2"), noinline)) void bf16ToFloatAvx2(const uint16_t* in, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  for (; i < n; ++i) out[i] = bf16ToFloat(in[i]);
+}
+
+// Round to nearest even on the upper 16 bits; NaNs stay quiet NaNs (as floatToBf16).
+__attribute__((target("avx2"), noinline)) void floatToBf16Avx2(const float* in, uint16_t* out, size_t n) {
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i bias = _mm256_set1_epi32(0x7fff);
+  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
+  const __m256i inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i quiet = _mm256_set1_epi32(0x40);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, lsb)), 16);
+    const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(x, 16), quiet);
+    const __m256i isNan = _mm256_cmpgt_epi32(_mm256_and_si256(x, absMask), inf);
+    const __m256i bits = _mm256_blendv_epi8(rounded, nan, isNan);
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), packed);
+  }
+  for (; i < n; ++i) out[i] = floatToBf16(in[i]);
+}
 #endif
 
 struct Half {};      // tag: f16 storage
@@ -110,6 +140,12 @@ struct BFloat {};    // tag: bf16 storage
 template <class Tag, bool kFast>
 KOLO_INLINE void widen(const uint16_t* in, float* out, size_t n) {
   if constexpr (std::is_same_v<Tag, BFloat>) {
+#if defined(__x86_64__)
+    if constexpr (kFast) {
+      bf16ToFloatAvx2(in, out, n);
+      return;
+    }
+#endif
     for (size_t i = 0; i < n; ++i) out[i] = bf16ToFloat(in[i]);
   } else {
 #if defined(__x86_64__)
@@ -125,6 +161,12 @@ KOLO_INLINE void widen(const uint16_t* in, float* out, size_t n) {
 template <class Tag, bool kFast>
 KOLO_INLINE void narrow(const float* in, uint16_t* out, size_t n) {
   if constexpr (std::is_same_v<Tag, BFloat>) {
+#if defined(__x86_64__)
+    if constexpr (kFast) {
+      floatToBf16Avx2(in, out, n);
+      return;
+    }
+#endif
     for (size_t i = 0; i < n; ++i) out[i] = floatToBf16(in[i]);
   } else {
 #if defined(__x86_64__)
