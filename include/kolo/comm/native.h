@@ -24,10 +24,28 @@ struct NativeOptions {
   bool sharedMemory = true;
   /// Key prefix in the store, so several communicators can share one store.
   std::string storePrefix = "kolo";
+  /// Algorithm used where a call asks for Auto. Auto here means: the KOLO_ALGO environment
+  /// variable if set (read once, by createNativeCommunicator), else chosen per call by
+  /// message size and topology.
+  Algorithm algorithm = Algorithm::Auto;
+  /// Let ranks on one host read each other's buffers directly (Linux cross-memory attach,
+  /// process_vm_readv) for large all-reduces; falls back to the rings where the kernel
+  /// refuses. All ranks must agree.
+  bool crossMemoryAttach = true;
+  /// Smallest all-reduce (bytes) that Auto sends through cross-memory attach.
+  size_t crossMemoryAttachMinBytes = 64 * 1024;
+  /// Bytes of each shared-memory ring (one per direction per pair of local ranks); 0 picks
+  /// by the number of local ranks (1 MiB up to 4, then less). Rounded up to a power of two.
+  size_t ringBytes = 0;
 };
 
 /// Collective over `size` ranks: every rank calls it with its own rank and the same store.
-/// Blocks until all ranks have connected; throws Timeout naming the ranks that did not.
+/// Each rank publishes its host id, process id and TCP endpoints under storePrefix; ranks
+/// with the same host id talk through one shared-memory segment (created by the lowest
+/// rank of the host and unlinked once every local rank has mapped it), all others over
+/// TCP connections that must present a per-job token drawn by rank 0. Blocks until all
+/// ranks have connected; throws Timeout naming the ranks that did not, IoError when a
+/// socket or segment cannot be set up, InvalidArgument for a bad rank or size.
 std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> store, int rank, int size,
                                                        const NativeOptions& options = {});
 

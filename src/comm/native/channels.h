@@ -1,0 +1,136 @@
+// Byte channels between two ranks: a pair of lock-free single-producer/single-consumer
+// rings in a host-wide shared-memory segment, or a TCP socket. Both are non-blocking; the
+// progress engine (engine.h) frames messages on top and decides when to sleep.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kolo::comm::native {
+
+/// One direction of a byte stream to or from a peer. writeSome/readSome never block and
+/// return the number of bytes moved (possibly 0); they throw IoError when the peer is gone.
+class Channel {
+ public:
+  virtual ~Channel() = default;
+  virtual size_t writeSome(const void* data, size_t bytes) = 0;
+  /// Writes a prefix of a followed by b as one publication (header + small payload in a
+  /// single ring update or one sendmsg); returns the bytes moved from a and b together.
+  virtual size_t writeSome2(const void* a, size_t aBytes, const void* b, size_t bBytes);
+  virtual size_t readSome(void* data, size_t bytes) = 0;
+  /// Socket to poll() when sleeping, or -1 for shared memory (which uses the doorbell).
+  virtual int pollFd() const { return -1; }
+  /// Slow liveness check (a /proc lookup for shared memory); false when the peer is gone.
+  virtual bool peerAlive() = 0;
+  /// "shm" or "tcp".
+  virtual const char* kind() const = 0;
+};
+
+// ---- shared memory ----
+
+/// Per-rank wake-up word in the host segment. A sleeper bumps `sleepers`, re-checks its
+/// condition and futex-waits on `bell`; whoever makes progress for it bumps `bell` and
+/// wakes it only when `sleepers` is non-zero, so the fast path never makes a syscall.
+struct alignas(64) Doorbell {
+  std::atomic<uint32_t> bell{0};
+  std::atomic<uint32_t> sleepers{0};
+  std::atomic<int32_t> pid{0};
+};
+
+struct alignas(64) RingControl {
+  std::atomic<uint64_t> tail{0};  // bytes ever written (producer)
+  char pad0[56];
+  std::atomic<uint64_t> head{0};  // bytes ever read (consumer)
+  char pad1[56];
+};
+
+/// A host segment shared by the ranks of one host: doorbells, then ring controls and
+/// ring data for every ordered pair of local ranks.
+class HostSegment {
+ public:
+  /// Creates a segment named `name` (POSIX shm) for `localCount` ranks. Throws IoError.
+  static std::shared_ptr<HostSegment> create(const std::string& name, int localCount, size_t ringBytes);
+  /// Maps an existing segment. Throws IoError / FormatError.
+  static std::shared_ptr<HostSegment> open(const std::string& name);
+  ~HostSegment();
+
+  /// Removes the name (the mapping stays valid in every process that has it).
+  void unlink();
+  int localCount() const { return localCount_; }
+  size_t ringBytes() const { return ringBytes_; }
+  Doorbell& doorbell(int local);
+  RingControl& ring(int fromLocal, int toLocal);
+  uint8_t* ringData(int fromLocal, int toLocal);
+
+ private:
+  HostSegment() = default;
+  void layout();
+
+  std::string name_;
+  void* base_ = nullptr;
+  size_t bytes_ = 0;
+  int localCount_ = 0;
+  size_t ringBytes_ = 0;
+  bool unlinked_ = false;
+};
+
+/// Bumps the doorbell of a rank that may be asleep (no syscall when nobody sleeps).
+void ringDoorbell(Doorbell& bell);
+/// Sleeps on `bell` until it differs from `seen` or `timeoutMicros` pass.
+void sleepOnDoorbell(Doorbell& bell, uint32_t seen, long timeoutMicros);
+
+/// Full-duplex shared-memory channel between local ranks `self` and `peer`.
+class ShmChannel : public Channel {
+ public:
+  ShmChannel(std::shared_ptr<HostSegment> segment, int selfLocal, int peerLocal, int peerPid);
+  size_t writeSome(const void* data, size_t bytes) override;
+  size_t writeSome2(const void* a, size_t aBytes, const void* b, size_t bBytes) override;
+  size_t readSome(void* data, size_t bytes) override;
+  bool peerAlive() override;
+  const char* kind() const override { return "shm"; }
+
+ private:
+  size_t space();
+  void copyOut(const void* data, size_t n);
+
+  std::shared_ptr<HostSegment> segment_;
+  RingControl& out_;
+  RingControl& in_;
+  uint8_t* outData_;
+  uint8_t* inData_;
+  Doorbell& peerBell_;
+  size_t capacity_;
+  uint64_t outTail_ = 0;       // our copy of out_.tail
+  uint64_t outHeadSeen_ = 0;   // last head of out_ we read
+  uint64_t inHead_ = 0;        // our copy of in_.head
+  uint64_t inTailSeen_ = 0;    // last tail of in_ we read
+  int peerPid_;
+};
+
+/// Whether process `pid` exists and has not exited (a zombie counts as gone).
+bool processAlive(int pid);
+
+// ---- TCP ----
+
+/// A connected, non-blocking TCP socket with TCP_NODELAY. Owns the descriptor.
+class TcpChannel : public Channel {
+ public:
+  explicit TcpChannel(int fd);
+  ~TcpChannel() override;
+  size_t writeSome(const void* data, size_t bytes) override;
+  size_t writeSome2(const void* a, size_t aBytes, const void* b, size_t bBytes) override;
+  size_t readSome(void* data, size_t bytes) override;
+  int pollFd() const override { return fd_; }
+  bool peerAlive() override { return !closed_; }
+  const char* kind() const override { return "tcp"; }
+
+ private:
+  int fd_;
+  bool closed_ = false;
+};
+
+}  // namespace kolo::comm::native

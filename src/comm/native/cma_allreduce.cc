@@ -1,0 +1,136 @@
+// Single-copy shared-host all-reduce over cross-memory attach.
+#include "comm/native/cma_allreduce.h"
+
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "comm/algorithms/reduce_kernels.h"
+#include "kolo/error.h"
+
+namespace kolo::comm::native {
+
+namespace {
+
+// Piece of a peer's slice pulled into this rank's cache before it is reduced.
+constexpr size_t kPieceBytes = 256 * 1024;
+// Slice boundaries fall on cache lines so no two ranks write the same line.
+constexpr size_t kSliceAlignBytes = 64;
+
+struct BufferAddresses {
+  uint64_t send;
+  uint64_t recv;
+};
+
+void exchangeEmpty(GroupLinks& links) {
+  const int n = links.size();
+  const int me = links.rank();
+  std::vector<std::unique_ptr<Work>> works;
+  for (int p = 0; p < n; ++p)
+    if (p != me) works.push_back(links.irecv(p, nullptr, 0));
+  for (int p = 0; p < n; ++p)
+    if (p != me) works.push_back(links.isend(p, nullptr, 0));
+  for (auto& w : works) w->wait();
+}
+
+}  // namespace
+
+bool readPeerMemory(int pid, void* local, const void* remote, size_t bytes) {
+  if (pid == static_cast<int>(getpid())) {
+    std::memcpy(local, remote, bytes);
+    return true;
+  }
+  size_t done = 0;
+  while (done < bytes) {
+    struct iovec l {static_cast<char*>(local) + done, bytes - done};
+    struct iovec r {const_cast<char*>(static_cast<const char*>(remote)) + done, bytes - done};
+    ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (n == 0) {
+      errno = EFAULT;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+void cmaAllreduce(GroupLinks& links, const std::vector<int>& pids, const void* sendbuf, void* recvbuf, size_t count,
+                  DType dtype, ReduceOp op) {
+  const int n = links.size();
+  const int me = links.rank();
+  const size_t esize = dtypeSize(dtype);
+
+  // 1. Everyone learns where everyone's buffers are (and checks the signature).
+  std::vector<BufferAddresses> addrs(static_cast<size_t>(n));
+  addrs[me] = {reinterpret_cast<uint64_t>(sendbuf), reinterpret_cast<uint64_t>(recvbuf)};
+  {
+    std::vector<std::unique_ptr<Work>> works;
+    for (int p = 0; p < n; ++p)
+      if (p != me) works.push_back(links.irecv(p, &addrs[p], sizeof(BufferAddresses)));
+    for (int p = 0; p < n; ++p)
+      if (p != me) works.push_back(links.isend(p, &addrs[me], sizeof(BufferAddresses)));
+    for (auto& w : works) w->wait();
+  }
+
+  // Slice r = [lo(r), lo(r+1)) elements, on cache-line boundaries.
+  const size_t unit = std::max<size_t>(1, kSliceAlignBytes / esize);
+  const size_t units = (count + unit - 1) / unit;
+  auto lo = [&](int r) {
+    const size_t u = units / n * r + std::min<size_t>(static_cast<size_t>(r), units % n);
+    return std::min(count, u * unit);
+  };
+  auto failRead = [&](int p) {
+    KOLO_THROW(IoError, links.signature().collective == CollectiveKind::Allreduce ? "allreduce" : "collective",
+               " #", links.seq(), " on rank ", me, ": cannot read the buffer of rank ", p, " (pid ", pids[p],
+               "): ", std::strerror(errno));
+  };
+
+  // 2. Reduce my slice: own data op each peer's piece, one cache-sized piece at a time.
+  const size_t myLo = lo(me);
+  const size_t myHi = lo(me + 1);
+  const size_t pieceElems = std::max<size_t>(unit, kPieceBytes / esize / unit * unit);
+  std::unique_ptr<char[]> piece(new char[pieceElems * esize]);
+  auto* out = static_cast<char*>(recvbuf);
+  const auto* own = static_cast<const char*>(sendbuf);
+  for (size_t off = myLo; off < myHi; off += pieceElems) {
+    const size_t len = std::min(pieceElems, myHi - off);
+    for (int k = 1; k < n; ++k) {
+      const int p = (me + k) % n;
+      const void* remote = reinterpret_cast<const char*>(addrs[p].send) + off * esize;
+      if (!readPeerMemory(pids[p], piece.get(), remote, len * esize)) failRead(p);
+      if (k == 1) {
+        detail::reduceTo(out + off * esize, own + off * esize, piece.get(), len, dtype, op);
+      } else {
+        detail::reduceInto(out + off * esize, piece.get(), len, dtype, op);
+      }
+    }
+    detail::finishReduction(out + off * esize, len, dtype, op, n);
+  }
+
+  // 3. Every slice is reduced (and nobody reads sendbufs any more) before anyone
+  //    overwrites its recvbuf with other ranks' slices.
+  exchangeEmpty(links);
+
+  // 4. Fetch the other slices from their owners' recvbufs.
+  for (int k = 1; k < n; ++k) {
+    const int p = (me + k) % n;
+    const size_t pLo = lo(p);
+    const size_t pHi = lo(p + 1);
+    if (pHi == pLo) continue;
+    const void* remote = reinterpret_cast<const char*>(addrs[p].recv) + pLo * esize;
+    if (!readPeerMemory(pids[p], out + pLo * esize, remote, (pHi - pLo) * esize)) failRead(p);
+  }
+
+  // 5. Nobody may return (and let its caller reuse recvbuf) while others still read it.
+  exchangeEmpty(links);
+}
+
+}  // namespace kolo::comm::native

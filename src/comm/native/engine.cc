@@ -1,0 +1,431 @@
+// Progress engine of the native transports: framing, matching and deadline-bound waits.
+#include "comm/native/engine.h"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <cstring>
+#include <sstream>
+
+#include "kolo/error.h"
+
+namespace kolo::comm::native {
+
+namespace {
+
+// Busy-poll iterations before yielding, and yields before sleeping. Spinning keeps small
+// messages syscall-free; yielding lets an oversubscribed host run the peer we wait for.
+constexpr int kSpinIterations = 4000;
+constexpr int kYieldIterations = 200;
+constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+std::string seconds(std::chrono::milliseconds ms) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(1);
+  out << static_cast<double>(ms.count()) / 1000.0 << " s";
+  return out.str();
+}
+
+bool sameKey(const FrameHeader& h, FrameKind kind, uint32_t context, int32_t tag) {
+  if (h.kind != static_cast<uint8_t>(kind) || h.context != context) return false;
+  return kind == FrameKind::Collective || h.tag == tag;
+}
+
+}  // namespace
+
+std::string OpLabel::prefix() const {
+  std::ostringstream out;
+  if (collective) {
+    out << name << " #" << seq << " on rank " << groupRank;
+  } else {
+    out << name << " (tag " << tag << ") on rank " << groupRank;
+  }
+  return out.str();
+}
+
+Engine::Engine(int rank, int size) : rank_(rank), size_(size), peers_(static_cast<size_t>(size)) {}
+
+Engine::~Engine() = default;
+
+void Engine::setChannel(int peer, std::unique_ptr<Channel> channel) {
+  if (channel->pollFd() >= 0) tcpPeers_.push_back(peer);
+  peers_[static_cast<size_t>(peer)].channel = std::move(channel);
+}
+
+bool Engine::hasChannel(int peer) const { return peers_[static_cast<size_t>(peer)].channel != nullptr; }
+
+const char* Engine::channelKind(int peer) const {
+  const auto& ch = peers_[static_cast<size_t>(peer)].channel;
+  return ch ? ch->kind() : "none";
+}
+
+std::shared_ptr<SendOp> Engine::postSend(int peer, const FrameHeader& header, const void* data, size_t bytes,
+                                         const OpLabel& label) {
+  auto op = std::make_shared<SendOp>();
+  op->peer = peer;
+  op->label = label;
+  op->header = header;
+  op->header.length = bytes;
+  op->data = static_cast<const uint8_t*>(data);
+  op->bytes = bytes;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  if (!p.channel) KOLO_THROW(InvalidArgument, label.prefix(), ": no channel to rank ", label.groupPeer);
+  if (!p.broken.empty()) {
+    failOp(*op, std::make_exception_ptr(IoError(label.prefix() + ": " + p.broken)));
+    return op;
+  }
+  p.sends.push_back(op);
+  if (p.sends.size() == 1) progressPeer(peer);  // fast path: write now
+  return op;
+}
+
+std::shared_ptr<RecvOp> Engine::postRecv(int peer, FrameKind kind, uint32_t context, int32_t tag, uint64_t seq,
+                                         const Signature& expected, void* data, size_t bytes,
+                                         const OpLabel& label) {
+  auto op = std::make_shared<RecvOp>();
+  op->peer = peer;
+  op->label = label;
+  op->kind = kind;
+  op->context = context;
+  op->tag = tag;
+  op->seq = seq;
+  op->expected = expected;
+  op->data = static_cast<uint8_t*>(data);
+  op->bytes = bytes;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  if (!p.channel) KOLO_THROW(InvalidArgument, label.prefix(), ": no channel to rank ", label.groupPeer);
+  if (!p.broken.empty()) {
+    failOp(*op, std::make_exception_ptr(IoError(label.prefix() + ": " + p.broken)));
+    return op;
+  }
+  p.recvs.push_back(op);
+  if (!p.unexpected.empty()) matchUnexpected(peer);
+  return op;
+}
+
+void Engine::failOp(Op& op, std::exception_ptr error) {
+  op.error = std::move(error);
+  op.complete = true;
+}
+
+void Engine::breakPeer(int peer, const std::string& why) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  if (p.broken.empty()) p.broken = why;
+  for (auto& s : p.sends)
+    failOp(*s, std::make_exception_ptr(IoError(s->label.prefix() + ": " + p.broken)));
+  p.sends.clear();
+  for (auto& r : p.recvs)
+    failOp(*r, std::make_exception_ptr(IoError(r->label.prefix() + ": " + p.broken)));
+  p.recvs.clear();
+  if (p.inRecv) failOp(*p.inRecv, std::make_exception_ptr(IoError(p.inRecv->label.prefix() + ": " + p.broken)));
+  p.inRecv.reset();
+}
+
+std::exception_ptr Engine::checkFrame(const RecvOp& op, const FrameHeader& h) const {
+  const Signature got = h.signature();
+  if (op.kind == FrameKind::Collective) {
+    if (h.seq != op.seq || !(got == op.expected)) {
+      std::ostringstream out;
+      out << op.label.prefix() << " (" << describeSignature(op.expected) << ") vs rank " << op.label.groupPeer
+          << " (";
+      if (h.seq != op.seq || got.collective != op.expected.collective)
+        out << collectiveName(got.collective) << " #" << h.seq << " ";
+      out << describeSignature(got) << ")";
+      return std::make_exception_ptr(Mismatch(out.str()));
+    }
+  } else if (got.dtype != op.expected.dtype || h.length != op.bytes) {
+    std::ostringstream out;
+    out << op.label.prefix() << " expects " << op.bytes / dtypeSize(op.expected.dtype) << " x "
+        << dtypeName(op.expected.dtype) << " but rank " << op.label.groupPeer << " sent "
+        << h.count << " x " << dtypeName(got.dtype);
+    return std::make_exception_ptr(Mismatch(out.str()));
+  }
+  if (h.length != op.bytes) {
+    std::ostringstream out;
+    out << op.label.prefix() << " (" << describeSignature(op.expected) << "): rank " << op.label.groupPeer
+        << " sent a message of " << h.length << " bytes where " << op.bytes << " were expected";
+    return std::make_exception_ptr(Mismatch(out.str()));
+  }
+  return nullptr;
+}
+
+void Engine::matchUnexpected(int peer) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  for (auto it = p.recvs.begin(); it != p.recvs.end();) {
+    RecvOp& op = **it;
+    std::shared_ptr<Unexpected> found;
+    auto uit = p.unexpected.begin();
+    for (; uit != p.unexpected.end(); ++uit) {
+      if (sameKey((*uit)->header, op.kind, op.context, op.tag)) {
+        found = *uit;
+        break;
+      }
+    }
+    if (!found || !found->complete) {
+      ++it;
+      continue;
+    }
+    if (auto err = checkFrame(op, found->header)) {
+      failOp(op, err);
+    } else {
+      if (op.bytes > 0) std::memcpy(op.data, found->payload.data(), op.bytes);
+      op.complete = true;
+    }
+    p.unexpected.erase(uit);
+    it = p.recvs.erase(it);
+  }
+}
+
+void Engine::onHeader(int peer) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  const FrameHeader& h = p.inHeader;
+  if (h.magic != kFrameMagic) {
+    breakPeer(peer, "corrupt frame from rank " + std::to_string(peer) + " (bad magic)");
+    return;
+  }
+  if (h.length > kMaxFrameBytes) {
+    breakPeer(peer, "corrupt frame from rank " + std::to_string(peer) + " (length " + std::to_string(h.length) + ")");
+    return;
+  }
+  p.inBody = true;
+  p.bodyLeft = h.length;
+  const FrameKind kind = static_cast<FrameKind>(h.kind);
+  bool queued = false;
+  for (auto& u : p.unexpected)
+    if (sameKey(u->header, kind, h.context, h.tag)) queued = true;
+  if (!queued) {
+    for (auto it = p.recvs.begin(); it != p.recvs.end(); ++it) {
+      if (!sameKey(h, (*it)->kind, (*it)->context, (*it)->tag)) continue;
+      std::shared_ptr<RecvOp> op = *it;
+      p.recvs.erase(it);
+      if (auto err = checkFrame(*op, h)) {
+        failOp(*op, err);  // the payload is read and dropped below
+      } else {
+        p.inRecv = op;
+      }
+      return;
+    }
+  }
+  if (h.length > kMaxUnexpectedBytes) {
+    breakPeer(peer, "frame of " + std::to_string(h.length) + " bytes from rank " + std::to_string(peer) +
+                        " exceeds the limit for unrequested messages");
+    return;
+  }
+  auto u = std::make_shared<Unexpected>();
+  u->header = h;
+  u->payload.resize(h.length);
+  p.unexpected.push_back(u);
+  p.inUnexpected = u;
+}
+
+void Engine::finishBody(int peer) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  p.inBody = false;
+  p.headerHave = 0;
+  if (p.inRecv) {
+    p.inRecv->complete = true;
+    p.inRecv.reset();
+  }
+  if (p.inUnexpected) {
+    p.inUnexpected->complete = true;
+    p.inUnexpected.reset();
+    matchUnexpected(peer);
+  }
+}
+
+void Engine::readFrames(int peer) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  Channel& ch = *p.channel;
+  uint8_t sink[4096];
+  for (;;) {
+    if (!p.inBody) {
+      auto* hb = reinterpret_cast<uint8_t*>(&p.inHeader);
+      p.headerHave += ch.readSome(hb + p.headerHave, sizeof(FrameHeader) - p.headerHave);
+      if (p.headerHave < sizeof(FrameHeader)) return;
+      onHeader(peer);
+      if (!p.broken.empty()) return;
+      if (p.bodyLeft == 0) {
+        finishBody(peer);
+        continue;
+      }
+    }
+    size_t n;
+    if (p.inRecv) {
+      RecvOp& op = *p.inRecv;
+      const size_t off = op.bytes - static_cast<size_t>(p.bodyLeft);
+      n = ch.readSome(op.data + off, static_cast<size_t>(p.bodyLeft));
+    } else if (p.inUnexpected) {
+      Unexpected& u = *p.inUnexpected;
+      const size_t off = u.payload.size() - static_cast<size_t>(p.bodyLeft);
+      n = ch.readSome(u.payload.data() + off, static_cast<size_t>(p.bodyLeft));
+    } else {
+      n = ch.readSome(sink, p.bodyLeft < sizeof(sink) ? static_cast<size_t>(p.bodyLeft) : sizeof(sink));
+    }
+    p.bodyLeft -= n;
+    if (p.bodyLeft != 0) return;
+    finishBody(peer);
+  }
+}
+
+void Engine::progressPeer(int peer) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  if (!p.channel || !p.broken.empty()) return;
+  try {
+    Channel& ch = *p.channel;
+    while (!p.sends.empty()) {
+      SendOp& s = *p.sends.front();
+      constexpr size_t kHeader = sizeof(FrameHeader);
+      if (s.sent < kHeader) {
+        s.sent += ch.writeSome2(reinterpret_cast<const uint8_t*>(&s.header) + s.sent, kHeader - s.sent, s.data,
+                                s.bytes);
+      } else if (s.sent < kHeader + s.bytes) {
+        s.sent += ch.writeSome(s.data + (s.sent - kHeader), kHeader + s.bytes - s.sent);
+      }
+      if (s.sent < kHeader + s.bytes) break;
+      s.complete = true;
+      p.sends.pop_front();
+    }
+    readFrames(peer);
+  } catch (const IoError& e) {
+    breakPeer(peer, std::string("rank ") + std::to_string(peer) + " is gone: " + e.what());
+  }
+}
+
+void Engine::progressAll() {
+  for (int i = 0; i < size_; ++i) progressPeer(i);
+}
+
+bool Engine::test(Op& op) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!op.complete) progressAll();
+  return op.complete;
+}
+
+void Engine::cancel(const std::shared_ptr<Op>& op) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (op->complete) return;
+  Peer& p = peers_[static_cast<size_t>(op->peer)];
+  for (auto it = p.sends.begin(); it != p.sends.end(); ++it) {
+    if (it->get() != op.get()) continue;
+    if ((*it)->sent > 0) {
+      breakPeer(op->peer, "an earlier operation to rank " + std::to_string(op->peer) + " was abandoned mid-message");
+    } else {
+      p.sends.erase(it);
+    }
+    break;
+  }
+  for (auto it = p.recvs.begin(); it != p.recvs.end(); ++it) {
+    if (it->get() == op.get()) {
+      p.recvs.erase(it);
+      break;
+    }
+  }
+  if (p.inRecv.get() == op.get()) p.inRecv.reset();  // the rest of its payload is dropped
+  failOp(*op, std::make_exception_ptr(Error(op->label.prefix() + ": cancelled")));
+}
+
+void Engine::throwTimeout(const Op& op, std::chrono::milliseconds budget) {
+  const bool isSend = dynamic_cast<const SendOp*>(&op) != nullptr;
+  if (isSend) {
+    KOLO_THROW(Timeout, op.label.prefix(), ": rank ", op.label.groupPeer, " did not take data after ",
+               seconds(budget));
+  }
+  KOLO_THROW(Timeout, op.label.prefix(), ": no data from rank ", op.label.groupPeer, " after ", seconds(budget));
+}
+
+void Engine::sleepBriefly(long micros) {
+  if (!tcpPeers_.empty()) {
+    std::vector<pollfd> fds;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (int peer : tcpPeers_) {
+        Peer& p = peers_[static_cast<size_t>(peer)];
+        if (!p.broken.empty()) continue;
+        short events = POLLIN;
+        if (!p.sends.empty()) events |= POLLOUT;
+        fds.push_back({p.channel->pollFd(), events, 0});
+      }
+    }
+    // With shared-memory peers too, a doorbell could ring meanwhile: keep the nap short.
+    const long ms = bell_ != nullptr ? 1 : (micros + 999) / 1000;
+    poll(fds.data(), fds.size(), static_cast<int>(ms));
+    return;
+  }
+  if (bell_ == nullptr) {
+    sched_yield();
+    return;
+  }
+  bell_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  const uint32_t seen = bell_->bell.load(std::memory_order_seq_cst);
+  bool ready;
+  {
+    // Re-check after announcing ourselves: a writer that missed our sleeper count has
+    // already published its data, so this progress pass sees it.
+    std::lock_guard<std::mutex> lock(mutex_);
+    ready = false;
+    for (int i = 0; i < size_ && !ready; ++i) {
+      Peer& p = peers_[static_cast<size_t>(i)];
+      if (!p.channel || !p.broken.empty()) continue;
+      if (!p.sends.empty() || !p.recvs.empty() || p.inBody || p.headerHave > 0) {
+        const size_t before = p.headerHave;
+        const uint64_t bodyBefore = p.bodyLeft;
+        const size_t sendsBefore = p.sends.size();
+        const size_t sentBefore = p.sends.empty() ? 0 : p.sends.front()->sent;
+        progressPeer(i);
+        ready = p.headerHave != before || p.bodyLeft != bodyBefore || p.sends.size() != sendsBefore ||
+                (!p.sends.empty() && p.sends.front()->sent != sentBefore) || !p.broken.empty();
+      }
+    }
+  }
+  if (!ready) sleepOnDoorbell(*bell_, seen, micros);
+  bell_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds budget) {
+  int spins = 0;
+  Clock::time_point lastLiveness = Clock::now();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!op.complete) progressAll();
+      if (op.complete) {
+        if (op.error) std::rethrow_exception(op.error);
+        return;
+      }
+    }
+    ++spins;
+    if (spins < kSpinIterations) {
+      cpuRelax();
+      continue;
+    }
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) throwTimeout(op, budget);
+    if (now - lastLiveness >= kLivenessInterval) {
+      lastLiveness = now;
+      std::lock_guard<std::mutex> lock(mutex_);
+      Peer& p = peers_[static_cast<size_t>(op.peer)];
+      if (p.channel && p.broken.empty() && !p.channel->peerAlive()) {
+        breakPeer(op.peer, "rank " + std::to_string(op.label.groupPeer) + " (" + p.channel->kind() +
+                               " peer) has exited");
+      }
+      if (op.complete && op.error) std::rethrow_exception(op.error);
+    }
+    if (spins < kSpinIterations + kYieldIterations) {
+      sched_yield();
+      continue;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now).count();
+    sleepBriefly(left < 50000 ? static_cast<long>(left) + 1 : 50000);
+  }
+}
+
+}  // namespace kolo::comm::native

@@ -1,0 +1,132 @@
+// The native transports' progress engine: per-peer queues of framed sends and posted
+// receives over byte channels, matching of arriving frames (collective stamp checks, p2p
+// tags, buffering of early arrivals), and waits that spin, then sleep, with deadlines and
+// peer liveness checks. One engine per process-level communicator; sub-groups share it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/native/channels.h"
+#include "comm/native/frame.h"
+
+namespace kolo::comm::native {
+
+using Clock = std::chrono::steady_clock;
+
+/// Who is waiting for what, for error messages: "allreduce #3 on rank 0".
+struct OpLabel {
+  const char* name = "operation";
+  uint64_t seq = 0;
+  bool collective = true;
+  int groupRank = 0;
+  int groupPeer = 0;
+  int tag = 0;
+  std::string prefix() const;
+};
+
+struct Op {
+  virtual ~Op() = default;
+  int peer = 0;  // engine (world) rank
+  OpLabel label;
+  bool complete = false;
+  std::exception_ptr error;
+};
+
+struct SendOp : Op {
+  FrameHeader header;
+  const uint8_t* data = nullptr;
+  size_t bytes = 0;
+  size_t sent = 0;  // header and payload bytes written so far
+};
+
+struct RecvOp : Op {
+  FrameKind kind = FrameKind::Collective;
+  uint32_t context = 0;
+  int32_t tag = 0;
+  uint64_t seq = 0;
+  Signature expected;
+  uint8_t* data = nullptr;
+  size_t bytes = 0;
+};
+
+class Engine {
+ public:
+  Engine(int rank, int size);
+  ~Engine();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  /// Installs the channel to `peer` (during rendezvous, before any traffic).
+  void setChannel(int peer, std::unique_ptr<Channel> channel);
+  /// This rank's doorbell in the host segment (null without shared memory).
+  void setDoorbell(Doorbell* bell) { bell_ = bell; }
+  bool hasChannel(int peer) const;
+  const char* channelKind(int peer) const;
+
+  /// Queues a frame; `data` must stay valid until the op completes or is cancelled.
+  std::shared_ptr<SendOp> postSend(int peer, const FrameHeader& header, const void* data, size_t bytes,
+                                   const OpLabel& label);
+  /// Posts a receive of exactly `bytes` into `data`.
+  std::shared_ptr<RecvOp> postRecv(int peer, FrameKind kind, uint32_t context, int32_t tag, uint64_t seq,
+                                   const Signature& expected, void* data, size_t bytes, const OpLabel& label);
+
+  /// Blocks until `op` completes or `deadline` passes; rethrows its error. On expiry
+  /// throws Timeout ("... no data from rank P after T s"); a vanished peer -> IoError.
+  void wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds budget);
+  /// Makes progress once without blocking; returns whether `op` is complete.
+  bool test(Op& op);
+  /// Withdraws an op that will not be waited for (its buffer may go away). An op cut off
+  /// mid-message leaves the channel unusable, which later operations report.
+  void cancel(const std::shared_ptr<Op>& op);
+
+ private:
+  struct Unexpected {
+    FrameHeader header;
+    std::vector<uint8_t> payload;
+    size_t received = 0;
+    bool complete = false;
+  };
+  struct Peer {
+    std::unique_ptr<Channel> channel;
+    std::deque<std::shared_ptr<SendOp>> sends;
+    std::deque<std::shared_ptr<RecvOp>> recvs;
+    std::deque<std::shared_ptr<Unexpected>> unexpected;
+    FrameHeader inHeader;
+    size_t headerHave = 0;
+    bool inBody = false;
+    uint64_t bodyLeft = 0;
+    std::shared_ptr<RecvOp> inRecv;
+    std::shared_ptr<Unexpected> inUnexpected;
+    std::string broken;  // why the channel is unusable ("" while healthy)
+  };
+
+  void progressAll();
+  void progressPeer(int peer);
+  void readFrames(int peer);
+  void onHeader(int peer);
+  void finishBody(int peer);
+  void matchUnexpected(int peer);
+  /// Checks a frame against the receive it matched; returns the error or null.
+  std::exception_ptr checkFrame(const RecvOp& op, const FrameHeader& h) const;
+  void breakPeer(int peer, const std::string& why);
+  void failOp(Op& op, std::exception_ptr error);
+  [[noreturn]] void throwTimeout(const Op& op, std::chrono::milliseconds budget);
+  void sleepBriefly(long micros);
+
+  int rank_;
+  int size_;
+  std::vector<Peer> peers_;
+  Doorbell* bell_ = nullptr;
+  std::vector<int> tcpPeers_;
+  std::mutex mutex_;
+};
+
+}  // namespace kolo::comm::native

@@ -1,0 +1,361 @@
+// NativeCommunicator: collectives, point-to-point, split and the progress thread.
+#include "comm/native/native_communicator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <tuple>
+
+#include "comm/algorithms/reduce_kernels.h"
+#include "comm/native/basic_algorithms.h"
+#include "comm/native/cma_allreduce.h"
+#include "kolo/error.h"
+
+namespace kolo::comm::native {
+
+struct NativeCommunicator::WorkState {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+};
+
+struct NativeCommunicator::Task {
+  Signature sig;
+  uint64_t seq = 0;
+  std::chrono::milliseconds budget{0};
+  std::function<void()> body;
+  std::shared_ptr<WorkState> state;
+};
+
+/// Handle of a collective queued on the progress thread.
+class NativeCommunicator::TaskWork : public Work {
+ public:
+  TaskWork(std::shared_ptr<WorkState> state, std::string what, std::chrono::milliseconds budget)
+      : state_(std::move(state)), what_(std::move(what)), budget_(budget) {}
+  ~TaskWork() override {
+    // The progress thread still uses the caller's buffers: never abandon them silently.
+    std::unique_lock<std::mutex> lock(state_->mutex);
+    state_->cv.wait_for(lock, budget_ * 2, [&] { return state_->done; });
+  }
+  void wait(std::chrono::milliseconds timeout) override {
+    const auto limit = timeout.count() > 0 ? timeout : budget_;
+    std::unique_lock<std::mutex> lock(state_->mutex);
+    if (!state_->cv.wait_for(lock, limit, [&] { return state_->done; }))
+      KOLO_THROW(Timeout, what_, ": not complete after ", static_cast<double>(limit.count()) / 1000.0, " s");
+    if (state_->error) std::rethrow_exception(state_->error);
+  }
+  bool test() override {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    return state_->done;
+  }
+
+ private:
+  std::shared_ptr<WorkState> state_;
+  std::string what_;
+  std::chrono::milliseconds budget_;
+};
+
+NativeCommunicator::NativeCommunicator(std::shared_ptr<JobState> job, std::unique_ptr<GroupLinks> links,
+                                       std::chrono::milliseconds timeout)
+    : job_(std::move(job)), links_(std::move(links)), timeoutMs_(timeout.count()) {
+  for (int r = 0; r < links_->size(); ++r) groupPids_.push_back(job_->pids[links_->engineRank(r)]);
+}
+
+NativeCommunicator::~NativeCommunicator() {
+  {
+    std::lock_guard<std::mutex> lock(queueMutex_);
+    stopping_ = true;
+  }
+  queueCv_.notify_all();
+  if (progressThread_.joinable()) progressThread_.join();
+}
+
+void NativeCommunicator::setTimeout(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) KOLO_THROW(InvalidArgument, "timeout must be positive, got ", timeout.count(), " ms");
+  timeoutMs_.store(timeout.count());
+}
+
+std::chrono::milliseconds NativeCommunicator::budget(const CollectiveOptions& opts) const {
+  return opts.timeout.count() > 0 ? opts.timeout : timeout();
+}
+
+Algorithm NativeCommunicator::requested(const CollectiveOptions& opts) const {
+  return opts.algorithm != Algorithm::Auto ? opts.algorithm : job_->envAlgorithm;
+}
+
+void NativeCommunicator::checkRoot(int root, const char* what) const {
+  if (root < 0 || root >= size())
+    KOLO_THROW(InvalidArgument, what, " on rank ", rank(), ": root ", root, " outside the group of ", size());
+}
+
+bool NativeCommunicator::allOnOneHost() const {
+  for (int r = 0; r < size(); ++r)
+    if (!links_->sameHost(r) && r != rank()) return false;
+  return true;
+}
+
+// ---- execution order ----
+
+void NativeCommunicator::execute(Task& task) {
+  std::lock_guard<std::mutex> run(runMutex_);
+  links_->begin(task.sig, task.seq, task.budget);
+  task.body();
+}
+
+void NativeCommunicator::runBlocking(const Signature& sig, const CollectiveOptions& opts, std::function<void()> body) {
+  Task task{sig, 0, budget(opts), std::move(body), nullptr};
+  std::unique_lock<std::mutex> lock(queueMutex_);
+  task.seq = nextSeq_++;
+  if (pending_ == 0) {
+    // Nothing queued: run here. Taking runMutex_ before releasing the queue lock keeps
+    // a concurrently started non-blocking operation behind us.
+    std::unique_lock<std::mutex> run(runMutex_);
+    lock.unlock();
+    links_->begin(task.sig, task.seq, task.budget);
+    task.body();
+    return;
+  }
+  auto state = std::make_shared<WorkState>();
+  auto queued = std::make_shared<Task>(std::move(task));
+  queued->state = state;
+  queue_.push_back(queued);
+  ++pending_;
+  lock.unlock();
+  queueCv_.notify_all();
+  std::unique_lock<std::mutex> wait(state->mutex);
+  state->cv.wait(wait, [&] { return state->done; });
+  if (state->error) std::rethrow_exception(state->error);
+}
+
+std::unique_ptr<Work> NativeCommunicator::runAsync(const Signature& sig, const CollectiveOptions& opts,
+                                                   std::function<void()> body) {
+  auto task = std::make_shared<Task>();
+  task->sig = sig;
+  task->budget = budget(opts);
+  task->body = std::move(body);
+  task->state = std::make_shared<WorkState>();
+  std::string what;
+  {
+    std::lock_guard<std::mutex> lock(queueMutex_);
+    task->seq = nextSeq_++;
+    what = std::string(collectiveName(sig.collective)) + " #" + std::to_string(task->seq) + " on rank " +
+           std::to_string(rank());
+    queue_.push_back(task);
+    ++pending_;
+    if (!progressThread_.joinable()) progressThread_ = std::thread([this] { progressLoop(); });
+  }
+  queueCv_.notify_all();
+  return std::make_unique<TaskWork>(task->state, what, task->budget);
+}
+
+void NativeCommunicator::progressLoop() {
+  for (;;) {
+    std::shared_ptr<Task> task;
+    {
+      std::unique_lock<std::mutex> lock(queueMutex_);
+      queueCv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = queue_.front();
+      queue_.pop_front();
+    }
+    std::exception_ptr error;
+    try {
+      execute(*task);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(task->state->mutex);
+      task->state->done = true;
+      task->state->error = error;
+    }
+    task->state->cv.notify_all();
+    std::lock_guard<std::mutex> lock(queueMutex_);
+    --pending_;
+  }
+}
+
+// ---- point to point ----
+
+void NativeCommunicator::send(const void* buf, size_t count, DType dtype, int peer, int tag) {
+  isend(buf, count, dtype, peer, tag)->wait();
+}
+
+void NativeCommunicator::recv(void* buf, size_t count, DType dtype, int peer, int tag) {
+  irecv(buf, count, dtype, peer, tag)->wait();
+}
+
+std::unique_ptr<Work> NativeCommunicator::isend(const void* buf, size_t count, DType dtype, int peer, int tag) {
+  if (peer == rank()) KOLO_THROW(InvalidArgument, "send on rank ", rank(), ": sending to oneself is not supported");
+  return links_->sendTagged(peer, tag, buf, count, dtype, timeout(), "send");
+}
+
+std::unique_ptr<Work> NativeCommunicator::irecv(void* buf, size_t count, DType dtype, int peer, int tag) {
+  if (peer == rank()) KOLO_THROW(InvalidArgument, "recv on rank ", rank(), ": receiving from oneself is not supported");
+  return links_->recvTagged(peer, tag, buf, count, dtype, timeout(), "recv");
+}
+
+// ---- collectives ----
+
+Algorithm NativeCommunicator::resolveAllreduce(Algorithm requested, size_t bytes) const {
+  if (requested != Algorithm::Auto) return requested;
+  return Algorithm::ReduceBroadcast;
+}
+
+void NativeCommunicator::allreduceBody(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ReduceOp op,
+                                       Algorithm algo) {
+  const size_t bytes = count * dtypeSize(dtype);
+  if (size() == 1) {
+    if (sendbuf != recvbuf) std::memcpy(recvbuf, sendbuf, bytes);
+    return;
+  }
+  if (algo == Algorithm::Auto && job_->cmaUsable && allOnOneHost() && bytes >= job_->cmaThresholdBytes) {
+    cmaAllreduce(*links_, groupPids_, sendbuf, recvbuf, count, dtype, op);
+    return;
+  }
+  directAllreduce(*links_, sendbuf, recvbuf, count, dtype, op);
+}
+
+void NativeCommunicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ReduceOp op,
+                                   const CollectiveOptions& opts) {
+  if (count == 0) return;
+  const Algorithm algo = requested(opts);
+  Signature sig{CollectiveKind::Allreduce, dtype, op, algo, -1, count};
+  runBlocking(sig, opts, [=, this] { allreduceBody(sendbuf, recvbuf, count, dtype, op, algo); });
+}
+
+std::unique_ptr<Work> NativeCommunicator::iallreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
+                                                     ReduceOp op, const CollectiveOptions& opts) {
+  const Algorithm algo = requested(opts);
+  Signature sig{CollectiveKind::Allreduce, dtype, op, algo, -1, count};
+  return runAsync(sig, opts, [=, this] {
+    if (count > 0) allreduceBody(sendbuf, recvbuf, count, dtype, op, algo);
+  });
+}
+
+void NativeCommunicator::reduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ReduceOp op, int root,
+                                const CollectiveOptions& opts) {
+  checkRoot(root, "reduce");
+  if (count == 0) return;
+  Signature sig{CollectiveKind::Reduce, dtype, op, requested(opts), root, count};
+  runBlocking(sig, opts, [=, this] { directReduce(*links_, sendbuf, recvbuf, count, dtype, op, root); });
+}
+
+void NativeCommunicator::broadcastBody(void* buf, size_t count, DType dtype, int root, Algorithm algo) {
+  if (size() == 1 || count == 0) return;
+  directBroadcast(*links_, buf, count * dtypeSize(dtype), root);
+}
+
+void NativeCommunicator::broadcast(void* buf, size_t count, DType dtype, int root, const CollectiveOptions& opts) {
+  checkRoot(root, "broadcast");
+  if (count == 0) return;
+  const Algorithm algo = requested(opts);
+  Signature sig{CollectiveKind::Broadcast, dtype, ReduceOp::Sum, algo, root, count};
+  runBlocking(sig, opts, [=, this] { broadcastBody(buf, count, dtype, root, algo); });
+}
+
+std::unique_ptr<Work> NativeCommunicator::ibroadcast(void* buf, size_t count, DType dtype, int root,
+                                                     const CollectiveOptions& opts) {
+  checkRoot(root, "ibroadcast");
+  const Algorithm algo = requested(opts);
+  Signature sig{CollectiveKind::Broadcast, dtype, ReduceOp::Sum, algo, root, count};
+  return runAsync(sig, opts, [=, this] { broadcastBody(buf, count, dtype, root, algo); });
+}
+
+void NativeCommunicator::allgather(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
+                                   const CollectiveOptions& opts) {
+  if (count == 0) return;
+  Signature sig{CollectiveKind::Allgather, dtype, ReduceOp::Sum, requested(opts), -1, count};
+  runBlocking(sig, opts, [=, this] {
+    std::vector<size_t> blocks(static_cast<size_t>(size()), count * dtypeSize(dtype));
+    directAllgatherv(*links_, sendbuf, recvbuf, blocks);
+  });
+}
+
+void NativeCommunicator::allgatherv(const void* sendbuf, void* recvbuf, const std::vector<size_t>& recvcounts,
+                                    DType dtype, const CollectiveOptions& opts) {
+  if (recvcounts.size() != static_cast<size_t>(size()))
+    KOLO_THROW(InvalidArgument, "allgatherv on rank ", rank(), ": ", recvcounts.size(), " counts for a group of ",
+               size());
+  size_t total = 0;
+  for (size_t c : recvcounts) total += c;
+  if (total == 0) return;
+  Signature sig{CollectiveKind::Allgatherv, dtype, ReduceOp::Sum, requested(opts), -1, total};
+  std::vector<size_t> blocks;
+  for (size_t c : recvcounts) blocks.push_back(c * dtypeSize(dtype));
+  runBlocking(sig, opts, [=, this] { directAllgatherv(*links_, sendbuf, recvbuf, blocks); });
+}
+
+void NativeCommunicator::reduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount, DType dtype, ReduceOp op,
+                                       const CollectiveOptions& opts) {
+  if (recvcount == 0) return;
+  Signature sig{CollectiveKind::ReduceScatter, dtype, op, requested(opts), -1, recvcount};
+  runBlocking(sig, opts, [=, this] { directReduceScatter(*links_, sendbuf, recvbuf, recvcount, dtype, op); });
+}
+
+void NativeCommunicator::gather(const void* sendbuf, void* recvbuf, size_t count, DType dtype, int root,
+                                const CollectiveOptions& opts) {
+  checkRoot(root, "gather");
+  if (count == 0) return;
+  Signature sig{CollectiveKind::Gather, dtype, ReduceOp::Sum, requested(opts), root, count};
+  runBlocking(sig, opts,
+              [=, this] { directGather(*links_, sendbuf, recvbuf, count * dtypeSize(dtype), root); });
+}
+
+void NativeCommunicator::scatter(const void* sendbuf, void* recvbuf, size_t count, DType dtype, int root,
+                                 const CollectiveOptions& opts) {
+  checkRoot(root, "scatter");
+  if (count == 0) return;
+  Signature sig{CollectiveKind::Scatter, dtype, ReduceOp::Sum, requested(opts), root, count};
+  runBlocking(sig, opts,
+              [=, this] { directScatter(*links_, sendbuf, recvbuf, count * dtypeSize(dtype), root); });
+}
+
+void NativeCommunicator::alltoall(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
+                                  const CollectiveOptions& opts) {
+  if (count == 0) return;
+  Signature sig{CollectiveKind::Alltoall, dtype, ReduceOp::Sum, requested(opts), -1, count};
+  runBlocking(sig, opts, [=, this] { directAlltoall(*links_, sendbuf, recvbuf, count * dtypeSize(dtype)); });
+}
+
+void NativeCommunicator::barrier(const CollectiveOptions& opts) {
+  Signature sig{CollectiveKind::Barrier, DType::U8, ReduceOp::Sum, Algorithm::Auto, -1, 0};
+  runBlocking(sig, opts, [this] { disseminationBarrier(*links_); });
+}
+
+// ---- split ----
+
+std::shared_ptr<Communicator> NativeCommunicator::split(int color, int key) {
+  const int n = size();
+  std::vector<int64_t> table(static_cast<size_t>(n) * 2);
+  int64_t mine[2] = {color, key};
+  Signature sig{CollectiveKind::Split, DType::I64, ReduceOp::Sum, Algorithm::Auto, -1, 2};
+  runBlocking(sig, {}, [&, this] {
+    std::vector<size_t> blocks(static_cast<size_t>(n), sizeof(mine));
+    directAllgatherv(*links_, mine, table.data(), blocks);
+  });
+  const uint32_t splitIndex = ++splits_;
+  if (color < 0) return nullptr;
+  std::vector<std::tuple<int64_t, int>> order;  // (key, old rank) of my color
+  for (int r = 0; r < n; ++r)
+    if (table[2 * r] == color) order.emplace_back(table[2 * r + 1], r);
+  std::sort(order.begin(), order.end());
+  std::vector<int> members;
+  std::vector<bool> sameHost;
+  int newRank = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int old = std::get<1>(order[i]);
+    if (old == rank()) newRank = static_cast<int>(i);
+    members.push_back(links_->engineRank(old));
+    sameHost.push_back(links_->sameHost(old) || old == rank());
+  }
+  // Context ids only have to differ between groups that share a pair of ranks; mixing the
+  // parent's id, the split's index and the color is deterministic on every member.
+  uint32_t ctx = links_->context() * 0x9e3779b1u + splitIndex * 0x85ebca6bu + static_cast<uint32_t>(color) * 0xc2b2ae35u;
+  ctx ^= ctx >> 15;
+  if (ctx < 2) ctx += 2;
+  auto links = std::make_unique<GroupLinks>(links_->engine(), std::move(members), newRank, ctx, std::move(sameHost));
+  return std::make_shared<NativeCommunicator>(job_, std::move(links), timeout());
+}
+
+}  // namespace kolo::comm::native

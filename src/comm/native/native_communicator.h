@@ -1,0 +1,121 @@
+// NativeCommunicator: kolo::comm::Communicator over the native progress engine. Blocking
+// collectives run on the caller's thread; non-blocking ones on a progress thread in start
+// order (a blocking call made while some are pending queues behind them). Sub-groups from
+// split() share the parent's engine and connections under their own context id.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/native/group_links.h"
+#include "kolo/comm/communicator.h"
+#include "kolo/comm/native.h"
+
+namespace kolo::comm::native {
+
+class HostSegment;
+
+/// What every communicator built from one rendezvous shares.
+struct JobState {
+  std::shared_ptr<Engine> engine;
+  std::shared_ptr<HostSegment> segment;
+  /// Per engine rank: process id and host index.
+  std::vector<int> pids;
+  std::vector<int> hostOf;
+  /// Cross-memory attach works between every pair of ranks that share a host.
+  bool cmaUsable = false;
+  /// KOLO_ALGO (Auto when unset).
+  Algorithm envAlgorithm = Algorithm::Auto;
+  /// Minimum bytes for the single-copy shared-host all-reduce under Auto.
+  size_t cmaThresholdBytes = 64 * 1024;
+  /// The word peers read to test cross-memory attach during rendezvous.
+  std::shared_ptr<uint64_t> probe;
+};
+
+class NativeCommunicator : public Communicator {
+ public:
+  NativeCommunicator(std::shared_ptr<JobState> job, std::unique_ptr<GroupLinks> links,
+                     std::chrono::milliseconds timeout);
+  ~NativeCommunicator() override;
+
+  int rank() const override { return links_->rank(); }
+  int size() const override { return links_->size(); }
+  std::string backendName() const override { return "native"; }
+  std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(timeoutMs_.load()); }
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  std::shared_ptr<Communicator> split(int color, int key) override;
+
+  void send(const void* buf, size_t count, DType dtype, int peer, int tag = 0) override;
+  void recv(void* buf, size_t count, DType dtype, int peer, int tag = 0) override;
+  std::unique_ptr<Work> isend(const void* buf, size_t count, DType dtype, int peer, int tag = 0) override;
+  std::unique_ptr<Work> irecv(void* buf, size_t count, DType dtype, int peer, int tag = 0) override;
+
+  void allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ReduceOp op,
+                 const CollectiveOptions& opts = {}) override;
+  std::unique_ptr<Work> iallreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ReduceOp op,
+                                   const CollectiveOptions& opts = {}) override;
+  void reduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ReduceOp op, int root,
+              const CollectiveOptions& opts = {}) override;
+  void broadcast(void* buf, size_t count, DType dtype, int root, const CollectiveOptions& opts = {}) override;
+  std::unique_ptr<Work> ibroadcast(void* buf, size_t count, DType dtype, int root,
+                                   const CollectiveOptions& opts = {}) override;
+  void allgather(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
+                 const CollectiveOptions& opts = {}) override;
+  void allgatherv(const void* sendbuf, void* recvbuf, const std::vector<size_t>& recvcounts, DType dtype,
+                  const CollectiveOptions& opts = {}) override;
+  void reduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount, DType dtype, ReduceOp op,
+                     const CollectiveOptions& opts = {}) override;
+  void gather(const void* sendbuf, void* recvbuf, size_t count, DType dtype, int root,
+              const CollectiveOptions& opts = {}) override;
+  void scatter(const void* sendbuf, void* recvbuf, size_t count, DType dtype, int root,
+               const CollectiveOptions& opts = {}) override;
+  void alltoall(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
+                const CollectiveOptions& opts = {}) override;
+  void barrier(const CollectiveOptions& opts = {}) override;
+
+  /// The algorithm Auto resolves to for an all-reduce of `bytes` on this group (for
+  /// benchmarks and tests).
+  Algorithm resolveAllreduce(Algorithm requested, size_t bytes) const;
+
+ private:
+  struct Task;
+  struct WorkState;
+  class TaskWork;
+
+  /// Runs body as collective #next with signature sig: inline when nothing is queued,
+  /// else behind the queued non-blocking operations.
+  void runBlocking(const Signature& sig, const CollectiveOptions& opts, std::function<void()> body);
+  std::unique_ptr<Work> runAsync(const Signature& sig, const CollectiveOptions& opts, std::function<void()> body);
+  void execute(Task& task);
+  void progressLoop();
+  std::chrono::milliseconds budget(const CollectiveOptions& opts) const;
+  Algorithm requested(const CollectiveOptions& opts) const;
+  void checkRoot(int root, const char* what) const;
+  void allreduceBody(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ReduceOp op, Algorithm algo);
+  void broadcastBody(void* buf, size_t count, DType dtype, int root, Algorithm algo);
+  bool allOnOneHost() const;
+
+  std::shared_ptr<JobState> job_;
+  std::unique_ptr<GroupLinks> links_;
+  std::vector<int> groupPids_;
+  std::atomic<int64_t> timeoutMs_;
+  uint32_t splits_ = 0;
+
+  std::mutex queueMutex_;
+  std::condition_variable queueCv_;
+  std::deque<std::shared_ptr<Task>> queue_;
+  size_t pending_ = 0;  // queued or running asynchronous tasks
+  uint64_t nextSeq_ = 0;
+  bool stopping_ = false;
+  std::thread progressThread_;
+  std::mutex runMutex_;  // held while a collective executes
+};
+
+}  // namespace kolo::comm::native

@@ -1,0 +1,467 @@
+// createNativeCommunicator: rendezvous through the store, shared-memory segment per host,
+// token-checked TCP connections between hosts, and the cross-memory-attach probe.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "comm/native/cma_allreduce.h"
+#include "comm/native/native_communicator.h"
+#include "kolo/comm/native.h"
+#include "kolo/comm/stores.h"
+#include "kolo/error.h"
+
+namespace kolo::comm {
+
+namespace {
+
+using native::Clock;
+
+constexpr uint32_t kHelloMagic = 0x6b6f6c68u;  // "kolh"
+constexpr size_t kTokenBytes = 16;
+
+struct Hello {
+  uint32_t magic;
+  int32_t fromRank;
+  int32_t toRank;
+  uint8_t token[kTokenBytes];
+};
+
+struct RankInfo {
+  std::string hostId;
+  int pid = 0;
+  int port = 0;
+  std::vector<std::string> addresses;
+  uint64_t probeAddress = 0;
+  uint64_t probeValue = 0;
+};
+
+std::string readFirstLine(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  if (in) std::getline(in, line);
+  return line;
+}
+
+std::string machineHostId() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  struct stat st {};
+  unsigned long long netns = 0;
+  if (stat("/proc/self/ns/net", &st) == 0) netns = static_cast<unsigned long long>(st.st_ino);
+  return std::string(host) + "/" + readFirstLine("/proc/sys/kernel/random/boot_id") + "/" + std::to_string(netns);
+}
+
+std::string encodeInfo(const RankInfo& info) {
+  std::ostringstream out;
+  out << info.hostId << "\n" << info.pid << "\n" << info.port << "\n" << info.probeAddress << "\n"
+      << info.probeValue << "\n";
+  for (const auto& a : info.addresses) out << a << "\n";
+  return out.str();
+}
+
+RankInfo decodeInfo(const std::string& text, int rank) {
+  std::istringstream in(text);
+  RankInfo info;
+  std::string line;
+  try {
+    std::getline(in, info.hostId);
+    std::getline(in, line);
+    info.pid = std::stoi(line);
+    std::getline(in, line);
+    info.port = std::stoi(line);
+    std::getline(in, line);
+    info.probeAddress = std::stoull(line);
+    std::getline(in, line);
+    info.probeValue = std::stoull(line);
+  } catch (const std::exception&) {
+    KOLO_THROW(FormatError, "rendezvous record of rank ", rank, " is malformed");
+  }
+  while (std::getline(in, line))
+    if (!line.empty()) info.addresses.push_back(line);
+  return info;
+}
+
+std::string addressText(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {0};
+  if (sa->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof(buf));
+  } else if (sa->sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof(buf));
+  }
+  return buf;
+}
+
+/// Listening socket on any port; returns fd and fills port. Dual-stack when possible.
+int openListener(const std::string& address, int& port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  hints.ai_family = AF_UNSPEC;
+  addrinfo* res = nullptr;
+  const char* node = address.empty() ? "::" : address.c_str();
+  int rc = getaddrinfo(node, "0", &hints, &res);
+  if (rc != 0 && address.empty()) rc = getaddrinfo("0.0.0.0", "0", &hints, &res);
+  if (rc != 0) KOLO_THROW(IoError, "cannot resolve listen address '", address, "': ", gai_strerror(rc));
+  int fd = -1;
+  std::string lastError = "no address";
+  for (addrinfo* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    int zero = 0;
+    if (ai->ai_family == AF_INET6 && address.empty()) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+      lastError = std::strerror(errno);
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(res);
+  if (fd < 0 && address.empty()) {  // no IPv6 on this machine
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (fd >= 0 && (bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) != 0 || listen(fd, 1024) != 0)) {
+      lastError = std::strerror(errno);
+      close(fd);
+      fd = -1;
+    }
+  }
+  if (fd < 0) KOLO_THROW(IoError, "cannot listen for peers on '", address, "': ", lastError);
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return fd;
+}
+
+/// Addresses peers may reach us at: the explicit one, else the store connection's
+/// local address, then every interface (loopback last).
+std::vector<std::string> publishedAddresses(const std::string& listenAddress, Store* store) {
+  if (!listenAddress.empty()) return {listenAddress};
+  std::vector<std::string> out;
+  if (auto* tcp = dynamic_cast<TcpStoreClient*>(store)) {
+    try {
+      out.push_back(tcp->localAddress());
+    } catch (const Error&) {
+    }
+  }
+  std::vector<std::string> loopback;
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) == 0) {
+    for (ifaddrs* i = ifs; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr) continue;
+      const int fam = i->ifa_addr->sa_family;
+      if (fam != AF_INET && fam != AF_INET6) continue;
+      if (fam == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr))
+        continue;
+      const std::string a = addressText(i->ifa_addr);
+      if (a.empty()) continue;
+      if (a == "127.0.0.1" || a == "::1") {
+        loopback.push_back(a);
+      } else {
+        out.push_back(a);
+      }
+    }
+    freeifaddrs(ifs);
+  }
+  for (auto& a : loopback) out.push_back(a);
+  if (out.empty()) out.push_back("127.0.0.1");
+  return out;
+}
+
+bool waitFd(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    int rc = poll(&p, 1, static_cast<int>(left < 1000 ? left : 1000));
+    if (rc > 0) return true;
+    if (rc < 0 && errno != EINTR) return false;
+  }
+}
+
+/// Non-blocking connect to address:port within the deadline; -1 on failure.
+int connectTo(const std::string& address, int port, Clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(address.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return -1;
+  int fd = -1;
+  for (addrinfo* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0) continue;
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      const auto perAddress = std::min(deadline, Clock::now() + std::chrono::seconds(3));
+      int err = ETIMEDOUT;
+      if (waitFd(fd, POLLOUT, perAddress)) {
+        socklen_t len = sizeof(err);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      }
+      rc = err == 0 ? 0 : -1;
+    }
+    if (rc != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(res);
+  return fd;
+}
+
+bool writeAll(int fd, const void* data, size_t bytes, Clock::time_point deadline) {
+  size_t done = 0;
+  while (done < bytes) {
+    ssize_t n = ::send(fd, static_cast<const char*>(data) + done, bytes - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!waitFd(fd, POLLOUT, deadline)) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool readAll(int fd, void* data, size_t bytes, Clock::time_point deadline) {
+  size_t done = 0;
+  while (done < bytes) {
+    ssize_t n = ::recv(fd, static_cast<char*>(data) + done, bytes - done, MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!waitFd(fd, POLLIN, deadline)) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+size_t ringBytesFor(int localCount, size_t requested) {
+  size_t bytes = requested;
+  if (bytes == 0) bytes = localCount <= 4 ? (size_t{1} << 20) : localCount <= 16 ? (size_t{1} << 19) : (size_t{1} << 18);
+  size_t p = 4096;
+  while (p < bytes) p <<= 1;
+  return p;
+}
+
+std::string hexToken(const uint8_t* token) {
+  static const char* digits = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < kTokenBytes; ++i) {
+    s += digits[token[i] >> 4];
+    s += digits[token[i] & 15];
+  }
+  return s;
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> store, int rank, int size,
+                                                       const NativeOptions& options) {
+  if (!store) KOLO_THROW(InvalidArgument, "createNativeCommunicator: no store");
+  if (size < 1 || rank < 0 || rank >= size)
+    KOLO_THROW(InvalidArgument, "createNativeCommunicator: rank ", rank, " outside a world of ", size);
+  if (options.timeout.count() <= 0) KOLO_THROW(InvalidArgument, "createNativeCommunicator: timeout must be positive");
+  const auto timeout = options.timeout;
+  const auto deadline = Clock::now() + timeout;
+  const std::string prefix = options.storePrefix + "/native/";
+
+  auto job = std::make_shared<native::JobState>();
+  job->engine = std::make_shared<native::Engine>(rank, size);
+  job->cmaThresholdBytes = options.crossMemoryAttachMinBytes;
+  job->envAlgorithm = options.algorithm;
+  if (job->envAlgorithm == Algorithm::Auto) {
+    if (const char* env = std::getenv("KOLO_ALGO"); env != nullptr && *env != '\0')
+      job->envAlgorithm = parseAlgorithm(env);
+  }
+
+  // The job token: drawn by rank 0, presented on every TCP connection.
+  uint8_t token[kTokenBytes];
+  if (rank == 0) {
+    if (getrandom(token, sizeof(token), 0) != static_cast<ssize_t>(sizeof(token)))
+      KOLO_THROW(IoError, "getrandom failed: ", std::strerror(errno));
+    store->set(prefix + "token", Bytes(token, token + kTokenBytes));
+  }
+
+  // Publish who and where we are. The probe word lets peers test cross-memory attach.
+  int port = 0;
+  const int listener = openListener(options.listenAddress, port);
+  struct ListenerGuard {
+    int fd;
+    ~ListenerGuard() { close(fd); }
+  } guard{listener};
+  auto probe = std::make_shared<uint64_t>(0);
+  getrandom(probe.get(), sizeof(uint64_t), 0);
+  RankInfo me;
+  me.hostId = options.hostId.empty() ? machineHostId() : options.hostId;
+  me.pid = static_cast<int>(getpid());
+  me.port = port;
+  me.addresses = publishedAddresses(options.listenAddress, store.get());
+  me.probeAddress = reinterpret_cast<uint64_t>(probe.get());
+  me.probeValue = *probe;
+  store->setString(prefix + "rank/" + std::to_string(rank), encodeInfo(me));
+
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(prefix + "rank/" + std::to_string(r));
+  store->wait(keys, timeout);
+  std::vector<RankInfo> infos(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) infos[r] = decodeInfo(store->getString(keys[r], timeout), r);
+  if (rank != 0) {
+    Bytes t = store->get(prefix + "token", timeout);
+    if (t.size() != kTokenBytes) KOLO_THROW(FormatError, "job token in the store has ", t.size(), " bytes");
+    std::memcpy(token, t.data(), kTokenBytes);
+  }
+
+  // Hosts in order of their lowest rank.
+  std::map<std::string, int> hostIndex;
+  std::vector<std::vector<int>> hostRanks;
+  job->hostOf.resize(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    auto [it, inserted] = hostIndex.emplace(infos[r].hostId, static_cast<int>(hostRanks.size()));
+    if (inserted) hostRanks.emplace_back();
+    hostRanks[it->second].push_back(r);
+    job->hostOf[r] = it->second;
+    job->pids.push_back(infos[r].pid);
+  }
+  const int myHost = job->hostOf[rank];
+  const std::vector<int>& local = hostRanks[myHost];
+  const int localCount = static_cast<int>(local.size());
+  int myLocal = 0;
+  for (int i = 0; i < localCount; ++i)
+    if (local[i] == rank) myLocal = i;
+  const bool useShm = options.sharedMemory && localCount > 1;
+
+  // Shared memory: the host's lowest rank creates the segment, the others map it, and the
+  // name is removed once all have it so nothing outlives the job.
+  if (useShm) {
+    const std::string nameKey = prefix + "shm/" + std::to_string(local[0]);
+    if (myLocal == 0) {
+      const std::string name = "/kolo-" + std::to_string(me.pid) + "-" + hexToken(token).substr(0, 8) + "-" +
+                               std::to_string(reinterpret_cast<uintptr_t>(probe.get()) & 0xffffff);
+      job->segment = native::HostSegment::create(name, localCount, ringBytesFor(localCount, options.ringBytes));
+      store->setString(nameKey, name);
+    } else {
+      job->segment = native::HostSegment::open(store->getString(nameKey, timeout));
+    }
+    job->segment->doorbell(myLocal).pid.store(me.pid);
+    store->setString(prefix + "shm-mapped/" + std::to_string(rank), "1");
+    if (myLocal == 0) {
+      std::vector<std::string> mapped;
+      for (int r : local) mapped.push_back(prefix + "shm-mapped/" + std::to_string(r));
+      store->wait(mapped, timeout);
+      job->segment->unlink();
+    }
+    job->engine->setDoorbell(&job->segment->doorbell(myLocal));
+    for (int i = 0; i < localCount; ++i) {
+      if (i == myLocal) continue;
+      job->engine->setChannel(local[i], std::make_unique<native::ShmChannel>(job->segment, myLocal, i,
+                                                                             infos[local[i]].pid));
+    }
+  }
+
+  // TCP to every other peer: the higher rank connects, the lower accepts, and the
+  // connector proves membership with the job token before the connection is used.
+  auto needsTcp = [&](int peer) { return peer != rank && !(useShm && job->hostOf[peer] == myHost); };
+  for (int peer = 0; peer < rank; ++peer) {
+    if (!needsTcp(peer)) continue;
+    int fd = -1;
+    while (fd < 0) {
+      for (const auto& addr : infos[peer].addresses) {
+        fd = connectTo(addr, infos[peer].port, deadline);
+        if (fd >= 0) break;
+      }
+      if (fd >= 0) break;
+      if (Clock::now() >= deadline)
+        KOLO_THROW(Timeout, "rendezvous on rank ", rank, ": cannot connect to rank ", peer, " at any of ",
+                   infos[peer].addresses.size(), " addresses (port ", infos[peer].port, ")");
+      usleep(20000);
+    }
+    Hello hello{kHelloMagic, rank, peer, {}};
+    std::memcpy(hello.token, token, kTokenBytes);
+    if (!writeAll(fd, &hello, sizeof(hello), deadline)) {
+      close(fd);
+      KOLO_THROW(IoError, "rendezvous on rank ", rank, ": cannot greet rank ", peer, ": ", std::strerror(errno));
+    }
+    job->engine->setChannel(peer, std::make_unique<native::TcpChannel>(fd));
+  }
+  int expected = 0;
+  for (int peer = rank + 1; peer < size; ++peer)
+    if (needsTcp(peer)) ++expected;
+  while (expected > 0) {
+    if (!waitFd(listener, POLLIN, deadline)) {
+      std::string missing;
+      for (int peer = rank + 1; peer < size; ++peer)
+        if (needsTcp(peer) && !job->engine->hasChannel(peer)) missing += " " + std::to_string(peer);
+      KOLO_THROW(Timeout, "rendezvous on rank ", rank, ": no connection from rank(s)", missing, " after ",
+                 timeout.count() / 1000.0, " s");
+    }
+    int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    Hello hello{};
+    const auto helloDeadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+    const bool ok = readAll(fd, &hello, sizeof(hello), helloDeadline) && hello.magic == kHelloMagic &&
+                    std::memcmp(hello.token, token, kTokenBytes) == 0 && hello.toRank == rank &&
+                    hello.fromRank > rank && hello.fromRank < size && needsTcp(hello.fromRank) &&
+                    !job->engine->hasChannel(hello.fromRank);
+    if (!ok) {  // a stranger, a stale job or a duplicate: refuse it and keep waiting
+      close(fd);
+      continue;
+    }
+    job->engine->setChannel(hello.fromRank, std::make_unique<native::TcpChannel>(fd));
+    --expected;
+  }
+
+  // Cross-memory attach: usable only if every rank can read every local peer.
+  bool cmaOk = options.crossMemoryAttach;
+  if (cmaOk && useShm) {
+    for (int r : local) {
+      if (r == rank) continue;
+      uint64_t value = 0;
+      if (!native::readPeerMemory(infos[r].pid, &value, reinterpret_cast<const void*>(infos[r].probeAddress),
+                                  sizeof(value)) ||
+          value != infos[r].probeValue) {
+        cmaOk = false;
+      }
+    }
+  }
+  store->setString(prefix + "cma/" + std::to_string(rank), cmaOk ? "1" : "0");
+  std::vector<std::string> cmaKeys;
+  for (int r = 0; r < size; ++r) cmaKeys.push_back(prefix + "cma/" + std::to_string(r));
+  store->wait(cmaKeys, timeout);
+  bool allCma = options.sharedMemory;
+  for (int r = 0; r < size && allCma; ++r) allCma = store->getString(cmaKeys[r], timeout) == "1";
+  job->cmaUsable = allCma && options.sharedMemory;
+  // Peers read our probe word until they have published their verdict: keep it alive.
+  job->probe = probe;
+
+  std::vector<int> members(static_cast<size_t>(size));
+  std::vector<bool> sameHost(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    members[r] = r;
+    sameHost[r] = job->hostOf[r] == myHost;
+  }
+  auto links = std::make_unique<native::GroupLinks>(job->engine, std::move(members), rank, 1u, std::move(sameHost));
+  return std::make_shared<native::NativeCommunicator>(job, std::move(links), timeout);
+}
+
+}  // namespace kolo::comm

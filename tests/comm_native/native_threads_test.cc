@@ -1,0 +1,309 @@
+// Native communicator with ranks as threads of this process: every collective, dtype and
+// op against closed-form values, point-to-point tags, non-blocking order, split groups,
+// TCP-only wiring and signature mismatches.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+
+#include "comm/native/native_communicator.h"
+#include "native_test_support.h"
+#include "native_values.h"
+
+namespace kolo::comm::testing {
+namespace {
+
+std::vector<uint8_t> filled(int rank, size_t count, DType dtype, ReduceOp op) {
+  std::vector<uint8_t> buf(count * dtypeSize(dtype) + 1);
+  for (size_t i = 0; i < count; ++i) setValue(buf.data(), i, dtype, contribution(rank, i, op));
+  return buf;
+}
+
+/// Checks an all-reduce result of n ranks; returns the first bad index or -1.
+long firstWrong(const void* buf, size_t count, int n, DType dtype, ReduceOp op) {
+  for (size_t i = 0; i < count; ++i)
+    if (!close(getValue(buf, i, dtype), expectedReduction(n, i, op, dtype), dtype)) return static_cast<long>(i);
+  return -1;
+}
+
+void allreduceCase(Communicator& comm, size_t count, DType dtype, ReduceOp op, bool inPlace, Algorithm algo) {
+  auto send = filled(comm.rank(), count, dtype, op);
+  std::vector<uint8_t> out(send.size(), 0xee);
+  CollectiveOptions opts;
+  opts.algorithm = algo;
+  void* dst = inPlace ? send.data() : out.data();
+  comm.allreduce(send.data(), dst, count, dtype, op, opts);
+  const long bad = firstWrong(dst, count, comm.size(), dtype, op);
+  if (bad >= 0)
+    KOLO_THROW(Error, "allreduce ", dtypeName(dtype), " ", reduceOpName(op), " count=", count, " n=", comm.size(),
+               inPlace ? " in place" : " out of place", ": element ", bad, " is ",
+               getValue(dst, static_cast<size_t>(bad), dtype), ", expected ",
+               expectedReduction(comm.size(), static_cast<size_t>(bad), op, dtype));
+  if (!inPlace && getValue(send.data(), 0, dtype) != contribution(comm.rank(), 0, op) && count > 0)
+    KOLO_THROW(Error, "out-of-place allreduce modified its input");
+}
+
+TEST(NativeThreads, AllreduceEveryDtypeAndOp) {
+  for (int n : {1, 2, 3, 4}) {
+    runThreads(n, [](Communicator& comm) {
+      for (DType dtype : kAllDTypes)
+        for (ReduceOp op : kAllOps)
+          for (bool inPlace : {false, true}) allreduceCase(comm, 7, dtype, op, inPlace, Algorithm::Auto);
+    });
+  }
+}
+
+TEST(NativeThreads, AllreduceCountsAndSizes) {
+  for (int n : {1, 2, 3, 5, 8}) {
+    runThreads(n, [](Communicator& comm) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000003}}) {
+        allreduceCase(comm, count, DType::F32, ReduceOp::Sum, false, Algorithm::Auto);
+        allreduceCase(comm, count, DType::I64, ReduceOp::Max, true, Algorithm::Auto);
+      }
+    });
+  }
+}
+
+TEST(NativeThreads, LargeAllreduceEveryDtypeInPlaceAndNot) {
+  runThreads(3, [](Communicator& comm) {
+    for (DType dtype : kAllDTypes)
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min})
+        for (bool inPlace : {false, true}) allreduceCase(comm, 300007, dtype, op, inPlace, Algorithm::Auto);
+  });
+}
+
+TEST(NativeThreads, OverTcpOnly) {
+  NativeOptions options;
+  options.sharedMemory = false;
+  for (int n : {2, 3}) {
+    runThreads(
+        n,
+        [](Communicator& comm) {
+          for (size_t count : {size_t{1}, size_t{7}, size_t{1000003}})
+            allreduceCase(comm, count, DType::F32, ReduceOp::Sum, false, Algorithm::Auto);
+          allreduceCase(comm, 7, DType::BF16, ReduceOp::Prod, true, Algorithm::Auto);
+        },
+        options);
+  }
+}
+
+TEST(NativeThreads, RootedAndGatherCollectives) {
+  for (int n : {1, 2, 3, 4, 8}) {
+    runThreads(n, [n](Communicator& comm) {
+      const int me = comm.rank();
+      const size_t count = 7;
+      for (int root = 0; root < n; root += (n > 2 ? n - 1 : 1)) {
+        // broadcast
+        std::vector<int32_t> b(count, me == root ? 0 : -1);
+        if (me == root)
+          for (size_t i = 0; i < count; ++i) b[i] = static_cast<int32_t>(100 * root + i);
+        comm.broadcast(b.data(), count, DType::I32, root);
+        for (size_t i = 0; i < count; ++i) ASSERT_EQ(b[i], static_cast<int32_t>(100 * root + i));
+        // reduce (sum of r+1+i%5)
+        std::vector<double> in(count), out(count, -1);
+        for (size_t i = 0; i < count; ++i) in[i] = contribution(me, i, ReduceOp::Sum);
+        comm.reduce(in.data(), out.data(), count, DType::F64, ReduceOp::Sum, root);
+        if (me == root)
+          for (size_t i = 0; i < count; ++i) ASSERT_EQ(out[i], expectedReduction(n, i, ReduceOp::Sum, DType::F64));
+        // gather
+        std::vector<int64_t> mine(count), all(count * n, -1);
+        for (size_t i = 0; i < count; ++i) mine[i] = me * 1000 + static_cast<int64_t>(i);
+        comm.gather(mine.data(), all.data(), count, DType::I64, root);
+        if (me == root)
+          for (int r = 0; r < n; ++r)
+            for (size_t i = 0; i < count; ++i) ASSERT_EQ(all[r * count + i], r * 1000 + static_cast<int64_t>(i));
+        // scatter
+        std::vector<int64_t> part(count, -1);
+        comm.scatter(all.data(), part.data(), count, DType::I64, root);
+        if (me == root) {
+          for (size_t i = 0; i < count; ++i) ASSERT_EQ(part[i], me * 1000 + static_cast<int64_t>(i));
+        }
+      }
+    });
+  }
+}
+
+TEST(NativeThreads, ScatterDeliversEachRanksBlock) {
+  runThreads(4, [](Communicator& comm) {
+    const int n = comm.size();
+    std::vector<float> all(3 * n), part(3, -1);
+    for (int r = 0; r < n; ++r)
+      for (int i = 0; i < 3; ++i) all[r * 3 + i] = static_cast<float>(r * 10 + i);
+    comm.scatter(all.data(), part.data(), 3, DType::F32, 2);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(part[i], static_cast<float>(comm.rank() * 10 + i));
+  });
+}
+
+TEST(NativeThreads, AllgatherReduceScatterAlltoall) {
+  for (int n : {1, 2, 3, 5, 8}) {
+    runThreads(n, [n](Communicator& comm) {
+      const int me = comm.rank();
+      const size_t count = 7;
+      // allgather out of place and in place
+      std::vector<int32_t> mine(count), all(count * n, -1);
+      for (size_t i = 0; i < count; ++i) mine[i] = me * 100 + static_cast<int32_t>(i);
+      comm.allgather(mine.data(), all.data(), count, DType::I32);
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < count; ++i) ASSERT_EQ(all[r * count + i], r * 100 + static_cast<int32_t>(i));
+      std::vector<int32_t> inplace(count * n, -1);
+      std::memcpy(inplace.data() + me * count, mine.data(), count * 4);
+      comm.allgather(inplace.data() + me * count, inplace.data(), count, DType::I32);
+      ASSERT_EQ(inplace, all);
+      // allgatherv: rank r contributes r+1 elements
+      std::vector<size_t> counts;
+      size_t total = 0;
+      for (int r = 0; r < n; ++r) {
+        counts.push_back(static_cast<size_t>(r + 1));
+        total += r + 1;
+      }
+      std::vector<uint8_t> vin(me + 1, static_cast<uint8_t>(me + 1)), vout(total, 0);
+      comm.allgatherv(vin.data(), vout.data(), counts, DType::U8);
+      size_t pos = 0;
+      for (int r = 0; r < n; ++r)
+        for (int i = 0; i <= r; ++i) ASSERT_EQ(vout[pos++], r + 1);
+      // reduce-scatter: block b of rank r holds r + b; block me sums to n*me + n(n-1)/2
+      std::vector<float> rsIn(count * n), rsOut(count, -1);
+      for (int b = 0; b < n; ++b)
+        for (size_t i = 0; i < count; ++i) rsIn[b * count + i] = static_cast<float>(me + b + i);
+      comm.reduceScatter(rsIn.data(), rsOut.data(), count, DType::F32, ReduceOp::Sum);
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(rsOut[i], static_cast<float>(n * me + n * (n - 1) / 2 + n * static_cast<int>(i)));
+      // alltoall: block j of rank i = i*100 + j lands in block i of rank j
+      std::vector<int64_t> a2a(count * n), a2aOut(count * n, -1);
+      for (int j = 0; j < n; ++j)
+        for (size_t i = 0; i < count; ++i) a2a[j * count + i] = me * 100 + j * 10 + static_cast<int64_t>(i);
+      comm.alltoall(a2a.data(), a2aOut.data(), count, DType::I64);
+      for (int i = 0; i < n; ++i)
+        for (size_t k = 0; k < count; ++k) ASSERT_EQ(a2aOut[i * count + k], i * 100 + me * 10 + static_cast<int64_t>(k));
+      comm.alltoall(a2a.data(), a2a.data(), count, DType::I64);
+      ASSERT_EQ(a2a, a2aOut);
+      comm.barrier();
+    });
+  }
+}
+
+TEST(NativeThreads, PointToPointMatchesTags) {
+  runThreads(3, [](Communicator& comm) {
+    if (comm.rank() == 0) {
+      int32_t a = 11, b = 22;
+      std::vector<float> big(500000, 1.5f);
+      comm.send(&a, 1, DType::I32, 1, /*tag=*/5);
+      comm.send(&b, 1, DType::I32, 1, /*tag=*/6);
+      comm.send(big.data(), big.size(), DType::F32, 2, 1);
+    } else if (comm.rank() == 1) {
+      int32_t a = 0, b = 0;
+      comm.recv(&b, 1, DType::I32, 0, 6);  // arrives second: the first is held aside
+      comm.recv(&a, 1, DType::I32, 0, 5);
+      ASSERT_EQ(a, 11);
+      ASSERT_EQ(b, 22);
+    } else {
+      std::vector<float> big(500000, 0.0f);
+      auto w = comm.irecv(big.data(), big.size(), DType::F32, 0, 1);
+      w->wait();
+      ASSERT_EQ(big.front(), 1.5f);
+      ASSERT_EQ(big.back(), 1.5f);
+    }
+    comm.barrier();
+  });
+}
+
+TEST(NativeThreads, NonBlockingCompleteInStartOrder) {
+  runThreads(3, [](Communicator& comm) {
+    const int n = comm.size();
+    std::vector<std::vector<float>> bufs(6, std::vector<float>(1000, static_cast<float>(comm.rank() + 1)));
+    std::vector<std::unique_ptr<Work>> works;
+    for (int k = 0; k < 5; ++k)
+      works.push_back(comm.iallreduce(bufs[k].data(), bufs[k].data(), 1000, DType::F32, ReduceOp::Sum));
+    std::vector<int32_t> b(4, comm.rank() == 1 ? 9 : 0);
+    works.push_back(comm.ibroadcast(b.data(), 4, DType::I32, 1));
+    // A blocking collective started now runs after the queued ones.
+    comm.allreduce(bufs[5].data(), bufs[5].data(), 1000, DType::F32, ReduceOp::Max);
+    for (auto& w : works) w->wait();
+    for (int k = 0; k < 5; ++k) ASSERT_EQ(bufs[k][999], static_cast<float>(n * (n + 1) / 2));
+    ASSERT_EQ(bufs[5][0], static_cast<float>(n));
+    ASSERT_EQ(b[3], 9);
+  });
+}
+
+TEST(NativeThreads, SplitIntoSubgroups) {
+  runThreads(6, [](Communicator& comm) {
+    const int me = comm.rank();
+    // Even and odd ranks, ordered by descending old rank.
+    auto sub = comm.split(me % 2, -me);
+    ASSERT_NE(sub, nullptr);
+    ASSERT_EQ(sub->size(), 3);
+    const int expectedRank = (me % 2 == 0) ? (4 - me) / 2 : (5 - me) / 2;
+    ASSERT_EQ(sub->rank(), expectedRank);
+    int64_t v = me;
+    sub->allreduce(&v, &v, 1, DType::I64, ReduceOp::Sum);
+    ASSERT_EQ(v, me % 2 == 0 ? 0 + 2 + 4 : 1 + 3 + 5);
+    // Interleave parent and child traffic, then a nested split and a rank left out.
+    float w = 1.0f;
+    comm.allreduce(&w, &w, 1, DType::F32, ReduceOp::Sum);
+    ASSERT_EQ(w, 6.0f);
+    auto pair = sub->split(sub->rank() < 2 ? 0 : -1, 0);
+    if (sub->rank() < 2) {
+      ASSERT_NE(pair, nullptr);
+      int32_t x = sub->rank() + 1;
+      pair->allreduce(&x, &x, 1, DType::I32, ReduceOp::Prod);
+      ASSERT_EQ(x, 2);
+    } else {
+      ASSERT_EQ(pair, nullptr);
+    }
+    sub->barrier();
+    comm.barrier();
+  });
+}
+
+TEST(NativeThreads, MismatchedCountNamesBothRanks) {
+  std::vector<std::string> messages(2);
+  auto store = std::make_shared<ThreadStore>();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = createNativeCommunicator(store, r, 2);
+      comm->setTimeout(std::chrono::seconds(5));
+      std::vector<float> buf(1000, 1.0f);
+      try {
+        comm->allreduce(buf.data(), buf.data(), r == 0 ? 1000 : 999, DType::F32, ReduceOp::Sum);
+      } catch (const Mismatch& e) {
+        messages[r] = e.what();
+      } catch (const std::exception& e) {
+        messages[r] = std::string("wrong exception: ") + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_NE(messages[0].find("allreduce #0 on rank 0 (f32 sum count=1000) vs rank 1 (f32 sum count=999)"),
+            std::string::npos)
+      << messages[0];
+  EXPECT_NE(messages[1].find("on rank 1 (f32 sum count=999) vs rank 0 (f32 sum count=1000)"), std::string::npos)
+      << messages[1];
+}
+
+TEST(NativeThreads, MismatchedOpIsReported) {
+  std::vector<std::string> messages(3);
+  auto store = std::make_shared<ThreadStore>();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = createNativeCommunicator(store, r, 3);
+      comm->setTimeout(std::chrono::seconds(3));
+      int32_t v = 1;
+      try {
+        comm->allreduce(&v, &v, 1, DType::I32, r == 2 ? ReduceOp::Max : ReduceOp::Sum);
+      } catch (const Mismatch& e) {
+        messages[r] = e.what();
+      } catch (const std::exception& e) {
+        messages[r] = std::string("wrong exception: ") + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_NE(messages[2].find("(i32 max count=1) vs rank"), std::string::npos) << messages[2];
+  EXPECT_NE(messages[0].find("vs rank 2 (i32 max count=1)"), std::string::npos) << messages[0];
+}
+
+}  // namespace
+}  // namespace kolo::comm::testing
