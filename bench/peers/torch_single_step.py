@@ -1,0 +1,83 @@
+#!/usr/bin/python3
+"""PyTorch peer of bench/train_step.cc: one training step (zero_grad + forward + loss +
+backward + SGD momentum 0.9) of the built-in mlp / cnn at batch 128 on one thread, on the
+first 1024 Fashion-MNIST training images cycled; warm-up 30 / 10, timed 300 / 40 steps.
+Set OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 before starting (train_step.sh
+does). Prints one JSON line per model with the median step time.
+Usage: /usr/bin/python3 bench/peers/torch_single_step.py [mlp] [cnn]
+"""
+import gzip
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+FMNIST_DIR = os.environ.get("FMNIST_DIR", "/usr/share/datasets/fashion-mnist")
+WARM = {"mlp": 30, "cnn": 10}
+STEPS = {"mlp": 300, "cnn": 40}
+LR = {"mlp": 0.05, "cnn": 0.02}
+
+
+def read_idx(path, count):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    arr = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+    return arr[:count]
+
+
+def make_model(name):
+    if name == "mlp":
+        return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
+                             nn.Linear(256, 10))
+    return nn.Sequential(
+        nn.Unflatten(1, (1, 28, 28)),
+        nn.Conv2d(1, 32, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(1024, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def main():
+    torch.set_num_threads(1)
+    models = sys.argv[1:] or ["mlp", "cnn"]
+    images = read_idx(os.path.join(FMNIST_DIR, "train-images-idx3-ubyte.gz"), 1024)
+    labels = read_idx(os.path.join(FMNIST_DIR, "train-labels-idx1-ubyte.gz"), 1024)
+    X = torch.from_numpy(images.reshape(1024, -1).astype(np.float32) / np.float32(255.0))
+    Y = torch.from_numpy(labels.astype(np.int64))
+    for name in models:
+        torch.manual_seed(0)
+        model = make_model(name)
+        opt = torch.optim.SGD(model.parameters(), lr=LR[name], momentum=0.9)
+        lossf = nn.CrossEntropyLoss()
+        total = []
+        for i in range(WARM[name] + STEPS[name]):
+            j = i % 8
+            xb, yb = X[128 * j:128 * (j + 1)], Y[128 * j:128 * (j + 1)]
+            t0 = time.perf_counter()
+            loss = lossf(model(xb), yb)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            t1 = time.perf_counter()
+            if i >= WARM[name]:
+                total.append(t1 - t0)
+        print(json.dumps({"bench": "torch_train_step", "model": name, "batch": 128,
+                          "threads": torch.get_num_threads(), "warmup": WARM[name],
+                          "steps": STEPS[name], "step_ms_median": round(median(total) * 1e3, 3),
+                          "step_ms_min": round(min(total) * 1e3, 3),
+                          "final_loss": round(float(loss), 4)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
