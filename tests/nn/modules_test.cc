@@ -1,0 +1,140 @@
+// Tests of nn modules: PyTorch state_dict names and shapes of the built-in models, default
+// initialisation bounds, modes, finite-difference checks of every module in f64, and the
+// causality of self-attention.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "autograd/gradcheck.h"
+#include "kolo/nn/nn.h"
+
+namespace kolo {
+namespace {
+
+std::vector<std::string> names(const nn::Module& m) {
+  std::vector<std::string> out;
+  for (auto& [n, t] : m.namedParameters()) out.push_back(n);
+  return out;
+}
+
+TEST(Models, NamesAndShapesEqualPyTorchStateDict) {
+  Generator gen(0);
+  auto mlp = nn::makeModel("mlp", gen);
+  EXPECT_EQ(names(*mlp), (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"}));
+  EXPECT_EQ(mlp->namedParameters()[0].second.shape(), (Shape{512, 784}));
+  EXPECT_EQ(mlp->parameterCount(), 535818);
+  auto cnn = nn::makeModel("cnn", gen);
+  EXPECT_EQ(names(*cnn), (std::vector<std::string>{"1.weight", "1.bias", "4.weight", "4.bias", "8.weight", "8.bias",
+                                                   "10.weight", "10.bias"}));
+  EXPECT_EQ(cnn->namedParameters()[2].second.shape(), (Shape{64, 32, 5, 5}));
+  EXPECT_EQ(cnn->parameterCount(), 184586);
+  EXPECT_EQ(cnn->forward(Tensor::zeros({3, 784})).shape(), (Shape{3, 10}));
+  EXPECT_THROW(nn::makeModel("resnet", gen), InvalidArgument);
+  for (auto& p : cnn->parameters()) EXPECT_TRUE(p.requiresGrad());
+}
+
+TEST(Init, DefaultBoundsFollowPyTorch) {
+  Generator gen(1);
+  nn::Linear lin(100, 50, gen);
+  double maxAbs = 0;
+  for (float v : lin.weight.toFloatVector()) maxAbs = std::max(maxAbs, std::abs(double(v)));
+  EXPECT_LE(maxAbs, 0.1);
+  EXPECT_GT(maxAbs, 0.09);  // 5000 draws from U(-0.1, 0.1) come close to the bound
+  nn::Conv2d conv(4, 8, 3, gen);
+  for (float v : conv.bias.toFloatVector()) EXPECT_LE(std::abs(v), 1.0 / 6.0);
+  nn::LayerNorm ln({6});
+  EXPECT_EQ(ln.weight.toFloatVector(), std::vector<float>(6, 1.0f));
+  EXPECT_EQ(ln.bias.toFloatVector(), std::vector<float>(6, 0.0f));
+  // Same seed, same weights.
+  Generator g1(7), g2(7);
+  EXPECT_EQ(nn::makeModel("mlp", g1)->parameters()[2].toFloatVector(),
+            nn::makeModel("mlp", g2)->parameters()[2].toFloatVector());
+}
+
+TEST(Modes, DropoutOnlyInTraining) {
+  nn::Sequential seq{std::make_shared<nn::Dropout>(0.5, 3)};
+  Tensor x = Tensor::ones({100});
+  seq.train(false);
+  EXPECT_FALSE(seq.at(0).isTraining());
+  EXPECT_EQ(seq.forward(x).toFloatVector(), x.toFloatVector());
+  seq.train(true);
+  int zeros = 0;
+  for (float v : seq.forward(x).toFloatVector()) {
+    EXPECT_TRUE(v == 0.0f || v == 2.0f);
+    zeros += v == 0.0f;
+  }
+  EXPECT_GT(zeros, 20);
+  EXPECT_LT(zeros, 80);
+}
+
+// Gradient check of a module in f64 with respect to its input (when floating) and every parameter.
+void checkModule(nn::Module& m, Tensor input, bool inputGrad = true) {
+  m.castParameters(DType::F64);
+  std::vector<Tensor> leaves;
+  if (inputGrad) {
+    input = input.to(DType::F64).clone();
+    input.setRequiresGrad(true);
+    leaves.push_back(input);
+  }
+  for (auto& p : m.parameters()) leaves.push_back(p);
+  Tensor fixedInput = input;
+  testing::gradcheck([&](const std::vector<Tensor>&) { return m.forward(fixedInput); }, leaves);
+}
+
+TEST(ModuleGradcheck, EveryModule) {
+  Generator gen(5);
+  {
+    nn::Linear m(4, 3, gen);
+    checkModule(m, Tensor::randn({2, 4}, gen));
+  }
+  {
+    nn::Conv2d m(2, 3, 3, gen, 1, 1);
+    checkModule(m, Tensor::randn({2, 2, 4, 4}, gen));
+  }
+  {
+    nn::LayerNorm m({5});
+    checkModule(m, Tensor::randn({3, 5}, gen));
+  }
+  {
+    nn::Embedding m(6, 3, gen);
+    checkModule(m, Tensor::fromVector({4}, std::vector<int64_t>{5, 0, 5, 2}), false);
+  }
+  {
+    nn::Sequential m{std::make_shared<nn::Unflatten>(1, Shape{1, 4, 4}), std::make_shared<nn::Conv2d>(1, 2, 3, gen),
+                     std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(2), std::make_shared<nn::Flatten>(),
+                     std::make_shared<nn::Linear>(2, 3, gen), std::make_shared<nn::Tanh>(),
+                     std::make_shared<nn::GELU>()};
+    checkModule(m, Tensor::randn({2, 16}, gen));
+  }
+  {
+    nn::CausalSelfAttention m(4, 2, gen);
+    checkModule(m, Tensor::randn({2, 3, 4}, gen));
+  }
+  {
+    nn::TransformerBlock m(4, 2, gen, 8);
+    checkModule(m, Tensor::randn({1, 3, 4}, gen));
+  }
+}
+
+TEST(Attention, OutputAtTDependsOnlyOnPositionsUpToT) {
+  Generator gen(9);
+  nn::CausalSelfAttention attn(8, 2, gen);
+  Tensor x = Tensor::randn({1, 5, 8}, gen);
+  std::vector<float> before = attn.forward(x).toFloatVector();
+  // Change the last position: outputs at positions 0..3 must not move.
+  Tensor changed = x.clone();
+  changed.slice(1, 4, 5).fill(3.0);
+  std::vector<float> after = attn.forward(changed).toFloatVector();
+  for (int i = 0; i < 4 * 8; ++i) EXPECT_EQ(before[i], after[i]) << i;
+  bool lastMoved = false;
+  for (int i = 4 * 8; i < 5 * 8; ++i) lastMoved |= before[i] != after[i];
+  EXPECT_TRUE(lastMoved);
+  nn::TransformerBlock block(8, 2, gen);
+  EXPECT_EQ(names(block).front(), "ln1.weight");
+  EXPECT_EQ(names(block)[2], "attn.qkv.weight");
+  EXPECT_EQ(names(block).back(), "mlp.2.bias");
+  EXPECT_EQ(block.forward(x).shape(), (Shape{1, 5, 8}));
+}
+
+}  // namespace
+}  // namespace kolo
