@@ -168,9 +168,9 @@ inline std::string freshDirectory() {
 /// Forks n rank processes running body(rank, comm); returns each child's exit status
 /// (0 = body returned; 1 = it threw, with the message on stderr). `beforeCreate` runs in
 /// the child before the communicator exists (e.g. to stop itself).
-inline std::vector<int> runProcesses(int n, const std::function<int(int, Communicator&)>& body,
-                                     NativeOptions options = {},
-                                     const std::function<void(const std::vector<pid_t>&)>& whileRunning = {}) {
+inline std::vector<int> runProcessesWith(int n, const std::function<int(int, Communicator&)>& body,
+                                         const std::function<NativeOptions(int)>& optionsFor,
+                                         const std::function<void(const std::vector<pid_t>&)>& whileRunning = {}) {
   const std::string dir = freshDirectory();
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
@@ -179,7 +179,7 @@ inline std::vector<int> runProcesses(int n, const std::function<int(int, Communi
       int code = 0;
       try {
         auto store = std::make_shared<DirectoryStore>(dir);
-        auto comm = createNativeCommunicator(store, r, n, options);
+        auto comm = createNativeCommunicator(store, r, n, optionsFor(r));
         code = body(r, *comm);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
@@ -199,6 +199,13 @@ inline std::vector<int> runProcesses(int n, const std::function<int(int, Communi
   }
   std::filesystem::remove_all(dir);
   return codes;
+}
+
+/// runProcessesWith with the same options on every rank.
+inline std::vector<int> runProcesses(int n, const std::function<int(int, Communicator&)>& body,
+                                     NativeOptions options = {},
+                                     const std::function<void(const std::vector<pid_t>&)>& whileRunning = {}) {
+  return runProcessesWith(n, body, [options](int) { return options; }, whileRunning);
 }
 
 }  // namespace kolo::comm::testing
