@@ -1,0 +1,98 @@
+// Synchronous data-parallel strategies behind one interface, as tf.distribute names them:
+// one-device, mirrored (K replicas on threads), multi-worker-mirrored (one replica per
+// rank, gradients all-reduced through a Communicator) and central-storage (variables held
+// once, K replicas compute gradients against them). One training loop drives them all.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kolo/comm/communicator.h"
+#include "kolo/nn/module.h"
+#include "kolo/optim.h"
+#include "kolo/parallel/reducer.h"
+#include "kolo/parallel/replica_group.h"
+#include "kolo/tensor.h"
+
+namespace kolo::parallel {
+
+/// Builds one replica of the model. Called once per replica; the strategy makes the
+/// replicas' weights identical (replica 0's, or rank 0's), so it need not be deterministic.
+using ModelFactory = std::function<std::shared_ptr<nn::Module>()>;
+/// Builds the optimizer over a replica's (or the central) parameters.
+using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(const NamedTensors&)>;
+/// The mean loss of `model` on a batch. Default: cross-entropy of model(inputs) vs labels.
+using LossFn = std::function<Tensor(nn::Module& model, const Tensor& inputs, const Tensor& labels)>;
+
+enum class StrategyKind { OneDevice, Mirrored, MultiWorkerMirrored, CentralStorage };
+
+const char* strategyKindName(StrategyKind kind);
+/// Parses "one-device", "mirrored", "multi-worker-mirrored", "central-storage".
+StrategyKind parseStrategyKind(const std::string& name);
+
+struct StrategyOptions {
+  StrategyKind kind = StrategyKind::OneDevice;
+  /// Replicas in this process (mirrored, central-storage).
+  int replicas = 2;
+  /// In-process reduction of mirrored.
+  LocalReduction reduction = LocalReduction::Ring;
+  /// The job's communicator (multi-worker-mirrored); required there, ignored elsewhere.
+  std::shared_ptr<comm::Communicator> communicator;
+  /// Buckets and all-reduce algorithm (reducer.collective.algorithm) of the reducers.
+  ReducerOptions reducer;
+};
+
+/// Result of one synchronous step.
+struct StepResult {
+  /// Mean loss over the global batch (the average of the replicas' mean losses).
+  double loss = 0.0;
+};
+
+/// One synchronous data-parallel training scheme. Usage per step: the loop gives the
+/// process's share of the global batch to trainStep(), which splits it over the local
+/// replicas, reduces their gradients and applies one optimizer update everywhere. Data
+/// sharding across processes follows dataRank()/dataWorldSize() (a DistributedSampler).
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual StrategyKind kind() const = 0;
+  std::string name() const { return strategyKindName(kind()); }
+  /// Replicas computing in this process.
+  virtual int localReplicas() const = 0;
+  /// Replicas in the whole job (local replicas over every process).
+  virtual int replicas() const { return localReplicas() * dataWorldSize(); }
+  /// This process's index among the processes that read data, and their number.
+  virtual int dataRank() const { return 0; }
+  virtual int dataWorldSize() const { return 1; }
+  /// True for the one process that writes metrics, saved weights and checkpoints.
+  bool isPrimary() const { return dataRank() == 0; }
+
+  /// One synchronous step on this process's share of the global batch: inputs [b, ...],
+  /// labels [b], with b divisible by localReplicas(). Blocking; collective across processes
+  /// for multi-worker-mirrored. Rethrows errors of any replica.
+  virtual StepResult trainStep(const Tensor& inputs, const Tensor& labels) = 0;
+
+  /// The model holding the trained weights (replica 0, or the central variables): use it
+  /// for evaluation, saving and checkpoints.
+  virtual nn::Module& model() = 0;
+  /// The optimizer of model() (its state is what checkpoints save).
+  virtual optim::Optimizer& optimizer() = 0;
+  /// After model() and optimizer() were changed from outside (loaded from a checkpoint),
+  /// makes every replica (and, for multi-worker, every rank from rank 0) agree with them.
+  /// Collective for multi-worker-mirrored.
+  virtual void syncReplicas() = 0;
+  /// The reducer of replica 0 (mirrored, multi-worker-mirrored), else null: for timelines.
+  virtual Reducer* reducer() { return nullptr; }
+};
+
+/// Builds a strategy. Throws InvalidArgument for a replica count < 1, or a missing
+/// communicator for multi-worker-mirrored. Construction is collective for
+/// multi-worker-mirrored (parameters are broadcast from rank 0).
+std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, ModelFactory modelFactory,
+                                       OptimizerFactory optimizerFactory, LossFn loss = nullptr);
+
+/// Cross-entropy of model(inputs) against labels (the default LossFn).
+Tensor crossEntropyLoss(nn::Module& model, const Tensor& inputs, const Tensor& labels);
+
+}  // namespace kolo::parallel

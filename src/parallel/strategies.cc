@@ -1,0 +1,289 @@
+// The four synchronous strategies: OneDevice, Mirrored (replica threads + in-process
+// reducers), MultiWorkerMirrored (one replica per rank, Reducer over the communicator) and
+// CentralStorage (replicas alias the central variables; gradients summed centrally).
+#include <cstring>
+
+#include "kolo/error.h"
+#include "kolo/ops.h"
+#include "kolo/parallel/distributed.h"
+#include "kolo/parallel/strategy.h"
+#include "parallel/replica_pool.h"
+
+namespace kolo::parallel {
+
+const char* strategyKindName(StrategyKind kind) {
+  switch (kind) {
+    case StrategyKind::OneDevice: return "one-device";
+    case StrategyKind::Mirrored: return "mirrored";
+    case StrategyKind::MultiWorkerMirrored: return "multi-worker-mirrored";
+    case StrategyKind::CentralStorage: return "central-storage";
+  }
+  return "?";
+}
+
+StrategyKind parseStrategyKind(const std::string& name) {
+  if (name == "one-device") return StrategyKind::OneDevice;
+  if (name == "mirrored") return StrategyKind::Mirrored;
+  if (name == "multi-worker-mirrored") return StrategyKind::MultiWorkerMirrored;
+  if (name == "central-storage") return StrategyKind::CentralStorage;
+  KOLO_THROW(InvalidArgument, "unknown strategy '", name,
+             "' (expected one-device, mirrored, multi-worker-mirrored or central-storage)");
+}
+
+Tensor crossEntropyLoss(nn::Module& model, const Tensor& inputs, const Tensor& labels) {
+  return crossEntropy(model.forward(inputs), labels);
+}
+
+namespace {
+
+// Rows [r*b/k, (r+1)*b/k) of a batch, contiguous.
+Tensor shard(const Tensor& t, int r, int k) {
+  const int64_t b = t.size(0);
+  return t.slice(0, b * r / k, b * (r + 1) / k).contiguous();
+}
+
+void checkShardable(const Tensor& inputs, const Tensor& labels, int k, const char* who) {
+  KOLO_CHECK(inputs.defined() && labels.defined(), who, ": undefined batch");
+  KOLO_CHECK_EQ(inputs.size(0), labels.size(0), who, ": inputs and labels disagree on the batch size");
+  KOLO_CHECK(inputs.size(0) % k == 0, who, ": batch of ", inputs.size(0), " samples does not split evenly over ", k,
+             " replicas");
+}
+
+void copyParameters(const NamedTensors& from, const NamedTensors& to) {
+  KOLO_CHECK_EQ(from.size(), to.size(), "replicas disagree on the parameter count");
+  for (size_t i = 0; i < from.size(); ++i) Tensor(to[i].second).copyFrom(from[i].second);
+}
+
+class OneDeviceStrategy : public Strategy {
+ public:
+  OneDeviceStrategy(ModelFactory models, OptimizerFactory optimizers, LossFn loss)
+      : model_(models()), loss_(std::move(loss)) {
+    optimizer_ = optimizers(model_->namedParameters());
+  }
+  StrategyKind kind() const override { return StrategyKind::OneDevice; }
+  int localReplicas() const override { return 1; }
+  StepResult trainStep(const Tensor& inputs, const Tensor& labels) override {
+    checkShardable(inputs, labels, 1, "one-device");
+    optimizer_->zeroGrad();
+    Tensor loss = loss_(*model_, inputs, labels);
+    loss.backward();
+    optimizer_->step();
+    return {loss.item()};
+  }
+  nn::Module& model() override { return *model_; }
+  optim::Optimizer& optimizer() override { return *optimizer_; }
+  void syncReplicas() override {}
+
+ private:
+  std::shared_ptr<nn::Module> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  LossFn loss_;
+};
+
+// TensorFlow's MirroredStrategy: every replica keeps its own copy of the variables and its
+// own optimizer; gradients are all-reduced in process, so every replica applies the same
+// update and the copies stay bit-identical.
+class MirroredStrategy : public Strategy {
+ public:
+  MirroredStrategy(const StrategyOptions& options, ModelFactory models, OptimizerFactory optimizers, LossFn loss)
+      : k_(options.replicas), loss_(std::move(loss)), pool_(options.replicas) {
+    auto comms = makeReplicaGroup(k_, options.reduction);
+    models_.resize(k_);
+    optimizers_.resize(k_);
+    reducers_.resize(k_);
+    for (int r = 0; r < k_; ++r) models_[r] = models();
+    // The reducers broadcast replica 0's weights; their construction is collective.
+    pool_.run([&](int r) {
+      reducers_[r] = std::make_unique<Reducer>(models_[r]->namedParameters(), comms[r], options.reducer);
+      optimizers_[r] = optimizers(models_[r]->namedParameters());
+    });
+  }
+  StrategyKind kind() const override { return StrategyKind::Mirrored; }
+  int localReplicas() const override { return k_; }
+  StepResult trainStep(const Tensor& inputs, const Tensor& labels) override {
+    checkShardable(inputs, labels, k_, "mirrored");
+    pool_.run([&](int r) {
+      optimizers_[r]->zeroGrad();
+      Reducer& reducer = *reducers_[r];
+      reducer.prepareForBackward();
+      Tensor loss = loss_(*models_[r], shard(inputs, r, k_), shard(labels, r, k_));
+      reducer.setLocalLoss(loss.item());
+      loss.backward();
+      reducer.finalize();
+      optimizers_[r]->step();
+    });
+    return {reducers_[0]->globalLoss()};
+  }
+  nn::Module& model() override { return *models_[0]; }
+  optim::Optimizer& optimizer() override { return *optimizers_[0]; }
+  void syncReplicas() override {
+    const auto state = optimizers_[0]->stateDict();
+    for (int r = 1; r < k_; ++r) {
+      copyParameters(models_[0]->namedParameters(), models_[r]->namedParameters());
+      optimizers_[r]->loadStateDict(conformStateShapes(state, *optimizers_[r]));
+    }
+  }
+  Reducer* reducer() override { return reducers_[0].get(); }
+
+ private:
+  int k_;
+  LossFn loss_;
+  detail::ReplicaPool pool_;
+  std::vector<std::shared_ptr<nn::Module>> models_;
+  std::vector<std::unique_ptr<optim::Optimizer>> optimizers_;
+  std::vector<std::unique_ptr<Reducer>> reducers_;
+};
+
+// One replica per rank; the Reducer all-reduces its gradient buckets during backward.
+class MultiWorkerMirroredStrategy : public Strategy {
+ public:
+  MultiWorkerMirroredStrategy(const StrategyOptions& options, ModelFactory models, OptimizerFactory optimizers,
+                              LossFn loss)
+      : comm_(options.communicator), model_(models()), loss_(std::move(loss)) {
+    reducer_ = std::make_unique<Reducer>(model_->namedParameters(), comm_, options.reducer);
+    optimizer_ = optimizers(model_->namedParameters());
+  }
+  StrategyKind kind() const override { return StrategyKind::MultiWorkerMirrored; }
+  int localReplicas() const override { return 1; }
+  int dataRank() const override { return comm_->rank(); }
+  int dataWorldSize() const override { return comm_->size(); }
+  StepResult trainStep(const Tensor& inputs, const Tensor& labels) override {
+    checkShardable(inputs, labels, 1, "multi-worker-mirrored");
+    optimizer_->zeroGrad();
+    reducer_->prepareForBackward();
+    Tensor loss = loss_(*model_, inputs, labels);
+    reducer_->setLocalLoss(loss.item());
+    loss.backward();
+    reducer_->finalize();
+    optimizer_->step();
+    return {reducer_->globalLoss()};
+  }
+  nn::Module& model() override { return *model_; }
+  optim::Optimizer& optimizer() override { return *optimizer_; }
+  void syncReplicas() override {
+    broadcastParameters(model_->namedParameters(), *comm_, 0);
+    broadcastOptimizerState(*optimizer_, *comm_, 0);
+  }
+  Reducer* reducer() override { return reducer_.get(); }
+
+ private:
+  std::shared_ptr<comm::Communicator> comm_;
+  std::shared_ptr<nn::Module> model_;
+  LossFn loss_;
+  std::unique_ptr<Reducer> reducer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+};
+
+// TensorFlow's CentralStorageStrategy: the variables exist once (the central model); each
+// replica's parameters are views of the same storage, so replicas read the central values
+// directly. Replica gradients are summed in the central place in replica order and
+// averaged, and one optimizer updates the central variables.
+class CentralStorageStrategy : public Strategy {
+ public:
+  CentralStorageStrategy(const StrategyOptions& options, ModelFactory models, OptimizerFactory optimizers,
+                         LossFn loss)
+      : k_(options.replicas), central_(models()), loss_(std::move(loss)), pool_(options.replicas) {
+    optimizer_ = optimizers(central_->namedParameters());
+    const NamedTensors central = central_->namedParameters();
+    for (int r = 0; r < k_; ++r) {
+      auto replica = models();
+      const NamedTensors params = replica->namedParameters();
+      KOLO_CHECK_EQ(params.size(), central.size(), "central-storage: replica ", r, " has another parameter count");
+      for (size_t i = 0; i < params.size(); ++i) {
+        const Tensor& c = central[i].second;
+        const Tensor& p = params[i].second;
+        KOLO_CHECK(p.shape() == c.shape() && p.dtype() == c.dtype() && c.isContiguous(),
+                   "central-storage: parameter '", params[i].first, "' of replica ", r, " is ", shapeString(p.shape()),
+                   " but the central one is ", shapeString(c.shape()));
+        // Alias the storage: the replica computes with the central variable itself.
+        p.impl()->storage = c.impl()->storage;
+        p.impl()->offset = c.impl()->offset;
+        p.impl()->strides = c.impl()->strides;
+      }
+      replicas_.push_back(std::move(replica));
+    }
+    losses_.assign(k_, 0.0);
+  }
+  StrategyKind kind() const override { return StrategyKind::CentralStorage; }
+  int localReplicas() const override { return k_; }
+  StepResult trainStep(const Tensor& inputs, const Tensor& labels) override {
+    checkShardable(inputs, labels, k_, "central-storage");
+    pool_.run([&](int r) {
+      replicas_[r]->zeroGrad();
+      Tensor loss = loss_(*replicas_[r], shard(inputs, r, k_), shard(labels, r, k_));
+      loss.backward();
+      losses_[r] = loss.item();
+    });
+    // Reduce into the central gradients: sum over replicas in order, then average.
+    const NamedTensors central = central_->namedParameters();
+    std::vector<NamedTensors> replicaParams;
+    for (auto& m : replicas_) replicaParams.push_back(m->namedParameters());
+    for (size_t i = 0; i < central.size(); ++i) {
+      Tensor c = central[i].second;
+      KOLO_CHECK(c.dtype() == DType::F32, "central-storage: parameter '", central[i].first, "' is not f32");
+      Tensor g = c.grad();
+      if (!g.defined() || !g.isContiguous()) {
+        g = Tensor::zeros(c.shape());
+        c.setGrad(g);
+      }
+      float* dst = g.data<float>();
+      const int64_t n = c.numel();
+      for (int r = 0; r < k_; ++r) {
+        Tensor rg = replicaParams[r][i].second.grad();
+        KOLO_CHECK(rg.defined(), "central-storage: parameter '", central[i].first, "' got no gradient on replica ", r);
+        Tensor src = rg.contiguous();
+        const float* s = src.data<float>();
+        if (r == 0)
+          std::memcpy(dst, s, sizeof(float) * n);
+        else
+          for (int64_t j = 0; j < n; ++j) dst[j] += s[j];
+      }
+      const float scale = 1.0f / static_cast<float>(k_);
+      for (int64_t j = 0; j < n; ++j) dst[j] *= scale;
+    }
+    optimizer_->step();
+    double mean = 0;
+    for (double l : losses_) mean += l;
+    return {mean / k_};
+  }
+  nn::Module& model() override { return *central_; }
+  optim::Optimizer& optimizer() override { return *optimizer_; }
+  void syncReplicas() override {}  // replicas alias the central variables
+
+ private:
+  int k_;
+  std::shared_ptr<nn::Module> central_;
+  LossFn loss_;
+  detail::ReplicaPool pool_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::vector<std::shared_ptr<nn::Module>> replicas_;
+  std::vector<double> losses_;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, ModelFactory modelFactory,
+                                       OptimizerFactory optimizerFactory, LossFn loss) {
+  KOLO_CHECK(modelFactory != nullptr, "makeStrategy: no model factory");
+  KOLO_CHECK(optimizerFactory != nullptr, "makeStrategy: no optimizer factory");
+  if (!loss) loss = crossEntropyLoss;
+  switch (options.kind) {
+    case StrategyKind::OneDevice:
+      return std::make_unique<OneDeviceStrategy>(std::move(modelFactory), std::move(optimizerFactory), std::move(loss));
+    case StrategyKind::Mirrored:
+      KOLO_CHECK_GE(options.replicas, 1, "(mirrored replicas)");
+      return std::make_unique<MirroredStrategy>(options, std::move(modelFactory), std::move(optimizerFactory),
+                                                std::move(loss));
+    case StrategyKind::MultiWorkerMirrored:
+      KOLO_CHECK(options.communicator != nullptr, "multi-worker-mirrored needs a communicator");
+      return std::make_unique<MultiWorkerMirroredStrategy>(options, std::move(modelFactory),
+                                                           std::move(optimizerFactory), std::move(loss));
+    case StrategyKind::CentralStorage:
+      KOLO_CHECK_GE(options.replicas, 1, "(central-storage replicas)");
+      return std::make_unique<CentralStorageStrategy>(options, std::move(modelFactory), std::move(optimizerFactory),
+                                                      std::move(loss));
+  }
+  KOLO_THROW(InvalidArgument, "makeStrategy: unknown strategy kind");
+}
+
+}  // namespace kolo::parallel
