@@ -137,15 +137,16 @@ class DirectoryStore : public Store {
 
 using RankBody = std::function<void(Communicator&)>;
 
-/// Runs body on n ranks, each a thread with its own communicator; rethrows the first error.
-inline void runThreads(int n, const RankBody& body, NativeOptions options = {}) {
+/// Runs body on n ranks, each a thread with its own communicator built with
+/// optionsFor(rank); rethrows the first error.
+inline void runThreadsWith(int n, const RankBody& body, const std::function<NativeOptions(int)>& optionsFor) {
   auto store = std::make_shared<ThreadStore>();
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto comm = createNativeCommunicator(store, r, n, options);
+        auto comm = createNativeCommunicator(store, r, n, optionsFor(r));
         body(*comm);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -155,6 +156,11 @@ inline void runThreads(int n, const RankBody& body, NativeOptions options = {}) 
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+/// runThreadsWith with the same options on every rank.
+inline void runThreads(int n, const RankBody& body, NativeOptions options = {}) {
+  runThreadsWith(n, body, [options](int) { return options; });
 }
 
 /// A fresh directory under /tmp for a forked job's store.

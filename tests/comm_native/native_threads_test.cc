@@ -73,6 +73,44 @@ TEST(NativeThreads, LargeAllreduceEveryDtypeInPlaceAndNot) {
   });
 }
 
+TEST(NativeThreads, EveryAlgorithmEveryCount) {
+  for (Algorithm algo : {Algorithm::Ring, Algorithm::HalvingDoubling, Algorithm::Tree, Algorithm::ReduceBroadcast,
+                         Algorithm::Hierarchical}) {
+    for (int n : {2, 3, 5}) {
+      runThreads(n, [algo](Communicator& comm) {
+        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000003}}) {
+          allreduceCase(comm, count, DType::F32, ReduceOp::Sum, false, algo);
+          allreduceCase(comm, count, DType::F32, ReduceOp::Sum, true, algo);
+        }
+        for (DType dtype : kAllDTypes)
+          for (ReduceOp op : kAllOps) allreduceCase(comm, 7, dtype, op, dtype == DType::F64, algo);
+      });
+    }
+  }
+}
+
+TEST(NativeThreads, HierarchicalAcrossTwoHostIds) {
+  // Ranks 0..2 on host "a", 3..5 on "b": shared memory inside a host, TCP across.
+  runThreadsWith(
+      6,
+      [](Communicator& comm) {
+        auto* native = dynamic_cast<native::NativeCommunicator*>(&comm);
+        ASSERT_NE(native, nullptr);
+        ASSERT_EQ(native->hostCount(), 2);
+        ASSERT_EQ(native->allreducePlan(Algorithm::Auto, 4 << 20), "hierarchical");
+        for (size_t count : {size_t{1}, size_t{7}, size_t{1000003}}) {
+          allreduceCase(comm, count, DType::F32, ReduceOp::Sum, false, Algorithm::Auto);
+          allreduceCase(comm, count, DType::I32, ReduceOp::Max, true, Algorithm::Hierarchical);
+          allreduceCase(comm, count, DType::F64, ReduceOp::Avg, false, Algorithm::Ring);
+        }
+      },
+      [](int rank) {
+        NativeOptions o;
+        o.hostId = rank < 3 ? "a" : "b";
+        return o;
+      });
+}
+
 TEST(NativeThreads, OverTcpOnly) {
   NativeOptions options;
   options.sharedMemory = false;
@@ -280,6 +318,41 @@ TEST(NativeThreads, MismatchedCountNamesBothRanks) {
       << messages[0];
   EXPECT_NE(messages[1].find("on rank 1 (f32 sum count=999) vs rank 0 (f32 sum count=1000)"), std::string::npos)
       << messages[1];
+}
+
+TEST(NativeThreads, PlanPicksSingleCopyForLargeSingleHostAllreduce) {
+  runThreads(2, [](Communicator& comm) {
+    auto& native = dynamic_cast<native::NativeCommunicator&>(comm);
+    EXPECT_TRUE(native.crossMemoryAttach());
+    EXPECT_EQ(native.allreducePlan(Algorithm::Auto, 64 << 20), "cma");
+    EXPECT_EQ(native.allreducePlan(Algorithm::Auto, 4096), "direct");
+    EXPECT_EQ(native.allreducePlan(Algorithm::Ring, 64 << 20), "ring");
+  });
+}
+
+TEST(NativeThreads, MismatchedAlgorithmIsReported) {
+  std::vector<std::string> messages(2);
+  auto store = std::make_shared<ThreadStore>();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = createNativeCommunicator(store, r, 2);
+      comm->setTimeout(std::chrono::seconds(3));
+      std::vector<float> v(100, 1.0f);
+      CollectiveOptions opts;
+      opts.algorithm = r == 0 ? Algorithm::Ring : Algorithm::Tree;
+      try {
+        comm->allreduce(v.data(), v.data(), v.size(), DType::F32, ReduceOp::Sum, opts);
+      } catch (const Mismatch& e) {
+        messages[r] = e.what();
+      } catch (const std::exception& e) {
+        messages[r] = std::string("wrong exception: ") + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_NE(messages[0].find("(f32 sum count=100 ring) vs rank 1 (f32 sum count=100 tree)"), std::string::npos)
+      << messages[0];
 }
 
 TEST(NativeThreads, MismatchedOpIsReported) {

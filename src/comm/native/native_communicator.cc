@@ -5,7 +5,7 @@
 #include <cstring>
 #include <tuple>
 
-#include "comm/algorithms/reduce_kernels.h"
+#include "comm/algorithms/algorithms.h"
 #include "comm/native/basic_algorithms.h"
 #include "comm/native/cma_allreduce.h"
 #include "kolo/error.h"
@@ -58,7 +58,13 @@ class NativeCommunicator::TaskWork : public Work {
 NativeCommunicator::NativeCommunicator(std::shared_ptr<JobState> job, std::unique_ptr<GroupLinks> links,
                                        std::chrono::milliseconds timeout)
     : job_(std::move(job)), links_(std::move(links)), timeoutMs_(timeout.count()) {
-  for (int r = 0; r < links_->size(); ++r) groupPids_.push_back(job_->pids[links_->engineRank(r)]);
+  std::vector<int> hosts;
+  for (int r = 0; r < links_->size(); ++r) {
+    groupPids_.push_back(job_->pids[links_->engineRank(r)]);
+    const int h = job_->hostOf[links_->engineRank(r)];
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  }
+  hostCount_ = static_cast<int>(hosts.size());
 }
 
 NativeCommunicator::~NativeCommunicator() {
@@ -88,10 +94,46 @@ void NativeCommunicator::checkRoot(int root, const char* what) const {
     KOLO_THROW(InvalidArgument, what, " on rank ", rank(), ": root ", root, " outside the group of ", size());
 }
 
-bool NativeCommunicator::allOnOneHost() const {
-  for (int r = 0; r < size(); ++r)
-    if (!links_->sameHost(r) && r != rank()) return false;
-  return true;
+detail::HierarchicalGroups& NativeCommunicator::hierarchicalGroups() {
+  if (!hierarchy_) {
+    // Local group: this host's ranks in group order. Leaders: each host's first rank, hosts
+    // in order of their first rank. Both are known to every rank without communication.
+    const int me = rank();
+    const int myHost = job_->hostOf[links_->engineRank(me)];
+    std::vector<int> localMembers, leaderMembers, seenHosts;
+    int localRank = 0, leaderRank = -1;
+    for (int r = 0; r < size(); ++r) {
+      const int h = job_->hostOf[links_->engineRank(r)];
+      if (h == myHost) {
+        if (r == me) localRank = static_cast<int>(localMembers.size());
+        localMembers.push_back(links_->engineRank(r));
+      }
+      if (std::find(seenHosts.begin(), seenHosts.end(), h) == seenHosts.end()) {
+        seenHosts.push_back(h);
+        if (r == me) leaderRank = static_cast<int>(leaderMembers.size());
+        leaderMembers.push_back(links_->engineRank(r));
+      }
+    }
+    const uint32_t ctx = links_->context();
+    localLinks_ = std::make_unique<GroupLinks>(links_->engine(), localMembers, localRank, ctx * 0x27d4eb2du + 0x51u,
+                                               std::vector<bool>(localMembers.size(), true));
+    if (leaderRank >= 0) {
+      std::vector<bool> same(leaderMembers.size(), false);
+      same[static_cast<size_t>(leaderRank)] = true;
+      leaderLinks_ = std::make_unique<GroupLinks>(links_->engine(), leaderMembers, leaderRank,
+                                                  ctx * 0x165667b1u + 0x73u, std::move(same));
+    }
+    hierarchy_ = std::make_unique<detail::HierarchicalGroups>();
+    hierarchy_->local = localLinks_.get();
+    hierarchy_->leaders = leaderLinks_.get();
+    hierarchy_->localRoot = 0;
+    hierarchy_->worldSize = size();
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(links_->deadline() - Clock::now());
+  const auto budget = std::max(std::chrono::milliseconds(1), left);
+  localLinks_->begin(links_->signature(), links_->seq(), budget);
+  if (leaderLinks_) leaderLinks_->begin(links_->signature(), links_->seq(), budget);
+  return *hierarchy_;
 }
 
 // ---- execution order ----
@@ -197,23 +239,39 @@ std::unique_ptr<Work> NativeCommunicator::irecv(void* buf, size_t count, DType d
 
 // ---- collectives ----
 
-Algorithm NativeCommunicator::resolveAllreduce(Algorithm requested, size_t bytes) const {
-  if (requested != Algorithm::Auto) return requested;
-  return Algorithm::ReduceBroadcast;
+namespace {
+// Auto sends all-reduces up to this size with one message per pair of ranks (groups of
+// up to kDirectMaxRanks): a single round trip beats log2(p) rounds while messages are small.
+constexpr size_t kDirectMaxBytes = 16 * 1024;
+constexpr int kDirectMaxRanks = 4;
+}  // namespace
+
+std::string NativeCommunicator::allreducePlan(Algorithm requested, size_t bytes) const {
+  if (size() == 1) return "copy";
+  if (requested == Algorithm::Auto) {
+    if (job_->cmaUsable && allOnOneHost() && bytes >= job_->cmaThresholdBytes) return "cma";
+    if (bytes <= kDirectMaxBytes && size() <= kDirectMaxRanks && allOnOneHost()) return "direct";
+    requested = detail::chooseAllreduceAlgorithm(bytes, size(), hostCount_);
+  }
+  if (requested == Algorithm::Hierarchical && hostCount_ == 1) requested = Algorithm::Ring;
+  return algorithmName(requested);
 }
 
 void NativeCommunicator::allreduceBody(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ReduceOp op,
                                        Algorithm algo) {
   const size_t bytes = count * dtypeSize(dtype);
-  if (size() == 1) {
+  const std::string plan = allreducePlan(algo, bytes);
+  if (plan == "copy") {
     if (sendbuf != recvbuf) std::memcpy(recvbuf, sendbuf, bytes);
     return;
   }
-  if (algo == Algorithm::Auto && job_->cmaUsable && allOnOneHost() && bytes >= job_->cmaThresholdBytes) {
-    cmaAllreduce(*links_, groupPids_, sendbuf, recvbuf, count, dtype, op);
-    return;
+  if (plan == "cma") return cmaAllreduce(*links_, groupPids_, sendbuf, recvbuf, count, dtype, op);
+  if (plan == "direct") return directAllreduce(*links_, sendbuf, recvbuf, count, dtype, op);
+  const Algorithm chosen = parseAlgorithm(plan);
+  if (chosen == Algorithm::Hierarchical) {
+    return detail::hierarchicalAllreduce(hierarchicalGroups(), sendbuf, recvbuf, count, dtype, op);
   }
-  directAllreduce(*links_, sendbuf, recvbuf, count, dtype, op);
+  detail::allreduce(*links_, sendbuf, recvbuf, count, dtype, op, chosen);
 }
 
 void NativeCommunicator::allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ReduceOp op,
@@ -238,12 +296,18 @@ void NativeCommunicator::reduce(const void* sendbuf, void* recvbuf, size_t count
   checkRoot(root, "reduce");
   if (count == 0) return;
   Signature sig{CollectiveKind::Reduce, dtype, op, requested(opts), root, count};
-  runBlocking(sig, opts, [=, this] { directReduce(*links_, sendbuf, recvbuf, count, dtype, op, root); });
+  runBlocking(sig, opts, [=, this] {
+    if (size() == 1) {
+      if (sendbuf != recvbuf) std::memcpy(recvbuf, sendbuf, count * dtypeSize(dtype));
+      return;
+    }
+    detail::reduce(*links_, sendbuf, recvbuf, count, dtype, op, root);
+  });
 }
 
 void NativeCommunicator::broadcastBody(void* buf, size_t count, DType dtype, int root, Algorithm algo) {
   if (size() == 1 || count == 0) return;
-  directBroadcast(*links_, buf, count * dtypeSize(dtype), root);
+  detail::broadcast(*links_, buf, count * dtypeSize(dtype), root);
 }
 
 void NativeCommunicator::broadcast(void* buf, size_t count, DType dtype, int root, const CollectiveOptions& opts) {
@@ -267,8 +331,7 @@ void NativeCommunicator::allgather(const void* sendbuf, void* recvbuf, size_t co
   if (count == 0) return;
   Signature sig{CollectiveKind::Allgather, dtype, ReduceOp::Sum, requested(opts), -1, count};
   runBlocking(sig, opts, [=, this] {
-    std::vector<size_t> blocks(static_cast<size_t>(size()), count * dtypeSize(dtype));
-    directAllgatherv(*links_, sendbuf, recvbuf, blocks);
+    detail::ringAllgather(*links_, sendbuf, recvbuf, count * dtypeSize(dtype));
   });
 }
 
@@ -283,14 +346,14 @@ void NativeCommunicator::allgatherv(const void* sendbuf, void* recvbuf, const st
   Signature sig{CollectiveKind::Allgatherv, dtype, ReduceOp::Sum, requested(opts), -1, total};
   std::vector<size_t> blocks;
   for (size_t c : recvcounts) blocks.push_back(c * dtypeSize(dtype));
-  runBlocking(sig, opts, [=, this] { directAllgatherv(*links_, sendbuf, recvbuf, blocks); });
+  runBlocking(sig, opts, [=, this] { detail::ringAllgatherv(*links_, sendbuf, recvbuf, blocks); });
 }
 
 void NativeCommunicator::reduceScatter(const void* sendbuf, void* recvbuf, size_t recvcount, DType dtype, ReduceOp op,
                                        const CollectiveOptions& opts) {
   if (recvcount == 0) return;
   Signature sig{CollectiveKind::ReduceScatter, dtype, op, requested(opts), -1, recvcount};
-  runBlocking(sig, opts, [=, this] { directReduceScatter(*links_, sendbuf, recvbuf, recvcount, dtype, op); });
+  runBlocking(sig, opts, [=, this] { detail::reduceScatter(*links_, sendbuf, recvbuf, recvcount, dtype, op); });
 }
 
 void NativeCommunicator::gather(const void* sendbuf, void* recvbuf, size_t count, DType dtype, int root,
@@ -299,7 +362,7 @@ void NativeCommunicator::gather(const void* sendbuf, void* recvbuf, size_t count
   if (count == 0) return;
   Signature sig{CollectiveKind::Gather, dtype, ReduceOp::Sum, requested(opts), root, count};
   runBlocking(sig, opts,
-              [=, this] { directGather(*links_, sendbuf, recvbuf, count * dtypeSize(dtype), root); });
+              [=, this] { detail::gather(*links_, sendbuf, recvbuf, count * dtypeSize(dtype), root); });
 }
 
 void NativeCommunicator::scatter(const void* sendbuf, void* recvbuf, size_t count, DType dtype, int root,
@@ -308,19 +371,19 @@ void NativeCommunicator::scatter(const void* sendbuf, void* recvbuf, size_t coun
   if (count == 0) return;
   Signature sig{CollectiveKind::Scatter, dtype, ReduceOp::Sum, requested(opts), root, count};
   runBlocking(sig, opts,
-              [=, this] { directScatter(*links_, sendbuf, recvbuf, count * dtypeSize(dtype), root); });
+              [=, this] { detail::scatter(*links_, sendbuf, recvbuf, count * dtypeSize(dtype), root); });
 }
 
 void NativeCommunicator::alltoall(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                                   const CollectiveOptions& opts) {
   if (count == 0) return;
   Signature sig{CollectiveKind::Alltoall, dtype, ReduceOp::Sum, requested(opts), -1, count};
-  runBlocking(sig, opts, [=, this] { directAlltoall(*links_, sendbuf, recvbuf, count * dtypeSize(dtype)); });
+  runBlocking(sig, opts, [=, this] { detail::alltoall(*links_, sendbuf, recvbuf, count * dtypeSize(dtype)); });
 }
 
 void NativeCommunicator::barrier(const CollectiveOptions& opts) {
   Signature sig{CollectiveKind::Barrier, DType::U8, ReduceOp::Sum, Algorithm::Auto, -1, 0};
-  runBlocking(sig, opts, [this] { disseminationBarrier(*links_); });
+  runBlocking(sig, opts, [this] { detail::disseminationBarrier(*links_); });
 }
 
 // ---- split ----

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/algorithms/hierarchical.h"
 #include "comm/native/group_links.h"
 #include "kolo/comm/communicator.h"
 #include "kolo/comm/native.h"
@@ -80,9 +81,13 @@ class NativeCommunicator : public Communicator {
                 const CollectiveOptions& opts = {}) override;
   void barrier(const CollectiveOptions& opts = {}) override;
 
-  /// The algorithm Auto resolves to for an all-reduce of `bytes` on this group (for
-  /// benchmarks and tests).
-  Algorithm resolveAllreduce(Algorithm requested, size_t bytes) const;
+  /// What an all-reduce of `bytes` on this group runs: "cma" (single-copy shared-host),
+  /// "direct" (one message per pair), or an Algorithm name. For benchmarks and tests.
+  std::string allreducePlan(Algorithm requested, size_t bytes) const;
+  /// Whether ranks on one host read each other's buffers directly (cross-memory attach).
+  bool crossMemoryAttach() const { return job_->cmaUsable; }
+  /// Number of distinct hosts in this group.
+  int hostCount() const { return hostCount_; }
 
  private:
   struct Task;
@@ -100,11 +105,17 @@ class NativeCommunicator : public Communicator {
   void checkRoot(int root, const char* what) const;
   void allreduceBody(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ReduceOp op, Algorithm algo);
   void broadcastBody(void* buf, size_t count, DType dtype, int root, Algorithm algo);
-  bool allOnOneHost() const;
+  bool allOnOneHost() const { return hostCount_ == 1; }
+  /// Stamps the hierarchical sub-links (built on first use) like links_.
+  detail::HierarchicalGroups& hierarchicalGroups();
 
   std::shared_ptr<JobState> job_;
   std::unique_ptr<GroupLinks> links_;
   std::vector<int> groupPids_;
+  int hostCount_ = 1;
+  std::unique_ptr<GroupLinks> localLinks_;
+  std::unique_ptr<GroupLinks> leaderLinks_;
+  std::unique_ptr<detail::HierarchicalGroups> hierarchy_;
   std::atomic<int64_t> timeoutMs_;
   uint32_t splits_ = 0;
 
