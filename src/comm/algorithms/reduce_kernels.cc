@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -347,3 +348,5 @@ void reduceToPortable(void* out, const void* a, const void* b, size_t count, DTy
 }
 
 }  // namespace kolo::comm::detail
+
+#undef KOLO_INLINE
