@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# kolo's allreduce against its peers, in one invocation: `kolo bench allreduce`, Open MPI's
+# MPI_Allreduce (bench/peers/mpi_allreduce.c) and, when /usr/bin/python3 has torch,
+# torch.distributed's gloo (bench/peers/torch_allreduce.py), at 4 KiB, 1 MiB, 16 MiB and
+# 64 MiB with 2 and 4 ranks, all with the same timing method (shared/anchors); then a table
+# of kolo's busbw over each peer's beside the memcpy bound (bench/peers/memcpy_bw.c).
+#
+# Usage: bench/allreduce_vs_peers.sh [KOLO_BINARY]
+# Environment: KOLO (binary; default build/release/src/cli/kolo), NPS ("2 4"),
+#   SIZES (bytes, "4096 1048576 16777216 67108864"), ROUNDS (1; runs interleaved per round),
+#   OUT (folder for the raw JSON lines; default build/bench-peers), KOLO_BENCH_ARGS (extra).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$here")"
+kolo="${1:-${KOLO:-$root/build/release/src/cli/kolo}}"
+nps="${NPS:-2 4}"
+sizes="${SIZES:-4096 1048576 16777216 67108864}"
+rounds="${ROUNDS:-1}"
+out="${OUT:-$root/build/bench-peers}"
+mkdir -p "$out"
+results="$out/allreduce_vs_peers-$(date +%Y%m%d-%H%M%S).jsonl"
+
+[ -x "$kolo" ] || { echo "allreduce_vs_peers: kolo binary not found at $kolo (build it or pass its path)" >&2; exit 2; }
+command -v mpicc >/dev/null || { echo "allreduce_vs_peers: mpicc not found (install libopenmpi-dev)" >&2; exit 2; }
+mpicc -O3 -march=native -Wall -o "$out/mpi_allreduce" "$here/peers/mpi_allreduce.c"
+cc -O3 -march=native -Wall -o "$out/memcpy_bw" "$here/peers/memcpy_bw.c"
+mpirun=(mpirun --allow-run-as-root --oversubscribe)
+have_torch=0
+if /usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1; then have_torch=1; fi
+kolo_sizes="$(tr ' ' ',' <<<"$sizes")"
+
+echo "# raw results: $results" >&2
+"$out/memcpy_bw" 64 30 | tee -a "$results" >&2
+for round in $(seq 1 "$rounds"); do
+  for np in $nps; do
+    echo "# round $round, $np ranks: kolo" >&2
+    # shellcheck disable=SC2086
+    "$kolo" bench allreduce --ranks "$np" --sizes "$kolo_sizes" --anchor-schedule --json ${KOLO_BENCH_ARGS:-} \
+      | tee -a "$results" >&2
+    echo "# round $round, $np ranks: Open MPI" >&2
+    # shellcheck disable=SC2086
+    "${mpirun[@]}" -np "$np" "$out/mpi_allreduce" $sizes | tee -a "$results" >&2
+    if [ "$have_torch" = 1 ]; then
+      echo "# round $round, $np ranks: gloo" >&2
+      # shellcheck disable=SC2086
+      /usr/bin/python3 "$here/peers/torch_allreduce.py" --np "$np" --sizes $sizes | tee -a "$results" >&2
+    fi
+  done
+done
+[ "$have_torch" = 1 ] || echo "# gloo skipped: /usr/bin/python3 has no torch" >&2
+python=/usr/bin/python3
+[ -x "$python" ] || python=python3
+"$python" "$here/peers/summarize_vs_peers.py" "$results"
