@@ -1,0 +1,131 @@
+// End-to-end tests of `kolo train`: a short run writes metrics and weights; a wrong-shape
+// --init file, a missing dataset and an unknown strategy each fail with a clear message.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kolo/data.h"
+#include "kolo/safetensors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exitCode = -1;
+  std::string output;  // stdout and stderr together
+};
+
+RunResult runKolo(const std::string& args) {
+  const std::string command = std::string(KOLO_BINARY_DIR) + "/src/cli/kolo " + args + " 2>&1";
+  RunResult result;
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return result;
+  char buffer[4096];
+  size_t got;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, got);
+  const int status = ::pclose(pipe);
+  result.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+class TrainCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(std::string(kolo::data::kFashionMnistDir) + "/train-images-idx3-ubyte.gz")) {
+      GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+    }
+    dir_ = fs::temp_directory_path() / ("kolo_cli_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+  std::string file(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+TEST_F(TrainCliTest, ShortRunWritesMetricsAndWeights) {
+  const RunResult run = runKolo("train --model mlp --steps 20 --batch 64 --optimizer sgd --lr 0.05 --no-progress"
+                                " --metrics " + file("m.jsonl") + " --save " + file("w.safetensors"));
+  ASSERT_EQ(run.exitCode, 0) << run.output;
+  EXPECT_NE(run.output.find("test_accuracy"), std::string::npos) << run.output;
+
+  std::ifstream metrics(file("m.jsonl"));
+  std::string line;
+  int lines = 0;
+  nlohmann::json last;
+  while (std::getline(metrics, line)) {
+    last = nlohmann::json::parse(line);
+    for (const char* key : {"epoch", "step", "train_loss", "test_accuracy", "samples_per_s", "wall_s"}) {
+      EXPECT_TRUE(last.contains(key)) << key << " missing in " << line;
+    }
+    ++lines;
+  }
+  EXPECT_GE(lines, 2);  // the epoch line and the final line
+  EXPECT_EQ(last["step"], 20);
+  // 20 SGD steps already lift the mlp well above chance (0.1).
+  EXPECT_GT(last["test_accuracy"].get<double>(), 0.3);
+  EXPECT_TRUE(std::isfinite(last["train_loss"].get<double>()));
+
+  const kolo::checkpoint::SafetensorsFile weights = kolo::checkpoint::loadSafetensors(file("w.safetensors"));
+  ASSERT_EQ(weights.tensors.size(), 6u);
+  EXPECT_EQ(weights.tensors[0].first, "0.weight");
+  EXPECT_EQ(weights.tensors[0].second.shape(), (kolo::Shape{512, 784}));
+  EXPECT_EQ(weights.tensors[5].first, "4.bias");
+  EXPECT_EQ(weights.metadata.at("step"), "20");
+}
+
+TEST_F(TrainCliTest, InitFromSavedWeightsIsDeterministic) {
+  // Two runs from the same --init in file order end with identical weights.
+  ASSERT_EQ(runKolo("train --model mlp --steps 1 --quiet --save " + file("init.safetensors")).exitCode, 0);
+  for (const char* name : {"a.safetensors", "b.safetensors"}) {
+    const RunResult run = runKolo("train --model mlp --steps 5 --quiet --no-shuffle --seed 9 --init " +
+                                  file("init.safetensors") + " --save " + file(name));
+    ASSERT_EQ(run.exitCode, 0) << run.output;
+  }
+  const auto a = kolo::checkpoint::loadSafetensors(file("a.safetensors"));
+  const auto b = kolo::checkpoint::loadSafetensors(file("b.safetensors"));
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    EXPECT_EQ(a.tensors[i].second.toFloatVector(), b.tensors[i].second.toFloatVector()) << a.tensors[i].first;
+  }
+}
+
+TEST_F(TrainCliTest, WrongShapeInitFailsClearly) {
+  kolo::Generator gen(0);
+  kolo::checkpoint::saveSafetensors(file("bad.safetensors"), {{"0.weight", kolo::Tensor::randn({256, 784}, gen)},
+                                                              {"0.bias", kolo::Tensor::zeros({256})},
+                                                              {"2.weight", kolo::Tensor::zeros({256, 512})},
+                                                              {"2.bias", kolo::Tensor::zeros({256})},
+                                                              {"4.weight", kolo::Tensor::zeros({10, 256})},
+                                                              {"4.bias", kolo::Tensor::zeros({10})}});
+  const RunResult run = runKolo("train --model mlp --steps 1 --quiet --init " + file("bad.safetensors"));
+  EXPECT_NE(run.exitCode, 0);
+  EXPECT_NE(run.output.find("0.weight: file has [256, 784], model expects [512, 784]"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("bad.safetensors"), std::string::npos) << run.output;
+}
+
+TEST_F(TrainCliTest, MissingDatasetFailsClearly) {
+  const RunResult run = runKolo("train --model mlp --steps 1 --data " + file("no_such_dir"));
+  EXPECT_NE(run.exitCode, 0);
+  EXPECT_NE(run.output.find(file("no_such_dir")), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("dataset-fashion-mnist"), std::string::npos) << run.output;
+}
+
+TEST_F(TrainCliTest, UnknownStrategyAndBadFlagsFail) {
+  RunResult run = runKolo("train --model mlp --steps 1 --strategy mirrored");
+  EXPECT_NE(run.exitCode, 0);
+  EXPECT_NE(run.output.find("--strategy 'mirrored'"), std::string::npos) << run.output;
+  run = runKolo("train --model resnet");
+  EXPECT_NE(run.exitCode, 0);
+  EXPECT_NE(run.output.find("resnet"), std::string::npos) << run.output;
+}
+
+}  // namespace
