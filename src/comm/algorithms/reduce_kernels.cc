@@ -85,100 +85,96 @@ KOLO_INLINE uint16_t floatToBf16(float value) {
   return (x & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
 }
 
-#if defined(__x86_64__)
-__attribute__((target("avx2,f16c"), noinline)) void halfToFloatF16c(const uint16_t* in, float* out, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
-  }
-  for (; i < n; ++i) out[i] = kolo::halfToFloat(in[i]);
-}
-
-__attribute__((target("avx2,f16c"), noinline)) void floatToHalfF16c(const float* in, uint16_t* out, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
-  }
-  for (; i < n; ++i) out[i] = kolo::floatToHalf(in[i]);
-}
-
-__attribute__((target("avx2"), noinline)) void bf16ToFloatAvx2(const uint16_t* in, float* out, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-  for (; i < n; ++i) out[i] = bf16ToFloat(in[i]);
-}
-
-// Round to nearest even on the upper 16 bits; NaNs stay quiet NaNs (as floatToBf16).
-__attribute__((target("avx2"), noinline)) void floatToBf16Avx2(const float* in, uint16_t* out, size_t n) {
-  const __m256i one = _mm256_set1_epi32(1);
-  const __m256i bias = _mm256_set1_epi32(0x7fff);
-  const __m256i absMask = _mm256_set1_epi32(0x7fffffff);
-  const __m256i inf = _mm256_set1_epi32(0x7f800000);
-  const __m256i quiet = _mm256_set1_epi32(0x40);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
-    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, lsb)), 16);
-    const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(x, 16), quiet);
-    const __m256i isNan = _mm256_cmpgt_epi32(_mm256_and_si256(x, absMask), inf);
-    const __m256i bits = _mm256_blendv_epi8(rounded, nan, isNan);
-    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), packed);
-  }
-  for (; i < n; ++i) out[i] = floatToBf16(in[i]);
-}
-#endif
-
 struct Half {};      // tag: f16 storage
 struct BFloat {};    // tag: bf16 storage
 
-template <class Tag, bool kFast>
+template <class Tag>
 KOLO_INLINE void widen(const uint16_t* in, float* out, size_t n) {
   if constexpr (std::is_same_v<Tag, BFloat>) {
-#if defined(__x86_64__)
-    if constexpr (kFast) {
-      bf16ToFloatAvx2(in, out, n);
-      return;
-    }
-#endif
     for (size_t i = 0; i < n; ++i) out[i] = bf16ToFloat(in[i]);
   } else {
-#if defined(__x86_64__)
-    if constexpr (kFast) {
-      halfToFloatF16c(in, out, n);
-      return;
-    }
-#endif
     for (size_t i = 0; i < n; ++i) out[i] = kolo::halfToFloat(in[i]);
   }
 }
 
-template <class Tag, bool kFast>
+template <class Tag>
 KOLO_INLINE void narrow(const float* in, uint16_t* out, size_t n) {
   if constexpr (std::is_same_v<Tag, BFloat>) {
-#if defined(__x86_64__)
-    if constexpr (kFast) {
-      floatToBf16Avx2(in, out, n);
-      return;
-    }
-#endif
     for (size_t i = 0; i < n; ++i) out[i] = floatToBf16(in[i]);
   } else {
-#if defined(__x86_64__)
-    if constexpr (kFast) {
-      floatToHalfF16c(in, out, n);
-      return;
-    }
-#endif
     for (size_t i = 0; i < n; ++i) out[i] = kolo::floatToHalf(in[i]);
   }
 }
+
+#if defined(__x86_64__)
+// Fused AVX2 loop for f16/bf16: 8 elements widened, combined and rounded back in
+// registers (one pass over memory instead of four).
+template <class Tag>
+__attribute__((target("avx2,f16c"))) inline __m256 load8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (std::is_same_v<Tag, Half>) {
+    return _mm256_cvtph_ps(h);
+  } else {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+// Rounds to nearest even; bf16 NaNs stay quiet NaNs (as floatToBf16).
+template <class Tag>
+__attribute__((target("avx2,f16c"))) inline void store8(uint16_t* p, __m256 v) {
+  __m128i packed;
+  if constexpr (std::is_same_v<Tag, Half>) {
+    packed = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  } else {
+    const __m256i x = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+    const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    const __m256i isNan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    const __m256i bits = _mm256_blendv_epi8(rounded, nan, isNan);
+    packed = _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1));
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+}
+
+// The vector form of Op with the scalar semantics: min_ps(x, y) is x < y ? x : y.
+template <class Op>
+__attribute__((target("avx2,f16c"))) inline __m256 applyVec(__m256 a, __m256 b);
+
+template <class Tag, class Op>
+__attribute__((target("avx2,f16c"), noinline)) void halfBinaryAvx2(uint16_t* out, const uint16_t* a,
+                                                                    const uint16_t* b, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) store8<Tag>(out + i, applyVec<Op>(load8<Tag>(a + i), load8<Tag>(b + i)));
+  for (; i < n; ++i) {
+    float x, y;
+    widen<Tag>(a + i, &x, 1);
+    widen<Tag>(b + i, &y, 1);
+    const float z = Op::template apply<float>(x, y);
+    narrow<Tag>(&z, out + i, 1);
+  }
+}
+#endif
+
+#if defined(__x86_64__)
+template <>
+__attribute__((target("avx2,f16c"))) inline __m256 applyVec<SumOp>(__m256 a, __m256 b) {
+  return _mm256_add_ps(a, b);
+}
+template <>
+__attribute__((target("avx2,f16c"))) inline __m256 applyVec<ProdOp>(__m256 a, __m256 b) {
+  return _mm256_mul_ps(a, b);
+}
+template <>
+__attribute__((target("avx2,f16c"))) inline __m256 applyVec<MinOp>(__m256 a, __m256 b) {
+  return _mm256_min_ps(b, a);  // b < a ? b : a
+}
+template <>
+__attribute__((target("avx2,f16c"))) inline __m256 applyVec<MaxOp>(__m256 a, __m256 b) {
+  return _mm256_max_ps(b, a);  // b > a ? b : a, i.e. a < b ? b : a
+}
+#endif
 
 // ---- generic loops ----
 template <class T, class Op>
@@ -188,14 +184,20 @@ KOLO_INLINE void binaryLoop(T* out, const T* a, const T* b, size_t n) {
 
 template <class Tag, class Op, bool kFast>
 KOLO_INLINE void binaryHalfLoop(uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n) {
+#if defined(__x86_64__)
+  if constexpr (kFast) {
+    halfBinaryAvx2<Tag, Op>(out, a, b, n);
+    return;
+  }
+#endif
   float fa[kBlock];
   float fb[kBlock];
   for (size_t start = 0; start < n; start += kBlock) {
     const size_t len = n - start < kBlock ? n - start : kBlock;
-    widen<Tag, kFast>(a + start, fa, len);
-    widen<Tag, kFast>(b + start, fb, len);
+    widen<Tag>(a + start, fa, len);
+    widen<Tag>(b + start, fb, len);
     for (size_t i = 0; i < len; ++i) fa[i] = Op::template apply<float>(fa[i], fb[i]);
-    narrow<Tag, kFast>(fa, out + start, len);
+    narrow<Tag>(fa, out + start, len);
   }
 }
 
@@ -283,9 +285,9 @@ void halfInPlace(uint16_t* buf, size_t n, F f) {
   float tmp[kBlock];
   for (size_t start = 0; start < n; start += kBlock) {
     const size_t len = n - start < kBlock ? n - start : kBlock;
-    widen<Tag, false>(buf + start, tmp, len);
+    widen<Tag>(buf + start, tmp, len);
     f(tmp, len);
-    narrow<Tag, false>(tmp, buf + start, len);
+    narrow<Tag>(tmp, buf + start, len);
   }
 }
 
