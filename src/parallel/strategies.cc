@@ -116,6 +116,9 @@ class MirroredStrategy : public Strategy {
   }
   nn::Module& model() override { return *models_[0]; }
   optim::Optimizer& optimizer() override { return *optimizers_[0]; }
+  void setLr(double lr) override {
+    for (auto& o : optimizers_) o->setLr(lr);
+  }
   void syncReplicas() override {
     const auto state = optimizers_[0]->stateDict();
     for (int r = 1; r < k_; ++r) {

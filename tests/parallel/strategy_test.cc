@@ -97,8 +97,11 @@ TEST(Strategy, MirroredSyncReplicasCopiesWeightsAndOptimizerState) {
   // and replicas agree (checked through the next step's identical update).
   for (auto& [n, t] : s->model().namedParameters()) Tensor(t).fill(0.01);
   s->syncReplicas();
+  s->setLr(0.0);  // every replica's optimizer: the weights stay all-equal
   const double loss = s->trainStep(d.x.slice(0, 64, 128).contiguous(), d.y.slice(0, 64, 128).contiguous()).loss;
   EXPECT_NEAR(loss, std::log(10.0), 1e-3);  // all-equal weights give uniform logits
+  const double again = s->trainStep(d.x.slice(0, 128, 192).contiguous(), d.y.slice(0, 128, 192).contiguous()).loss;
+  EXPECT_NEAR(again, std::log(10.0), 1e-3);
 }
 
 }  // namespace

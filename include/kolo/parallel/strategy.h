@@ -78,6 +78,8 @@ class Strategy {
   virtual nn::Module& model() = 0;
   /// The optimizer of model() (its state is what checkpoints save).
   virtual optim::Optimizer& optimizer() = 0;
+  /// Sets the learning rate of every replica's optimizer (schedules call it per step).
+  virtual void setLr(double lr) { optimizer().setLr(lr); }
   /// After model() and optimizer() were changed from outside (loaded from a checkpoint),
   /// makes every replica (and, for multi-worker, every rank from rank 0) agree with them.
   /// Collective for multi-worker-mirrored.
