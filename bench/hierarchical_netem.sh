@@ -50,7 +50,7 @@ run() {
   done
   local rc=0 pid
   for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
-  if [ $rc -ne 0 ]; then cat "$dir"/rank*.err >&2; return 1; fi
+  if [ $rc -ne 0 ]; then head -5 "$dir"/rank*.err >&2; return 1; fi
   cat "$dir/rank0.out"
 }
 
