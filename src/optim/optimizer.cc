@@ -84,7 +84,7 @@ void Optimizer::loadStateDict(const StateDict& state) {
         KOLO_CHECK(tensor.shape() == found->second->shape(), "optimizer state ", name, "/", slot, " has shape ",
                    shapeString(tensor.shape()), ", parameter ", shapeString(found->second->shape()));
       }
-      restored[name][slot] = tensor.to(tensor.dtype()).clone();
+      restored[name][slot] = tensor.clone();
     }
   }
   state_ = std::move(restored);
