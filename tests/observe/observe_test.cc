@@ -1,0 +1,83 @@
+// Metrics lines, plain and redrawn progress output, and the logger's line format.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "kolo/error.h"
+#include "kolo/observe.h"
+
+namespace kolo::observe {
+namespace {
+
+std::string readAll(std::FILE* file) {
+  std::rewind(file);
+  std::string text;
+  char buffer[512];
+  size_t got;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, got);
+  return text;
+}
+
+TEST(MetricsWriterTest, OneFlushedObjectPerLine) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("kolo_metrics_" + std::to_string(::getpid()) + ".jsonl")).string();
+  {
+    MetricsWriter writer(path);
+    writer.write({{"epoch", 1}, {"test_accuracy", 0.5}});
+    // Flushed: readable before the writer closes.
+    std::ifstream early(path);
+    std::string line;
+    ASSERT_TRUE(std::getline(early, line));
+    EXPECT_EQ(line, R"({"epoch":1,"test_accuracy":0.5})");
+    writer.write({{"epoch", 2}, {"final", true}});
+    EXPECT_THROW(writer.write(Fields::array({1, 2})), InvalidArgument);
+  }
+  std::ifstream in(path);
+  std::string first, second, third;
+  std::getline(in, first);
+  std::getline(in, second);
+  EXPECT_EQ(second, R"({"epoch":2,"final":true})");
+  EXPECT_FALSE(std::getline(in, third));
+  std::filesystem::remove(path);
+  EXPECT_THROW(MetricsWriter("/nonexistent/dir/m.jsonl"), IoError);
+}
+
+TEST(ProgressBarTest, PlainLinesWhenNotATerminal) {
+  std::FILE* out = std::tmpfile();
+  ProgressBar bar("epoch 1/2", 250, out, 100, /*interactive=*/0);
+  for (int i = 1; i <= 250; ++i) bar.update(i, "loss 1.0");
+  bar.finish("done");
+  bar.finish("ignored");
+  EXPECT_EQ(readAll(out), "epoch 1/2 100/250 loss 1.0\nepoch 1/2 200/250 loss 1.0\nepoch 1/2 250/250 done\n");
+  std::fclose(out);
+}
+
+TEST(ProgressBarTest, TerminalRedrawsOneLine) {
+  std::FILE* out = std::tmpfile();
+  ProgressBar bar("e", 4, out, 100, /*interactive=*/1);
+  bar.update(1);
+  bar.finish("ok");
+  const std::string text = readAll(out);
+  EXPECT_EQ(text.find('\n'), text.size() - 1) << text;  // one line, ended by finish()
+  EXPECT_NE(text.find("\re [=======>"), std::string::npos) << text;
+  EXPECT_NE(text.find("[==============================] 4/4 ok"), std::string::npos) << text;
+}
+
+TEST(LoggerTest, LevelRankAndFields) {
+  std::FILE* out = std::tmpfile();
+  Logger logger(out, LogLevel::Info, 3);
+  logger.debug("hidden");
+  logger.info("saved", {{"file", "w.safetensors"}, {"step", 20}});
+  const std::string text = readAll(out);
+  EXPECT_EQ(text.find("hidden"), std::string::npos);
+  EXPECT_NE(text.find("Z INFO [rank 3] saved file=w.safetensors step=20\n"), std::string::npos) << text;
+  EXPECT_EQ(parseLogLevel("warn"), LogLevel::Warn);
+  EXPECT_THROW(parseLogLevel("loud"), InvalidArgument);
+  std::fclose(out);
+}
+
+}  // namespace
+}  // namespace kolo::observe
