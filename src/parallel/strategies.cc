@@ -30,6 +30,21 @@ StrategyKind parseStrategyKind(const std::string& name) {
              "' (expected one-device, mirrored, multi-worker-mirrored or central-storage)");
 }
 
+StrategyOptions strategyOptionsFromNames(const std::string& strategy, int replicas, const std::string& reduction,
+                                         const std::string& algorithm,
+                                         std::shared_ptr<comm::Communicator> communicator) {
+  StrategyOptions options;
+  options.kind = parseStrategyKind(strategy);
+  KOLO_CHECK_GE(replicas, 1, "(--replicas)");
+  options.replicas = replicas;
+  options.reduction = parseLocalReduction(reduction);
+  options.reducer.collective.algorithm = comm::parseAlgorithm(algorithm);
+  if (options.kind == StrategyKind::MultiWorkerMirrored)
+    KOLO_CHECK(communicator != nullptr, "multi-worker-mirrored needs the job's communicator");
+  options.communicator = std::move(communicator);
+  return options;
+}
+
 Tensor crossEntropyLoss(nn::Module& model, const Tensor& inputs, const Tensor& labels) {
   return crossEntropy(model.forward(inputs), labels);
 }

@@ -23,6 +23,13 @@ TEST(Strategy, ParsesNames) {
                  StrategyKind::CentralStorage})
     EXPECT_EQ(parseStrategyKind(strategyKindName(k)), k);
   EXPECT_THROW(parseStrategyKind("parameter-server-ish"), InvalidArgument);
+  auto o = strategyOptionsFromNames("mirrored", 4, "hierarchical-copy", "tree");
+  EXPECT_EQ(o.kind, StrategyKind::Mirrored);
+  EXPECT_EQ(o.replicas, 4);
+  EXPECT_EQ(o.reduction, LocalReduction::HierarchicalCopy);
+  EXPECT_EQ(o.reducer.collective.algorithm, comm::Algorithm::Tree);
+  EXPECT_THROW(strategyOptionsFromNames("multi-worker-mirrored", 1, "ring", "auto"), InvalidArgument);
+  EXPECT_THROW(strategyOptionsFromNames("mirrored", 2, "nccl", "auto"), InvalidArgument);
 }
 
 class Equivalence : public ::testing::Test {

@@ -94,6 +94,15 @@ class Strategy {
 std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, ModelFactory modelFactory,
                                        OptimizerFactory optimizerFactory, LossFn loss = nullptr);
 
+/// Strategy options from command-line words (`kolo train --strategy S --replicas K
+/// --reduction R --algorithm A`): `reduction` is reduce-to-one | hierarchical-copy | ring,
+/// `algorithm` auto | ring | halving-doubling | tree | reduce-broadcast | hierarchical.
+/// `communicator` is required for multi-worker-mirrored (e.g. parallel::init()). Throws
+/// InvalidArgument naming a word it does not know.
+StrategyOptions strategyOptionsFromNames(const std::string& strategy, int replicas, const std::string& reduction,
+                                         const std::string& algorithm,
+                                         std::shared_ptr<comm::Communicator> communicator = nullptr);
+
 /// Cross-entropy of model(inputs) against labels (the default LossFn).
 Tensor crossEntropyLoss(nn::Module& model, const Tensor& inputs, const Tensor& labels);
 
