@@ -228,6 +228,11 @@ class ReplicaCommunicator : public comm::Communicator {
     }
   }
   bool completed(uint64_t seq) const { return completed_ > seq; }
+  void abort(const std::string& reason) {
+    std::lock_guard<std::mutex> lock(group_->mutex);
+    if (group_->broken.empty()) group_->broken = detail::concat("replica group aborted by replica ", rank_, ": ", reason);
+    group_->cv.notify_all();
+  }
 
  private:
   [[noreturn]] void unsupported(const char* what) const {
@@ -389,6 +394,13 @@ void ReplicaWork::wait(std::chrono::milliseconds timeout) { comm_->completeThrou
 bool ReplicaWork::test() { return comm_->completed(seq_); }
 
 }  // namespace
+
+void abortReplicaGroup(comm::Communicator& member, const std::string& reason) {
+  auto* replica = dynamic_cast<ReplicaCommunicator*>(&member);
+  KOLO_CHECK(replica != nullptr, "abortReplicaGroup: communicator '", member.backendName(),
+             "' is not a replica-group member");
+  replica->abort(reason);
+}
 
 std::vector<std::shared_ptr<comm::Communicator>> makeReplicaGroup(int replicas, LocalReduction reduction,
                                                                  std::chrono::milliseconds timeout) {

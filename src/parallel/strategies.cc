@@ -118,14 +118,20 @@ class MirroredStrategy : public Strategy {
   StepResult trainStep(const Tensor& inputs, const Tensor& labels) override {
     checkShardable(inputs, labels, k_, "mirrored");
     pool_.run([&](int r) {
-      optimizers_[r]->zeroGrad();
       Reducer& reducer = *reducers_[r];
-      reducer.prepareForBackward();
-      Tensor loss = loss_(*models_[r], shard(inputs, r, k_), shard(labels, r, k_));
-      reducer.setLocalLoss(loss.item());
-      loss.backward();
-      reducer.finalize();
-      optimizers_[r]->step();
+      try {
+        optimizers_[r]->zeroGrad();
+        reducer.prepareForBackward();
+        Tensor loss = loss_(*models_[r], shard(inputs, r, k_), shard(labels, r, k_));
+        reducer.setLocalLoss(loss.item());
+        loss.backward();
+        reducer.finalize();
+        optimizers_[r]->step();
+      } catch (const std::exception& e) {
+        // The other replicas would wait for this one in the next collective: release them.
+        abortReplicaGroup(reducer.communicator(), e.what());
+        throw;
+      }
     });
     return {reducers_[0]->globalLoss()};
   }

@@ -4,6 +4,7 @@
 // as threads (N=2,4). Multi-worker over the native communicator is in strategy_native_test.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "kolo/data.h"
@@ -91,6 +92,22 @@ TEST(Strategy, UnevenBatchIsRefused) {
   auto s = makeStrategy(opts, [] { return makeEquivalenceModel(0); }, equivalenceOptimizer);
   const TrainData& d = trainData();
   EXPECT_THROW(s->trainStep(d.x.slice(0, 0, 64).contiguous(), d.y.slice(0, 0, 64).contiguous()), InvalidArgument);
+}
+
+TEST(Strategy, AFailingReplicaStopsTheOthersAtOnce) {
+  StrategyOptions opts;
+  opts.kind = StrategyKind::Mirrored;
+  opts.replicas = 2;
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  auto lossFn = [calls](nn::Module& m, const Tensor& x, const Tensor& y) {
+    // Replica threads race; exactly one of the two calls of the first step fails.
+    if ((*calls)++ == 0) throw InvalidArgument("replica loss failed on purpose");
+    return crossEntropyLoss(m, x, y);
+  };
+  auto s = makeStrategy(opts, [] { return makeEquivalenceModel(0); }, equivalenceOptimizer, lossFn);
+  const TrainData& d = trainData();
+  // Without the abort the healthy replica would wait 5 minutes for the failed one.
+  EXPECT_THROW(s->trainStep(d.x.slice(0, 0, 64).contiguous(), d.y.slice(0, 0, 64).contiguous()), Error);
 }
 
 TEST(Strategy, MirroredSyncReplicasCopiesWeightsAndOptimizerState) {

@@ -34,4 +34,10 @@ std::vector<std::shared_ptr<comm::Communicator>> makeReplicaGroup(
     int replicas, LocalReduction reduction = LocalReduction::Ring,
     std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
+/// Breaks the group of `member` (one of makeReplicaGroup's communicators): every replica
+/// waiting in or later calling a collective throws Timeout carrying `reason`. A replica that
+/// fails mid-step calls it so that the others stop at once instead of at their deadline.
+/// Throws InvalidArgument when `member` is not a replica-group communicator.
+void abortReplicaGroup(comm::Communicator& member, const std::string& reason);
+
 }  // namespace kolo::parallel
