@@ -15,8 +15,8 @@ namespace {
 constexpr size_t kExtraSlots = 3;
 
 template <class T>
-void scaleInto(const T* src, T* dst, size_t n, T scale) {
-  for (size_t i = 0; i < n; ++i) dst[i] = src[i] * scale;
+void scaleInPlace(T* data, size_t n, T scale) {
+  for (size_t i = 0; i < n; ++i) data[i] *= scale;
 }
 
 }  // namespace
@@ -138,10 +138,14 @@ void Reducer::onGradReady(size_t k) {
   Tensor grad = params_[k].second.grad();
   KOLO_CHECK(grad.defined(), "Reducer: gradient-ready hook of '", name, "' fired without a gradient");
   KOLO_CHECK_EQ(grad.numel(), params_[k].second.numel(), "Reducer: gradient size of '", name, "'");
-  Tensor src = grad.dtype() == dtype_ ? grad.contiguous() : grad.to(dtype_).contiguous();
   const size_t elemBytes = dtypeSize(dtype_);
-  std::memcpy(static_cast<uint8_t*>(b.flat.rawData()) + b.offsets[slotOf_[k]] * elemBytes, src.rawData(),
-              src.nbytes());
+  uint8_t* slot = static_cast<uint8_t*>(b.flat.rawData()) + b.offsets[slotOf_[k]] * elemBytes;
+  // After the first step .grad() is a view of its bucket slot (DDP's
+  // gradient_as_bucket_view): autograd accumulated straight into the bucket, nothing to copy.
+  if (!(grad.dtype() == dtype_ && grad.isContiguous() && grad.rawData() == slot)) {
+    Tensor src = grad.dtype() == dtype_ ? grad.contiguous() : grad.to(dtype_).contiguous();
+    std::memcpy(slot, src.rawData(), src.nbytes());
+  }
   ready_[k] = true;
   timeline_.lastHook = Clock::now();
   if (--b.pending == 0) startReadyBuckets();
@@ -244,20 +248,20 @@ void Reducer::finalize() {
   }
   ++syncedSteps_;
 
-  // Average over the ranks that contributed and hand the result back to .grad().
+  // Average over the ranks that contributed, in place in the buckets, and make each
+  // .grad() a view of its slot so the next backward accumulates directly into the bucket.
   for (auto& b : buckets_) {
+    if (dtype_ == DType::F32)
+      scaleInPlace(b.flat.data<float>(), b.numel, 1.0f / static_cast<float>(activeRanks_));
+    else
+      scaleInPlace(b.flat.data<double>(), b.numel, 1.0 / activeRanks_);
     for (size_t i = 0; i < b.params.size(); ++i) {
       Tensor& p = params_[b.params[i]].second;
+      const int64_t off = static_cast<int64_t>(b.offsets[i]);
+      const uint8_t* slot = static_cast<const uint8_t*>(b.flat.rawData()) + b.offsets[i] * dtypeSize(dtype_);
       Tensor grad = p.grad();
-      const size_t n = static_cast<size_t>(p.numel());
-      if (!grad.defined() || !grad.isContiguous() || grad.dtype() != dtype_) {
-        grad = Tensor::empty(p.shape(), dtype_);
-        p.setGrad(grad);
-      }
-      if (dtype_ == DType::F32)
-        scaleInto(b.flat.data<float>() + b.offsets[i], grad.data<float>(), n, 1.0f / static_cast<float>(activeRanks_));
-      else
-        scaleInto(b.flat.data<double>() + b.offsets[i], grad.data<double>(), n, 1.0 / activeRanks_);
+      if (grad.defined() && grad.rawData() == slot && grad.isContiguous()) continue;
+      p.setGrad(b.flat.slice(0, off, off + p.numel()).view(p.shape()));
     }
   }
   timeline_.finalizeEnd = Clock::now();
