@@ -50,7 +50,9 @@ struct StepTimeline {
 /// every gradient of a bucket is in, and every earlier bucket has been started, the
 /// bucket's iallreduce starts (buckets start in the same order on every rank). finalize()
 /// starts whatever is left, waits for every bucket, divides by the number of ranks that
-/// took part (see join()) and copies the averages into each parameter's .grad().
+/// took part (see join()) in place, and makes each parameter's .grad() a view of its bucket
+/// slot (DDP's gradient_as_bucket_view): from then on autograd accumulates straight into
+/// the buckets and the hooks copy nothing. The buckets own that storage; zeroGrad() keeps it.
 ///
 /// The last bucket carries three extra elements: whether the rank is active (not joined),
 /// how many parameters got no gradient on it, and its loss, so that every rank learns the
@@ -72,7 +74,7 @@ class Reducer {
   void prepareForBackward();
   /// Records this rank's loss of the step; finalize() then makes globalLoss() available.
   void setLocalLoss(double loss) { localLoss_ = loss; }
-  /// Waits for every bucket and writes the averaged gradients into .grad(). Throws
+  /// Waits for every bucket and leaves the averaged gradients in .grad(). Throws
   /// kolo::Error naming the parameters that got no gradient in this pass (on every rank, if
   /// any rank lacks one), and rethrows communication errors (Timeout, IoError, Mismatch).
   /// Inside a noSync scope, does nothing.
