@@ -26,10 +26,10 @@ class TwoLayerNet : public kolo::nn::Module {
     dropout_ = registerModule("dropout", std::make_shared<kolo::nn::Dropout>(0.1, 42));
   }
 
-  kolo::Tensor forward(const kolo::Tensor& x) override {  // x: (B, 784)
+  kolo::Tensor forward(const kolo::Tensor& x) override {                             // x: (B, 784)
     kolo::Tensor h = dropout_->forward(activation_->forward(hidden1_->forward(x)));  // (B, 256)
-    h = activation_->forward(hidden2_->forward(h));                                // (B, 128)
-    return out_->forward(h);                                                       // (B, 10)
+    h = activation_->forward(hidden2_->forward(h));                                  // (B, 128)
+    return out_->forward(h);                                                         // (B, 10)
   }
 
  private:
@@ -61,13 +61,16 @@ int main(int argc, char** argv) try {
 
   auto train = std::make_shared<kolo::data::FashionMnist>(dataDir, true);
   kolo::data::FashionMnist test(dataDir, false);
-  kolo::data::DataLoader loader(train, std::make_shared<kolo::data::ShuffleSampler>(train->size(), /*seed=*/1),
-                                {.batchSize = 128});
+  kolo::data::DataLoader loader(
+      train, std::make_shared<kolo::data::ShuffleSampler>(train->size(), /*seed=*/1),
+      {.batchSize = 128});
 
   kolo::Generator gen(1);
   TwoLayerNet model(gen);
-  kolo::optim::Adam optimizer(model.namedParameters(), {.lr = 2e-3, .weightDecay = 0.01, .decoupled = true});
-  kolo::optim::WarmupLr schedule(std::make_unique<kolo::optim::CosineLr>(2e-3, steps - steps / 10), steps / 10);
+  kolo::optim::Adam optimizer(model.namedParameters(),
+                              {.lr = 2e-3, .weightDecay = 0.01, .decoupled = true});
+  kolo::optim::WarmupLr schedule(std::make_unique<kolo::optim::CosineLr>(2e-3, steps - steps / 10),
+                                 steps / 10);
 
   kolo::observe::MetricsWriter metrics("train_custom_model.jsonl");
   kolo::observe::ProgressBar bar("training", steps);
@@ -83,14 +86,15 @@ int main(int argc, char** argv) try {
     optimizer.step();
     loss = lossTensor.item();
     bar.update(step + 1, "loss " + std::to_string(loss));
-    if ((step + 1) % 100 == 0) metrics.write({{"step", step + 1}, {"train_loss", loss}, {"lr", optimizer.lr()}});
+    if ((step + 1) % 100 == 0)
+      metrics.write({{"step", step + 1}, {"train_loss", loss}, {"lr", optimizer.lr()}});
   }
   const double testAccuracy = accuracy(model, test);
   bar.finish("test accuracy " + std::to_string(testAccuracy));
   metrics.write({{"step", steps}, {"train_loss", loss}, {"test_accuracy", testAccuracy}});
   kolo::checkpoint::saveSafetensors("train_custom_model.safetensors", model.namedParameters());
-  std::printf("test accuracy %.4f after %lld steps; weights in train_custom_model.safetensors\n", testAccuracy,
-              static_cast<long long>(steps));
+  std::printf("test accuracy %.4f after %lld steps; weights in train_custom_model.safetensors\n",
+              testAccuracy, static_cast<long long>(steps));
   return 0;
 } catch (const kolo::Error& e) {
   std::fprintf(stderr, "train_custom_model: %s\n", e.what());

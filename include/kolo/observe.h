@@ -73,10 +73,18 @@ class Logger {
   /// `out` is not owned; `rank` < 0 omits the rank tag.
   explicit Logger(std::FILE* out = stderr, LogLevel level = LogLevel::Info, int rank = -1);
   void log(LogLevel level, const std::string& message, const Fields& fields = Fields::object());
-  void debug(const std::string& message, const Fields& fields = Fields::object()) { log(LogLevel::Debug, message, fields); }
-  void info(const std::string& message, const Fields& fields = Fields::object()) { log(LogLevel::Info, message, fields); }
-  void warn(const std::string& message, const Fields& fields = Fields::object()) { log(LogLevel::Warn, message, fields); }
-  void error(const std::string& message, const Fields& fields = Fields::object()) { log(LogLevel::Error, message, fields); }
+  void debug(const std::string& message, const Fields& fields = Fields::object()) {
+    log(LogLevel::Debug, message, fields);
+  }
+  void info(const std::string& message, const Fields& fields = Fields::object()) {
+    log(LogLevel::Info, message, fields);
+  }
+  void warn(const std::string& message, const Fields& fields = Fields::object()) {
+    log(LogLevel::Warn, message, fields);
+  }
+  void error(const std::string& message, const Fields& fields = Fields::object()) {
+    log(LogLevel::Error, message, fields);
+  }
   LogLevel level() const { return level_; }
 
  private:

@@ -1,5 +1,7 @@
 // The safetensors writer and reader. Header bytes come from untrusted files: every length
 // and offset is checked against the file size before anything is allocated or copied.
+#include "kolo/safetensors.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -10,8 +12,6 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "kolo/safetensors.h"
-
 namespace kolo::checkpoint {
 namespace {
 
@@ -20,13 +20,20 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 
 const char* safetensorsDtype(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "F32";
-    case DType::F64: return "F64";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-    case DType::I32: return "I32";
-    case DType::I64: return "I64";
-    case DType::U8: return "U8";
+    case DType::F32:
+      return "F32";
+    case DType::F64:
+      return "F64";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
+    case DType::I32:
+      return "I32";
+    case DType::I64:
+      return "I64";
+    case DType::U8:
+      return "U8";
   }
   return "?";
 }
@@ -78,7 +85,8 @@ void saveSafetensors(const std::string& path, const NamedTensors& tensors,
   std::vector<Tensor> packed;
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
-    KOLO_CHECK(!name.empty() && name != "__metadata__", "safetensors tensor name '", name, "' for ", path);
+    KOLO_CHECK(!name.empty() && name != "__metadata__", "safetensors tensor name '", name, "' for ",
+               path);
     KOLO_CHECK(seen.insert(name).second, "duplicate tensor name ", name, " for ", path);
     KOLO_CHECK(tensor.defined(), "tensor ", name, " is undefined (writing ", path, ")");
     Tensor data = tensor.contiguous();
@@ -125,14 +133,16 @@ SafetensorsFile loadSafetensors(const std::string& path) {
   if (!in) KOLO_THROW(IoError, "cannot open safetensors file ", path, ": ", std::strerror(errno));
   const uint64_t fileSize = static_cast<uint64_t>(in.tellg());
   in.seekg(0);
-  if (fileSize < 8) KOLO_THROW(FormatError, path, ": truncated safetensors file (", fileSize, " bytes, no header length)");
+  if (fileSize < 8)
+    KOLO_THROW(FormatError, path, ": truncated safetensors file (", fileSize,
+               " bytes, no header length)");
   uint8_t lengthBytes[8];
   in.read(reinterpret_cast<char*>(lengthBytes), 8);
   uint64_t headerLength = 0;
   for (int i = 0; i < 8; ++i) headerLength |= uint64_t(lengthBytes[i]) << (8 * i);
   if (headerLength > kMaxHeaderBytes || headerLength > fileSize - 8) {
-    KOLO_THROW(FormatError, path, ": bad safetensors header length ", headerLength, " (file has ", fileSize,
-               " bytes)");
+    KOLO_THROW(FormatError, path, ": bad safetensors header length ", headerLength, " (file has ",
+               fileSize, " bytes)");
   }
   std::string json(headerLength, '\0');
   in.read(json.data(), static_cast<std::streamsize>(headerLength));
@@ -143,7 +153,8 @@ SafetensorsFile loadSafetensors(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     KOLO_THROW(FormatError, path, ": safetensors header is not valid JSON (", e.what(), ")");
   }
-  if (!header.is_object()) KOLO_THROW(FormatError, path, ": safetensors header is not a JSON object");
+  if (!header.is_object())
+    KOLO_THROW(FormatError, path, ": safetensors header is not a JSON object");
   const uint64_t dataBytes = fileSize - 8 - headerLength;
 
   struct Entry {
@@ -158,7 +169,8 @@ SafetensorsFile loadSafetensors(const std::string& path) {
     if (name == "__metadata__") {
       if (!value.is_object()) KOLO_THROW(FormatError, path, ": __metadata__ is not an object");
       for (const auto& [key, text] : value.items()) {
-        if (!text.is_string()) KOLO_THROW(FormatError, path, ": __metadata__ value of ", key, " is not a string");
+        if (!text.is_string())
+          KOLO_THROW(FormatError, path, ": __metadata__ value of ", key, " is not a string");
         file.metadata[key] = text.get<std::string>();
       }
       continue;
@@ -174,12 +186,15 @@ SafetensorsFile loadSafetensors(const std::string& path) {
       KOLO_THROW(FormatError, path, ": entry ", name, " has unsupported dtype ", dtype.dump());
     }
     const auto& shape = value["shape"];
-    if (!shape.is_array()) KOLO_THROW(FormatError, path, ": entry ", name, " has a shape that is not a list");
+    if (!shape.is_array())
+      KOLO_THROW(FormatError, path, ": entry ", name, " has a shape that is not a list");
     uint64_t numel = 1;
     for (const auto& dim : shape) {
-      if (!dim.is_number_unsigned()) KOLO_THROW(FormatError, path, ": entry ", name, " has a bad dimension ", dim.dump());
+      if (!dim.is_number_unsigned())
+        KOLO_THROW(FormatError, path, ": entry ", name, " has a bad dimension ", dim.dump());
       const uint64_t d = dim.get<uint64_t>();
-      if (d > 0 && numel > dataBytes / d + 1) KOLO_THROW(FormatError, path, ": entry ", name, " shape is too large");
+      if (d > 0 && numel > dataBytes / d + 1)
+        KOLO_THROW(FormatError, path, ": entry ", name, " shape is too large");
       numel *= d;
       entry.shape.push_back(static_cast<int64_t>(d));
     }
@@ -191,33 +206,36 @@ SafetensorsFile loadSafetensors(const std::string& path) {
     entry.begin = offsets[0].get<uint64_t>();
     entry.end = offsets[1].get<uint64_t>();
     if (entry.begin > entry.end || entry.end > dataBytes) {
-      KOLO_THROW(FormatError, path, ": entry ", name, " data_offsets [", entry.begin, ", ", entry.end,
-                 "] lie outside the ", dataBytes, " data bytes (file truncated?)");
+      KOLO_THROW(FormatError, path, ": entry ", name, " data_offsets [", entry.begin, ", ",
+                 entry.end, "] lie outside the ", dataBytes, " data bytes (file truncated?)");
     }
     if (entry.end - entry.begin != numel * dtypeSize(entry.dtype)) {
-      KOLO_THROW(FormatError, path, ": entry ", name, " has ", entry.end - entry.begin, " bytes but shape ",
-                 shapeString(entry.shape), " of ", safetensorsDtype(entry.dtype), " needs ",
-                 numel * dtypeSize(entry.dtype));
+      KOLO_THROW(FormatError, path, ": entry ", name, " has ", entry.end - entry.begin,
+                 " bytes but shape ", shapeString(entry.shape), " of ",
+                 safetensorsDtype(entry.dtype), " needs ", numel * dtypeSize(entry.dtype));
     }
     entries.push_back(std::move(entry));
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
   // The data section must be covered exactly, without holes or overlaps.
   uint64_t expected = 0;
   for (const Entry& entry : entries) {
     if (entry.begin != expected) {
-      KOLO_THROW(FormatError, path, ": entry ", entry.name, " starts at byte ", entry.begin, ", expected ", expected,
-                 " (overlapping or non-contiguous data_offsets)");
+      KOLO_THROW(FormatError, path, ": entry ", entry.name, " starts at byte ", entry.begin,
+                 ", expected ", expected, " (overlapping or non-contiguous data_offsets)");
     }
     expected = entry.end;
   }
   if (expected != dataBytes) {
-    KOLO_THROW(FormatError, path, ": header describes ", expected, " data bytes but the file holds ", dataBytes);
+    KOLO_THROW(FormatError, path, ": header describes ", expected,
+               " data bytes but the file holds ", dataBytes);
   }
   for (const Entry& entry : entries) {
     Tensor tensor = Tensor::empty(entry.shape, entry.dtype);
     in.seekg(static_cast<std::streamoff>(8 + headerLength + entry.begin));
-    in.read(static_cast<char*>(tensor.rawData()), static_cast<std::streamsize>(entry.end - entry.begin));
+    in.read(static_cast<char*>(tensor.rawData()),
+            static_cast<std::streamsize>(entry.end - entry.begin));
     if (!in) KOLO_THROW(IoError, "reading tensor ", entry.name, " from ", path);
     tensor.setName(entry.name);
     file.tensors.emplace_back(entry.name, tensor);

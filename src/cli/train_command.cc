@@ -18,25 +18,36 @@ Command registerTrain(CLI::App& root) {
   };
   auto raw = std::make_shared<Raw>();
   CLI::App* app = root.add_subcommand("train", "train a built-in model on Fashion-MNIST");
-  app->add_option("--model", config->model, "model: mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
+  app->add_option("--model", config->model, "model: mlp or cnn")
+      ->check(CLI::IsMember({"mlp", "cnn"}))
+      ->capture_default_str();
   auto* epochs = app->add_option("--epochs", raw->epochs, "epochs (default 10)");
   app->add_option("--steps", config->steps, "total optimizer steps; stops early (0: all epochs)");
   app->add_option("--batch", config->batch, "batch size")->capture_default_str();
-  auto* optimizer = app->add_option("--optimizer", raw->optimizer, "sgd, adam or adamw (default: nesterov sgd for mlp, adam for cnn)")
-                        ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
-  auto* lr = app->add_option("--lr", raw->lr, "learning rate (default: sgd 0.05 mlp / 0.02 cnn, adam 1e-3)");
+  auto* optimizer =
+      app->add_option("--optimizer", raw->optimizer,
+                      "sgd, adam or adamw (default: nesterov sgd for mlp, adam for cnn)")
+          ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  auto* lr = app->add_option("--lr", raw->lr,
+                             "learning rate (default: sgd 0.05 mlp / 0.02 cnn, adam 1e-3)");
   auto* momentum = app->add_option("--momentum", raw->momentum, "SGD momentum (default 0.9)");
   app->add_flag("--nesterov", config->nesterov, "Nesterov momentum (sgd)");
-  auto* weightDecay = app->add_option("--weight-decay", raw->weightDecay, "weight decay (default 0; adamw 0.01)");
-  app->add_option("--schedule", config->schedule,
-                  "lr schedule: auto (warm-up + cosine without --lr, constant with it), constant, cosine, "
-                  "warmup-cosine, step")
+  auto* weightDecay =
+      app->add_option("--weight-decay", raw->weightDecay, "weight decay (default 0; adamw 0.01)");
+  app->add_option(
+         "--schedule", config->schedule,
+         "lr schedule: auto (warm-up + cosine without --lr, constant with it), constant, cosine, "
+         "warmup-cosine, step")
       ->capture_default_str();
-  auto* warmup = app->add_option("--warmup-steps", raw->warmup, "warm-up steps (default half an epoch)");
+  auto* warmup =
+      app->add_option("--warmup-steps", raw->warmup, "warm-up steps (default half an epoch)");
   app->add_option("--clip-norm", config->clipNorm, "clip the gradient norm to this (0: off)");
-  app->add_option("--seed", config->seed, "seed of initialisation and shuffling")->capture_default_str();
-  app->add_flag("--no-shuffle", raw->noShuffle, "train in file order: step s uses samples s*B ... (s+1)*B-1");
-  app->add_option("--data", config->dataDir, "directory of the Fashion-MNIST *-ubyte.gz files")->capture_default_str();
+  app->add_option("--seed", config->seed, "seed of initialisation and shuffling")
+      ->capture_default_str();
+  app->add_flag("--no-shuffle", raw->noShuffle,
+                "train in file order: step s uses samples s*B ... (s+1)*B-1");
+  app->add_option("--data", config->dataDir, "directory of the Fashion-MNIST *-ubyte.gz files")
+      ->capture_default_str();
   app->add_option("--init", config->initPath, "start from these weights (safetensors)");
   app->add_option("--save", config->savePath, "write the final weights here (safetensors)");
   app->add_option("--metrics", config->metricsPath, "write metrics here (JSON lines)");

@@ -34,14 +34,16 @@ std::string formatRate(double samplesPerSecond) {
 }  // namespace
 
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {
-  KOLO_CHECK(config.model == "mlp" || config.model == "cnn", "unknown --model '", config.model, "' (mlp, cnn)");
+  KOLO_CHECK(config.model == "mlp" || config.model == "cnn", "unknown --model '", config.model,
+             "' (mlp, cnn)");
   KOLO_CHECK(config.batch > 0, "--batch must be positive, got ", config.batch);
   KOLO_CHECK(config.steps >= 0, "--steps must be >= 0, got ", config.steps);
   Recipe recipe;
   // The default recipe (neither --optimizer nor --lr): Nesterov SGD at 0.1 for the mlp,
   // Adam at 1e-3 for the cnn, both with warm-up + cosine over 10 epochs.
   const bool defaultRecipe = !config.optimizer && !config.lr;
-  recipe.optimizer = config.optimizer.value_or(defaultRecipe && config.model == "mlp" ? "sgd" : "adam");
+  recipe.optimizer =
+      config.optimizer.value_or(defaultRecipe && config.model == "mlp" ? "sgd" : "adam");
   KOLO_CHECK(recipe.optimizer == "sgd" || recipe.optimizer == "adam" || recipe.optimizer == "adamw",
              "unknown --optimizer '", recipe.optimizer, "' (sgd, adam, adamw)");
   if (recipe.optimizer == "sgd") {
@@ -50,7 +52,8 @@ Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {
     recipe.nesterov = config.nesterov || defaultRecipe;
   } else {
     recipe.lr = config.lr.value_or(1e-3);
-    KOLO_CHECK(!config.momentum && !config.nesterov, "--momentum and --nesterov apply to --optimizer sgd only");
+    KOLO_CHECK(!config.momentum && !config.nesterov,
+               "--momentum and --nesterov apply to --optimizer sgd only");
   }
   recipe.weightDecay = config.weightDecay.value_or(recipe.optimizer == "adamw" ? 0.01 : 0.0);
   recipe.epochs = config.epochs.value_or(10);
@@ -58,20 +61,24 @@ Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {
   KOLO_CHECK(recipe.lr > 0.0 && std::isfinite(recipe.lr), "--lr must be positive, got ", recipe.lr);
   recipe.schedule = config.schedule;
   if (recipe.schedule == "auto") recipe.schedule = config.lr ? "constant" : "warmup-cosine";
-  KOLO_CHECK(recipe.schedule == "constant" || recipe.schedule == "cosine" || recipe.schedule == "warmup-cosine" ||
-                 recipe.schedule == "step",
-             "unknown --schedule '", config.schedule, "' (auto, constant, cosine, warmup-cosine, step)");
-  recipe.warmupSteps = config.warmupSteps.value_or(recipe.schedule == "warmup-cosine" ? stepsPerEpoch / 2 : 0);
+  KOLO_CHECK(recipe.schedule == "constant" || recipe.schedule == "cosine" ||
+                 recipe.schedule == "warmup-cosine" || recipe.schedule == "step",
+             "unknown --schedule '", config.schedule,
+             "' (auto, constant, cosine, warmup-cosine, step)");
+  recipe.warmupSteps =
+      config.warmupSteps.value_or(recipe.schedule == "warmup-cosine" ? stepsPerEpoch / 2 : 0);
   KOLO_CHECK(recipe.warmupSteps >= 0, "--warmup-steps must be >= 0");
   return recipe;
 }
 
-std::unique_ptr<optim::Optimizer> makeOptimizer(const Recipe& recipe, const optim::NamedParameters& parameters) {
+std::unique_ptr<optim::Optimizer> makeOptimizer(const Recipe& recipe,
+                                                const optim::NamedParameters& parameters) {
   if (recipe.optimizer == "sgd") {
-    return std::make_unique<optim::Sgd>(parameters, optim::SgdOptions{.lr = recipe.lr,
-                                                                      .momentum = recipe.momentum,
-                                                                      .weightDecay = recipe.weightDecay,
-                                                                      .nesterov = recipe.nesterov});
+    return std::make_unique<optim::Sgd>(parameters,
+                                        optim::SgdOptions{.lr = recipe.lr,
+                                                          .momentum = recipe.momentum,
+                                                          .weightDecay = recipe.weightDecay,
+                                                          .nesterov = recipe.nesterov});
   }
   optim::AdamOptions options{.lr = recipe.lr, .weightDecay = recipe.weightDecay};
   if (recipe.optimizer == "adamw") return optim::makeAdamW(parameters, options);
@@ -85,8 +92,10 @@ std::unique_ptr<optim::LrSchedule> makeSchedule(const Recipe& recipe, int64_t to
     // Decay by 10x at 50% and 75% would need a multi-step schedule; one decay per third.
     return std::make_unique<optim::StepLr>(recipe.lr, std::max<int64_t>(totalSteps / 3, 1), 0.3);
   }
-  const int64_t warmup = recipe.schedule == "warmup-cosine" ? std::min(recipe.warmupSteps, totalSteps) : 0;
-  auto cosine = std::make_unique<optim::CosineLr>(recipe.lr, std::max<int64_t>(totalSteps - warmup, 1));
+  const int64_t warmup =
+      recipe.schedule == "warmup-cosine" ? std::min(recipe.warmupSteps, totalSteps) : 0;
+  auto cosine =
+      std::make_unique<optim::CosineLr>(recipe.lr, std::max<int64_t>(totalSteps - warmup, 1));
   if (warmup == 0) return cosine;
   return std::make_unique<optim::WarmupLr>(std::move(cosine), warmup);
 }
@@ -99,7 +108,8 @@ double evaluateAccuracy(nn::Module& model, const data::TensorDataset& dataset, i
   int64_t correct = 0;
   for (int64_t begin = 0; begin < n; begin += chunk) {
     const int64_t end = std::min(begin + chunk, n);
-    Tensor logits = model.forward(dataset.inputs().slice(0, begin, end)).contiguous();  // (b, classes)
+    Tensor logits =
+        model.forward(dataset.inputs().slice(0, begin, end)).contiguous();  // (b, classes)
     const int64_t classes = logits.size(1);
     const float* values = logits.data<float>();
     for (int64_t i = 0; i < end - begin; ++i) {
@@ -114,7 +124,8 @@ double evaluateAccuracy(nn::Module& model, const data::TensorDataset& dataset, i
   return n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
 }
 
-Trainer::Trainer(TrainConfig config, observe::Logger& logger) : config_(std::move(config)), logger_(logger) {
+Trainer::Trainer(TrainConfig config, observe::Logger& logger)
+    : config_(std::move(config)), logger_(logger) {
   KOLO_CHECK(config_.strategy == "one-device", "--strategy '", config_.strategy,
              "' is not available in this build (one-device)");
   KOLO_CHECK(config_.threads >= 1, "--threads must be >= 1, got ", config_.threads);
@@ -128,7 +139,8 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger) : config_(std::mov
   recipe_ = resolveRecipe(config_, stepsPerEpoch_);
   // --steps is the total step count: it cuts --epochs short, or alone sets the length.
   totalSteps_ = recipe_.epochs * stepsPerEpoch_;
-  if (config_.steps > 0) totalSteps_ = config_.epochs ? std::min(totalSteps_, config_.steps) : config_.steps;
+  if (config_.steps > 0)
+    totalSteps_ = config_.epochs ? std::min(totalSteps_, config_.steps) : config_.steps;
 
   Generator generator(config_.seed);
   model_ = nn::makeModel(config_.model, generator);
@@ -149,7 +161,7 @@ std::shared_ptr<data::Sampler> Trainer::makeSampler(int64_t trainSize) const {
 
 double Trainer::trainStep(const data::Batch& batch, double lr) {
   model_->train(true);
-  Tensor logits = model_->forward(batch.inputs);        // (B, 10)
+  Tensor logits = model_->forward(batch.inputs);         // (B, 10)
   Tensor loss = nn::crossEntropy(logits, batch.labels);  // ()
   optimizer_->zeroGrad();
   loss.backward();
@@ -166,8 +178,10 @@ double Trainer::trainStep(const data::Batch& batch, double lr) {
 TrainSummary Trainer::run() {
   const auto start = Clock::now();
   std::unique_ptr<observe::MetricsWriter> metrics;
-  if (!config_.metricsPath.empty()) metrics = std::make_unique<observe::MetricsWriter>(config_.metricsPath);
-  data::DataLoader loader(train_, makeSampler(train_->size()), {.batchSize = config_.batch, .prefetch = 2});
+  if (!config_.metricsPath.empty())
+    metrics = std::make_unique<observe::MetricsWriter>(config_.metricsPath);
+  data::DataLoader loader(train_, makeSampler(train_->size()),
+                          {.batchSize = config_.batch, .prefetch = 2});
   const int64_t epochs = (totalSteps_ + stepsPerEpoch_ - 1) / stepsPerEpoch_;
   logger_.info("training", {{"model", config_.model},
                             {"optimizer", recipe_.optimizer},
@@ -184,8 +198,8 @@ TrainSummary Trainer::run() {
   int64_t step = 0;
   for (int64_t epoch = 0; epoch < epochs && step < totalSteps_; ++epoch) {
     const int64_t epochSteps = std::min(stepsPerEpoch_, totalSteps_ - step);
-    observe::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), epochSteps,
-                             stderr, 100, config_.progress);
+    observe::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs),
+                             epochSteps, stderr, 100, config_.progress);
     double lossSum = 0.0;
     int64_t lossCount = 0;
     const auto epochStart = Clock::now();
@@ -216,8 +230,8 @@ TrainSummary Trainer::run() {
     const double rate = epochSamples / std::max(epochSeconds, 1e-9);
     if (!config_.quiet) {
       char suffix[128];
-      std::snprintf(suffix, sizeof(suffix), "loss %.4f  test accuracy %.4f  %s samples/s", summary.trainLoss,
-                    summary.testAccuracy, formatRate(rate).c_str());
+      std::snprintf(suffix, sizeof(suffix), "loss %.4f  test accuracy %.4f  %s samples/s",
+                    summary.trainLoss, summary.testAccuracy, formatRate(rate).c_str());
       bar.finish(suffix);
     }
     if (metrics) {
@@ -233,8 +247,9 @@ TrainSummary Trainer::run() {
   summary.steps = step;
   summary.samplesPerSecond = trainSamples / std::max(trainSeconds, 1e-9);
   if (!config_.savePath.empty()) {
-    checkpoint::saveSafetensors(config_.savePath, model_->namedParameters(),
-                                {{"format", "pt"}, {"model", config_.model}, {"step", std::to_string(step)}});
+    checkpoint::saveSafetensors(
+        config_.savePath, model_->namedParameters(),
+        {{"format", "pt"}, {"model", config_.model}, {"step", std::to_string(step)}});
     logger_.info("saved weights", {{"file", config_.savePath}});
   }
   summary.wallSeconds = secondsSince(start);

@@ -22,18 +22,18 @@ namespace kolo::cli {
 /// Everything `kolo train` can be told. Unset optionals take the recipe's defaults
 /// (see resolveRecipe).
 struct TrainConfig {
-  std::string model = "mlp";                // mlp | cnn
-  std::optional<int64_t> epochs;            // default: the recipe's
-  int64_t steps = 0;                        // total optimizer steps; 0 = all epochs
+  std::string model = "mlp";      // mlp | cnn
+  std::optional<int64_t> epochs;  // default: the recipe's
+  int64_t steps = 0;              // total optimizer steps; 0 = all epochs
   int64_t batch = 128;
-  std::optional<std::string> optimizer;     // sgd | adam | adamw
+  std::optional<std::string> optimizer;  // sgd | adam | adamw
   std::optional<double> lr;
-  std::optional<double> momentum;           // sgd only
+  std::optional<double> momentum;  // sgd only
   std::optional<double> weightDecay;
   bool nesterov = false;
-  std::string schedule = "auto";            // auto | constant | cosine | warmup-cosine | step
-  std::optional<int64_t> warmupSteps;       // default: half an epoch (warmup-cosine)
-  double clipNorm = 0.0;                    // 0: no clipping
+  std::string schedule = "auto";       // auto | constant | cosine | warmup-cosine | step
+  std::optional<int64_t> warmupSteps;  // default: half an epoch (warmup-cosine)
+  double clipNorm = 0.0;               // 0: no clipping
   uint64_t seed = 0;
   bool shuffle = true;
   std::string dataDir = data::kFashionMnistDir;
@@ -62,20 +62,21 @@ struct Recipe {
 /// Fills the defaults. With neither --optimizer nor --lr, the default recipe: 10 epochs,
 /// linear warm-up for half an epoch then cosine to zero, with Nesterov SGD (momentum 0.9,
 /// lr 0.1) for the mlp and Adam (lr 1e-3) for the cnn. With --optimizer sgd: lr 0.05 (mlp)
-/// / 0.02 (cnn), momentum 0.9; adam/adamw: lr 1e-3. Schedule "auto" is warm-up + cosine when --lr was not given
-/// and constant when it was. Throws InvalidArgument for unknown names or bad values.
+/// / 0.02 (cnn), momentum 0.9; adam/adamw: lr 1e-3. Schedule "auto" is warm-up + cosine when --lr
+/// was not given and constant when it was. Throws InvalidArgument for unknown names or bad values.
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch);
 
 /// Builds the optimizer of a recipe over `parameters`.
-std::unique_ptr<optim::Optimizer> makeOptimizer(const Recipe& recipe, const optim::NamedParameters& parameters);
+std::unique_ptr<optim::Optimizer> makeOptimizer(const Recipe& recipe,
+                                                const optim::NamedParameters& parameters);
 /// Builds the learning-rate schedule of a recipe for `totalSteps` optimizer steps.
 std::unique_ptr<optim::LrSchedule> makeSchedule(const Recipe& recipe, int64_t totalSteps);
 
 /// What a finished run reports.
 struct TrainSummary {
   int64_t steps = 0;
-  int64_t epochs = 0;          // epochs begun
-  double trainLoss = 0.0;      // mean loss over the last epoch's steps
+  int64_t epochs = 0;      // epochs begun
+  double trainLoss = 0.0;  // mean loss over the last epoch's steps
   double testAccuracy = 0.0;
   double samplesPerSecond = 0.0;  // training samples per second of training time
   double wallSeconds = 0.0;
@@ -83,7 +84,8 @@ struct TrainSummary {
 
 /// Fraction of `dataset` that `model` classifies correctly (argmax of the logits), in
 /// chunks of `chunk` samples, without recording autograd; leaves the model in eval mode.
-double evaluateAccuracy(nn::Module& model, const data::TensorDataset& dataset, int64_t chunk = 1000);
+double evaluateAccuracy(nn::Module& model, const data::TensorDataset& dataset,
+                        int64_t chunk = 1000);
 
 /// Runs one training job as configured. Not thread-safe; one Trainer per run.
 class Trainer {

@@ -24,14 +24,15 @@ struct DataLoader::Prefetcher {
   std::thread worker;
 };
 
-DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Sampler> sampler,
-                       DataLoaderOptions options)
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset,
+                       std::shared_ptr<const Sampler> sampler, DataLoaderOptions options)
     : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(options) {
   KOLO_CHECK(dataset_ && sampler_, "DataLoader needs a dataset and a sampler");
   KOLO_CHECK_GT(options_.batchSize, 0, "DataLoader batch size");
   KOLO_CHECK_GE(options_.prefetch, 0, "DataLoader prefetch depth");
-  KOLO_CHECK(batchesPerEpoch() > 0, "DataLoader: ", sampler_->numSamples(), " samples per epoch make no batch of ",
-             options_.batchSize, options_.dropLast ? " with dropLast" : "");
+  KOLO_CHECK(batchesPerEpoch() > 0, "DataLoader: ", sampler_->numSamples(),
+             " samples per epoch make no batch of ", options_.batchSize,
+             options_.dropLast ? " with dropLast" : "");
   startPrefetch();
 }
 
@@ -39,7 +40,8 @@ DataLoader::~DataLoader() { stopPrefetch(); }
 
 int64_t DataLoader::batchesPerEpoch() const {
   const int64_t n = sampler_->numSamples();
-  return options_.dropLast ? n / options_.batchSize : (n + options_.batchSize - 1) / options_.batchSize;
+  return options_.dropLast ? n / options_.batchSize
+                           : (n + options_.batchSize - 1) / options_.batchSize;
 }
 
 Batch DataLoader::gatherAt(int64_t epoch, int64_t batchIndex) {
@@ -48,7 +50,8 @@ Batch DataLoader::gatherAt(int64_t epoch, int64_t batchIndex) {
     cachedEpoch_ = epoch;
   }
   const int64_t begin = batchIndex * options_.batchSize;
-  const int64_t end = std::min<int64_t>(begin + options_.batchSize, static_cast<int64_t>(cachedIndices_.size()));
+  const int64_t end =
+      std::min<int64_t>(begin + options_.batchSize, static_cast<int64_t>(cachedIndices_.size()));
   std::vector<int64_t> indices(cachedIndices_.begin() + begin, cachedIndices_.begin() + end);
   return dataset_->gather(indices);
 }
@@ -64,7 +67,8 @@ void DataLoader::startPrefetch() {
     while (true) {
       {
         std::unique_lock lock(p->mutex);
-        p->changed.wait(lock, [&] { return p->stop || static_cast<int>(p->ready.size()) < options_.prefetch; });
+        p->changed.wait(
+            lock, [&] { return p->stop || static_cast<int>(p->ready.size()) < options_.prefetch; });
         if (p->stop) return;
       }
       Prefetcher::Item item;
@@ -110,7 +114,8 @@ bool DataLoader::next(Batch& batch) {
       std::unique_lock lock(prefetcher_->mutex);
       prefetcher_->changed.wait(lock, [&] { return !prefetcher_->ready.empty(); });
       // A failed gather stays at the front, so every later call reports it again.
-      if (prefetcher_->ready.front().error) std::rethrow_exception(prefetcher_->ready.front().error);
+      if (prefetcher_->ready.front().error)
+        std::rethrow_exception(prefetcher_->ready.front().error);
       item = std::move(prefetcher_->ready.front());
       prefetcher_->ready.pop_front();
     }
@@ -124,8 +129,9 @@ bool DataLoader::next(Batch& batch) {
 }
 
 void DataLoader::setState(const LoaderState& state) {
-  KOLO_CHECK(state.epoch >= 0 && state.batch >= 0 && state.batch <= batchesPerEpoch(), "DataLoader state epoch ",
-             state.epoch, " batch ", state.batch, " (", batchesPerEpoch(), " batches per epoch)");
+  KOLO_CHECK(state.epoch >= 0 && state.batch >= 0 && state.batch <= batchesPerEpoch(),
+             "DataLoader state epoch ", state.epoch, " batch ", state.batch, " (",
+             batchesPerEpoch(), " batches per epoch)");
   stopPrefetch();
   state_ = state;
   if (state_.batch == batchesPerEpoch()) state_ = {state_.epoch + 1, 0};

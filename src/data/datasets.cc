@@ -9,11 +9,14 @@ namespace kolo::data {
 
 TensorDataset::TensorDataset(Tensor inputs, Tensor labels) {
   KOLO_CHECK(inputs.defined() && labels.defined(), "TensorDataset needs inputs and labels");
-  KOLO_CHECK(inputs.dim() >= 1 && labels.dim() == 1, "TensorDataset: inputs ", shapeString(inputs.shape()),
-             ", labels ", shapeString(labels.shape()), " (labels must be [N])");
+  KOLO_CHECK(inputs.dim() >= 1 && labels.dim() == 1, "TensorDataset: inputs ",
+             shapeString(inputs.shape()), ", labels ", shapeString(labels.shape()),
+             " (labels must be [N])");
   KOLO_CHECK_EQ(inputs.size(0), labels.size(0), "TensorDataset: inputs and labels count");
-  KOLO_CHECK(inputs.dtype() == DType::F32, "TensorDataset inputs must be f32, got ", dtypeName(inputs.dtype()));
-  KOLO_CHECK(labels.dtype() == DType::I64, "TensorDataset labels must be i64, got ", dtypeName(labels.dtype()));
+  KOLO_CHECK(inputs.dtype() == DType::F32, "TensorDataset inputs must be f32, got ",
+             dtypeName(inputs.dtype()));
+  KOLO_CHECK(labels.dtype() == DType::I64, "TensorDataset labels must be i64, got ",
+             dtypeName(labels.dtype()));
   inputs_ = inputs.contiguous();
   labels_ = labels.contiguous();
 }
@@ -46,14 +49,16 @@ TensorDataset loadIdxPair(const std::string& imagesPath, const std::string& labe
   IdxArray images = readIdx(imagesPath);
   IdxArray labels = readIdx(labelsPath);
   if (images.dims.size() != 3) {
-    KOLO_THROW(FormatError, imagesPath, ": expected 3 dimensions [N, rows, cols], found ", shapeString(images.dims));
+    KOLO_THROW(FormatError, imagesPath, ": expected 3 dimensions [N, rows, cols], found ",
+               shapeString(images.dims));
   }
   if (labels.dims.size() != 1) {
-    KOLO_THROW(FormatError, labelsPath, ": expected 1 dimension [N], found ", shapeString(labels.dims));
+    KOLO_THROW(FormatError, labelsPath, ": expected 1 dimension [N], found ",
+               shapeString(labels.dims));
   }
   if (images.dims[0] != labels.dims[0]) {
-    KOLO_THROW(FormatError, "count mismatch: ", imagesPath, " holds ", images.dims[0], " images but ", labelsPath,
-               " holds ", labels.dims[0], " labels");
+    KOLO_THROW(FormatError, "count mismatch: ", imagesPath, " holds ", images.dims[0],
+               " images but ", labelsPath, " holds ", labels.dims[0], " labels");
   }
   const int64_t n = images.dims[0];
   const int64_t pixels = images.dims[1] * images.dims[2];
@@ -70,7 +75,7 @@ TensorDataset loadIdxPair(const std::string& imagesPath, const std::string& labe
 namespace {
 
 TensorDataset loadFashionMnist(const std::string& dir, bool train) {
-  struct stat info{};
+  struct stat info {};
   if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
     KOLO_THROW(IoError, "Fashion-MNIST directory ", dir,
                " does not exist (install the Debian package dataset-fashion-mnist, or pass the "
@@ -91,6 +96,7 @@ TensorDataset loadFashionMnist(const std::string& dir, bool train) {
 
 }  // namespace
 
-FashionMnist::FashionMnist(const std::string& dir, bool train) : TensorDataset(loadFashionMnist(dir, train)) {}
+FashionMnist::FashionMnist(const std::string& dir, bool train)
+    : TensorDataset(loadFashionMnist(dir, train)) {}
 
 }  // namespace kolo::data

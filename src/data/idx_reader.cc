@@ -25,7 +25,8 @@ std::vector<uint8_t> gunzip(const std::vector<uint8_t>& compressed, const std::s
   out.resize(std::max<size_t>(compressed.size() * 4, 1 << 16));
   z_stream stream{};
   // 16 + MAX_WBITS: expect a gzip header and trailer.
-  if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK) KOLO_THROW(IoError, "zlib init failed for ", path);
+  if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK)
+    KOLO_THROW(IoError, "zlib init failed for ", path);
   stream.next_in = const_cast<Bytef*>(compressed.data());
   stream.avail_in = static_cast<uInt>(compressed.size());
   size_t produced = 0;
@@ -66,7 +67,8 @@ uint32_t bigEndian32(const uint8_t* p) {
 IdxArray readIdx(const std::string& path) {
   std::vector<uint8_t> bytes = readWholeFile(path);
   if (bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b) bytes = gunzip(bytes, path);
-  if (bytes.size() < 4) KOLO_THROW(FormatError, path, ": truncated IDX file (", bytes.size(), " bytes, no header)");
+  if (bytes.size() < 4)
+    KOLO_THROW(FormatError, path, ": truncated IDX file (", bytes.size(), " bytes, no header)");
   // Magic: two zero bytes, the element type code, the number of dimensions.
   if (bytes[0] != 0 || bytes[1] != 0) {
     KOLO_THROW(FormatError, path, ": bad IDX magic 0x", std::hex, bigEndian32(bytes.data()),
@@ -90,16 +92,17 @@ IdxArray readIdx(const std::string& path) {
     const uint32_t dim = bigEndian32(bytes.data() + 4 + 4 * d);
     array.dims.push_back(dim);
     count *= dim;
-    if (count > (uint64_t(1) << 40)) KOLO_THROW(FormatError, path, ": IDX dimensions are implausibly large");
+    if (count > (uint64_t(1) << 40))
+      KOLO_THROW(FormatError, path, ": IDX dimensions are implausibly large");
   }
   const uint64_t payload = bytes.size() - headerBytes;
   if (payload < count) {
-    KOLO_THROW(FormatError, path, ": truncated IDX data: dimensions ", shapeString(array.dims), " need ",
-               count, " bytes, file holds ", payload);
+    KOLO_THROW(FormatError, path, ": truncated IDX data: dimensions ", shapeString(array.dims),
+               " need ", count, " bytes, file holds ", payload);
   }
   if (payload > count) {
-    KOLO_THROW(FormatError, path, ": IDX size mismatch: dimensions ", shapeString(array.dims), " need ",
-               count, " bytes, file holds ", payload, " (", payload - count, " extra)");
+    KOLO_THROW(FormatError, path, ": IDX size mismatch: dimensions ", shapeString(array.dims),
+               " need ", count, " bytes, file holds ", payload, " (", payload - count, " extra)");
   }
   array.values.assign(bytes.begin() + headerBytes, bytes.end());
   return array;

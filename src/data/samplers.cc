@@ -29,17 +29,22 @@ std::vector<int64_t> epochPermutation(int64_t n, uint64_t seed, int64_t epoch) {
   return order;
 }
 
-ShuffleSampler::ShuffleSampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) { KOLO_CHECK_GE(n, 0, "sampler size"); }
+ShuffleSampler::ShuffleSampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {
+  KOLO_CHECK_GE(n, 0, "sampler size");
+}
 
-std::vector<int64_t> ShuffleSampler::indices(int64_t epoch) const { return epochPermutation(n_, seed_, epoch); }
+std::vector<int64_t> ShuffleSampler::indices(int64_t epoch) const {
+  return epochPermutation(n_, seed_, epoch);
+}
 
-DistributedSampler::DistributedSampler(int64_t n, DistributedSamplerOptions options) : n_(n), options_(options) {
+DistributedSampler::DistributedSampler(int64_t n, DistributedSamplerOptions options)
+    : n_(n), options_(options) {
   KOLO_CHECK_GE(n, 0, "sampler size");
   KOLO_CHECK(options.worldSize >= 1 && options.rank >= 0 && options.rank < options.worldSize,
              "DistributedSampler: rank ", options.rank, " of world size ", options.worldSize);
   KOLO_CHECK(options.globalBatch > 0 && options.globalBatch % options.worldSize == 0,
-             "DistributedSampler: global batch ", options.globalBatch, " must be a positive multiple of world size ",
-             options.worldSize);
+             "DistributedSampler: global batch ", options.globalBatch,
+             " must be a positive multiple of world size ", options.worldSize);
 }
 
 int64_t DistributedSampler::numSamples() const {

@@ -10,8 +10,12 @@
 
 namespace kolo::observe {
 
-ProgressBar::ProgressBar(std::string label, int64_t total, std::FILE* out, int64_t plainEvery, int interactive)
-    : label_(std::move(label)), total_(std::max<int64_t>(total, 0)), out_(out), plainEvery_(std::max<int64_t>(plainEvery, 1)) {
+ProgressBar::ProgressBar(std::string label, int64_t total, std::FILE* out, int64_t plainEvery,
+                         int interactive)
+    : label_(std::move(label)),
+      total_(std::max<int64_t>(total, 0)),
+      out_(out),
+      plainEvery_(std::max<int64_t>(plainEvery, 1)) {
   interactive_ = interactive < 0 ? ::isatty(::fileno(out_)) != 0 : interactive != 0;
 }
 
@@ -41,13 +45,14 @@ void ProgressBar::draw(int64_t done, const std::string& suffix, bool final) {
     return;
   }
   constexpr int kWidth = 30;
-  const int filled = total_ > 0 ? static_cast<int>(kWidth * std::min(done, total_) / total_) : kWidth;
+  const int filled =
+      total_ > 0 ? static_cast<int>(kWidth * std::min(done, total_) / total_) : kWidth;
   std::string bar(kWidth, ' ');
   for (int i = 0; i < filled; ++i) bar[i] = '=';
   if (filled < kWidth) bar[filled] = '>';
   // \r returns to the line start; \033[K clears what a longer previous line left.
-  std::fprintf(out_, "\r%s [%s] %s %s\033[K%s", label_.c_str(), bar.c_str(), counter.c_str(), suffix.c_str(),
-               final ? "\n" : "");
+  std::fprintf(out_, "\r%s [%s] %s %s\033[K%s", label_.c_str(), bar.c_str(), counter.c_str(),
+               suffix.c_str(), final ? "\n" : "");
   std::fflush(out_);
 }
 

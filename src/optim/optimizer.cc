@@ -27,7 +27,8 @@ StateDict StateDict::fromFlat(const std::vector<std::pair<std::string, Tensor>>&
   return state;
 }
 
-Optimizer::Optimizer(NamedParameters parameters, double lr) : parameters_(std::move(parameters)), lr_(lr) {
+Optimizer::Optimizer(NamedParameters parameters, double lr)
+    : parameters_(std::move(parameters)), lr_(lr) {
   std::set<std::string> names;
   for (const auto& [name, parameter] : parameters_) {
     KOLO_CHECK(parameter.defined(), "optimizer parameter ", name, " is undefined");
@@ -41,10 +42,10 @@ void Optimizer::step() {
   for (auto& [name, parameter] : parameters_) {
     Tensor grad = parameter.grad();
     if (!grad.defined()) continue;
-    KOLO_CHECK(parameter.dtype() == DType::F32 && parameter.isContiguous(), "optimizer parameter ", name,
-               " must be contiguous f32 (is ", dtypeName(parameter.dtype()), ")");
-    KOLO_CHECK(grad.shape() == parameter.shape(), "gradient of ", name, " has shape ", shapeString(grad.shape()),
-               ", parameter ", shapeString(parameter.shape()));
+    KOLO_CHECK(parameter.dtype() == DType::F32 && parameter.isContiguous(), "optimizer parameter ",
+               name, " must be contiguous f32 (is ", dtypeName(parameter.dtype()), ")");
+    KOLO_CHECK(grad.shape() == parameter.shape(), "gradient of ", name, " has shape ",
+               shapeString(grad.shape()), ", parameter ", shapeString(parameter.shape()));
     Tensor g = grad.dtype() == DType::F32 ? grad.contiguous() : grad.to(DType::F32);
     Tensor p = parameter;
     update(name, p.data<float>(), g.data<float>(), p.numel(), state_[name], stepCount_);
@@ -75,20 +76,22 @@ void Optimizer::loadStateDict(const StateDict& state) {
   std::map<std::string, std::map<std::string, Tensor>> restored;
   for (const auto& [name, saved] : state.perParameter) {
     auto found = byName.find(name);
-    KOLO_CHECK(found != byName.end(), "optimizer state names parameter ", name, ", which this ", kind(),
-               " optimizer does not hold");
+    KOLO_CHECK(found != byName.end(), "optimizer state names parameter ", name, ", which this ",
+               kind(), " optimizer does not hold");
     for (const auto& [slot, tensor] : saved) {
-      KOLO_CHECK(std::find(slots.begin(), slots.end(), slot) != slots.end(), "optimizer state slot ", name, "/",
-                 slot, " is not one of ", kind(), "'s");
+      KOLO_CHECK(std::find(slots.begin(), slots.end(), slot) != slots.end(),
+                 "optimizer state slot ", name, "/", slot, " is not one of ", kind(), "'s");
       if (slot != "step") {
-        KOLO_CHECK(tensor.shape() == found->second->shape(), "optimizer state ", name, "/", slot, " has shape ",
-                   shapeString(tensor.shape()), ", parameter ", shapeString(found->second->shape()));
+        KOLO_CHECK(tensor.shape() == found->second->shape(), "optimizer state ", name, "/", slot,
+                   " has shape ", shapeString(tensor.shape()), ", parameter ",
+                   shapeString(found->second->shape()));
       }
       restored[name][slot] = tensor.clone();
     }
   }
   state_ = std::move(restored);
-  if (auto it = state.scalars.find("step"); it != state.scalars.end()) stepCount_ = static_cast<int64_t>(it->second);
+  if (auto it = state.scalars.find("step"); it != state.scalars.end())
+    stepCount_ = static_cast<int64_t>(it->second);
   if (auto it = state.scalars.find("lr"); it != state.scalars.end()) lr_ = it->second;
 }
 

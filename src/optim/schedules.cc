@@ -6,19 +6,24 @@
 
 namespace kolo::optim {
 
-StepLr::StepLr(double lr, int64_t stepSize, double gamma) : lr_(lr), stepSize_(stepSize), gamma_(gamma) {
+StepLr::StepLr(double lr, int64_t stepSize, double gamma)
+    : lr_(lr), stepSize_(stepSize), gamma_(gamma) {
   KOLO_CHECK_GT(stepSize, 0, "StepLr step size");
 }
 
-double StepLr::lrAt(int64_t step) const { return lr_ * std::pow(gamma_, static_cast<double>(step / stepSize_)); }
+double StepLr::lrAt(int64_t step) const {
+  return lr_ * std::pow(gamma_, static_cast<double>(step / stepSize_));
+}
 
-CosineLr::CosineLr(double lr, int64_t totalSteps, double minLr) : lr_(lr), totalSteps_(totalSteps), minLr_(minLr) {
+CosineLr::CosineLr(double lr, int64_t totalSteps, double minLr)
+    : lr_(lr), totalSteps_(totalSteps), minLr_(minLr) {
   KOLO_CHECK_GT(totalSteps, 0, "CosineLr total steps");
 }
 
 double CosineLr::lrAt(int64_t step) const {
   if (step >= totalSteps_) return minLr_;
-  const double progress = static_cast<double>(std::max<int64_t>(step, 0)) / static_cast<double>(totalSteps_);
+  const double progress =
+      static_cast<double>(std::max<int64_t>(step, 0)) / static_cast<double>(totalSteps_);
   return minLr_ + (lr_ - minLr_) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
 }
 
@@ -40,8 +45,9 @@ double clipGradNorm(const std::vector<Tensor>& parameters, double maxNorm) {
   for (const Tensor& parameter : parameters) {
     Tensor grad = parameter.grad();
     if (!grad.defined()) continue;
-    KOLO_CHECK(grad.dtype() == DType::F32 && grad.isContiguous(), "clipGradNorm needs contiguous f32 gradients (",
-               parameter.name(), " is ", dtypeName(grad.dtype()), ")");
+    KOLO_CHECK(grad.dtype() == DType::F32 && grad.isContiguous(),
+               "clipGradNorm needs contiguous f32 gradients (", parameter.name(), " is ",
+               dtypeName(grad.dtype()), ")");
     const float* g = grad.data<float>();
     double partial = 0.0;
     for (int64_t i = 0, n = grad.numel(); i < n; ++i) partial += static_cast<double>(g[i]) * g[i];

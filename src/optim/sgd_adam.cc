@@ -6,7 +6,8 @@
 
 namespace kolo::optim {
 
-Sgd::Sgd(NamedParameters parameters, SgdOptions options) : Optimizer(std::move(parameters), options.lr), options_(options) {
+Sgd::Sgd(NamedParameters parameters, SgdOptions options)
+    : Optimizer(std::move(parameters), options.lr), options_(options) {
   KOLO_CHECK(options.momentum >= 0.0, "SGD momentum ", options.momentum, " is negative");
   KOLO_CHECK(options.weightDecay >= 0.0, "SGD weight decay ", options.weightDecay, " is negative");
   KOLO_CHECK(!options.nesterov || (options.momentum > 0.0 && options.dampening == 0.0),
@@ -55,9 +56,12 @@ void Sgd::update(const std::string& name, float* param, const float* grad, int64
   }
 }
 
-Adam::Adam(NamedParameters parameters, AdamOptions options) : Optimizer(std::move(parameters), options.lr), options_(options) {
-  KOLO_CHECK(options.beta1 >= 0.0 && options.beta1 < 1.0, "Adam beta1 ", options.beta1, " not in [0, 1)");
-  KOLO_CHECK(options.beta2 >= 0.0 && options.beta2 < 1.0, "Adam beta2 ", options.beta2, " not in [0, 1)");
+Adam::Adam(NamedParameters parameters, AdamOptions options)
+    : Optimizer(std::move(parameters), options.lr), options_(options) {
+  KOLO_CHECK(options.beta1 >= 0.0 && options.beta1 < 1.0, "Adam beta1 ", options.beta1,
+             " not in [0, 1)");
+  KOLO_CHECK(options.beta2 >= 0.0 && options.beta2 < 1.0, "Adam beta2 ", options.beta2,
+             " not in [0, 1)");
   KOLO_CHECK(options.eps >= 0.0, "Adam eps ", options.eps, " is negative");
   KOLO_CHECK(options.weightDecay >= 0.0, "Adam weight decay ", options.weightDecay, " is negative");
 }

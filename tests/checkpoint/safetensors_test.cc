@@ -1,5 +1,7 @@
 // safetensors: byte-exact layout against a hand-assembled file, round trips of every dtype,
 // and clear errors for truncated files, bad headers, missing names and wrong shapes.
+#include "kolo/safetensors.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -7,15 +9,14 @@
 #include <filesystem>
 #include <fstream>
 
-#include "kolo/safetensors.h"
-
 namespace kolo::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
 
 std::string tempPath(const std::string& name) {
-  return (fs::temp_directory_path() / ("kolo_st_" + std::to_string(::getpid()) + "_" + name)).string();
+  return (fs::temp_directory_path() / ("kolo_st_" + std::to_string(::getpid()) + "_" + name))
+      .string();
 }
 
 std::string readBytes(const std::string& path) {
@@ -82,7 +83,8 @@ TEST(SafetensorsTest, RoundTripKeepsOrderDtypesAndMetadata) {
     EXPECT_EQ(file.tensors[i].first, tensors[i].first);
     EXPECT_EQ(file.tensors[i].second.dtype(), tensors[i].second.dtype());
     EXPECT_EQ(file.tensors[i].second.shape(), tensors[i].second.shape());
-    EXPECT_EQ(file.tensors[i].second.toDoubleVector(), tensors[i].second.toDoubleVector()) << tensors[i].first;
+    EXPECT_EQ(file.tensors[i].second.toDoubleVector(), tensors[i].second.toDoubleVector())
+        << tensors[i].first;
   }
   EXPECT_FALSE(fs::exists(path + ".tmp." + std::to_string(::getpid())));
   fs::remove(path);
@@ -107,10 +109,13 @@ TEST(SafetensorsTest, BadHeadersAreRefused) {
   writeBytes(path, withLength("{not json"));
   EXPECT_NE(errorOf([&] { loadSafetensors(path); }).find("not valid JSON"), std::string::npos);
   writeBytes(path, std::string("\xff\xff\xff\xff\xff\xff\x00\x00", 8) + "{}");
-  EXPECT_NE(errorOf([&] { loadSafetensors(path); }).find("bad safetensors header length"), std::string::npos);
-  writeBytes(path, withLength(R"({"w":{"dtype":"F99","shape":[1],"data_offsets":[0,4]}})") + "abcd");
+  EXPECT_NE(errorOf([&] { loadSafetensors(path); }).find("bad safetensors header length"),
+            std::string::npos);
+  writeBytes(path,
+             withLength(R"({"w":{"dtype":"F99","shape":[1],"data_offsets":[0,4]}})") + "abcd");
   EXPECT_NE(errorOf([&] { loadSafetensors(path); }).find("unsupported dtype"), std::string::npos);
-  writeBytes(path, withLength(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})") + "abcd");
+  writeBytes(path,
+             withLength(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})") + "abcd");
   EXPECT_NE(errorOf([&] { loadSafetensors(path); }).find("needs 8"), std::string::npos);
   EXPECT_THROW(loadSafetensors(tempPath("does_not_exist")), IoError);
   fs::remove(path);
@@ -131,8 +136,12 @@ TEST(SafetensorsTest, LoadIntoChecksNamesAndShapes) {
   EXPECT_EQ(bias.toFloatVector(), saved1.toFloatVector());
 
   Tensor small = Tensor::zeros({256, 784});
-  std::string message = errorOf([&] { loadSafetensorsInto(path, {{"0.weight", small}, {"0.bias", bias}}); });
-  EXPECT_NE(message.find("0.weight: file has [512, 784], model expects [256, 784]"), std::string::npos) << message;
+  std::string message = errorOf([&] {
+    loadSafetensorsInto(path, {{"0.weight", small}, {"0.bias", bias}});
+  });
+  EXPECT_NE(message.find("0.weight: file has [512, 784], model expects [256, 784]"),
+            std::string::npos)
+      << message;
   EXPECT_NE(message.find(path), std::string::npos) << message;
   EXPECT_EQ(small.toFloatVector()[0], 0.0f);  // nothing copied on failure
 

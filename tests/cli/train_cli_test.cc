@@ -51,8 +51,10 @@ class TrainCliTest : public ::testing::Test {
 };
 
 TEST_F(TrainCliTest, ShortRunWritesMetricsAndWeights) {
-  const RunResult run = runKolo("train --model mlp --steps 20 --batch 64 --optimizer sgd --lr 0.05 --no-progress"
-                                " --metrics " + file("m.jsonl") + " --save " + file("w.safetensors"));
+  const RunResult run = runKolo(
+      "train --model mlp --steps 20 --batch 64 --optimizer sgd --lr 0.05 --no-progress"
+      " --metrics " +
+      file("m.jsonl") + " --save " + file("w.safetensors"));
   ASSERT_EQ(run.exitCode, 0) << run.output;
   EXPECT_NE(run.output.find("test_accuracy"), std::string::npos) << run.output;
 
@@ -62,7 +64,8 @@ TEST_F(TrainCliTest, ShortRunWritesMetricsAndWeights) {
   nlohmann::json last;
   while (std::getline(metrics, line)) {
     last = nlohmann::json::parse(line);
-    for (const char* key : {"epoch", "step", "train_loss", "test_accuracy", "samples_per_s", "wall_s"}) {
+    for (const char* key :
+         {"epoch", "step", "train_loss", "test_accuracy", "samples_per_s", "wall_s"}) {
       EXPECT_TRUE(last.contains(key)) << key << " missing in " << line;
     }
     ++lines;
@@ -73,7 +76,8 @@ TEST_F(TrainCliTest, ShortRunWritesMetricsAndWeights) {
   EXPECT_GT(last["test_accuracy"].get<double>(), 0.3);
   EXPECT_TRUE(std::isfinite(last["train_loss"].get<double>()));
 
-  const kolo::checkpoint::SafetensorsFile weights = kolo::checkpoint::loadSafetensors(file("w.safetensors"));
+  const kolo::checkpoint::SafetensorsFile weights =
+      kolo::checkpoint::loadSafetensors(file("w.safetensors"));
   ASSERT_EQ(weights.tensors.size(), 6u);
   EXPECT_EQ(weights.tensors[0].first, "0.weight");
   EXPECT_EQ(weights.tensors[0].second.shape(), (kolo::Shape{512, 784}));
@@ -83,31 +87,38 @@ TEST_F(TrainCliTest, ShortRunWritesMetricsAndWeights) {
 
 TEST_F(TrainCliTest, InitFromSavedWeightsIsDeterministic) {
   // Two runs from the same --init in file order end with identical weights.
-  ASSERT_EQ(runKolo("train --model mlp --steps 1 --quiet --save " + file("init.safetensors")).exitCode, 0);
+  ASSERT_EQ(
+      runKolo("train --model mlp --steps 1 --quiet --save " + file("init.safetensors")).exitCode,
+      0);
   for (const char* name : {"a.safetensors", "b.safetensors"}) {
-    const RunResult run = runKolo("train --model mlp --steps 5 --quiet --no-shuffle --seed 9 --init " +
-                                  file("init.safetensors") + " --save " + file(name));
+    const RunResult run =
+        runKolo("train --model mlp --steps 5 --quiet --no-shuffle --seed 9 --init " +
+                file("init.safetensors") + " --save " + file(name));
     ASSERT_EQ(run.exitCode, 0) << run.output;
   }
   const auto a = kolo::checkpoint::loadSafetensors(file("a.safetensors"));
   const auto b = kolo::checkpoint::loadSafetensors(file("b.safetensors"));
   ASSERT_EQ(a.tensors.size(), b.tensors.size());
   for (size_t i = 0; i < a.tensors.size(); ++i) {
-    EXPECT_EQ(a.tensors[i].second.toFloatVector(), b.tensors[i].second.toFloatVector()) << a.tensors[i].first;
+    EXPECT_EQ(a.tensors[i].second.toFloatVector(), b.tensors[i].second.toFloatVector())
+        << a.tensors[i].first;
   }
 }
 
 TEST_F(TrainCliTest, WrongShapeInitFailsClearly) {
   kolo::Generator gen(0);
-  kolo::checkpoint::saveSafetensors(file("bad.safetensors"), {{"0.weight", kolo::Tensor::randn({256, 784}, gen)},
-                                                              {"0.bias", kolo::Tensor::zeros({256})},
-                                                              {"2.weight", kolo::Tensor::zeros({256, 512})},
-                                                              {"2.bias", kolo::Tensor::zeros({256})},
-                                                              {"4.weight", kolo::Tensor::zeros({10, 256})},
-                                                              {"4.bias", kolo::Tensor::zeros({10})}});
-  const RunResult run = runKolo("train --model mlp --steps 1 --quiet --init " + file("bad.safetensors"));
+  kolo::checkpoint::saveSafetensors(file("bad.safetensors"),
+                                    {{"0.weight", kolo::Tensor::randn({256, 784}, gen)},
+                                     {"0.bias", kolo::Tensor::zeros({256})},
+                                     {"2.weight", kolo::Tensor::zeros({256, 512})},
+                                     {"2.bias", kolo::Tensor::zeros({256})},
+                                     {"4.weight", kolo::Tensor::zeros({10, 256})},
+                                     {"4.bias", kolo::Tensor::zeros({10})}});
+  const RunResult run =
+      runKolo("train --model mlp --steps 1 --quiet --init " + file("bad.safetensors"));
   EXPECT_NE(run.exitCode, 0);
-  EXPECT_NE(run.output.find("0.weight: file has [256, 784], model expects [512, 784]"), std::string::npos)
+  EXPECT_NE(run.output.find("0.weight: file has [256, 784], model expects [512, 784]"),
+            std::string::npos)
       << run.output;
   EXPECT_NE(run.output.find("bad.safetensors"), std::string::npos) << run.output;
 }

@@ -1,5 +1,7 @@
 // IDX reading (raw, gzip, and every kind of broken file), Fashion-MNIST loading, samplers
 // and the DataLoader's determinism and resumable position.
+#include "kolo/data.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -9,8 +11,6 @@
 #include <fstream>
 #include <set>
 
-#include "kolo/data.h"
-
 namespace kolo::data {
 namespace {
 
@@ -19,7 +19,8 @@ namespace fs = std::filesystem;
 class TempDir {
  public:
   TempDir() {
-    path_ = fs::temp_directory_path() / ("kolo_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    path_ = fs::temp_directory_path() /
+            ("kolo_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
     fs::create_directories(path_);
   }
   ~TempDir() { fs::remove_all(path_); }
@@ -30,7 +31,8 @@ class TempDir {
   fs::path path_;
 };
 
-std::vector<uint8_t> idxBytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& values) {
+std::vector<uint8_t> idxBytes(const std::vector<uint32_t>& dims,
+                              const std::vector<uint8_t>& values) {
   std::vector<uint8_t> bytes = {0, 0, 0x08, static_cast<uint8_t>(dims.size())};
   for (uint32_t d : dims) {
     for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<uint8_t>(d >> shift));
@@ -40,7 +42,8 @@ std::vector<uint8_t> idxBytes(const std::vector<uint32_t>& dims, const std::vect
 }
 
 void writeRaw(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
 void writeGzip(const std::string& path, const std::vector<uint8_t>& bytes) {
@@ -98,7 +101,8 @@ TEST(IdxTest, TruncatedGzipStreamIsReported) {
   TempDir dir;
   writeGzip(dir.file("whole.gz"), idxBytes({100}, std::vector<uint8_t>(100, 3)));
   std::ifstream in(dir.file("whole.gz"), std::ios::binary);
-  std::vector<uint8_t> compressed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> compressed((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
   compressed.resize(compressed.size() / 2);
   writeRaw(dir.file("cut.gz"), compressed);
   const std::string message = errorOf([&] { readIdx(dir.file("cut.gz")); });
@@ -180,7 +184,9 @@ TEST(SamplerTest, DistributedSlicesReassembleTheGlobalBatches) {
   for (bool dropLast : {false, true}) {
     std::vector<std::vector<int64_t>> perRank;
     for (int rank = 0; rank < 4; ++rank) {
-      DistributedSampler sampler(n, {.globalBatch = global, .rank = rank, .worldSize = 4, .seed = 3, .dropLast = dropLast});
+      DistributedSampler sampler(
+          n,
+          {.globalBatch = global, .rank = rank, .worldSize = 4, .seed = 3, .dropLast = dropLast});
       perRank.push_back(sampler.indices(2));
       EXPECT_EQ(static_cast<int64_t>(perRank.back().size()), sampler.numSamples());
     }
@@ -195,7 +201,8 @@ TEST(SamplerTest, DistributedSlicesReassembleTheGlobalBatches) {
       }
     }
   }
-  DistributedSampler plain(10, {.globalBatch = 4, .rank = 1, .worldSize = 2, .shuffle = false, .dropLast = true});
+  DistributedSampler plain(
+      10, {.globalBatch = 4, .rank = 1, .worldSize = 2, .shuffle = false, .dropLast = true});
   EXPECT_EQ(plain.indices(0), (std::vector<int64_t>{2, 3, 6, 7}));
 }
 
@@ -240,7 +247,8 @@ TEST(DataLoaderTest, PrefetchGivesTheSameBatchesAsInline) {
 }
 
 TEST(DataLoaderTest, DropLastAndSequentialOrder) {
-  DataLoader loader(countingDataset(10), std::make_shared<SequentialSampler>(10), {.batchSize = 4, .dropLast = true});
+  DataLoader loader(countingDataset(10), std::make_shared<SequentialSampler>(10),
+                    {.batchSize = 4, .dropLast = true});
   const auto batches = drain(loader, 1);
   EXPECT_EQ(batches, (std::vector<std::vector<int64_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
 }

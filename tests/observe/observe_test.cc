@@ -1,4 +1,6 @@
 // Metrics lines, plain and redrawn progress output, and the logger's line format.
+#include "kolo/observe.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -7,7 +9,6 @@
 #include <fstream>
 
 #include "kolo/error.h"
-#include "kolo/observe.h"
 
 namespace kolo::observe {
 namespace {
@@ -22,8 +23,9 @@ std::string readAll(std::FILE* file) {
 }
 
 TEST(MetricsWriterTest, OneFlushedObjectPerLine) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("kolo_metrics_" + std::to_string(::getpid()) + ".jsonl")).string();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("kolo_metrics_" + std::to_string(::getpid()) + ".jsonl"))
+                               .string();
   {
     MetricsWriter writer(path);
     writer.write({{"epoch", 1}, {"test_accuracy", 0.5}});
@@ -51,7 +53,8 @@ TEST(ProgressBarTest, PlainLinesWhenNotATerminal) {
   for (int i = 1; i <= 250; ++i) bar.update(i, "loss 1.0");
   bar.finish("done");
   bar.finish("ignored");
-  EXPECT_EQ(readAll(out), "epoch 1/2 100/250 loss 1.0\nepoch 1/2 200/250 loss 1.0\nepoch 1/2 250/250 done\n");
+  EXPECT_EQ(readAll(out),
+            "epoch 1/2 100/250 loss 1.0\nepoch 1/2 200/250 loss 1.0\nepoch 1/2 250/250 done\n");
   std::fclose(out);
 }
 
@@ -73,7 +76,8 @@ TEST(LoggerTest, LevelRankAndFields) {
   logger.info("saved", {{"file", "w.safetensors"}, {"step", 20}});
   const std::string text = readAll(out);
   EXPECT_EQ(text.find("hidden"), std::string::npos);
-  EXPECT_NE(text.find("Z INFO [rank 3] saved file=w.safetensors step=20\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("Z INFO [rank 3] saved file=w.safetensors step=20\n"), std::string::npos)
+      << text;
   EXPECT_EQ(parseLogLevel("warn"), LogLevel::Warn);
   EXPECT_THROW(parseLogLevel("loud"), InvalidArgument);
   std::fclose(out);

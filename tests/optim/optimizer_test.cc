@@ -94,7 +94,8 @@ TEST(OptimizerTorchTest, MatchesTorchOverSeveralSteps) {
     SCOPED_TRACE(testCase["name"].get<std::string>());
     NamedParameters params;
     for (const std::string& name : names) {
-      Tensor p = Tensor::fromVector(fixture["shapes"][name].get<Shape>(), fixture["init"][name].get<std::vector<float>>());
+      Tensor p = Tensor::fromVector(fixture["shapes"][name].get<Shape>(),
+                                    fixture["init"][name].get<std::vector<float>>());
       p.setRequiresGrad(true);
       params.emplace_back(name, p);
     }
@@ -102,15 +103,20 @@ TEST(OptimizerTorchTest, MatchesTorchOverSeveralSteps) {
     std::unique_ptr<Optimizer> optimizer;
     const std::string kind = testCase["kind"];
     if (kind == "sgd") {
-      optimizer = std::make_unique<Sgd>(params, SgdOptions{.lr = o.value("lr", 0.01),
-                                                           .momentum = o.value("momentum", 0.0),
-                                                           .dampening = o.value("dampening", 0.0),
-                                                           .weightDecay = o.value("weight_decay", 0.0),
-                                                           .nesterov = o.value("nesterov", false)});
+      optimizer =
+          std::make_unique<Sgd>(params, SgdOptions{.lr = o.value("lr", 0.01),
+                                                   .momentum = o.value("momentum", 0.0),
+                                                   .dampening = o.value("dampening", 0.0),
+                                                   .weightDecay = o.value("weight_decay", 0.0),
+                                                   .nesterov = o.value("nesterov", false)});
     } else {
-      AdamOptions options{.lr = o.value("lr", 1e-3), .beta1 = o.value("beta1", 0.9), .beta2 = o.value("beta2", 0.999),
-                          .eps = o.value("eps", 1e-8), .weightDecay = o.value("weight_decay", kind == "adamw" ? 0.01 : 0.0)};
-      optimizer = kind == "adamw" ? makeAdamW(params, options) : std::make_unique<Adam>(params, options);
+      AdamOptions options{.lr = o.value("lr", 1e-3),
+                          .beta1 = o.value("beta1", 0.9),
+                          .beta2 = o.value("beta2", 0.999),
+                          .eps = o.value("eps", 1e-8),
+                          .weightDecay = o.value("weight_decay", kind == "adamw" ? 0.01 : 0.0)};
+      optimizer =
+          kind == "adamw" ? makeAdamW(params, options) : std::make_unique<Adam>(params, options);
     }
     const auto& grads = fixture["grads"];
     for (size_t step = 0; step < grads.size(); ++step) {
@@ -119,7 +125,8 @@ TEST(OptimizerTorchTest, MatchesTorchOverSeveralSteps) {
       }
       optimizer->step();
       for (auto& [name, p] : params) {
-        const std::vector<float> expected = testCase["expected"][step][name].get<std::vector<float>>();
+        const std::vector<float> expected =
+            testCase["expected"][step][name].get<std::vector<float>>();
         const std::vector<float> actual = p.toFloatVector();
         ASSERT_EQ(actual.size(), expected.size());
         for (size_t i = 0; i < actual.size(); ++i) {
