@@ -45,6 +45,12 @@ void fakeStep(const NamedTensors& w, optim::Optimizer& opt, int step) {
   opt.step();
 }
 
+TrainingState atStep(int64_t step) {
+  TrainingState state;
+  state.step = step;
+  return state;
+}
+
 std::vector<float> flat(const NamedTensors& w) {
   std::vector<float> out;
   for (const auto& [n, t] : w) {
@@ -96,7 +102,7 @@ TEST(Checkpoint, KeepsOnlyTheLastK) {
   TempDir dir;
   NamedTensors w = makeWeights(1);
   CheckpointManager mgr(dir.path.string(), 2);
-  for (int s = 1; s <= 5; ++s) mgr.save(w, nullptr, {.step = s});
+  for (int s = 1; s <= 5; ++s) mgr.save(w, nullptr, atStep(s));
   auto all = mgr.list();
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[0].step, 4);
@@ -108,7 +114,7 @@ TEST(Checkpoint, KeepsOnlyTheLastK) {
 TEST(Checkpoint, NonWriterRanksWriteNothing) {
   TempDir dir;
   CheckpointManager mgr(dir.path.string(), 2, /*writer=*/false);
-  EXPECT_EQ(mgr.save(makeWeights(1), nullptr, {.step = 1}), "");
+  EXPECT_EQ(mgr.save(makeWeights(1), nullptr, atStep(1)), "");
   EXPECT_FALSE(fs::exists(dir.path / "ckpt-000000001"));
 }
 
@@ -121,10 +127,10 @@ TEST_P(DamagedCheckpoint, IsRefusedAndThePreviousGoodOneIsUsed) {
   NamedTensors w = makeWeights(1);
   optim::Sgd opt(w, {.lr = 0.1, .momentum = 0.9});
   fakeStep(w, opt, 0);
-  mgr.save(w, &opt, {.step = 1});
+  mgr.save(w, &opt, atStep(1));
   const auto good = flat(w);
   fakeStep(w, opt, 1);
-  const std::string newest = mgr.save(w, &opt, {.step = 2});
+  const std::string newest = mgr.save(w, &opt, atStep(2));
 
   const std::string damage = GetParam();
   std::string expect;
@@ -180,7 +186,7 @@ TEST(Checkpoint, OptimizerKindMismatchIsAClearError) {
   optim::Sgd opt(w, {.lr = 0.1, .momentum = 0.9});
   fakeStep(w, opt, 0);
   CheckpointManager mgr(dir.path.string());
-  const std::string path = mgr.save(w, &opt, {.step = 1});
+  const std::string path = mgr.save(w, &opt, atStep(1));
   optim::Adam adam(w, {});
   try {
     CheckpointManager::load(path, w, &adam);
