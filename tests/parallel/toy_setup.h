@@ -2,6 +2,8 @@
 // ops of kolo/ops.h, a deterministic synthetic data set, and a runner for ranks as threads.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -92,12 +94,16 @@ inline void runThreads(int k, const std::function<void(int)>& fn) {
     if (e) std::rethrow_exception(e);
 }
 
-/// Largest |a-b| / max(1, |b|).
+/// Largest |a-b| over the largest |b| (relative to the scale of the reference), or a huge
+/// value when the sizes differ.
 inline double maxRelDiff(const std::vector<double>& a, const std::vector<double>& b) {
-  double worst = a.size() == b.size() ? 0.0 : 1e30;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    worst = std::max(worst, std::abs(a[i] - b[i]) / std::max(1.0, std::abs(b[i])));
-  return worst;
+  if (a.size() != b.size()) return 1e30;
+  double diff = 0.0, scale = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
 }
 
 }  // namespace kolo::parallel::testing
