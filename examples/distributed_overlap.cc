@@ -48,13 +48,20 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model") o.model = v;
-    else if (k == "--ranks") o.ranks = std::stoi(v);
-    else if (k == "--batch") o.batch = std::stoll(v);
-    else if (k == "--steps") o.steps = std::stoi(v);
-    else if (k == "--bucket-kb") o.bucketKb = std::stoul(v);
-    else if (k == "--first-bucket-kb") o.firstBucketKb = std::stoul(v);
-    else throw InvalidArgument("unknown option " + k);
+    if (k == "--model")
+      o.model = v;
+    else if (k == "--ranks")
+      o.ranks = std::stoi(v);
+    else if (k == "--batch")
+      o.batch = std::stoll(v);
+    else if (k == "--steps")
+      o.steps = std::stoi(v);
+    else if (k == "--bucket-kb")
+      o.bucketKb = std::stoul(v);
+    else if (k == "--first-bucket-kb")
+      o.firstBucketKb = std::stoul(v);
+    else
+      throw InvalidArgument("unknown option " + k);
   }
   return o;
 }
@@ -87,7 +94,8 @@ int main(int argc, char** argv) {
           Tensor x = train.inputs().slice(0, lo, lo + o.batch).contiguous();
           Tensor y = train.labels().slice(0, lo, lo + o.batch).contiguous();
           std::vector<std::vector<float>> buffers;
-          for (size_t b = 0; b < reducer.bucketCount(); ++b) buffers.emplace_back(reducer.bucketBytes(b) / 4, 1.0f);
+          for (size_t b = 0; b < reducer.bucketCount(); ++b)
+            buffers.emplace_back(reducer.bucketBytes(b) / 4, 1.0f);
           auto compute = [&] {
             model->zeroGrad();
             crossEntropy(model->forward(x), y).backward();
@@ -95,7 +103,8 @@ int main(int argc, char** argv) {
           auto communicate = [&] {
             std::vector<std::unique_ptr<comm::Work>> works;
             for (auto& buf : buffers)
-              works.push_back(comm->iallreduce(buf.data(), buf.data(), buf.size(), DType::F32, comm::ReduceOp::Sum));
+              works.push_back(comm->iallreduce(buf.data(), buf.data(), buf.size(), DType::F32,
+                                               comm::ReduceOp::Sum));
             for (auto& w : works) w->wait();
           };
           std::vector<double> c, m, s, v;
@@ -138,11 +147,14 @@ int main(int argc, char** argv) {
               const auto& t = reducer.timeline();
               char line[200];
               for (size_t b = 0; b < reducer.bucketCount(); ++b) {
-                std::snprintf(line, sizeof line, "  bucket %zu (%7.1f KiB): start %+8.3f ms  finish %+8.3f ms", b,
-                              reducer.bucketBytes(b) / 1024.0, ms(t.bucketStart[b] - t6), ms(t.bucketFinish[b] - t6));
+                std::snprintf(line, sizeof line,
+                              "  bucket %zu (%7.1f KiB): start %+8.3f ms  finish %+8.3f ms", b,
+                              reducer.bucketBytes(b) / 1024.0, ms(t.bucketStart[b] - t6),
+                              ms(t.bucketFinish[b] - t6));
                 timeline.push_back(line);
               }
-              std::snprintf(line, sizeof line, "  backward returned at %+8.3f ms, finalize returned at %+8.3f ms",
+              std::snprintf(line, sizeof line,
+                            "  backward returned at %+8.3f ms, finalize returned at %+8.3f ms",
                             ms(backwardEnd - t6), ms(t7 - t6));
               timeline.push_back(line);
             }
@@ -161,16 +173,18 @@ int main(int argc, char** argv) {
     }
     for (auto& t : threads) t.join();
     if (failure) std::rethrow_exception(failure);
-    const double c = median(computeMs), m = median(commMs), s = median(serialMs), v = median(overlapMs);
-    std::printf("model %s, %d ranks (threads), %lld samples per rank, median of %d steps\n", o.model.c_str(), o.ranks,
-                static_cast<long long>(o.batch), o.steps);
+    const double c = median(computeMs), m = median(commMs), s = median(serialMs),
+                 v = median(overlapMs);
+    std::printf("model %s, %d ranks (threads), %lld samples per rank, median of %d steps\n",
+                o.model.c_str(), o.ranks, static_cast<long long>(o.batch), o.steps);
     std::printf("one step (time measured from the start of forward), timeline of rank 0:\n");
     for (const auto& l : timeline) std::printf("%s\n", l.c_str());
     std::printf("compute (fwd+bwd)          %8.3f ms\n", c);
     std::printf("communication (buckets)    %8.3f ms\n", m);
     std::printf("compute + communication    %8.3f ms (sum of the two medians)\n", c + m);
     std::printf("compute then communication %8.3f ms (measured in sequence)\n", s);
-    std::printf("overlapped Reducer step    %8.3f ms (%.2fx of compute-then-communication)\n", v, s > 0 ? v / s : 0.0);
+    std::printf("overlapped Reducer step    %8.3f ms (%.2fx of compute-then-communication)\n", v,
+                s > 0 ? v / s : 0.0);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "distributed_overlap: %s\n", e.what());

@@ -47,13 +47,15 @@ class CheckpointManager {
   /// `keepLast` >= 1 checkpoints are kept (older ones are deleted after each save).
   /// `writer` false (every rank but 0) makes save() a no-op, so one rank writes. Warnings
   /// go to `warn` (default: a "kolo: warning: ..." line on stderr).
-  explicit CheckpointManager(std::string dir, int keepLast = 3, bool writer = true, WarningSink warn = nullptr);
+  explicit CheckpointManager(std::string dir, int keepLast = 3, bool writer = true,
+                             WarningSink warn = nullptr);
 
   /// Writes the checkpoint of state.step: `weights` (a module's namedParameters()),
   /// `optimizer`'s stateDict() (may be null) and `state`. Atomic: a crash leaves either the
   /// complete checkpoint or none. Returns its directory ("" when not the writer). Throws
   /// IoError naming the path when writing fails.
-  std::string save(const NamedTensors& weights, const optim::Optimizer* optimizer, const TrainingState& state);
+  std::string save(const NamedTensors& weights, const optim::Optimizer* optimizer,
+                   const TrainingState& state);
 
   /// Checkpoint directories under the root, oldest first (not verified).
   std::vector<CheckpointInfo> list() const;
@@ -61,7 +63,8 @@ class CheckpointManager {
   /// the warning sink with its path and the problem. nullopt when none is good.
   std::optional<CheckpointInfo> latestGood() const;
   /// latestGood() then load(); nullopt (nothing changed) when there is none.
-  std::optional<TrainingState> restoreLatest(const NamedTensors& weights, optim::Optimizer* optimizer) const;
+  std::optional<TrainingState> restoreLatest(const NamedTensors& weights,
+                                             optim::Optimizer* optimizer) const;
 
   /// Checks a checkpoint directory: the manifest parses and its own checksum matches, and
   /// every file it lists has the recorded size and CRC32. Throws FormatError naming the
@@ -69,7 +72,8 @@ class CheckpointManager {
   static void verify(const std::string& path);
   /// Verifies, then copies the weights into `weights` (by name, strict) and the optimizer
   /// state into `optimizer` (if not null; its kind must match), and returns the rest.
-  static TrainingState load(const std::string& path, const NamedTensors& weights, optim::Optimizer* optimizer);
+  static TrainingState load(const std::string& path, const NamedTensors& weights,
+                            optim::Optimizer* optimizer);
 
   const std::string& directory() const { return dir_; }
 

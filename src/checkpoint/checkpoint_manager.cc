@@ -1,8 +1,6 @@
 // CheckpointManager: atomic checkpoint directories (temporary name, fsync, rename, fsync of
 // the parent), a JSON manifest with a CRC32 per file, pruning to the last K, and the
 // newest-good search that resume uses.
-#include "kolo/checkpoint.h"
-
 #include <fcntl.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -17,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "kolo/checkpoint.h"
 #include "kolo/error.h"
 
 namespace kolo::checkpoint {
@@ -70,7 +69,8 @@ void writeFileSynced(const std::string& path, const std::string& text) {
 uint32_t manifestCrc(json manifest) {
   manifest.erase("manifest_crc32");
   const std::string text = manifest.dump();
-  return static_cast<uint32_t>(::crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
+  return static_cast<uint32_t>(
+      ::crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
 }
 
 json readManifest(const std::string& dir) {
@@ -83,12 +83,14 @@ json readManifest(const std::string& dir) {
   try {
     manifest = json::parse(text.str());
   } catch (const json::exception& e) {
-    KOLO_THROW(FormatError, "checkpoint '", dir, "': ", kManifest, " is not valid JSON (truncated or corrupt): ",
-               e.what());
+    KOLO_THROW(FormatError, "checkpoint '", dir, "': ", kManifest,
+               " is not valid JSON (truncated or corrupt): ", e.what());
   }
   if (!manifest.is_object() || manifest.value("format", "") != kFormat)
-    KOLO_THROW(FormatError, "checkpoint '", dir, "': ", kManifest, " is not a ", kFormat, " manifest");
-  if (!manifest.contains("manifest_crc32") || manifest["manifest_crc32"].get<uint32_t>() != manifestCrc(manifest))
+    KOLO_THROW(FormatError, "checkpoint '", dir, "': ", kManifest, " is not a ", kFormat,
+               " manifest");
+  if (!manifest.contains("manifest_crc32") ||
+      manifest["manifest_crc32"].get<uint32_t>() != manifestCrc(manifest))
     KOLO_THROW(FormatError, "checkpoint '", dir, "': ", kManifest, " fails its checksum (corrupt)");
   return manifest;
 }
@@ -113,7 +115,8 @@ CheckpointManager::CheckpointManager(std::string dir, int keepLast, bool writer,
     : dir_(std::move(dir)), keepLast_(keepLast), writer_(writer), warn_(std::move(warn)) {
   KOLO_CHECK(!dir_.empty(), "checkpoint directory is empty");
   KOLO_CHECK_GE(keepLast_, 1, "(checkpoints to keep)");
-  if (!warn_) warn_ = [](const std::string& line) { std::cerr << "kolo: warning: " << line << std::endl; };
+  if (!warn_)
+    warn_ = [](const std::string& line) { std::cerr << "kolo: warning: " << line << std::endl; };
 }
 
 std::string CheckpointManager::save(const NamedTensors& weights, const optim::Optimizer* optimizer,
@@ -144,7 +147,8 @@ std::string CheckpointManager::save(const NamedTensors& weights, const optim::Op
   files.push_back(kModelFile);
   if (optimizer) {
     const optim::StateDict sd = optimizer->stateDict();
-    saveSafetensors((tmpDir / kOptimizerFile).string(), sd.flatTensors(), {{"kind", optimizer->kind()}});
+    saveSafetensors((tmpDir / kOptimizerFile).string(), sd.flatTensors(),
+                    {{"kind", optimizer->kind()}});
     files.push_back(kOptimizerFile);
     json scalars = json::object();
     for (const auto& [k, v] : sd.scalars) scalars[k] = v;
@@ -164,7 +168,9 @@ std::string CheckpointManager::save(const NamedTensors& weights, const optim::Op
   // Re-saving a step replaces the old directory; rename() cannot replace a non-empty one.
   if (fs::exists(finalDir)) fs::remove_all(finalDir, ec);
   fs::rename(tmpDir, finalDir, ec);
-  if (ec) KOLO_THROW(IoError, "cannot rename '", tmpDir.string(), "' to '", finalDir.string(), "': ", ec.message());
+  if (ec)
+    KOLO_THROW(IoError, "cannot rename '", tmpDir.string(), "' to '", finalDir.string(),
+               "': ", ec.message());
   fsyncPath(dir_, true);
   prune();
   return finalDir.string();
@@ -188,7 +194,8 @@ std::vector<CheckpointInfo> CheckpointManager::list() const {
 void CheckpointManager::prune() const {
   auto all = list();
   std::error_code ec;
-  for (size_t i = 0; i + static_cast<size_t>(keepLast_) < all.size(); ++i) fs::remove_all(all[i].path, ec);
+  for (size_t i = 0; i + static_cast<size_t>(keepLast_) < all.size(); ++i)
+    fs::remove_all(all[i].path, ec);
   // Temporary directories left by a crashed save are garbage.
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     if (entry.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(entry.path(), ec);
@@ -197,20 +204,24 @@ void CheckpointManager::prune() const {
 
 void CheckpointManager::verify(const std::string& path) {
   const json manifest = readManifest(path);
-  if (!manifest.contains("files") || !manifest["files"].is_object() || !manifest["files"].contains(kModelFile))
+  if (!manifest.contains("files") || !manifest["files"].is_object() ||
+      !manifest["files"].contains(kModelFile))
     KOLO_THROW(FormatError, "checkpoint '", path, "': ", kManifest, " lists no ", kModelFile);
   for (const auto& [file, facts] : manifest["files"].items()) {
     const fs::path p = fs::path(path) / file;
     std::error_code ec;
-    if (!fs::exists(p, ec)) KOLO_THROW(FormatError, "checkpoint '", path, "': ", file, " is missing");
+    if (!fs::exists(p, ec))
+      KOLO_THROW(FormatError, "checkpoint '", path, "': ", file, " is missing");
     const uint64_t expected = facts.at("bytes").get<uint64_t>();
     const uint64_t actual = fs::file_size(p, ec);
     if (actual != expected)
-      KOLO_THROW(FormatError, "checkpoint '", path, "': ", file, " has ", actual, " bytes, the manifest says ", expected,
+      KOLO_THROW(FormatError, "checkpoint '", path, "': ", file, " has ", actual,
+                 " bytes, the manifest says ", expected,
                  actual < expected ? " (truncated)" : " (overwritten)");
     const uint32_t crc = fileCrc32(p.string());
     if (crc != facts.at("crc32").get<uint32_t>())
-      KOLO_THROW(FormatError, "checkpoint '", path, "': ", file, " fails its CRC32 check (corrupt): ", crc,
+      KOLO_THROW(FormatError, "checkpoint '", path, "': ", file,
+                 " fails its CRC32 check (corrupt): ", crc,
                  " != ", facts.at("crc32").get<uint32_t>());
   }
 }
@@ -233,13 +244,14 @@ TrainingState CheckpointManager::load(const std::string& path, const NamedTensor
   loadSafetensorsInto((fs::path(path) / kModelFile).string(), weights, true);
   if (optimizer) {
     if (!manifest.contains("optimizer"))
-      KOLO_THROW(InvalidArgument, "checkpoint '", path, "' holds no optimizer state, but a ", optimizer->kind(),
-                 " optimizer was given to restore");
+      KOLO_THROW(InvalidArgument, "checkpoint '", path, "' holds no optimizer state, but a ",
+                 optimizer->kind(), " optimizer was given to restore");
     const std::string kind = manifest["optimizer"].at("kind").get<std::string>();
     if (kind != optimizer->kind())
-      KOLO_THROW(InvalidArgument, "checkpoint '", path, "' holds ", kind, " optimizer state, but the optimizer is ",
-                 optimizer->kind());
-    std::map<std::string, double> scalars = manifest["optimizer"].at("scalars").get<std::map<std::string, double>>();
+      KOLO_THROW(InvalidArgument, "checkpoint '", path, "' holds ", kind,
+                 " optimizer state, but the optimizer is ", optimizer->kind());
+    std::map<std::string, double> scalars =
+        manifest["optimizer"].at("scalars").get<std::map<std::string, double>>();
     SafetensorsFile file = loadSafetensors((fs::path(path) / kOptimizerFile).string());
     optim::StateDict sd = optim::StateDict::fromFlat(file.tensors, std::move(scalars));
     // State slots are per-element companions of their parameter: give a slot saved flat

@@ -57,7 +57,8 @@ void broadcastOptimizerState(optim::Optimizer& optimizer, comm::Communicator& co
     KOLO_THROW(Mismatch, "broadcastOptimizerState: rank ", comm.rank(), " has a ", optimizer.kind(),
                " optimizer but root rank ", root, " has ", desc.at("kind").get<std::string>());
   std::vector<std::pair<std::string, Tensor>> tensors;
-  const auto rootTensors = comm.rank() == root ? state.flatTensors() : std::vector<std::pair<std::string, Tensor>>{};
+  const auto rootTensors =
+      comm.rank() == root ? state.flatTensors() : std::vector<std::pair<std::string, Tensor>>{};
   size_t i = 0;
   for (const auto& slot : desc.at("slots")) {
     Tensor t = comm.rank() == root ? rootTensors[i].second.contiguous()
@@ -68,13 +69,15 @@ void broadcastOptimizerState(optim::Optimizer& optimizer, comm::Communicator& co
     ++i;
   }
   if (comm.rank() != root) {
-    auto received = optim::StateDict::fromFlat(tensors, desc.at("scalars").get<std::map<std::string, double>>());
+    auto received = optim::StateDict::fromFlat(
+        tensors, desc.at("scalars").get<std::map<std::string, double>>());
     optimizer.loadStateDict(conformStateShapes(std::move(received), optimizer));
   }
 }
 
 DistributedOptimizer::DistributedOptimizer(std::unique_ptr<optim::Optimizer> optimizer,
-                                           std::shared_ptr<comm::Communicator> comm, ReducerOptions options)
+                                           std::shared_ptr<comm::Communicator> comm,
+                                           ReducerOptions options)
     : optimizer_(std::move(optimizer)), comm_(std::move(comm)) {
   KOLO_CHECK(optimizer_ != nullptr, "DistributedOptimizer: no optimizer");
   KOLO_CHECK(comm_ != nullptr, "DistributedOptimizer: no communicator");

@@ -21,19 +21,22 @@ void scaleInPlace(T* data, size_t n, T scale) {
 
 }  // namespace
 
-Reducer::Reducer(NamedTensors parameters, std::shared_ptr<comm::Communicator> comm, ReducerOptions options)
+Reducer::Reducer(NamedTensors parameters, std::shared_ptr<comm::Communicator> comm,
+                 ReducerOptions options)
     : params_(std::move(parameters)), comm_(std::move(comm)), options_(options) {
   KOLO_CHECK(comm_ != nullptr, "Reducer needs a communicator");
   KOLO_CHECK(!params_.empty(), "Reducer needs at least one parameter");
   KOLO_CHECK_GT(options_.bucketCapBytes, size_t{0}, "(bucketCapBytes)");
   KOLO_CHECK_GT(options_.firstBucketCapBytes, size_t{0}, "(firstBucketCapBytes)");
   dtype_ = params_.front().second.dtype();
-  KOLO_CHECK(dtype_ == DType::F32 || dtype_ == DType::F64, "Reducer: parameter '", params_.front().first,
-             "' has dtype ", dtypeName(dtype_), "; only f32 and f64 are reduced");
+  KOLO_CHECK(dtype_ == DType::F32 || dtype_ == DType::F64, "Reducer: parameter '",
+             params_.front().first, "' has dtype ", dtypeName(dtype_),
+             "; only f32 and f64 are reduced");
   for (const auto& [name, p] : params_) {
     KOLO_CHECK(p.defined(), "Reducer: parameter '", name, "' is undefined");
-    KOLO_CHECK(p.dtype() == dtype_, "Reducer: parameter '", name, "' has dtype ", dtypeName(p.dtype()),
-               " but '", params_.front().first, "' has ", dtypeName(dtype_), "; one dtype per reducer");
+    KOLO_CHECK(p.dtype() == dtype_, "Reducer: parameter '", name, "' has dtype ",
+               dtypeName(p.dtype()), " but '", params_.front().first, "' has ", dtypeName(dtype_),
+               "; one dtype per reducer");
     KOLO_CHECK(p.isContiguous(), "Reducer: parameter '", name, "' is not contiguous");
   }
 
@@ -86,7 +89,9 @@ Reducer::~Reducer() {
   }
 }
 
-size_t Reducer::bucketBytes(size_t bucket) const { return buckets_.at(bucket).numel * dtypeSize(dtype_); }
+size_t Reducer::bucketBytes(size_t bucket) const {
+  return buckets_.at(bucket).numel * dtypeSize(dtype_);
+}
 
 void Reducer::broadcastFromRoot() {
   // One broadcast per bucket rather than per parameter: fewer, larger messages.
@@ -112,8 +117,10 @@ void Reducer::prepareForBackward() {
 
 void Reducer::beginPass() {
   for (auto& b : buckets_) {
-    KOLO_CHECK(!b.work, "Reducer: a new backward pass began while a bucket all-reduce of the previous one is "
-               "still in flight; call finalize() after every synchronised backward");
+    KOLO_CHECK(
+        !b.work,
+        "Reducer: a new backward pass began while a bucket all-reduce of the previous one is "
+        "still in flight; call finalize() after every synchronised backward");
     b.pending = b.params.size();
     b.started = false;
   }
@@ -131,12 +138,15 @@ void Reducer::onGradReady(size_t k) {
   if (!sync_) return;  // noSync: gradients just accumulate in .grad()
   if (!inPass_) beginPass();
   const std::string& name = params_[k].first;
-  KOLO_CHECK(!ready_[k], "Reducer: parameter '", name, "' got a second gradient in one synchronised pass; call "
+  KOLO_CHECK(!ready_[k], "Reducer: parameter '", name,
+             "' got a second gradient in one synchronised pass; call "
              "finalize() after each backward, or use noSync() to accumulate");
   Bucket& b = buckets_[bucketOf_[k]];
-  KOLO_CHECK(!b.started, "Reducer: parameter '", name, "' became ready after its bucket was started");
+  KOLO_CHECK(!b.started, "Reducer: parameter '", name,
+             "' became ready after its bucket was started");
   Tensor grad = params_[k].second.grad();
-  KOLO_CHECK(grad.defined(), "Reducer: gradient-ready hook of '", name, "' fired without a gradient");
+  KOLO_CHECK(grad.defined(), "Reducer: gradient-ready hook of '", name,
+             "' fired without a gradient");
   KOLO_CHECK_EQ(grad.numel(), params_[k].second.numel(), "Reducer: gradient size of '", name, "'");
   const size_t elemBytes = dtypeSize(dtype_);
   uint8_t* slot = static_cast<uint8_t*>(b.flat.rawData()) + b.offsets[slotOf_[k]] * elemBytes;
@@ -208,7 +218,8 @@ void Reducer::finalize() {
                 params_[k].second.nbytes());
   }
   Bucket& last = buckets_.back();
-  if (!last.started) writeExtras(joined_ ? 0.0 : 1.0, static_cast<double>(missing), joined_ ? 0.0 : localLoss_);
+  if (!last.started)
+    writeExtras(joined_ ? 0.0 : 1.0, static_cast<double>(missing), joined_ ? 0.0 : localLoss_);
   // Ranks must agree on the bucket sequence even when gradients are missing, so start
   // every remaining bucket (with zeros) and report the problem after the exchange.
   for (; nextToStart_ < buckets_.size(); ++nextToStart_) {
@@ -238,9 +249,11 @@ void Reducer::finalize() {
   if (missingTotal > 0) {
     if (missing > 0)
       KOLO_THROW(Error, "Reducer (rank ", comm_->rank(), "): parameter(s) ", unreadyNames(),
-                 " got no gradient in this backward pass; every parameter must take part in the loss on every rank");
+                 " got no gradient in this backward pass; every parameter must take part in the "
+                 "loss on every rank");
     KOLO_THROW(Error, "Reducer (rank ", comm_->rank(), "): ", missingTotal,
-               " parameter gradient(s) were missing on other rank(s) in this backward pass (see their errors)");
+               " parameter gradient(s) were missing on other rank(s) in this backward pass (see "
+               "their errors)");
   }
   if (activeRanks_ == 0 || joined_) {
     timeline_.finalizeEnd = Clock::now();
@@ -258,7 +271,8 @@ void Reducer::finalize() {
     for (size_t i = 0; i < b.params.size(); ++i) {
       Tensor& p = params_[b.params[i]].second;
       const int64_t off = static_cast<int64_t>(b.offsets[i]);
-      const uint8_t* slot = static_cast<const uint8_t*>(b.flat.rawData()) + b.offsets[i] * dtypeSize(dtype_);
+      const uint8_t* slot =
+          static_cast<const uint8_t*>(b.flat.rawData()) + b.offsets[i] * dtypeSize(dtype_);
       Tensor grad = p.grad();
       if (grad.defined() && grad.rawData() == slot && grad.isContiguous()) continue;
       p.setGrad(b.flat.slice(0, off, off + p.numel()).view(p.shape()));

@@ -16,16 +16,20 @@ namespace kolo::parallel {
 
 const char* localReductionName(LocalReduction reduction) {
   switch (reduction) {
-    case LocalReduction::ReduceToOne: return "reduce-to-one";
-    case LocalReduction::HierarchicalCopy: return "hierarchical-copy";
-    case LocalReduction::Ring: return "ring";
+    case LocalReduction::ReduceToOne:
+      return "reduce-to-one";
+    case LocalReduction::HierarchicalCopy:
+      return "hierarchical-copy";
+    case LocalReduction::Ring:
+      return "ring";
   }
   return "?";
 }
 
 LocalReduction parseLocalReduction(const std::string& name) {
   if (name == "reduce-to-one") return LocalReduction::ReduceToOne;
-  if (name == "hierarchical-copy" || name == "hierarchical") return LocalReduction::HierarchicalCopy;
+  if (name == "hierarchical-copy" || name == "hierarchical")
+    return LocalReduction::HierarchicalCopy;
   if (name == "ring") return LocalReduction::Ring;
   KOLO_THROW(InvalidArgument, "unknown in-process reduction '", name,
              "' (expected reduce-to-one, hierarchical-copy or ring)");
@@ -37,21 +41,30 @@ enum class Kind { Allreduce, Broadcast, Allgather, Barrier };
 
 const char* opName(comm::ReduceOp op) {
   switch (op) {
-    case comm::ReduceOp::Sum: return "sum";
-    case comm::ReduceOp::Prod: return "prod";
-    case comm::ReduceOp::Min: return "min";
-    case comm::ReduceOp::Max: return "max";
-    case comm::ReduceOp::Avg: return "avg";
+    case comm::ReduceOp::Sum:
+      return "sum";
+    case comm::ReduceOp::Prod:
+      return "prod";
+    case comm::ReduceOp::Min:
+      return "min";
+    case comm::ReduceOp::Max:
+      return "max";
+    case comm::ReduceOp::Avg:
+      return "avg";
   }
   return "?";
 }
 
 const char* kindName(Kind k) {
   switch (k) {
-    case Kind::Allreduce: return "allreduce";
-    case Kind::Broadcast: return "broadcast";
-    case Kind::Allgather: return "allgather";
-    case Kind::Barrier: return "barrier";
+    case Kind::Allreduce:
+      return "allreduce";
+    case Kind::Broadcast:
+      return "broadcast";
+    case Kind::Allgather:
+      return "allgather";
+    case Kind::Barrier:
+      return "barrier";
   }
   return "?";
 }
@@ -94,21 +107,32 @@ void divide(T* dst, size_t n, int k) {
 
 void combineTyped(void* dst, const void* src, size_t n, DType dtype, comm::ReduceOp op) {
   switch (dtype) {
-    case DType::F32: return combine(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
-    case DType::F64: return combine(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
-    case DType::I32: return combine(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
-    case DType::I64: return combine(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
-    default: KOLO_THROW(InvalidArgument, "replica group: dtype ", dtypeName(dtype), " is not reducible here");
+    case DType::F32:
+      return combine(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
+    case DType::F64:
+      return combine(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
+    case DType::I32:
+      return combine(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
+    case DType::I64:
+      return combine(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
+    default:
+      KOLO_THROW(InvalidArgument, "replica group: dtype ", dtypeName(dtype),
+                 " is not reducible here");
   }
 }
 
 void divideTyped(void* dst, size_t n, DType dtype, int k) {
   switch (dtype) {
-    case DType::F32: return divide(static_cast<float*>(dst), n, k);
-    case DType::F64: return divide(static_cast<double*>(dst), n, k);
-    case DType::I32: return divide(static_cast<int32_t*>(dst), n, k);
-    case DType::I64: return divide(static_cast<int64_t*>(dst), n, k);
-    default: break;
+    case DType::F32:
+      return divide(static_cast<float*>(dst), n, k);
+    case DType::F64:
+      return divide(static_cast<double*>(dst), n, k);
+    case DType::I32:
+      return divide(static_cast<int32_t*>(dst), n, k);
+    case DType::I64:
+      return divide(static_cast<int64_t*>(dst), n, k);
+    default:
+      break;
   }
 }
 
@@ -138,14 +162,16 @@ struct GroupState {
       cv.notify_all();
       return;
     }
-    const bool ok = cv.wait_for(lock, limit, [&] { return barrierGeneration != generation || !broken.empty(); });
+    const bool ok = cv.wait_for(lock, limit,
+                                [&] { return barrierGeneration != generation || !broken.empty(); });
     if (!broken.empty()) throw Timeout(broken);
     if (!ok) {
       std::ostringstream missing;
       for (int r = 0, shown = 0; r < size; ++r)
         if (!arrived[r]) missing << (shown++ ? ", " : "") << r;
-      broken = detail::concat("replica group: replica(s) ", missing.str(), " did not arrive within ", limit.count(),
-                              " ms (seen by replica ", rank, ")");
+      broken =
+          detail::concat("replica group: replica(s) ", missing.str(), " did not arrive within ",
+                         limit.count(), " ms (seen by replica ", rank, ")");
       cv.notify_all();
       throw Timeout(broken);
     }
@@ -167,7 +193,8 @@ class ReplicaWork : public comm::Work {
 
 class ReplicaCommunicator : public comm::Communicator {
  public:
-  ReplicaCommunicator(std::shared_ptr<GroupState> group, int rank) : group_(std::move(group)), rank_(rank) {}
+  ReplicaCommunicator(std::shared_ptr<GroupState> group, int rank)
+      : group_(std::move(group)), rank_(rank) {}
 
   int rank() const override { return rank_; }
   int size() const override { return group_->size; }
@@ -178,43 +205,58 @@ class ReplicaCommunicator : public comm::Communicator {
   std::shared_ptr<Communicator> split(int, int) override { unsupported("split"); }
   void send(const void*, size_t, DType, int, int) override { unsupported("send"); }
   void recv(void*, size_t, DType, int, int) override { unsupported("recv"); }
-  std::unique_ptr<comm::Work> isend(const void*, size_t, DType, int, int) override { unsupported("isend"); }
-  std::unique_ptr<comm::Work> irecv(void*, size_t, DType, int, int) override { unsupported("irecv"); }
+  std::unique_ptr<comm::Work> isend(const void*, size_t, DType, int, int) override {
+    unsupported("isend");
+  }
+  std::unique_ptr<comm::Work> irecv(void*, size_t, DType, int, int) override {
+    unsupported("irecv");
+  }
 
   void allreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, comm::ReduceOp op,
                  const comm::CollectiveOptions& opts) override {
     iallreduce(sendbuf, recvbuf, count, dtype, op, opts)->wait(opts.timeout);
   }
-  std::unique_ptr<comm::Work> iallreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
-                                         comm::ReduceOp op, const comm::CollectiveOptions&) override {
+  std::unique_ptr<comm::Work> iallreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                         DType dtype, comm::ReduceOp op,
+                                         const comm::CollectiveOptions&) override {
     return post(Kind::Allreduce, sendbuf, recvbuf, count, dtype, op, 0);
   }
-  void reduce(const void*, void*, size_t, DType, comm::ReduceOp, int, const comm::CollectiveOptions&) override {
+  void reduce(const void*, void*, size_t, DType, comm::ReduceOp, int,
+              const comm::CollectiveOptions&) override {
     unsupported("reduce");
   }
-  void broadcast(void* buf, size_t count, DType dtype, int root, const comm::CollectiveOptions& opts) override {
+  void broadcast(void* buf, size_t count, DType dtype, int root,
+                 const comm::CollectiveOptions& opts) override {
     ibroadcast(buf, count, dtype, root, opts)->wait(opts.timeout);
   }
   std::unique_ptr<comm::Work> ibroadcast(void* buf, size_t count, DType dtype, int root,
                                          const comm::CollectiveOptions&) override {
-    KOLO_CHECK(root >= 0 && root < size(), "replica group broadcast: root ", root, " outside [0, ", size(), ")");
+    KOLO_CHECK(root >= 0 && root < size(), "replica group broadcast: root ", root, " outside [0, ",
+               size(), ")");
     return post(Kind::Broadcast, buf, buf, count, dtype, comm::ReduceOp::Sum, root);
   }
   void allgather(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                  const comm::CollectiveOptions& opts) override {
-    post(Kind::Allgather, sendbuf, recvbuf, count, dtype, comm::ReduceOp::Sum, 0)->wait(opts.timeout);
+    post(Kind::Allgather, sendbuf, recvbuf, count, dtype, comm::ReduceOp::Sum, 0)
+        ->wait(opts.timeout);
   }
-  void allgatherv(const void*, void*, const std::vector<size_t>&, DType, const comm::CollectiveOptions&) override {
+  void allgatherv(const void*, void*, const std::vector<size_t>&, DType,
+                  const comm::CollectiveOptions&) override {
     unsupported("allgatherv");
   }
-  void reduceScatter(const void*, void*, size_t, DType, comm::ReduceOp, const comm::CollectiveOptions&) override {
+  void reduceScatter(const void*, void*, size_t, DType, comm::ReduceOp,
+                     const comm::CollectiveOptions&) override {
     unsupported("reduceScatter");
   }
-  void gather(const void*, void*, size_t, DType, int, const comm::CollectiveOptions&) override { unsupported("gather"); }
+  void gather(const void*, void*, size_t, DType, int, const comm::CollectiveOptions&) override {
+    unsupported("gather");
+  }
   void scatter(const void*, void*, size_t, DType, int, const comm::CollectiveOptions&) override {
     unsupported("scatter");
   }
-  void alltoall(const void*, void*, size_t, DType, const comm::CollectiveOptions&) override { unsupported("alltoall"); }
+  void alltoall(const void*, void*, size_t, DType, const comm::CollectiveOptions&) override {
+    unsupported("alltoall");
+  }
   void barrier(const comm::CollectiveOptions& opts) override {
     post(Kind::Barrier, nullptr, nullptr, 0, DType::U8, comm::ReduceOp::Sum, 0)->wait(opts.timeout);
   }
@@ -230,17 +272,19 @@ class ReplicaCommunicator : public comm::Communicator {
   bool completed(uint64_t seq) const { return completed_ > seq; }
   void abort(const std::string& reason) {
     std::lock_guard<std::mutex> lock(group_->mutex);
-    if (group_->broken.empty()) group_->broken = detail::concat("replica group aborted by replica ", rank_, ": ", reason);
+    if (group_->broken.empty())
+      group_->broken = detail::concat("replica group aborted by replica ", rank_, ": ", reason);
     group_->cv.notify_all();
   }
 
  private:
   [[noreturn]] void unsupported(const char* what) const {
-    KOLO_THROW(InvalidArgument, "replica group: ", what, " is not supported in-process (replica ", rank_, ")");
+    KOLO_THROW(InvalidArgument, "replica group: ", what, " is not supported in-process (replica ",
+               rank_, ")");
   }
 
-  std::unique_ptr<comm::Work> post(Kind kind, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
-                                   comm::ReduceOp op, int root) {
+  std::unique_ptr<comm::Work> post(Kind kind, const void* sendbuf, void* recvbuf, size_t count,
+                                   DType dtype, comm::ReduceOp op, int root) {
     const uint64_t seq = posted_++;
     {
       std::lock_guard<std::mutex> lock(group_->mutex);
@@ -254,11 +298,12 @@ class ReplicaCommunicator : public comm::Communicator {
         round.root = root;
         round.send.assign(group_->size, nullptr);
         round.recv.assign(group_->size, nullptr);
-      } else if (round.kind != kind || round.count != count || round.dtype != dtype || round.op != op ||
-                 round.root != root) {
-        KOLO_THROW(Mismatch, "replica group: collective #", seq, " differs between replicas: replica ", rank_, " called ",
-                   kindName(kind), "(count ", count, ", ", dtypeName(dtype), ", ", opName(op), ", root ",
-                   root, ") but another called ", kindName(round.kind), "(count ", round.count, ", ",
+      } else if (round.kind != kind || round.count != count || round.dtype != dtype ||
+                 round.op != op || round.root != root) {
+        KOLO_THROW(Mismatch, "replica group: collective #", seq,
+                   " differs between replicas: replica ", rank_, " called ", kindName(kind),
+                   "(count ", count, ", ", dtypeName(dtype), ", ", opName(op), ", root ", root,
+                   ") but another called ", kindName(round.kind), "(count ", round.count, ", ",
                    dtypeName(round.dtype), ", ", opName(round.op), ", root ", round.root, ")");
       }
       round.send[rank_] = sendbuf;
@@ -286,7 +331,8 @@ class ReplicaCommunicator : public comm::Communicator {
       case Kind::Barrier:
         break;
       case Kind::Broadcast:
-        if (rank_ != round->root && n > 0) std::memcpy(recvOf(rank_), recvOf(round->root), n * esize);
+        if (rank_ != round->root && n > 0)
+          std::memcpy(recvOf(rank_), recvOf(round->root), n * esize);
         g.barrier(rank_, limit);
         break;
       case Kind::Allgather:
@@ -336,7 +382,8 @@ class ReplicaCommunicator : public comm::Communicator {
         const int end = rank_ < h ? h : k;
         if (rank_ == leader) {
           copyIn(leader);
-          for (int r = leader + 1; r < end; ++r) combineTyped(recvOf(leader), sendOf(r), n, round.dtype, round.op);
+          for (int r = leader + 1; r < end; ++r)
+            combineTyped(recvOf(leader), sendOf(r), n, round.dtype, round.op);
         }
         g.barrier(rank_, limit);
         if (rank_ == 0) {
@@ -362,8 +409,8 @@ class ReplicaCommunicator : public comm::Communicator {
         const int right = (rank_ + 1) % k;
         for (int s = 0; s + 1 < k; ++s) {
           const int c = ((rank_ - s) % k + k) % k;
-          combineTyped(recvOf(right) + lo(c) * esize, recvOf(rank_) + lo(c) * esize, hi(c) - lo(c), round.dtype,
-                       round.op);
+          combineTyped(recvOf(right) + lo(c) * esize, recvOf(rank_) + lo(c) * esize, hi(c) - lo(c),
+                       round.dtype, round.op);
           g.barrier(rank_, limit);
         }
         if (round.op == comm::ReduceOp::Avg) {
@@ -373,7 +420,9 @@ class ReplicaCommunicator : public comm::Communicator {
         }
         for (int s = 0; s + 1 < k; ++s) {
           const int c = ((rank_ + 1 - s) % k + k) % k;
-          if (hi(c) > lo(c)) std::memcpy(recvOf(right) + lo(c) * esize, recvOf(rank_) + lo(c) * esize, (hi(c) - lo(c)) * esize);
+          if (hi(c) > lo(c))
+            std::memcpy(recvOf(right) + lo(c) * esize, recvOf(rank_) + lo(c) * esize,
+                        (hi(c) - lo(c)) * esize);
           g.barrier(rank_, limit);
         }
         break;
@@ -402,8 +451,8 @@ void abortReplicaGroup(comm::Communicator& member, const std::string& reason) {
   replica->abort(reason);
 }
 
-std::vector<std::shared_ptr<comm::Communicator>> makeReplicaGroup(int replicas, LocalReduction reduction,
-                                                                 std::chrono::milliseconds timeout) {
+std::vector<std::shared_ptr<comm::Communicator>> makeReplicaGroup(
+    int replicas, LocalReduction reduction, std::chrono::milliseconds timeout) {
   KOLO_CHECK_GT(replicas, 0, "(replica count)");
   auto group = std::make_shared<GroupState>();
   group->size = replicas;

@@ -13,10 +13,14 @@ namespace kolo::parallel {
 
 const char* strategyKindName(StrategyKind kind) {
   switch (kind) {
-    case StrategyKind::OneDevice: return "one-device";
-    case StrategyKind::Mirrored: return "mirrored";
-    case StrategyKind::MultiWorkerMirrored: return "multi-worker-mirrored";
-    case StrategyKind::CentralStorage: return "central-storage";
+    case StrategyKind::OneDevice:
+      return "one-device";
+    case StrategyKind::Mirrored:
+      return "mirrored";
+    case StrategyKind::MultiWorkerMirrored:
+      return "multi-worker-mirrored";
+    case StrategyKind::CentralStorage:
+      return "central-storage";
   }
   return "?";
 }
@@ -30,8 +34,8 @@ StrategyKind parseStrategyKind(const std::string& name) {
              "' (expected one-device, mirrored, multi-worker-mirrored or central-storage)");
 }
 
-StrategyOptions strategyOptionsFromNames(const std::string& strategy, int replicas, const std::string& reduction,
-                                         const std::string& algorithm,
+StrategyOptions strategyOptionsFromNames(const std::string& strategy, int replicas,
+                                         const std::string& reduction, const std::string& algorithm,
                                          std::shared_ptr<comm::Communicator> communicator) {
   StrategyOptions options;
   options.kind = parseStrategyKind(strategy);
@@ -59,9 +63,10 @@ Tensor shard(const Tensor& t, int r, int k) {
 
 void checkShardable(const Tensor& inputs, const Tensor& labels, int k, const char* who) {
   KOLO_CHECK(inputs.defined() && labels.defined(), who, ": undefined batch");
-  KOLO_CHECK_EQ(inputs.size(0), labels.size(0), who, ": inputs and labels disagree on the batch size");
-  KOLO_CHECK(inputs.size(0) % k == 0, who, ": batch of ", inputs.size(0), " samples does not split evenly over ", k,
-             " replicas");
+  KOLO_CHECK_EQ(inputs.size(0), labels.size(0), who,
+                ": inputs and labels disagree on the batch size");
+  KOLO_CHECK(inputs.size(0) % k == 0, who, ": batch of ", inputs.size(0),
+             " samples does not split evenly over ", k, " replicas");
 }
 
 void copyParameters(const NamedTensors& from, const NamedTensors& to) {
@@ -100,7 +105,8 @@ class OneDeviceStrategy : public Strategy {
 // update and the copies stay bit-identical.
 class MirroredStrategy : public Strategy {
  public:
-  MirroredStrategy(const StrategyOptions& options, ModelFactory models, OptimizerFactory optimizers, LossFn loss)
+  MirroredStrategy(const StrategyOptions& options, ModelFactory models, OptimizerFactory optimizers,
+                   LossFn loss)
       : k_(options.replicas), loss_(std::move(loss)), pool_(options.replicas) {
     auto comms = makeReplicaGroup(k_, options.reduction);
     models_.resize(k_);
@@ -109,7 +115,8 @@ class MirroredStrategy : public Strategy {
     for (int r = 0; r < k_; ++r) models_[r] = models();
     // The reducers broadcast replica 0's weights; their construction is collective.
     pool_.run([&](int r) {
-      reducers_[r] = std::make_unique<Reducer>(models_[r]->namedParameters(), comms[r], options.reducer);
+      reducers_[r] =
+          std::make_unique<Reducer>(models_[r]->namedParameters(), comms[r], options.reducer);
       optimizers_[r] = optimizers(models_[r]->namedParameters());
     });
   }
@@ -161,8 +168,8 @@ class MirroredStrategy : public Strategy {
 // One replica per rank; the Reducer all-reduces its gradient buckets during backward.
 class MultiWorkerMirroredStrategy : public Strategy {
  public:
-  MultiWorkerMirroredStrategy(const StrategyOptions& options, ModelFactory models, OptimizerFactory optimizers,
-                              LossFn loss)
+  MultiWorkerMirroredStrategy(const StrategyOptions& options, ModelFactory models,
+                              OptimizerFactory optimizers, LossFn loss)
       : comm_(options.communicator), model_(models()), loss_(std::move(loss)) {
     reducer_ = std::make_unique<Reducer>(model_->namedParameters(), comm_, options.reducer);
     optimizer_ = optimizers(model_->namedParameters());
@@ -204,21 +211,22 @@ class MultiWorkerMirroredStrategy : public Strategy {
 // averaged, and one optimizer updates the central variables.
 class CentralStorageStrategy : public Strategy {
  public:
-  CentralStorageStrategy(const StrategyOptions& options, ModelFactory models, OptimizerFactory optimizers,
-                         LossFn loss)
+  CentralStorageStrategy(const StrategyOptions& options, ModelFactory models,
+                         OptimizerFactory optimizers, LossFn loss)
       : k_(options.replicas), central_(models()), loss_(std::move(loss)), pool_(options.replicas) {
     optimizer_ = optimizers(central_->namedParameters());
     const NamedTensors central = central_->namedParameters();
     for (int r = 0; r < k_; ++r) {
       auto replica = models();
       const NamedTensors params = replica->namedParameters();
-      KOLO_CHECK_EQ(params.size(), central.size(), "central-storage: replica ", r, " has another parameter count");
+      KOLO_CHECK_EQ(params.size(), central.size(), "central-storage: replica ", r,
+                    " has another parameter count");
       for (size_t i = 0; i < params.size(); ++i) {
         const Tensor& c = central[i].second;
         const Tensor& p = params[i].second;
         KOLO_CHECK(p.shape() == c.shape() && p.dtype() == c.dtype() && c.isContiguous(),
-                   "central-storage: parameter '", params[i].first, "' of replica ", r, " is ", shapeString(p.shape()),
-                   " but the central one is ", shapeString(c.shape()));
+                   "central-storage: parameter '", params[i].first, "' of replica ", r, " is ",
+                   shapeString(p.shape()), " but the central one is ", shapeString(c.shape()));
         // Alias the storage: the replica computes with the central variable itself.
         p.impl()->storage = c.impl()->storage;
         p.impl()->offset = c.impl()->offset;
@@ -244,7 +252,8 @@ class CentralStorageStrategy : public Strategy {
     for (auto& m : replicas_) replicaParams.push_back(m->namedParameters());
     for (size_t i = 0; i < central.size(); ++i) {
       Tensor c = central[i].second;
-      KOLO_CHECK(c.dtype() == DType::F32, "central-storage: parameter '", central[i].first, "' is not f32");
+      KOLO_CHECK(c.dtype() == DType::F32, "central-storage: parameter '", central[i].first,
+                 "' is not f32");
       Tensor g = c.grad();
       if (!g.defined() || !g.isContiguous()) {
         g = Tensor::zeros(c.shape());
@@ -254,7 +263,8 @@ class CentralStorageStrategy : public Strategy {
       const int64_t n = c.numel();
       for (int r = 0; r < k_; ++r) {
         Tensor rg = replicaParams[r][i].second.grad();
-        KOLO_CHECK(rg.defined(), "central-storage: parameter '", central[i].first, "' got no gradient on replica ", r);
+        KOLO_CHECK(rg.defined(), "central-storage: parameter '", central[i].first,
+                   "' got no gradient on replica ", r);
         Tensor src = rg.contiguous();
         const float* s = src.data<float>();
         if (r == 0)
@@ -293,19 +303,20 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, ModelFact
   if (!loss) loss = crossEntropyLoss;
   switch (options.kind) {
     case StrategyKind::OneDevice:
-      return std::make_unique<OneDeviceStrategy>(std::move(modelFactory), std::move(optimizerFactory), std::move(loss));
+      return std::make_unique<OneDeviceStrategy>(std::move(modelFactory),
+                                                 std::move(optimizerFactory), std::move(loss));
     case StrategyKind::Mirrored:
       KOLO_CHECK_GE(options.replicas, 1, "(mirrored replicas)");
-      return std::make_unique<MirroredStrategy>(options, std::move(modelFactory), std::move(optimizerFactory),
-                                                std::move(loss));
+      return std::make_unique<MirroredStrategy>(options, std::move(modelFactory),
+                                                std::move(optimizerFactory), std::move(loss));
     case StrategyKind::MultiWorkerMirrored:
       KOLO_CHECK(options.communicator != nullptr, "multi-worker-mirrored needs a communicator");
-      return std::make_unique<MultiWorkerMirroredStrategy>(options, std::move(modelFactory),
-                                                           std::move(optimizerFactory), std::move(loss));
+      return std::make_unique<MultiWorkerMirroredStrategy>(
+          options, std::move(modelFactory), std::move(optimizerFactory), std::move(loss));
     case StrategyKind::CentralStorage:
       KOLO_CHECK_GE(options.replicas, 1, "(central-storage replicas)");
-      return std::make_unique<CentralStorageStrategy>(options, std::move(modelFactory), std::move(optimizerFactory),
-                                                      std::move(loss));
+      return std::make_unique<CentralStorageStrategy>(options, std::move(modelFactory),
+                                                      std::move(optimizerFactory), std::move(loss));
   }
   KOLO_THROW(InvalidArgument, "makeStrategy: unknown strategy kind");
 }

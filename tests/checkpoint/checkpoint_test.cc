@@ -1,13 +1,14 @@
 // Tests of CheckpointManager: exact round trip of weights, optimizer state, loader position
 // and RNG; continuation after a restore is bit-identical; keep-last-K; truncated and
 // corrupt checkpoints are refused by name and the previous good one is used.
+#include "kolo/checkpoint.h"
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
-#include "kolo/checkpoint.h"
 #include "kolo/error.h"
 
 namespace kolo::checkpoint {
@@ -39,7 +40,8 @@ void fakeStep(const NamedTensors& w, optim::Optimizer& opt, int step) {
     Tensor g = Tensor::empty(t.shape());
     float* gd = g.data<float>();
     const float* pd = t.data<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) gd[i] = 0.1f * pd[i] + 0.01f * static_cast<float>(step + i);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      gd[i] = 0.1f * pd[i] + 0.01f * static_cast<float>(step + i);
     Tensor(t).setGrad(g);
   }
   opt.step();
@@ -123,7 +125,8 @@ class DamagedCheckpoint : public ::testing::TestWithParam<std::string> {};
 TEST_P(DamagedCheckpoint, IsRefusedAndThePreviousGoodOneIsUsed) {
   TempDir dir;
   std::vector<std::string> warnings;
-  CheckpointManager mgr(dir.path.string(), 3, true, [&](const std::string& w) { warnings.push_back(w); });
+  CheckpointManager mgr(dir.path.string(), 3, true,
+                        [&](const std::string& w) { warnings.push_back(w); });
   NamedTensors w = makeWeights(1);
   optim::Sgd opt(w, {.lr = 0.1, .momentum = 0.9});
   fakeStep(w, opt, 0);
@@ -178,7 +181,8 @@ TEST_P(DamagedCheckpoint, IsRefusedAndThePreviousGoodOneIsUsed) {
   EXPECT_NE(warnings[0].find(expect), std::string::npos) << warnings[0];
 }
 
-INSTANTIATE_TEST_SUITE_P(Damage, DamagedCheckpoint, ::testing::Values("truncate", "flip", "manifest", "nomanifest"));
+INSTANTIATE_TEST_SUITE_P(Damage, DamagedCheckpoint,
+                         ::testing::Values("truncate", "flip", "manifest", "nomanifest"));
 
 TEST(Checkpoint, OptimizerKindMismatchIsAClearError) {
   TempDir dir;

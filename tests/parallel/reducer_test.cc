@@ -59,7 +59,8 @@ TEST_P(ReducerAverages, GradientsEqualTheFullBatch) {
 INSTANTIATE_TEST_SUITE_P(Ranks, ReducerAverages,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4),
                                             ::testing::Values(LocalReduction::ReduceToOne,
-                                                              LocalReduction::HierarchicalCopy, LocalReduction::Ring)));
+                                                              LocalReduction::HierarchicalCopy,
+                                                              LocalReduction::Ring)));
 
 TEST(Reducer, BucketsAreReverseOrderAndRespectTheCaps) {
   auto comms = makeReplicaGroup(1);
@@ -76,7 +77,8 @@ TEST(Reducer, BucketsAreReverseOrderAndRespectTheCaps) {
   EXPECT_EQ(reducer.bucketParameters(3), std::vector<size_t>{0});
   Reducer one(p, comms[0], {});  // defaults: everything fits in the 1 MB first bucket
   EXPECT_EQ(one.bucketCount(), 1u);
-  EXPECT_EQ(one.bucketBytes(0), static_cast<size_t>(4 * (kHidden * kIn + kHidden + kClasses * kHidden + kClasses)));
+  EXPECT_EQ(one.bucketBytes(0),
+            static_cast<size_t>(4 * (kHidden * kIn + kHidden + kClasses * kHidden + kClasses)));
 }
 
 TEST(Reducer, FirstBucketStartsBeforeBackwardEnds) {

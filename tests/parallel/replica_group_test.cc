@@ -1,12 +1,13 @@
 // Tests of the in-process replica group: every reduction, op and dtype it supports, with
 // results in closed form, bit-identical replicas, and a replica that never arrives.
+#include "kolo/parallel/replica_group.h"
+
 #include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
 
 #include "kolo/error.h"
-#include "kolo/parallel/replica_group.h"
 
 namespace kolo::parallel {
 namespace {
@@ -42,7 +43,8 @@ TEST_P(ReplicaGroupTest, AllreduceSumAvgMaxClosedForm) {
       std::vector<double> a(count);
       for (size_t i = 0; i < count; ++i) a[i] = r + static_cast<double>(i);
       c.allreduce(a.data(), a.data(), count, DType::F64, comm::ReduceOp::Sum);
-      for (size_t i = 0; i < count; ++i) ASSERT_EQ(a[i], k * (k - 1) / 2.0 + k * static_cast<double>(i));
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(a[i], k * (k - 1) / 2.0 + k * static_cast<double>(i));
       results[r] = a;
       // Out of place, f32 avg.
       std::vector<float> in(count, static_cast<float>(2 * r)), out(count, -1.0f);
@@ -65,7 +67,8 @@ TEST_P(ReplicaGroupTest, NonBlockingAllreducesCompleteInOrder) {
     std::vector<std::unique_ptr<comm::Work>> works;
     for (int j = 0; j < 5; ++j) {
       std::fill(bufs[j].begin(), bufs[j].end(), static_cast<float>(j + c.rank()));
-      works.push_back(c.iallreduce(bufs[j].data(), bufs[j].data(), 100, DType::F32, comm::ReduceOp::Sum));
+      works.push_back(
+          c.iallreduce(bufs[j].data(), bufs[j].data(), 100, DType::F32, comm::ReduceOp::Sum));
     }
     works[4]->wait();  // completes the earlier ones too
     for (int j = 0; j < 5; ++j) {
@@ -91,7 +94,8 @@ TEST_P(ReplicaGroupTest, BroadcastAndAllgather) {
 
 INSTANTIATE_TEST_SUITE_P(All, ReplicaGroupTest,
                          ::testing::Combine(::testing::Values(LocalReduction::ReduceToOne,
-                                                              LocalReduction::HierarchicalCopy, LocalReduction::Ring),
+                                                              LocalReduction::HierarchicalCopy,
+                                                              LocalReduction::Ring),
                                             ::testing::Values(1, 2, 3, 4, 7)));
 
 TEST(ReplicaGroup, MissingReplicaTimesOutNamingIt) {
@@ -109,7 +113,8 @@ TEST(ReplicaGroup, MissingReplicaTimesOutNamingIt) {
     });
   }
   for (auto& t : threads) t.join();
-  for (const auto& m : messages) EXPECT_NE(m.find("replica(s) 2 did not arrive"), std::string::npos) << m;
+  for (const auto& m : messages)
+    EXPECT_NE(m.find("replica(s) 2 did not arrive"), std::string::npos) << m;
 }
 
 TEST(ReplicaGroup, MismatchedCountsAreReported) {

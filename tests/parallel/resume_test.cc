@@ -2,9 +2,9 @@
 // equal 3 steps, a checkpoint, a fresh process-like restart (other init) restored from it,
 // and 3 more steps — bit-identical weights, for one-device and mirrored (K=2).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
-#include <unistd.h>
 
 #include "kolo/checkpoint.h"
 #include "kolo/data.h"
@@ -26,14 +26,15 @@ ResumableRun startRun(StrategyKind kind, uint64_t initSeed) {
   options.kind = kind;
   options.replicas = 2;
   ResumableRun run;
-  run.strategy = makeStrategy(options, [initSeed] { return makeEquivalenceModel(initSeed); }, equivalenceOptimizer);
+  run.strategy = makeStrategy(
+      options, [initSeed] { return makeEquivalenceModel(initSeed); }, equivalenceOptimizer);
   const TrainData& d = trainData();
   auto dataset = std::make_shared<data::TensorDataset>(d.x, d.y);
-  auto sampler = std::make_shared<data::DistributedSampler>(dataset->size(),
-                                                            data::DistributedSamplerOptions{.globalBatch = kGlobalBatch,
-                                                                                            .shuffle = true,
-                                                                                            .seed = 5});
-  run.loader = std::make_unique<data::DataLoader>(dataset, sampler, data::DataLoaderOptions{.batchSize = kGlobalBatch});
+  auto sampler = std::make_shared<data::DistributedSampler>(
+      dataset->size(),
+      data::DistributedSamplerOptions{.globalBatch = kGlobalBatch, .shuffle = true, .seed = 5});
+  run.loader = std::make_unique<data::DataLoader>(
+      dataset, sampler, data::DataLoaderOptions{.batchSize = kGlobalBatch});
   return run;
 }
 
@@ -50,7 +51,8 @@ void trainSteps(ResumableRun& run, int steps) {
 class Resume : public ::testing::TestWithParam<StrategyKind> {};
 
 TEST_P(Resume, CheckpointedRunContinuesBitIdentically) {
-  const fs::path dir = fs::temp_directory_path() / ("kolo_resume_test_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("kolo_resume_test_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   ResumableRun straight = startRun(GetParam(), 0);
   trainSteps(straight, 12);  // crosses the epoch boundary (10 batches per epoch)
@@ -64,8 +66,10 @@ TEST_P(Resume, CheckpointedRunContinuesBitIdentically) {
   manager.save(first.strategy->model().namedParameters(), &first.strategy->optimizer(), state);
   first = ResumableRun();
 
-  ResumableRun resumed = startRun(GetParam(), 99);  // another init: everything must come from the checkpoint
-  auto restored = manager.restoreLatest(resumed.strategy->model().namedParameters(), &resumed.strategy->optimizer());
+  ResumableRun resumed =
+      startRun(GetParam(), 99);  // another init: everything must come from the checkpoint
+  auto restored = manager.restoreLatest(resumed.strategy->model().namedParameters(),
+                                        &resumed.strategy->optimizer());
   ASSERT_TRUE(restored.has_value());
   resumed.strategy->syncReplicas();
   resumed.loader->setState(restored->loader);
@@ -75,8 +79,11 @@ TEST_P(Resume, CheckpointedRunContinuesBitIdentically) {
   fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, Resume, ::testing::Values(StrategyKind::OneDevice, StrategyKind::Mirrored),
-                         [](const auto& info) { return info.param == StrategyKind::OneDevice ? "one_device" : "mirrored"; });
+INSTANTIATE_TEST_SUITE_P(Strategies, Resume,
+                         ::testing::Values(StrategyKind::OneDevice, StrategyKind::Mirrored),
+                         [](const auto& info) {
+                           return info.param == StrategyKind::OneDevice ? "one_device" : "mirrored";
+                         });
 
 }  // namespace
 }  // namespace kolo::parallel

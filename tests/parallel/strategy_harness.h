@@ -28,7 +28,8 @@ inline const TrainData& trainData() {
   static const TrainData data = [] {
     data::FashionMnist full(data::kFashionMnistDir, true);
     const int64_t n = kSteps * kGlobalBatch;
-    return TrainData{full.inputs().slice(0, 0, n).contiguous(), full.labels().slice(0, 0, n).contiguous()};
+    return TrainData{full.inputs().slice(0, 0, n).contiguous(),
+                     full.labels().slice(0, 0, n).contiguous()};
   }();
   return data;
 }
@@ -48,7 +49,8 @@ inline std::vector<double> modelValues(nn::Module& m) { return flatValues(m.name
 /// the factory builds has seed 0 (the others differ: the strategy must make them agree).
 inline std::vector<double> trainWithStrategy(const StrategyOptions& options, int steps) {
   auto counter = std::make_shared<std::atomic<uint64_t>>(0);
-  auto strategy = makeStrategy(options, [counter] { return makeEquivalenceModel((*counter)++); }, equivalenceOptimizer);
+  auto strategy = makeStrategy(
+      options, [counter] { return makeEquivalenceModel((*counter)++); }, equivalenceOptimizer);
   const TrainData& d = trainData();
   for (int s = 0; s < steps; ++s) {
     strategy->trainStep(d.x.slice(0, s * kGlobalBatch, (s + 1) * kGlobalBatch).contiguous(),
@@ -66,9 +68,9 @@ inline std::vector<double> trainOneDevice(int steps) {
 /// Multi-worker-mirrored with `n` ranks as threads; commFor(rank) is called on the rank's
 /// own thread (native communicators connect there). Every rank reads its DistributedSampler
 /// slice. Returns rank 0's weights after checking every rank holds the same ones.
-inline std::vector<double> trainMultiWorker(int n, int steps,
-                                            const std::function<std::shared_ptr<comm::Communicator>(int)>& commFor,
-                                            comm::Algorithm algorithm, ReducerOptions reducer = {}) {
+inline std::vector<double> trainMultiWorker(
+    int n, int steps, const std::function<std::shared_ptr<comm::Communicator>(int)>& commFor,
+    comm::Algorithm algorithm, ReducerOptions reducer = {}) {
   const TrainData& d = trainData();
   data::TensorDataset dataset(d.x, d.y);
   std::vector<std::vector<double>> weights(n);
@@ -78,7 +80,8 @@ inline std::vector<double> trainMultiWorker(int n, int steps,
     options.communicator = commFor(rank);
     options.reducer = reducer;
     options.reducer.collective.algorithm = algorithm;
-    auto strategy = makeStrategy(options, [rank] { return makeEquivalenceModel(rank); }, equivalenceOptimizer);
+    auto strategy = makeStrategy(
+        options, [rank] { return makeEquivalenceModel(rank); }, equivalenceOptimizer);
     data::DistributedSampler sampler(dataset.size(), {.globalBatch = kGlobalBatch,
                                                       .rank = strategy->dataRank(),
                                                       .worldSize = strategy->dataWorldSize(),
@@ -93,7 +96,8 @@ inline std::vector<double> trainMultiWorker(int n, int steps,
     weights[rank] = modelValues(strategy->model());
   });
   for (int r = 1; r < n; ++r)
-    if (weights[r] != weights[0]) ADD_FAILURE() << "rank " << r << " holds other weights than rank 0";
+    if (weights[r] != weights[0])
+      ADD_FAILURE() << "rank " << r << " holds other weights than rank 0";
   return weights[0];
 }
 

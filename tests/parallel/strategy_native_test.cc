@@ -41,8 +41,9 @@ TEST_P(NativeEquivalence, MultiWorkerMirroredMatchesOneDevice) {
 INSTANTIATE_TEST_SUITE_P(
     RanksAndAlgorithms, NativeEquivalence,
     ::testing::Combine(::testing::Values(2, 4),
-                       ::testing::Values(comm::Algorithm::Auto, comm::Algorithm::Ring, comm::Algorithm::HalvingDoubling,
-                                         comm::Algorithm::Tree, comm::Algorithm::ReduceBroadcast,
+                       ::testing::Values(comm::Algorithm::Auto, comm::Algorithm::Ring,
+                                         comm::Algorithm::HalvingDoubling, comm::Algorithm::Tree,
+                                         comm::Algorithm::ReduceBroadcast,
                                          comm::Algorithm::Hierarchical)),
     [](const auto& info) {
       std::string name = std::string("n") + std::to_string(std::get<0>(info.param)) + "_" +
@@ -75,7 +76,8 @@ TEST(NativeReducer, FirstBucketStartsBeforeBackwardEnds) {
       const StepTimeline& t = reducer.timeline();
       EXPECT_LT(t.bucketStart[0], backwardReturned) << "rank " << rank << " step " << step;
       EXPECT_LT(t.bucketStart[0], t.lastHook);
-      for (size_t b = 1; b < reducer.bucketCount(); ++b) EXPECT_LE(t.bucketStart[b - 1], t.bucketStart[b]);
+      for (size_t b = 1; b < reducer.bucketCount(); ++b)
+        EXPECT_LE(t.bucketStart[b - 1], t.bucketStart[b]);
     }
   });
 }
@@ -92,7 +94,8 @@ TEST(NativeDistributed, BroadcastOptimizerStateAndDistributedOptimizer) {
     for (int step = 0; step < 2; ++step) {
       opt.zeroGrad();
       const int64_t lo = 64 * step + 32 * rank;
-      crossEntropyLoss(*model, d.x.slice(0, lo, lo + 32).contiguous(), d.y.slice(0, lo, lo + 32).contiguous())
+      crossEntropyLoss(*model, d.x.slice(0, lo, lo + 32).contiguous(),
+                       d.y.slice(0, lo, lo + 32).contiguous())
           .backward();
       opt.step();
     }

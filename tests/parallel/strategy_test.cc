@@ -2,6 +2,8 @@
 // samples (file order, the same init) give the same weights for one-device, mirrored (K=2,4,
 // every in-process reduction), central-storage (K=2) and multi-worker-mirrored with ranks
 // as threads (N=2,4). Multi-worker over the native communicator is in strategy_native_test.
+#include "kolo/parallel/strategy.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,7 +13,6 @@
 #include "kolo/error.h"
 #include "kolo/nn/models.h"
 #include "kolo/parallel/replica_group.h"
-#include "kolo/parallel/strategy.h"
 #include "strategy_harness.h"
 #include "toy_setup.h"
 
@@ -29,7 +30,8 @@ TEST(Strategy, ParsesNames) {
   EXPECT_EQ(o.replicas, 4);
   EXPECT_EQ(o.reduction, LocalReduction::HierarchicalCopy);
   EXPECT_EQ(o.reducer.collective.algorithm, comm::Algorithm::Tree);
-  EXPECT_THROW(strategyOptionsFromNames("multi-worker-mirrored", 1, "ring", "auto"), InvalidArgument);
+  EXPECT_THROW(strategyOptionsFromNames("multi-worker-mirrored", 1, "ring", "auto"),
+               InvalidArgument);
   EXPECT_THROW(strategyOptionsFromNames("mirrored", 2, "nccl", "auto"), InvalidArgument);
 }
 
@@ -48,13 +50,15 @@ TEST_F(Equivalence, OneDeviceMovesTheWeights) {
 
 TEST_F(Equivalence, MirroredMatchesOneDevice) {
   for (int k : {2, 4}) {
-    for (auto red : {LocalReduction::ReduceToOne, LocalReduction::HierarchicalCopy, LocalReduction::Ring}) {
+    for (auto red :
+         {LocalReduction::ReduceToOne, LocalReduction::HierarchicalCopy, LocalReduction::Ring}) {
       StrategyOptions opts;
       opts.kind = StrategyKind::Mirrored;
       opts.replicas = k;
       opts.reduction = red;
       auto w = trainWithStrategy(opts, kSteps);
-      EXPECT_LT(maxRelDiff(w, *reference_), 1e-5) << "mirrored K=" << k << " " << localReductionName(red);
+      EXPECT_LT(maxRelDiff(w, *reference_), 1e-5)
+          << "mirrored K=" << k << " " << localReductionName(red);
     }
   }
 }
@@ -73,14 +77,16 @@ TEST_F(Equivalence, CentralStorageMatchesOneDevice) {
     StrategyOptions opts;
     opts.kind = StrategyKind::CentralStorage;
     opts.replicas = k;
-    EXPECT_LT(maxRelDiff(trainWithStrategy(opts, kSteps), *reference_), 1e-5) << "central-storage K=" << k;
+    EXPECT_LT(maxRelDiff(trainWithStrategy(opts, kSteps), *reference_), 1e-5)
+        << "central-storage K=" << k;
   }
 }
 
 TEST_F(Equivalence, MultiWorkerOverThreadRanksMatchesOneDevice) {
   for (int n : {2, 4}) {
     auto comms = makeReplicaGroup(n, LocalReduction::Ring);
-    auto w = trainMultiWorker(n, kSteps, [&](int rank) { return comms[rank]; }, comm::Algorithm::Auto);
+    auto w = trainMultiWorker(
+        n, kSteps, [&](int rank) { return comms[rank]; }, comm::Algorithm::Auto);
     EXPECT_LT(maxRelDiff(w, *reference_), 1e-5) << "multi-worker N=" << n;
   }
 }
@@ -89,9 +95,11 @@ TEST(Strategy, UnevenBatchIsRefused) {
   StrategyOptions opts;
   opts.kind = StrategyKind::Mirrored;
   opts.replicas = 3;
-  auto s = makeStrategy(opts, [] { return makeEquivalenceModel(0); }, equivalenceOptimizer);
+  auto s = makeStrategy(
+      opts, [] { return makeEquivalenceModel(0); }, equivalenceOptimizer);
   const TrainData& d = trainData();
-  EXPECT_THROW(s->trainStep(d.x.slice(0, 0, 64).contiguous(), d.y.slice(0, 0, 64).contiguous()), InvalidArgument);
+  EXPECT_THROW(s->trainStep(d.x.slice(0, 0, 64).contiguous(), d.y.slice(0, 0, 64).contiguous()),
+               InvalidArgument);
 }
 
 TEST(Strategy, AFailingReplicaStopsTheOthersAtOnce) {
@@ -104,17 +112,20 @@ TEST(Strategy, AFailingReplicaStopsTheOthersAtOnce) {
     if ((*calls)++ == 0) throw InvalidArgument("replica loss failed on purpose");
     return crossEntropyLoss(m, x, y);
   };
-  auto s = makeStrategy(opts, [] { return makeEquivalenceModel(0); }, equivalenceOptimizer, lossFn);
+  auto s = makeStrategy(
+      opts, [] { return makeEquivalenceModel(0); }, equivalenceOptimizer, lossFn);
   const TrainData& d = trainData();
   // Without the abort the healthy replica would wait 5 minutes for the failed one.
-  EXPECT_THROW(s->trainStep(d.x.slice(0, 0, 64).contiguous(), d.y.slice(0, 0, 64).contiguous()), Error);
+  EXPECT_THROW(s->trainStep(d.x.slice(0, 0, 64).contiguous(), d.y.slice(0, 0, 64).contiguous()),
+               Error);
 }
 
 TEST(Strategy, MirroredSyncReplicasCopiesWeightsAndOptimizerState) {
   StrategyOptions opts;
   opts.kind = StrategyKind::Mirrored;
   opts.replicas = 2;
-  auto s = makeStrategy(opts, [] { return makeEquivalenceModel(0); }, equivalenceOptimizer);
+  auto s = makeStrategy(
+      opts, [] { return makeEquivalenceModel(0); }, equivalenceOptimizer);
   const TrainData& d = trainData();
   s->trainStep(d.x.slice(0, 0, 64).contiguous(), d.y.slice(0, 0, 64).contiguous());
   // Perturb replica 0 from outside (as a checkpoint load would), sync, step: stays finite
@@ -122,9 +133,11 @@ TEST(Strategy, MirroredSyncReplicasCopiesWeightsAndOptimizerState) {
   for (auto& [n, t] : s->model().namedParameters()) Tensor(t).fill(0.01);
   s->syncReplicas();
   s->setLr(0.0);  // every replica's optimizer: the weights stay all-equal
-  const double loss = s->trainStep(d.x.slice(0, 64, 128).contiguous(), d.y.slice(0, 64, 128).contiguous()).loss;
+  const double loss =
+      s->trainStep(d.x.slice(0, 64, 128).contiguous(), d.y.slice(0, 64, 128).contiguous()).loss;
   EXPECT_NEAR(loss, std::log(10.0), 1e-3);  // all-equal weights give uniform logits
-  const double again = s->trainStep(d.x.slice(0, 128, 192).contiguous(), d.y.slice(0, 128, 192).contiguous()).loss;
+  const double again =
+      s->trainStep(d.x.slice(0, 128, 192).contiguous(), d.y.slice(0, 128, 192).contiguous()).loss;
   EXPECT_NEAR(again, std::log(10.0), 1e-3);
 }
 

@@ -38,8 +38,8 @@ optim::StateDict conformStateShapes(optim::StateDict state, const optim::Optimiz
 class DistributedOptimizer {
  public:
   /// Collective (the reducer broadcasts rank 0's parameters unless options say otherwise).
-  DistributedOptimizer(std::unique_ptr<optim::Optimizer> optimizer, std::shared_ptr<comm::Communicator> comm,
-                       ReducerOptions options = {});
+  DistributedOptimizer(std::unique_ptr<optim::Optimizer> optimizer,
+                       std::shared_ptr<comm::Communicator> comm, ReducerOptions options = {});
 
   /// Finishes the gradient all-reduce, then applies the wrapped optimizer's update. With
   /// gradient accumulation, call it after the last backward, outside the noSync() scope.

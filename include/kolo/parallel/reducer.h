@@ -35,10 +35,10 @@ struct ReducerOptions {
 
 /// Timestamps of one synchronised step, for showing overlap of communication and backward.
 struct StepTimeline {
-  Clock::time_point backwardStart;  // prepareForBackward()
-  Clock::time_point lastHook;       // the last gradient-ready hook of the pass
-  Clock::time_point finalizeStart;  // finalize() entered
-  Clock::time_point finalizeEnd;    // finalize() returned
+  Clock::time_point backwardStart;              // prepareForBackward()
+  Clock::time_point lastHook;                   // the last gradient-ready hook of the pass
+  Clock::time_point finalizeStart;              // finalize() entered
+  Clock::time_point finalizeEnd;                // finalize() returned
   std::vector<Clock::time_point> bucketStart;   // iallreduce started, per bucket
   std::vector<Clock::time_point> bucketFinish;  // its wait() returned, per bucket
 };
@@ -64,7 +64,8 @@ struct StepTimeline {
 class Reducer {
  public:
   /// Builds the buckets (collective when options.broadcastParameters: every rank must call).
-  Reducer(NamedTensors parameters, std::shared_ptr<comm::Communicator> comm, ReducerOptions options = {});
+  Reducer(NamedTensors parameters, std::shared_ptr<comm::Communicator> comm,
+          ReducerOptions options = {});
   ~Reducer();
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
@@ -142,9 +143,9 @@ class Reducer {
   ReducerOptions options_;
   DType dtype_ = DType::F32;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucketOf_;   // parameter -> bucket
-  std::vector<size_t> slotOf_;     // parameter -> position in its bucket
-  std::vector<bool> ready_;        // parameter got its gradient this pass
+  std::vector<size_t> bucketOf_;  // parameter -> bucket
+  std::vector<size_t> slotOf_;    // parameter -> position in its bucket
+  std::vector<bool> ready_;       // parameter got its gradient this pass
   std::vector<int> hookIds_;
   size_t nextToStart_ = 0;
   bool inPass_ = false;

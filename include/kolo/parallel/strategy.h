@@ -99,9 +99,9 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, ModelFact
 /// `algorithm` auto | ring | halving-doubling | tree | reduce-broadcast | hierarchical.
 /// `communicator` is required for multi-worker-mirrored (e.g. parallel::init()). Throws
 /// InvalidArgument naming a word it does not know.
-StrategyOptions strategyOptionsFromNames(const std::string& strategy, int replicas, const std::string& reduction,
-                                         const std::string& algorithm,
-                                         std::shared_ptr<comm::Communicator> communicator = nullptr);
+StrategyOptions strategyOptionsFromNames(
+    const std::string& strategy, int replicas, const std::string& reduction,
+    const std::string& algorithm, std::shared_ptr<comm::Communicator> communicator = nullptr);
 
 /// Cross-entropy of model(inputs) against labels (the default LossFn).
 Tensor crossEntropyLoss(nn::Module& model, const Tensor& inputs, const Tensor& labels);
