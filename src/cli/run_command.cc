@@ -1,13 +1,46 @@
-// `kolo run`.
+// `kolo run`: the launcher's command line. Parses the options and PROGRAM ARGS... (after
+// `--` or the first non-option word) into parallel::LauncherOptions and runs the job; the
+// job token for several nodes comes from KOLO_TOKEN, read here and nowhere else.
+#include <cstdlib>
+
 #include "cli/commands.h"
 #include "kolo/error.h"
+#include "parallel/launcher.h"
 
 namespace kolo::cli {
 
 Command registerRun(CLI::App& root) {
+  auto options = std::make_shared<parallel::LauncherOptions>();
+  auto graceSeconds = std::make_shared<double>(5.0);
+  CLI::App* app = root.add_subcommand(
+      "run", "start N ranks of PROGRAM on this node: kolo run -n N [--nnodes M --node-rank R --store HOST:PORT] -- PROGRAM ARGS...");
+  app->add_option("-n,--nproc-per-node", options->procsPerNode, "ranks on this node")->required()->check(CLI::PositiveNumber);
+  app->add_option("--nnodes", options->nnodes, "nodes in the job (each runs kolo run with the same -n)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--node-rank", options->nodeRank, "this node's index, 0..nnodes-1 (node 0 hosts the store)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--store", options->storeAddress,
+                  "HOST:PORT of the rendezvous store ([V6]:PORT for IPv6); required with --nnodes > 1. Node 0 "
+                  "listens on PORT; default on one node: 127.0.0.1 and a free port");
+  app->add_option("--timeout", options->timeoutSeconds,
+                  "seconds: the ranks' default collective deadline (KOLO_TIMEOUT) and the nodes' rendezvous limit")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--grace", *graceSeconds, "seconds between SIGTERM and SIGKILL when stopping ranks")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  // Everything from the program name (or from `--`) on belongs to the program, options
+  // included: once the first positional word is seen, CLI11 treats the rest as positional.
+  app->add_option("program", options->command, "PROGRAM ARGS... (after --)")->required();
+  app->positionals_at_end();
   Command command;
-  command.app = root.add_subcommand("run", "run (not available yet)");
-  command.run = [] () -> int { KOLO_THROW(Error, "kolo run is not available in this build"); };
+  command.app = app;
+  command.run = [options, graceSeconds]() -> int {
+    options->gracePeriod = std::chrono::milliseconds(static_cast<int64_t>(*graceSeconds * 1000));
+    if (const char* token = std::getenv("KOLO_TOKEN"); token && options->nnodes > 1) options->token = token;
+    return parallel::runLauncher(*options);
+  };
   return command;
 }
 

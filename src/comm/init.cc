@@ -1,0 +1,211 @@
+// detectLaunch and initFromEnvironment: where this process stands in a job, read from the
+// variables of `kolo run`, torchrun, Open MPI or Slurm (in that order of precedence), and
+// the communicator built from it. The environment (including KOLO_BACKEND and
+// KOLO_TIMEOUT) is read here, once per call, and nowhere else in this layer.
+#include "kolo/comm/init.h"
+
+#include <charconv>
+#include <cmath>
+
+#include "kolo/comm/mpi.h"
+#include "kolo/comm/native.h"
+#include "kolo/comm/stores.h"
+#include "kolo/error.h"
+
+extern char** environ;
+
+namespace kolo::comm {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+const std::string* find(const Env& env, const std::string& name) {
+  auto it = env.find(name);
+  return it == env.end() || it->second.empty() ? nullptr : &it->second;
+}
+
+int parseInt(const std::string& name, const std::string& text) {
+  int value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size())
+    KOLO_THROW(InvalidArgument, "environment variable ", name, "='", text, "' is not an integer");
+  return value;
+}
+
+int intVar(const Env& env, const std::string& name, int fallback) {
+  const std::string* text = find(env, name);
+  return text ? parseInt(name, *text) : fallback;
+}
+
+/// "HOST:PORT" with brackets around an IPv6 literal.
+std::string joinHostPort(const std::string& host, const std::string& port) {
+  return (host.find(':') != std::string::npos && host.front() != '[' ? "[" + host + "]" : host) + ":" + port;
+}
+
+/// Slurm's tasks-per-node lists look like "2(x3),1": expands it and picks entry `node`.
+int slurmTasksOnNode(const std::string& text, int node) {
+  int index = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(',', pos);
+    std::string item = text.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    int repeat = 1;
+    size_t paren = item.find("(x");
+    if (paren != std::string::npos) {
+      repeat = parseInt("SLURM_TASKS_PER_NODE", item.substr(paren + 2, item.size() - paren - 3));
+      item = item.substr(0, paren);
+    }
+    int count = parseInt("SLURM_TASKS_PER_NODE", item);
+    if (node < index + repeat) return count;
+    index += repeat;
+    if (end == std::string::npos) break;
+    pos = end + 1;
+  }
+  KOLO_THROW(InvalidArgument, "SLURM_TASKS_PER_NODE='", text, "' has no entry for node ", node);
+}
+
+void checkPlace(const LaunchInfo& info, const std::string& source) {
+  if (info.size < 1 || info.rank < 0 || info.rank >= info.size)
+    KOLO_THROW(InvalidArgument, source, " variables give rank ", info.rank, " of world size ", info.size);
+  if (info.localSize < 1 || info.localRank < 0 || info.localRank >= info.localSize)
+    KOLO_THROW(InvalidArgument, source, " variables give local rank ", info.localRank, " of local size ",
+               info.localSize);
+}
+
+Env processEnvironment() {
+  Env env;
+  for (char** e = environ; *e; ++e) {
+    std::string entry = *e;
+    size_t eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  return env;
+}
+
+/// Keeps the store server (hosted by rank 0 under torchrun-style variables) alive exactly
+/// as long as the communicator that uses it; members are destroyed bottom-up.
+struct HostedCommunicator {
+  std::unique_ptr<TcpStoreServer> server;
+  std::shared_ptr<Communicator> communicator;
+};
+
+}  // namespace
+
+LaunchInfo detectLaunch(const std::map<std::string, std::string>& env) {
+  LaunchInfo info;
+  const std::string* token = find(env, "KOLO_TOKEN");
+  if (find(env, "KOLO_RANK") && find(env, "KOLO_WORLD_SIZE")) {
+    info.launcher = "kolo";
+    info.rank = intVar(env, "KOLO_RANK", 0);
+    info.size = intVar(env, "KOLO_WORLD_SIZE", 1);
+    info.localRank = intVar(env, "KOLO_LOCAL_RANK", info.rank);
+    info.localSize = intVar(env, "KOLO_LOCAL_SIZE", info.size);
+    if (const std::string* store = find(env, "KOLO_STORE")) info.storeAddress = *store;
+    if (token) info.token = *token;
+    checkPlace(info, "kolo run (KOLO_*)");
+    return info;
+  }
+  if (find(env, "RANK") && find(env, "WORLD_SIZE")) {
+    info.launcher = "torchrun";
+    info.rank = intVar(env, "RANK", 0);
+    info.size = intVar(env, "WORLD_SIZE", 1);
+    info.localRank = intVar(env, "LOCAL_RANK", info.rank);
+    info.localSize = intVar(env, "LOCAL_WORLD_SIZE", info.size);
+    const std::string* addr = find(env, "MASTER_ADDR");
+    const std::string* port = find(env, "MASTER_PORT");
+    if (addr && port) {
+      // torchrun's own agent already serves its (c10d) store on MASTER_PORT; ours then
+      // takes the next port. Without the agent (plain env:// variables), MASTER_PORT.
+      const std::string* agentStore = find(env, "TORCHELASTIC_USE_AGENT_STORE");
+      int storePort = parseInt("MASTER_PORT", *port) + (agentStore && *agentStore == "True" ? 1 : 0);
+      info.storeAddress = joinHostPort(*addr, std::to_string(storePort));
+    }
+    if (token) info.token = *token;
+    checkPlace(info, "torchrun (RANK/WORLD_SIZE)");
+    return info;
+  }
+  if (find(env, "OMPI_COMM_WORLD_RANK") && find(env, "OMPI_COMM_WORLD_SIZE")) {
+    info.launcher = "mpi";
+    info.rank = intVar(env, "OMPI_COMM_WORLD_RANK", 0);
+    info.size = intVar(env, "OMPI_COMM_WORLD_SIZE", 1);
+    info.localRank = intVar(env, "OMPI_COMM_WORLD_LOCAL_RANK", info.rank);
+    info.localSize = intVar(env, "OMPI_COMM_WORLD_LOCAL_SIZE", info.size);
+    checkPlace(info, "Open MPI (OMPI_COMM_WORLD_*)");
+    return info;
+  }
+  if (find(env, "SLURM_PROCID") && find(env, "SLURM_NTASKS")) {
+    info.launcher = "slurm";
+    info.rank = intVar(env, "SLURM_PROCID", 0);
+    info.size = intVar(env, "SLURM_NTASKS", 1);
+    info.localRank = intVar(env, "SLURM_LOCALID", 0);
+    const std::string* perNode = find(env, "SLURM_STEP_TASKS_PER_NODE");
+    if (!perNode) perNode = find(env, "SLURM_TASKS_PER_NODE");
+    info.localSize = perNode ? slurmTasksOnNode(*perNode, intVar(env, "SLURM_NODEID", 0)) : info.size;
+    const std::string* addr = find(env, "MASTER_ADDR");
+    const std::string* port = find(env, "MASTER_PORT");
+    if (addr && port) info.storeAddress = joinHostPort(*addr, *port);
+    if (token) info.token = *token;
+    checkPlace(info, "Slurm (SLURM_*)");
+    return info;
+  }
+  return info;
+}
+
+LaunchInfo detectLaunch() { return detectLaunch(processEnvironment()); }
+
+std::shared_ptr<Communicator> initFromEnvironment(const InitOptions& options) {
+  Env env = processEnvironment();
+  LaunchInfo info = detectLaunch(env);
+
+  std::string backend = options.backend;
+  if (const std::string* forced = find(env, "KOLO_BACKEND")) backend = *forced;
+  if (backend != "auto" && backend != "native" && backend != "mpi")
+    KOLO_THROW(InvalidArgument, "backend '", backend, "' (KOLO_BACKEND or InitOptions) is not auto, native or mpi");
+  auto timeout = options.timeout;
+  if (const std::string* seconds = find(env, "KOLO_TIMEOUT")) {
+    char* end = nullptr;
+    double value = std::strtod(seconds->c_str(), &end);
+    if (end == seconds->c_str() || *end != '\0' || !(value > 0) || !std::isfinite(value))
+      KOLO_THROW(InvalidArgument, "KOLO_TIMEOUT='", *seconds, "' is not a positive number of seconds");
+    timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(value * 1000)));
+  }
+
+  bool useMpi = backend == "mpi" ||
+                (backend == "auto" && (info.launcher == "mpi" || info.launcher == "slurm") && mpiAvailable());
+  if (useMpi) {
+    auto communicator = createMpiCommunicator();
+    communicator->setTimeout(timeout);
+    if (info.launcher != "single" && info.launcher != "kolo" &&
+        (communicator->size() != info.size || communicator->rank() != info.rank))
+      KOLO_THROW(Mismatch, "MPI says rank ", communicator->rank(), " of ", communicator->size(), " but the ",
+                 info.launcher, " variables say rank ", info.rank, " of ", info.size,
+                 " (was the program started by srun without MPI support? try KOLO_BACKEND=native with "
+                 "MASTER_ADDR/MASTER_PORT)");
+    return communicator;
+  }
+
+  NativeOptions nativeOptions;
+  nativeOptions.timeout = timeout;
+  if (info.storeAddress.empty()) {
+    if (info.size != 1)
+      KOLO_THROW(InvalidArgument, "rank ", info.rank, " of ", info.size, " (from ", info.launcher,
+                 " variables) has no store address: set MASTER_ADDR and MASTER_PORT, start the job with kolo "
+                 "run, or use the MPI backend");
+    return createNativeCommunicator(makeMemoryStore(), 0, 1, nativeOptions);
+  }
+
+  auto holder = std::make_shared<HostedCommunicator>();
+  if (info.launcher != "kolo" && info.rank == 0) {
+    // torchrun-style variables: rank 0 hosts the store that every rank (itself included)
+    // connects to, on every interface so other hosts reach it.
+    TcpStoreServerOptions serverOptions;
+    serverOptions.port = parseHostPort(info.storeAddress).port;
+    serverOptions.token = info.token;
+    holder->server = std::make_unique<TcpStoreServer>(serverOptions);
+  }
+  auto store = connectTcpStore(info.storeAddress, info.token, timeout);
+  holder->communicator = createNativeCommunicator(store, info.rank, info.size, nativeOptions);
+  return std::shared_ptr<Communicator>(holder, holder->communicator.get());
+}
+
+}  // namespace kolo::comm

@@ -1,0 +1,502 @@
+// `kolo run`'s job control: hosting or joining the store, spawning the local ranks in
+// their own process groups, one poll() loop over their output pipes and a signalfd
+// (SIGCHLD, SIGINT, SIGTERM), and stopping every rank (SIGTERM, then SIGKILL after the
+// grace period) when one fails or the launcher is told to stop. Across nodes, launchers
+// agree through the store: each registers its rank count, a failure is published under
+// "kolo-run/failed", and node 0 keeps the store up until every node has finished.
+#include "parallel/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "kolo/comm/stores.h"
+#include "kolo/error.h"
+#include "parallel/launcher_output.h"
+
+extern char** environ;
+
+namespace kolo::parallel {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr char kFailedKey[] = "kolo-run/failed";
+constexpr char kFinishedKey[] = "kolo-run/finished";
+constexpr auto kRemoteCheckInterval = 200ms;
+constexpr int kReapIntervalMs = 250;
+
+void say(const std::string& message) {
+  std::string line = "kolo run: " + message + "\n";
+  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+}
+
+std::string describeStatus(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    const char* name = ::sigabbrev_np(sig);
+    return "was killed by signal " + std::to_string(sig) + (name ? std::string(" (SIG") + name + ")" : "");
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+int exitCodeFor(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status) ? WEXITSTATUS(status) : 1;
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+/// Blocks the launcher's signals for the scope (they are read from a signalfd instead) and
+/// restores the previous mask afterwards.
+class SignalScope {
+ public:
+  SignalScope() {
+    sigemptyset(&handled_);
+    for (int sig : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&handled_, sig);
+    sigset_t blocked = handled_;
+    sigaddset(&blocked, SIGPIPE);  // a closed stdout gives EPIPE, not death
+    pthread_sigmask(SIG_BLOCK, &blocked, &previous_);
+    // An inherited SIG_IGN for SIGCHLD would make the kernel reap the ranks itself and
+    // send no SIGCHLD: the launcher needs the default disposition to see them exit.
+    struct sigaction byDefault {};
+    byDefault.sa_handler = SIG_DFL;
+    sigemptyset(&byDefault.sa_mask);
+    ::sigaction(SIGCHLD, &byDefault, &previousChild_);
+    fd_ = ::signalfd(-1, &handled_, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (fd_ < 0) {
+      ::sigaction(SIGCHLD, &previousChild_, nullptr);
+      pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+      KOLO_THROW(IoError, "kolo run: signalfd failed: ", std::strerror(errno));
+    }
+  }
+  ~SignalScope() {
+    ::close(fd_);
+    ::sigaction(SIGCHLD, &previousChild_, nullptr);
+    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+  int fd() const { return fd_; }
+  /// The mask ranks start with: the launcher's mask from before it blocked anything.
+  const sigset_t& previous() const { return previous_; }
+
+ private:
+  sigset_t handled_;
+  sigset_t previous_;
+  struct sigaction previousChild_ {};
+  int fd_ = -1;
+};
+
+struct Rank {
+  int globalRank = 0;
+  int localRank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  int outFd = -1;
+  int errFd = -1;
+  std::unique_ptr<detail::LinePrefixer> out;
+  std::unique_ptr<detail::LinePrefixer> err;
+};
+
+/// The environment of one rank: the launcher's own, minus the variables it sets.
+std::vector<std::string> rankEnvironment(const std::vector<std::pair<std::string, std::string>>& vars) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string entry = *e;
+    std::string name = entry.substr(0, entry.find('='));
+    bool overridden = false;
+    for (const auto& [key, value] : vars) overridden = overridden || key == name;
+    if (!overridden) env.push_back(std::move(entry));
+  }
+  for (const auto& [key, value] : vars) env.push_back(key + "=" + value);
+  return env;
+}
+
+class Job {
+ public:
+  Job(const LauncherOptions& options, const SignalScope& signals) : options_(options), signals_(signals) {}
+
+  ~Job() {
+    for (auto& r : ranks_) {
+      if (r.outFd >= 0) ::close(r.outFd);
+      if (r.errFd >= 0) ::close(r.errFd);
+    }
+  }
+
+  int run() {
+    std::string token = options_.token;
+    if (token.empty()) {
+      if (options_.nnodes > 1)
+        KOLO_THROW(InvalidArgument, "kolo run: a job of ", options_.nnodes,
+                   " nodes needs a token shared by every node: set KOLO_TOKEN to the same value on each");
+      token = generateJobToken();
+    }
+    auto rendezvous = options_.timeoutSeconds > 0
+                          ? std::chrono::milliseconds(static_cast<int64_t>(std::ceil(options_.timeoutSeconds * 1000)))
+                          : std::chrono::milliseconds(5min);
+    std::string storeAddress = options_.storeAddress;
+    if (options_.nodeRank == 0) {
+      comm::TcpStoreServerOptions serverOptions;
+      serverOptions.token = token;
+      if (storeAddress.empty()) {
+        serverOptions.host = "127.0.0.1";
+      } else {
+        serverOptions.port = comm::parseHostPort(storeAddress).port;
+      }
+      server_ = std::make_unique<comm::TcpStoreServer>(serverOptions);
+      if (storeAddress.empty()) storeAddress = "127.0.0.1:" + std::to_string(server_->port());
+    }
+    if (options_.nnodes > 1) {
+      store_ = comm::connectTcpStore(storeAddress, token, rendezvous);
+      registerNode(rendezvous);
+    }
+
+    std::vector<std::pair<std::string, std::string>> vars = {
+        {"KOLO_WORLD_SIZE", std::to_string(options_.nnodes * options_.procsPerNode)},
+        {"KOLO_LOCAL_SIZE", std::to_string(options_.procsPerNode)},
+        {"KOLO_NODE_RANK", std::to_string(options_.nodeRank)},
+        {"KOLO_NNODES", std::to_string(options_.nnodes)},
+        {"KOLO_STORE", storeAddress},
+        {"KOLO_TOKEN", token},
+    };
+    if (options_.timeoutSeconds > 0) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", options_.timeoutSeconds);
+      vars.emplace_back("KOLO_TIMEOUT", text);
+    }
+    ranks_.resize(static_cast<size_t>(options_.procsPerNode));
+    for (int local = 0; local < options_.procsPerNode; ++local) {
+      Rank& r = ranks_[static_cast<size_t>(local)];
+      r.localRank = local;
+      r.globalRank = options_.nodeRank * options_.procsPerNode + local;
+      auto rankVars = vars;
+      rankVars.emplace_back("KOLO_RANK", std::to_string(r.globalRank));
+      rankVars.emplace_back("KOLO_LOCAL_RANK", std::to_string(local));
+      if (!spawn(r, rankEnvironment(rankVars))) {
+        exitCode_ = 127;
+        beginStop(SIGTERM);
+        break;
+      }
+    }
+    loop();
+    finishAcrossNodes(rendezvous);
+    if (!failure_.empty()) say("job failed: " + failure_);
+    return exitCode_;
+  }
+
+ private:
+  /// Publishes this node's rank count and checks that every node uses the same.
+  void registerNode(std::chrono::milliseconds timeout) {
+    store_->setString("kolo-run/nproc/" + std::to_string(options_.nodeRank), std::to_string(options_.procsPerNode));
+    std::vector<std::string> keys;
+    for (int node = 0; node < options_.nnodes; ++node) keys.push_back("kolo-run/nproc/" + std::to_string(node));
+    store_->wait(keys, timeout);
+    for (int node = 0; node < options_.nnodes; ++node) {
+      std::string count = store_->getString(keys[static_cast<size_t>(node)], timeout);
+      if (count != std::to_string(options_.procsPerNode))
+        KOLO_THROW(InvalidArgument, "kolo run: node ", node, " runs ", count, " ranks but node ", options_.nodeRank,
+                   " runs ", options_.procsPerNode, "; every node must use the same -n");
+    }
+  }
+
+  bool spawn(Rank& r, const std::vector<std::string>& env) {
+    int outPipe[2], errPipe[2];
+    if (::pipe2(outPipe, O_CLOEXEC) != 0) KOLO_THROW(IoError, "kolo run: pipe failed: ", std::strerror(errno));
+    if (::pipe2(errPipe, O_CLOEXEC) != 0) {
+      ::close(outPipe[0]);
+      ::close(outPipe[1]);
+      KOLO_THROW(IoError, "kolo run: pipe failed: ", std::strerror(errno));
+    }
+    std::vector<char*> argv, envp;
+    for (const auto& a : options_.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, outPipe[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, errPipe[1], STDERR_FILENO);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    // Own process group: the launcher signals the rank's whole tree with kill(-pgid), and a
+    // terminal's Ctrl-C reaches only the launcher, which forwards it.
+    posix_spawnattr_setpgroup(&attr, 0);
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) sigaddset(&defaults, sig);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    sigset_t mask = signals_.previous();
+    for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) sigdelset(&mask, sig);
+    posix_spawnattr_setsigmask(&attr, &mask);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    int rc = ::posix_spawnp(&r.pid, argv[0], &actions, &attr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+    ::close(outPipe[1]);
+    ::close(errPipe[1]);
+    if (rc != 0) {
+      ::close(outPipe[0]);
+      ::close(errPipe[0]);
+      say("cannot start rank " + std::to_string(r.globalRank) + ": '" + options_.command[0] + "': " + std::strerror(rc));
+      return false;
+    }
+    r.running = true;
+    r.outFd = outPipe[0];
+    r.errFd = errPipe[0];
+    std::string prefix = "[rank " + std::to_string(r.globalRank) + "] ";
+    r.out = std::make_unique<detail::LinePrefixer>(STDOUT_FILENO, prefix);
+    r.err = std::make_unique<detail::LinePrefixer>(STDERR_FILENO, prefix);
+    return true;
+  }
+
+  bool anyRunning() const {
+    for (const auto& r : ranks_)
+      if (r.running) return true;
+    return false;
+  }
+
+  /// Signals every rank's process group (also those whose leader has exited, so children
+  /// they left behind are stopped too).
+  void signalAll(int sig) {
+    for (const auto& r : ranks_)
+      if (r.pid > 0) ::kill(-r.pid, sig);
+  }
+
+  void beginStop(int sig) {
+    if (stopping_) return;
+    stopping_ = true;
+    killDeadline_ = Clock::now() + options_.gracePeriod;
+    signalAll(sig);
+  }
+
+  void loop() {
+    Clock::time_point nextRemoteCheck = Clock::now();
+    for (;;) {
+      // Output pipes stay open while anyone holds their write end; once every rank is
+      // reaped, what is already in them is drained and the job is over.
+      if (!anyRunning()) {
+        drainAll();
+        return;
+      }
+      std::vector<pollfd> fds;
+      fds.push_back({signals_.fd(), POLLIN, 0});
+      std::vector<std::pair<Rank*, bool>> owners;  // (rank, is stderr) for each pipe
+      for (auto& r : ranks_) {
+        if (r.outFd >= 0) {
+          fds.push_back({r.outFd, POLLIN, 0});
+          owners.emplace_back(&r, false);
+        }
+        if (r.errFd >= 0) {
+          fds.push_back({r.errFd, POLLIN, 0});
+          owners.emplace_back(&r, true);
+        }
+      }
+      int timeoutMs = -1;
+      if (stopping_) timeoutMs = remainingMs(killDeadline_);
+      if (store_ && !stopping_) timeoutMs = timeoutMs < 0 ? remainingMs(nextRemoteCheck) : std::min(timeoutMs, remainingMs(nextRemoteCheck));
+      // Ranks are also reaped on a timer, in case a SIGCHLD was merged or lost.
+      timeoutMs = timeoutMs < 0 ? kReapIntervalMs : std::min(timeoutMs, kReapIntervalMs);
+      ::poll(fds.data(), fds.size(), timeoutMs);
+      for (size_t i = 1; i < fds.size(); ++i)
+        if (fds[i].revents) readPipe(*owners[i - 1].first, owners[i - 1].second);
+      if (fds[0].revents & POLLIN) handleSignals();
+      reap();
+      if (stopping_ && !killed_ && Clock::now() >= killDeadline_) {
+        say("ranks still running after the grace period; sending SIGKILL");
+        signalAll(SIGKILL);
+        killed_ = true;
+      }
+      if (store_ && !stopping_ && Clock::now() >= nextRemoteCheck) {
+        checkRemoteFailure();
+        nextRemoteCheck = Clock::now() + kRemoteCheckInterval;
+      }
+    }
+  }
+
+  static int remainingMs(Clock::time_point when) {
+    auto now = Clock::now();
+    if (when <= now) return 0;
+    return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(when - now).count());
+  }
+
+  /// Reads what is available from one pipe; closes it at end of stream.
+  void readPipe(Rank& r, bool isErr) {
+    int& fd = isErr ? r.errFd : r.outFd;
+    detail::LinePrefixer& sink = isErr ? *r.err : *r.out;
+    char buf[65536];
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      sink.feed(buf, static_cast<size_t>(n));
+      return;
+    }
+    if (n < 0 && errno == EINTR) return;
+    sink.finish();
+    ::close(fd);
+    fd = -1;
+  }
+
+  /// Reads every pipe until it is empty (non-blocking) and writes out partial lines.
+  void drainAll() {
+    for (auto& r : ranks_) {
+      for (bool isErr : {false, true}) {
+        int& fd = isErr ? r.errFd : r.outFd;
+        if (fd < 0) continue;
+        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+        detail::LinePrefixer& sink = isErr ? *r.err : *r.out;
+        char buf[65536];
+        ssize_t n;
+        while ((n = ::read(fd, buf, sizeof buf)) > 0) sink.feed(buf, static_cast<size_t>(n));
+        sink.finish();
+        ::close(fd);
+        fd = -1;
+      }
+    }
+  }
+
+  void handleSignals() {
+    signalfd_siginfo info;
+    while (::read(signals_.fd(), &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGCHLD) continue;  // reaped below
+      if (stopping_) {
+        // A second request while stopping: do not wait for the grace period.
+        say(std::string("received SIG") + ::sigabbrev_np(sig) + " again; sending SIGKILL");
+        signalAll(SIGKILL);
+        killed_ = true;
+        continue;
+      }
+      say(std::string("received SIG") + ::sigabbrev_np(sig) + "; forwarding it to every rank");
+      exitCode_ = 128 + sig;
+      failure_ = std::string("stopped by SIG") + ::sigabbrev_np(sig);
+      publishFailure(std::string("node ") + std::to_string(options_.nodeRank) + "'s launcher received SIG" +
+                     ::sigabbrev_np(sig));
+      beginStop(sig);
+    }
+    reap();
+  }
+
+  void reap() {
+    for (auto& r : ranks_) {
+      if (!r.running) continue;
+      int status = 0;
+      pid_t got = ::waitpid(r.pid, &status, WNOHANG);
+      if (got != r.pid) continue;
+      r.running = false;
+      r.status = status;
+      bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      if (failed && !stopping_) {
+        std::string what = "rank " + std::to_string(r.globalRank) + " (pid " + std::to_string(r.pid) + ") " +
+                           describeStatus(status);
+        say(what + "; stopping the other ranks");
+        exitCode_ = exitCodeFor(status);
+        failure_ = what;
+        publishFailure(what);
+        beginStop(SIGTERM);
+      }
+    }
+  }
+
+  /// Tells the other nodes' launchers to stop (multi-node only); best effort.
+  void publishFailure(const std::string& what) {
+    if (!store_) return;
+    try {
+      store_->setString(kFailedKey, what);
+    } catch (const Error& e) {
+      say(std::string("could not tell the other nodes: ") + e.what());
+    }
+  }
+
+  void checkRemoteFailure() {
+    std::string reason;
+    try {
+      if (!store_->check({kFailedKey})) return;
+      reason = store_->getString(kFailedKey, 5s);
+    } catch (const Error& e) {
+      reason = std::string("lost the store: ") + e.what();
+      store_.reset();
+    }
+    say("stopping the ranks of node " + std::to_string(options_.nodeRank) + ": " + reason);
+    exitCode_ = 1;
+    failure_ = reason;
+    beginStop(SIGTERM);
+  }
+
+  /// Node 0 hosts the store, so it stays until every node has finished (or the
+  /// rendezvous deadline passes); the other nodes only say that they have finished.
+  void finishAcrossNodes(std::chrono::milliseconds timeout) {
+    if (!store_) return;
+    try {
+      store_->add(kFinishedKey, 1);
+      if (options_.nodeRank != 0) return;
+      auto deadline = Clock::now() + timeout;
+      while (store_->add(kFinishedKey, 0) < options_.nnodes && Clock::now() < deadline)
+        std::this_thread::sleep_for(50ms);
+    } catch (const Error& e) {
+      say(std::string("store unavailable at the end of the job: ") + e.what());
+    }
+  }
+
+  const LauncherOptions& options_;
+  const SignalScope& signals_;
+  std::unique_ptr<comm::TcpStoreServer> server_;
+  std::shared_ptr<comm::Store> store_;
+  std::vector<Rank> ranks_;
+  bool stopping_ = false;
+  bool killed_ = false;
+  Clock::time_point killDeadline_;
+  int exitCode_ = 0;
+  std::string failure_;
+};
+
+}  // namespace
+
+std::string generateJobToken() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) KOLO_THROW(IoError, "getrandom failed: ", std::strerror(errno));
+    got += static_cast<size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string token;
+  for (unsigned char b : bytes) {
+    token += kHex[b >> 4];
+    token += kHex[b & 15];
+  }
+  return token;
+}
+
+int runLauncher(const LauncherOptions& options) {
+  if (options.procsPerNode < 1) KOLO_THROW(InvalidArgument, "kolo run: -n must be at least 1, got ", options.procsPerNode);
+  if (options.nnodes < 1) KOLO_THROW(InvalidArgument, "kolo run: --nnodes must be at least 1, got ", options.nnodes);
+  if (options.nodeRank < 0 || options.nodeRank >= options.nnodes)
+    KOLO_THROW(InvalidArgument, "kolo run: --node-rank ", options.nodeRank, " is outside 0..", options.nnodes - 1);
+  if (options.nnodes > 1 && options.storeAddress.empty())
+    KOLO_THROW(InvalidArgument, "kolo run: a job of ", options.nnodes, " nodes needs --store HOST:PORT (node 0's address)");
+  if (options.command.empty()) KOLO_THROW(InvalidArgument, "kolo run: no program given (kolo run -n N -- PROGRAM ARGS...)");
+  if (!options.storeAddress.empty()) comm::parseHostPort(options.storeAddress);
+  SignalScope signals;
+  Job job(options, signals);
+  return job.run();
+}
+
+}  // namespace kolo::parallel

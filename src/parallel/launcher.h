@@ -1,0 +1,47 @@
+// The `kolo run` launcher: starts the local ranks of a job with their KOLO_* variables,
+// hosts the TCP store (single node, or node 0 of several), prefixes every output line with
+// its rank, forwards SIGINT/SIGTERM and stops every rank when one fails.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace kolo::parallel {
+
+struct LauncherOptions {
+  /// Ranks started on this node (KOLO_LOCAL_SIZE).
+  int procsPerNode = 1;
+  /// Nodes in the job; every node runs one launcher with the same procsPerNode.
+  int nnodes = 1;
+  /// This node's index; global rank = nodeRank * procsPerNode + local rank.
+  int nodeRank = 0;
+  /// "HOST:PORT" of the TCP store. Node 0 hosts it on PORT (every interface); the other
+  /// nodes connect to it. Empty (single node only): hosted on 127.0.0.1, a free port.
+  std::string storeAddress;
+  /// Job token. Empty on a single node: a random one. Several nodes must share one
+  /// (the CLI takes KOLO_TOKEN); empty there is an InvalidArgument.
+  std::string token;
+  /// Seconds given to the ranks as KOLO_TIMEOUT (their default collective deadline) and
+  /// used for the launchers' own rendezvous; 0: KOLO_TIMEOUT is left as inherited and
+  /// the rendezvous waits 5 minutes.
+  double timeoutSeconds = 0;
+  /// After SIGTERM, how long ranks get before SIGKILL.
+  std::chrono::milliseconds gracePeriod{std::chrono::seconds(5)};
+  /// PROGRAM ARGS... (PROGRAM is looked up in PATH).
+  std::vector<std::string> command;
+};
+
+/// Runs the job to its end and returns the launcher's exit status: 0 when every rank
+/// exited 0; the first failing rank's exit status (128 + signal for a rank killed by a
+/// signal) after stopping the others; 128 + signal when the launcher itself got SIGINT or
+/// SIGTERM; 1 when another node reported a failure or the store was lost. Diagnostics
+/// go to stderr prefixed "kolo run: ". Blocks SIGINT, SIGTERM, SIGCHLD and SIGPIPE in the
+/// calling thread while it runs (call it before starting other threads). Throws
+/// InvalidArgument for bad options and IoError when the store cannot be hosted or reached.
+int runLauncher(const LauncherOptions& options);
+
+/// A random 128-bit token as 32 hexadecimal digits (from the kernel's random source).
+std::string generateJobToken();
+
+}  // namespace kolo::parallel
