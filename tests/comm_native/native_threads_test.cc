@@ -1,7 +1,13 @@
 // Native communicator with ranks as threads of this process: every collective, dtype and
 // op against closed-form values, point-to-point tags, non-blocking order, split groups,
 // TCP-only wiring and signature mismatches.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <sstream>
 
 #include <atomic>
 #include <cstring>
@@ -23,7 +29,7 @@ std::vector<uint8_t> filled(int rank, size_t count, DType dtype, ReduceOp op) {
 /// Checks an all-reduce result of n ranks; returns the first bad index or -1.
 long firstWrong(const void* buf, size_t count, int n, DType dtype, ReduceOp op) {
   for (size_t i = 0; i < count; ++i)
-    if (!close(getValue(buf, i, dtype), expectedReduction(n, i, op, dtype), dtype)) return static_cast<long>(i);
+    if (!closeEnough(getValue(buf, i, dtype), expectedReduction(n, i, op, dtype), dtype)) return static_cast<long>(i);
   return -1;
 }
 
@@ -126,6 +132,54 @@ TEST(NativeThreads, OverTcpOnly) {
   }
 }
 
+TEST(NativeThreads, ConnectionWithoutTokenIsRefusedAndJobCarriesOn) {
+  NativeOptions options;
+  options.sharedMemory = false;
+  options.listenAddress = "127.0.0.1";
+  auto store = std::make_shared<ThreadStore>();
+  std::exception_ptr errors[2];
+  std::thread rank0([&] {
+    try {
+      auto comm = createNativeCommunicator(store, 0, 2, options);
+      int32_t v = 1;
+      comm->allreduce(&v, &v, 1, DType::I32, ReduceOp::Sum);
+      if (v != 2) KOLO_THROW(Error, "rank 0 got ", v);
+    } catch (...) {
+      errors[0] = std::current_exception();
+    }
+  });
+  // A stranger reads rank 0's port and connects first, with a wrong token.
+  std::istringstream record(store->getString("kolo/native/rank/0", std::chrono::seconds(10)));
+  std::string hostId, pid, port;
+  std::getline(record, hostId);
+  std::getline(record, pid);
+  std::getline(record, port);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  char garbage[64];
+  std::memset(garbage, 0x5a, sizeof(garbage));
+  ASSERT_EQ(write(fd, garbage, sizeof(garbage)), static_cast<ssize_t>(sizeof(garbage)));
+  close(fd);  // rank 0 finds it in its backlog before rank 1's and must refuse it
+  std::thread rank1([&] {
+    try {
+      auto comm = createNativeCommunicator(store, 1, 2, options);
+      int32_t v = 1;
+      comm->allreduce(&v, &v, 1, DType::I32, ReduceOp::Sum);
+      if (v != 2) KOLO_THROW(Error, "rank 1 got ", v);
+    } catch (...) {
+      errors[1] = std::current_exception();
+    }
+  });
+  rank0.join();
+  rank1.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 TEST(NativeThreads, RootedAndGatherCollectives) {
   for (int n : {1, 2, 3, 4, 8}) {
     runThreads(n, [n](Communicator& comm) {
@@ -142,15 +196,17 @@ TEST(NativeThreads, RootedAndGatherCollectives) {
         std::vector<double> in(count), out(count, -1);
         for (size_t i = 0; i < count; ++i) in[i] = contribution(me, i, ReduceOp::Sum);
         comm.reduce(in.data(), out.data(), count, DType::F64, ReduceOp::Sum, root);
-        if (me == root)
+        if (me == root) {
           for (size_t i = 0; i < count; ++i) ASSERT_EQ(out[i], expectedReduction(n, i, ReduceOp::Sum, DType::F64));
+        }
         // gather
         std::vector<int64_t> mine(count), all(count * n, -1);
         for (size_t i = 0; i < count; ++i) mine[i] = me * 1000 + static_cast<int64_t>(i);
         comm.gather(mine.data(), all.data(), count, DType::I64, root);
-        if (me == root)
+        if (me == root) {
           for (int r = 0; r < n; ++r)
             for (size_t i = 0; i < count; ++i) ASSERT_EQ(all[r * count + i], r * 1000 + static_cast<int64_t>(i));
+        }
         // scatter
         std::vector<int64_t> part(count, -1);
         comm.scatter(all.data(), part.data(), count, DType::I64, root);

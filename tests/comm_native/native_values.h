@@ -76,7 +76,7 @@ inline double tolerance(DType dtype) {
   }
 }
 
-inline bool close(double got, double want, DType dtype) {
+inline bool closeEnough(double got, double want, DType dtype) {
   return std::fabs(got - want) <= tolerance(dtype) * std::max(1.0, std::fabs(want));
 }
 

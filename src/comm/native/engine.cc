@@ -13,9 +13,11 @@ namespace kolo::comm::native {
 
 namespace {
 
-// Busy-poll iterations before yielding, and yields before sleeping. Spinning keeps small
-// messages syscall-free; yielding lets an oversubscribed host run the peer we wait for.
-constexpr int kSpinIterations = 4000;
+// Busy-poll for this long before yielding, and yield this many times before sleeping.
+// Spinning keeps small messages syscall-free when the peer runs on another core; a short
+// spin and then yielding lets an oversubscribed host run the peer we wait for.
+constexpr auto kSpinTime = std::chrono::microseconds(20);
+constexpr int kSpinCheckEvery = 16;
 constexpr int kYieldIterations = 200;
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
 
@@ -392,7 +394,10 @@ void Engine::sleepBriefly(long micros) {
 
 void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds budget) {
   int spins = 0;
-  Clock::time_point lastLiveness = Clock::now();
+  bool spinning = true;
+  int yields = 0;
+  Clock::time_point start{};
+  Clock::time_point lastLiveness{};
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -402,10 +407,14 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
         return;
       }
     }
-    ++spins;
-    if (spins < kSpinIterations) {
+    if (spinning) {
+      if (spins == 0) {
+        start = Clock::now();
+        lastLiveness = start;
+      }
       cpuRelax();
-      continue;
+      if (++spins % kSpinCheckEvery != 0 || Clock::now() - start < kSpinTime) continue;
+      spinning = false;
     }
     const Clock::time_point now = Clock::now();
     if (now >= deadline) throwTimeout(op, budget);
@@ -419,7 +428,7 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
       }
       if (op.complete && op.error) std::rethrow_exception(op.error);
     }
-    if (spins < kSpinIterations + kYieldIterations) {
+    if (yields++ < kYieldIterations) {
       sched_yield();
       continue;
     }
