@@ -16,7 +16,7 @@ namespace {
 // Busy-poll for this long before yielding, and yield this many times before sleeping.
 // Spinning keeps small messages syscall-free when the peer runs on another core; a short
 // spin and then yielding lets an oversubscribed host run the peer we wait for.
-constexpr auto kSpinTime = std::chrono::microseconds(20);
+constexpr auto kSpinTime = std::chrono::microseconds(250);
 constexpr int kSpinCheckEvery = 16;
 constexpr int kYieldIterations = 200;
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
@@ -105,12 +105,14 @@ std::shared_ptr<RecvOp> Engine::postRecv(int peer, FrameKind kind, uint32_t cont
   std::lock_guard<std::mutex> lock(mutex_);
   Peer& p = peers_[static_cast<size_t>(peer)];
   if (!p.channel) KOLO_THROW(InvalidArgument, label.prefix(), ": no channel to rank ", label.groupPeer);
-  if (!p.broken.empty()) {
-    failOp(*op, std::make_exception_ptr(IoError(label.prefix() + ": " + p.broken)));
-    return op;
-  }
   p.recvs.push_back(op);
   if (!p.unexpected.empty()) matchUnexpected(peer);
+  // A peer that has left may still have sent what we ask for (it arrived before its
+  // connection closed and waits among the early arrivals); only otherwise is it an error.
+  if (!op->complete && !p.broken.empty()) {
+    p.recvs.pop_back();
+    failOp(*op, std::make_exception_ptr(IoError(label.prefix() + ": " + p.broken)));
+  }
   return op;
 }
 
@@ -122,6 +124,7 @@ void Engine::failOp(Op& op, std::exception_ptr error) {
 void Engine::breakPeer(int peer, const std::string& why) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   if (p.broken.empty()) p.broken = why;
+  matchUnexpected(peer);  // what arrived complete before the break is still delivered
   for (auto& s : p.sends)
     failOp(*s, std::make_exception_ptr(IoError(s->label.prefix() + ": " + p.broken)));
   p.sends.clear();
@@ -423,6 +426,9 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
       std::lock_guard<std::mutex> lock(mutex_);
       Peer& p = peers_[static_cast<size_t>(op.peer)];
       if (p.channel && p.broken.empty() && !p.channel->peerAlive()) {
+        progressPeer(op.peer);  // it may have written everything just before leaving
+      }
+      if (!op.complete && p.channel && p.broken.empty() && !p.channel->peerAlive()) {
         breakPeer(op.peer, "rank " + std::to_string(op.label.groupPeer) + " (" + p.channel->kind() +
                                " peer) has exited");
       }
