@@ -13,10 +13,8 @@ namespace kolo::comm::native {
 
 namespace {
 
-// Busy-poll for this long before yielding, and yield this many times before sleeping.
-// Spinning keeps small messages syscall-free when the peer runs on another core; a short
-// spin and then yielding lets an oversubscribed host run the peer we wait for.
-constexpr auto kSpinTime = std::chrono::microseconds(250);
+// Waits poll the clock every this many spins; after the engine's spin time they yield
+// this many times, then sleep.
 constexpr int kSpinCheckEvery = 16;
 constexpr int kYieldIterations = 200;
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
@@ -416,7 +414,7 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
         lastLiveness = start;
       }
       cpuRelax();
-      if (++spins % kSpinCheckEvery != 0 || Clock::now() - start < kSpinTime) continue;
+      if (++spins % kSpinCheckEvery != 0 || Clock::now() - start < spinTime_) continue;
       spinning = false;
     }
     const Clock::time_point now = Clock::now();

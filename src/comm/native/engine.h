@@ -69,6 +69,9 @@ class Engine {
   /// This rank's doorbell in the host segment (null without shared memory).
   void setDoorbell(Doorbell* bell) { bell_ = bell; }
   bool hasChannel(int peer) const;
+  /// How long a wait busy-polls before yielding: long when every local rank has a core
+  /// (small messages then never syscall), short on an oversubscribed host.
+  void setSpinTime(std::chrono::microseconds spin) { spinTime_ = spin; }
   const char* channelKind(int peer) const;
 
   /// Queues a frame; `data` must stay valid until the op completes or is cancelled.
@@ -125,6 +128,7 @@ class Engine {
   int size_;
   std::vector<Peer> peers_;
   Doorbell* bell_ = nullptr;
+  std::chrono::microseconds spinTime_{250};
   std::vector<int> tcpPeers_;
   std::mutex mutex_;
 };

@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -350,6 +351,12 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
   for (int i = 0; i < localCount; ++i)
     if (local[i] == rank) myLocal = i;
   const bool useShm = options.sharedMemory && localCount > 1;
+  {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    job->engine->setSpinTime(localCount > cores ? std::chrono::microseconds(5) : std::chrono::microseconds(250));
+  }
 
   // Shared memory: the host's lowest rank creates the segment, the others map it, and the
   // name is removed once all have it so nothing outlives the job.
