@@ -132,6 +132,49 @@ TEST(NativeThreads, OverTcpOnly) {
   }
 }
 
+TEST(NativeThreads, OverIpv6Loopback) {
+  NativeOptions options;
+  options.sharedMemory = false;
+  options.listenAddress = "::1";
+  try {
+    runThreads(
+        3,
+        [](Communicator& comm) {
+          allreduceCase(comm, 1000003, DType::F32, ReduceOp::Sum, true, Algorithm::Ring);
+          allreduceCase(comm, 7, DType::I64, ReduceOp::Min, false, Algorithm::Auto);
+        },
+        options);
+  } catch (const IoError& e) {
+    if (std::string(e.what()).find("cannot listen") != std::string::npos)
+      GTEST_SKIP() << "no IPv6 loopback on this machine: " << e.what();
+    throw;
+  }
+}
+
+TEST(NativeThreads, PerCallTimeoutNamesTheAbsentRank) {
+  auto store = std::make_shared<ThreadStore>();
+  std::string message;
+  std::atomic<bool> done{false};
+  std::thread absent([&] {
+    auto comm = createNativeCommunicator(store, 1, 2);
+    while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+  {
+    auto comm = createNativeCommunicator(store, 0, 2);
+    float v = 1.0f;
+    CollectiveOptions opts;
+    opts.timeout = std::chrono::milliseconds(300);
+    try {
+      comm->allreduce(&v, &v, 1, DType::F32, ReduceOp::Sum, opts);
+    } catch (const Timeout& e) {
+      message = e.what();
+    }
+    done = true;
+    absent.join();
+  }
+  EXPECT_EQ(message, "allreduce #0 on rank 0: no data from rank 1 after 0.3 s");
+}
+
 TEST(NativeThreads, ConnectionWithoutTokenIsRefusedAndJobCarriesOn) {
   NativeOptions options;
   options.sharedMemory = false;
