@@ -1,0 +1,94 @@
+// End to end: examples/distributed_train started as 2 processes with torchrun's variables
+// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) prints the same global loss as 1 process with
+// the same global batch, and reports its world size.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kExample = std::string(KOLO_BINARY_DIR) + "/examples/distributed_train";
+
+int freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Runs `world` ranks of the example for `steps` steps in `dir`; returns rank 0's output.
+std::string runRanks(int world, int steps, const fs::path& dir) {
+  const int port = freePort();
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < world; ++rank) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const std::string log = (dir / ("rank" + std::to_string(rank) + ".log")).string();
+      std::freopen(log.c_str(), "w", stdout);
+      std::freopen(log.c_str(), "a", stderr);
+      ::chdir(dir.c_str());
+      ::setenv("RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("KOLO_TIMEOUT", "60", 1);
+      ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+      const std::string stepsArg = std::to_string(steps);
+      ::execl(kExample.c_str(), kExample.c_str(), stepsArg.c_str(), static_cast<char*>(nullptr));
+      std::_Exit(127);
+    }
+    pids.push_back(pid);
+  }
+  for (size_t r = 0; r < pids.size(); ++r) {
+    int status = 0;
+    ::waitpid(pids[r], &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r << " of " << world << " failed";
+  }
+  std::ifstream in(dir / "rank0.log");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string lineStarting(const std::string& text, const std::string& prefix) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0) return line;
+  return "";
+}
+
+TEST(DistributedExample, TwoRanksComputeWhatOneRankComputes) {
+  if (!fs::exists(kExample)) GTEST_SKIP() << kExample << " was not built (KOLO_BUILD_EXAMPLES=OFF)";
+  const fs::path dir = fs::temp_directory_path() / ("kolo_dist_example_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "one");
+  fs::create_directories(dir / "two");
+  const std::string one = runRanks(1, 100, dir / "one");
+  const std::string two = runRanks(2, 100, dir / "two");
+  const std::string lossOne = lineStarting(one, "step 100 loss");
+  ASSERT_FALSE(lossOne.empty()) << one;
+  const double a = std::stod(lossOne.substr(14));
+  const double b = std::stod(lineStarting(two, "step 100 loss").substr(14));
+  EXPECT_NEAR(a, b, 1e-3) << one << "\n" << two;
+  EXPECT_NE(two.find("on 2 rank(s)"), std::string::npos) << two;
+  EXPECT_TRUE(fs::exists(dir / "two" / "distributed_train.safetensors"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
