@@ -12,22 +12,31 @@ namespace kolo::cli {
 Command registerRun(CLI::App& root) {
   auto options = std::make_shared<parallel::LauncherOptions>();
   auto graceSeconds = std::make_shared<double>(5.0);
-  CLI::App* app = root.add_subcommand(
-      "run", "start N ranks of PROGRAM on this node: kolo run -n N [--nnodes M --node-rank R --store HOST:PORT] -- PROGRAM ARGS...");
-  app->add_option("-n,--nproc-per-node", options->procsPerNode, "ranks on this node")->required()->check(CLI::PositiveNumber);
-  app->add_option("--nnodes", options->nnodes, "nodes in the job (each runs kolo run with the same -n)")
+  CLI::App* app =
+      root.add_subcommand("run",
+                          "start N ranks of PROGRAM on this node: kolo run -n N [--nnodes M "
+                          "--node-rank R --store HOST:PORT] -- PROGRAM ARGS...");
+  app->add_option("-n,--nproc-per-node", options->procsPerNode, "ranks on this node")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--nnodes", options->nnodes,
+                  "nodes in the job (each runs kolo run with the same -n)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app->add_option("--node-rank", options->nodeRank, "this node's index, 0..nnodes-1 (node 0 hosts the store)")
+  app->add_option("--node-rank", options->nodeRank,
+                  "this node's index, 0..nnodes-1 (node 0 hosts the store)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app->add_option("--store", options->storeAddress,
-                  "HOST:PORT of the rendezvous store ([V6]:PORT for IPv6); required with --nnodes > 1. Node 0 "
-                  "listens on PORT; default on one node: 127.0.0.1 and a free port");
+  app->add_option(
+      "--store", options->storeAddress,
+      "HOST:PORT of the rendezvous store ([V6]:PORT for IPv6); required with --nnodes > 1. Node 0 "
+      "listens on PORT; default on one node: 127.0.0.1 and a free port");
   app->add_option("--timeout", options->timeoutSeconds,
-                  "seconds: the ranks' default collective deadline (KOLO_TIMEOUT) and the nodes' rendezvous limit")
+                  "seconds: the ranks' default collective deadline (KOLO_TIMEOUT) and the nodes' "
+                  "rendezvous limit")
       ->check(CLI::PositiveNumber);
-  app->add_option("--grace", *graceSeconds, "seconds between SIGTERM and SIGKILL when stopping ranks")
+  app->add_option("--grace", *graceSeconds,
+                  "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   // Everything from the program name (or from `--`) on belongs to the program, options
@@ -38,7 +47,8 @@ Command registerRun(CLI::App& root) {
   command.app = app;
   command.run = [options, graceSeconds]() -> int {
     options->gracePeriod = std::chrono::milliseconds(static_cast<int64_t>(*graceSeconds * 1000));
-    if (const char* token = std::getenv("KOLO_TOKEN"); token && options->nnodes > 1) options->token = token;
+    if (const char* token = std::getenv("KOLO_TOKEN"); token && options->nnodes > 1)
+      options->token = token;
     return parallel::runLauncher(*options);
   };
   return command;

@@ -39,7 +39,8 @@ int intVar(const Env& env, const std::string& name, int fallback) {
 
 /// "HOST:PORT" with brackets around an IPv6 literal.
 std::string joinHostPort(const std::string& host, const std::string& port) {
-  return (host.find(':') != std::string::npos && host.front() != '[' ? "[" + host + "]" : host) + ":" + port;
+  return (host.find(':') != std::string::npos && host.front() != '[' ? "[" + host + "]" : host) +
+         ":" + port;
 }
 
 /// Slurm's tasks-per-node lists look like "2(x3),1": expands it and picks entry `node`.
@@ -66,10 +67,11 @@ int slurmTasksOnNode(const std::string& text, int node) {
 
 void checkPlace(const LaunchInfo& info, const std::string& source) {
   if (info.size < 1 || info.rank < 0 || info.rank >= info.size)
-    KOLO_THROW(InvalidArgument, source, " variables give rank ", info.rank, " of world size ", info.size);
+    KOLO_THROW(InvalidArgument, source, " variables give rank ", info.rank, " of world size ",
+               info.size);
   if (info.localSize < 1 || info.localRank < 0 || info.localRank >= info.localSize)
-    KOLO_THROW(InvalidArgument, source, " variables give local rank ", info.localRank, " of local size ",
-               info.localSize);
+    KOLO_THROW(InvalidArgument, source, " variables give local rank ", info.localRank,
+               " of local size ", info.localSize);
 }
 
 Env processEnvironment() {
@@ -117,7 +119,8 @@ LaunchInfo detectLaunch(const std::map<std::string, std::string>& env) {
       // torchrun's own agent already serves its (c10d) store on MASTER_PORT; ours then
       // takes the next port. Without the agent (plain env:// variables), MASTER_PORT.
       const std::string* agentStore = find(env, "TORCHELASTIC_USE_AGENT_STORE");
-      int storePort = parseInt("MASTER_PORT", *port) + (agentStore && *agentStore == "True" ? 1 : 0);
+      int storePort =
+          parseInt("MASTER_PORT", *port) + (agentStore && *agentStore == "True" ? 1 : 0);
       info.storeAddress = joinHostPort(*addr, std::to_string(storePort));
     }
     if (token) info.token = *token;
@@ -140,7 +143,8 @@ LaunchInfo detectLaunch(const std::map<std::string, std::string>& env) {
     info.localRank = intVar(env, "SLURM_LOCALID", 0);
     const std::string* perNode = find(env, "SLURM_STEP_TASKS_PER_NODE");
     if (!perNode) perNode = find(env, "SLURM_TASKS_PER_NODE");
-    info.localSize = perNode ? slurmTasksOnNode(*perNode, intVar(env, "SLURM_NODEID", 0)) : info.size;
+    info.localSize =
+        perNode ? slurmTasksOnNode(*perNode, intVar(env, "SLURM_NODEID", 0)) : info.size;
     const std::string* addr = find(env, "MASTER_ADDR");
     const std::string* port = find(env, "MASTER_PORT");
     if (addr && port) info.storeAddress = joinHostPort(*addr, *port);
@@ -160,27 +164,31 @@ std::shared_ptr<Communicator> initFromEnvironment(const InitOptions& options) {
   std::string backend = options.backend;
   if (const std::string* forced = find(env, "KOLO_BACKEND")) backend = *forced;
   if (backend != "auto" && backend != "native" && backend != "mpi")
-    KOLO_THROW(InvalidArgument, "backend '", backend, "' (KOLO_BACKEND or InitOptions) is not auto, native or mpi");
+    KOLO_THROW(InvalidArgument, "backend '", backend,
+               "' (KOLO_BACKEND or InitOptions) is not auto, native or mpi");
   auto timeout = options.timeout;
   if (const std::string* seconds = find(env, "KOLO_TIMEOUT")) {
     char* end = nullptr;
     double value = std::strtod(seconds->c_str(), &end);
     if (end == seconds->c_str() || *end != '\0' || !(value > 0) || !std::isfinite(value))
-      KOLO_THROW(InvalidArgument, "KOLO_TIMEOUT='", *seconds, "' is not a positive number of seconds");
+      KOLO_THROW(InvalidArgument, "KOLO_TIMEOUT='", *seconds,
+                 "' is not a positive number of seconds");
     timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(value * 1000)));
   }
 
-  bool useMpi = backend == "mpi" ||
-                (backend == "auto" && (info.launcher == "mpi" || info.launcher == "slurm") && mpiAvailable());
+  bool useMpi =
+      backend == "mpi" ||
+      (backend == "auto" && (info.launcher == "mpi" || info.launcher == "slurm") && mpiAvailable());
   if (useMpi) {
     auto communicator = createMpiCommunicator();
     communicator->setTimeout(timeout);
     if (info.launcher != "single" && info.launcher != "kolo" &&
         (communicator->size() != info.size || communicator->rank() != info.rank))
-      KOLO_THROW(Mismatch, "MPI says rank ", communicator->rank(), " of ", communicator->size(), " but the ",
-                 info.launcher, " variables say rank ", info.rank, " of ", info.size,
-                 " (was the program started by srun without MPI support? try KOLO_BACKEND=native with "
-                 "MASTER_ADDR/MASTER_PORT)");
+      KOLO_THROW(
+          Mismatch, "MPI says rank ", communicator->rank(), " of ", communicator->size(),
+          " but the ", info.launcher, " variables say rank ", info.rank, " of ", info.size,
+          " (was the program started by srun without MPI support? try KOLO_BACKEND=native with "
+          "MASTER_ADDR/MASTER_PORT)");
     return communicator;
   }
 
@@ -189,7 +197,8 @@ std::shared_ptr<Communicator> initFromEnvironment(const InitOptions& options) {
   if (info.storeAddress.empty()) {
     if (info.size != 1)
       KOLO_THROW(InvalidArgument, "rank ", info.rank, " of ", info.size, " (from ", info.launcher,
-                 " variables) has no store address: set MASTER_ADDR and MASTER_PORT, start the job with kolo "
+                 " variables) has no store address: set MASTER_ADDR and MASTER_PORT, start the job "
+                 "with kolo "
                  "run, or use the MPI backend");
     return createNativeCommunicator(makeMemoryStore(), 0, 1, nativeOptions);
   }

@@ -1,5 +1,5 @@
 // `kolo run`'s job control: hosting or joining the store, spawning the local ranks in
-// their own process groups, one poll() loop over their output pipes and a signalfd
+// their own process groups, one poll() loop over their output pipes and a signal pipe
 // (SIGCHLD, SIGINT, SIGTERM), and stopping every rank (SIGTERM, then SIGKILL after the
 // grace period) when one fails or the launcher is told to stop. Across nodes, launchers
 // agree through the store: each registers its rank count, a failure is published under
@@ -12,10 +12,11 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/random.h>
-#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -52,7 +53,8 @@ std::string describeStatus(int status) {
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
     const char* name = ::sigabbrev_np(sig);
-    return "was killed by signal " + std::to_string(sig) + (name ? std::string(" (SIG") + name + ")" : "");
+    return "was killed by signal " + std::to_string(sig) +
+           (name ? std::string(" (SIG") + name + ")" : "");
   }
   return "ended with wait status " + std::to_string(status);
 }
@@ -63,43 +65,73 @@ int exitCodeFor(int status) {
   return 1;
 }
 
-/// Blocks the launcher's signals for the scope (they are read from a signalfd instead) and
-/// restores the previous mask afterwards.
+/// Write end of the self-pipe that SignalScope's handler reports signals through. Signal
+/// handlers can reach nothing else, so this is the one piece of process-wide state the
+/// launcher keeps; SignalScope sets it for its lifetime and refuses to nest.
+std::atomic<int> signalPipeWrite{-1};
+
+extern "C" void forwardSignalToPipe(int sig) {
+  int saved = errno;
+  unsigned char byte = static_cast<unsigned char>(sig);
+  int fd = signalPipeWrite.load();
+  if (fd >= 0) [[maybe_unused]]
+    ssize_t n = ::write(fd, &byte, 1);
+  errno = saved;
+}
+
+/// Catches SIGINT, SIGTERM and SIGCHLD for the scope and reports them through a pipe the
+/// job's poll loop reads (handlers rather than a signalfd, because threads that libraries
+/// started earlier do not block signals, and a process-directed signal may land on them).
+/// SIGPIPE is ignored so a closed stdout gives EPIPE. Everything is restored afterwards.
 class SignalScope {
  public:
   SignalScope() {
-    sigemptyset(&handled_);
-    for (int sig : {SIGINT, SIGTERM, SIGCHLD}) sigaddset(&handled_, sig);
-    sigset_t blocked = handled_;
-    sigaddset(&blocked, SIGPIPE);  // a closed stdout gives EPIPE, not death
-    pthread_sigmask(SIG_BLOCK, &blocked, &previous_);
-    // An inherited SIG_IGN for SIGCHLD would make the kernel reap the ranks itself and
-    // send no SIGCHLD: the launcher needs the default disposition to see them exit.
-    struct sigaction byDefault {};
-    byDefault.sa_handler = SIG_DFL;
-    sigemptyset(&byDefault.sa_mask);
-    ::sigaction(SIGCHLD, &byDefault, &previousChild_);
-    fd_ = ::signalfd(-1, &handled_, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (fd_ < 0) {
-      ::sigaction(SIGCHLD, &previousChild_, nullptr);
-      pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
-      KOLO_THROW(IoError, "kolo run: signalfd failed: ", std::strerror(errno));
+    if (::pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) != 0)
+      KOLO_THROW(IoError, "kolo run: cannot create the signal pipe: ", std::strerror(errno));
+    int expected = -1;
+    if (!signalPipeWrite.compare_exchange_strong(expected, pipe_[1])) {
+      ::close(pipe_[0]);
+      ::close(pipe_[1]);
+      KOLO_THROW(InvalidArgument, "kolo run: a launcher is already running in this process");
     }
+    struct sigaction action {};
+    action.sa_handler = forwardSignalToPipe;
+    sigemptyset(&action.sa_mask);
+    // SA_NOCLDSTOP: a rank stopped by SIGSTOP is not an exit.
+    for (size_t i = 0; i < kCaught.size(); ++i) {
+      action.sa_flags = SA_RESTART | (kCaught[i] == SIGCHLD ? SA_NOCLDSTOP : 0);
+      ::sigaction(kCaught[i], &action, &previous_[i]);
+    }
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    ::sigaction(SIGPIPE, &ignore, &previousPipe_);
+    // Make sure none of them is blocked in this thread (the ranks inherit this mask too).
+    sigset_t unblock;
+    sigemptyset(&unblock);
+    for (int sig : kCaught) sigaddset(&unblock, sig);
+    pthread_sigmask(SIG_UNBLOCK, &unblock, &previousMask_);
   }
   ~SignalScope() {
-    ::close(fd_);
-    ::sigaction(SIGCHLD, &previousChild_, nullptr);
-    pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+    pthread_sigmask(SIG_SETMASK, &previousMask_, nullptr);
+    for (size_t i = 0; i < kCaught.size(); ++i) ::sigaction(kCaught[i], &previous_[i], nullptr);
+    ::sigaction(SIGPIPE, &previousPipe_, nullptr);
+    signalPipeWrite.store(-1);
+    ::close(pipe_[0]);
+    ::close(pipe_[1]);
   }
-  int fd() const { return fd_; }
-  /// The mask ranks start with: the launcher's mask from before it blocked anything.
-  const sigset_t& previous() const { return previous_; }
+  SignalScope(const SignalScope&) = delete;
+  SignalScope& operator=(const SignalScope&) = delete;
+
+  /// Readable when a signal arrived; each byte is a signal number.
+  int fd() const { return pipe_[0]; }
 
  private:
-  sigset_t handled_;
-  sigset_t previous_;
-  struct sigaction previousChild_ {};
-  int fd_ = -1;
+  static constexpr std::array<int, 3> kCaught = {SIGINT, SIGTERM, SIGCHLD};
+  int pipe_[2] = {-1, -1};
+  std::array<struct sigaction, 3> previous_{};
+  struct sigaction previousPipe_ {};
+  sigset_t previousMask_;
 };
 
 struct Rank {
@@ -115,7 +147,8 @@ struct Rank {
 };
 
 /// The environment of one rank: the launcher's own, minus the variables it sets.
-std::vector<std::string> rankEnvironment(const std::vector<std::pair<std::string, std::string>>& vars) {
+std::vector<std::string> rankEnvironment(
+    const std::vector<std::pair<std::string, std::string>>& vars) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string entry = *e;
@@ -130,7 +163,8 @@ std::vector<std::string> rankEnvironment(const std::vector<std::pair<std::string
 
 class Job {
  public:
-  Job(const LauncherOptions& options, const SignalScope& signals) : options_(options), signals_(signals) {}
+  Job(const LauncherOptions& options, const SignalScope& signals)
+      : options_(options), signals_(signals) {}
 
   ~Job() {
     for (auto& r : ranks_) {
@@ -143,13 +177,14 @@ class Job {
     std::string token = options_.token;
     if (token.empty()) {
       if (options_.nnodes > 1)
-        KOLO_THROW(InvalidArgument, "kolo run: a job of ", options_.nnodes,
-                   " nodes needs a token shared by every node: set KOLO_TOKEN to the same value on each");
+        KOLO_THROW(
+            InvalidArgument, "kolo run: a job of ", options_.nnodes,
+            " nodes needs a token shared by every node: set KOLO_TOKEN to the same value on each");
       token = generateJobToken();
     }
-    auto rendezvous = options_.timeoutSeconds > 0
-                          ? std::chrono::milliseconds(static_cast<int64_t>(std::ceil(options_.timeoutSeconds * 1000)))
-                          : std::chrono::milliseconds(5min);
+    auto rendezvous = options_.timeoutSeconds > 0 ? std::chrono::milliseconds(static_cast<int64_t>(
+                                                        std::ceil(options_.timeoutSeconds * 1000)))
+                                                  : std::chrono::milliseconds(5min);
     std::string storeAddress = options_.storeAddress;
     if (options_.nodeRank == 0) {
       comm::TcpStoreServerOptions serverOptions;
@@ -203,21 +238,25 @@ class Job {
  private:
   /// Publishes this node's rank count and checks that every node uses the same.
   void registerNode(std::chrono::milliseconds timeout) {
-    store_->setString("kolo-run/nproc/" + std::to_string(options_.nodeRank), std::to_string(options_.procsPerNode));
+    store_->setString("kolo-run/nproc/" + std::to_string(options_.nodeRank),
+                      std::to_string(options_.procsPerNode));
     std::vector<std::string> keys;
-    for (int node = 0; node < options_.nnodes; ++node) keys.push_back("kolo-run/nproc/" + std::to_string(node));
+    for (int node = 0; node < options_.nnodes; ++node)
+      keys.push_back("kolo-run/nproc/" + std::to_string(node));
     store_->wait(keys, timeout);
     for (int node = 0; node < options_.nnodes; ++node) {
       std::string count = store_->getString(keys[static_cast<size_t>(node)], timeout);
       if (count != std::to_string(options_.procsPerNode))
-        KOLO_THROW(InvalidArgument, "kolo run: node ", node, " runs ", count, " ranks but node ", options_.nodeRank,
-                   " runs ", options_.procsPerNode, "; every node must use the same -n");
+        KOLO_THROW(InvalidArgument, "kolo run: node ", node, " runs ", count, " ranks but node ",
+                   options_.nodeRank, " runs ", options_.procsPerNode,
+                   "; every node must use the same -n");
     }
   }
 
   bool spawn(Rank& r, const std::vector<std::string>& env) {
     int outPipe[2], errPipe[2];
-    if (::pipe2(outPipe, O_CLOEXEC) != 0) KOLO_THROW(IoError, "kolo run: pipe failed: ", std::strerror(errno));
+    if (::pipe2(outPipe, O_CLOEXEC) != 0)
+      KOLO_THROW(IoError, "kolo run: pipe failed: ", std::strerror(errno));
     if (::pipe2(errPipe, O_CLOEXEC) != 0) {
       ::close(outPipe[0]);
       ::close(outPipe[1]);
@@ -242,10 +281,12 @@ class Job {
     sigemptyset(&defaults);
     for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) sigaddset(&defaults, sig);
     posix_spawnattr_setsigdefault(&attr, &defaults);
-    sigset_t mask = signals_.previous();
+    sigset_t mask;
+    pthread_sigmask(SIG_SETMASK, nullptr, &mask);
     for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) sigdelset(&mask, sig);
     posix_spawnattr_setsigmask(&attr, &mask);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    posix_spawnattr_setflags(
+        &attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
     int rc = ::posix_spawnp(&r.pid, argv[0], &actions, &attr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
@@ -254,7 +295,8 @@ class Job {
     if (rc != 0) {
       ::close(outPipe[0]);
       ::close(errPipe[0]);
-      say("cannot start rank " + std::to_string(r.globalRank) + ": '" + options_.command[0] + "': " + std::strerror(rc));
+      say("cannot start rank " + std::to_string(r.globalRank) + ": '" + options_.command[0] +
+          "': " + std::strerror(rc));
       return false;
     }
     r.running = true;
@@ -292,6 +334,9 @@ class Job {
       // Output pipes stay open while anyone holds their write end; once every rank is
       // reaped, what is already in them is drained and the job is over.
       if (!anyRunning()) {
+        // Children the ranks left behind in their groups may have ignored the signal
+        // (a shell's background jobs ignore SIGINT): when stopping, the job ends with them.
+        if (stopping_) signalAll(SIGKILL);
         drainAll();
         return;
       }
@@ -310,7 +355,9 @@ class Job {
       }
       int timeoutMs = -1;
       if (stopping_) timeoutMs = remainingMs(killDeadline_);
-      if (store_ && !stopping_) timeoutMs = timeoutMs < 0 ? remainingMs(nextRemoteCheck) : std::min(timeoutMs, remainingMs(nextRemoteCheck));
+      if (store_ && !stopping_)
+        timeoutMs = timeoutMs < 0 ? remainingMs(nextRemoteCheck)
+                                  : std::min(timeoutMs, remainingMs(nextRemoteCheck));
       // Ranks are also reaped on a timer, in case a SIGCHLD was merged or lost.
       timeoutMs = timeoutMs < 0 ? kReapIntervalMs : std::min(timeoutMs, kReapIntervalMs);
       ::poll(fds.data(), fds.size(), timeoutMs);
@@ -371,9 +418,9 @@ class Job {
   }
 
   void handleSignals() {
-    signalfd_siginfo info;
-    while (::read(signals_.fd(), &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
-      int sig = static_cast<int>(info.ssi_signo);
+    unsigned char byte = 0;
+    while (::read(signals_.fd(), &byte, 1) == 1) {
+      int sig = byte;
       if (sig == SIGCHLD) continue;  // reaped below
       if (stopping_) {
         // A second request while stopping: do not wait for the grace period.
@@ -385,8 +432,8 @@ class Job {
       say(std::string("received SIG") + ::sigabbrev_np(sig) + "; forwarding it to every rank");
       exitCode_ = 128 + sig;
       failure_ = std::string("stopped by SIG") + ::sigabbrev_np(sig);
-      publishFailure(std::string("node ") + std::to_string(options_.nodeRank) + "'s launcher received SIG" +
-                     ::sigabbrev_np(sig));
+      publishFailure(std::string("node ") + std::to_string(options_.nodeRank) +
+                     "'s launcher received SIG" + ::sigabbrev_np(sig));
       beginStop(sig);
     }
     reap();
@@ -402,8 +449,8 @@ class Job {
       r.status = status;
       bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
       if (failed && !stopping_) {
-        std::string what = "rank " + std::to_string(r.globalRank) + " (pid " + std::to_string(r.pid) + ") " +
-                           describeStatus(status);
+        std::string what = "rank " + std::to_string(r.globalRank) + " (pid " +
+                           std::to_string(r.pid) + ") " + describeStatus(status);
         say(what + "; stopping the other ranks");
         exitCode_ = exitCodeFor(status);
         failure_ = what;
@@ -486,13 +533,18 @@ std::string generateJobToken() {
 }
 
 int runLauncher(const LauncherOptions& options) {
-  if (options.procsPerNode < 1) KOLO_THROW(InvalidArgument, "kolo run: -n must be at least 1, got ", options.procsPerNode);
-  if (options.nnodes < 1) KOLO_THROW(InvalidArgument, "kolo run: --nnodes must be at least 1, got ", options.nnodes);
+  if (options.procsPerNode < 1)
+    KOLO_THROW(InvalidArgument, "kolo run: -n must be at least 1, got ", options.procsPerNode);
+  if (options.nnodes < 1)
+    KOLO_THROW(InvalidArgument, "kolo run: --nnodes must be at least 1, got ", options.nnodes);
   if (options.nodeRank < 0 || options.nodeRank >= options.nnodes)
-    KOLO_THROW(InvalidArgument, "kolo run: --node-rank ", options.nodeRank, " is outside 0..", options.nnodes - 1);
+    KOLO_THROW(InvalidArgument, "kolo run: --node-rank ", options.nodeRank, " is outside 0..",
+               options.nnodes - 1);
   if (options.nnodes > 1 && options.storeAddress.empty())
-    KOLO_THROW(InvalidArgument, "kolo run: a job of ", options.nnodes, " nodes needs --store HOST:PORT (node 0's address)");
-  if (options.command.empty()) KOLO_THROW(InvalidArgument, "kolo run: no program given (kolo run -n N -- PROGRAM ARGS...)");
+    KOLO_THROW(InvalidArgument, "kolo run: a job of ", options.nnodes,
+               " nodes needs --store HOST:PORT (node 0's address)");
+  if (options.command.empty())
+    KOLO_THROW(InvalidArgument, "kolo run: no program given (kolo run -n N -- PROGRAM ARGS...)");
   if (!options.storeAddress.empty()) comm::parseHostPort(options.storeAddress);
   SignalScope signals;
   Job job(options, signals);

@@ -36,9 +36,10 @@ struct LauncherOptions {
 /// exited 0; the first failing rank's exit status (128 + signal for a rank killed by a
 /// signal) after stopping the others; 128 + signal when the launcher itself got SIGINT or
 /// SIGTERM; 1 when another node reported a failure or the store was lost. Diagnostics
-/// go to stderr prefixed "kolo run: ". Blocks SIGINT, SIGTERM, SIGCHLD and SIGPIPE in the
-/// calling thread while it runs (call it before starting other threads). Throws
-/// InvalidArgument for bad options and IoError when the store cannot be hosted or reached.
+/// go to stderr prefixed "kolo run: ". While it runs it catches SIGINT, SIGTERM and SIGCHLD
+/// and ignores SIGPIPE in this process (restored afterwards); one launcher per process at
+/// a time. Throws InvalidArgument for bad options and IoError when the store cannot be
+/// hosted or reached.
 int runLauncher(const LauncherOptions& options);
 
 /// A random 128-bit token as 32 hexadecimal digits (from the kernel's random source).

@@ -11,7 +11,8 @@ namespace kolo::parallel::detail {
 void LinePrefixer::feed(const char* data, size_t size) {
   while (size > 0) {
     const void* newline = std::memchr(data, '\n', size);
-    size_t take = newline ? static_cast<size_t>(static_cast<const char*>(newline) - data) + 1 : size;
+    size_t take =
+        newline ? static_cast<size_t>(static_cast<const char*>(newline) - data) + 1 : size;
     pending_.append(data, take);
     data += take;
     size -= take;

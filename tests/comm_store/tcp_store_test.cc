@@ -27,7 +27,9 @@ using detail::WireWriter;
 
 constexpr char kToken[] = "the-job-token-0123456789";
 
-std::string loopback(const TcpStoreServer& server) { return "127.0.0.1:" + std::to_string(server.port()); }
+std::string loopback(const TcpStoreServer& server) {
+  return "127.0.0.1:" + std::to_string(server.port());
+}
 
 /// A raw connection to speak (or garble) the protocol by hand.
 class RawSocket {
@@ -135,7 +137,11 @@ TEST_F(TcpStoreTest, OversizedKeyInsideFrameClosesConnection) {
   RawSocket raw(server_.port());
   raw.send(helloFrame(kToken));
   EXPECT_EQ(raw.replyStatus(), 0);
-  raw.send(WireWriter().u8(static_cast<uint8_t>(StoreOp::Set)).str(std::string(kMaxStoreKeyBytes + 1, 'k')).str("v").finish());
+  raw.send(WireWriter()
+               .u8(static_cast<uint8_t>(StoreOp::Set))
+               .str(std::string(kMaxStoreKeyBytes + 1, 'k'))
+               .str("v")
+               .finish());
   EXPECT_TRUE(raw.closedByServer());
   expectGoodClientWorks("k4");
 }
@@ -143,7 +149,8 @@ TEST_F(TcpStoreTest, OversizedKeyInsideFrameClosesConnection) {
 TEST_F(TcpStoreTest, GarbageAndMalformedRequestsCloseConnection) {
   {
     RawSocket raw(server_.port());
-    raw.send(Bytes{'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P', '/', '1', '.', '1', '\r', '\n', '\r', '\n'});
+    raw.send(Bytes{'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P', '/', '1', '.', '1', '\r', '\n',
+                   '\r', '\n'});
     EXPECT_TRUE(raw.closedByServer());
   }
   {
@@ -167,7 +174,12 @@ TEST_F(TcpStoreTest, GarbageAndMalformedRequestsCloseConnection) {
   {
     // A Hello with the wrong magic, even with the right token.
     RawSocket raw(server_.port());
-    raw.send(WireWriter().u8(static_cast<uint8_t>(StoreOp::Hello)).u32(0x12345678).u8(1).str(kToken).finish());
+    raw.send(WireWriter()
+                 .u8(static_cast<uint8_t>(StoreOp::Hello))
+                 .u32(0x12345678)
+                 .u8(1)
+                 .str(kToken)
+                 .finish());
     EXPECT_TRUE(raw.closedByServer());
   }
   EXPECT_EQ(server_.rejectedConnections(), 4u);

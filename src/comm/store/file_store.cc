@@ -79,17 +79,19 @@ class FileStore : public Store {
   Bytes get(const std::string& key, Millis timeout) override {
     detail::checkStoreKey(key);
     Bytes value;
-    pollUntil(timeout, [&] { return readValue(key, &value); }, [&] {
-      detail::throwStoreTimeout("file get in '" + directory_ + "'", {key}, timeout);
-    });
+    pollUntil(
+        timeout, [&] { return readValue(key, &value); },
+        [&] { detail::throwStoreTimeout("file get in '" + directory_ + "'", {key}, timeout); });
     return value;
   }
 
   void wait(const std::vector<std::string>& keys, Millis timeout) override {
     for (const auto& key : keys) detail::checkStoreKey(key);
-    pollUntil(timeout, [&] { return missing(keys).empty(); }, [&] {
-      detail::throwStoreTimeout("file wait in '" + directory_ + "'", missing(keys), timeout);
-    });
+    pollUntil(
+        timeout, [&] { return missing(keys).empty(); },
+        [&] {
+          detail::throwStoreTimeout("file wait in '" + directory_ + "'", missing(keys), timeout);
+        });
   }
 
   int64_t add(const std::string& key, int64_t delta) override {
@@ -122,7 +124,8 @@ class FileStore : public Store {
     explicit LockFile(const std::string& directory) {
       std::string path = directory + "/lock";
       fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      if (fd_ < 0) KOLO_THROW(IoError, "file store: cannot open lock file '", path, "': ", errnoText());
+      if (fd_ < 0)
+        KOLO_THROW(IoError, "file store: cannot open lock file '", path, "': ", errnoText());
       while (::flock(fd_, LOCK_EX) != 0) {
         if (errno == EINTR) continue;
         int saved = errno;
@@ -138,7 +141,9 @@ class FileStore : public Store {
     int fd_ = -1;
   };
 
-  std::string pathFor(const std::string& key) const { return directory_ + "/" + fileNameForKey(key); }
+  std::string pathFor(const std::string& key) const {
+    return directory_ + "/" + fileNameForKey(key);
+  }
 
   template <class Ready, class OnTimeout>
   void pollUntil(Millis timeout, Ready ready, OnTimeout onTimeout) {
@@ -147,7 +152,8 @@ class FileStore : public Store {
     while (!ready()) {
       auto now = std::chrono::steady_clock::now();
       if (now >= deadline) onTimeout();
-      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+      std::this_thread::sleep_for(
+          std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
       pause = std::min(pause * 2, std::chrono::milliseconds(50));
     }
   }
@@ -174,7 +180,8 @@ class FileStore : public Store {
       value->insert(value->end(), chunk, chunk + n);
       if (value->size() > kMaxStoreValueBytes) {
         ::close(fd);
-        KOLO_THROW(FormatError, "file store: '", path, "' is larger than the value limit of ", kMaxStoreValueBytes);
+        KOLO_THROW(FormatError, "file store: '", path, "' is larger than the value limit of ",
+                   kMaxStoreValueBytes);
       }
     }
     ::close(fd);
@@ -213,7 +220,8 @@ class FileStore : public Store {
     if (::rename(temp.c_str(), path.c_str()) != 0) {
       int saved = errno;
       ::unlink(temp.c_str());
-      KOLO_THROW(IoError, "file store: cannot rename '", temp, "' to '", path, "': ", std::strerror(saved));
+      KOLO_THROW(IoError, "file store: cannot rename '", temp, "' to '", path,
+                 "': ", std::strerror(saved));
     }
   }
 
@@ -224,6 +232,8 @@ class FileStore : public Store {
 
 }  // namespace
 
-std::shared_ptr<Store> makeFileStore(const std::string& directory) { return std::make_shared<FileStore>(directory); }
+std::shared_ptr<Store> makeFileStore(const std::string& directory) {
+  return std::make_shared<FileStore>(directory);
+}
 
 }  // namespace kolo::comm

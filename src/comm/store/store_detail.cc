@@ -14,8 +14,8 @@ namespace detail {
 void checkStoreKey(const std::string& key) {
   if (key.empty()) KOLO_THROW(InvalidArgument, "store: empty key");
   if (key.size() > kMaxStoreKeyBytes)
-    KOLO_THROW(InvalidArgument, "store: key of ", key.size(), " bytes exceeds the limit of ", kMaxStoreKeyBytes,
-               " (key starts '", key.substr(0, 64), "')");
+    KOLO_THROW(InvalidArgument, "store: key of ", key.size(), " bytes exceeds the limit of ",
+               kMaxStoreKeyBytes, " (key starts '", key.substr(0, 64), "')");
 }
 
 void checkStoreValue(const std::string& key, const Bytes& value) {
@@ -41,7 +41,8 @@ Bytes encodeCounter(int64_t value) {
   return Bytes(text.begin(), text.end());
 }
 
-void throwStoreTimeout(const std::string& what, const std::vector<std::string>& missing, Millis timeout) {
+void throwStoreTimeout(const std::string& what, const std::vector<std::string>& missing,
+                       Millis timeout) {
   std::ostringstream out;
   out << "store " << what << ": timed out after " << timeout.count() << " ms waiting for key"
       << (missing.size() == 1 ? " " : "s ");
@@ -51,7 +52,8 @@ void throwStoreTimeout(const std::string& what, const std::vector<std::string>& 
 
 std::chrono::steady_clock::time_point deadlineAfter(Millis timeout) {
   auto now = std::chrono::steady_clock::now();
-  auto room = std::chrono::duration_cast<Millis>(std::chrono::steady_clock::time_point::max() - now);
+  auto room =
+      std::chrono::duration_cast<Millis>(std::chrono::steady_clock::time_point::max() - now);
   if (timeout >= room) return std::chrono::steady_clock::time_point::max();
   if (timeout.count() < 0) return now;
   return now + timeout;
@@ -64,13 +66,21 @@ namespace {
 /// Forwards every call with `prefix/` in front of each key.
 class PrefixStore : public Store {
  public:
-  PrefixStore(std::shared_ptr<Store> base, std::string prefix) : base_(std::move(base)), prefix_(std::move(prefix)) {
-    if (!base_) KOLO_THROW(InvalidArgument, "prefixStore: null base store (prefix '", prefix_, "')");
+  PrefixStore(std::shared_ptr<Store> base, std::string prefix)
+      : base_(std::move(base)), prefix_(std::move(prefix)) {
+    if (!base_)
+      KOLO_THROW(InvalidArgument, "prefixStore: null base store (prefix '", prefix_, "')");
   }
   void set(const std::string& key, const Bytes& value) override { base_->set(full(key), value); }
-  Bytes get(const std::string& key, Millis timeout) override { return base_->get(full(key), timeout); }
-  void wait(const std::vector<std::string>& keys, Millis timeout) override { base_->wait(full(keys), timeout); }
-  int64_t add(const std::string& key, int64_t delta) override { return base_->add(full(key), delta); }
+  Bytes get(const std::string& key, Millis timeout) override {
+    return base_->get(full(key), timeout);
+  }
+  void wait(const std::vector<std::string>& keys, Millis timeout) override {
+    base_->wait(full(keys), timeout);
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    return base_->add(full(key), delta);
+  }
   bool remove(const std::string& key) override { return base_->remove(full(key)); }
   bool check(const std::vector<std::string>& keys) override { return base_->check(full(keys)); }
 

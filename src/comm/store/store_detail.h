@@ -22,8 +22,8 @@ int64_t parseCounter(const std::string& key, const Bytes& value);
 Bytes encodeCounter(int64_t value);
 
 /// Throws Timeout: "store <what>: timed out after N ms waiting for key(s) 'a', 'b'".
-[[noreturn]] void throwStoreTimeout(const std::string& what, const std::vector<std::string>& missing,
-                                    Millis timeout);
+[[noreturn]] void throwStoreTimeout(const std::string& what,
+                                    const std::vector<std::string>& missing, Millis timeout);
 
 /// Steady-clock deadline `timeout` from now, saturating instead of overflowing.
 std::chrono::steady_clock::time_point deadlineAfter(Millis timeout);

@@ -45,13 +45,15 @@ HostPort parseHostPort(const std::string& text) {
   } else {
     size_t colon = text.rfind(':');
     if (colon == std::string::npos || text.find(':') != colon)
-      KOLO_THROW(InvalidArgument, "address '", text, "' is not HOST:PORT (write IPv6 as [ADDR]:PORT)");
+      KOLO_THROW(InvalidArgument, "address '", text,
+                 "' is not HOST:PORT (write IPv6 as [ADDR]:PORT)");
     result.host = text.substr(0, colon);
     portText = text.substr(colon + 1);
   }
   unsigned port = 0;
   auto [ptr, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
-  if (result.host.empty() || ec != std::errc() || ptr != portText.data() + portText.size() || port > 65535)
+  if (result.host.empty() || ec != std::errc() || ptr != portText.data() + portText.size() ||
+      port > 65535)
     KOLO_THROW(InvalidArgument, "address '", text, "': bad host or port '", portText, "'");
   result.port = static_cast<uint16_t>(port);
   return result;
@@ -97,7 +99,8 @@ int connectOne(const addrinfo* a, Clock::time_point deadline, std::string* error
 }
 
 /// Sends all of `data` before the deadline; false on error, closure or timeout.
-bool sendAll(int fd, const uint8_t* data, size_t size, Clock::time_point deadline, std::string* error) {
+bool sendAll(int fd, const uint8_t* data, size_t size, Clock::time_point deadline,
+             std::string* error) {
   size_t done = 0;
   while (done < size) {
     ssize_t n = ::send(fd, data + done, size - done, MSG_NOSIGNAL);
@@ -161,11 +164,13 @@ TcpStoreClient::TcpStoreClient(const TcpStoreClientOptions& options) : options_(
   // The server may not be listening yet (rank 0 starts it): retry until the deadline.
   while (fd_ < 0) {
     addrinfo* list = nullptr;
-    int rc = ::getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &list);
+    int rc =
+        ::getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &list);
     if (rc != 0) {
       lastError = ::gai_strerror(rc);
     } else {
-      for (addrinfo* a = list; a && fd_ < 0; a = a->ai_next) fd_ = connectOne(a, deadline, &lastError);
+      for (addrinfo* a = list; a && fd_ < 0; a = a->ai_next)
+        fd_ = connectOne(a, deadline, &lastError);
       ::freeaddrinfo(list);
     }
     if (fd_ >= 0) break;
@@ -188,7 +193,8 @@ TcpStoreClient::TcpStoreClient(const TcpStoreClientOptions& options) : options_(
   } catch (const IoError& e) {
     ::close(fd_);
     fd_ = -1;
-    KOLO_THROW(IoError, "TCP store at ", serverAddress(), " refused this client (wrong job token?): ", e.what());
+    KOLO_THROW(IoError, "TCP store at ", serverAddress(),
+               " refused this client (wrong job token?): ", e.what());
   }
 }
 
@@ -196,7 +202,9 @@ TcpStoreClient::~TcpStoreClient() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-std::string TcpStoreClient::serverAddress() const { return HostPort{options_.host, options_.port}.toString(); }
+std::string TcpStoreClient::serverAddress() const {
+  return HostPort{options_.host, options_.port}.toString();
+}
 
 std::string TcpStoreClient::localAddress() const {
   sockaddr_storage addr{};
@@ -219,7 +227,8 @@ std::string TcpStoreClient::localAddress() const {
 Bytes TcpStoreClient::roundTrip(const Bytes& request, Clock::time_point replyDeadline) {
   std::lock_guard lock(mutex_);
   if (broken_ || fd_ < 0)
-    KOLO_THROW(IoError, "TCP store at ", serverAddress(), ": the connection failed earlier and is closed");
+    KOLO_THROW(IoError, "TCP store at ", serverAddress(),
+               ": the connection failed earlier and is closed");
   std::string error;
   uint32_t length = 0;
   Bytes reply;
@@ -246,7 +255,8 @@ std::chrono::steady_clock::time_point TcpStoreClient::replyDeadline(Millis timeo
   // The server answers Timeout at the deadline; the extra requestTimeout covers transit,
   // past which the server counts as gone.
   Millis grace = options_.requestTimeout;
-  Millis total = timeout > Millis::max() - grace ? Millis::max() : std::max(timeout, Millis(0)) + grace;
+  Millis total =
+      timeout > Millis::max() - grace ? Millis::max() : std::max(timeout, Millis(0)) + grace;
   return detail::deadlineAfter(total);
 }
 
@@ -267,7 +277,8 @@ WireReader replyBody(const Bytes& reply, const std::string& server) {
 void TcpStoreClient::set(const std::string& key, const Bytes& value) {
   detail::checkStoreKey(key);
   detail::checkStoreValue(key, value);
-  Bytes request = WireWriter().u8(static_cast<uint8_t>(StoreOp::Set)).str(key).bytes(value).finish();
+  Bytes request =
+      WireWriter().u8(static_cast<uint8_t>(StoreOp::Set)).str(key).bytes(value).finish();
   Bytes reply = roundTrip(request, detail::deadlineAfter(options_.requestTimeout));
   replyBody(reply, serverAddress());
 }
@@ -305,8 +316,11 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys, Millis timeout) 
 
 int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
   detail::checkStoreKey(key);
-  Bytes request =
-      WireWriter().u8(static_cast<uint8_t>(StoreOp::Add)).str(key).u64(static_cast<uint64_t>(delta)).finish();
+  Bytes request = WireWriter()
+                      .u8(static_cast<uint8_t>(StoreOp::Add))
+                      .str(key)
+                      .u64(static_cast<uint64_t>(delta))
+                      .finish();
   Bytes reply = roundTrip(request, detail::deadlineAfter(options_.requestTimeout));
   WireReader in = replyBody(reply, serverAddress());
   return static_cast<int64_t>(in.u64());

@@ -124,8 +124,10 @@ class TcpStoreServer::Impl {
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
     addrinfo* list = nullptr;
-    int rc = ::getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &list);
-    if (rc != 0) KOLO_THROW(IoError, "TCP store: cannot resolve '", options_.host, "': ", ::gai_strerror(rc));
+    int rc =
+        ::getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &list);
+    if (rc != 0)
+      KOLO_THROW(IoError, "TCP store: cannot resolve '", options_.host, "': ", ::gai_strerror(rc));
     for (addrinfo* a = list; a; a = a->ai_next) {
       int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
       if (fd < 0) continue;
@@ -135,14 +137,17 @@ class TcpStoreServer::Impl {
       }
       // With port 0 every address after the first listens on the port the first got.
       if (port_ != 0) {
-        if (a->ai_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_port = htons(port_);
-        else reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_port = htons(port_);
+        if (a->ai_family == AF_INET6)
+          reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_port = htons(port_);
+        else
+          reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_port = htons(port_);
       }
       listenOn(fd, a->ai_addr, a->ai_addrlen);
     }
     ::freeaddrinfo(list);
     if (listeners_.empty())
-      KOLO_THROW(IoError, "TCP store: cannot listen on ", options_.host, " port ", options_.port, ": ", lastError_);
+      KOLO_THROW(IoError, "TCP store: cannot listen on ", options_.host, " port ", options_.port,
+                 ": ", lastError_);
   }
 
   bool listenOn(int fd, sockaddr* addr, socklen_t len) {
@@ -258,7 +263,8 @@ class TcpStoreServer::Impl {
       std::memcpy(&length, c.in.data() + offset, 4);
       // Check the announced length before buffering more: untrusted peers must not make
       // the server allocate, and an unauthenticated one gets room for a Hello only.
-      uint64_t limit = c.authenticated ? options_.maxValueBytes + options_.maxKeyBytes + 64 : detail::kMaxHelloFrame;
+      uint64_t limit = c.authenticated ? options_.maxValueBytes + options_.maxKeyBytes + 64
+                                       : detail::kMaxHelloFrame;
       if (length == 0 || length > limit) {
         reject(c);
         return false;
@@ -309,7 +315,8 @@ class TcpStoreServer::Impl {
           for (uint32_t i = 0; i < count; ++i) parked.keys.push_back(readKey(in));
           uint64_t timeoutMs = in.u64();
           in.expectEnd();
-          parked.deadline = detail::deadlineAfter(Millis(static_cast<int64_t>(std::min<uint64_t>(timeoutMs, INT64_MAX / 2))));
+          parked.deadline = detail::deadlineAfter(
+              Millis(static_cast<int64_t>(std::min<uint64_t>(timeoutMs, INT64_MAX / 2))));
           c.parked = std::move(parked);
           tryAnswer(c);
           return true;
@@ -327,7 +334,9 @@ class TcpStoreServer::Impl {
             return true;
           }
           values_[key] = detail::encodeCounter(result);
-          reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Ok)).u64(static_cast<uint64_t>(result)));
+          reply(c, WireWriter()
+                       .u8(static_cast<uint8_t>(StoreStatus::Ok))
+                       .u64(static_cast<uint64_t>(result)));
           wakeParked();
           return true;
         }
@@ -443,7 +452,8 @@ class TcpStoreServer::Impl {
   std::thread thread_;
 };
 
-TcpStoreServer::TcpStoreServer(const TcpStoreServerOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+TcpStoreServer::TcpStoreServer(const TcpStoreServerOptions& options)
+    : impl_(std::make_unique<Impl>(options)) {}
 TcpStoreServer::~TcpStoreServer() = default;
 uint16_t TcpStoreServer::port() const { return impl_->port(); }
 uint64_t TcpStoreServer::rejectedConnections() const { return impl_->rejected(); }

@@ -20,7 +20,15 @@ inline constexpr uint8_t kTcpStoreVersion = 1;
 /// Largest frame a connection may send before it has presented the token.
 inline constexpr uint32_t kMaxHelloFrame = 4096 + 64;
 
-enum class StoreOp : uint8_t { Hello = 1, Set = 2, Get = 3, Wait = 4, Add = 5, Remove = 6, Check = 7 };
+enum class StoreOp : uint8_t {
+  Hello = 1,
+  Set = 2,
+  Get = 3,
+  Wait = 4,
+  Add = 5,
+  Remove = 6,
+  Check = 7
+};
 enum class StoreStatus : uint8_t { Ok = 0, Timeout = 1, Error = 2 };
 
 /// Appends fields to a frame; finish() fills in the length prefix.
@@ -77,7 +85,8 @@ class WireReader {
   }
   std::string str(size_t maxBytes) {
     uint32_t n = u32();
-    if (n > maxBytes) KOLO_THROW(FormatError, "string of ", n, " bytes exceeds the limit of ", maxBytes);
+    if (n > maxBytes)
+      KOLO_THROW(FormatError, "string of ", n, " bytes exceeds the limit of ", maxBytes);
     need(n);
     std::string s(reinterpret_cast<const char*>(data_ + pos_), n);
     pos_ += n;
@@ -85,7 +94,8 @@ class WireReader {
   }
   Bytes bytes(size_t maxBytes) {
     uint32_t n = u32();
-    if (n > maxBytes) KOLO_THROW(FormatError, "value of ", n, " bytes exceeds the limit of ", maxBytes);
+    if (n > maxBytes)
+      KOLO_THROW(FormatError, "value of ", n, " bytes exceeds the limit of ", maxBytes);
     need(n);
     Bytes b(data_ + pos_, data_ + pos_ + n);
     pos_ += n;
@@ -99,7 +109,8 @@ class WireReader {
 
  private:
   void need(size_t n) const {
-    if (size_ - pos_ < n) KOLO_THROW(FormatError, "truncated message: need ", n, " bytes, have ", size_ - pos_);
+    if (size_ - pos_ < n)
+      KOLO_THROW(FormatError, "truncated message: need ", n, " bytes, have ", size_ - pos_);
   }
   void copy(void* out, size_t n) {
     need(n);

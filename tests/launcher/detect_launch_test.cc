@@ -1,0 +1,170 @@
+// detectLaunch for each launcher's variables (kolo run, torchrun, Open MPI, Slurm, none),
+// their precedence and their validation; initFromEnvironment for a single process and
+// for torchrun-style variables where rank 0 hosts the store.
+#include <gtest/gtest.h>
+
+#include "kolo/comm/init.h"
+#include "kolo/comm/stores.h"
+#include "kolo/error.h"
+#include "launcher/process_helpers.h"
+
+namespace kolo::comm {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+TEST(DetectLaunchTest, NoVariablesMeansOneRank) {
+  LaunchInfo info = detectLaunch(Env{{"HOME", "/root"}});
+  EXPECT_EQ(info.launcher, "single");
+  EXPECT_EQ(info.rank, 0);
+  EXPECT_EQ(info.size, 1);
+  EXPECT_EQ(info.localRank, 0);
+  EXPECT_EQ(info.localSize, 1);
+  EXPECT_TRUE(info.storeAddress.empty());
+}
+
+TEST(DetectLaunchTest, KoloRunVariables) {
+  LaunchInfo info = detectLaunch(Env{{"KOLO_RANK", "5"},
+                                     {"KOLO_WORLD_SIZE", "8"},
+                                     {"KOLO_LOCAL_RANK", "1"},
+                                     {"KOLO_LOCAL_SIZE", "4"},
+                                     {"KOLO_STORE", "10.1.2.3:29500"},
+                                     {"KOLO_TOKEN", "abc"},
+                                     {"RANK", "0"},
+                                     {"WORLD_SIZE", "2"}});
+  EXPECT_EQ(info.launcher, "kolo");
+  EXPECT_EQ(info.rank, 5);
+  EXPECT_EQ(info.size, 8);
+  EXPECT_EQ(info.localRank, 1);
+  EXPECT_EQ(info.localSize, 4);
+  EXPECT_EQ(info.storeAddress, "10.1.2.3:29500");
+  EXPECT_EQ(info.token, "abc");
+}
+
+TEST(DetectLaunchTest, TorchrunVariables) {
+  Env env{{"RANK", "3"},
+          {"WORLD_SIZE", "4"},
+          {"LOCAL_RANK", "1"},
+          {"LOCAL_WORLD_SIZE", "2"},
+          {"MASTER_ADDR", "node0"},
+          {"MASTER_PORT", "29500"},
+          {"OMPI_COMM_WORLD_RANK", "0"},
+          {"OMPI_COMM_WORLD_SIZE", "1"}};
+  LaunchInfo info = detectLaunch(env);
+  EXPECT_EQ(info.launcher, "torchrun");
+  EXPECT_EQ(info.rank, 3);
+  EXPECT_EQ(info.size, 4);
+  EXPECT_EQ(info.localRank, 1);
+  EXPECT_EQ(info.localSize, 2);
+  EXPECT_EQ(info.storeAddress, "node0:29500");
+  EXPECT_EQ(info.token, "");
+  // Under torchrun's agent, MASTER_PORT is taken by its own store: ours is the next port.
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  env["MASTER_ADDR"] = "fd00::7";
+  env["KOLO_TOKEN"] = "tok";
+  info = detectLaunch(env);
+  EXPECT_EQ(info.storeAddress, "[fd00::7]:29501");
+  EXPECT_EQ(info.token, "tok");
+}
+
+TEST(DetectLaunchTest, OpenMpiVariablesTakePrecedenceOverSlurm) {
+  LaunchInfo info = detectLaunch(Env{{"OMPI_COMM_WORLD_RANK", "2"},
+                                     {"OMPI_COMM_WORLD_SIZE", "6"},
+                                     {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+                                     {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"},
+                                     {"SLURM_PROCID", "0"},
+                                     {"SLURM_NTASKS", "1"}});
+  EXPECT_EQ(info.launcher, "mpi");
+  EXPECT_EQ(info.rank, 2);
+  EXPECT_EQ(info.size, 6);
+  EXPECT_EQ(info.localRank, 2);
+  EXPECT_EQ(info.localSize, 3);
+  EXPECT_TRUE(info.storeAddress.empty());
+}
+
+TEST(DetectLaunchTest, SlurmVariablesWithUnevenTasksPerNode) {
+  Env env{{"SLURM_PROCID", "6"},
+          {"SLURM_NTASKS", "7"},
+          {"SLURM_LOCALID", "0"},
+          {"SLURM_NODEID", "3"},
+          {"SLURM_TASKS_PER_NODE", "2(x3),1"}};
+  LaunchInfo info = detectLaunch(env);
+  EXPECT_EQ(info.launcher, "slurm");
+  EXPECT_EQ(info.rank, 6);
+  EXPECT_EQ(info.size, 7);
+  EXPECT_EQ(info.localRank, 0);
+  EXPECT_EQ(info.localSize, 1);
+  env["SLURM_NODEID"] = "1";
+  env["SLURM_LOCALID"] = "1";
+  env["SLURM_PROCID"] = "3";
+  env["MASTER_ADDR"] = "10.0.0.1";
+  env["MASTER_PORT"] = "1234";
+  info = detectLaunch(env);
+  EXPECT_EQ(info.localRank, 1);
+  EXPECT_EQ(info.localSize, 2);
+  EXPECT_EQ(info.storeAddress, "10.0.0.1:1234");
+}
+
+TEST(DetectLaunchTest, BadValuesAreRejectedNamingTheVariable) {
+  try {
+    detectLaunch(Env{{"KOLO_RANK", "two"}, {"KOLO_WORLD_SIZE", "4"}});
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("KOLO_RANK='two'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(detectLaunch(Env{{"RANK", "4"}, {"WORLD_SIZE", "4"}}), InvalidArgument);
+  EXPECT_THROW(detectLaunch(Env{{"RANK", "-1"}, {"WORLD_SIZE", "4"}}), InvalidArgument);
+  EXPECT_THROW(detectLaunch(Env{{"KOLO_RANK", "0"},
+                                {"KOLO_WORLD_SIZE", "2"},
+                                {"KOLO_LOCAL_RANK", "2"},
+                                {"KOLO_LOCAL_SIZE", "2"}}),
+               InvalidArgument);
+  EXPECT_THROW(detectLaunch(Env{
+                   {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_TASKS_PER_NODE", "x"}}),
+               InvalidArgument);
+}
+
+TEST(InitFromEnvironmentTest, SingleProcessGetsSizeOneCommunicator) {
+  using namespace kolo::testing;
+  Result r = runProgram({KOLO_LAUNCH_PROBE, "allreduce"}, cleanEnvironment());
+  ASSERT_EQ(r.exitCode(), 0) << r.err;
+  EXPECT_EQ(r.out, "allreduce rank=0 size=1 backend=native sum=0\n");
+}
+
+TEST(InitFromEnvironmentTest, TorchrunStyleRankZeroHostsTheStore) {
+  using namespace kolo::testing;
+  uint16_t port = 0;
+  {
+    TcpStoreServer probe(TcpStoreServerOptions{"127.0.0.1", 0, "x"});
+    port = probe.port();
+  }
+  std::vector<Child> children;
+  for (int rank = 0; rank < 3; ++rank) {
+    children.push_back(spawnChild({KOLO_LAUNCH_PROBE, "allreduce"},
+                                  cleanEnvironment({{"RANK", std::to_string(rank)},
+                                                    {"WORLD_SIZE", "3"},
+                                                    {"MASTER_ADDR", "127.0.0.1"},
+                                                    {"MASTER_PORT", std::to_string(port)},
+                                                    {"KOLO_TOKEN", "torch-style"},
+                                                    {"KOLO_TIMEOUT", "60"}})));
+  }
+  for (int rank = 0; rank < 3; ++rank) {
+    Result r = collect(children[static_cast<size_t>(rank)]);
+    EXPECT_EQ(r.exitCode(), 0) << r.err;
+    EXPECT_EQ(r.out, "allreduce rank=" + std::to_string(rank) + " size=3 backend=native sum=3\n");
+  }
+}
+
+TEST(InitFromEnvironmentTest, BadBackendOrTimeoutIsRejected) {
+  using namespace kolo::testing;
+  Result r =
+      runProgram({KOLO_LAUNCH_PROBE, "allreduce"}, cleanEnvironment({{"KOLO_BACKEND", "nccl"}}));
+  EXPECT_EQ(r.exitCode(), 1);
+  EXPECT_NE(r.err.find("backend 'nccl'"), std::string::npos) << r.err;
+  r = runProgram({KOLO_LAUNCH_PROBE, "allreduce"}, cleanEnvironment({{"KOLO_TIMEOUT", "-3"}}));
+  EXPECT_EQ(r.exitCode(), 1);
+  EXPECT_NE(r.err.find("KOLO_TIMEOUT='-3'"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace kolo::comm

@@ -1,0 +1,258 @@
+// `kolo run` end to end: the real binary starts shell programs (and launch_probe) as ranks;
+// the tests check their variables, the rank prefix on every output line, that a failing
+// rank or a signal to the launcher stops every rank, and a 2 nodes x 2 ranks job on
+// loopback with a store hosted by node 0.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+#include <set>
+
+#include "kolo/comm/stores.h"
+#include "launcher/process_helpers.h"
+
+namespace kolo {
+namespace {
+
+using namespace kolo::testing;
+using namespace std::chrono_literals;
+
+const std::string kKolo = KOLO_BINARY_DIR "/src/cli/kolo";
+const std::string kProbe = KOLO_LAUNCH_PROBE;
+
+class LauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/kolo_launcher_XXXXXX";
+    dir_ = ::mkdtemp(pattern);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  Result kolo(std::vector<std::string> args, const std::map<std::string, std::string>& env = {}) {
+    args.insert(args.begin(), kKolo);
+    return runProgram(args, cleanEnvironment(env));
+  }
+
+  /// The pids the ranks wrote to dir_/NAME.R, once all `count` files exist.
+  std::vector<pid_t> pidsFromFiles(const std::string& name, int count) {
+    std::vector<pid_t> pids;
+    EXPECT_TRUE(waitFor([&] {
+      for (int r = 0; r < count; ++r)
+        if (!std::filesystem::exists(dir_ + "/" + name + "." + std::to_string(r))) return false;
+      return true;
+    }));
+    for (int r = 0; r < count; ++r)
+      pids.push_back(std::stoi(readFile(dir_ + "/" + name + "." + std::to_string(r))));
+    return pids;
+  }
+
+  std::string dir_;
+};
+
+/// A free TCP port on loopback (released again; the launcher binds it right after).
+uint16_t freePort() {
+  comm::TcpStoreServer probe(comm::TcpStoreServerOptions{"127.0.0.1", 0, "x"});
+  return probe.port();
+}
+
+TEST_F(LauncherTest, ThreeRanksGetTheirVariables) {
+  Result r =
+      kolo({"run", "-n", "3", "--timeout", "42", "--", "sh", "-c",
+            "echo \"$KOLO_RANK $KOLO_WORLD_SIZE $KOLO_LOCAL_RANK $KOLO_LOCAL_SIZE $KOLO_NODE_RANK "
+            "$KOLO_STORE $KOLO_TOKEN $KOLO_TIMEOUT\""});
+  ASSERT_EQ(r.exitCode(), 0) << r.err;
+  std::regex line(R"(\[rank (\d)\] (\d) 3 (\d) 3 0 (127\.0\.0\.1:\d+) ([0-9a-f]{32}) 42)");
+  std::set<int> ranks;
+  std::set<std::string> stores, tokens;
+  for (const auto& text : splitLines(r.out)) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(text, m, line)) << text;
+    EXPECT_EQ(m[1], m[2]);
+    EXPECT_EQ(m[2], m[3]);  // one node: local rank = rank
+    ranks.insert(std::stoi(m[1]));
+    stores.insert(m[4]);
+    tokens.insert(m[5]);
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(stores.size(), 1u);
+  EXPECT_EQ(tokens.size(), 1u);
+}
+
+TEST_F(LauncherTest, EveryOutputLineIsPrefixedAndWhole) {
+  // Each rank writes two short lines, a 20000-byte line of its own digit, a stderr line
+  // and a last line without newline; lines of different ranks must not mix.
+  Result r =
+      kolo({"run", "-n", "2", "sh", "-c",
+            "echo first; echo second; head -c 20000 /dev/zero | tr '\\0' \"$KOLO_RANK\"; echo; "
+            "echo oops >&2; printf 'no newline'"});
+  ASSERT_EQ(r.exitCode(), 0) << r.err;
+  auto out = splitLines(r.out);
+  ASSERT_EQ(out.size(), 8u) << r.out.substr(0, 500);
+  std::map<int, std::vector<std::string>> byRank;
+  std::regex prefixed(R"(\[rank (\d)\] (.*))");
+  for (const auto& text : out) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(text, m, prefixed)) << text.substr(0, 100);
+    byRank[std::stoi(m[1])].push_back(m[2]);
+  }
+  for (int rank : {0, 1}) {
+    const auto& lines = byRank[rank];
+    ASSERT_EQ(lines.size(), 4u);
+    EXPECT_EQ(lines[0], "first");
+    EXPECT_EQ(lines[1], "second");
+    EXPECT_EQ(lines[2], std::string(20000, static_cast<char>('0' + rank)));
+    EXPECT_EQ(lines[3], "no newline");
+  }
+  auto err = splitLines(r.err);
+  std::multiset<std::string> errSet(err.begin(), err.end());
+  EXPECT_EQ(errSet, (std::multiset<std::string>{"[rank 0] oops", "[rank 1] oops"}));
+}
+
+TEST_F(LauncherTest, FailingRankStopsItsSiblingsAndIsNamed) {
+  std::string script =
+      "if [ \"$KOLO_RANK\" = 1 ]; then while [ ! -e " + dir_ + "/pid.0 ] || [ ! -e " + dir_ +
+      "/pid.2 ]; do sleep 0.02; done; exit 3; fi; echo $$ > " + dir_ + "/tmp.$KOLO_RANK; mv " +
+      dir_ + "/tmp.$KOLO_RANK " + dir_ + "/pid.$KOLO_RANK; exec sleep 120";
+  Result r = kolo({"run", "-n", "3", "--", "sh", "-c", script});
+  EXPECT_EQ(r.exitCode(), 3);
+  EXPECT_NE(r.err.find("rank 1 (pid"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited with status 3"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("rank 0 (pid"), std::string::npos) << r.err;  // stopped ranks are not blamed
+  for (int rank : {0, 2}) {
+    pid_t pid = std::stoi(readFile(dir_ + "/pid." + std::to_string(rank)));
+    EXPECT_TRUE(processGone(pid)) << "rank " << rank << " pid " << pid;
+  }
+}
+
+TEST_F(LauncherTest, RankKilledBySignalIsReported) {
+  Result r = kolo({"run", "-n", "2", "--", "sh", "-c",
+                   "if [ $KOLO_RANK = 0 ]; then kill -9 $$; fi; exec sleep 120"});
+  EXPECT_EQ(r.exitCode(), 128 + SIGKILL);
+  EXPECT_NE(r.err.find("rank 0 (pid"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("killed by signal 9 (SIGKILL)"), std::string::npos) << r.err;
+}
+
+/// SIGTERM or SIGINT to the launcher reaches every rank and the children they started.
+void expectSignalStopsEveryRank(LauncherTest* test, const std::string& dir, int sig) {
+  std::string script = "sleep 120 & echo $! > " + dir + "/c.tmp.$KOLO_RANK; mv " + dir +
+                       "/c.tmp.$KOLO_RANK " + dir + "/child.$KOLO_RANK; echo $$ > " + dir +
+                       "/p.tmp.$KOLO_RANK; mv " + dir + "/p.tmp.$KOLO_RANK " + dir +
+                       "/pid.$KOLO_RANK; wait";
+  Child launcher = spawnChild({kKolo, "run", "-n", "2", "--grace", "10", "--", "sh", "-c", script},
+                              cleanEnvironment());
+  ASSERT_GT(launcher.pid, 0);
+  (void)test;
+  std::vector<pid_t> pids;
+  ASSERT_TRUE(waitFor([&] {
+    for (const char* name : {"/pid.0", "/pid.1", "/child.0", "/child.1"})
+      if (!std::filesystem::exists(dir + name)) return false;
+    return true;
+  }));
+  for (const char* name : {"/pid.0", "/pid.1", "/child.0", "/child.1"})
+    pids.push_back(std::stoi(readFile(dir + name)));
+  ::kill(launcher.pid, sig);
+  Result r = collect(launcher);
+  EXPECT_TRUE(WIFEXITED(r.status));
+  EXPECT_EQ(r.exitCode(), 128 + sig) << r.err;
+  EXPECT_NE(r.err.find(sig == SIGTERM ? "received SIGTERM" : "received SIGINT"), std::string::npos)
+      << r.err;
+  for (pid_t pid : pids)
+    EXPECT_TRUE(waitFor([&] { return processGone(pid); }, 10s)) << "pid " << pid << " survived";
+}
+
+TEST_F(LauncherTest, SigtermToLauncherStopsEveryRank) {
+  expectSignalStopsEveryRank(this, dir_, SIGTERM);
+}
+
+TEST_F(LauncherTest, SigintToLauncherStopsEveryRank) {
+  expectSignalStopsEveryRank(this, dir_, SIGINT);
+}
+
+TEST_F(LauncherTest, RanksIgnoringSigtermAreKilledAfterGrace) {
+  std::string script =
+      "trap '' TERM; if [ $KOLO_RANK = 1 ]; then sleep 0.2; exit 1; fi; echo $$ > " + dir_ +
+      "/tmp; mv " + dir_ + "/tmp " + dir_ + "/pid.0; while :; do sleep 0.05; done";
+  Result r = kolo({"run", "-n", "2", "--grace", "0.3", "--", "sh", "-c", script});
+  EXPECT_EQ(r.exitCode(), 1);
+  EXPECT_NE(r.err.find("sending SIGKILL"), std::string::npos) << r.err;
+  if (std::filesystem::exists(dir_ + "/pid.0"))
+    EXPECT_TRUE(processGone(std::stoi(readFile(dir_ + "/pid.0"))));
+}
+
+TEST_F(LauncherTest, MissingProgramExits127) {
+  Result r = kolo({"run", "-n", "2", "--", "/nonexistent/kolo-rank-program"});
+  EXPECT_EQ(r.exitCode(), 127);
+  EXPECT_NE(r.err.find("cannot start rank 0"), std::string::npos) << r.err;
+}
+
+TEST_F(LauncherTest, MultiNodeNeedsStoreAndSharedToken) {
+  Result noStore = kolo({"run", "-n", "1", "--nnodes", "2", "--node-rank", "1", "--", "true"});
+  EXPECT_NE(noStore.exitCode(), 0);
+  EXPECT_NE(noStore.err.find("--store"), std::string::npos) << noStore.err;
+  Result noToken = kolo({"run", "-n", "1", "--nnodes", "2", "--node-rank", "0", "--store",
+                         "127.0.0.1:1", "--", "true"});
+  EXPECT_NE(noToken.exitCode(), 0);
+  EXPECT_NE(noToken.err.find("KOLO_TOKEN"), std::string::npos) << noToken.err;
+  Result badRank = kolo(
+      {"run", "-n", "1", "--nnodes", "2", "--node-rank", "2", "--store", "127.0.0.1:1", "true"});
+  EXPECT_NE(badRank.exitCode(), 0);
+}
+
+/// Two launchers on loopback, 2 ranks each, node 0 hosting the store: every rank reaches
+/// the store with the shared token and sees all four.
+TEST_F(LauncherTest, TwoNodesOfTwoRanksOnLoopback) {
+  std::string store = "127.0.0.1:" + std::to_string(freePort());
+  auto env = cleanEnvironment({{"KOLO_TOKEN", "shared-token-for-two-nodes"}});
+  Child node1 = spawnChild({kKolo, "run", "-n", "2", "--nnodes", "2", "--node-rank", "1", "--store",
+                            store, "--timeout", "60", "--", kProbe, "store"},
+                           env);
+  Child node0 = spawnChild({kKolo, "run", "-n", "2", "--nnodes", "2", "--node-rank", "0", "--store",
+                            store, "--timeout", "60", "--", kProbe, "store"},
+                           env);
+  Result r0 = collect(node0);
+  Result r1 = collect(node1);
+  ASSERT_EQ(r0.exitCode(), 0) << r0.err;
+  ASSERT_EQ(r1.exitCode(), 0) << r1.err;
+  std::regex line(R"(\[rank (\d)\] probe rank=(\d) size=4 local=(\d)/2 launcher=kolo arrived=4)");
+  std::map<int, int> localOf;
+  for (const auto* out : {&r0.out, &r1.out}) {
+    for (const auto& text : splitLines(*out)) {
+      std::smatch m;
+      ASSERT_TRUE(std::regex_match(text, m, line)) << text;
+      EXPECT_EQ(m[1], m[2]);
+      localOf[std::stoi(m[2])] = std::stoi(m[3]);
+    }
+  }
+  EXPECT_EQ(localOf, (std::map<int, int>{{0, 0}, {1, 1}, {2, 0}, {3, 1}}));
+  EXPECT_NE(r0.out.find("[rank 0]"), std::string::npos);
+  EXPECT_NE(r1.out.find("[rank 3]"), std::string::npos);
+}
+
+TEST_F(LauncherTest, FailureOnOneNodeStopsTheOther) {
+  std::string store = "127.0.0.1:" + std::to_string(freePort());
+  auto env = cleanEnvironment({{"KOLO_TOKEN", "tok"}});
+  std::string script = "if [ $KOLO_RANK = 3 ]; then sleep 0.3; exit 5; fi; exec sleep 120";
+  Child node0 = spawnChild({kKolo, "run", "-n", "2", "--nnodes", "2", "--node-rank", "0", "--store",
+                            store, "--", "sh", "-c", script},
+                           env);
+  Child node1 = spawnChild({kKolo, "run", "-n", "2", "--nnodes", "2", "--node-rank", "1", "--store",
+                            store, "--", "sh", "-c", script},
+                           env);
+  Result r1 = collect(node1);
+  Result r0 = collect(node0);
+  EXPECT_EQ(r1.exitCode(), 5) << r1.err;
+  EXPECT_NE(r0.exitCode(), 0);
+  EXPECT_NE(r0.err.find("rank 3"), std::string::npos) << r0.err;
+}
+
+TEST_F(LauncherTest, RanksBuildACommunicatorFromTheEnvironment) {
+  Result r = kolo({"run", "-n", "3", "--timeout", "60", "--", kProbe, "allreduce"});
+  ASSERT_EQ(r.exitCode(), 0) << r.out << r.err;
+  auto lines = splitLines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  for (const auto& text : lines)
+    EXPECT_NE(text.find("size=3 backend=native sum=3"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace kolo

@@ -1,0 +1,140 @@
+// Test helpers: start a program with a chosen environment, its stdout and stderr captured
+// through pipes, and collect both plus the exit status; check whether a pid is gone.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace kolo::testing {
+
+struct Child {
+  pid_t pid = -1;
+  int outFd = -1;
+  int errFd = -1;
+};
+
+struct Result {
+  int status = 0;  // as from waitpid
+  std::string out;
+  std::string err;
+  int exitCode() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+};
+
+/// The test process's environment without the variables any launcher sets, plus `extra`.
+inline std::vector<std::string> cleanEnvironment(
+    const std::map<std::string, std::string>& extra = {}) {
+  static const char* kLauncherVars[] = {
+      "KOLO_",        "RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
+      "MASTER_PORT=", "OMPI_", "PMIX_",       "SLURM_",      "TORCHELASTIC_"};
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string entry = *e;
+    bool drop = false;
+    for (const char* prefix : kLauncherVars) drop = drop || entry.rfind(prefix, 0) == 0;
+    if (!drop) env.push_back(entry);
+  }
+  for (const auto& [k, v] : extra) env.push_back(k + "=" + v);
+  return env;
+}
+
+inline Child spawnChild(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return {};
+  std::vector<char*> argv, envp;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err[1], 2);
+  Child child;
+  if (::posix_spawnp(&child.pid, argv[0], &actions, nullptr, argv.data(), envp.data()) != 0)
+    child.pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  ::close(err[1]);
+  child.outFd = out[0];
+  child.errFd = err[0];
+  return child;
+}
+
+/// Reads both pipes to their end, then reaps the child.
+inline Result collect(Child& child) {
+  Result result;
+  while (child.outFd >= 0 || child.errFd >= 0) {
+    pollfd fds[2] = {{child.outFd, POLLIN, 0}, {child.errFd, POLLIN, 0}};
+    ::poll(fds, 2, -1);
+    for (int i = 0; i < 2; ++i) {
+      int& fd = i == 0 ? child.outFd : child.errFd;
+      if (fd < 0 || !fds[i].revents) continue;
+      char buf[65536];
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n > 0) {
+        (i == 0 ? result.out : result.err).append(buf, static_cast<size_t>(n));
+      } else {
+        ::close(fd);
+        fd = -1;
+      }
+    }
+  }
+  ::waitpid(child.pid, &result.status, 0);
+  return result;
+}
+
+inline Result runProgram(const std::vector<std::string>& args,
+                         const std::vector<std::string>& env) {
+  Child child = spawnChild(args, env);
+  return collect(child);
+}
+
+inline std::vector<std::string> splitLines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+/// True when no live process has this pid (a zombie counts as gone).
+inline bool processGone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return true;
+  std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  size_t close = content.rfind(')');
+  return close == std::string::npos || close + 2 >= content.size() || content[close + 2] == 'Z';
+}
+
+/// Waits (up to `limit`) until `ready()` holds; returns whether it did.
+template <class Ready>
+bool waitFor(Ready ready, std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+inline std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return s;
+}
+
+}  // namespace kolo::testing
