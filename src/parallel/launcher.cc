@@ -28,6 +28,7 @@
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
 #include "parallel/launcher_output.h"
+#include "parallel/launcher_signals.h"
 
 extern char** environ;
 
@@ -65,75 +66,6 @@ int exitCodeFor(int status) {
   return 1;
 }
 
-/// Write end of the self-pipe that SignalScope's handler reports signals through. Signal
-/// handlers can reach nothing else, so this is the one piece of process-wide state the
-/// launcher keeps; SignalScope sets it for its lifetime and refuses to nest.
-std::atomic<int> signalPipeWrite{-1};
-
-extern "C" void forwardSignalToPipe(int sig) {
-  int saved = errno;
-  unsigned char byte = static_cast<unsigned char>(sig);
-  int fd = signalPipeWrite.load();
-  if (fd >= 0) [[maybe_unused]]
-    ssize_t n = ::write(fd, &byte, 1);
-  errno = saved;
-}
-
-/// Catches SIGINT, SIGTERM and SIGCHLD for the scope and reports them through a pipe the
-/// job's poll loop reads (handlers rather than a signalfd, because threads that libraries
-/// started earlier do not block signals, and a process-directed signal may land on them).
-/// SIGPIPE is ignored so a closed stdout gives EPIPE. Everything is restored afterwards.
-class SignalScope {
- public:
-  SignalScope() {
-    if (::pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) != 0)
-      KOLO_THROW(IoError, "kolo run: cannot create the signal pipe: ", std::strerror(errno));
-    int expected = -1;
-    if (!signalPipeWrite.compare_exchange_strong(expected, pipe_[1])) {
-      ::close(pipe_[0]);
-      ::close(pipe_[1]);
-      KOLO_THROW(InvalidArgument, "kolo run: a launcher is already running in this process");
-    }
-    struct sigaction action {};
-    action.sa_handler = forwardSignalToPipe;
-    sigemptyset(&action.sa_mask);
-    // SA_NOCLDSTOP: a rank stopped by SIGSTOP is not an exit.
-    for (size_t i = 0; i < kCaught.size(); ++i) {
-      action.sa_flags = SA_RESTART | (kCaught[i] == SIGCHLD ? SA_NOCLDSTOP : 0);
-      ::sigaction(kCaught[i], &action, &previous_[i]);
-    }
-    struct sigaction ignore {};
-    ignore.sa_handler = SIG_IGN;
-    sigemptyset(&ignore.sa_mask);
-    ::sigaction(SIGPIPE, &ignore, &previousPipe_);
-    // Make sure none of them is blocked in this thread (the ranks inherit this mask too).
-    sigset_t unblock;
-    sigemptyset(&unblock);
-    for (int sig : kCaught) sigaddset(&unblock, sig);
-    pthread_sigmask(SIG_UNBLOCK, &unblock, &previousMask_);
-  }
-  ~SignalScope() {
-    pthread_sigmask(SIG_SETMASK, &previousMask_, nullptr);
-    for (size_t i = 0; i < kCaught.size(); ++i) ::sigaction(kCaught[i], &previous_[i], nullptr);
-    ::sigaction(SIGPIPE, &previousPipe_, nullptr);
-    signalPipeWrite.store(-1);
-    ::close(pipe_[0]);
-    ::close(pipe_[1]);
-  }
-  SignalScope(const SignalScope&) = delete;
-  SignalScope& operator=(const SignalScope&) = delete;
-
-  /// Readable when a signal arrived; each byte is a signal number.
-  int fd() const { return pipe_[0]; }
-
- private:
-  static constexpr std::array<int, 3> kCaught = {SIGINT, SIGTERM, SIGCHLD};
-  int pipe_[2] = {-1, -1};
-  std::array<struct sigaction, 3> previous_{};
-  struct sigaction previousPipe_ {};
-  sigset_t previousMask_;
-};
-
 struct Rank {
   int globalRank = 0;
   int localRank = 0;
@@ -163,7 +95,7 @@ std::vector<std::string> rankEnvironment(
 
 class Job {
  public:
-  Job(const LauncherOptions& options, const SignalScope& signals)
+  Job(const LauncherOptions& options, const detail::SignalScope& signals)
       : options_(options), signals_(signals) {}
 
   ~Job() {
@@ -492,6 +424,9 @@ class Job {
     try {
       store_->add(kFinishedKey, 1);
       if (options_.nodeRank != 0) return;
+      // After a failure the other nodes only need time to read it and stop their ranks.
+      if (!failure_.empty())
+        timeout = std::min<std::chrono::milliseconds>(timeout, options_.gracePeriod + 5s);
       auto deadline = Clock::now() + timeout;
       while (store_->add(kFinishedKey, 0) < options_.nnodes && Clock::now() < deadline)
         std::this_thread::sleep_for(50ms);
@@ -501,7 +436,7 @@ class Job {
   }
 
   const LauncherOptions& options_;
-  const SignalScope& signals_;
+  const detail::SignalScope& signals_;
   std::unique_ptr<comm::TcpStoreServer> server_;
   std::shared_ptr<comm::Store> store_;
   std::vector<Rank> ranks_;
@@ -546,7 +481,7 @@ int runLauncher(const LauncherOptions& options) {
   if (options.command.empty())
     KOLO_THROW(InvalidArgument, "kolo run: no program given (kolo run -n N -- PROGRAM ARGS...)");
   if (!options.storeAddress.empty()) comm::parseHostPort(options.storeAddress);
-  SignalScope signals;
+  detail::SignalScope signals;
   Job job(options, signals);
   return job.run();
 }
