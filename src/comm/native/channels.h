@@ -28,6 +28,8 @@ class Channel {
   virtual bool peerAlive() = 0;
   /// "shm" or "tcp".
   virtual const char* kind() const = 0;
+  /// CPU the peer last waited on, or -1 when unknown.
+  virtual int peerCpu() const { return -1; }
 };
 
 // ---- shared memory ----
@@ -39,6 +41,9 @@ struct alignas(64) Doorbell {
   std::atomic<uint32_t> bell{0};
   std::atomic<uint32_t> sleepers{0};
   std::atomic<int32_t> pid{0};
+  /// CPU the rank last waited on (-1: unknown); a peer waiting on the same CPU yields at
+  /// once instead of spinning, since the rank it waits for cannot run meanwhile.
+  std::atomic<int32_t> cpu{-1};
 };
 
 struct alignas(64) RingControl {
@@ -92,6 +97,7 @@ class ShmChannel : public Channel {
   size_t readSome(void* data, size_t bytes) override;
   bool peerAlive() override;
   const char* kind() const override { return "shm"; }
+  int peerCpu() const override { return peerBell_.cpu.load(std::memory_order_relaxed); }
 
  private:
   size_t space();

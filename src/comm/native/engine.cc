@@ -412,9 +412,16 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
       if (spins == 0) {
         start = Clock::now();
         lastLiveness = start;
+        const int cpu = sched_getcpu();
+        if (bell_ != nullptr) bell_->cpu.store(cpu, std::memory_order_relaxed);
+        std::lock_guard<std::mutex> lock(mutex_);
+        const auto& ch = peers_[static_cast<size_t>(op.peer)].channel;
+        if (cpu >= 0 && ch && ch->peerCpu() == cpu) spinning = false;  // it cannot run while we spin
       }
+      ++spins;
+      if (!spinning) continue;
       cpuRelax();
-      if (++spins % kSpinCheckEvery != 0 || Clock::now() - start < spinTime_) continue;
+      if (spins % kSpinCheckEvery != 0 || Clock::now() - start < spinTime_) continue;
       spinning = false;
     }
     const Clock::time_point now = Clock::now();
