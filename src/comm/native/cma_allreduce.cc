@@ -62,6 +62,29 @@ bool readPeerMemory(int pid, void* local, const void* remote, size_t bytes) {
   return true;
 }
 
+bool writePeerMemory(int pid, void* remote, const void* local, size_t bytes) {
+  if (pid == static_cast<int>(getpid())) {
+    std::memcpy(remote, local, bytes);
+    return true;
+  }
+  size_t done = 0;
+  while (done < bytes) {
+    struct iovec l {const_cast<char*>(static_cast<const char*>(local)) + done, bytes - done};
+    struct iovec r {static_cast<char*>(remote) + done, bytes - done};
+    ssize_t n = process_vm_writev(pid, &l, 1, &r, 1, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (n == 0) {
+      errno = EFAULT;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 void cmaAllreduce(GroupLinks& links, const std::vector<int>& pids, const void* sendbuf, void* recvbuf, size_t count,
                   DType dtype, ReduceOp op) {
   const int n = links.size();
@@ -87,13 +110,15 @@ void cmaAllreduce(GroupLinks& links, const std::vector<int>& pids, const void* s
     const size_t u = units / n * r + std::min<size_t>(static_cast<size_t>(r), units % n);
     return std::min(count, u * unit);
   };
-  auto failRead = [&](int p) {
-    KOLO_THROW(IoError, links.signature().collective == CollectiveKind::Allreduce ? "allreduce" : "collective",
-               " #", links.seq(), " on rank ", me, ": cannot read the buffer of rank ", p, " (pid ", pids[p],
-               "): ", std::strerror(errno));
+  auto failAccess = [&](int p, const char* how) {
+    KOLO_THROW(IoError, collectiveName(links.signature().collective), " #", links.seq(), " on rank ", me,
+               ": cannot ", how, " the buffer of rank ", p, " (pid ", pids[p], "): ", std::strerror(errno));
   };
 
-  // 2. Reduce my slice: own data op each peer's piece, one cache-sized piece at a time.
+  // 2. Reduce my slice one cache-sized piece at a time: own data op each peer's piece,
+  //    then push the finished piece into every peer's recvbuf while it is still in cache.
+  //    Only this rank touches this slice of anyone's buffers (others read and write their
+  //    own slices), so this is safe in place too.
   const size_t myLo = lo(me);
   const size_t myHi = lo(me + 1);
   const size_t pieceElems = std::max<size_t>(unit, kPieceBytes / esize / unit * unit);
@@ -102,34 +127,27 @@ void cmaAllreduce(GroupLinks& links, const std::vector<int>& pids, const void* s
   const auto* own = static_cast<const char*>(sendbuf);
   for (size_t off = myLo; off < myHi; off += pieceElems) {
     const size_t len = std::min(pieceElems, myHi - off);
+    const size_t at = off * esize;
     for (int k = 1; k < n; ++k) {
       const int p = (me + k) % n;
-      const void* remote = reinterpret_cast<const char*>(addrs[p].send) + off * esize;
-      if (!readPeerMemory(pids[p], piece.get(), remote, len * esize)) failRead(p);
+      if (!readPeerMemory(pids[p], piece.get(), reinterpret_cast<const char*>(addrs[p].send) + at, len * esize))
+        failAccess(p, "read");
       if (k == 1) {
-        detail::reduceTo(out + off * esize, own + off * esize, piece.get(), len, dtype, op);
+        detail::reduceTo(out + at, own + at, piece.get(), len, dtype, op);
       } else {
-        detail::reduceInto(out + off * esize, piece.get(), len, dtype, op);
+        detail::reduceInto(out + at, piece.get(), len, dtype, op);
       }
     }
-    detail::finishReduction(out + off * esize, len, dtype, op, n);
+    detail::finishReduction(out + at, len, dtype, op, n);
+    for (int k = 1; k < n; ++k) {
+      const int p = (me + k) % n;
+      if (!writePeerMemory(pids[p], reinterpret_cast<char*>(addrs[p].recv) + at, out + at, len * esize))
+        failAccess(p, "write");
+    }
   }
 
-  // 3. Every slice is reduced (and nobody reads sendbufs any more) before anyone
-  //    overwrites its recvbuf with other ranks' slices.
-  exchangeEmpty(links);
-
-  // 4. Fetch the other slices from their owners' recvbufs.
-  for (int k = 1; k < n; ++k) {
-    const int p = (me + k) % n;
-    const size_t pLo = lo(p);
-    const size_t pHi = lo(p + 1);
-    if (pHi == pLo) continue;
-    const void* remote = reinterpret_cast<const char*>(addrs[p].recv) + pLo * esize;
-    if (!readPeerMemory(pids[p], out + pLo * esize, remote, (pHi - pLo) * esize)) failRead(p);
-  }
-
-  // 5. Nobody may return (and let its caller reuse recvbuf) while others still read it.
+  // 3. Nobody may return (and let its caller reuse its buffers) while others still read
+  //    or write them; after this exchange every slice has arrived everywhere.
   exchangeEmpty(links);
 }
 

@@ -1,7 +1,8 @@
 // Single-copy all-reduce for ranks that share a host: each rank reduces its slice of the
 // vector straight out of its peers' buffers (Linux cross-memory attach, as Open MPI's
-// vader does), in cache-sized pieces, then copies the other slices from the peers that
-// reduced them. Only a few empty messages travel through the rings.
+// vader uses), in cache-sized pieces, and writes each finished piece into every peer's
+// result buffer while it is still in cache. Only the buffer addresses and one empty
+// message per pair travel through the rings.
 #pragma once
 
 #include <cstddef>
@@ -20,5 +21,7 @@ void cmaAllreduce(GroupLinks& links, const std::vector<int>& pids, const void* s
 /// Reads `bytes` at `remote` in process pid into local (memcpy when pid is this process).
 /// Returns false (errno set) when the kernel refuses.
 bool readPeerMemory(int pid, void* local, const void* remote, size_t bytes);
+/// Writes `bytes` from local to `remote` in process pid; false (errno set) when refused.
+bool writePeerMemory(int pid, void* remote, const void* local, size_t bytes);
 
 }  // namespace kolo::comm::native
