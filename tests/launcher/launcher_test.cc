@@ -9,6 +9,7 @@
 #include <set>
 
 #include "kolo/comm/stores.h"
+#include "kolo/error.h"
 #include "launcher/process_helpers.h"
 
 namespace kolo {
@@ -53,6 +54,35 @@ class LauncherTest : public ::testing::Test {
 uint16_t freePort() {
   comm::TcpStoreServer probe(comm::TcpStoreServerOptions{"127.0.0.1", 0, "x"});
   return probe.port();
+}
+
+/// Starts node 0's launcher (`args` after the store address) on a free port and returns
+/// once its store answers with `token`. Other processes on the machine may take the port
+/// between freePort() and the launcher's bind; then it tries another.
+Child startNodeZero(const std::vector<std::string>& args, const std::string& token,
+                    std::string* store) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    *store = "127.0.0.1:" + std::to_string(freePort());
+    std::vector<std::string> argv = {kKolo, "run",         "-n", "2",       "--nnodes",
+                                     "2",   "--node-rank", "0",  "--store", *store};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Child node0 = spawnChild(argv, cleanEnvironment({{"KOLO_TOKEN", token}}));
+    bool up = waitFor([&] {
+      int status = 0;
+      if (::waitpid(node0.pid, &status, WNOHANG) == node0.pid) return true;  // exited: port taken
+      try {
+        comm::connectTcpStore(*store, token, 100ms);
+        return true;
+      } catch (const Error&) {
+        return false;
+      }
+    });
+    if (up && !processGone(node0.pid)) return node0;
+    ::close(node0.outFd);
+    ::close(node0.errFd);
+  }
+  ADD_FAILURE() << "node 0's launcher could not host the store";
+  return {};
 }
 
 TEST_F(LauncherTest, ThreeRanksGetTheirVariables) {
@@ -166,8 +196,8 @@ TEST_F(LauncherTest, SigintToLauncherStopsEveryRank) { expectSignalStopsEveryRan
 TEST_F(LauncherTest, RanksIgnoringSigtermAreKilledAfterGrace) {
   // Rank 0 ignores SIGTERM; rank 1 fails once rank 0 is up.
   std::string script = "trap '' TERM; if [ $KOLO_RANK = 1 ]; then while [ ! -e " + dir_ +
-                       "/pid.0 ]; do sleep 0.02; done; exit 1; fi; echo $$ > " + dir_ + "/tmp; mv " + dir_ + "/tmp " +
-                       dir_ + "/pid.0; while :; do sleep 0.05; done";
+                       "/pid.0 ]; do sleep 0.02; done; exit 1; fi; echo $$ > " + dir_ +
+                       "/tmp; mv " + dir_ + "/tmp " + dir_ + "/pid.0; while :; do sleep 0.05; done";
   Result r = kolo({"run", "-n", "2", "--grace", "0.3", "--", "sh", "-c", script});
   EXPECT_EQ(r.exitCode(), 1);
   EXPECT_NE(r.err.find("sending SIGKILL"), std::string::npos) << r.err;
@@ -197,14 +227,13 @@ TEST_F(LauncherTest, MultiNodeNeedsStoreAndSharedToken) {
 /// Two launchers on loopback, 2 ranks each, node 0 hosting the store: every rank reaches
 /// the store with the shared token and sees all four.
 TEST_F(LauncherTest, TwoNodesOfTwoRanksOnLoopback) {
-  std::string store = "127.0.0.1:" + std::to_string(freePort());
-  auto env = cleanEnvironment({{"KOLO_TOKEN", "shared-token-for-two-nodes"}});
+  std::string store;
+  Child node0 = startNodeZero({"--timeout", "60", "--", kProbe, "store"},
+                              "shared-token-for-two-nodes", &store);
+  ASSERT_GT(node0.pid, 0);
   Child node1 = spawnChild({kKolo, "run", "-n", "2", "--nnodes", "2", "--node-rank", "1", "--store",
                             store, "--timeout", "60", "--", kProbe, "store"},
-                           env);
-  Child node0 = spawnChild({kKolo, "run", "-n", "2", "--nnodes", "2", "--node-rank", "0", "--store",
-                            store, "--timeout", "60", "--", kProbe, "store"},
-                           env);
+                           cleanEnvironment({{"KOLO_TOKEN", "shared-token-for-two-nodes"}}));
   Result r0 = collect(node0);
   Result r1 = collect(node1);
   ASSERT_EQ(r0.exitCode(), 0) << r0.err;
@@ -225,15 +254,13 @@ TEST_F(LauncherTest, TwoNodesOfTwoRanksOnLoopback) {
 }
 
 TEST_F(LauncherTest, FailureOnOneNodeStopsTheOther) {
-  std::string store = "127.0.0.1:" + std::to_string(freePort());
-  auto env = cleanEnvironment({{"KOLO_TOKEN", "tok"}});
   std::string script = "if [ $KOLO_RANK = 3 ]; then sleep 0.3; exit 5; fi; exec sleep 120";
-  Child node0 = spawnChild({kKolo, "run", "-n", "2", "--nnodes", "2", "--node-rank", "0", "--store",
-                            store, "--", "sh", "-c", script},
-                           env);
+  std::string store;
+  Child node0 = startNodeZero({"--", "sh", "-c", script}, "tok", &store);
+  ASSERT_GT(node0.pid, 0);
   Child node1 = spawnChild({kKolo, "run", "-n", "2", "--nnodes", "2", "--node-rank", "1", "--store",
                             store, "--", "sh", "-c", script},
-                           env);
+                           cleanEnvironment({{"KOLO_TOKEN", "tok"}}));
   Result r1 = collect(node1);
   Result r0 = collect(node0);
   EXPECT_EQ(r1.exitCode(), 5) << r1.err;
