@@ -3,6 +3,7 @@
 // cases: a SIGKILLed rank (IoError within twice the deadline) and a SIGSTOPped rank
 // (Timeout naming it).
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -165,10 +166,15 @@ TEST(NativeProcesses, StoppedRankGivesTimeoutNamingIt) {
   EXPECT_EQ(codes[2], 0);
 }
 
-// Figures for the report, not a test: 2 ranks, median time per all-reduce (max over ranks).
-// Run with --gtest_also_run_disabled_tests --gtest_filter='*Perf*'.
+// Figures for the report, not a test: 2 ranks, median time per all-reduce (max over ranks),
+// each rank bound to its own core as mpirun binds Open MPI's ranks. Run with
+// --gtest_also_run_disabled_tests --gtest_filter='*Perf*'.
 TEST(NativeProcesses, DISABLED_PerfTwoRankAllreduce) {
   runProcesses(2, [](int rank, Communicator& comm) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(rank % static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)), &one);
+    sched_setaffinity(0, sizeof(one), &one);
     for (size_t bytes : {size_t{4096}, size_t{65536}, size_t{1} << 20, size_t{16} << 20, size_t{64} << 20}) {
       const size_t count = bytes / 4;
       std::vector<float> buf(count, 0.0f);  // zeros stay zeros: values never grow
