@@ -18,7 +18,6 @@ void waitAll(WorkList& works) {
   works.clear();
 }
 
-const char* at(const void* p, size_t off) { return static_cast<const char*>(p) + off; }
 char* at(void* p, size_t off) { return static_cast<char*>(p) + off; }
 
 }  // namespace
