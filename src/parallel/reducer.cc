@@ -158,7 +158,7 @@ void Reducer::onGradReady(size_t k) {
   }
   ready_[k] = true;
   timeline_.lastHook = Clock::now();
-  if (--b.pending == 0) startReadyBuckets();
+  if (--b.pending == 0 && options_.overlap) startReadyBuckets();
 }
 
 void Reducer::startReadyBuckets() {

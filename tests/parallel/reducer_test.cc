@@ -108,6 +108,28 @@ TEST(Reducer, FirstBucketStartsBeforeBackwardEnds) {
   });
 }
 
+TEST(Reducer, WithoutOverlapEveryBucketStartsInFinalize) {
+  const int k = 2;
+  auto comms = makeReplicaGroup(k);
+  ToyData data = makeToyData(16);
+  std::vector<std::vector<double>> grads(k);
+  runThreads(k, [&](int r) {
+    NamedTensors p = makeToyParameters(3);
+    ReducerOptions opts;
+    opts.firstBucketCapBytes = 1;
+    opts.bucketCapBytes = 1;
+    opts.overlap = false;
+    Reducer reducer(p, comms[r], opts);
+    toyLoss(p, data.rows(8 * r, 8 * r + 8, false), data.rows(8 * r, 8 * r + 8, true)).backward();
+    reducer.finalize();
+    const StepTimeline& t = reducer.timeline();
+    for (size_t b = 0; b < reducer.bucketCount(); ++b) EXPECT_GE(t.bucketStart[b], t.finalizeStart);
+    grads[r] = flatGrads(p);
+  });
+  EXPECT_LT(maxRelDiff(grads[0], fullBatchGrads(data, 0, 16, 3)), 1e-5);
+  EXPECT_EQ(grads[0], grads[1]);
+}
+
 TEST(Reducer, NoSyncAccumulationEqualsOneBigBatch) {
   const int k = 2;
   const int64_t micro = 6;

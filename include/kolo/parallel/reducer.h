@@ -31,6 +31,10 @@ struct ReducerOptions {
   int rootRank = 0;
   /// Algorithm (and deadline) of every bucket all-reduce.
   comm::CollectiveOptions collective;
+  /// Start each bucket's all-reduce from the hooks, during backward (true), or all of them
+  /// in finalize() (false: for hosts with no spare core, where communication progress
+  /// would slow backward down more than it hides).
+  bool overlap = true;
 };
 
 /// Timestamps of one synchronised step, for showing overlap of communication and backward.
