@@ -60,10 +60,10 @@ struct Recipe {
 };
 
 /// Fills the defaults. With neither --optimizer nor --lr, the default recipe: 10 epochs,
-/// linear warm-up for half an epoch then cosine to zero, with Nesterov SGD (momentum 0.9,
-/// lr 0.1) for the mlp and Adam (lr 1e-3) for the cnn. With --optimizer sgd: lr 0.05 (mlp)
-/// / 0.02 (cnn), momentum 0.9; adam/adamw: lr 1e-3. Schedule "auto" is warm-up + cosine when --lr
-/// was not given and constant when it was. Throws InvalidArgument for unknown names or bad values.
+/// linear warm-up for half an epoch then cosine to zero, Nesterov SGD with momentum 0.9 and
+/// lr 0.1 (mlp) / 0.05 (cnn). With --optimizer sgd: lr 0.05 (mlp) / 0.02 (cnn), momentum
+/// 0.9; adam/adamw: lr 1e-3. Schedule "auto" is warm-up + cosine when --lr was not given
+/// and constant when it was. Throws InvalidArgument for unknown names or bad values.
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch);
 
 /// Builds the optimizer of a recipe over `parameters`.
