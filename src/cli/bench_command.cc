@@ -97,6 +97,11 @@ Command registerBench(CLI::App& root) {
   app->add_option("--world-size", args->launch.worldSize, "number of ranks (with --store-dir)");
   app->add_option("--listen", args->launch.listenAddress, "address the native backend listens on for TCP peers");
   app->add_option("--host-id", args->launch.hostId, "host identity (ranks with equal ids use shared memory)");
+  app->add_option("--bind", args->launch.bind,
+                  "with --ranks: core binds rank i to the i-th CPU (modulo their count) this process may "
+                  "use, as mpirun does; none leaves placement to the scheduler")
+      ->check(CLI::IsMember({"none", "core"}))
+      ->capture_default_str();
   app->add_flag("!--no-shm", args->launch.sharedMemory, "TCP between all ranks, no shared memory");
 
   Command command;

@@ -1,6 +1,7 @@
 // Starting the ranks of `kolo bench`: forked local ranks over a file store in a private
 // temporary directory, one rank joining through a given store directory, or one rank of
-// an enclosing launcher. A forked rank that fails stops its siblings (SIGTERM).
+// an enclosing launcher. Forked ranks are bound to CPUs as `kolo run` binds them (--bind);
+// a forked rank that fails stops its siblings (SIGTERM).
 #include "cli/bench_launch.h"
 
 #include <signal.h>
@@ -22,6 +23,7 @@
 #include "kolo/comm/native.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
+#include "parallel/launcher_affinity.h"
 
 namespace kolo::cli {
 namespace {
@@ -65,6 +67,9 @@ int forkRanks(const BenchConfig& config, const BenchLaunch& launch) {
   std::fflush(stdout);
   std::fflush(stderr);
 
+  const parallel::CpuBinding binding = parallel::parseCpuBinding(launch.bind);
+  const std::vector<int> cpus =
+      binding == parallel::CpuBinding::None ? std::vector<int>{} : parallel::allowedCpus();
   std::vector<pid_t> children;
   for (int r = 0; r < launch.ranks; ++r) {
     const pid_t pid = fork();
@@ -77,6 +82,7 @@ int forkRanks(const BenchConfig& config, const BenchLaunch& launch) {
     }
     if (pid == 0) {
       const int code = runRank(config, r, [&] {
+        if (const int cpu = parallel::cpuForLocalRank(binding, r, cpus); cpu >= 0) parallel::bindThisThread(cpu);
         return comm::createNativeCommunicator(comm::makeFileStore(storeDir), r, launch.ranks,
                                               nativeOptions(config, launch));
       });

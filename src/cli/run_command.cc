@@ -12,6 +12,7 @@ namespace kolo::cli {
 Command registerRun(CLI::App& root) {
   auto options = std::make_shared<parallel::LauncherOptions>();
   auto graceSeconds = std::make_shared<double>(5.0);
+  auto bind = std::make_shared<std::string>("core");
   CLI::App* app =
       root.add_subcommand("run",
                           "start N ranks of PROGRAM on this node: kolo run -n N [--nnodes M "
@@ -39,13 +40,19 @@ Command registerRun(CLI::App& root) {
                   "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app->add_option("--bind", *bind,
+                  "core: bind local rank i to the i-th CPU (modulo their count) this launcher may use, "
+                  "as mpirun does; none: leave placement to the scheduler")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "core"}));
   // Everything from the program name (or from `--`) on belongs to the program, options
   // included: once the first positional word is seen, CLI11 treats the rest as positional.
   app->add_option("program", options->command, "PROGRAM ARGS... (after --)")->required();
   app->positionals_at_end();
   Command command;
   command.app = app;
-  command.run = [options, graceSeconds]() -> int {
+  command.run = [options, graceSeconds, bind]() -> int {
+    options->bind = parallel::parseCpuBinding(*bind);
     options->gracePeriod = std::chrono::milliseconds(static_cast<int64_t>(*graceSeconds * 1000));
     if (const char* token = std::getenv("KOLO_TOKEN"); token && options->nnodes > 1)
       options->token = token;

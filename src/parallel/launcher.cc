@@ -1,7 +1,8 @@
 // `kolo run`'s job control: hosting or joining the store, spawning the local ranks in
 // their own process groups, one poll() loop over their output pipes and a signal pipe
 // (SIGCHLD, SIGINT, SIGTERM), and stopping every rank (SIGTERM, then SIGKILL after the
-// grace period) when one fails or the launcher is told to stop. Across nodes, launchers
+// grace period) when one fails or the launcher is told to stop. Each rank starts bound to
+// its CPU (launcher_affinity.h) unless binding is off. Across nodes, launchers
 // agree through the store: each registers its rank count, a failure is published under
 // "kolo-run/failed", and node 0 keeps the store up until every node has finished.
 #include "parallel/launcher.h"
@@ -148,6 +149,7 @@ class Job {
       vars.emplace_back("KOLO_TIMEOUT", text);
     }
     ranks_.resize(static_cast<size_t>(options_.procsPerNode));
+    const std::vector<int> cpus = options_.bind == CpuBinding::None ? std::vector<int>{} : allowedCpus();
     for (int local = 0; local < options_.procsPerNode; ++local) {
       Rank& r = ranks_[static_cast<size_t>(local)];
       r.localRank = local;
@@ -155,6 +157,8 @@ class Job {
       auto rankVars = vars;
       rankVars.emplace_back("KOLO_RANK", std::to_string(r.globalRank));
       rankVars.emplace_back("KOLO_LOCAL_RANK", std::to_string(local));
+      // The rank inherits the spawning thread's mask: bind this thread while it spawns.
+      ScopedThreadBinding bound(cpuForLocalRank(options_.bind, local, cpus));
       if (!spawn(r, rankEnvironment(rankVars))) {
         exitCode_ = 127;
         beginStop(SIGTERM);

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "parallel/launcher_affinity.h"
+
 namespace kolo::parallel {
 
 struct LauncherOptions {
@@ -28,6 +30,9 @@ struct LauncherOptions {
   double timeoutSeconds = 0;
   /// After SIGTERM, how long ranks get before SIGKILL.
   std::chrono::milliseconds gracePeriod{std::chrono::seconds(5)};
+  /// Core: local rank i starts bound to one CPU, the i-th (modulo their count) of those the
+  /// launcher may use, as mpirun binds its ranks; None: ranks inherit the launcher's mask.
+  CpuBinding bind = CpuBinding::Core;
   /// PROGRAM ARGS... (PROGRAM is looked up in PATH).
   std::vector<std::string> command;
 };

@@ -117,6 +117,32 @@ TEST(NativeThreads, HierarchicalAcrossTwoHostIds) {
       });
 }
 
+TEST(NativeThreads, HierarchicalRailAndLeaderLayouts) {
+  // Equal hosts take the rail form (2+2, interleaved 2+2, 1+1+1); unequal ones (2+3) the
+  // leader form. Host names per rank for each layout:
+  const std::vector<std::vector<std::string>> layouts = {
+      {"a", "a", "b", "b"}, {"a", "b", "a", "b"}, {"a", "b", "c"}, {"a", "a", "b", "b", "b"}};
+  for (const auto& hosts : layouts) {
+    runThreadsWith(
+        static_cast<int>(hosts.size()),
+        [](Communicator& comm) {
+          for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000003}}) {
+            allreduceCase(comm, count, DType::F32, ReduceOp::Sum, false, Algorithm::Hierarchical);
+            allreduceCase(comm, count, DType::F32, ReduceOp::Sum, true, Algorithm::Hierarchical);
+          }
+          for (DType dtype : kAllDTypes)
+            for (ReduceOp op : kAllOps)
+              for (bool inPlace : {false, true}) allreduceCase(comm, 7, dtype, op, inPlace, Algorithm::Hierarchical);
+          allreduceCase(comm, 300007, DType::BF16, ReduceOp::Avg, false, Algorithm::Hierarchical);
+        },
+        [hosts](int rank) {
+          NativeOptions o;
+          o.hostId = hosts[static_cast<size_t>(rank)];
+          return o;
+        });
+  }
+}
+
 TEST(NativeThreads, OverTcpOnly) {
   NativeOptions options;
   options.sharedMemory = false;

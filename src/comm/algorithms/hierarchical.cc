@@ -1,5 +1,8 @@
-// Hierarchical all-reduce: local tree reduce, leaders' all-reduce, local broadcast.
+// Hierarchical all-reduce: local reduce-scatter, rail all-reduce, local all-gather; or
+// local tree reduce, leaders' all-reduce, local broadcast.
 #include "comm/algorithms/hierarchical.h"
+
+#include <cstring>
 
 #include "comm/algorithms/algorithms.h"
 #include "comm/algorithms/reduce_kernels.h"
@@ -7,6 +10,37 @@
 #include "kolo/error.h"
 
 namespace kolo::comm::detail {
+namespace {
+
+void railAllreduce(const HierarchicalGroups& groups, const char* src, char* dst, size_t count, DType dtype,
+                   ReduceOp op, const AlgorithmOptions& opts) {
+  Links& local = *groups.local;
+  Links& rail = *groups.rail;
+  const int localSize = local.size();
+  const size_t esize = dtypeSize(dtype);
+  const ReduceOp partialOp = op == ReduceOp::Avg ? ReduceOp::Sum : op;
+  const Blocks blocks = evenBlocks(count, localSize);
+  // Local rank i owns block (i + 1) mod L after the reduce-scatter, as in the ring
+  // all-reduce, so the all-gather below starts from it; rail members share i, so they
+  // hold the same block.
+  const int owner = mod(local.rank() + 1, localSize);
+  char* own = dst + blocks.offset[owner] * esize;
+  if (localSize > 1) {
+    ring::reduceScatter(local, src, dst, own, blocks, 0, dtype, partialOp, opts);
+  } else if (src != dst) {
+    std::memcpy(dst, src, count * esize);
+  }
+  const size_t ownCount = blocks.length[owner];
+  if (ownCount > 0) {
+    Algorithm algo = groups.leaderAlgorithm;
+    if (algo == Algorithm::Auto) algo = chooseAllreduceAlgorithm(ownCount * esize, rail.size(), rail.size());
+    allreduce(rail, own, own, ownCount, dtype, partialOp, algo, opts);
+    finishReduction(own, ownCount, dtype, op, groups.worldSize);
+  }
+  if (localSize > 1) ring::allgather(local, dst, scaleBlocks(blocks, esize), 1, opts);
+}
+
+}  // namespace
 
 void hierarchicalAllreduce(const HierarchicalGroups& groups, const void* sendbuf, void* recvbuf, size_t count,
                            DType dtype, ReduceOp op, const AlgorithmOptions& opts) {
@@ -16,10 +50,15 @@ void hierarchicalAllreduce(const HierarchicalGroups& groups, const void* sendbuf
   KOLO_CHECK(groups.localRoot >= 0 && groups.localRoot < localSize, "hierarchical all-reduce: local root ",
              groups.localRoot, " outside local group of ", localSize);
   KOLO_CHECK_GE(groups.worldSize, localSize, "hierarchical all-reduce: world size below the local group size");
+  KOLO_CHECK(groups.leaderAlgorithm != Algorithm::Hierarchical, "hierarchical all-reduce cannot nest itself");
+  if (groups.rail != nullptr) {
+    if (count == 0) return;
+    return railAllreduce(groups, static_cast<const char*>(sendbuf), static_cast<char*>(recvbuf), count, dtype, op,
+                         opts);
+  }
   const bool leader = local.rank() == groups.localRoot;
   KOLO_CHECK(leader == (groups.leaders != nullptr), "hierarchical all-reduce: local rank ", local.rank(),
              (leader ? " is the leader but has no leaders group" : " is not the leader but has a leaders group"));
-  KOLO_CHECK(groups.leaderAlgorithm != Algorithm::Hierarchical, "hierarchical all-reduce cannot nest itself");
   if (count == 0) return;
 
   // Partial results are sums; the average divides once, by the whole group's size.

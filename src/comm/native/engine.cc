@@ -345,8 +345,28 @@ void Engine::throwTimeout(const Op& op, std::chrono::milliseconds budget) {
   KOLO_THROW(Timeout, op.label.prefix(), ": no data from rank ", op.label.groupPeer, " after ", seconds(budget));
 }
 
+bool Engine::busy(const Peer& p) {
+  return p.channel && p.broken.empty() &&
+         (!p.sends.empty() || !p.recvs.empty() || p.inBody || p.headerHave > 0);
+}
+
 void Engine::sleepBriefly(long micros) {
+  // Which transports have work in flight decides what to sleep on: a futex wait on the
+  // doorbell cannot watch sockets and poll() cannot watch the doorbell. While no TCP
+  // transfer is under way (e.g. a hierarchical all-reduce's phases inside the host) the
+  // doorbell is the one to wait on, or every ring-full handoff costs a poll() timeout.
+  bool tcpBusy = false, shmBusy = false;
   if (!tcpPeers_.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int peer : tcpPeers_) tcpBusy = tcpBusy || busy(peers_[static_cast<size_t>(peer)]);
+    if (tcpBusy && bell_ != nullptr) {
+      for (int i = 0; i < size_ && !shmBusy; ++i) {
+        const Peer& p = peers_[static_cast<size_t>(i)];
+        shmBusy = p.channel && p.channel->pollFd() < 0 && busy(p);
+      }
+    }
+  }
+  if (tcpBusy) {
     std::vector<pollfd> fds;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -358,12 +378,26 @@ void Engine::sleepBriefly(long micros) {
         fds.push_back({p.channel->pollFd(), events, 0});
       }
     }
-    // With shared-memory peers too, a doorbell could ring meanwhile: keep the nap short.
-    const long ms = bell_ != nullptr ? 1 : (micros + 999) / 1000;
+    // With shared-memory transfers in flight too, a doorbell could ring meanwhile: keep
+    // the nap short.
+    const long ms = shmBusy ? 1 : (micros + 999) / 1000;
     poll(fds.data(), fds.size(), static_cast<int>(ms));
     return;
   }
   if (bell_ == nullptr) {
+    if (!tcpPeers_.empty()) {
+      // Nothing in flight anywhere: a nap, woken early by any arrival.
+      std::vector<pollfd> fds;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (int peer : tcpPeers_) {
+          Peer& p = peers_[static_cast<size_t>(peer)];
+          if (p.broken.empty()) fds.push_back({p.channel->pollFd(), POLLIN, 0});
+        }
+      }
+      poll(fds.data(), fds.size(), static_cast<int>((micros + 999) / 1000));
+      return;
+    }
     sched_yield();
     return;
   }

@@ -111,6 +111,8 @@ class Engine {
     std::string broken;  // why the channel is unusable ("" while healthy)
   };
 
+  /// Whether a transfer to or from this peer is queued, posted or under way.
+  static bool busy(const Peer& p);
   void progressAll();
   void progressPeer(int peer);
   void readFrames(int peer);

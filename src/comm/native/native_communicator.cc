@@ -97,10 +97,13 @@ void NativeCommunicator::checkRoot(int root, const char* what) const {
 detail::HierarchicalGroups& NativeCommunicator::hierarchicalGroups() {
   if (!hierarchy_) {
     // Local group: this host's ranks in group order. Leaders: each host's first rank, hosts
-    // in order of their first rank. Both are known to every rank without communication.
+    // in order of their first rank. Rail (when every host has as many ranks): the ranks
+    // with this rank's local index, hosts in the same order. All are known to every rank
+    // without communication.
     const int me = rank();
     const int myHost = job_->hostOf[links_->engineRank(me)];
     std::vector<int> localMembers, leaderMembers, seenHosts;
+    std::vector<std::vector<int>> hostMembers;  // per host (in seenHosts order): engine ranks
     int localRank = 0, leaderRank = -1;
     for (int r = 0; r < size(); ++r) {
       const int h = job_->hostOf[links_->engineRank(r)];
@@ -108,13 +111,32 @@ detail::HierarchicalGroups& NativeCommunicator::hierarchicalGroups() {
         if (r == me) localRank = static_cast<int>(localMembers.size());
         localMembers.push_back(links_->engineRank(r));
       }
-      if (std::find(seenHosts.begin(), seenHosts.end(), h) == seenHosts.end()) {
+      auto seen = std::find(seenHosts.begin(), seenHosts.end(), h);
+      if (seen == seenHosts.end()) {
         seenHosts.push_back(h);
+        hostMembers.emplace_back();
         if (r == me) leaderRank = static_cast<int>(leaderMembers.size());
         leaderMembers.push_back(links_->engineRank(r));
+        seen = seenHosts.end() - 1;
       }
+      hostMembers[static_cast<size_t>(seen - seenHosts.begin())].push_back(links_->engineRank(r));
     }
+    bool evenHosts = true;
+    for (const auto& members : hostMembers) evenHosts = evenHosts && members.size() == localMembers.size();
     const uint32_t ctx = links_->context();
+    if (evenHosts) {
+      std::vector<int> railMembers;
+      int railRank = 0;
+      for (size_t h = 0; h < hostMembers.size(); ++h) {
+        if (seenHosts[h] == myHost) railRank = static_cast<int>(h);
+        railMembers.push_back(hostMembers[h][static_cast<size_t>(localRank)]);
+      }
+      std::vector<bool> same(railMembers.size(), false);
+      same[static_cast<size_t>(railRank)] = true;
+      railLinks_ = std::make_unique<GroupLinks>(links_->engine(), std::move(railMembers), railRank,
+                                                ctx * 0x2545f491u + 0x95u + static_cast<uint32_t>(localRank),
+                                                std::move(same));
+    }
     localLinks_ = std::make_unique<GroupLinks>(links_->engine(), localMembers, localRank, ctx * 0x27d4eb2du + 0x51u,
                                                std::vector<bool>(localMembers.size(), true));
     if (leaderRank >= 0) {
@@ -128,11 +150,13 @@ detail::HierarchicalGroups& NativeCommunicator::hierarchicalGroups() {
     hierarchy_->leaders = leaderLinks_.get();
     hierarchy_->localRoot = 0;
     hierarchy_->worldSize = size();
+    hierarchy_->rail = railLinks_.get();
   }
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(links_->deadline() - Clock::now());
   const auto budget = std::max(std::chrono::milliseconds(1), left);
   localLinks_->begin(links_->signature(), links_->seq(), budget);
   if (leaderLinks_) leaderLinks_->begin(links_->signature(), links_->seq(), budget);
+  if (railLinks_) railLinks_->begin(links_->signature(), links_->seq(), budget);
   return *hierarchy_;
 }
 

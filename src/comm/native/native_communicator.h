@@ -115,6 +115,7 @@ class NativeCommunicator : public Communicator {
   int hostCount_ = 1;
   std::unique_ptr<GroupLinks> localLinks_;
   std::unique_ptr<GroupLinks> leaderLinks_;
+  std::unique_ptr<GroupLinks> railLinks_;
   std::unique_ptr<detail::HierarchicalGroups> hierarchy_;
   std::atomic<int64_t> timeoutMs_;
   uint32_t splits_ = 0;

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -48,7 +49,20 @@ struct RankInfo {
   std::vector<std::string> addresses;
   uint64_t probeAddress = 0;
   uint64_t probeValue = 0;
+  /// CPUs the rank may run on (its affinity mask when it published the record).
+  std::vector<int> cpus;
 };
+
+std::vector<int> allowedCpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
 
 std::string readFirstLine(const char* path) {
   std::ifstream in(path);
@@ -70,6 +84,8 @@ std::string encodeInfo(const RankInfo& info) {
   std::ostringstream out;
   out << info.hostId << "\n" << info.pid << "\n" << info.port << "\n" << info.probeAddress << "\n"
       << info.probeValue << "\n";
+  for (size_t i = 0; i < info.cpus.size(); ++i) out << (i ? "," : "") << info.cpus[i];
+  out << "\n";
   for (const auto& a : info.addresses) out << a << "\n";
   return out.str();
 }
@@ -88,6 +104,9 @@ RankInfo decodeInfo(const std::string& text, int rank) {
     info.probeAddress = std::stoull(line);
     std::getline(in, line);
     info.probeValue = std::stoull(line);
+    std::getline(in, line);
+    std::istringstream cpus(line);
+    for (std::string cpu; std::getline(cpus, cpu, ',');) info.cpus.push_back(std::stoi(cpu));
   } catch (const std::exception&) {
     KOLO_THROW(FormatError, "rendezvous record of rank ", rank, " is malformed");
   }
@@ -320,6 +339,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
   me.addresses = publishedAddresses(options.listenAddress, store.get());
   me.probeAddress = reinterpret_cast<uint64_t>(probe.get());
   me.probeValue = *probe;
+  me.cpus = allowedCpus();
   store->setString(prefix + "rank/" + std::to_string(rank), encodeInfo(me));
 
   std::vector<std::string> keys;
@@ -352,10 +372,19 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
     if (local[i] == rank) myLocal = i;
   const bool useShm = options.sharedMemory && localCount > 1;
   {
-    cpu_set_t cpus;
-    CPU_ZERO(&cpus);
-    const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    job->engine->setSpinTime(localCount > cores ? std::chrono::microseconds(5) : std::chrono::microseconds(250));
+    // Oversubscribed when the host's ranks outnumber the CPUs they may use together (each
+    // may be bound to one CPU of its own, as `kolo run` and mpirun bind them).
+    std::vector<bool> seen;
+    int cores = 0;
+    for (int r : local) {
+      for (int c : infos[r].cpus) {
+        if (static_cast<size_t>(c) >= seen.size()) seen.resize(static_cast<size_t>(c) + 1, false);
+        if (!seen[static_cast<size_t>(c)]) ++cores;
+        seen[static_cast<size_t>(c)] = true;
+      }
+    }
+    job->engine->setSpinTime(localCount > std::max(cores, 1) ? std::chrono::microseconds(5)
+                                                             : std::chrono::microseconds(250));
   }
 
   // Shared memory: the host's lowest rank creates the segment, the others map it, and the
