@@ -145,6 +145,18 @@ uint8_t* HostSegment::ringData(int fromLocal, int toLocal) {
   return static_cast<uint8_t*>(base_) + off;
 }
 
+void HostSegment::prefault(int local) {
+#ifdef MADV_POPULATE_WRITE
+  for (int peer = 0; peer < localCount_; ++peer) {
+    if (peer == local) continue;
+    madvise(ringData(local, peer), ringBytes_, MADV_POPULATE_WRITE);
+    madvise(ringData(peer, local), ringBytes_, MADV_POPULATE_WRITE);
+  }
+#else
+  (void)local;
+#endif
+}
+
 void ringDoorbell(Doorbell& bell) {
   // Pairs with the sleeper's fetch_add on `sleepers` followed by its re-check: either it
   // sees our data, or we see it asleep and wake it.

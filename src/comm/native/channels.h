@@ -70,6 +70,10 @@ class HostSegment {
   Doorbell& doorbell(int local);
   RingControl& ring(int fromLocal, int toLocal);
   uint8_t* ringData(int fromLocal, int toLocal);
+  /// Faults in this process's mapping of the rings `local` writes and reads, so the first
+  /// pass of messages around each ring does not pay a page fault per page (best effort:
+  /// kernels without MADV_POPULATE_WRITE skip it). Contents are not changed.
+  void prefault(int local);
 
  private:
   HostSegment() = default;

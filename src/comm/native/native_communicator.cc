@@ -265,7 +265,9 @@ std::unique_ptr<Work> NativeCommunicator::irecv(void* buf, size_t count, DType d
 
 namespace {
 // Auto sends all-reduces up to this size with one message per pair of ranks (groups of
-// up to kDirectMaxRanks): a single round trip beats log2(p) rounds while messages are small.
+// up to kDirectMaxRanks, each with a CPU): a single round trip beats log2(p) rounds while
+// messages are small. Oversubscribed ranks take halving-doubling: its pairwise rounds need
+// fewer context switches than waiting on every peer at once.
 constexpr size_t kDirectMaxBytes = 16 * 1024;
 constexpr int kDirectMaxRanks = 4;
 }  // namespace
@@ -274,7 +276,8 @@ std::string NativeCommunicator::allreducePlan(Algorithm requested, size_t bytes)
   if (size() == 1) return "copy";
   if (requested == Algorithm::Auto) {
     if (job_->cmaUsable && allOnOneHost() && bytes >= job_->cmaThresholdBytes) return "cma";
-    if (bytes <= kDirectMaxBytes && size() <= kDirectMaxRanks && allOnOneHost()) return "direct";
+    if (bytes <= kDirectMaxBytes && size() <= kDirectMaxRanks && allOnOneHost() && !job_->oversubscribed)
+      return "direct";
     requested = detail::chooseAllreduceAlgorithm(bytes, size(), hostCount_);
   }
   if (requested == Algorithm::Hierarchical && hostCount_ == 1) requested = Algorithm::Ring;

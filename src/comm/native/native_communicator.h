@@ -34,6 +34,9 @@ struct JobState {
   bool cmaUsable = false;
   /// KOLO_ALGO (Auto when unset).
   Algorithm envAlgorithm = Algorithm::Auto;
+  /// This host's ranks outnumber the CPUs they may run on together (waits then yield soon,
+  /// and Auto avoids the all-to-all "direct" all-reduce, which needs every peer scheduled).
+  bool oversubscribed = false;
   /// Minimum bytes for the single-copy shared-host all-reduce under Auto.
   size_t cmaThresholdBytes = 64 * 1024;
   /// The word peers read to test cross-memory attach during rendezvous.
@@ -84,6 +87,8 @@ class NativeCommunicator : public Communicator {
   /// What an all-reduce of `bytes` on this group runs: "cma" (single-copy shared-host),
   /// "direct" (one message per pair), or an Algorithm name. For benchmarks and tests.
   std::string allreducePlan(Algorithm requested, size_t bytes) const;
+  /// Whether this host's ranks outnumber the CPUs they may use (JobState::oversubscribed).
+  bool oversubscribed() const { return job_->oversubscribed; }
   /// Whether ranks on one host read each other's buffers directly (cross-memory attach).
   bool crossMemoryAttach() const { return job_->cmaUsable; }
   /// Number of distinct hosts in this group.

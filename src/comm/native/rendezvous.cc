@@ -383,8 +383,8 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
         seen[static_cast<size_t>(c)] = true;
       }
     }
-    job->engine->setSpinTime(localCount > std::max(cores, 1) ? std::chrono::microseconds(5)
-                                                             : std::chrono::microseconds(250));
+    job->oversubscribed = localCount > std::max(cores, 1);
+    job->engine->setSpinTime(job->oversubscribed ? std::chrono::microseconds(5) : std::chrono::microseconds(250));
   }
 
   // Shared memory: the host's lowest rank creates the segment, the others map it, and the
@@ -400,6 +400,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
       job->segment = native::HostSegment::open(store->getString(nameKey, timeout));
     }
     job->segment->doorbell(myLocal).pid.store(me.pid);
+    job->segment->prefault(myLocal);
     store->setString(prefix + "shm-mapped/" + std::to_string(rank), "1");
     if (myLocal == 0) {
       std::vector<std::string> mapped;
