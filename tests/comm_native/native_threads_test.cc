@@ -118,8 +118,8 @@ TEST(NativeThreads, HierarchicalAcrossTwoHostIds) {
 }
 
 TEST(NativeThreads, HierarchicalRailAndLeaderLayouts) {
-  // Equal hosts take the rail form (2+2, interleaved 2+2, 1+1+1); unequal ones (2+3) the
-  // leader form. Host names per rank for each layout:
+  // Equal hosts take the rail form (2+2, interleaved 2+2, 1+1+1; pipelined in segments
+  // for two hosts); unequal ones (2+3) the leader form. Host names per rank for each layout:
   const std::vector<std::vector<std::string>> layouts = {
       {"a", "a", "b", "b"}, {"a", "b", "a", "b"}, {"a", "b", "c"}, {"a", "a", "b", "b", "b"}};
   for (const auto& hosts : layouts) {
@@ -134,6 +134,9 @@ TEST(NativeThreads, HierarchicalRailAndLeaderLayouts) {
             for (ReduceOp op : kAllOps)
               for (bool inPlace : {false, true}) allreduceCase(comm, 7, dtype, op, inPlace, Algorithm::Hierarchical);
           allreduceCase(comm, 300007, DType::BF16, ReduceOp::Avg, false, Algorithm::Hierarchical);
+          // Several segments of the two-host pipeline, a short last one included.
+          allreduceCase(comm, 1000003, DType::F64, ReduceOp::Avg, false, Algorithm::Hierarchical);
+          allreduceCase(comm, 1000003, DType::I32, ReduceOp::Max, true, Algorithm::Hierarchical);
         },
         [hosts](int rank) {
           NativeOptions o;

@@ -29,6 +29,9 @@ struct AlgorithmOptions {
   /// broadcast(): binomial tree below this size (latency), pipelined chain at or above
   /// (bandwidth: every link carries the message once).
   size_t chainBroadcastBytes = 1024 * 1024;
+  /// Hierarchical all-reduce over two hosts: segment size of its software pipeline (the
+  /// exchange between hosts of one segment overlaps the work inside the host on the next).
+  size_t railSegmentBytes = 1024 * 1024;
 };
 
 /// Offsets and lengths of n consecutive blocks (in elements or bytes, by context).

@@ -23,25 +23,30 @@ char* at(void* p, size_t off) { return static_cast<char*>(p) + off; }
 }  // namespace
 
 void directAllreduce(detail::Links& links, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
-                     ReduceOp op) {
+                     ReduceOp op, std::vector<char>& scratch) {
   const int n = links.size();
   const int me = links.rank();
   const size_t bytes = count * dtypeSize(dtype);
-  // Every contribution, own included, in a scratch block by rank: the send of our own
-  // vector may still read sendbuf (== recvbuf in place) while we reduce.
-  std::unique_ptr<char[]> all(new char[bytes * static_cast<size_t>(n)]);
+  // Incoming vectors by rank; our own is read from sendbuf, except in place on a rank that
+  // is not among the first two: there the reduction overwrites it before reading it.
+  const bool copyOwn = sendbuf == recvbuf && me >= 2;
+  if (scratch.size() < bytes * static_cast<size_t>(n)) scratch.resize(bytes * static_cast<size_t>(n));
+  std::vector<const char*> part(static_cast<size_t>(n));
   WorkList works;
-  for (int p = 0; p < n; ++p)
-    if (p != me) works.push_back(links.irecv(p, all.get() + bytes * p, bytes));
+  for (int p = 0; p < n; ++p) {
+    part[p] = p == me && !copyOwn ? static_cast<const char*>(sendbuf) : scratch.data() + bytes * p;
+    if (p != me) works.push_back(links.irecv(p, scratch.data() + bytes * p, bytes));
+  }
   for (int p = 0; p < n; ++p)
     if (p != me) works.push_back(links.isend(p, sendbuf, bytes));
-  std::memcpy(all.get() + bytes * me, sendbuf, bytes);
+  if (copyOwn) std::memcpy(scratch.data() + bytes * me, sendbuf, bytes);
+  // Every send completes before recvbuf (possibly sendbuf) is written.
   waitAll(works);
   if (n == 1) {
-    std::memcpy(recvbuf, all.get(), bytes);
+    if (recvbuf != sendbuf) std::memcpy(recvbuf, sendbuf, bytes);
   } else {
-    detail::reduceTo(recvbuf, all.get(), all.get() + bytes, count, dtype, op);
-    for (int p = 2; p < n; ++p) detail::reduceInto(recvbuf, all.get() + bytes * p, count, dtype, op);
+    detail::reduceTo(recvbuf, part[0], part[1], count, dtype, op);
+    for (int p = 2; p < n; ++p) detail::reduceInto(recvbuf, part[p], count, dtype, op);
   }
   detail::finishReduction(recvbuf, count, dtype, op, n);
 }

@@ -12,9 +12,10 @@
 
 namespace kolo::comm::native {
 
-/// Every rank sends its vector to every other and reduces all n in rank order.
+/// Every rank sends its vector to every other and reduces all n in rank order. `scratch`
+/// holds the incoming vectors (grown as needed, kept by the caller between calls).
 void directAllreduce(detail::Links& links, const void* sendbuf, void* recvbuf, size_t count, DType dtype,
-                     ReduceOp op);
+                     ReduceOp op, std::vector<char>& scratch);
 /// Rank r's blockBytes[r] bytes from sendbuf land at their offset of every recvbuf.
 void directAllgatherv(detail::Links& links, const void* sendbuf, void* recvbuf, const std::vector<size_t>& blockBytes);
 

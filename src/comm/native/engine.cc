@@ -447,7 +447,9 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
         start = Clock::now();
         lastLiveness = start;
         const int cpu = sched_getcpu();
-        if (bell_ != nullptr) bell_->cpu.store(cpu, std::memory_order_relaxed);
+        // Stored only when it changes: peers read this cache line on every doorbell ring.
+        if (bell_ != nullptr && bell_->cpu.load(std::memory_order_relaxed) != cpu)
+          bell_->cpu.store(cpu, std::memory_order_relaxed);
         std::lock_guard<std::mutex> lock(mutex_);
         const auto& ch = peers_[static_cast<size_t>(op.peer)].channel;
         if (cpu >= 0 && ch && ch->peerCpu() == cpu) spinning = false;  // it cannot run while we spin

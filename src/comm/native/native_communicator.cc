@@ -272,29 +272,40 @@ constexpr size_t kDirectMaxBytes = 16 * 1024;
 constexpr int kDirectMaxRanks = 4;
 }  // namespace
 
-std::string NativeCommunicator::allreducePlan(Algorithm requested, size_t bytes) const {
-  if (size() == 1) return "copy";
+NativeCommunicator::Plan NativeCommunicator::planAllreduce(Algorithm requested, size_t bytes) const {
+  if (size() == 1) return {PlanKind::Copy, Algorithm::Auto};
   if (requested == Algorithm::Auto) {
-    if (job_->cmaUsable && allOnOneHost() && bytes >= job_->cmaThresholdBytes) return "cma";
+    if (job_->cmaUsable && allOnOneHost() && bytes >= job_->cmaThresholdBytes) return {PlanKind::Cma, Algorithm::Auto};
     if (bytes <= kDirectMaxBytes && size() <= kDirectMaxRanks && allOnOneHost() && !job_->oversubscribed)
-      return "direct";
+      return {PlanKind::Direct, Algorithm::Auto};
     requested = detail::chooseAllreduceAlgorithm(bytes, size(), hostCount_);
   }
   if (requested == Algorithm::Hierarchical && hostCount_ == 1) requested = Algorithm::Ring;
-  return algorithmName(requested);
+  return {PlanKind::Algorithm, requested};
+}
+
+std::string NativeCommunicator::allreducePlan(Algorithm requested, size_t bytes) const {
+  const Plan plan = planAllreduce(requested, bytes);
+  switch (plan.kind) {
+    case PlanKind::Copy: return "copy";
+    case PlanKind::Cma: return "cma";
+    case PlanKind::Direct: return "direct";
+    case PlanKind::Algorithm: break;
+  }
+  return algorithmName(plan.algorithm);
 }
 
 void NativeCommunicator::allreduceBody(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ReduceOp op,
                                        Algorithm algo) {
   const size_t bytes = count * dtypeSize(dtype);
-  const std::string plan = allreducePlan(algo, bytes);
-  if (plan == "copy") {
+  const Plan plan = planAllreduce(algo, bytes);
+  if (plan.kind == PlanKind::Copy) {
     if (sendbuf != recvbuf) std::memcpy(recvbuf, sendbuf, bytes);
     return;
   }
-  if (plan == "cma") return cmaAllreduce(*links_, groupPids_, sendbuf, recvbuf, count, dtype, op);
-  if (plan == "direct") return directAllreduce(*links_, sendbuf, recvbuf, count, dtype, op);
-  const Algorithm chosen = parseAlgorithm(plan);
+  if (plan.kind == PlanKind::Cma) return cmaAllreduce(*links_, groupPids_, sendbuf, recvbuf, count, dtype, op);
+  if (plan.kind == PlanKind::Direct) return directAllreduce(*links_, sendbuf, recvbuf, count, dtype, op, directScratch_);
+  const Algorithm chosen = plan.algorithm;
   if (chosen == Algorithm::Hierarchical) {
     return detail::hierarchicalAllreduce(hierarchicalGroups(), sendbuf, recvbuf, count, dtype, op);
   }

@@ -111,6 +111,13 @@ class NativeCommunicator : public Communicator {
   void allreduceBody(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ReduceOp op, Algorithm algo);
   void broadcastBody(void* buf, size_t count, DType dtype, int root, Algorithm algo);
   bool allOnOneHost() const { return hostCount_ == 1; }
+  enum class PlanKind { Copy, Cma, Direct, Algorithm };
+  struct Plan {
+    PlanKind kind;
+    Algorithm algorithm;  // with PlanKind::Algorithm
+  };
+  /// What allreducePlan names, without building strings on every call.
+  Plan planAllreduce(Algorithm requested, size_t bytes) const;
   /// Stamps the hierarchical sub-links (built on first use) like links_.
   detail::HierarchicalGroups& hierarchicalGroups();
 
@@ -121,6 +128,8 @@ class NativeCommunicator : public Communicator {
   std::unique_ptr<GroupLinks> localLinks_;
   std::unique_ptr<GroupLinks> leaderLinks_;
   std::unique_ptr<GroupLinks> railLinks_;
+  /// Receive blocks of the direct all-reduce, kept between calls (collectives run one at a time).
+  std::vector<char> directScratch_;
   std::unique_ptr<detail::HierarchicalGroups> hierarchy_;
   std::atomic<int64_t> timeoutMs_;
   uint32_t splits_ = 0;
