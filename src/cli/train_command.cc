@@ -1,5 +1,6 @@
-// `kolo train`: trains a built-in model (mlp, cnn) on Fashion-MNIST on one rank; the flags
-// map onto cli::TrainConfig and the work is done by cli::Trainer (train_loop.h).
+// `kolo train`: trains a built-in model (mlp, cnn) on Fashion-MNIST with one of the
+// data-parallel strategies; the flags map onto cli::TrainConfig and the work is done by
+// cli::Trainer (train_loop.h). `--workers N` re-launches the command under `kolo run -n N`.
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -14,7 +15,9 @@ Command registerTrain(CLI::App& root) {
     int64_t epochs = 0, warmup = 0;
     double lr = 0, momentum = 0, weightDecay = 0;
     std::string optimizer;
-    bool noShuffle = false, bar = false, noBar = false;
+    bool noShuffle = false, bar = false, noBar = false, padLast = false;
+    int workers = 0;
+    std::string failAt;
   };
   auto raw = std::make_shared<Raw>();
   CLI::App* app = root.add_subcommand("train", "train a built-in model on Fashion-MNIST");
@@ -52,8 +55,60 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--save", config->savePath, "write the final weights here (safetensors)");
   app->add_option("--metrics", config->metricsPath, "write metrics here (JSON lines)");
   app->add_option("--threads", config->threads, "OpenBLAS threads")->capture_default_str();
-  app->add_option("--strategy", config->strategy, "distribution strategy (this build: one-device)")
+  app->add_option("--strategy", config->strategy,
+                  "one-device, mirrored (--replicas threads), multi-worker-mirrored (one replica "
+                  "per rank, under kolo run or --workers) or central-storage")
+      ->check(CLI::IsMember(
+          {"one-device", "mirrored", "multi-worker-mirrored", "central-storage"}))
       ->capture_default_str();
+  app->add_option("--workers", raw->workers,
+                  "run on N ranks of this machine: re-launches itself as kolo run -n N -- kolo "
+                  "train --strategy multi-worker-mirrored ...")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--replicas", config->replicas,
+                  "replicas in this process (mirrored, central-storage)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--reduction", config->reduction,
+                  "in-process gradient reduction of mirrored: reduce-to-one, hierarchical-copy, ring")
+      ->check(CLI::IsMember({"reduce-to-one", "hierarchical-copy", "ring"}))
+      ->capture_default_str();
+  app->add_option("--algo,--algorithm", config->algorithm,
+                  "all-reduce algorithm of multi-worker-mirrored: auto, ring, hierarchical, tree, "
+                  "halving-doubling, reduce-broadcast")
+      ->check(CLI::IsMember(
+          {"auto", "ring", "hierarchical", "tree", "halving-doubling", "reduce-broadcast"}))
+      ->capture_default_str();
+  app->add_option("--bucket-mb", config->bucketMb, "gradient bucket capacity in MiB")
+      ->capture_default_str();
+  app->add_option("--first-bucket-mb", config->firstBucketMb,
+                  "capacity of the first gradient bucket in MiB")
+      ->capture_default_str();
+  app->add_option("--overlap", config->overlap,
+                  "start bucket all-reduces during backward: on, off, auto (on when the node has "
+                  "a core to spare for communication)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  app->add_flag("--drop-last", config->dropLast,
+                "drop a last global batch shorter than --batch (the default)");
+  app->add_flag("--pad-last", raw->padLast,
+                "pad a last short global batch with samples from the epoch's start");
+  app->add_option("--train-limit", config->trainLimit,
+                  "train on the first N training samples only (0: all)");
+  app->add_option("--checkpoint-dir", config->checkpointDir,
+                  "write checkpoints here (every --checkpoint-every steps and at the end)");
+  app->add_option("--checkpoint-every", config->checkpointEvery,
+                  "steps between checkpoints (0: only at the end)");
+  app->add_option("--keep-checkpoints", config->keepCheckpoints, "checkpoints kept")
+      ->capture_default_str();
+  app->add_option("--resume", config->resumeDir,
+                  "continue from the newest good checkpoint in DIR (--steps stays the total)");
+  app->add_option("--timing-skip", config->timingSkip,
+                  "steps left out of the steady-state samples/s")
+      ->capture_default_str();
+  app->add_option("--fail-at-step", raw->failAt,
+                  "STEP[:RANK] inject a failure before STEP on RANK (default 0), for tests")
+      ->group("");
   app->add_flag("--progress", raw->bar, "always draw a progress bar");
   app->add_flag("--no-progress", raw->noBar, "plain progress lines even on a terminal");
   app->add_flag("--quiet", config->quiet, "no progress output");
@@ -61,6 +116,7 @@ Command registerTrain(CLI::App& root) {
   Command command;
   command.app = app;
   command.run = [config, raw, epochs, optimizer, lr, momentum, weightDecay, warmup]() -> int {
+    if (raw->workers > 0) execWorkers(raw->workers);
     if (epochs->count()) config->epochs = raw->epochs;
     if (optimizer->count()) config->optimizer = raw->optimizer;
     if (lr->count()) config->lr = raw->lr;
@@ -68,13 +124,29 @@ Command registerTrain(CLI::App& root) {
     if (weightDecay->count()) config->weightDecay = raw->weightDecay;
     if (warmup->count()) config->warmupSteps = raw->warmup;
     config->shuffle = !raw->noShuffle;
+    if (raw->padLast) config->dropLast = false;
+    if (config->resumeDir.size() && config->checkpointDir.empty())
+      config->checkpointDir = config->resumeDir;
+    if (!raw->failAt.empty()) {
+      const size_t colon = raw->failAt.find(':');
+      try {
+        config->failStep = std::stoll(raw->failAt.substr(0, colon));
+        if (colon != std::string::npos) config->failRank = std::stoi(raw->failAt.substr(colon + 1));
+      } catch (const std::exception&) {
+        KOLO_THROW(InvalidArgument, "--fail-at-step '", raw->failAt, "': expected STEP[:RANK]");
+      }
+    }
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);
     observe::Logger logger(stderr);
     Trainer trainer(*config, logger);
     const TrainSummary summary = trainer.run();
-    std::printf("test_accuracy %.4f train_loss %.4f steps %lld samples_per_s %.1f wall_s %.1f\n",
-                summary.testAccuracy, summary.trainLoss, static_cast<long long>(summary.steps),
-                summary.samplesPerSecond, summary.wallSeconds);
+    if (!trainer.isPrimary()) return 0;
+    std::printf(
+        "test_accuracy %.4f train_loss %.4f steps %lld samples_per_s %.1f steady_samples_per_s "
+        "%.1f wall_s %.1f\n",
+        summary.testAccuracy, summary.trainLoss, static_cast<long long>(summary.steps),
+        summary.samplesPerSecond, summary.steadySamplesPerSecond, summary.wallSeconds);
+    std::fflush(stdout);
     return 0;
   };
   return command;

@@ -1,37 +1,22 @@
-// The Trainer: data, model, optimizer and schedule from a TrainConfig, then the epoch loop
-// with evaluation, metrics lines, progress and weights on disk.
+// The Trainer's set-up: recipe defaults, optimizer and schedule, the data, the job's
+// communicator and the strategy; evaluation and one training step. The loop itself
+// (epochs, metrics, checkpoints, resume) is in train_run.cc.
 #include "cli/train_loop.h"
 
 #include <cblas.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "kolo/autograd.h"
+#include "kolo/comm/init.h"
 #include "kolo/nn/models.h"
+#include "kolo/parallel/distributed.h"
 #include "kolo/safetensors.h"
 
 namespace kolo::cli {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string formatRate(double samplesPerSecond) {
-  char text[32];
-  if (samplesPerSecond >= 1000) {
-    std::snprintf(text, sizeof(text), "%.1fk", samplesPerSecond / 1000);
-  } else {
-    std::snprintf(text, sizeof(text), "%.0f", samplesPerSecond);
-  }
-  return text;
-}
-
-}  // namespace
 
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {
   KOLO_CHECK(config.model == "mlp" || config.model == "cnn", "unknown --model '", config.model,
@@ -101,169 +86,161 @@ std::unique_ptr<optim::LrSchedule> makeSchedule(const Recipe& recipe, int64_t to
   return std::make_unique<optim::WarmupLr>(std::move(cosine), warmup);
 }
 
-double evaluateAccuracy(nn::Module& model, const data::TensorDataset& dataset, int64_t chunk) {
+
+int64_t countCorrect(nn::Module& model, const data::TensorDataset& dataset, int64_t begin,
+                     int64_t end, int64_t chunk) {
   autograd::NoGradGuard noGrad;
   model.train(false);
-  const int64_t n = dataset.size();
-  const std::vector<double> labels = dataset.labels().toDoubleVector();
   int64_t correct = 0;
-  for (int64_t begin = 0; begin < n; begin += chunk) {
-    const int64_t end = std::min(begin + chunk, n);
-    Tensor logits =
-        model.forward(dataset.inputs().slice(0, begin, end)).contiguous();  // (b, classes)
+  for (int64_t from = begin; from < end; from += chunk) {
+    const int64_t to = std::min(from + chunk, end);
+    Tensor logits = model.forward(dataset.inputs().slice(0, from, to)).contiguous();  // (b, C)
+    const std::vector<double> labels = dataset.labels().slice(0, from, to).toDoubleVector();
     const int64_t classes = logits.size(1);
     const float* values = logits.data<float>();
-    for (int64_t i = 0; i < end - begin; ++i) {
+    for (int64_t i = 0; i < to - from; ++i) {
       const float* row = values + i * classes;
       int64_t best = 0;
       for (int64_t c = 1; c < classes; ++c) {
         if (row[c] > row[best]) best = c;
       }
-      correct += best == static_cast<int64_t>(labels[begin + i]);
+      correct += best == static_cast<int64_t>(labels[i]);
     }
   }
+  return correct;
+}
+
+double evaluateAccuracy(nn::Module& model, const data::TensorDataset& dataset, int64_t chunk) {
+  const int64_t n = dataset.size();
+  const int64_t correct = countCorrect(model, dataset, 0, n, chunk);
   return n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
 }
 
+namespace {
+
+// Overlapping bucket all-reduces with backward needs a core for communication progress:
+// "auto" overlaps only when this node has more cores than compute threads.
+bool resolveOverlap(const std::string& overlap, int localThreads) {
+  if (overlap == "on") return true;
+  if (overlap == "off") return false;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const int localRanks = std::max(1, comm::detectLaunch().localSize);
+  return cores > static_cast<unsigned>(localRanks * localThreads);
+}
+
+}  // namespace
+
 Trainer::Trainer(TrainConfig config, observe::Logger& logger)
     : config_(std::move(config)), logger_(logger) {
-  KOLO_CHECK(config_.strategy == "one-device", "--strategy '", config_.strategy,
-             "' is not available in this build (one-device)");
+  const parallel::StrategyKind kind = parallel::parseStrategyKind(config_.strategy);
   KOLO_CHECK(config_.threads >= 1, "--threads must be >= 1, got ", config_.threads);
+  KOLO_CHECK(config_.clipNorm == 0.0 || kind == parallel::StrategyKind::OneDevice,
+             "--clip-norm is available with --strategy one-device only");
+  KOLO_CHECK(config_.replicas >= 1, "--replicas must be >= 1, got ", config_.replicas);
+  KOLO_CHECK(config_.bucketMb > 0 && config_.firstBucketMb > 0,
+             "--bucket-mb and --first-bucket-mb must be positive");
+  KOLO_CHECK(config_.overlap == "auto" || config_.overlap == "on" || config_.overlap == "off",
+             "unknown --overlap '", config_.overlap, "' (auto, on, off)");
+  KOLO_CHECK(config_.checkpointEvery >= 0, "--checkpoint-every must be >= 0");
+  KOLO_CHECK(config_.keepCheckpoints >= 1, "--keep-checkpoints must be >= 1");
+  KOLO_CHECK(config_.trainLimit >= 0, "--train-limit must be >= 0");
+  KOLO_CHECK(config_.timingSkip >= 0, "--timing-skip must be >= 0");
   openblas_set_num_threads(config_.threads);
-  // Validate the flags before the (slow) data loading.
+  // Validate the flags before the (slow) data loading and before joining the job.
   recipe_ = resolveRecipe(config_, 1);
+  const bool inProcessReplicas =
+      kind == parallel::StrategyKind::Mirrored || kind == parallel::StrategyKind::CentralStorage;
+  const int localReplicas = inProcessReplicas ? config_.replicas : 1;
 
-  train_ = std::make_shared<data::FashionMnist>(config_.dataDir, true);
+  std::shared_ptr<data::TensorDataset> train =
+      std::make_shared<data::FashionMnist>(config_.dataDir, true);
+  if (config_.trainLimit > 0 && config_.trainLimit < train->size()) {
+    train = std::make_shared<data::TensorDataset>(
+        train->inputs().slice(0, 0, config_.trainLimit).contiguous(),
+        train->labels().slice(0, 0, config_.trainLimit).contiguous());
+  }
+  train_ = std::move(train);
   test_ = std::make_shared<data::FashionMnist>(config_.dataDir, false);
-  stepsPerEpoch_ = (train_->size() + config_.batch - 1) / config_.batch;
+
+  if (kind == parallel::StrategyKind::MultiWorkerMirrored) comm_ = parallel::init();
+  const int worldSize = comm_ ? comm_->size() : 1;
+  KOLO_CHECK(config_.batch % (worldSize * localReplicas) == 0, "--batch ", config_.batch,
+             " does not split evenly over ", worldSize * localReplicas, " replicas (",
+             worldSize, " rank(s) x ", localReplicas, " per rank)");
+  const int64_t n = train_->size();
+  stepsPerEpoch_ = config_.dropLast ? n / config_.batch : (n + config_.batch - 1) / config_.batch;
+  KOLO_CHECK(stepsPerEpoch_ > 0, "--batch ", config_.batch, " is larger than the ", n,
+             " training samples (with --drop-last no step is left; use --pad-last)");
   recipe_ = resolveRecipe(config_, stepsPerEpoch_);
   // --steps is the total step count: it cuts --epochs short, or alone sets the length.
   totalSteps_ = recipe_.epochs * stepsPerEpoch_;
   if (config_.steps > 0)
     totalSteps_ = config_.epochs ? std::min(totalSteps_, config_.steps) : config_.steps;
 
-  Generator generator(config_.seed);
-  model_ = nn::makeModel(config_.model, generator);
-  if (!config_.initPath.empty()) {
-    checkpoint::loadSafetensorsInto(config_.initPath, model_->namedParameters());
+  parallel::StrategyOptions options = parallel::strategyOptionsFromNames(
+      config_.strategy, config_.replicas, config_.reduction, config_.algorithm, comm_);
+  options.reducer.bucketCapBytes = static_cast<size_t>(config_.bucketMb * (1 << 20));
+  options.reducer.firstBucketCapBytes = static_cast<size_t>(config_.firstBucketMb * (1 << 20));
+  options.reducer.overlap = resolveOverlap(config_.overlap, localReplicas * config_.threads);
+  // Every replica starts from the same seeded init (or --init file); the strategy also
+  // copies replica 0's (rank 0's) weights to the others.
+  auto models = [this]() -> std::shared_ptr<nn::Module> {
+    Generator generator(config_.seed);
+    std::shared_ptr<nn::Module> model = nn::makeModel(config_.model, generator);
+    if (!config_.initPath.empty())
+      checkpoint::loadSafetensorsInto(config_.initPath, model->namedParameters());
+    return model;
+  };
+  auto optimizers = [this](const parallel::NamedTensors& parameters) {
+    return makeOptimizer(recipe_, parameters);
+  };
+  strategy_ = parallel::makeStrategy(options, models, optimizers);
+  if (!config_.initPath.empty() && isPrimary())
     logger_.info("loaded initial weights", {{"file", config_.initPath}});
-  }
-  optimizer_ = makeOptimizer(recipe_, model_->namedParameters());
   schedule_ = makeSchedule(recipe_, totalSteps_);
 }
 
 Trainer::~Trainer() = default;
 
 std::shared_ptr<data::Sampler> Trainer::makeSampler(int64_t trainSize) const {
-  if (!config_.shuffle) return std::make_shared<data::SequentialSampler>(trainSize);
-  return std::make_shared<data::ShuffleSampler>(trainSize, config_.seed);
+  return std::make_shared<data::DistributedSampler>(
+      trainSize, data::DistributedSamplerOptions{.globalBatch = config_.batch,
+                                                 .rank = strategy_->dataRank(),
+                                                 .worldSize = strategy_->dataWorldSize(),
+                                                 .shuffle = config_.shuffle,
+                                                 .seed = config_.seed,
+                                                 .dropLast = config_.dropLast});
 }
 
 double Trainer::trainStep(const data::Batch& batch, double lr) {
-  model_->train(true);
-  Tensor logits = model_->forward(batch.inputs);         // (B, 10)
-  Tensor loss = nn::crossEntropy(logits, batch.labels);  // ()
-  optimizer_->zeroGrad();
-  loss.backward();
   if (config_.clipNorm > 0.0) {
+    // One device (checked in the constructor): the update needs the clipped gradients.
+    nn::Module& net = model();
+    net.train(true);
+    Tensor loss = nn::crossEntropy(net.forward(batch.inputs), batch.labels);
+    optimizer().zeroGrad();
+    loss.backward();
     std::vector<Tensor> parameters;
-    for (auto& [name, parameter] : model_->namedParameters()) parameters.push_back(parameter);
+    for (auto& [name, parameter] : net.namedParameters()) parameters.push_back(parameter);
     optim::clipGradNorm(parameters, config_.clipNorm);
+    optimizer().setLr(lr);
+    optimizer().step();
+    return loss.item();
   }
-  optimizer_->setLr(lr);
-  optimizer_->step();
-  return loss.item();
+  strategy_->setLr(lr);
+  return strategy_->trainStep(batch.inputs, batch.labels).loss;
 }
 
-TrainSummary Trainer::run() {
-  const auto start = Clock::now();
-  std::unique_ptr<observe::MetricsWriter> metrics;
-  if (!config_.metricsPath.empty())
-    metrics = std::make_unique<observe::MetricsWriter>(config_.metricsPath);
-  data::DataLoader loader(train_, makeSampler(train_->size()),
-                          {.batchSize = config_.batch, .prefetch = 2});
-  const int64_t epochs = (totalSteps_ + stepsPerEpoch_ - 1) / stepsPerEpoch_;
-  logger_.info("training", {{"model", config_.model},
-                            {"optimizer", recipe_.optimizer},
-                            {"lr", recipe_.lr},
-                            {"schedule", recipe_.schedule},
-                            {"batch", config_.batch},
-                            {"epochs", epochs},
-                            {"steps", totalSteps_},
-                            {"strategy", config_.strategy}});
-
-  TrainSummary summary;
-  double trainSeconds = 0.0;
-  int64_t trainSamples = 0;
-  int64_t step = 0;
-  for (int64_t epoch = 0; epoch < epochs && step < totalSteps_; ++epoch) {
-    const int64_t epochSteps = std::min(stepsPerEpoch_, totalSteps_ - step);
-    observe::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs),
-                             epochSteps, stderr, 100, config_.progress);
-    double lossSum = 0.0;
-    int64_t lossCount = 0;
-    const auto epochStart = Clock::now();
-    int64_t epochSamples = 0;
-    data::Batch batch;
-    while (step < totalSteps_ && loader.next(batch)) {
-      const double loss = trainStep(batch, schedule_->lrAt(step));
-      KOLO_CHECK(std::isfinite(loss), "training diverged: loss ", loss, " at step ", step);
-      ++step;
-      lossSum += loss;
-      ++lossCount;
-      epochSamples += batch.labels.size(0);
-      if (!config_.quiet) {
-        char suffix[96];
-        std::snprintf(suffix, sizeof(suffix), "loss %.4f  %s samples/s", lossSum / lossCount,
-                      formatRate(epochSamples / std::max(secondsSince(epochStart), 1e-9)).c_str());
-        bar.update(lossCount, suffix);
-      }
-    }
-    // A run stopped by --steps mid-epoch leaves the loader where it is; a full epoch ends
-    // with next() returning false, which moves the loader to the next epoch.
-    const double epochSeconds = secondsSince(epochStart);
-    trainSeconds += epochSeconds;
-    trainSamples += epochSamples;
-    summary.trainLoss = lossCount > 0 ? lossSum / lossCount : 0.0;
-    summary.testAccuracy = evaluateAccuracy(*model_, *test_);
-    summary.epochs = epoch + 1;
-    const double rate = epochSamples / std::max(epochSeconds, 1e-9);
-    if (!config_.quiet) {
-      char suffix[128];
-      std::snprintf(suffix, sizeof(suffix), "loss %.4f  test accuracy %.4f  %s samples/s",
-                    summary.trainLoss, summary.testAccuracy, formatRate(rate).c_str());
-      bar.finish(suffix);
-    }
-    if (metrics) {
-      metrics->write({{"epoch", epoch + 1},
-                      {"step", step},
-                      {"train_loss", summary.trainLoss},
-                      {"test_accuracy", summary.testAccuracy},
-                      {"samples_per_s", rate},
-                      {"wall_s", secondsSince(start)},
-                      {"lr", optimizer_->lr()}});
-    }
-  }
-  summary.steps = step;
-  summary.samplesPerSecond = trainSamples / std::max(trainSeconds, 1e-9);
-  if (!config_.savePath.empty()) {
-    checkpoint::saveSafetensors(
-        config_.savePath, model_->namedParameters(),
-        {{"format", "pt"}, {"model", config_.model}, {"step", std::to_string(step)}});
-    logger_.info("saved weights", {{"file", config_.savePath}});
-  }
-  summary.wallSeconds = secondsSince(start);
-  if (metrics) {
-    metrics->write({{"epoch", summary.epochs},
-                    {"step", summary.steps},
-                    {"train_loss", summary.trainLoss},
-                    {"test_accuracy", summary.testAccuracy},
-                    {"samples_per_s", summary.samplesPerSecond},
-                    {"wall_s", summary.wallSeconds},
-                    {"final", true}});
-  }
-  return summary;
+double Trainer::evaluate() {
+  const int64_t n = test_->size();
+  const int size = comm_ ? comm_->size() : 1;
+  const int64_t begin = n * rank() / size;
+  const int64_t end = n * (rank() + 1) / size;
+  const double mine = static_cast<double>(countCorrect(model(), *test_, begin, end));
+  double correct = mine;
+  if (size > 1) comm_->allreduce(&mine, &correct, 1, DType::F64, comm::ReduceOp::Sum);
+  model().train(true);
+  return n > 0 ? correct / static_cast<double>(n) : 0.0;
 }
 
 }  // namespace kolo::cli

@@ -1,17 +1,20 @@
-// The single-process training engine behind `kolo train`: configuration (the CLI flags as
-// a struct), recipe defaults, and a Trainer that runs epochs of a built-in model on
-// Fashion-MNIST with metrics, progress and weights on disk. Distributed strategies plug in
-// later at the step (Trainer::trainStep) and at the sampler (Trainer::makeSampler).
+// The training engine behind `kolo train`: configuration (the CLI flags as a struct),
+// recipe defaults, and a Trainer that runs a built-in model on Fashion-MNIST through one of
+// the data-parallel strategies (parallel::Strategy), with a DistributedSampler slicing every
+// global batch, metrics, progress, checkpoints / resume and weights on disk.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "kolo/comm/communicator.h"
 #include "kolo/data.h"
 #include "kolo/observe.h"
 #include "kolo/optim.h"
+#include "kolo/parallel/strategy.h"
 
 namespace kolo::nn {
 class Module;
@@ -25,7 +28,7 @@ struct TrainConfig {
   std::string model = "mlp";      // mlp | cnn
   std::optional<int64_t> epochs;  // default: the recipe's
   int64_t steps = 0;              // total optimizer steps; 0 = all epochs
-  int64_t batch = 128;
+  int64_t batch = 128;            // the global batch (over every replica of the job)
   std::optional<std::string> optimizer;  // sgd | adam | adamw
   std::optional<double> lr;
   std::optional<double> momentum;  // sgd only
@@ -33,15 +36,40 @@ struct TrainConfig {
   bool nesterov = false;
   std::string schedule = "auto";       // auto | constant | cosine | warmup-cosine | step
   std::optional<int64_t> warmupSteps;  // default: half an epoch (warmup-cosine)
-  double clipNorm = 0.0;               // 0: no clipping
+  double clipNorm = 0.0;               // 0: no clipping (one-device only)
   uint64_t seed = 0;
   bool shuffle = true;
+  /// A last global batch shorter than --batch is dropped (true) or padded (false).
+  bool dropLast = true;
+  /// Train on the first `trainLimit` samples of the training split only (0: all).
+  int64_t trainLimit = 0;
   std::string dataDir = data::kFashionMnistDir;
   std::string initPath;
   std::string savePath;
   std::string metricsPath;
   int threads = 1;
+
+  // Distribution (see parallel::strategyOptionsFromNames).
   std::string strategy = "one-device";
+  int replicas = 2;                   // mirrored, central-storage
+  std::string reduction = "ring";     // mirrored: reduce-to-one | hierarchical-copy | ring
+  std::string algorithm = "auto";     // multi-worker-mirrored all-reduce algorithm
+  double bucketMb = 25.0;             // gradient bucket capacity (MiB)
+  double firstBucketMb = 1.0;         // first bucket's capacity (MiB)
+  std::string overlap = "auto";       // auto | on | off: bucket all-reduces during backward
+
+  // Checkpoints.
+  std::string checkpointDir;      // "" = none
+  int64_t checkpointEvery = 0;    // steps between checkpoints (0: only at the end)
+  int keepCheckpoints = 3;
+  std::string resumeDir;          // "" = start fresh
+
+  /// Steps at the start of the run left out of the steady-state throughput.
+  int64_t timingSkip = 20;
+  /// Failure injection for tests: rank `failRank` throws before step `failStep` (-1: off).
+  int64_t failStep = -1;
+  int failRank = 0;
+
   /// -1: a bar if stderr is a terminal, plain lines otherwise; 0: plain lines; 1: bar.
   int progress = -1;
   bool quiet = false;
@@ -74,56 +102,87 @@ std::unique_ptr<optim::LrSchedule> makeSchedule(const Recipe& recipe, int64_t to
 
 /// What a finished run reports.
 struct TrainSummary {
-  int64_t steps = 0;
+  int64_t steps = 0;       // the global step count reached (resumed runs included)
   int64_t epochs = 0;      // epochs begun
   double trainLoss = 0.0;  // mean loss over the last epoch's steps
   double testAccuracy = 0.0;
-  double samplesPerSecond = 0.0;  // training samples per second of training time
+  double samplesPerSecond = 0.0;        // global training samples per second of training time
+  double steadySamplesPerSecond = 0.0;  // the same without the first --timing-skip steps
   double wallSeconds = 0.0;
 };
 
-/// Fraction of `dataset` that `model` classifies correctly (argmax of the logits), in
-/// chunks of `chunk` samples, without recording autograd; leaves the model in eval mode.
+/// Number of samples in [begin, end) of `dataset` that `model` classifies correctly (argmax
+/// of the logits), in chunks of `chunk`, without recording autograd; leaves the model in
+/// eval mode.
+int64_t countCorrect(nn::Module& model, const data::TensorDataset& dataset, int64_t begin,
+                     int64_t end, int64_t chunk = 1000);
+
+/// Fraction of `dataset` that `model` classifies correctly (countCorrect over all of it).
 double evaluateAccuracy(nn::Module& model, const data::TensorDataset& dataset,
                         int64_t chunk = 1000);
 
-/// Runs one training job as configured. Not thread-safe; one Trainer per run.
+/// Runs one training job as configured, on this process's share of the job. Not
+/// thread-safe; one Trainer per run.
 class Trainer {
  public:
-  /// Loads the data, builds the model (seeded), loads --init weights, builds the optimizer
-  /// and schedule. Throws kolo::Error subclasses with clear messages (missing dataset, bad
-  /// flags, wrong-shape init file).
+  /// Loads the data, joins the job (multi-worker-mirrored: parallel::init()), builds the
+  /// strategy over the seeded model (and --init weights), the optimizer and the schedule.
+  /// Throws kolo::Error subclasses with clear messages (missing dataset, bad flags,
+  /// wrong-shape init file, a global batch the replicas cannot share).
   explicit Trainer(TrainConfig config, observe::Logger& logger);
   virtual ~Trainer();
 
-  /// Trains until --steps or the last epoch, evaluating after each epoch; writes metrics
-  /// lines and the --save file.
+  /// Trains until --steps or the last epoch (resuming from --resume first), evaluating
+  /// after each epoch; the primary process writes metrics lines, checkpoints and the --save
+  /// file.
   TrainSummary run();
 
-  /// One optimizer step on `batch`: forward, loss, backward, update with learning rate
-  /// `lr`. Returns the loss. The seam where strategies reduce gradients.
+  /// One synchronous optimizer step on this process's share `batch` of the global batch
+  /// with learning rate `lr`. Returns the global mean loss.
   virtual double trainStep(const data::Batch& batch, double lr);
 
-  nn::Module& model() { return *model_; }
-  optim::Optimizer& optimizer() { return *optimizer_; }
+  nn::Module& model() { return strategy_->model(); }
+  optim::Optimizer& optimizer() { return strategy_->optimizer(); }
+  parallel::Strategy& strategy() { return *strategy_; }
   const Recipe& recipe() const { return recipe_; }
+  /// True on the process that writes files and prints progress (rank 0).
+  bool isPrimary() const { return strategy_->isPrimary(); }
 
  protected:
-  /// The sampler for the training split (sequential with --no-shuffle, seeded shuffle
-  /// otherwise).
+  /// The sampler of the training split: this process's slice of every global batch.
   virtual std::shared_ptr<data::Sampler> makeSampler(int64_t trainSize) const;
 
  private:
+  /// --resume: rank 0 loads the newest good checkpoint, every replica and rank takes its
+  /// weights and optimizer state, and `loader` moves to its position. Returns its step.
+  int64_t resume(data::DataLoader& loader);
+  /// Test accuracy of model(); sharded over the ranks and summed under multi-worker.
+  double evaluate();
+  /// Writes the checkpoint of `step` (primary only; nothing without --checkpoint-dir).
+  void saveCheckpoint(int64_t step, const data::DataLoader& loader);
+  int rank() const { return comm_ ? comm_->rank() : 0; }
+
   TrainConfig config_;
   observe::Logger& logger_;
   std::shared_ptr<data::TensorDataset> train_;
   std::shared_ptr<data::TensorDataset> test_;
-  std::shared_ptr<nn::Module> model_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::shared_ptr<comm::Communicator> comm_;  // multi-worker-mirrored only
+  std::unique_ptr<parallel::Strategy> strategy_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   Recipe recipe_;
   int64_t stepsPerEpoch_ = 0;
   int64_t totalSteps_ = 0;
 };
+
+/// `--workers N`: the command line that runs this `kolo train` under `kolo run -n N`:
+/// [self, "run", "-n", N, "--", self, "train", args without --workers...], adding
+/// `--strategy multi-worker-mirrored` when no strategy was named. `trainArgs` are the words
+/// after "train". Throws InvalidArgument for another strategy than multi-worker-mirrored.
+std::vector<std::string> workersCommandLine(const std::string& self, int workers,
+                                            const std::vector<std::string>& trainArgs);
+
+/// Replaces this process with workersCommandLine() of its own `kolo train` arguments
+/// (read from /proc/self/cmdline). Throws IoError when the exec fails; never returns.
+[[noreturn]] void execWorkers(int workers);
 
 }  // namespace kolo::cli

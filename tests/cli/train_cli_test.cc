@@ -131,9 +131,9 @@ TEST_F(TrainCliTest, MissingDatasetFailsClearly) {
 }
 
 TEST_F(TrainCliTest, UnknownStrategyAndBadFlagsFail) {
-  RunResult run = runKolo("train --model mlp --steps 1 --strategy mirrored");
+  RunResult run = runKolo("train --model mlp --steps 1 --strategy parameter-server");
   EXPECT_NE(run.exitCode, 0);
-  EXPECT_NE(run.output.find("--strategy 'mirrored'"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("parameter-server"), std::string::npos) << run.output;
   run = runKolo("train --model resnet");
   EXPECT_NE(run.exitCode, 0);
   EXPECT_NE(run.output.find("resnet"), std::string::npos) << run.output;

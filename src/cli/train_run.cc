@@ -1,0 +1,217 @@
+// The Trainer's loop: epochs of synchronous steps from the process's DataLoader, evaluation
+// after each epoch, metrics lines, progress, checkpoints every N steps and at the end,
+// resume from the newest good checkpoint, and the final weights on disk (rank 0 writes).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "cli/train_loop.h"
+#include "kolo/checkpoint.h"
+#include "kolo/safetensors.h"
+
+namespace kolo::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string formatRate(double samplesPerSecond) {
+  char text[32];
+  if (samplesPerSecond >= 1000) {
+    std::snprintf(text, sizeof(text), "%.1fk", samplesPerSecond / 1000);
+  } else {
+    std::snprintf(text, sizeof(text), "%.0f", samplesPerSecond);
+  }
+  return text;
+}
+
+// The run's identity stored in every checkpoint; a resume with other values is refused.
+std::map<std::string, std::string> runIdentity(const TrainConfig& config) {
+  return {{"model", config.model},
+          {"batch", std::to_string(config.batch)},
+          {"strategy", config.strategy},
+          {"seed", std::to_string(config.seed)}};
+}
+
+}  // namespace
+
+void Trainer::saveCheckpoint(int64_t step, const data::DataLoader& loader) {
+  if (config_.checkpointDir.empty() || !isPrimary()) return;
+  checkpoint::CheckpointManager manager(config_.checkpointDir, config_.keepCheckpoints, true,
+                                        [this](const std::string& line) { logger_.warn(line); });
+  checkpoint::TrainingState state;
+  state.step = step;
+  state.epoch = loader.state().epoch;
+  state.loader = loader.state();
+  state.extra = runIdentity(config_);
+  const std::string path = manager.save(model().namedParameters(), &optimizer(), state);
+  logger_.debug("checkpoint written", {{"dir", path}, {"step", step}});
+}
+
+int64_t Trainer::resume(data::DataLoader& loader) {
+  // Rank 0 reads the checkpoint and tells every rank whether it could (so that none waits
+  // for a rank 0 that failed) and where the run stands.
+  int64_t position[4] = {0, 0, 0, 0};  // ok, step, loader epoch, loader batch
+  std::string problem;
+  if (isPrimary()) {
+    try {
+      checkpoint::CheckpointManager manager(config_.resumeDir, config_.keepCheckpoints, false,
+                                            [this](const std::string& line) { logger_.warn(line); });
+      const std::optional<checkpoint::CheckpointInfo> found = manager.latestGood();
+      if (!found) KOLO_THROW(IoError, "--resume ", config_.resumeDir, ": no good checkpoint there");
+      const checkpoint::TrainingState state =
+          checkpoint::CheckpointManager::load(found->path, model().namedParameters(), &optimizer());
+      for (const auto& [key, value] : runIdentity(config_)) {
+        const auto it = state.extra.find(key);
+        if (it != state.extra.end() && it->second != value)
+          KOLO_THROW(Mismatch, "--resume ", found->path, ": the checkpoint was written with --",
+                     key, " ", it->second, ", this run has ", value);
+      }
+      position[0] = 1;
+      position[1] = state.step;
+      position[2] = state.loader.epoch;
+      position[3] = state.loader.batch;
+      logger_.info("resuming", {{"checkpoint", found->path}, {"step", state.step}});
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  }
+  if (comm_ && comm_->size() > 1) comm_->broadcast(position, 4, DType::I64, 0);
+  if (position[0] == 0) {
+    if (!problem.empty()) throw Error(problem);
+    KOLO_THROW(IoError, "rank ", rank(), ": rank 0 could not resume from ", config_.resumeDir);
+  }
+  strategy_->syncReplicas();
+  loader.setState({position[2], position[3]});
+  return position[1];
+}
+
+TrainSummary Trainer::run() {
+  const auto start = Clock::now();
+  const bool primary = isPrimary();
+  const bool quiet = config_.quiet || !primary;
+  const int64_t globalBatch = config_.batch;
+  data::DataLoader loader(train_, makeSampler(train_->size()),
+                          {.batchSize = globalBatch / strategy_->dataWorldSize(), .prefetch = 2});
+  int64_t step = config_.resumeDir.empty() ? 0 : resume(loader);
+  std::unique_ptr<observe::MetricsWriter> metrics;
+  if (primary && !config_.metricsPath.empty()) {
+    // A resumed run continues the metrics file (and its step count).
+    metrics = std::make_unique<observe::MetricsWriter>(config_.metricsPath, step > 0);
+  }
+  const int64_t epochs = (totalSteps_ + stepsPerEpoch_ - 1) / stepsPerEpoch_;
+  if (primary) {
+    logger_.info("training", {{"model", config_.model},
+                              {"optimizer", recipe_.optimizer},
+                              {"lr", recipe_.lr},
+                              {"schedule", recipe_.schedule},
+                              {"batch", globalBatch},
+                              {"epochs", epochs},
+                              {"steps", totalSteps_},
+                              {"first_step", step},
+                              {"strategy", strategy_->name()},
+                              {"replicas", strategy_->replicas()}});
+  }
+
+  TrainSummary summary;
+  double trainSeconds = 0.0, steadySeconds = 0.0;
+  int64_t trainSteps = 0, steadySteps = 0;
+  int64_t lastCheckpoint = -1;
+  bool evaluated = false;
+  while (step < totalSteps_) {
+    const data::LoaderState at = loader.state();
+    const int64_t epochSteps = std::min(stepsPerEpoch_ - at.batch, totalSteps_ - step);
+    observe::ProgressBar bar("epoch " + std::to_string(at.epoch + 1) + "/" + std::to_string(epochs),
+                             at.batch + epochSteps, stderr, 100, config_.progress);
+    double lossSum = 0.0, epochSeconds = 0.0;
+    int64_t lossCount = 0;
+    data::Batch batch;
+    while (step < totalSteps_) {
+      const auto stepStart = Clock::now();
+      if (!loader.next(batch)) break;
+      if (step == config_.failStep && rank() == config_.failRank)
+        KOLO_THROW(Error, "rank ", rank(), ": failure injected before step ", step,
+                   " (--fail-at-step)");
+      const double loss = trainStep(batch, schedule_->lrAt(step));
+      const double seconds = secondsSince(stepStart);
+      KOLO_CHECK(std::isfinite(loss), "training diverged: loss ", loss, " at step ", step);
+      ++step;
+      epochSeconds += seconds;
+      if (trainSteps + lossCount >= config_.timingSkip) {
+        steadySeconds += seconds;
+        ++steadySteps;
+      }
+      lossSum += loss;
+      ++lossCount;
+      if (config_.checkpointEvery > 0 && step % config_.checkpointEvery == 0) {
+        saveCheckpoint(step, loader);
+        lastCheckpoint = step;
+      }
+      if (!quiet) {
+        char suffix[96];
+        std::snprintf(suffix, sizeof(suffix), "loss %.4f  %s samples/s", lossSum / lossCount,
+                      formatRate(lossCount * globalBatch / std::max(epochSeconds, 1e-9)).c_str());
+        bar.update(at.batch + lossCount, suffix);
+      }
+    }
+    KOLO_CHECK(lossCount > 0, "the data loader gave no batch at epoch ", at.epoch, " batch ",
+               at.batch);
+    // A run stopped by --steps mid-epoch leaves the loader where it is; a full epoch ends
+    // with next() returning false, which moves the loader to the next epoch.
+    trainSeconds += epochSeconds;
+    trainSteps += lossCount;
+    summary.trainLoss = lossSum / lossCount;
+    summary.testAccuracy = evaluate();
+    evaluated = true;
+    summary.epochs = at.epoch + 1;
+    const double rate = lossCount * globalBatch / std::max(epochSeconds, 1e-9);
+    if (!quiet) {
+      char suffix[128];
+      std::snprintf(suffix, sizeof(suffix), "loss %.4f  test accuracy %.4f  %s samples/s",
+                    summary.trainLoss, summary.testAccuracy, formatRate(rate).c_str());
+      bar.finish(suffix);
+    }
+    if (metrics) {
+      metrics->write({{"epoch", at.epoch + 1},
+                      {"step", step},
+                      {"train_loss", summary.trainLoss},
+                      {"test_accuracy", summary.testAccuracy},
+                      {"samples_per_s", rate},
+                      {"wall_s", secondsSince(start)},
+                      {"lr", optimizer().lr()}});
+    }
+  }
+  if (!evaluated) {
+    summary.testAccuracy = evaluate();
+    summary.epochs = loader.state().epoch;
+  }
+  summary.steps = step;
+  summary.samplesPerSecond = trainSteps * globalBatch / std::max(trainSeconds, 1e-9);
+  summary.steadySamplesPerSecond = steadySteps > 0
+                                       ? steadySteps * globalBatch / std::max(steadySeconds, 1e-9)
+                                       : summary.samplesPerSecond;
+  if (lastCheckpoint != step && trainSteps > 0) saveCheckpoint(step, loader);
+  if (primary && !config_.savePath.empty()) {
+    checkpoint::saveSafetensors(
+        config_.savePath, model().namedParameters(),
+        {{"format", "pt"}, {"model", config_.model}, {"step", std::to_string(step)}});
+    logger_.info("saved weights", {{"file", config_.savePath}});
+  }
+  summary.wallSeconds = secondsSince(start);
+  if (metrics) {
+    metrics->write({{"epoch", summary.epochs},
+                    {"step", summary.steps},
+                    {"train_loss", summary.trainLoss},
+                    {"test_accuracy", summary.testAccuracy},
+                    {"samples_per_s", summary.samplesPerSecond},
+                    {"steady_samples_per_s", summary.steadySamplesPerSecond},
+                    {"wall_s", summary.wallSeconds},
+                    {"final", true}});
+  }
+  return summary;
+}
+
+}  // namespace kolo::cli

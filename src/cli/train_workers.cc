@@ -1,0 +1,86 @@
+// `kolo train --workers N`: the job re-launches itself under `kolo run -n N`, so one command
+// trains on N ranks. Builds that command line and replaces this process with it.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "cli/train_loop.h"
+#include "kolo/error.h"
+
+namespace kolo::cli {
+
+std::vector<std::string> workersCommandLine(const std::string& self, int workers,
+                                            const std::vector<std::string>& trainArgs) {
+  KOLO_CHECK(workers >= 1, "--workers must be >= 1, got ", workers);
+  std::vector<std::string> args;
+  bool strategyNamed = false;
+  for (size_t i = 0; i < trainArgs.size(); ++i) {
+    const std::string& word = trainArgs[i];
+    if (word == "--workers") {
+      ++i;  // and its value
+      continue;
+    }
+    if (word.rfind("--workers=", 0) == 0) continue;
+    std::string strategy;
+    if (word == "--strategy" && i + 1 < trainArgs.size()) strategy = trainArgs[i + 1];
+    if (word.rfind("--strategy=", 0) == 0) strategy = word.substr(11);
+    if (!strategy.empty()) {
+      KOLO_CHECK(strategy == "multi-worker-mirrored", "--workers ", workers,
+                 " runs --strategy multi-worker-mirrored, not '", strategy, "'");
+      strategyNamed = true;
+    }
+    args.push_back(word);
+  }
+  std::vector<std::string> command = {self, "run", "-n", std::to_string(workers), "--", self,
+                                      "train"};
+  if (!strategyNamed) {
+    command.push_back("--strategy");
+    command.push_back("multi-worker-mirrored");
+  }
+  command.insert(command.end(), args.begin(), args.end());
+  return command;
+}
+
+namespace {
+
+// The words after "train" on this process's command line (/proc/self/cmdline).
+std::vector<std::string> ownTrainArgs() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  KOLO_CHECK(in.good(), "--workers: cannot read /proc/self/cmdline");
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> words;
+  size_t begin = 0;
+  while (begin < all.size()) {
+    size_t end = all.find('\0', begin);
+    if (end == std::string::npos) end = all.size();
+    words.emplace_back(all.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  for (size_t i = 1; i < words.size(); ++i) {
+    if (words[i] == "train") return {words.begin() + static_cast<long>(i) + 1, words.end()};
+  }
+  KOLO_THROW(InvalidArgument, "--workers: no 'train' word on the command line");
+}
+
+}  // namespace
+
+void execWorkers(int workers) {
+  std::error_code error;
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", error).string();
+  if (error) self = "/proc/self/exe";
+  const std::vector<std::string> command = workersCommandLine(self, workers, ownTrainArgs());
+  std::vector<char*> argv;
+  for (const std::string& word : command) argv.push_back(const_cast<char*>(word.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::execv(command[0].c_str(), argv.data());
+  KOLO_THROW(IoError, "--workers: cannot start /proc/self/exe run: ", std::strerror(errno));
+}
+
+}  // namespace kolo::cli

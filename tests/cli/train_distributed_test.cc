@@ -1,0 +1,201 @@
+// End-to-end tests of the distributed `kolo train` (real processes): the strategies give the
+// same weights as one device; an interrupted run resumed from its checkpoints ends with the
+// uninterrupted run's weights, skipping a corrupt newest checkpoint by name; a failing rank
+// under --workers stops the job and is named.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kolo/data.h"
+#include "kolo/safetensors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exitCode = -1;
+  std::string output;  // stdout and stderr together
+};
+
+RunResult runKolo(const std::string& args) {
+  const std::string command = std::string(KOLO_BINARY_DIR) + "/src/cli/kolo " + args + " 2>&1";
+  RunResult result;
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return result;
+  char buffer[4096];
+  size_t got;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, got);
+  const int status = ::pclose(pipe);
+  result.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+using Weights = std::vector<std::pair<std::string, std::vector<float>>>;
+
+Weights loadWeights(const std::string& path) {
+  Weights weights;
+  for (const auto& [name, tensor] : kolo::checkpoint::loadSafetensors(path).tensors)
+    weights.emplace_back(name, tensor.toFloatVector());
+  return weights;
+}
+
+// Largest |a - b| of a tensor over the largest |reference| of it.
+double relativeDifference(const std::vector<float>& reference, const std::vector<float>& other) {
+  double diff = 0.0, scale = 0.0;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(reference[i]) - other[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(reference[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+class TrainDistributedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(std::string(kolo::data::kFashionMnistDir) + "/train-images-idx3-ubyte.gz")) {
+      GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+    }
+    dir_ = fs::temp_directory_path() / ("kolo_dist_cli_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+  std::string file(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+TEST_F(TrainDistributedTest, StrategiesGiveTheSameWeightsAsOneDevice) {
+  // 10 SGD steps, global batch 64, file order: every strategy computes the same updates.
+  const std::string common =
+      "train --model mlp --no-shuffle --batch 64 --optimizer sgd --lr 0.05 --quiet "
+      "--train-limit 2048 --steps ";
+  const RunResult reference = runKolo(common + "10 --save " + file("one.safetensors"));
+  ASSERT_EQ(reference.exitCode, 0) << reference.output;
+  const Weights expected = loadWeights(file("one.safetensors"));
+  ASSERT_EQ(expected.size(), 6u);
+
+  const std::vector<std::pair<std::string, std::string>> variants = {
+      {"workers2", "--workers 2"},
+      {"workers2_tree", "--workers 2 --strategy multi-worker-mirrored --algo tree"},
+      {"mirrored2", "--strategy mirrored --replicas 2"},
+      {"mirrored4_reduce_to_one", "--strategy mirrored --replicas 4 --reduction reduce-to-one"},
+      {"central2", "--strategy central-storage --replicas 2"},
+  };
+  for (const auto& [name, flags] : variants) {
+    const RunResult run = runKolo(common + "10 --save " + file(name + ".safetensors") + " " + flags);
+    ASSERT_EQ(run.exitCode, 0) << name << ":\n" << run.output;
+    const Weights got = loadWeights(file(name + ".safetensors"));
+    ASSERT_EQ(got.size(), expected.size()) << name;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].first, expected[i].first);
+      ASSERT_EQ(got[i].second.size(), expected[i].second.size());
+      EXPECT_LE(relativeDifference(expected[i].second, got[i].second), 1e-5)
+          << name << " " << got[i].first;
+    }
+  }
+  // The runs trained: the weights moved away from the seeded initialisation.
+  ASSERT_EQ(runKolo(common + "1 --save " + file("one_step.safetensors")).exitCode, 0);
+  EXPECT_GT(relativeDifference(expected[0].second,
+                               loadWeights(file("one_step.safetensors"))[0].second),
+            1e-4);
+}
+
+TEST_F(TrainDistributedTest, CrashedRunResumesToTheUninterruptedWeights) {
+  // 640 samples, batch 64: 10 steps per epoch; 16 steps cross an epoch boundary. The
+  // default recipe's warm-up + cosine schedule and the shuffled order must both continue.
+  const std::string common = "train --model mlp --train-limit 640 --batch 64 --steps 16 --quiet ";
+  const RunResult straight = runKolo(common + "--save " + file("straight.safetensors"));
+  ASSERT_EQ(straight.exitCode, 0) << straight.output;
+
+  const std::string checkpoints = file("ckpt");
+  const RunResult crashed = runKolo(common + "--checkpoint-dir " + checkpoints +
+                                    " --checkpoint-every 3 --fail-at-step 13");
+  ASSERT_NE(crashed.exitCode, 0) << crashed.output;
+  EXPECT_NE(crashed.output.find("failure injected before step 13"), std::string::npos)
+      << crashed.output;
+  EXPECT_TRUE(fs::exists(checkpoints + "/ckpt-000000012"));
+
+  const RunResult resumed = runKolo(common + "--resume " + checkpoints + " --metrics " +
+                                    file("m.jsonl") + " --save " + file("resumed.safetensors"));
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("ckpt-000000012"), std::string::npos) << resumed.output;
+  const Weights a = loadWeights(file("straight.safetensors"));
+  const Weights b = loadWeights(file("resumed.safetensors"));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second, b[i].second) << a[i].first;
+
+  // The metrics continue the step count: the resumed run's lines end at step 16.
+  std::ifstream metrics(file("m.jsonl"));
+  std::string line;
+  nlohmann::json last;
+  while (std::getline(metrics, line)) last = nlohmann::json::parse(line);
+  EXPECT_EQ(last["step"], 16);
+  EXPECT_EQ(last["final"], true);
+}
+
+TEST_F(TrainDistributedTest, WorkersResumeAndSkipACorruptCheckpoint) {
+  // Two ranks: 7 steps with checkpoints at 3, 6 and 7, then the newest one is truncated;
+  // the resumed run refuses it by name, continues from step 6 and matches 16 straight steps.
+  const std::string common =
+      "train --workers 2 --model mlp --train-limit 640 --batch 64 --optimizer sgd --lr 0.05 "
+      "--quiet ";
+  const RunResult straight =
+      runKolo(common + "--steps 16 --save " + file("straight.safetensors"));
+  ASSERT_EQ(straight.exitCode, 0) << straight.output;
+
+  const std::string checkpoints = file("ckpt");
+  const RunResult first =
+      runKolo(common + "--steps 7 --checkpoint-every 3 --checkpoint-dir " + checkpoints);
+  ASSERT_EQ(first.exitCode, 0) << first.output;
+  const std::string newest = checkpoints + "/ckpt-000000007";
+  ASSERT_TRUE(fs::exists(newest + "/model.safetensors")) << first.output;
+  EXPECT_TRUE(fs::exists(checkpoints + "/ckpt-000000006"));
+  fs::resize_file(newest + "/model.safetensors", fs::file_size(newest + "/model.safetensors") / 2);
+
+  const RunResult resumed = runKolo(common + "--steps 16 --resume " + checkpoints + " --save " +
+                                    file("resumed.safetensors"));
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find(newest), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("ckpt-000000006"), std::string::npos) << resumed.output;
+  const Weights a = loadWeights(file("straight.safetensors"));
+  const Weights b = loadWeights(file("resumed.safetensors"));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second, b[i].second) << a[i].first;
+}
+
+TEST_F(TrainDistributedTest, ResumeWithoutAGoodCheckpointFails) {
+  fs::create_directories(file("empty"));
+  const RunResult run = runKolo("train --model mlp --steps 2 --quiet --resume " + file("empty"));
+  EXPECT_NE(run.exitCode, 0);
+  EXPECT_NE(run.output.find("no good checkpoint"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(file("empty")), std::string::npos) << run.output;
+}
+
+TEST_F(TrainDistributedTest, FailingRankUnderWorkersIsReported) {
+  const RunResult run =
+      runKolo("train --workers 2 --model mlp --train-limit 640 --batch 64 --steps 6 --quiet "
+              "--fail-at-step 2:1");
+  EXPECT_NE(run.exitCode, 0) << run.output;
+  EXPECT_NE(run.output.find("rank 1: failure injected before step 2"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("rank 1 (pid"), std::string::npos) << run.output;
+}
+
+TEST_F(TrainDistributedTest, BatchThatDoesNotSplitFailsClearly) {
+  const RunResult run =
+      runKolo("train --model mlp --steps 1 --batch 66 --strategy mirrored --replicas 4");
+  EXPECT_NE(run.exitCode, 0);
+  EXPECT_NE(run.output.find("--batch 66 does not split evenly over 4 replicas"), std::string::npos)
+      << run.output;
+}
+
+}  // namespace
