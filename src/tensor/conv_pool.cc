@@ -1,0 +1,373 @@
+// Convolution (im2col + one GEMM per image, NCHW, weights [O, C, kh, kw]) and max-pooling.
+// One image's column buffer stays in cache between im2col and its GEMM; backward rebuilds
+// the columns per image instead of keeping N of them alive from forward.
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "tensor/dispatch.h"
+#include "tensor/gemm.h"
+#include "tensor/kernels.h"
+
+// GCC turns short copy and fill loops into memcpy/memset calls; for the 8..24-element rows
+// of small images the call costs more than the copy, so the row loops below opt out, and
+// get an AVX2 clone (picked at load time) on x86-64, whose baseline build has SSE only.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define KOLO_ROW_LOOPS \
+  __attribute__((optimize("no-tree-loop-distribute-patterns"), target_clones("avx2", "default")))
+#elif defined(__GNUC__) && !defined(__clang__)
+#define KOLO_ROW_LOOPS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define KOLO_ROW_LOOPS
+#endif
+
+namespace kolo::kernels {
+
+namespace {
+
+struct ConvGeometry {
+  int64_t n, c, h, w, o, kh, kw, oh, ow;
+};
+
+ConvGeometry convGeometry(const Tensor& x, const Tensor& w, const Conv2dParams& p) {
+  KOLO_CHECK(x.dim() == 4, "conv2d: input must be [N, C, H, W], got ", shapeString(x.shape()));
+  KOLO_CHECK(w.dim() == 4, "conv2d: weight must be [O, C, kh, kw], got ", shapeString(w.shape()));
+  KOLO_CHECK(x.shape()[1] == w.shape()[1], "conv2d: input ", shapeString(x.shape()), " has ", x.shape()[1],
+             " channels but weight ", shapeString(w.shape()), " expects ", w.shape()[1]);
+  KOLO_CHECK(p.strideH > 0 && p.strideW > 0 && p.padH >= 0 && p.padW >= 0, "conv2d: stride ", p.strideH, "x",
+             p.strideW, ", padding ", p.padH, "x", p.padW);
+  ConvGeometry g{x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3], w.shape()[0], w.shape()[2], w.shape()[3], 0, 0};
+  g.oh = (g.h + 2 * p.padH - g.kh) / p.strideH + 1;
+  g.ow = (g.w + 2 * p.padW - g.kw) / p.strideW + 1;
+  KOLO_CHECK(g.h + 2 * p.padH >= g.kh && g.w + 2 * p.padW >= g.kw && g.oh > 0 && g.ow > 0, "conv2d: kernel ",
+             g.kh, "x", g.kw, " larger than padded input ", shapeString(x.shape()));
+  return g;
+}
+
+// ceil(a / b) for b > 0 and any sign of a.
+int64_t ceilDiv(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+// Output positions [lo, hi) along one axis whose input index o * stride - pad + k lies
+// inside [0, inSize); the others read padding.
+struct Span {
+  int64_t lo, hi;
+};
+Span validSpan(int64_t outSize, int64_t inSize, int64_t stride, int64_t pad, int64_t k) {
+  Span s{std::max<int64_t>(0, ceilDiv(pad - k, stride)), std::min(outSize, ceilDiv(inSize + pad - k, stride))};
+  if (s.hi < s.lo) s.hi = s.lo;
+  return s;
+}
+
+// col [C*kh*kw, oh*ow] from one image [C, H, W]; padding reads as zero.
+template <class T>
+KOLO_ROW_LOOPS void im2col(const T* __restrict img, const ConvGeometry& g, const Conv2dParams& p,
+                           T* __restrict col) {
+  const int64_t spatial = g.oh * g.ow;
+  if (p.strideH == 1 && p.strideW == 1 && p.padH == 0 && p.padW == 0) {
+    // Row (c, ki, kj) is the oh x ow window of plane c shifted by (ki, kj).
+    for (int64_t c = 0; c < g.c; ++c)
+      for (int64_t ki = 0; ki < g.kh; ++ki)
+        for (int64_t kj = 0; kj < g.kw; ++kj) {
+          T* dst = col + ((c * g.kh + ki) * g.kw + kj) * spatial;
+          const T* src = img + (c * g.h + ki) * g.w + kj;
+          for (int64_t y = 0; y < g.oh; ++y, dst += g.ow, src += g.w)
+            for (int64_t x = 0; x < g.ow; ++x) dst[x] = src[x];
+        }
+    return;
+  }
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t ki = 0; ki < g.kh; ++ki) {
+      const Span ys = validSpan(g.oh, g.h, p.strideH, p.padH, ki);
+      for (int64_t kj = 0; kj < g.kw; ++kj) {
+        const Span xs = validSpan(g.ow, g.w, p.strideW, p.padW, kj);
+        T* row = col + ((c * g.kh + ki) * g.kw + kj) * spatial;
+        for (int64_t i = 0; i < ys.lo * g.ow; ++i) row[i] = T(0);
+        for (int64_t i = ys.hi * g.ow; i < spatial; ++i) row[i] = T(0);
+        for (int64_t y = ys.lo; y < ys.hi; ++y) {
+          T* dst = row + y * g.ow;
+          const T* src = img + (c * g.h + y * p.strideH - p.padH + ki) * g.w + kj - p.padW;
+          for (int64_t x = 0; x < xs.lo; ++x) dst[x] = T(0);
+          if (p.strideW == 1) {
+            for (int64_t x = xs.lo; x < xs.hi; ++x) dst[x] = src[x];
+          } else {
+            for (int64_t x = xs.lo; x < xs.hi; ++x) dst[x] = src[x * p.strideW];
+          }
+          for (int64_t x = xs.hi; x < g.ow; ++x) dst[x] = T(0);
+        }
+      }
+    }
+}
+
+// Adds col [C*kh*kw, oh*ow] back into image [C, H, W] (the adjoint of im2col).
+template <class T>
+KOLO_ROW_LOOPS void col2im(const T* __restrict col, const ConvGeometry& g, const Conv2dParams& p,
+                           T* __restrict img) {
+  const int64_t spatial = g.oh * g.ow;
+  if (p.strideH == 1 && p.strideW == 1 && p.padH == 0 && p.padW == 0) {
+    for (int64_t c = 0; c < g.c; ++c)
+      for (int64_t ki = 0; ki < g.kh; ++ki)
+        for (int64_t kj = 0; kj < g.kw; ++kj) {
+          const T* src = col + ((c * g.kh + ki) * g.kw + kj) * spatial;
+          T* dst = img + (c * g.h + ki) * g.w + kj;
+          for (int64_t y = 0; y < g.oh; ++y, src += g.ow, dst += g.w)
+            for (int64_t x = 0; x < g.ow; ++x) dst[x] += src[x];
+        }
+    return;
+  }
+  for (int64_t c = 0; c < g.c; ++c)
+    for (int64_t ki = 0; ki < g.kh; ++ki) {
+      const Span ys = validSpan(g.oh, g.h, p.strideH, p.padH, ki);
+      for (int64_t kj = 0; kj < g.kw; ++kj) {
+        const Span xs = validSpan(g.ow, g.w, p.strideW, p.padW, kj);
+        const T* row = col + ((c * g.kh + ki) * g.kw + kj) * spatial;
+        for (int64_t y = ys.lo; y < ys.hi; ++y) {
+          const T* src = row + y * g.ow;
+          T* dst = img + (c * g.h + y * p.strideH - p.padH + ki) * g.w + kj - p.padW;
+          if (p.strideW == 1) {
+            for (int64_t x = xs.lo; x < xs.hi; ++x) dst[x] += src[x];
+          } else {
+            for (int64_t x = xs.lo; x < xs.hi; ++x) dst[x * p.strideW] += src[x];
+          }
+        }
+      }
+    }
+}
+
+// Sum of n contiguous values with eight independent partial sums (vectorisable).
+template <class T>
+T sumContiguous(const T* p, int64_t n) {
+  T part[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) part[j] += p[i + j];
+  T total = T(0);
+  for (; i < n; ++i) total += p[i];
+  for (int j = 0; j < 8; ++j) total += part[j];
+  return total;
+}
+
+bool isPointwise(const ConvGeometry& g, const Conv2dParams& p) {
+  return g.kh == 1 && g.kw == 1 && p.strideH == 1 && p.strideW == 1 && p.padH == 0 && p.padW == 0;
+}
+
+}  // namespace
+
+Tensor conv2dForward(const Tensor& x0, const Tensor& w0, const Tensor& bias, const Conv2dParams& p) {
+  const ConvGeometry g = convGeometry(x0, w0, p);
+  Tensor x = x0.contiguous(), w = w0.contiguous();
+  KOLO_CHECK(x.dtype() == w.dtype(), "conv2d: dtypes ", dtypeName(x.dtype()), " and ", dtypeName(w.dtype()));
+  if (bias.defined())
+    KOLO_CHECK(bias.dim() == 1 && bias.shape()[0] == g.o, "conv2d: bias ", shapeString(bias.shape()),
+               " for ", g.o, " output channels");
+  Tensor out = Tensor::empty({g.n, g.o, g.oh, g.ow}, x.dtype());
+  const int64_t ckk = g.c * g.kh * g.kw, spatial = g.oh * g.ow;
+  const bool pointwise = isPointwise(g, p);
+  detail::dispatchFloat(x.dtype(), "conv2d", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    std::vector<T> col(pointwise ? 0 : static_cast<size_t>(ckk * spatial));
+    const T* px = x.data<T>();
+    const T* pw = w.data<T>();
+    T* po = out.data<T>();
+    Tensor b = bias.defined() ? bias.to(x.dtype()).contiguous() : Tensor();
+    for (int64_t n = 0; n < g.n; ++n) {
+      T* on = po + n * g.o * spatial;
+      // The GEMM accumulates onto the bias rows (beta = 1) instead of a second pass.
+      T beta = T(0);
+      if (b.defined()) {
+        const T* pb = b.data<T>();
+        for (int64_t o = 0; o < g.o; ++o) std::fill(on + o * spatial, on + (o + 1) * spatial, pb[o]);
+        beta = T(1);
+      }
+      const T* xn = px + n * g.c * g.h * g.w;
+      if (!pointwise) im2col(xn, g, p, col.data());
+      // out_n [O, S] = W [O, CKK] @ col_n [CKK, S]
+      detail::gemm<T>(CblasNoTrans, CblasNoTrans, g.o, spatial, ckk, T(1), pw, ckk, pointwise ? xn : col.data(),
+                      spatial, beta, on, spatial);
+    }
+  });
+  return out;
+}
+
+void conv2dBackward(const Tensor& grad0, const Tensor& x0, const Tensor& w0, const Conv2dParams& p,
+                    Tensor* gradX, Tensor* gradW, Tensor* gradB) {
+  const ConvGeometry g = convGeometry(x0, w0, p);
+  Tensor x = x0.contiguous(), w = w0.contiguous(), grad = grad0.contiguous();
+  KOLO_CHECK(grad.shape() == (Shape{g.n, g.o, g.oh, g.ow}), "conv2d backward: gradient ",
+             shapeString(grad.shape()), " for output [", g.n, ", ", g.o, ", ", g.oh, ", ", g.ow, "]");
+  const int64_t ckk = g.c * g.kh * g.kw, spatial = g.oh * g.ow, imageSize = g.c * g.h * g.w;
+  const bool pointwise = isPointwise(g, p);
+  if (gradX) *gradX = Tensor::empty(x.shape(), x.dtype());
+  if (gradW) *gradW = Tensor::zeros(w.shape(), w.dtype());
+  if (gradB) *gradB = Tensor::zeros({g.o}, w.dtype());
+  detail::dispatchFloat(x.dtype(), "conv2d backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    std::vector<T> col(pointwise ? 0 : static_cast<size_t>(ckk * spatial));
+    const T* px = x.data<T>();
+    const T* pw = w.data<T>();
+    const T* pg = grad.data<T>();
+    for (int64_t n = 0; n < g.n; ++n) {
+      const T* gn = pg + n * g.o * spatial;  // (O, S)
+      if (gradB) {
+        T* pb = gradB->data<T>();
+        for (int64_t o = 0; o < g.o; ++o) pb[o] += sumContiguous(gn + o * spatial, spatial);
+      }
+      if (gradW) {
+        const T* xn = px + n * imageSize;
+        if (!pointwise) im2col(xn, g, p, col.data());
+        // dW [O, CKK] += g_n [O, S] @ col_n^T [S, CKK]
+        detail::gemm<T>(CblasNoTrans, CblasTrans, g.o, ckk, spatial, T(1), gn, spatial, pointwise ? xn : col.data(),
+                        spatial, T(1), gradW->data<T>(), ckk);
+      }
+      if (gradX) {
+        T* dxn = gradX->data<T>() + n * imageSize;
+        // dcol [CKK, S] = W^T [CKK, O] @ g_n [O, S]; a pointwise conv's dcol is dx itself.
+        detail::gemm<T>(CblasTrans, CblasNoTrans, ckk, spatial, g.o, T(1), pw, ckk, gn, spatial, T(0),
+                        pointwise ? dxn : col.data(), spatial);
+        if (!pointwise) {
+          std::memset(dxn, 0, sizeof(T) * imageSize);
+          col2im(col.data(), g, p, dxn);
+        }
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------- max pooling
+
+namespace {
+
+// One [h, w] plane without padding, window K (compile-time when K > 0, else k) and stride s.
+// Branch-free selects: which element of a window wins is data-dependent and unpredictable.
+// NaN wins and propagates (as in PyTorch); ties keep the first index.
+template <class T, int K>
+void poolPlaneNoPad(const T* in, int64_t w, int64_t k0, int64_t s, int64_t oh, int64_t ow, T* out, int32_t* idx) {
+  const int64_t k = K > 0 ? K : k0;
+  for (int64_t y = 0; y < oh; ++y)
+    for (int64_t xx = 0; xx < ow; ++xx) {
+      const int64_t base = y * s * w + xx * s;
+      T best = in[base];
+      int32_t arg = static_cast<int32_t>(base);
+      for (int64_t ki = 0; ki < k; ++ki)
+        for (int64_t kj = 0; kj < k; ++kj) {
+          const int64_t at = base + ki * w + kj;
+          const T v = in[at];
+          const bool take = (v > best) | (v != v);
+          best = take ? v : best;
+          arg = take ? static_cast<int32_t>(at) : arg;
+        }
+      out[y * ow + xx] = best;
+      idx[y * ow + xx] = arg;
+    }
+}
+
+// The common 2x2 window with stride 2 and no padding, vectorisable over output columns.
+template <class T>
+KOLO_ROW_LOOPS void poolPlane2x2(const T* __restrict in, int64_t w, int64_t oh, int64_t ow, T* __restrict out,
+                                 int32_t* __restrict idx) {
+  for (int64_t y = 0; y < oh; ++y) {
+    const T* r0 = in + 2 * y * w;
+    const T* r1 = r0 + w;
+    T* o = out + y * ow;
+    int32_t* oi = idx + y * ow;
+    const int32_t rowBase = static_cast<int32_t>(2 * y * w);
+    const int32_t below = static_cast<int32_t>(w);
+    for (int64_t x = 0; x < ow; ++x) {
+      const int32_t at = rowBase + static_cast<int32_t>(2 * x);
+      T best = r0[2 * x];
+      int32_t arg = at;
+      T v = r0[2 * x + 1];
+      bool take = (v > best) | (v != v);
+      best = take ? v : best;
+      arg = take ? at + 1 : arg;
+      v = r1[2 * x];
+      take = (v > best) | (v != v);
+      best = take ? v : best;
+      arg = take ? at + below : arg;
+      v = r1[2 * x + 1];
+      take = (v > best) | (v != v);
+      best = take ? v : best;
+      arg = take ? at + below + 1 : arg;
+      o[x] = best;
+      oi[x] = arg;
+    }
+  }
+}
+
+// One plane with padding: windows are clipped to the image.
+template <class T>
+void poolPlanePadded(const T* in, int64_t h, int64_t w, int64_t k, int64_t s, int64_t pad, int64_t oh, int64_t ow,
+                     T* out, int32_t* idx) {
+  for (int64_t y = 0; y < oh; ++y) {
+    const int64_t y0 = std::max<int64_t>(y * s - pad, 0), y1 = std::min(y * s - pad + k, h);
+    for (int64_t xx = 0; xx < ow; ++xx) {
+      const int64_t x0 = std::max<int64_t>(xx * s - pad, 0), x1 = std::min(xx * s - pad + k, w);
+      T best = -std::numeric_limits<T>::infinity();
+      int32_t arg = static_cast<int32_t>(y0 * w + x0);
+      for (int64_t iy = y0; iy < y1; ++iy)
+        for (int64_t ix = x0; ix < x1; ++ix) {
+          const T v = in[iy * w + ix];
+          const bool take = (v > best) | (v != v);
+          best = take ? v : best;
+          arg = take ? static_cast<int32_t>(iy * w + ix) : arg;
+        }
+      out[y * ow + xx] = best;
+      idx[y * ow + xx] = arg;
+    }
+  }
+}
+
+}  // namespace
+
+Tensor maxPool2dForward(const Tensor& x0, int64_t k, int64_t s, int64_t pad, Tensor* indices) {
+  KOLO_CHECK(x0.dim() == 4, "maxPool2d: input must be [N, C, H, W], got ", shapeString(x0.shape()));
+  KOLO_CHECK(k > 0 && s > 0 && pad >= 0 && 2 * pad <= k, "maxPool2d: kernel ", k, ", stride ", s, ", padding ", pad);
+  Tensor x = x0.contiguous();
+  const int64_t n = x.shape()[0], c = x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  KOLO_CHECK(h + 2 * pad >= k && w + 2 * pad >= k, "maxPool2d: kernel ", k, " larger than input ",
+             shapeString(x.shape()));
+  KOLO_CHECK(h * w <= std::numeric_limits<int32_t>::max(), "maxPool2d: plane of ", h, "x", w,
+             " too large for i32 indices");
+  const int64_t oh = (h + 2 * pad - k) / s + 1, ow = (w + 2 * pad - k) / s + 1;
+  Tensor out = Tensor::empty({n, c, oh, ow}, x.dtype());
+  Tensor idx = Tensor::empty({n, c, oh, ow}, DType::I32);
+  detail::dispatchFloat(x.dtype(), "maxPool2d", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    int32_t* pi = idx.data<int32_t>();
+    for (int64_t plane = 0; plane < n * c; ++plane) {
+      const T* in = px + plane * h * w;
+      T* o = po + plane * oh * ow;
+      int32_t* oi = pi + plane * oh * ow;
+      if (pad > 0) poolPlanePadded(in, h, w, k, s, pad, oh, ow, o, oi);
+      else if (k == 2 && s == 2) poolPlane2x2(in, w, oh, ow, o, oi);
+      else if (k == 2) poolPlaneNoPad<T, 2>(in, w, k, s, oh, ow, o, oi);
+      else if (k == 3) poolPlaneNoPad<T, 3>(in, w, k, s, oh, ow, o, oi);
+      else poolPlaneNoPad<T, 0>(in, w, k, s, oh, ow, o, oi);
+    }
+  });
+  if (indices) *indices = idx;
+  return out;
+}
+
+Tensor maxPool2dBackward(const Tensor& grad0, const Tensor& indices, const Shape& xShape) {
+  Tensor grad = grad0.contiguous();
+  KOLO_CHECK(xShape.size() == 4 && grad.dim() == 4 && indices.shape() == grad.shape() &&
+                 indices.dtype() == DType::I32 && indices.isContiguous(),
+             "maxPool2d backward: gradient ", shapeString(grad.shape()), " and indices ",
+             shapeString(indices.shape()), " for input ", shapeString(xShape));
+  Tensor out = Tensor::zeros(xShape, grad.dtype());
+  const int64_t planes = xShape[0] * xShape[1], hw = xShape[2] * xShape[3];
+  const int64_t ohw = grad.shape()[2] * grad.shape()[3];
+  detail::dispatchFloat(grad.dtype(), "maxPool2d backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* pg = grad.data<T>();
+    const int32_t* pi = indices.data<int32_t>();
+    T* po = out.data<T>();
+    for (int64_t plane = 0; plane < planes; ++plane)
+      for (int64_t i = 0; i < ohw; ++i) po[plane * hw + pi[plane * ohw + i]] += pg[plane * ohw + i];
+  });
+  return out;
+}
+
+}  // namespace kolo::kernels
