@@ -237,8 +237,14 @@ size_t ShmChannel::readSome(void* data, size_t bytes) {
   if (first < n) std::memcpy(static_cast<uint8_t*>(data) + first, inData_, n - first);
   inHead_ += n;
   in_.head.store(inHead_, std::memory_order_release);
-  ringDoorbell(peerBell_);  // the peer may be waiting for ring space
+  consumed_ = true;
   return n;
+}
+
+void ShmChannel::readsDone() {
+  if (!consumed_) return;
+  consumed_ = false;
+  ringDoorbell(peerBell_);  // the peer may be waiting for ring space
 }
 
 bool ShmChannel::peerAlive() { return processAlive(peerPid_); }

@@ -22,6 +22,9 @@ class Channel {
   /// single ring update or one sendmsg); returns the bytes moved from a and b together.
   virtual size_t writeSome2(const void* a, size_t aBytes, const void* b, size_t bBytes);
   virtual size_t readSome(void* data, size_t bytes) = 0;
+  /// Called after a burst of readSome calls: tells a writer that may wait for space (one
+  /// wake-up per burst instead of one per read).
+  virtual void readsDone() {}
   /// Socket to poll() when sleeping, or -1 for shared memory (which uses the doorbell).
   virtual int pollFd() const { return -1; }
   /// Slow liveness check (a /proc lookup for shared memory); false when the peer is gone.
@@ -99,6 +102,7 @@ class ShmChannel : public Channel {
   size_t writeSome(const void* data, size_t bytes) override;
   size_t writeSome2(const void* a, size_t aBytes, const void* b, size_t bBytes) override;
   size_t readSome(void* data, size_t bytes) override;
+  void readsDone() override;
   bool peerAlive() override;
   const char* kind() const override { return "shm"; }
   int peerCpu() const override { return peerBell_.cpu.load(std::memory_order_relaxed); }
@@ -118,6 +122,7 @@ class ShmChannel : public Channel {
   uint64_t outHeadSeen_ = 0;   // last head of out_ we read
   uint64_t inHead_ = 0;        // our copy of in_.head
   uint64_t inTailSeen_ = 0;    // last tail of in_ we read
+  bool consumed_ = false;      // readSome freed ring space since the last readsDone
   int peerPid_;
 };
 

@@ -298,6 +298,7 @@ void Engine::progressPeer(int peer) {
       p.sends.pop_front();
     }
     readFrames(peer);
+    ch.readsDone();
   } catch (const IoError& e) {
     breakPeer(peer, std::string("rank ") + std::to_string(peer) + " is gone: " + e.what());
   }
