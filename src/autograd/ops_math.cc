@@ -15,6 +15,14 @@ using Grads = std::vector<Tensor>;
 namespace {
 bool req(const Tensor& t) { return t.defined() && t.requiresGrad(); }
 Tensor bin(BinaryOp op, const Tensor& a, const Tensor& b) { return kernels::binary(op, a, b); }
+
+// True when `g` is the only handle on its elements: the engine hands each node its incoming
+// gradient as the sole reference, so a backward may overwrite it instead of allocating.
+bool solelyOwned(const Tensor& g) {
+  const TensorImpl* impl = g.impl();
+  return impl && g.implPtr().use_count() == 1 && impl->storage.use_count() == 1 &&
+         impl->storage->bytes.use_count() == 1 && !impl->autograd && g.isContiguous();
+}
 }  // namespace
 
 // ---------------------------------------------------------------- arithmetic
@@ -152,7 +160,14 @@ Tensor relu(const Tensor& x) {
   Tensor out = kernels::unary(kernels::UnaryOp::Relu, x);
   if (!autograd::needsRecord({&x})) return out;
   Tensor y = out.detach();
-  return record(out, {x}, "ReluBackward", [y](const Tensor& g) { return Grads{kernels::reluBackward(g, y)}; });
+  return record(out, {x}, "ReluBackward", [y](const Tensor& g) {
+    if (solelyOwned(g) && g.dtype() == y.dtype()) {
+      Tensor inPlace = g;
+      kernels::reluBackwardInPlace(inPlace, y);
+      return Grads{inPlace};
+    }
+    return Grads{kernels::reluBackward(g, y)};
+  });
 }
 
 Tensor gelu(const Tensor& x) {

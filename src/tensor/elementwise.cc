@@ -214,6 +214,19 @@ Tensor reluBackward(const Tensor& grad, const Tensor& y) {
   return mapBinarySame(grad, y, "relu backward", [](auto g, auto v) { return v > 0 ? g : decltype(g)(0); });
 }
 
+void reluBackwardInPlace(Tensor& grad, const Tensor& y0) {
+  KOLO_CHECK(grad.isContiguous() && grad.shape() == y0.shape() && grad.dtype() == y0.dtype(),
+             "relu backward in place: gradient ", shapeString(grad.shape()), " ", dtypeName(grad.dtype()),
+             " for output ", shapeString(y0.shape()), " ", dtypeName(y0.dtype()));
+  Tensor y = y0.contiguous();
+  detail::dispatchFloat(grad.dtype(), "relu backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* pg = grad.data<T>();
+    const T* py = y.data<T>();
+    for (int64_t i = 0, n = grad.numel(); i < n; ++i) pg[i] = py[i] > 0 ? pg[i] : T(0);
+  });
+}
+
 Tensor geluBackward(const Tensor& grad, const Tensor& x) {
   return mapBinarySame(grad, x, "gelu backward", [](auto g, auto v) {
     const double cdf = 0.5 * (1.0 + std::erf(v * kInvSqrt2));

@@ -50,6 +50,9 @@ Tensor powScalar(const Tensor& x, double p);
 
 /// Gradients of the activations given the saved input x or output y.
 Tensor reluBackward(const Tensor& grad, const Tensor& y);
+/// reluBackward written over grad's own elements (grad contiguous, shape and dtype of y);
+/// for a gradient buffer that nothing else references.
+void reluBackwardInPlace(Tensor& grad, const Tensor& y);
 Tensor geluBackward(const Tensor& grad, const Tensor& x);
 Tensor tanhBackward(const Tensor& grad, const Tensor& y);
 Tensor sigmoidBackward(const Tensor& grad, const Tensor& y);

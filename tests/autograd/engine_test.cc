@@ -118,6 +118,20 @@ TEST(Engine, ExplicitSeedAndErrors) {
   EXPECT_THROW(Tensor::ones({2}).backward(), InvalidArgument);
 }
 
+TEST(Engine, BackwardReusingItsIncomingGradientLeavesSharedOnesIntact) {
+  // d/dx sum(relu(x) + x + relu(x) * 3) = [x > 0] * 4 + 1: the add nodes hand the same
+  // gradient to a leaf and to both relus, so none of them may overwrite it.
+  Tensor x = Tensor::fromVector({4}, std::vector<float>{-1, 2, -3, 4}).setRequiresGrad();
+  sum(add(add(relu(x), x), mul(relu(x), Tensor::scalar(3.0)))).backward();
+  EXPECT_EQ(x.grad().toFloatVector(), (std::vector<float>{1, 5, 1, 5}));
+  // A seed the caller keeps must come back unchanged.
+  Tensor y = Tensor::fromVector({3}, std::vector<float>{-1, 1, 2}).setRequiresGrad();
+  Tensor seed = Tensor::fromVector({3}, std::vector<float>{7, 8, 9});
+  relu(y).backward(seed);
+  EXPECT_EQ(seed.toFloatVector(), (std::vector<float>{7, 8, 9}));
+  EXPECT_EQ(y.grad().toFloatVector(), (std::vector<float>{0, 8, 9}));
+}
+
 TEST(Errors, WrongShapesNameBothShapes) {
   Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4, 5});
   try {
