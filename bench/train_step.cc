@@ -1,12 +1,13 @@
 // Times one training step (zero grad + forward + cross-entropy + backward + SGD momentum
-// update) of the built-in mlp and cnn at batch 128 on one thread, on the first 1024
-// Fashion-MNIST training images cycled, as bench/peers/torch_single_step.py does in PyTorch.
-// Prints one JSON line per model with the median step time.
+// update) of the built-in mlp and cnn at batch 128 (or --batch B) on one thread, on the
+// first 1024 Fashion-MNIST training images cycled, as bench/peers/torch_single_step.py does
+// in PyTorch. Prints one JSON line per model with the median step time.
 #include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@ struct Config {
   int warmup;
   int steps;
   double lr;
+  int64_t batch;
 };
 
 double median(std::vector<double> v) {
@@ -40,9 +42,9 @@ void runModel(const Config& config, const kolo::Tensor& images, const kolo::Tens
   std::vector<double> total, fwd, bwd, opt;
   double lastLoss = 0.0;
   for (int i = 0; i < config.warmup + config.steps; ++i) {
-    const int64_t j = i % 8;
-    Tensor x = images.slice(0, 128 * j, 128 * (j + 1));
-    Tensor y = labels.slice(0, 128 * j, 128 * (j + 1));
+    const int64_t b = config.batch, j = i % (images.shape()[0] / b);
+    Tensor x = images.slice(0, b * j, b * (j + 1));
+    Tensor y = labels.slice(0, b * j, b * (j + 1));
     const auto t0 = std::chrono::steady_clock::now();
     Tensor loss = nn::crossEntropy(model->forward(x), y);
     const auto t1 = std::chrono::steady_clock::now();
@@ -75,10 +77,10 @@ void runModel(const Config& config, const kolo::Tensor& images, const kolo::Tens
     }
   }
   std::printf(
-      "{\"bench\": \"kolo_train_step\", \"model\": \"%s\", \"batch\": 128, \"threads\": 1, \"warmup\": %d, "
+      "{\"bench\": \"kolo_train_step\", \"model\": \"%s\", \"batch\": %lld, \"threads\": 1, \"warmup\": %d, "
       "\"steps\": %d, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, \"fwd_ms_median\": %.3f, "
       "\"bwd_ms_median\": %.3f, \"opt_ms_median\": %.3f, \"final_loss\": %.4f}\n",
-      config.model, config.warmup, config.steps, median(total), *std::min_element(total.begin(), total.end()),
+      config.model, static_cast<long long>(config.batch), config.warmup, config.steps, median(total), *std::min_element(total.begin(), total.end()),
       median(fwd), median(bwd), median(opt), lastLoss);
   std::fflush(stdout);
 }
@@ -89,18 +91,21 @@ int main(int argc, char** argv) {
   openblas_set_num_threads(1);
   std::vector<std::string> models;
   std::string dir = kolo::data::kFashionMnistDir;
+  int64_t batch = 128;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--data") == 0 && i + 1 < argc) dir = argv[++i];
+    else if (std::strcmp(argv[i], "--batch") == 0 && i + 1 < argc) batch = std::atoll(argv[++i]);
     else models.emplace_back(argv[i]);
   }
   if (models.empty()) models = {"mlp", "cnn"};
   try {
+    KOLO_CHECK(batch > 0 && batch <= 1024, "train_step: --batch ", batch, " outside [1, 1024]");
     kolo::data::FashionMnist train(dir, true);
     kolo::Tensor images = train.inputs().slice(0, 0, 1024).contiguous();
     kolo::Tensor labels = train.labels().slice(0, 0, 1024).contiguous();
     for (const auto& m : models) {
-      if (m == "mlp") runModel({"mlp", 30, 300, 0.05}, images, labels);
-      else if (m == "cnn") runModel({"cnn", 10, 40, 0.02}, images, labels);
+      if (m == "mlp") runModel({"mlp", 30, 300, 0.05, batch}, images, labels);
+      else if (m == "cnn") runModel({"cnn", 10, 40, 0.02, batch}, images, labels);
       else KOLO_THROW(kolo::InvalidArgument, "unknown model '", m, "' (mlp, cnn)");
     }
   } catch (const kolo::Error& e) {

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """PyTorch peer of bench/train_step.cc: one training step (zero_grad + forward + loss +
-backward + SGD momentum 0.9) of the built-in mlp / cnn at batch 128 on one thread, on the
-first 1024 Fashion-MNIST training images cycled; warm-up 30 / 10, timed 300 / 40 steps.
+backward + SGD momentum 0.9) of the built-in mlp / cnn at batch 128 (or --batch B) on one
+thread, on the first 1024 Fashion-MNIST training images cycled; warm-up 30 / 10, timed
+300 / 40 steps.
 Set OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 before starting (train_step.sh
 does). Prints one JSON line per model with the median step time.
-Usage: /usr/bin/python3 bench/peers/torch_single_step.py [mlp] [cnn]
+Usage: /usr/bin/python3 bench/peers/torch_single_step.py [--batch B] [mlp] [cnn]
 """
 import gzip
 import json
@@ -50,7 +51,12 @@ def median(v):
 
 def main():
     torch.set_num_threads(1)
-    models = sys.argv[1:] or ["mlp", "cnn"]
+    args = sys.argv[1:]
+    batch = 128
+    if len(args) >= 2 and args[0] == "--batch":
+        batch = int(args[1])
+        args = args[2:]
+    models = args or ["mlp", "cnn"]
     images = read_idx(os.path.join(FMNIST_DIR, "train-images-idx3-ubyte.gz"), 1024)
     labels = read_idx(os.path.join(FMNIST_DIR, "train-labels-idx1-ubyte.gz"), 1024)
     X = torch.from_numpy(images.reshape(1024, -1).astype(np.float32) / np.float32(255.0))
@@ -62,8 +68,8 @@ def main():
         lossf = nn.CrossEntropyLoss()
         total = []
         for i in range(WARM[name] + STEPS[name]):
-            j = i % 8
-            xb, yb = X[128 * j:128 * (j + 1)], Y[128 * j:128 * (j + 1)]
+            j = i % (1024 // batch)
+            xb, yb = X[batch * j:batch * (j + 1)], Y[batch * j:batch * (j + 1)]
             t0 = time.perf_counter()
             loss = lossf(model(xb), yb)
             loss.backward()
@@ -72,7 +78,7 @@ def main():
             t1 = time.perf_counter()
             if i >= WARM[name]:
                 total.append(t1 - t0)
-        print(json.dumps({"bench": "torch_train_step", "model": name, "batch": 128,
+        print(json.dumps({"bench": "torch_train_step", "model": name, "batch": batch,
                           "threads": torch.get_num_threads(), "warmup": WARM[name],
                           "steps": STEPS[name], "step_ms_median": round(median(total) * 1e3, 3),
                           "step_ms_min": round(min(total) * 1e3, 3),
