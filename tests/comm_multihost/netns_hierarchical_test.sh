@@ -2,7 +2,8 @@
 # Multi-host test on one machine: two network namespaces joined through a bridge act as
 # two hosts with two ranks each (4 `kolo bench` processes meeting through a file store in
 # a shared directory). The hierarchical algorithm (shared memory inside a host, TCP
-# between the hosts) and the flat ring must give correct results across them.
+# between the hosts; above 1 MiB the two-host pipeline) and the flat ring must give
+# correct results across them.
 # Exit 77 (ctest SKIP) with a message where namespaces are forbidden.
 # Usage: netns_hierarchical_test.sh KOLO_BINARY
 set -u
@@ -64,7 +65,7 @@ run_job() {
   fi
 }
 
-run_job allreduce-hierarchical allreduce --algo hierarchical --sizes 4,1000,65536,1000003 -n 3 -w 1
+run_job allreduce-hierarchical allreduce --algo hierarchical --sizes 4,1000,65536,1000003,5000011 -n 3 -w 1
 run_job allreduce-hierarchical-avg allreduce --algo hierarchical --sizes 4K,1M -n 2 -w 1 -d f64 -o avg --out-of-place
 run_job allreduce-ring allreduce --algo ring --sizes 1000,1M -n 2 -w 1
 run_job broadcast broadcast --sizes 1000,1M -n 2 -w 1 -r 3
