@@ -356,7 +356,7 @@ Tensor maxPool2dBackward(const Tensor& grad0, const Tensor& indices, const Shape
                  indices.dtype() == DType::I32 && indices.isContiguous(),
              "maxPool2d backward: gradient ", shapeString(grad.shape()), " and indices ",
              shapeString(indices.shape()), " for input ", shapeString(xShape));
-  Tensor out = Tensor::zeros(xShape, grad.dtype());
+  Tensor out = Tensor::empty(xShape, grad.dtype());
   const int64_t planes = xShape[0] * xShape[1], hw = xShape[2] * xShape[3];
   const int64_t ohw = grad.shape()[2] * grad.shape()[3];
   detail::dispatchFloat(grad.dtype(), "maxPool2d backward", [&](auto tag) {
@@ -364,8 +364,12 @@ Tensor maxPool2dBackward(const Tensor& grad0, const Tensor& indices, const Shape
     const T* pg = grad.data<T>();
     const int32_t* pi = indices.data<int32_t>();
     T* po = out.data<T>();
-    for (int64_t plane = 0; plane < planes; ++plane)
-      for (int64_t i = 0; i < ohw; ++i) po[plane * hw + pi[plane * ohw + i]] += pg[plane * ohw + i];
+    // Zero one plane right before scattering into it, while it is in cache.
+    for (int64_t plane = 0; plane < planes; ++plane) {
+      T* dst = po + plane * hw;
+      std::memset(dst, 0, sizeof(T) * hw);
+      for (int64_t i = 0; i < ohw; ++i) dst[pi[plane * ohw + i]] += pg[plane * ohw + i];
+    }
   });
   return out;
 }
