@@ -36,6 +36,17 @@ rc=$?
 [ $rc -eq 0 ] || { echo "FAIL allreduce --ranks 3 bf16 avg: exit code $rc"; failures=$((failures + 1)); }
 check_rows "allreduce --ranks 3 bf16 avg out of place" 3 "$out"
 
+# More ranks than most test machines have CPUs (bound round robin, oversubscribed), and
+# unbound ranks.
+out=$(timeout 120 "$kolo" bench allreduce --ranks 4 --sizes 1000,4K,1M -n 3 -w 1 --json --timeout 30)
+rc=$?
+[ $rc -eq 0 ] || { echo "FAIL allreduce --ranks 4: exit code $rc"; failures=$((failures + 1)); }
+check_rows "allreduce --ranks 4 (bound round robin)" 3 "$out"
+out=$(timeout 120 "$kolo" bench allreduce --ranks 2 --bind none --sizes 4K,1M -n 3 -w 1 --json --timeout 30)
+rc=$?
+[ $rc -eq 0 ] || { echo "FAIL allreduce --ranks 2 --bind none: exit code $rc"; failures=$((failures + 1)); }
+check_rows "allreduce --ranks 2 --bind none" 2 "$out"
+
 # The table form names its columns.
 out=$(timeout 120 "$kolo" bench allreduce --ranks 2 --sizes 4K -n 2 -w 0)
 if ! grep -q 'busbw(GB/s)' <<<"$out" || ! grep -qE '^ +4096 +1024 .* yes$' <<<"$out"; then
