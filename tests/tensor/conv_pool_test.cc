@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <tuple>
 
 #include "tensor/kernels.h"
@@ -14,6 +15,10 @@ namespace {
 struct ConvCase {
   int64_t n, c, h, w, o, kh, kw, stride, pad;
 };
+void PrintTo(const ConvCase& k, std::ostream* os) {
+  *os << "x [" << k.n << ", " << k.c << ", " << k.h << ", " << k.w << "] w [" << k.o << ", " << k.c << ", " << k.kh
+      << ", " << k.kw << "] stride " << k.stride << " pad " << k.pad;
+}
 
 // out[n,o,y,x] = b[o] + sum_{c,i,j} w[o,c,i,j] * x[n, c, y*s-p+i, x*s-p+j] (zero outside).
 struct DirectConv {
@@ -97,6 +102,9 @@ INSTANTIATE_TEST_SUITE_P(
 struct PoolCase {
   int64_t h, w, k, s, pad;
 };
+void PrintTo(const PoolCase& p, std::ostream* os) {
+  *os << p.h << "x" << p.w << " kernel " << p.k << " stride " << p.s << " pad " << p.pad;
+}
 
 class PoolKernel : public ::testing::TestWithParam<PoolCase> {};
 
