@@ -109,6 +109,36 @@ TEST_F(TrainDistributedTest, StrategiesGiveTheSameWeightsAsOneDevice) {
             1e-4);
 }
 
+TEST_F(TrainDistributedTest, PaddedLastBatchIsTheSameOnTwoRanks) {
+  // 100 samples, batch 64, --pad-last: every epoch is 2 steps, the second padded with the
+  // epoch's first 28 samples; 2 ranks split both batches as one rank trains on them.
+  const std::string common =
+      "train --model mlp --no-shuffle --pad-last --train-limit 100 --batch 64 --optimizer sgd "
+      "--lr 0.05 --quiet --steps 5 --metrics ";
+  RunResult run = runKolo(common + file("one.jsonl") + " --save " + file("one.safetensors"));
+  ASSERT_EQ(run.exitCode, 0) << run.output;
+  run = runKolo(common + file("two.jsonl") + " --save " + file("two.safetensors") +
+                " --workers 2");
+  ASSERT_EQ(run.exitCode, 0) << run.output;
+  const Weights a = loadWeights(file("one.safetensors"));
+  const Weights b = loadWeights(file("two.safetensors"));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_LE(relativeDifference(a[i].second, b[i].second), 1e-5) << a[i].first;
+  // Epochs of 2 steps: 5 steps end in the third epoch.
+  std::ifstream metrics(file("two.jsonl"));
+  std::string line;
+  nlohmann::json last;
+  int lines = 0;
+  while (std::getline(metrics, line)) {
+    last = nlohmann::json::parse(line);
+    ++lines;
+  }
+  EXPECT_EQ(lines, 4);  // three epoch lines and the final line
+  EXPECT_EQ(last["step"], 5);
+  EXPECT_EQ(last["epoch"], 3);
+}
+
 TEST_F(TrainDistributedTest, CrashedRunResumesToTheUninterruptedWeights) {
   // 640 samples, batch 64: 10 steps per epoch; 16 steps cross an epoch boundary. The
   // default recipe's warm-up + cosine schedule and the shuffled order must both continue.
