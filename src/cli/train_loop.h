@@ -182,7 +182,8 @@ std::vector<std::string> workersCommandLine(const std::string& self, int workers
                                             const std::vector<std::string>& trainArgs);
 
 /// Replaces this process with workersCommandLine() of its own `kolo train` arguments
-/// (read from /proc/self/cmdline). Throws IoError when the exec fails; never returns.
+/// (read from /proc/self/cmdline). Throws InvalidArgument inside an already launched job,
+/// IoError when the exec fails; never returns.
 [[noreturn]] void execWorkers(int workers);
 
 }  // namespace kolo::cli

@@ -10,6 +10,7 @@
 #include <iterator>
 
 #include "cli/train_loop.h"
+#include "kolo/comm/init.h"
 #include "kolo/error.h"
 
 namespace kolo::cli {
@@ -70,6 +71,10 @@ std::vector<std::string> ownTrainArgs() {
 }  // namespace
 
 void execWorkers(int workers) {
+  const comm::LaunchInfo launch = comm::detectLaunch();
+  KOLO_CHECK(launch.launcher == "single", "--workers ", workers,
+             " inside a job already launched by ", launch.launcher, " (rank ", launch.rank, " of ",
+             launch.size, "): drop --workers or the outer launcher");
   std::error_code error;
   std::string self = std::filesystem::read_symlink("/proc/self/exe", error).string();
   if (error) self = "/proc/self/exe";
