@@ -46,7 +46,7 @@ void allreduceCase(Communicator& comm, size_t count, DType dtype, ReduceOp op, b
                inPlace ? " in place" : " out of place", ": element ", bad, " is ",
                getValue(dst, static_cast<size_t>(bad), dtype), ", expected ",
                expectedReduction(comm.size(), static_cast<size_t>(bad), op, dtype));
-  if (!inPlace && getValue(send.data(), 0, dtype) != contribution(comm.rank(), 0, op) && count > 0)
+  if (!inPlace && count > 0 && getValue(send.data(), 0, dtype) != contribution(comm.rank(), 0, op))
     KOLO_THROW(Error, "out-of-place allreduce modified its input");
 }
 
