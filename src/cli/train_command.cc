@@ -72,8 +72,7 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--strategy", config->strategy,
                   "one-device, mirrored (--replicas threads), multi-worker-mirrored (one replica "
                   "per rank, under kolo run or --workers) or central-storage")
-      ->check(CLI::IsMember(
-          {"one-device", "mirrored", "multi-worker-mirrored", "central-storage"}))
+      ->check(CLI::IsMember({"one-device", "mirrored", "multi-worker-mirrored", "central-storage"}))
       ->capture_default_str();
   app->add_option("--workers", raw->workers,
                   "run on N ranks of this machine: re-launches itself as kolo run -n N -- kolo "
@@ -83,8 +82,9 @@ Command registerTrain(CLI::App& root) {
                   "replicas in this process (mirrored, central-storage)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app->add_option("--reduction", config->reduction,
-                  "in-process gradient reduction of mirrored: reduce-to-one, hierarchical-copy, ring")
+  app->add_option(
+         "--reduction", config->reduction,
+         "in-process gradient reduction of mirrored: reduce-to-one, hierarchical-copy, ring")
       ->check(CLI::IsMember({"reduce-to-one", "hierarchical-copy", "ring"}))
       ->capture_default_str();
   app->add_option("--algo,--algorithm", config->algorithm,

@@ -86,7 +86,6 @@ std::unique_ptr<optim::LrSchedule> makeSchedule(const Recipe& recipe, int64_t to
   return std::make_unique<optim::WarmupLr>(std::move(cosine), warmup);
 }
 
-
 int64_t countCorrect(nn::Module& model, const data::TensorDataset& dataset, int64_t begin,
                      int64_t end, int64_t chunk) {
   autograd::NoGradGuard noGrad;
@@ -165,8 +164,8 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   if (kind == parallel::StrategyKind::MultiWorkerMirrored) comm_ = parallel::init();
   const int worldSize = comm_ ? comm_->size() : 1;
   KOLO_CHECK(config_.batch % (worldSize * localReplicas) == 0, "--batch ", config_.batch,
-             " does not split evenly over ", worldSize * localReplicas, " replicas (",
-             worldSize, " rank(s) x ", localReplicas, " per rank)");
+             " does not split evenly over ", worldSize * localReplicas, " replicas (", worldSize,
+             " rank(s) x ", localReplicas, " per rank)");
   const int64_t n = train_->size();
   stepsPerEpoch_ = config_.dropLast ? n / config_.batch : (n + config_.batch - 1) / config_.batch;
   KOLO_CHECK(stepsPerEpoch_ > 0, "--batch ", config_.batch, " is larger than the ", n,

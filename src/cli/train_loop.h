@@ -25,10 +25,10 @@ namespace kolo::cli {
 /// Everything `kolo train` can be told. Unset optionals take the recipe's defaults
 /// (see resolveRecipe).
 struct TrainConfig {
-  std::string model = "mlp";      // mlp | cnn
-  std::optional<int64_t> epochs;  // default: the recipe's
-  int64_t steps = 0;              // total optimizer steps; 0 = all epochs
-  int64_t batch = 128;            // the global batch (over every replica of the job)
+  std::string model = "mlp";             // mlp | cnn
+  std::optional<int64_t> epochs;         // default: the recipe's
+  int64_t steps = 0;                     // total optimizer steps; 0 = all epochs
+  int64_t batch = 128;                   // the global batch (over every replica of the job)
   std::optional<std::string> optimizer;  // sgd | adam | adamw
   std::optional<double> lr;
   std::optional<double> momentum;  // sgd only
@@ -51,18 +51,18 @@ struct TrainConfig {
 
   // Distribution (see parallel::strategyOptionsFromNames).
   std::string strategy = "one-device";
-  int replicas = 2;                   // mirrored, central-storage
-  std::string reduction = "ring";     // mirrored: reduce-to-one | hierarchical-copy | ring
-  std::string algorithm = "auto";     // multi-worker-mirrored all-reduce algorithm
-  double bucketMb = 25.0;             // gradient bucket capacity (MiB)
-  double firstBucketMb = 1.0;         // first bucket's capacity (MiB)
-  std::string overlap = "auto";       // auto | on | off: bucket all-reduces during backward
+  int replicas = 2;                // mirrored, central-storage
+  std::string reduction = "ring";  // mirrored: reduce-to-one | hierarchical-copy | ring
+  std::string algorithm = "auto";  // multi-worker-mirrored all-reduce algorithm
+  double bucketMb = 25.0;          // gradient bucket capacity (MiB)
+  double firstBucketMb = 1.0;      // first bucket's capacity (MiB)
+  std::string overlap = "auto";    // auto | on | off: bucket all-reduces during backward
 
   // Checkpoints.
-  std::string checkpointDir;      // "" = none
-  int64_t checkpointEvery = 0;    // steps between checkpoints (0: only at the end)
+  std::string checkpointDir;    // "" = none
+  int64_t checkpointEvery = 0;  // steps between checkpoints (0: only at the end)
   int keepCheckpoints = 3;
-  std::string resumeDir;          // "" = start fresh
+  std::string resumeDir;  // "" = start fresh
 
   /// Steps at the start of the run left out of the steady-state throughput.
   int64_t timingSkip = 20;

@@ -58,8 +58,9 @@ int64_t Trainer::resume(data::DataLoader& loader) {
   std::string problem;
   if (isPrimary()) {
     try {
-      checkpoint::CheckpointManager manager(config_.resumeDir, config_.keepCheckpoints, false,
-                                            [this](const std::string& line) { logger_.warn(line); });
+      checkpoint::CheckpointManager manager(
+          config_.resumeDir, config_.keepCheckpoints, false,
+          [this](const std::string& line) { logger_.warn(line); });
       const std::optional<checkpoint::CheckpointInfo> found = manager.latestGood();
       if (!found) KOLO_THROW(IoError, "--resume ", config_.resumeDir, ": no good checkpoint there");
       const checkpoint::TrainingState state =

@@ -37,8 +37,8 @@ std::vector<std::string> workersCommandLine(const std::string& self, int workers
     }
     args.push_back(word);
   }
-  std::vector<std::string> command = {self, "run", "-n", std::to_string(workers), "--", self,
-                                      "train"};
+  std::vector<std::string> command = {self, "run", "-n",   std::to_string(workers),
+                                      "--", self,  "train"};
   if (!strategyNamed) {
     command.push_back("--strategy");
     command.push_back("multi-worker-mirrored");

@@ -91,7 +91,8 @@ TEST_F(TrainDistributedTest, StrategiesGiveTheSameWeightsAsOneDevice) {
       {"central2", "--strategy central-storage --replicas 2"},
   };
   for (const auto& [name, flags] : variants) {
-    const RunResult run = runKolo(common + "10 --save " + file(name + ".safetensors") + " " + flags);
+    const RunResult run =
+        runKolo(common + "10 --save " + file(name + ".safetensors") + " " + flags);
     ASSERT_EQ(run.exitCode, 0) << name << ":\n" << run.output;
     const Weights got = loadWeights(file(name + ".safetensors"));
     ASSERT_EQ(got.size(), expected.size()) << name;
@@ -104,9 +105,9 @@ TEST_F(TrainDistributedTest, StrategiesGiveTheSameWeightsAsOneDevice) {
   }
   // The runs trained: the weights moved away from the seeded initialisation.
   ASSERT_EQ(runKolo(common + "1 --save " + file("one_step.safetensors")).exitCode, 0);
-  EXPECT_GT(relativeDifference(expected[0].second,
-                               loadWeights(file("one_step.safetensors"))[0].second),
-            1e-4);
+  EXPECT_GT(
+      relativeDifference(expected[0].second, loadWeights(file("one_step.safetensors"))[0].second),
+      1e-4);
 }
 
 TEST_F(TrainDistributedTest, PaddedLastBatchIsTheSameOnTwoRanks) {
@@ -117,8 +118,7 @@ TEST_F(TrainDistributedTest, PaddedLastBatchIsTheSameOnTwoRanks) {
       "--lr 0.05 --quiet --steps 5 --metrics ";
   RunResult run = runKolo(common + file("one.jsonl") + " --save " + file("one.safetensors"));
   ASSERT_EQ(run.exitCode, 0) << run.output;
-  run = runKolo(common + file("two.jsonl") + " --save " + file("two.safetensors") +
-                " --workers 2");
+  run = runKolo(common + file("two.jsonl") + " --save " + file("two.safetensors") + " --workers 2");
   ASSERT_EQ(run.exitCode, 0) << run.output;
   const Weights a = loadWeights(file("one.safetensors"));
   const Weights b = loadWeights(file("two.safetensors"));
@@ -178,8 +178,7 @@ TEST_F(TrainDistributedTest, WorkersResumeAndSkipACorruptCheckpoint) {
   const std::string common =
       "train --workers 2 --model mlp --train-limit 640 --batch 64 --optimizer sgd --lr 0.05 "
       "--quiet ";
-  const RunResult straight =
-      runKolo(common + "--steps 16 --save " + file("straight.safetensors"));
+  const RunResult straight = runKolo(common + "--steps 16 --save " + file("straight.safetensors"));
   ASSERT_EQ(straight.exitCode, 0) << straight.output;
 
   const std::string checkpoints = file("ckpt");
@@ -211,9 +210,9 @@ TEST_F(TrainDistributedTest, ResumeWithoutAGoodCheckpointFails) {
 }
 
 TEST_F(TrainDistributedTest, FailingRankUnderWorkersIsReported) {
-  const RunResult run =
-      runKolo("train --workers 2 --model mlp --train-limit 640 --batch 64 --steps 6 --quiet "
-              "--fail-at-step 2:1");
+  const RunResult run = runKolo(
+      "train --workers 2 --model mlp --train-limit 640 --batch 64 --steps 6 --quiet "
+      "--fail-at-step 2:1");
   EXPECT_NE(run.exitCode, 0) << run.output;
   EXPECT_NE(run.output.find("rank 1: failure injected before step 2"), std::string::npos)
       << run.output;
