@@ -156,6 +156,11 @@ Command registerTrain(CLI::App& root) {
     Trainer trainer(*config, logger);
     const TrainSummary summary = trainer.run();
     if (!trainer.isPrimary()) return 0;
+    if (!config->quiet) {
+      std::fprintf(stderr, "trained %s for %lld steps on %d replica(s): test accuracy %.2f%%\n",
+                   config->model.c_str(), static_cast<long long>(summary.steps),
+                   trainer.strategy().replicas(), 100.0 * summary.testAccuracy);
+    }
     std::printf(
         "test_accuracy %.4f train_loss %.4f steps %lld samples_per_s %.1f steady_samples_per_s "
         "%.1f wall_s %.1f\n",
