@@ -28,11 +28,12 @@ std::string formatRate(double samplesPerSecond) {
   return text;
 }
 
-// The run's identity stored in every checkpoint; a resume with other values is refused.
+// What fixes the weights' shapes and the data order, stored in every checkpoint; a resume
+// with other values is refused. The strategy and the rank count may change on resume: the
+// loader position counts global batches.
 std::map<std::string, std::string> runIdentity(const TrainConfig& config) {
   return {{"model", config.model},
           {"batch", std::to_string(config.batch)},
-          {"strategy", config.strategy},
           {"seed", std::to_string(config.seed)}};
 }
 
@@ -47,6 +48,8 @@ void Trainer::saveCheckpoint(int64_t step, const data::DataLoader& loader) {
   state.epoch = loader.state().epoch;
   state.loader = loader.state();
   state.extra = runIdentity(config_);
+  state.extra["strategy"] = strategy_->name();
+  state.extra["replicas"] = std::to_string(strategy_->replicas());
   const std::string path = manager.save(model().namedParameters(), &optimizer(), state);
   logger_.debug("checkpoint written", {{"dir", path}, {"step", step}});
 }

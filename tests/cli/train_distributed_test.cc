@@ -201,6 +201,29 @@ TEST_F(TrainDistributedTest, WorkersResumeAndSkipACorruptCheckpoint) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second, b[i].second) << a[i].first;
 }
 
+TEST_F(TrainDistributedTest, OneDeviceCheckpointResumesOnTwoRanks) {
+  // The loader position counts global batches, so a run may resume on more ranks.
+  const std::string common =
+      "train --model mlp --train-limit 640 --batch 64 --optimizer sgd --lr 0.05 --quiet ";
+  ASSERT_EQ(runKolo(common + "--steps 14 --save " + file("straight.safetensors")).exitCode, 0);
+  const std::string checkpoints = file("ckpt");
+  ASSERT_EQ(runKolo(common + "--steps 8 --checkpoint-dir " + checkpoints).exitCode, 0);
+  const RunResult resumed = runKolo(common + "--workers 2 --steps 14 --resume " + checkpoints +
+                                    " --save " + file("resumed.safetensors"));
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.output;
+  const Weights a = loadWeights(file("straight.safetensors"));
+  const Weights b = loadWeights(file("resumed.safetensors"));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_LE(relativeDifference(a[i].second, b[i].second), 1e-5) << a[i].first;
+  // Another batch changes the data order: refused by name.
+  const RunResult other = runKolo(
+      "train --model mlp --train-limit 640 --batch 32 --steps 14 --quiet --resume " + checkpoints);
+  EXPECT_NE(other.exitCode, 0);
+  EXPECT_NE(other.output.find("written with --batch 64, this run has 32"), std::string::npos)
+      << other.output;
+}
+
 TEST_F(TrainDistributedTest, ResumeWithoutAGoodCheckpointFails) {
   fs::create_directories(file("empty"));
   const RunResult run = runKolo("train --model mlp --steps 2 --quiet --resume " + file("empty"));
