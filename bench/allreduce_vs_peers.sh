@@ -11,7 +11,9 @@
 #   OUT (folder for the raw JSON lines; default build/bench-peers), KOLO_BENCH_ARGS (extra),
 #   PICK (best: per implementation, rank count and size the round with the highest busbw,
 #   the default, which discounts rounds disturbed by other load alike for every peer;
-#   median: the middle round).
+#   median: the middle round), WAIT_CMD (run before every measurement, e.g. a command that
+#   returns once the machine is idle; other load on a 2-core machine moves these figures
+#   several-fold).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
@@ -34,17 +36,21 @@ kolo_sizes="$(tr ' ' ',' <<<"$sizes")"
 
 echo "# raw results: $results" >&2
 "$out/memcpy_bw" 64 30 | tee -a "$results" >&2
+settle() { if [ -n "${WAIT_CMD:-}" ]; then bash -c "$WAIT_CMD" >&2 || true; fi; }
 for round in $(seq 1 "$rounds"); do
   for np in $nps; do
-    echo "# round $round, $np ranks: kolo" >&2
+    settle
+    echo "# round $round, $np ranks: kolo (load $(cut -d' ' -f1 /proc/loadavg))" >&2
     # shellcheck disable=SC2086
     "$kolo" bench allreduce --ranks "$np" --sizes "$kolo_sizes" --anchor-schedule --json ${KOLO_BENCH_ARGS:-} \
       | tee -a "$results" >&2
-    echo "# round $round, $np ranks: Open MPI" >&2
+    settle
+    echo "# round $round, $np ranks: Open MPI (load $(cut -d' ' -f1 /proc/loadavg))" >&2
     # shellcheck disable=SC2086
     "${mpirun[@]}" -np "$np" "$out/mpi_allreduce" $sizes | tee -a "$results" >&2
     if [ "$have_torch" = 1 ]; then
-      echo "# round $round, $np ranks: gloo" >&2
+      settle
+      echo "# round $round, $np ranks: gloo (load $(cut -d' ' -f1 /proc/loadavg))" >&2
       # shellcheck disable=SC2086
       /usr/bin/python3 "$here/peers/torch_allreduce.py" --np "$np" --sizes $sizes | tee -a "$results" >&2
     fi
