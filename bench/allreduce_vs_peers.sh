@@ -11,9 +11,9 @@
 #   OUT (folder for the raw JSON lines; default build/bench-peers), KOLO_BENCH_ARGS (extra),
 #   PICK (best: per implementation, rank count and size the round with the highest busbw,
 #   the default, which discounts rounds disturbed by other load alike for every peer;
-#   median: the middle round), WAIT_CMD (run before every measurement, e.g. a command that
-#   returns once the machine is idle; other load on a 2-core machine moves these figures
-#   several-fold).
+#   median: the middle round), IDLE (percent: before every measurement wait until the CPUs
+#   were at least this idle over 2 s, at most IDLE_WAIT seconds (300); other load on a
+#   2-core machine moves these figures several-fold).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
@@ -36,7 +36,23 @@ kolo_sizes="$(tr ' ' ',' <<<"$sizes")"
 
 echo "# raw results: $results" >&2
 "$out/memcpy_bw" 64 30 | tee -a "$results" >&2
-settle() { if [ -n "${WAIT_CMD:-}" ]; then bash -c "$WAIT_CMD" >&2 || true; fi; }
+# Waits until the CPUs were at least $IDLE percent idle over 2 s (no-op without IDLE).
+settle() {
+  [ -n "${IDLE:-}" ] || return 0
+  local start idle u n s i w x y z t1 i1
+  start=$(date +%s)
+  while :; do
+    read -r _ u n s i w x y z _ </proc/stat; t1=$((u + n + s + i + w + x + y + z)); i1=$i
+    sleep 2
+    read -r _ u n s i w x y z _ </proc/stat
+    idle=$((100 * (i - i1) / (u + n + s + i + w + x + y + z - t1)))
+    [ "$idle" -ge "$IDLE" ] && return 0
+    if [ $(($(date +%s) - start)) -ge "${IDLE_WAIT:-300}" ]; then
+      echo "# still only $idle% idle after ${IDLE_WAIT:-300} s; measuring anyway" >&2
+      return 0
+    fi
+  done
+}
 for round in $(seq 1 "$rounds"); do
   for np in $nps; do
     settle
