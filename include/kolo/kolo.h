@@ -1,0 +1,25 @@
+// Umbrella header: every public part of kolo in one include.
+// Programs may include the narrower headers instead to keep build times down.
+#pragma once
+
+#include "kolo/autograd.h"
+#include "kolo/checkpoint.h"
+#include "kolo/comm/communicator.h"
+#include "kolo/comm/init.h"
+#include "kolo/comm/mpi.h"
+#include "kolo/comm/native.h"
+#include "kolo/comm/store.h"
+#include "kolo/comm/stores.h"
+#include "kolo/data.h"
+#include "kolo/dtype.h"
+#include "kolo/error.h"
+#include "kolo/nn/nn.h"
+#include "kolo/observe.h"
+#include "kolo/ops.h"
+#include "kolo/optim.h"
+#include "kolo/parallel/distributed.h"
+#include "kolo/parallel/reducer.h"
+#include "kolo/parallel/replica_group.h"
+#include "kolo/parallel/strategy.h"
+#include "kolo/safetensors.h"
+#include "kolo/tensor.h"
