@@ -34,6 +34,9 @@ class Node {
 struct AutogradMeta {
   bool requiresGrad = false;
   Tensor grad;
+  // True after zeroGrad(): `grad` holds stale values that stand for zeros. The next
+  // gradient overwrites instead of adding; Tensor::grad() fills the zeros on first read.
+  bool gradIsZero = false;
   std::shared_ptr<Node> gradFn;
   std::shared_ptr<Node> accumulator;
   std::map<int, std::function<void(Tensor&)>> hooks;
@@ -70,6 +73,21 @@ Tensor record(Tensor out, const std::vector<Tensor>& inputs, const char* name, B
 /// The node a gradient for `t` flows into: its gradFn, or its leaf accumulator; null when
 /// t does not require grad.
 std::shared_ptr<Node> gradientEdge(const Tensor& t);
+
+/// Where a backward function may write the gradient of one input directly: the leaf's
+/// gradient buffer, overwritten (accumulate false) or added to (accumulate true).
+struct GradTarget {
+  Tensor buffer;
+  bool accumulate = false;
+};
+
+/// Inside a node's backward function during runBackward: offers the gradient buffer of input
+/// `input` when that input is a leaf whose gradient this node completes alone (no other
+/// contribution pending) and the buffer is contiguous with `shape` and `dtype`. On true the
+/// caller must write the full gradient into target->buffer (beta 0 or 1 per `accumulate`)
+/// and return an undefined tensor for that input; the engine then fires the leaf's
+/// gradient-ready hooks as if it had accumulated it.
+bool takeGradTarget(size_t input, const Shape& shape, DType dtype, GradTarget* target);
 
 /// Runs a backward pass from root with seed gradient (ones when undefined and root has one
 /// element). Leaves accumulate into .grad(); each leaf's hooks fire as soon as the last

@@ -141,7 +141,9 @@ class Tensor {
   /// The accumulated gradient (undefined until a backward pass reaches this leaf).
   Tensor grad() const;
   void setGrad(const Tensor& grad);
-  /// Sets the gradient to zero if defined (keeps its storage, as DDP buckets view it).
+  /// Sets the gradient to zero if defined (keeps its storage, as DDP buckets view it). The
+  /// zeros are logical: the next backward overwrites the buffer instead of adding to it, and
+  /// grad() fills the zeros if it is read first.
   void zeroGrad();
   /// Runs reverse-mode differentiation from this tensor. With no argument, this must hold
   /// one element and the seed gradient is 1.

@@ -40,7 +40,11 @@ class AccumulateGrad final : public Node {
     AutogradMeta& meta = *impl->autograd;
     Tensor g = gradOutput;
     if (g.shape() != leaf.shape()) g = kernels::sumToShape(g, leaf.shape());
-    if (!meta.grad.defined()) {
+    if (meta.gradIsZero && meta.grad.dtype() == g.dtype()) {
+      kernels::copyInto(meta.grad, g);
+      meta.gradIsZero = false;
+    } else if (!meta.grad.defined() || meta.gradIsZero) {
+      meta.gradIsZero = false;
       // Steal the incoming buffer when nothing else references it; otherwise copy so that
       // later in-place accumulation cannot write into another tensor.
       if (g.dtype() == leaf.dtype() && g.isContiguous() && g.impl()->storage.use_count() == 1 &&
@@ -53,13 +57,42 @@ class AccumulateGrad final : public Node {
     } else {
       kernels::addInPlace(meta.grad, g);
     }
-    // Copy the hook list: a hook may remove itself.
-    auto hooks = meta.hooks;
-    for (auto& [id, hook] : hooks) hook(meta.grad);
+    fireHooks(meta);
     return {};
   }
 
+  /// Offers the leaf's gradient buffer for a direct write (see takeGradTarget).
+  bool offer(const Shape& shape, DType dtype, GradTarget* target) {
+    std::shared_ptr<TensorImpl> impl = leaf_.lock();
+    if (!impl || impl->autograd == nullptr) return false;
+    Tensor leaf(impl);
+    if (leaf.shape() != shape || leaf.dtype() != dtype) return false;
+    AutogradMeta& meta = *impl->autograd;
+    if (!meta.grad.defined()) {
+      meta.grad = Tensor::empty(shape, dtype);
+      meta.gradIsZero = true;
+    }
+    if (meta.grad.dtype() != dtype || !meta.grad.isContiguous()) return false;
+    target->buffer = meta.grad;
+    target->accumulate = !meta.gradIsZero;
+    meta.gradIsZero = false;
+    return true;
+  }
+
+  /// Completes a gradient written directly into the buffer: fires the hooks.
+  void finishDirect() {
+    std::shared_ptr<TensorImpl> impl = leaf_.lock();
+    if (impl && impl->autograd) fireHooks(*impl->autograd);
+  }
+
  private:
+  static void fireHooks(AutogradMeta& meta) {
+    if (meta.hooks.empty()) return;
+    // Copy the hook list: a hook may remove itself.
+    auto hooks = meta.hooks;
+    for (auto& [id, hook] : hooks) hook(meta.grad);
+  }
+
   std::weak_ptr<TensorImpl> leaf_;
 };
 
@@ -70,7 +103,32 @@ struct ReadyOrder {
   }
 };
 
+/// What takeGradTarget needs to know about the node whose backward runs now.
+struct ApplyContext {
+  Node* node = nullptr;
+  const std::unordered_map<Node*, int>* dependencies = nullptr;
+  const std::unordered_map<Node*, Tensor>* buffers = nullptr;
+  std::vector<char>* taken = nullptr;
+};
+
+thread_local ApplyContext* tApply = nullptr;
+
 }  // namespace
+
+bool takeGradTarget(size_t input, const Shape& shape, DType dtype, GradTarget* target) {
+  ApplyContext* ctx = tApply;
+  if (!ctx || input >= ctx->node->next.size()) return false;
+  Node* next = ctx->node->next[input].get();
+  if (!next || !next->isAccumulator() || (*ctx->taken)[input]) return false;
+  // Only when this edge is the last one into the accumulator and nothing is pending there.
+  auto dep = ctx->dependencies->find(next);
+  if (dep == ctx->dependencies->end() || dep->second != 1 || ctx->buffers->count(next)) return false;
+  for (size_t j = 0; j < ctx->node->next.size(); ++j)
+    if (j != input && ctx->node->next[j].get() == next) return false;
+  if (!static_cast<AccumulateGrad*>(next)->offer(shape, dtype, target)) return false;
+  (*ctx->taken)[input] = 1;
+  return true;
+}
 
 bool isGradEnabled() { return tGradEnabled; }
 void setGradEnabled(bool enabled) { tGradEnabled = enabled; }
@@ -147,6 +205,7 @@ void runBackward(const Tensor& root, const Tensor& seed) {
   buffers[rootNode.get()] = grad;
   std::priority_queue<Node*, std::vector<Node*>, ReadyOrder> ready;
   ready.push(rootNode.get());
+  std::vector<char> taken;
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
@@ -156,10 +215,28 @@ void runBackward(const Tensor& root, const Tensor& seed) {
       buffers.erase(it);
     }
     std::vector<Tensor> outputs;
-    if (input.defined()) outputs = node->apply(input);
+    taken.assign(node->next.size(), 0);
+    if (input.defined()) {
+      ApplyContext ctx{node, &dependencies, &buffers, &taken};
+      ApplyContext* outer = tApply;
+      tApply = &ctx;
+      try {
+        outputs = node->apply(input);
+      } catch (...) {
+        tApply = outer;
+        throw;
+      }
+      tApply = outer;
+    }
     for (size_t i = 0; i < node->next.size(); ++i) {
       Node* next = node->next[i].get();
       if (!next) continue;
+      if (taken[i]) {
+        // Written straight into the leaf's buffer; this was its last contribution.
+        --dependencies[next];
+        static_cast<AccumulateGrad*>(next)->finishDirect();
+        continue;
+      }
       if (i < outputs.size() && outputs[i].defined()) {
         Tensor& slot = buffers[next];
         if (!slot.defined()) {

@@ -263,8 +263,16 @@ Tensor matmul2dOp(const Tensor& a, const Tensor& b) {
   Tensor ad = a.detach(), bd = b.detach();
   bool ra = req(a), rb = req(b);
   return record(out, {a, b}, "MmBackward", [=](const Tensor& g) {
-    return Grads{ra ? kernels::matmul2d(g, kernels::transposeRaw(bd, 0, 1)) : Tensor(),
-                 rb ? kernels::matmul2d(kernels::transposeRaw(ad, 0, 1), g) : Tensor()};
+    Tensor ga = ra ? kernels::matmul2d(g, kernels::transposeRaw(bd, 0, 1)) : Tensor();
+    Tensor gb;
+    autograd::GradTarget target;
+    if (rb) {
+      if (autograd::takeGradTarget(1, bd.shape(), bd.dtype(), &target))
+        kernels::matmul2d(kernels::transposeRaw(ad, 0, 1), g, &target.buffer, target.accumulate ? 1.0 : 0.0);
+      else
+        gb = kernels::matmul2d(kernels::transposeRaw(ad, 0, 1), g);
+    }
+    return Grads{ga, gb};
   });
 }
 }  // namespace
@@ -338,7 +346,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     Tensor g = kernels::reshapeRaw(g0, {-1, outF});
     Tensor gx, gw, gb;
     if (rx) gx = kernels::reshapeRaw(kernels::matmul2d(g, wd), xShape);
-    if (rw) gw = kernels::matmul2d(kernels::transposeRaw(g, 0, 1), xd);
+    autograd::GradTarget target;
+    if (rw) {
+      // Straight into the weight's gradient buffer when the engine offers it.
+      if (autograd::takeGradTarget(1, wd.shape(), wd.dtype(), &target))
+        kernels::matmul2d(kernels::transposeRaw(g, 0, 1), xd, &target.buffer, target.accumulate ? 1.0 : 0.0);
+      else
+        gw = kernels::matmul2d(kernels::transposeRaw(g, 0, 1), xd);
+    }
     if (rb) gb = kernels::sum(g, {0}, false);
     return Grads{gx, gw, gb};
   });

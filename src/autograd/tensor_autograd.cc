@@ -28,7 +28,12 @@ Tensor& Tensor::setRequiresGrad(bool enabled) {
 
 Tensor Tensor::grad() const {
   if (!impl_ || !impl_->autograd) return Tensor();
-  return impl_->autograd->grad;
+  AutogradMeta& meta = *impl_->autograd;
+  if (meta.gradIsZero) {
+    meta.grad.fill(0.0);
+    meta.gradIsZero = false;
+  }
+  return meta.grad;
 }
 
 void Tensor::setGrad(const Tensor& grad) {
@@ -38,11 +43,12 @@ void Tensor::setGrad(const Tensor& grad) {
                " differs from tensor shape ", shapeString(shape()), " ('", name(), "')");
   if (!impl_->autograd) impl_->autograd = std::make_shared<AutogradMeta>();
   impl_->autograd->grad = grad;
+  impl_->autograd->gradIsZero = false;
 }
 
 void Tensor::zeroGrad() {
   if (!impl_ || !impl_->autograd || !impl_->autograd->grad.defined()) return;
-  impl_->autograd->grad.fill(0.0);
+  impl_->autograd->gradIsZero = true;
 }
 
 void Tensor::backward(const Tensor& gradOutput) const { autograd::runBackward(*this, gradOutput); }
