@@ -67,7 +67,8 @@ int forkRanks(const BenchConfig& config, const BenchLaunch& launch) {
   std::fflush(stdout);
   std::fflush(stderr);
 
-  const parallel::CpuBinding binding = parallel::parseCpuBinding(launch.bind);
+  const parallel::CpuBinding binding =
+      launch.ranks > 1 ? parallel::parseCpuBinding(launch.bind) : parallel::CpuBinding::None;
   const std::vector<int> cpus =
       binding == parallel::CpuBinding::None ? std::vector<int>{} : parallel::allowedCpus();
   std::vector<pid_t> children;

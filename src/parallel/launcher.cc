@@ -149,7 +149,10 @@ class Job {
       vars.emplace_back("KOLO_TIMEOUT", text);
     }
     ranks_.resize(static_cast<size_t>(options_.procsPerNode));
-    const std::vector<int> cpus = options_.bind == CpuBinding::None ? std::vector<int>{} : allowedCpus();
+    // A lone rank has no local peer to keep apart from: it keeps the whole mask (its
+    // threads may use every CPU).
+    const CpuBinding bind = options_.procsPerNode > 1 ? options_.bind : CpuBinding::None;
+    const std::vector<int> cpus = bind == CpuBinding::None ? std::vector<int>{} : allowedCpus();
     for (int local = 0; local < options_.procsPerNode; ++local) {
       Rank& r = ranks_[static_cast<size_t>(local)];
       r.localRank = local;
@@ -158,7 +161,7 @@ class Job {
       rankVars.emplace_back("KOLO_RANK", std::to_string(r.globalRank));
       rankVars.emplace_back("KOLO_LOCAL_RANK", std::to_string(local));
       // The rank inherits the spawning thread's mask: bind this thread while it spawns.
-      ScopedThreadBinding bound(cpuForLocalRank(options_.bind, local, cpus));
+      ScopedThreadBinding bound(cpuForLocalRank(bind, local, cpus));
       if (!spawn(r, rankEnvironment(rankVars))) {
         exitCode_ = 127;
         beginStop(SIGTERM);

@@ -32,6 +32,7 @@ struct LauncherOptions {
   std::chrono::milliseconds gracePeriod{std::chrono::seconds(5)};
   /// Core: local rank i starts bound to one CPU, the i-th (modulo their count) of those the
   /// launcher may use, as mpirun binds its ranks; None: ranks inherit the launcher's mask.
+  /// A single local rank (procsPerNode 1) is never bound.
   CpuBinding bind = CpuBinding::Core;
   /// PROGRAM ARGS... (PROGRAM is looked up in PATH).
   std::vector<std::string> command;

@@ -86,6 +86,12 @@ TEST(CpuBinding, KoloRunRespectsANarrowerLauncherMask) {
     EXPECT_EQ(cpus[rank], std::vector<int>{only}) << "rank " << rank;
 }
 
+TEST(CpuBinding, ALoneRankKeepsTheLauncherMask) {
+  const std::vector<int> allowed = parallel::allowedCpus();
+  auto cpus = rankCpus(1, {});
+  EXPECT_EQ(cpus[0], allowed);
+}
+
 TEST(CpuBinding, BindNoneLeavesTheLauncherMask) {
   const std::vector<int> allowed = parallel::allowedCpus();
   auto cpus = rankCpus(2, {"--bind", "none"});
