@@ -62,13 +62,17 @@ Tensor softmaxImpl(const Tensor& x0, int64_t dim, bool log) {
 Tensor softmax(const Tensor& x, int64_t dim) { return softmaxImpl(x, dim, false); }
 Tensor logSoftmax(const Tensor& x, int64_t dim) { return softmaxImpl(x, dim, true); }
 
-Tensor softmaxBackward(const Tensor& grad0, const Tensor& y, int64_t dim) {
-  // dx = y * (g - sum(g * y))
+namespace {
+
+// softmax:    dx = y * (g - sum(g * y))
+// logSoftmax: dx = g - exp(y) * sum(g)
+Tensor softmaxBackwardImpl(const Tensor& grad0, const Tensor& y, int64_t dim, bool logSpace) {
+  const char* what = logSpace ? "logSoftmax backward" : "softmax backward";
   Tensor grad = grad0.contiguous();
-  dim = wrapDim(dim, y.dim(), "softmax backward");
+  dim = wrapDim(dim, y.dim(), what);
   const Lanes l = lanes(y.shape(), dim);
   Tensor out = Tensor::empty(y.shape(), y.dtype());
-  detail::dispatchFloat(y.dtype(), "softmax backward", [&](auto tag) {
+  detail::dispatchFloat(y.dtype(), what, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* pg = grad.data<T>();
     const T* py = y.data<T>();
@@ -76,36 +80,26 @@ Tensor softmaxBackward(const Tensor& grad0, const Tensor& y, int64_t dim) {
     for (int64_t o = 0; o < l.outer; ++o)
       for (int64_t i = 0; i < l.inner; ++i) {
         const int64_t base = o * l.n * l.inner + i;
-        T dot = T(0);
-        for (int64_t k = 0; k < l.n; ++k) dot += pg[base + k * l.inner] * py[base + k * l.inner];
+        T acc = T(0);
         for (int64_t k = 0; k < l.n; ++k)
-          po[base + k * l.inner] = py[base + k * l.inner] * (pg[base + k * l.inner] - dot);
+          acc += logSpace ? pg[base + k * l.inner] : pg[base + k * l.inner] * py[base + k * l.inner];
+        for (int64_t k = 0; k < l.n; ++k) {
+          const int64_t at = base + k * l.inner;
+          po[at] = logSpace ? pg[at] - std::exp(py[at]) * acc : py[at] * (pg[at] - acc);
+        }
       }
   });
   return out;
 }
 
+}  // namespace
+
+Tensor softmaxBackward(const Tensor& grad0, const Tensor& y, int64_t dim) {
+  return softmaxBackwardImpl(grad0, y, dim, false);
+}
+
 Tensor logSoftmaxBackward(const Tensor& grad0, const Tensor& y, int64_t dim) {
-  // dx = g - exp(y) * sum(g)
-  Tensor grad = grad0.contiguous();
-  dim = wrapDim(dim, y.dim(), "logSoftmax backward");
-  const Lanes l = lanes(y.shape(), dim);
-  Tensor out = Tensor::empty(y.shape(), y.dtype());
-  detail::dispatchFloat(y.dtype(), "logSoftmax backward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* pg = grad.data<T>();
-    const T* py = y.data<T>();
-    T* po = out.data<T>();
-    for (int64_t o = 0; o < l.outer; ++o)
-      for (int64_t i = 0; i < l.inner; ++i) {
-        const int64_t base = o * l.n * l.inner + i;
-        T total = T(0);
-        for (int64_t k = 0; k < l.n; ++k) total += pg[base + k * l.inner];
-        for (int64_t k = 0; k < l.n; ++k)
-          po[base + k * l.inner] = pg[base + k * l.inner] - std::exp(py[base + k * l.inner]) * total;
-      }
-  });
-  return out;
+  return softmaxBackwardImpl(grad0, y, dim, true);
 }
 
 namespace {

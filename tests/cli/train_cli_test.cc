@@ -11,28 +11,14 @@
 
 #include "kolo/data.h"
 #include "kolo/safetensors.h"
+#include "run_kolo.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exitCode = -1;
-  std::string output;  // stdout and stderr together
-};
-
-RunResult runKolo(const std::string& args) {
-  const std::string command = std::string(KOLO_BINARY_DIR) + "/src/cli/kolo " + args + " 2>&1";
-  RunResult result;
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return result;
-  char buffer[4096];
-  size_t got;
-  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, got);
-  const int status = ::pclose(pipe);
-  result.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using kolo::testing::RunResult;
+using kolo::testing::runKolo;
 
 class TrainCliTest : public ::testing::Test {
  protected:
