@@ -39,16 +39,23 @@ void exchangeEmpty(GroupLinks& links) {
 
 }  // namespace
 
-bool readPeerMemory(int pid, void* local, const void* remote, size_t bytes) {
+namespace {
+
+// Copies `bytes` between this process and process `pid` (Linux CMA), retrying short
+// transfers and EINTR; a copy within this process is a memcpy. False with errno on failure.
+bool copyPeerMemory(int pid, bool toPeer, void* remote, void* local, size_t bytes) {
   if (pid == static_cast<int>(getpid())) {
-    std::memcpy(local, remote, bytes);
+    if (toPeer)
+      std::memcpy(remote, local, bytes);
+    else
+      std::memcpy(local, remote, bytes);
     return true;
   }
   size_t done = 0;
   while (done < bytes) {
     struct iovec l {static_cast<char*>(local) + done, bytes - done};
-    struct iovec r {const_cast<char*>(static_cast<const char*>(remote)) + done, bytes - done};
-    ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+    struct iovec r {static_cast<char*>(remote) + done, bytes - done};
+    const ssize_t n = toPeer ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       return false;
@@ -62,27 +69,14 @@ bool readPeerMemory(int pid, void* local, const void* remote, size_t bytes) {
   return true;
 }
 
+}  // namespace
+
+bool readPeerMemory(int pid, void* local, const void* remote, size_t bytes) {
+  return copyPeerMemory(pid, false, const_cast<void*>(remote), local, bytes);
+}
+
 bool writePeerMemory(int pid, void* remote, const void* local, size_t bytes) {
-  if (pid == static_cast<int>(getpid())) {
-    std::memcpy(remote, local, bytes);
-    return true;
-  }
-  size_t done = 0;
-  while (done < bytes) {
-    struct iovec l {const_cast<char*>(static_cast<const char*>(local)) + done, bytes - done};
-    struct iovec r {static_cast<char*>(remote) + done, bytes - done};
-    ssize_t n = process_vm_writev(pid, &l, 1, &r, 1, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    if (n == 0) {
-      errno = EFAULT;
-      return false;
-    }
-    done += static_cast<size_t>(n);
-  }
-  return true;
+  return copyPeerMemory(pid, true, remote, const_cast<void*>(local), bytes);
 }
 
 void cmaAllreduce(GroupLinks& links, const std::vector<int>& pids, const void* sendbuf, void* recvbuf, size_t count,
