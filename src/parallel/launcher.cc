@@ -1,17 +1,16 @@
 // `kolo run`'s job control: hosting or joining the store, spawning the local ranks in
 // their own process groups, one poll() loop over their output pipes and a signal pipe
 // (SIGCHLD, SIGINT, SIGTERM), and stopping every rank (SIGTERM, then SIGKILL after the
-// grace period) when one fails or the launcher is told to stop. Each rank starts bound to
-// its CPU (launcher_affinity.h) unless binding is off. Across nodes, launchers
+// grace period) when one fails or the launcher is told to stop. Ranks die with the launcher
+// (launcher_spawn.h), and each starts bound to its CPU (launcher_affinity.h) unless binding
+// is off. Across nodes, launchers
 // agree through the store: each registers its rank count, a failure is published under
 // "kolo-run/failed", and node 0 keeps the store up until every node has finished.
 #include "parallel/launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/random.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,6 +29,7 @@
 #include "kolo/error.h"
 #include "parallel/launcher_output.h"
 #include "parallel/launcher_signals.h"
+#include "parallel/launcher_spawn.h"
 
 extern char** environ;
 
@@ -118,6 +118,8 @@ class Job {
     auto rendezvous = options_.timeoutSeconds > 0 ? std::chrono::milliseconds(static_cast<int64_t>(
                                                         std::ceil(options_.timeoutSeconds * 1000)))
                                                   : std::chrono::milliseconds(5min);
+    // Forked first, while the launcher holds few descriptors and no rank exists yet.
+    guard_ = std::make_unique<detail::JobGuard>(options_.procsPerNode);
     std::string storeAddress = options_.storeAddress;
     if (options_.nodeRank == 0) {
       comm::TcpStoreServerOptions serverOptions;
@@ -169,6 +171,7 @@ class Job {
       }
     }
     loop();
+    guard_->release();  // every rank is reaped: nothing is left for the guard to stop
     finishAcrossNodes(rendezvous);
     if (!failure_.empty()) say("job failed: " + failure_);
     return exitCode_;
@@ -193,54 +196,17 @@ class Job {
   }
 
   bool spawn(Rank& r, const std::vector<std::string>& env) {
-    int outPipe[2], errPipe[2];
-    if (::pipe2(outPipe, O_CLOEXEC) != 0)
-      KOLO_THROW(IoError, "kolo run: pipe failed: ", std::strerror(errno));
-    if (::pipe2(errPipe, O_CLOEXEC) != 0) {
-      ::close(outPipe[0]);
-      ::close(outPipe[1]);
-      KOLO_THROW(IoError, "kolo run: pipe failed: ", std::strerror(errno));
-    }
-    std::vector<char*> argv, envp;
-    for (const auto& a : options_.command) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, outPipe[1], STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, errPipe[1], STDERR_FILENO);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    // Own process group: the launcher signals the rank's whole tree with kill(-pgid), and a
-    // terminal's Ctrl-C reaches only the launcher, which forwards it.
-    posix_spawnattr_setpgroup(&attr, 0);
-    sigset_t defaults;
-    sigemptyset(&defaults);
-    for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) sigaddset(&defaults, sig);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    sigset_t mask;
-    pthread_sigmask(SIG_SETMASK, nullptr, &mask);
-    for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) sigdelset(&mask, sig);
-    posix_spawnattr_setsigmask(&attr, &mask);
-    posix_spawnattr_setflags(
-        &attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-    int rc = ::posix_spawnp(&r.pid, argv[0], &actions, &attr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-    ::close(outPipe[1]);
-    ::close(errPipe[1]);
-    if (rc != 0) {
-      ::close(outPipe[0]);
-      ::close(errPipe[0]);
+    detail::SpawnedRank started = detail::spawnRank(options_.command, env);
+    if (started.pid < 0) {
       say("cannot start rank " + std::to_string(r.globalRank) + ": '" + options_.command[0] +
-          "': " + std::strerror(rc));
+          "': " + std::strerror(started.error));
       return false;
     }
+    r.pid = started.pid;
+    guard_->watch(r.pid);
     r.running = true;
-    r.outFd = outPipe[0];
-    r.errFd = errPipe[0];
+    r.outFd = started.outFd;
+    r.errFd = started.errFd;
     std::string prefix = "[rank " + std::to_string(r.globalRank) + "] ";
     r.out = std::make_unique<detail::LinePrefixer>(STDOUT_FILENO, prefix);
     r.err = std::make_unique<detail::LinePrefixer>(STDERR_FILENO, prefix);
@@ -379,6 +345,10 @@ class Job {
   }
 
   void reap() {
+    // Several ranks may have ended since the last pass: when one rank dies (say by SIGKILL)
+    // its peers' collectives fail and they exit soon after. Blame a rank killed by a
+    // signal before ranks that exited with an error status, as that is the likelier cause.
+    Rank* blamed = nullptr;
     for (auto& r : ranks_) {
       if (!r.running) continue;
       int status = 0;
@@ -387,15 +357,17 @@ class Job {
       r.running = false;
       r.status = status;
       bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-      if (failed && !stopping_) {
-        std::string what = "rank " + std::to_string(r.globalRank) + " (pid " +
-                           std::to_string(r.pid) + ") " + describeStatus(status);
-        say(what + "; stopping the other ranks");
-        exitCode_ = exitCodeFor(status);
-        failure_ = what;
-        publishFailure(what);
-        beginStop(SIGTERM);
-      }
+      if (failed && !stopping_ && (!blamed || (WIFSIGNALED(status) && !WIFSIGNALED(blamed->status))))
+        blamed = &r;
+    }
+    if (blamed) {
+      std::string what = "rank " + std::to_string(blamed->globalRank) + " (pid " +
+                         std::to_string(blamed->pid) + ") " + describeStatus(blamed->status);
+      say(what + "; stopping the other ranks");
+      exitCode_ = exitCodeFor(blamed->status);
+      failure_ = what;
+      publishFailure(what);
+      beginStop(SIGTERM);
     }
   }
 
@@ -444,6 +416,7 @@ class Job {
 
   const LauncherOptions& options_;
   const detail::SignalScope& signals_;
+  std::unique_ptr<detail::JobGuard> guard_;
   std::unique_ptr<comm::TcpStoreServer> server_;
   std::shared_ptr<comm::Store> store_;
   std::vector<Rank> ranks_;

@@ -1,0 +1,147 @@
+// `kolo run` under faults, end to end with the real binary: a SIGKILLed launcher (plain
+// `kolo run` with shell ranks, and `kolo train --workers 2`, which re-launches itself
+// through it) leaves no rank and no child of a rank running; a training rank killed by
+// SIGKILL while its peer trains ends the job non-zero, naming that rank.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "launcher/process_helpers.h"
+
+namespace kolo {
+namespace {
+
+using namespace kolo::testing;
+using namespace std::chrono_literals;
+
+const std::string kKolo = KOLO_BINARY_DIR "/src/cli/kolo";
+
+/// Generous limit for processes to vanish after their launcher died: a liveness check, not
+/// a measure of speed (the kernel delivers the death signal at once).
+constexpr auto kGoneWithin = 20s;
+
+/// Processes the launcher `pid` started from its main thread (ranks and its guard).
+std::vector<pid_t> childrenOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> children;
+  for (pid_t child; in >> child;) children.push_back(child);
+  return children;
+}
+
+/// KOLO_RANK from a process's environment, or -1 (not a rank, or not exec'd yet).
+int rankOf(pid_t pid) {
+  std::string environ = readFile("/proc/" + std::to_string(pid) + "/environ");
+  const std::string key = "KOLO_RANK=";
+  for (size_t at = 0; at < environ.size();) {
+    size_t end = environ.find('\0', at);
+    if (end == std::string::npos) end = environ.size();
+    if (environ.compare(at, key.size(), key) == 0) return std::atoi(environ.c_str() + at + key.size());
+    at = end + 1;
+  }
+  return -1;
+}
+
+/// The launcher's rank processes by rank, once `count` of them have exec'd.
+std::map<int, pid_t> ranksOf(pid_t launcher, int count) {
+  std::map<int, pid_t> ranks;
+  waitFor([&] {
+    ranks.clear();
+    for (pid_t child : childrenOf(launcher))
+      if (int rank = rankOf(child); rank >= 0) ranks[rank] = child;
+    return static_cast<int>(ranks.size()) == count;
+  });
+  return ranks;
+}
+
+class LauncherFaultsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/kolo_launcher_faults_XXXXXX";
+    dir_ = ::mkdtemp(pattern);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  /// `kolo train --workers 2` on a small slice of Fashion-MNIST for (practically) ever;
+  /// returns once rank 0 has written the first epoch's metrics, i.e. both ranks train.
+  Child startEndlessTraining() {
+    const std::string metrics = dir_ + "/metrics.jsonl";
+    Child launcher = spawnChild({kKolo, "train", "--workers", "2", "--model", "mlp", "--train-limit",
+                                 "640", "--batch", "64", "--epochs", "100000", "--quiet", "--metrics",
+                                 metrics},
+                                cleanEnvironment());
+    EXPECT_GT(launcher.pid, 0);
+    EXPECT_TRUE(waitFor([&] { return !readFile(metrics).empty() || processGone(launcher.pid); }, 120s))
+        << "no metrics from the training job";
+    EXPECT_FALSE(processGone(launcher.pid)) << "the training job ended early";
+    return launcher;
+  }
+
+  std::string dir_;
+};
+
+/// SIGKILLs the launcher and expects every process in `pids` gone within kGoneWithin.
+void killLauncherAndExpectGone(Child& launcher, const std::vector<pid_t>& pids) {
+  ::kill(launcher.pid, SIGKILL);
+  Result r = collect(launcher);
+  ASSERT_TRUE(WIFSIGNALED(r.status));
+  for (pid_t pid : pids)
+    EXPECT_TRUE(waitFor([&] { return processGone(pid); }, kGoneWithin))
+        << "pid " << pid << " outlived its SIGKILLed launcher";
+}
+
+TEST_F(LauncherFaultsTest, SigkilledLauncherLeavesNoRankBehind) {
+  // Each rank (a shell) starts a long sleep in the background, writes both pids and waits.
+  const std::string script = "sleep 300 & echo $! > " + dir_ + "/c.tmp.$KOLO_RANK; mv " + dir_ +
+                             "/c.tmp.$KOLO_RANK " + dir_ + "/child.$KOLO_RANK; echo $$ > " + dir_ +
+                             "/p.tmp.$KOLO_RANK; mv " + dir_ + "/p.tmp.$KOLO_RANK " + dir_ +
+                             "/pid.$KOLO_RANK; wait";
+  Child launcher = spawnChild({kKolo, "run", "-n", "2", "--grace", "30", "--", "sh", "-c", script},
+                              cleanEnvironment());
+  ASSERT_GT(launcher.pid, 0);
+  const std::vector<std::string> names = {"/pid.0", "/pid.1", "/child.0", "/child.1"};
+  ASSERT_TRUE(waitFor([&] {
+    for (const auto& name : names)
+      if (!std::filesystem::exists(dir_ + name)) return false;
+    return true;
+  }));
+  std::set<pid_t> unique;
+  for (const auto& name : names) unique.insert(std::stoi(readFile(dir_ + name)));
+  // Everything the launcher started (the two ranks, already listed, and its guard) too.
+  for (pid_t child : childrenOf(launcher.pid)) unique.insert(child);
+  EXPECT_EQ(unique.size(), 5u);
+  const std::vector<pid_t> pids(unique.begin(), unique.end());
+  for (pid_t pid : pids) ASSERT_FALSE(processGone(pid)) << "pid " << pid << " ended too early";
+  killLauncherAndExpectGone(launcher, pids);
+}
+
+TEST_F(LauncherFaultsTest, SigkilledTrainWorkersLeavesNoRankBehind) {
+  Child launcher = startEndlessTraining();
+  ASSERT_FALSE(processGone(launcher.pid));
+  const std::map<int, pid_t> ranks = ranksOf(launcher.pid, 2);
+  ASSERT_EQ(ranks.size(), 2u);
+  std::vector<pid_t> pids = childrenOf(launcher.pid);  // the ranks and the guard
+  EXPECT_EQ(pids.size(), 3u);
+  killLauncherAndExpectGone(launcher, pids);
+}
+
+TEST_F(LauncherFaultsTest, RankKilledWhileItsPeerTrainsIsNamed) {
+  Child launcher = startEndlessTraining();
+  ASSERT_FALSE(processGone(launcher.pid));
+  const std::map<int, pid_t> ranks = ranksOf(launcher.pid, 2);
+  ASSERT_EQ(ranks.size(), 2u);
+  const pid_t victim = ranks.at(1);
+  ::kill(victim, SIGKILL);
+  Result r = collect(launcher);
+  ASSERT_TRUE(WIFEXITED(r.status)) << r.err;
+  EXPECT_EQ(r.exitCode(), 128 + SIGKILL) << r.err;
+  EXPECT_NE(r.err.find("rank 1 (pid " + std::to_string(victim) + ") was killed by signal 9 (SIGKILL)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("rank 0 (pid"), std::string::npos) << r.err;  // its peer is not blamed
+  EXPECT_TRUE(waitFor([&] { return processGone(ranks.at(0)); }, kGoneWithin));
+}
+
+}  // namespace
+}  // namespace kolo
