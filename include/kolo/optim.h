@@ -29,6 +29,14 @@ struct StateDict {
                             std::map<std::string, double> scalars);
 };
 
+/// The part of one parameter that Optimizer::stepParts() updates: elements [begin, end)
+/// of its flat view, with `grad` pointing at the gradient of exactly those elements.
+struct ParameterPart {
+  int64_t begin = 0;
+  int64_t end = 0;
+  const float* grad = nullptr;
+};
+
 /// Base of every optimizer: holds the parameters (f32 leaves) and per-parameter state.
 /// step() updates each parameter whose gradient is defined, in place, with plain loops that
 /// never record autograd history.
@@ -42,6 +50,13 @@ class Optimizer {
   /// One update of every parameter with a defined gradient; then stepCount() grows by one.
   /// Throws InvalidArgument naming the parameter if it or its gradient is not contiguous f32.
   void step();
+  /// One step over parts of the parameters, for sharded (ZeRO stage 1) updates where each
+  /// rank updates its own share of every parameter: parts[i] belongs to parameters()[i].
+  /// Elements inside a part change exactly as step() would change them with that gradient;
+  /// the others, and their state, are left as they are. Per-parameter scalars (Adam's
+  /// step count) advance for every parameter, empty parts included, so ranks that update
+  /// different parts keep them equal. Throws InvalidArgument for a part out of range.
+  void stepParts(const std::vector<ParameterPart>& parts);
   /// Zeroes every defined gradient (storage kept).
   void zeroGrad();
   double lr() const { return lr_; }

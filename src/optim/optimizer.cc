@@ -52,6 +52,44 @@ void Optimizer::step() {
   }
 }
 
+void Optimizer::stepParts(const std::vector<ParameterPart>& parts) {
+  KOLO_CHECK_EQ(parts.size(), parameters_.size(), "stepParts: one part per parameter");
+  ++stepCount_;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const auto& [name, parameter] = parameters_[i];
+    const ParameterPart& part = parts[i];
+    const int64_t numel = parameter.numel();
+    KOLO_CHECK(0 <= part.begin && part.begin <= part.end && part.end <= numel,
+               "stepParts: part [", part.begin, ", ", part.end, ") of parameter ", name, " with ",
+               numel, " elements");
+    KOLO_CHECK(part.grad != nullptr || part.begin == part.end, "stepParts: part of ", name,
+               " has no gradient");
+    KOLO_CHECK(parameter.dtype() == DType::F32 && parameter.isContiguous(), "optimizer parameter ",
+               name, " must be contiguous f32 (is ", dtypeName(parameter.dtype()), ")");
+    // The update sees views of its part of every state tensor; scalars are shared whole.
+    std::map<std::string, Tensor>& full = state_[name];
+    std::map<std::string, Tensor> window;
+    for (const auto& [slot, tensor] : full) {
+      window[slot] =
+          tensor.dim() == 0 ? tensor : tensor.reshape({numel}).slice(0, part.begin, part.end);
+    }
+    Tensor p = parameter;
+    update(name, p.data<float>() + part.begin, part.grad, part.end - part.begin, window,
+           stepCount_);
+    // State the update created for its part becomes a whole tensor (zero elsewhere).
+    for (auto& [slot, tensor] : window) {
+      if (full.count(slot)) continue;
+      if (tensor.dim() == 0) {
+        full[slot] = tensor;
+        continue;
+      }
+      Tensor whole = Tensor::zeros({numel}, tensor.dtype());
+      whole.slice(0, part.begin, part.end).copyFrom(tensor);
+      full[slot] = whole;
+    }
+  }
+}
+
 void Optimizer::zeroGrad() {
   for (auto& [name, parameter] : parameters_) {
     Tensor p = parameter;
