@@ -44,6 +44,21 @@ class Work {
   virtual bool test() = 0;
 };
 
+/// Memory that the ranks of a communicator on one host address directly, as MPI-3's
+/// MPI_Win_allocate_shared: each rank owns `bytes()` of it and can load and store the
+/// parts of the other ranks. The window orders nothing by itself: ranks separate writing a
+/// part and reading it with a collective (barrier()). Freed when the last reference goes.
+class SharedWindow {
+ public:
+  virtual ~SharedWindow() = default;
+  /// Bytes of every rank's part (all ranks asked for the same size).
+  virtual size_t bytes() const = 0;
+  /// This rank's part (64-byte aligned, zero-filled when allocated).
+  virtual void* local() = 0;
+  /// Rank `rank`'s part as mapped in this process.
+  virtual void* part(int rank) = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -97,6 +112,11 @@ class Communicator {
   virtual void alltoall(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
                         const CollectiveOptions& opts = {}) = 0;
   virtual void barrier(const CollectiveOptions& opts = {}) = 0;
+
+  /// Collective: allocates a SharedWindow of `bytes` per rank when every rank of this
+  /// communicator is on this host and the backend supports it; otherwise every rank gets
+  /// nullptr (the ranks always agree). Throws only for errors on the way (IoError, Timeout).
+  virtual std::shared_ptr<SharedWindow> allocateSharedWindow(size_t bytes);
 };
 
 }  // namespace kolo::comm

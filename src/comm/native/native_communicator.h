@@ -55,6 +55,8 @@ class NativeCommunicator : public Communicator {
   std::chrono::milliseconds timeout() const override { return std::chrono::milliseconds(timeoutMs_.load()); }
   void setTimeout(std::chrono::milliseconds timeout) override;
   std::shared_ptr<Communicator> split(int color, int key) override;
+  /// POSIX shared memory when the whole group is on this host.
+  std::shared_ptr<SharedWindow> allocateSharedWindow(size_t bytes) override;
 
   void send(const void* buf, size_t count, DType dtype, int peer, int tag = 0) override;
   void recv(void* buf, size_t count, DType dtype, int peer, int tag = 0) override;
@@ -124,6 +126,7 @@ class NativeCommunicator : public Communicator {
   std::shared_ptr<JobState> job_;
   std::unique_ptr<GroupLinks> links_;
   std::vector<int> groupPids_;
+  uint64_t windowCount_ = 0;  // names this communicator's shared windows apart
   int hostCount_ = 1;
   std::unique_ptr<GroupLinks> localLinks_;
   std::unique_ptr<GroupLinks> leaderLinks_;
