@@ -103,6 +103,13 @@ Command registerTrain(CLI::App& root) {
                   "a core to spare for communication)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
+  app->add_option("--shard-optimizer", config->shardOptimizer,
+                  "multi-worker-mirrored on one host: each rank averages and applies its share "
+                  "of the update from the others' gradients in shared memory, then copies the "
+                  "other shares of the weights (ZeRO stage 1); auto: when --algo is auto and "
+                  "buckets are not overlapped with backward")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   app->add_flag("--drop-last", config->dropLast,
                 "drop a last global batch shorter than --batch (the default)");
   app->add_flag("--pad-last", raw->padLast,

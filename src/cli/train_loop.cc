@@ -117,14 +117,19 @@ double evaluateAccuracy(nn::Module& model, const data::TensorDataset& dataset, i
 
 namespace {
 
-// Overlapping bucket all-reduces with backward needs a core for communication progress:
-// "auto" overlaps only when this node has more cores than compute threads.
-bool resolveOverlap(const std::string& overlap, int localThreads) {
-  if (overlap == "on") return true;
-  if (overlap == "off") return false;
+// Whether this node has a core beyond those the compute threads of its ranks occupy.
+bool hasSpareCore(int localThreads) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const int localRanks = std::max(1, comm::detectLaunch().localSize);
   return cores > static_cast<unsigned>(localRanks * localThreads);
+}
+
+// Overlapping bucket all-reduces with backward needs a core for communication progress:
+// "auto" overlaps only when there is a spare core.
+bool resolveOverlap(const std::string& overlap, int localThreads) {
+  if (overlap == "on") return true;
+  if (overlap == "off") return false;
+  return hasSpareCore(localThreads);
 }
 
 }  // namespace
@@ -181,6 +186,12 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   options.reducer.bucketCapBytes = static_cast<size_t>(config_.bucketMb * (1 << 20));
   options.reducer.firstBucketCapBytes = static_cast<size_t>(config_.firstBucketMb * (1 << 20));
   options.reducer.overlap = resolveOverlap(config_.overlap, localReplicas * config_.threads);
+  options.reducer.shardOptimizer =
+      config_.shardOptimizer == "on" ||
+      (config_.shardOptimizer == "auto" && config_.algorithm == "auto" && !options.reducer.overlap);
+  // A prefetch thread only helps on a spare core; without one it takes turns with the
+  // compute thread and every step waits for it to be scheduled.
+  prefetch_ = hasSpareCore(localReplicas * config_.threads) ? 2 : 0;
   // Every replica starts from the same seeded init (or --init file); the strategy also
   // copies replica 0's (rank 0's) weights to the others.
   auto models = [this]() -> std::shared_ptr<nn::Module> {

@@ -57,6 +57,7 @@ struct TrainConfig {
   double bucketMb = 25.0;          // gradient bucket capacity (MiB)
   double firstBucketMb = 1.0;      // first bucket's capacity (MiB)
   std::string overlap = "auto";    // auto | on | off: bucket all-reduces during backward
+  std::string shardOptimizer = "auto";  // auto | on | off: sharded update on one host
 
   // Checkpoints.
   std::string checkpointDir;    // "" = none
@@ -172,6 +173,7 @@ class Trainer {
   Recipe recipe_;
   int64_t stepsPerEpoch_ = 0;
   int64_t totalSteps_ = 0;
+  int prefetch_ = 2;  // DataLoader prefetch depth (0: gather on the training thread)
 };
 
 /// `--workers N`: the command line that runs this `kolo train` under `kolo run -n N`:

@@ -40,7 +40,9 @@ std::map<std::string, std::string> runIdentity(const TrainConfig& config) {
 }  // namespace
 
 void Trainer::saveCheckpoint(int64_t step, const data::DataLoader& loader) {
-  if (config_.checkpointDir.empty() || !isPrimary()) return;
+  if (config_.checkpointDir.empty()) return;
+  strategy_->consolidateState();
+  if (!isPrimary()) return;
   checkpoint::CheckpointManager manager(config_.checkpointDir, config_.keepCheckpoints, true,
                                         [this](const std::string& line) { logger_.warn(line); });
   checkpoint::TrainingState state;
@@ -99,7 +101,7 @@ TrainSummary Trainer::run() {
   const bool quiet = config_.quiet || !primary;
   const int64_t globalBatch = config_.batch;
   data::DataLoader loader(train_, makeSampler(train_->size()),
-                          {.batchSize = globalBatch / strategy_->dataWorldSize(), .prefetch = 2});
+                          {.batchSize = globalBatch / strategy_->dataWorldSize(), .prefetch = prefetch_});
   int64_t step = config_.resumeDir.empty() ? 0 : resume(loader);
   std::unique_ptr<observe::MetricsWriter> metrics;
   if (primary && !config_.metricsPath.empty()) {
@@ -117,7 +119,10 @@ TrainSummary Trainer::run() {
                               {"steps", totalSteps_},
                               {"first_step", step},
                               {"strategy", strategy_->name()},
-                              {"replicas", strategy_->replicas()}});
+                              {"replicas", strategy_->replicas()},
+                              {"update", strategy_->reducer() && strategy_->reducer()->sharded()
+                                             ? "sharded"
+                                             : "whole"}});
   }
 
   TrainSummary summary;

@@ -11,9 +11,6 @@
 namespace kolo::parallel {
 namespace {
 
-// Extra elements at the end of the last bucket: [active, missing gradients, loss].
-constexpr size_t kExtraSlots = 3;
-
 template <class T>
 void scaleInPlace(T* data, size_t n, T scale) {
   for (size_t i = 0; i < n; ++i) data[i] *= scale;
@@ -60,9 +57,14 @@ Reducer::Reducer(NamedTensors parameters, std::shared_ptr<comm::Communicator> co
     current.numel += static_cast<size_t>(params_[k].second.numel());
   }
   close();
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    const size_t extra = (b + 1 == buckets_.size()) ? kExtraSlots : 0;
-    buckets_[b].flat = Tensor::zeros({static_cast<int64_t>(buckets_[b].numel + extra)}, dtype_);
+  if (options_.shardOptimizer && comm_->size() > 1 && dtype_ == DType::F32) setUpWindow();
+  if (window_) {
+    options_.overlap = false;  // step() reads the buckets in place: nothing to start early
+  } else {
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const size_t extra = (b + 1 == buckets_.size()) ? kExtraSlots : 0;
+      buckets_[b].flat = Tensor::zeros({static_cast<int64_t>(buckets_[b].numel + extra)}, dtype_);
+    }
   }
   ready_.assign(params_.size(), false);
   timeline_.bucketStart.resize(buckets_.size());
@@ -281,6 +283,19 @@ void Reducer::finalize() {
   timeline_.finalizeEnd = Clock::now();
 }
 
+void Reducer::step(optim::Optimizer& optimizer) {
+  if (window_) {
+    shardedStep(optimizer);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!sync_) return;
+  }
+  finalize();
+  optimizer.step();
+}
+
 Reducer::NoSyncGuard::NoSyncGuard(Reducer& reducer) : reducer_(reducer) {
   std::lock_guard<std::mutex> lock(reducer_.mutex_);
   previous_ = reducer_.sync_;
@@ -294,6 +309,8 @@ Reducer::NoSyncGuard::~NoSyncGuard() {
 
 int64_t Reducer::join() {
   KOLO_CHECK(sync_, "Reducer::join() inside a noSync scope");
+  KOLO_CHECK(!window_, "Reducer::join() is not available with a sharded optimizer update "
+                       "(ReducerOptions::shardOptimizer)");
   int64_t shadowed = 0;
   joined_ = true;
   try {

@@ -185,10 +185,10 @@ class MultiWorkerMirroredStrategy : public Strategy {
     Tensor loss = loss_(*model_, inputs, labels);
     reducer_->setLocalLoss(loss.item());
     loss.backward();
-    reducer_->finalize();
-    optimizer_->step();
+    reducer_->step(*optimizer_);
     return {reducer_->globalLoss()};
   }
+  void consolidateState() override { reducer_->consolidateOptimizerState(*optimizer_); }
   nn::Module& model() override { return *model_; }
   optim::Optimizer& optimizer() override { return *optimizer_; }
   void syncReplicas() override {

@@ -71,6 +71,8 @@ TEST_F(TrainDistributedTest, StrategiesGiveTheSameWeightsAsOneDevice) {
 
   const std::vector<std::pair<std::string, std::string>> variants = {
       {"workers2", "--workers 2"},
+      {"workers2_sharded", "--workers 2 --shard-optimizer on"},
+      {"workers2_whole", "--workers 2 --shard-optimizer off"},
       {"workers2_tree", "--workers 2 --strategy multi-worker-mirrored --algo tree"},
       {"mirrored2", "--strategy mirrored --replicas 2"},
       {"mirrored4_reduce_to_one", "--strategy mirrored --replicas 4 --reduction reduce-to-one"},

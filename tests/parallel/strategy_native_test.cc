@@ -3,23 +3,13 @@
 // the first gradient bucket's all-reduce starts before backward ends.
 #include <gtest/gtest.h>
 
-#include "kolo/comm/native.h"
-#include "kolo/comm/stores.h"
 #include "kolo/parallel/distributed.h"
+#include "native_ranks.h"
 #include "strategy_harness.h"
 
 namespace kolo::parallel {
 namespace {
 using namespace testing;
-
-std::function<std::shared_ptr<comm::Communicator>(int)> nativeRanks(int n) {
-  auto store = comm::makeMemoryStore();
-  return [store, n](int rank) {
-    comm::NativeOptions options;
-    options.timeout = std::chrono::seconds(60);
-    return comm::createNativeCommunicator(store, rank, n, options);
-  };
-}
 
 class NativeEquivalence : public ::testing::TestWithParam<std::tuple<int, comm::Algorithm>> {
  protected:

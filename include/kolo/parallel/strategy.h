@@ -84,6 +84,9 @@ class Strategy {
   /// makes every replica (and, for multi-worker, every rank from rank 0) agree with them.
   /// Collective for multi-worker-mirrored.
   virtual void syncReplicas() = 0;
+  /// Collective for multi-worker-mirrored: makes optimizer()'s state whole on this process
+  /// before it is read (checkpoints), where updates are sharded across ranks.
+  virtual void consolidateState() {}
   /// The reducer of replica 0 (mirrored, multi-worker-mirrored), else null: for timelines.
   virtual Reducer* reducer() { return nullptr; }
 };

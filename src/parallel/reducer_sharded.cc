@@ -1,0 +1,225 @@
+// The Reducer's sharded optimizer update (ZeRO stage 1 over a shared-memory window): every
+// rank's buckets live in a window the other ranks on the host map; each rank averages its
+// own share of the gradients from all ranks' buckets, updates that share of the weights
+// and publishes it, and copies the other shares. Two barriers per step order the phases.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "kolo/error.h"
+#include "kolo/parallel/reducer.h"
+
+namespace kolo::parallel {
+namespace {
+
+// Shard and bucket boundaries fall on cache lines (16 floats) so no two ranks write one.
+constexpr size_t kAlignElements = 16;
+
+size_t alignUp(size_t n) { return (n + kAlignElements - 1) / kAlignElements * kAlignElements; }
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define KOLO_SHARD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KOLO_SHARD_CLONES
+#endif
+
+// out[i] = (sum over the n sources of source[s][i]) * scale, summed in source order.
+KOLO_SHARD_CLONES void averageInto(float* __restrict out, const float* const* sources, int n,
+                                   size_t count, float scale) {
+  if (n == 2) {
+    const float* __restrict a = sources[0];
+    const float* __restrict b = sources[1];
+    for (size_t i = 0; i < count; ++i) out[i] = (a[i] + b[i]) * scale;
+    return;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    float sum = sources[0][i];
+    for (int s = 1; s < n; ++s) sum += sources[s][i];
+    out[i] = sum * scale;
+  }
+}
+
+// A tensor over `count` floats of shared memory that `owner` keeps mapped.
+Tensor windowTensor(float* data, size_t count, std::shared_ptr<comm::SharedWindow> owner) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>();
+  impl->storage->bytes = std::shared_ptr<uint8_t[]>(reinterpret_cast<uint8_t*>(data),
+                                                    [owner = std::move(owner)](uint8_t*) {});
+  impl->storage->nbytes = count * sizeof(float);
+  impl->shape = {static_cast<int64_t>(count)};
+  impl->strides = {1};
+  impl->dtype = DType::F32;
+  return Tensor(std::move(impl));
+}
+
+}  // namespace
+
+void Reducer::setUpWindow() {
+  bucketStart_.clear();
+  size_t elements = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    bucketStart_.push_back(elements);
+    const size_t extra = (b + 1 == buckets_.size()) ? kExtraSlots : 0;
+    elements = alignUp(elements + buckets_[b].numel + extra);
+  }
+  layoutElements_ = elements;
+  const int n = comm_->size();
+  shardStart_.assign(static_cast<size_t>(n) + 1, 0);
+  for (int r = 1; r < n; ++r)
+    shardStart_[static_cast<size_t>(r)] =
+        elements * static_cast<size_t>(r) / static_cast<size_t>(n) / kAlignElements * kAlignElements;
+  shardStart_[static_cast<size_t>(n)] = elements;
+  // Gradients, then the published weights, in one window.
+  window_ = comm_->allocateSharedWindow(2 * elements * sizeof(float));
+  if (!window_) return;
+  float* base = static_cast<float*>(window_->local());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const size_t extra = (b + 1 == buckets_.size()) ? kExtraSlots : 0;
+    buckets_[b].flat = windowTensor(base + bucketStart_[b], buckets_[b].numel + extra, window_);
+  }
+}
+
+std::vector<size_t> Reducer::indicesOf(const optim::Optimizer& optimizer) const {
+  std::unordered_map<const TensorImpl*, size_t> indexOf;
+  for (size_t k = 0; k < params_.size(); ++k) indexOf[params_[k].second.impl()] = k;
+  std::vector<size_t> index;
+  for (const auto& [name, parameter] : optimizer.parameters()) {
+    auto found = indexOf.find(parameter.impl());
+    KOLO_CHECK(found != indexOf.end(), "Reducer: optimizer parameter '", name,
+               "' is not one of this reducer's parameters");
+    index.push_back(found->second);
+  }
+  return index;
+}
+
+std::pair<int64_t, int64_t> Reducer::ownedPart(size_t k, int r) const {
+  const size_t start = bucketStart_[bucketOf_[k]] + buckets_[bucketOf_[k]].offsets[slotOf_[k]];
+  const size_t end = start + static_cast<size_t>(params_[k].second.numel());
+  const size_t lo = std::max(start, shardStart_[static_cast<size_t>(r)]);
+  const size_t hi = std::min(end, shardStart_[static_cast<size_t>(r) + 1]);
+  if (lo >= hi) return {0, 0};
+  return {static_cast<int64_t>(lo - start), static_cast<int64_t>(hi - start)};
+}
+
+void Reducer::shardedStep(optim::Optimizer& optimizer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!sync_) return;
+  timeline_.finalizeStart = Clock::now();
+  if (!inPass_) beginPass();
+  const int n = comm_->size();
+  const int me = comm_->rank();
+  size_t missing = 0;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (ready_[k]) continue;
+    ++missing;
+    Bucket& b = buckets_[bucketOf_[k]];
+    std::memset(b.flat.data<float>() + b.offsets[slotOf_[k]], 0, params_[k].second.nbytes());
+  }
+  writeExtras(1.0, static_cast<double>(missing), localLoss_);
+  inPass_ = false;
+
+  // Phase 1: every rank's gradients are in its part of the window.
+  comm_->barrier(options_.collective);
+  std::vector<const float*> grads(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) grads[static_cast<size_t>(r)] = static_cast<const float*>(window_->part(r));
+  const size_t extras = bucketStart_.back() + buckets_.back().numel;
+  double missingTotal = 0.0;
+  double lossTotal = 0.0;
+  for (int r = 0; r < n; ++r) {
+    missingTotal += grads[static_cast<size_t>(r)][extras + 1];
+    lossTotal += grads[static_cast<size_t>(r)][extras + 2];
+  }
+  if (missingTotal > 0.5) {
+    if (missing > 0)
+      KOLO_THROW(Error, "Reducer (rank ", me, "): parameter(s) ", unreadyNames(),
+                 " got no gradient in this backward pass; every parameter must take part in the "
+                 "loss on every rank");
+    KOLO_THROW(Error, "Reducer (rank ", me, "): ", std::lround(missingTotal),
+               " parameter gradient(s) were missing on other rank(s) in this backward pass (see "
+               "their errors)");
+  }
+  activeRanks_ = n;
+  globalLoss_ = lossTotal / n;
+
+  // Phase 2: average this rank's share in place, update that share of the weights and
+  // publish it in the weight half of the window.
+  float* own = static_cast<float*>(window_->local());
+  const size_t lo = shardStart_[static_cast<size_t>(me)];
+  const size_t hi = shardStart_[static_cast<size_t>(me) + 1];
+  std::vector<const float*> sources(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) sources[static_cast<size_t>(r)] = grads[static_cast<size_t>(r)] + lo;
+  averageInto(own + lo, sources.data(), n, hi - lo, 1.0f / static_cast<float>(n));
+
+  const std::vector<size_t> index = indicesOf(optimizer);
+  std::vector<optim::ParameterPart> parts(index.size());
+  for (size_t i = 0; i < index.size(); ++i) {
+    const size_t k = index[i];
+    const auto [begin, end] = ownedPart(k, me);
+    const Bucket& b = buckets_[bucketOf_[k]];
+    parts[i] = {begin, end, b.flat.data<float>() + b.offsets[slotOf_[k]] + begin};
+  }
+  optimizer.stepParts(parts);
+  float* published = own + layoutElements_;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const auto [begin, end] = ownedPart(k, me);
+    if (begin == end) continue;
+    const size_t at = bucketStart_[bucketOf_[k]] + buckets_[bucketOf_[k]].offsets[slotOf_[k]];
+    std::memcpy(published + at + begin, params_[k].second.data<float>() + begin,
+                static_cast<size_t>(end - begin) * sizeof(float));
+  }
+
+  // Phase 3: every share is published; take the others' from their ranks.
+  comm_->barrier(options_.collective);
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    const float* theirs = grads[static_cast<size_t>(r)] + layoutElements_;
+    for (size_t k = 0; k < params_.size(); ++k) {
+      const auto [begin, end] = ownedPart(k, r);
+      if (begin == end) continue;
+      const size_t at = bucketStart_[bucketOf_[k]] + buckets_[bucketOf_[k]].offsets[slotOf_[k]];
+      std::memcpy(params_[k].second.data<float>() + begin, theirs + at + begin,
+                  static_cast<size_t>(end - begin) * sizeof(float));
+    }
+  }
+  ++syncedSteps_;
+  // As finalize(): .grad() becomes a view of its bucket slot.
+  for (auto& b : buckets_) {
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      Tensor& p = params_[b.params[i]].second;
+      const int64_t off = static_cast<int64_t>(b.offsets[i]);
+      Tensor grad = p.grad();
+      if (grad.defined() && grad.isContiguous() && grad.rawData() == b.flat.data<float>() + off)
+        continue;
+      p.setGrad(b.flat.slice(0, off, off + p.numel()).view(p.shape()));
+    }
+  }
+  timeline_.finalizeEnd = Clock::now();
+}
+
+void Reducer::consolidateOptimizerState(optim::Optimizer& optimizer) {
+  if (!window_) return;
+  const std::vector<size_t> index = indicesOf(optimizer);
+  optim::StateDict state = optimizer.stateDict();
+  const int me = comm_->rank();
+  for (size_t i = 0; i < index.size(); ++i) {
+    const auto& [name, parameter] = optimizer.parameters()[i];
+    auto slots = state.perParameter.find(name);
+    if (slots == state.perParameter.end()) continue;
+    const auto [begin, end] = ownedPart(index[i], me);
+    // Every element is current on exactly one rank: zero the rest and sum.
+    for (auto& [slot, tensor] : slots->second) {
+      if (tensor.numel() != parameter.numel() || tensor.dtype() != DType::F32) continue;
+      Tensor flat = tensor.reshape({tensor.numel()});
+      float* data = flat.data<float>();
+      std::fill(data, data + begin, 0.0f);
+      std::fill(data + end, data + flat.numel(), 0.0f);
+      comm_->allreduce(data, data, static_cast<size_t>(flat.numel()), DType::F32,
+                       comm::ReduceOp::Sum, options_.collective);
+      tensor = flat.view(parameter.shape());  // loadStateDict() wants the parameter's shape
+    }
+  }
+  optimizer.loadStateDict(state);
+}
+
+}  // namespace kolo::parallel
