@@ -188,9 +188,10 @@ void Reducer::startBucket(size_t index) {
   Bucket& b = buckets_[index];
   const size_t count = b.numel + (index + 1 == buckets_.size() ? kExtraSlots : 0);
   timeline_.bucketStart[index] = Clock::now();
+  b.started = true;
+  if (comm_->size() == 1) return;  // the sum over one rank is the bucket itself
   b.work = comm_->iallreduce(b.flat.rawData(), b.flat.rawData(), count, dtype_, comm::ReduceOp::Sum,
                              options_.collective);
-  b.started = true;
 }
 
 std::string Reducer::unreadyNames() const {
@@ -231,7 +232,7 @@ void Reducer::finalize() {
   std::exception_ptr failure;
   for (size_t i = 0; i < buckets_.size(); ++i) {
     try {
-      buckets_[i].work->wait();
+      if (buckets_[i].work) buckets_[i].work->wait();
     } catch (...) {
       if (!failure) failure = std::current_exception();
     }
@@ -266,9 +267,10 @@ void Reducer::finalize() {
   // Average over the ranks that contributed, in place in the buckets, and make each
   // .grad() a view of its slot so the next backward accumulates directly into the bucket.
   for (auto& b : buckets_) {
-    if (dtype_ == DType::F32)
+    // (The average over one rank is its own gradient.)
+    if (activeRanks_ > 1 && dtype_ == DType::F32)
       scaleInPlace(b.flat.data<float>(), b.numel, 1.0f / static_cast<float>(activeRanks_));
-    else
+    else if (activeRanks_ > 1)
       scaleInPlace(b.flat.data<double>(), b.numel, 1.0 / activeRanks_);
     for (size_t i = 0; i < b.params.size(); ++i) {
       Tensor& p = params_[b.params[i]].second;

@@ -393,6 +393,24 @@ TEST(MpiCommunicator, CollectiveTimeoutNamesTheOperation) {
   if (comm->rank() != 0) comm->barrier();  // lets rank 0's abandoned barrier complete
 }
 
+TEST(MpiCommunicator, SharedWindowShowsEveryRanksPart) {
+  // mpirun starts every rank on this node, so the window exists.
+  auto comm = world();
+  constexpr size_t kFloats = 4099;
+  auto window = comm->allocateSharedWindow(kFloats * sizeof(float));
+  ASSERT_NE(window, nullptr);
+  auto* mine = static_cast<float*>(window->local());
+  for (size_t i = 0; i < kFloats; ++i) ASSERT_EQ(mine[i], 0.0f) << i;
+  for (size_t i = 0; i < kFloats; ++i) mine[i] = static_cast<float>(comm->rank() * 10000 + i);
+  comm->barrier();
+  for (int r = 0; r < comm->size(); ++r) {
+    const auto* part = static_cast<const float*>(window->part(r));
+    for (size_t i = 0; i < kFloats; i += 97)
+      ASSERT_EQ(part[i], static_cast<float>(r * 10000 + i)) << "rank " << r << " element " << i;
+  }
+  comm->barrier();
+}
+
 TEST(MpiCommunicator, PointToPointTimeoutThenLateMessage) {
   auto comm = world();
   if (comm->size() < 2) GTEST_SKIP() << "needs 2 ranks";

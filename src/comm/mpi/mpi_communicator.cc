@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "comm/mpi/mpi_work.h"
+#include "comm/shared_window.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::detail {
@@ -169,6 +170,20 @@ std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   mpiCheck(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child), "MPI_Comm_split", rank_);
   if (child == MPI_COMM_NULL) return nullptr;
   return std::make_shared<MpiCommunicator>(runtime_, child, options_);
+}
+
+std::shared_ptr<SharedWindow> MpiCommunicator::allocateSharedWindow(size_t bytes) {
+  checkUsable("allocateSharedWindow");
+  MPI_Comm node = MPI_COMM_NULL;
+  mpiCheck(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+           "MPI_Comm_split_type", rank_);
+  int nodeSize = 0;
+  MPI_Comm_size(node, &nodeSize);
+  MPI_Comm_free(&node);
+  // Every rank sees the whole group on its node, or none does.
+  if (nodeSize != size_) return nullptr;
+  return allocatePosixSharedWindow(
+      *this, bytes, reinterpret_cast<uintptr_t>(this) * 1000003u + windowCount_++);
 }
 
 // ---- point to point ----

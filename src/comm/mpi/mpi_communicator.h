@@ -50,6 +50,10 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
   void setTimeout(std::chrono::milliseconds timeout) override;
 
   std::shared_ptr<Communicator> split(int color, int key) override;
+  /// POSIX shared memory when MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) finds the whole
+  /// group on this node (not MPI_Win_allocate_shared, whose collective free could block a
+  /// rank whose peer has died).
+  std::shared_ptr<SharedWindow> allocateSharedWindow(size_t bytes) override;
 
   void send(const void* buf, size_t count, DType dtype, int peer, int tag) override;
   void recv(void* buf, size_t count, DType dtype, int peer, int tag) override;
@@ -106,6 +110,7 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
   int size_ = 1;
   MpiOptions options_;
   uint64_t sequence_ = 0;
+  uint64_t windowCount_ = 0;  // names this communicator's shared windows apart
   std::string brokenBy_;  // non-empty after a Timeout
 };
 

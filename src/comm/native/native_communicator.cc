@@ -3,15 +3,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <cstdio>
-#include <unistd.h>
-#include <sys/mman.h>
 #include <tuple>
 
 #include "comm/algorithms/algorithms.h"
 #include "comm/native/basic_algorithms.h"
 #include "comm/native/cma_allreduce.h"
-#include "comm/native/shared_window.h"
+#include "comm/shared_window.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::native {
@@ -431,54 +428,11 @@ void NativeCommunicator::barrier(const CollectiveOptions& opts) {
 // ---- shared window ----
 
 std::shared_ptr<SharedWindow> NativeCommunicator::allocateSharedWindow(size_t bytes) {
-  const int n = size();
-  const int me = rank();
   // Whether the group shares one host is known alike on every rank: no message needed.
-  for (int r = 0; r < n; ++r)
-    if (r != me && !links_->sameHost(r)) return nullptr;
-  constexpr size_t kRecord = 64;  // per rank: ok flag, then the object's name
-  char mine[kRecord] = {};
-  char name[kRecord - 1] = {};
-  // Thread ranks share a pid: the rank and this object's address tell them apart.
-  std::snprintf(name, sizeof(name), "/kolo-win-%d-%d-%llx-%llu", static_cast<int>(getpid()), me,
-                static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(this)),
-                static_cast<unsigned long long>(windowCount_++));
-  std::string error;
-  void* own = createSharedPart(name, bytes, error);
-  mine[0] = own != nullptr ? 1 : 0;
-  std::memcpy(mine + 1, name, sizeof(name));
-  std::vector<char> records(kRecord * static_cast<size_t>(n));
-  std::vector<void*> parts(static_cast<size_t>(n), nullptr);
-  parts[static_cast<size_t>(me)] = own;
-  bool linked = own != nullptr;
-  auto release = [&] {
-    for (void* p : parts) unmapSharedPart(p, bytes);
-    if (linked) shm_unlink(name);
-  };
-  try {
-    allgather(mine, records.data(), kRecord, DType::U8);
-    int32_t ok = 1;
-    for (int r = 0; r < n; ++r) ok &= records[kRecord * static_cast<size_t>(r)];
-    for (int r = 0; ok && r < n; ++r) {
-      if (r == me) continue;
-      const std::string peerName(&records[kRecord * static_cast<size_t>(r) + 1]);
-      parts[static_cast<size_t>(r)] = openSharedPart(peerName, bytes, error);
-      if (parts[static_cast<size_t>(r)] == nullptr) ok = 0;
-    }
-    // Every rank has mapped every part (or one failed) before any name goes away.
-    int32_t all = ok;
-    allreduce(&ok, &all, 1, DType::I32, ReduceOp::Min);
-    if (linked) shm_unlink(name);
-    linked = false;
-    if (!all) {
-      release();
-      return nullptr;
-    }
-  } catch (...) {
-    release();
-    throw;
-  }
-  return std::make_shared<NativeSharedWindow>(bytes, me, std::move(parts));
+  for (int r = 0; r < size(); ++r)
+    if (r != rank() && !links_->sameHost(r)) return nullptr;
+  return detail::allocatePosixSharedWindow(
+      *this, bytes, reinterpret_cast<uintptr_t>(this) * 1000003u + windowCount_++);
 }
 
 // ---- split ----
