@@ -158,8 +158,10 @@ void HostSegment::prefault(int local) {
 }
 
 void ringDoorbell(Doorbell& bell) {
-  // Pairs with the sleeper's fetch_add on `sleepers` followed by its re-check: either it
-  // sees our data, or we see it asleep and wake it.
+  // The caller has just published data (a ring's tail or head). This fence pairs with the
+  // sleeper's fetch_add on `sleepers` and the seq_cst fence after it, before its re-check
+  // (store-buffer pattern; Engine::sleepBriefly gives the argument): either it sees our
+  // data, or we see it announced and wake it. A relaxed load suffices after the fence.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (bell.sleepers.load(std::memory_order_relaxed) != 0) {
     bell.bell.fetch_add(1, std::memory_order_seq_cst);

@@ -37,9 +37,11 @@ class Channel {
 
 // ---- shared memory ----
 
-/// Per-rank wake-up word in the host segment. A sleeper bumps `sleepers`, re-checks its
-/// condition and futex-waits on `bell`; whoever makes progress for it bumps `bell` and
-/// wakes it only when `sleepers` is non-zero, so the fast path never makes a syscall.
+/// Per-rank wake-up word in the host segment. A sleeper bumps `sleepers`, issues a seq_cst
+/// fence, reads `bell`, re-checks its condition and futex-waits on the `bell` value it
+/// read; whoever makes progress for it publishes, issues a seq_cst fence, and bumps `bell`
+/// and wakes it only when `sleepers` is non-zero, so the fast path never makes a syscall.
+/// Both fences are needed (store-buffer pattern; see Engine::sleepBriefly).
 struct alignas(64) Doorbell {
   std::atomic<uint32_t> bell{0};
   std::atomic<uint32_t> sleepers{0};

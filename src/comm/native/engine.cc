@@ -252,7 +252,9 @@ void Engine::readFrames(int peer) {
   for (;;) {
     if (!p.inBody) {
       auto* hb = reinterpret_cast<uint8_t*>(&p.inHeader);
-      p.headerHave += ch.readSome(hb + p.headerHave, sizeof(FrameHeader) - p.headerHave);
+      const size_t got = ch.readSome(hb + p.headerHave, sizeof(FrameHeader) - p.headerHave);
+      p.headerHave += got;
+      bytesMoved_ += got;
       if (p.headerHave < sizeof(FrameHeader)) return;
       onHeader(peer);
       if (!p.broken.empty()) return;
@@ -274,6 +276,7 @@ void Engine::readFrames(int peer) {
       n = ch.readSome(sink, p.bodyLeft < sizeof(sink) ? static_cast<size_t>(p.bodyLeft) : sizeof(sink));
     }
     p.bodyLeft -= n;
+    bytesMoved_ += n;
     if (p.bodyLeft != 0) return;
     finishBody(peer);
   }
@@ -287,12 +290,14 @@ void Engine::progressPeer(int peer) {
     while (!p.sends.empty()) {
       SendOp& s = *p.sends.front();
       constexpr size_t kHeader = sizeof(FrameHeader);
+      size_t n = 0;
       if (s.sent < kHeader) {
-        s.sent += ch.writeSome2(reinterpret_cast<const uint8_t*>(&s.header) + s.sent, kHeader - s.sent, s.data,
-                                s.bytes);
+        n = ch.writeSome2(reinterpret_cast<const uint8_t*>(&s.header) + s.sent, kHeader - s.sent, s.data, s.bytes);
       } else if (s.sent < kHeader + s.bytes) {
-        s.sent += ch.writeSome(s.data + (s.sent - kHeader), kHeader + s.bytes - s.sent);
+        n = ch.writeSome(s.data + (s.sent - kHeader), kHeader + s.bytes - s.sent);
       }
+      s.sent += n;
+      bytesMoved_ += n;
       if (s.sent < kHeader + s.bytes) break;
       s.complete = true;
       p.sends.pop_front();
@@ -402,26 +407,35 @@ void Engine::sleepBriefly(long micros) {
     sched_yield();
     return;
   }
+  // The doorbell protocol is the store-buffer (Dekker) pattern between two processes:
+  //   writer:  publish data (ring tail/head store); seq_cst fence F1; load `sleepers`
+  //   sleeper: `sleepers` += 1 (seq_cst RMW U); seq_cst fence F2; load the rings
+  // Suppose the writer saw `sleepers` == 0 and our re-check missed its data. Its load read
+  // a value before U, so F1 precedes U in the single total order S ([atomics.order] p4.3);
+  // our ring load read a value before its store, so F2 precedes F1 (p4.4); and U precedes
+  // F2 (sequenced before). U < F2 < F1 < U is a cycle: impossible. So either the writer
+  // sees us and bumps `bell` (then the futex wait below returns at once, since `bell` is no
+  // longer `seen`, or is woken), or the re-check sees its data and we do not sleep. The
+  // RMW alone is not enough: without F2 the ring loads, which are acquire loads, are not
+  // ordered after it in S (on x86 the locked RMW happens to be a full barrier, elsewhere
+  // not). `seen` is read after U: a bump that the writer made before we read `seen`
+  // follows its data (release) and our seq_cst load of `bell` acquires it, so the
+  // re-check sees that data too.
   bell_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint32_t seen = bell_->bell.load(std::memory_order_seq_cst);
-  bool ready;
+  bool ready = false;
   {
-    // Re-check after announcing ourselves: a writer that missed our sleeper count has
-    // already published its data, so this progress pass sees it.
+    // Re-check after announcing ourselves. Any byte moved (a whole frame may arrive and
+    // complete the op in this one pass, leaving no partial state behind) or a peer found
+    // gone means there is something to look at: do not sleep.
     std::lock_guard<std::mutex> lock(mutex_);
-    ready = false;
+    const uint64_t movedBefore = bytesMoved_;
     for (int i = 0; i < size_ && !ready; ++i) {
       Peer& p = peers_[static_cast<size_t>(i)];
-      if (!p.channel || !p.broken.empty()) continue;
-      if (!p.sends.empty() || !p.recvs.empty() || p.inBody || p.headerHave > 0) {
-        const size_t before = p.headerHave;
-        const uint64_t bodyBefore = p.bodyLeft;
-        const size_t sendsBefore = p.sends.size();
-        const size_t sentBefore = p.sends.empty() ? 0 : p.sends.front()->sent;
-        progressPeer(i);
-        ready = p.headerHave != before || p.bodyLeft != bodyBefore || p.sends.size() != sendsBefore ||
-                (!p.sends.empty() && p.sends.front()->sent != sentBefore) || !p.broken.empty();
-      }
+      if (!busy(p)) continue;
+      progressPeer(i);
+      ready = bytesMoved_ != movedBefore || !p.broken.empty();
     }
   }
   if (!ready) sleepOnDoorbell(*bell_, seen, micros);

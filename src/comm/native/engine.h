@@ -132,6 +132,9 @@ class Engine {
   Doorbell* bell_ = nullptr;
   std::chrono::microseconds spinTime_{250};
   std::vector<int> tcpPeers_;
+  /// Bytes written to or read from any channel so far (under mutex_): a sleeper's re-check
+  /// compares it to see whether its progress pass did anything.
+  uint64_t bytesMoved_ = 0;
   std::mutex mutex_;
 };
 
