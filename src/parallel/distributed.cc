@@ -85,8 +85,7 @@ DistributedOptimizer::DistributedOptimizer(std::unique_ptr<optim::Optimizer> opt
 }
 
 void DistributedOptimizer::step() {
-  reducer_->finalize();
-  optimizer_->step();
+  reducer_->step(*optimizer_);
 }
 
 }  // namespace kolo::parallel

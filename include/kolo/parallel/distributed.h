@@ -41,10 +41,14 @@ class DistributedOptimizer {
   DistributedOptimizer(std::unique_ptr<optim::Optimizer> optimizer,
                        std::shared_ptr<comm::Communicator> comm, ReducerOptions options = {});
 
-  /// Finishes the gradient all-reduce, then applies the wrapped optimizer's update. With
-  /// gradient accumulation, call it after the last backward, outside the noSync() scope.
-  /// Throws what Reducer::finalize throws.
+  /// Finishes the gradient all-reduce, then applies the wrapped optimizer's update
+  /// (Reducer::step: sharded across the ranks of one host with
+  /// ReducerOptions::shardOptimizer). With gradient accumulation, call it after the last
+  /// backward, outside the noSync() scope. Throws what Reducer::finalize throws.
   void step();
+  /// Collective: makes the wrapped optimizer's state whole after sharded updates, before
+  /// it is saved or broadcast (Reducer::consolidateOptimizerState).
+  void consolidateState() { reducer_->consolidateOptimizerState(*optimizer_); }
   void zeroGrad() { optimizer_->zeroGrad(); }
   double lr() const { return optimizer_->lr(); }
   void setLr(double lr) { optimizer_->setLr(lr); }
