@@ -44,8 +44,11 @@ struct LauncherOptions {
 /// SIGTERM; 1 when another node reported a failure or the store was lost. Diagnostics
 /// go to stderr prefixed "kolo run: ". While it runs it catches SIGINT, SIGTERM and SIGCHLD
 /// and ignores SIGPIPE in this process (restored afterwards); one launcher per process at
-/// a time. Throws InvalidArgument for bad options and IoError when the store cannot be
-/// hosted or reached.
+/// a time. No rank outlives the launcher: should this process die (even by SIGKILL), the
+/// kernel SIGKILLs every rank (their parent-death signal, tied to the calling thread, which
+/// runs the whole job) and a guard process SIGKILLs what is left in their process groups;
+/// the same happens to running ranks if this function throws. Throws InvalidArgument for
+/// bad options and IoError when the store cannot be hosted or reached.
 int runLauncher(const LauncherOptions& options);
 
 /// A random 128-bit token as 32 hexadecimal digits (from the kernel's random source).

@@ -108,7 +108,7 @@ int largeOpsBody(Communicator& comm, int rounds) {
 }
 
 TEST(NativeDoorbellStress, ThousandsOfSmallOpsOnFourProcesses) {
-  const int rounds = 20000;
+  const int rounds = 5000;
   auto codes = runProcesses(4, [&](int, Communicator& comm) { return smallOpsBody(comm, rounds); }, stressOptions());
   for (int r = 0; r < 4; ++r) EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "rank " << r;
 }
@@ -116,7 +116,7 @@ TEST(NativeDoorbellStress, ThousandsOfSmallOpsOnFourProcesses) {
 TEST(NativeDoorbellStress, LargeMessagesThroughTinyRings) {
   NativeOptions options = stressOptions();
   options.ringBytes = 4096;
-  auto codes = runProcesses(4, [](int, Communicator& comm) { return largeOpsBody(comm, 400); }, options);
+  auto codes = runProcesses(4, [](int, Communicator& comm) { return largeOpsBody(comm, 150); }, options);
   for (int r = 0; r < 4; ++r) EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "rank " << r;
 }
 
@@ -125,7 +125,7 @@ TEST(NativeDoorbellStress, TwoProcessPingPongs) {
   auto codes = runProcesses(
       2,
       [](int, Communicator& comm) {
-        for (int i = 0; i < 50000; ++i)
+        for (int i = 0; i < 20000; ++i)
           if (!pingPong(comm, i * 2 + comm.rank(), i * 2 + (comm.rank() ^ 1), i % 5)) return 3;
         return 0;
       },
