@@ -113,6 +113,7 @@ void closeAllBut(int keep) {
   // Out of the launcher's group: a signal sent to that group (a terminal's hang-up) must
   // not take the guard along with the launcher.
   ::setpgid(0, 0);
+  ::prctl(PR_SET_NAME, "kolo-run-guard");  // what ps and top show for it
   closeAllBut(readFd);
   sigset_t none;
   sigemptyset(&none);
