@@ -357,7 +357,8 @@ class Job {
       r.running = false;
       r.status = status;
       bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-      if (failed && !stopping_ && (!blamed || (WIFSIGNALED(status) && !WIFSIGNALED(blamed->status))))
+      if (failed && !stopping_ &&
+          (!blamed || (WIFSIGNALED(status) && !WIFSIGNALED(blamed->status))))
         blamed = &r;
     }
     if (blamed) {

@@ -37,7 +37,8 @@ int findProgram(const std::string& name, std::string* path) {
   size_t begin = 0;
   for (;;) {
     const size_t end = dirs.find(':', begin);
-    std::string dir = dirs.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    std::string dir =
+        dirs.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
     std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
     struct stat st {};
     if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
@@ -54,12 +55,14 @@ int findProgram(const std::string& name, std::string* path) {
 
 /// Moves `fd` above the standard descriptors (a launcher started with 0, 1 or 2 closed
 /// gets pipe ends there, which the dup2 onto 1 and 2 would clobber). Async-signal-safe.
-int aboveStandard(int fd) { return fd > STDERR_FILENO ? fd : ::fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1); }
+int aboveStandard(int fd) {
+  return fd > STDERR_FILENO ? fd : ::fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+}
 
 /// The forked rank until exec; never returns. On failure the errno goes to the launcher
 /// through `report` (close-on-exec: end of file there means exec succeeded).
-[[noreturn]] void rankChild(const char* path, char* const* argv, char* const* envp, int outWrite, int errWrite,
-                            int report, pid_t launcher, const sigset_t& rankMask) {
+[[noreturn]] void rankChild(const char* path, char* const* argv, char* const* envp, int outWrite,
+                            int errWrite, int report, pid_t launcher, const sigset_t& rankMask) {
   report = aboveStandard(report);
   auto fail = [report](int error) {
     [[maybe_unused]] ssize_t n = ::write(report, &error, sizeof error);
@@ -182,7 +185,9 @@ SpawnedRank spawnRank(const std::vector<std::string>& argv, const std::vector<st
   for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE}) sigdelset(&rankMask, sig);
   const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();
-  if (pid == 0) rankChild(path.c_str(), args.data(), envp.data(), outPipe[1], errPipe[1], report[1], launcher, rankMask);
+  if (pid == 0)
+    rankChild(path.c_str(), args.data(), envp.data(), outPipe[1], errPipe[1], report[1], launcher,
+              rankMask);
   const int forkError = errno;
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   ::close(outPipe[1]);
@@ -198,7 +203,8 @@ SpawnedRank spawnRank(const std::vector<std::string>& argv, const std::vector<st
   int childError = 0;
   size_t got = 0;
   while (got < sizeof childError) {
-    const ssize_t n = ::read(report[0], reinterpret_cast<char*>(&childError) + got, sizeof childError - got);
+    const ssize_t n =
+        ::read(report[0], reinterpret_cast<char*>(&childError) + got, sizeof childError - got);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     got += static_cast<size_t>(n);

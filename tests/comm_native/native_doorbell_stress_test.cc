@@ -51,8 +51,8 @@ bool pingPong(Communicator& comm, int64_t value, int64_t partnerValue, int tag, 
 int smallOpsBody(Communicator& comm, int rounds) {
   const int64_t n = comm.size();
   const int rank = comm.rank();
-  const Algorithm algorithms[] = {Algorithm::Auto, Algorithm::Ring, Algorithm::HalvingDoubling, Algorithm::Tree,
-                                  Algorithm::ReduceBroadcast};
+  const Algorithm algorithms[] = {Algorithm::Auto, Algorithm::Ring, Algorithm::HalvingDoubling,
+                                  Algorithm::Tree, Algorithm::ReduceBroadcast};
   std::vector<int64_t> in(64), out(64), pending(64);
   for (int i = 0; i < rounds; ++i) {
     const size_t count = 1 + static_cast<size_t>(i * 7) % 64;
@@ -97,7 +97,8 @@ int largeOpsBody(Communicator& comm, int rounds) {
     comm.allreduce(data.data(), data.data(), count, DType::I64, ReduceOp::Sum);
     for (size_t k = 0; k < count; ++k) {
       if (data[k] != 3 * n * (n - 1) / 2 + n * (static_cast<int64_t>(k % 101) + i)) {
-        std::fprintf(stderr, "rank %d round %d: element %zu is %lld\n", rank, i, k, static_cast<long long>(data[k]));
+        std::fprintf(stderr, "rank %d round %d: element %zu is %lld\n", rank, i, k,
+                     static_cast<long long>(data[k]));
         return 2;
       }
     }
@@ -109,14 +110,16 @@ int largeOpsBody(Communicator& comm, int rounds) {
 
 TEST(NativeDoorbellStress, ThousandsOfSmallOpsOnFourProcesses) {
   const int rounds = 5000;
-  auto codes = runProcesses(4, [&](int, Communicator& comm) { return smallOpsBody(comm, rounds); }, stressOptions());
+  auto codes = runProcesses(
+      4, [&](int, Communicator& comm) { return smallOpsBody(comm, rounds); }, stressOptions());
   for (int r = 0; r < 4; ++r) EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "rank " << r;
 }
 
 TEST(NativeDoorbellStress, LargeMessagesThroughTinyRings) {
   NativeOptions options = stressOptions();
   options.ringBytes = 4096;
-  auto codes = runProcesses(4, [](int, Communicator& comm) { return largeOpsBody(comm, 150); }, options);
+  auto codes = runProcesses(
+      4, [](int, Communicator& comm) { return largeOpsBody(comm, 150); }, options);
   for (int r = 0; r < 4; ++r) EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << "rank " << r;
 }
 

@@ -37,7 +37,8 @@ int rankOf(pid_t pid) {
   for (size_t at = 0; at < environ.size();) {
     size_t end = environ.find('\0', at);
     if (end == std::string::npos) end = environ.size();
-    if (environ.compare(at, key.size(), key) == 0) return std::atoi(environ.c_str() + at + key.size());
+    if (environ.compare(at, key.size(), key) == 0)
+      return std::atoi(environ.c_str() + at + key.size());
     at = end + 1;
   }
   return -1;
@@ -67,12 +68,13 @@ class LauncherFaultsTest : public ::testing::Test {
   /// returns once rank 0 has written the first epoch's metrics, i.e. both ranks train.
   Child startEndlessTraining() {
     const std::string metrics = dir_ + "/metrics.jsonl";
-    Child launcher = spawnChild({kKolo, "train", "--workers", "2", "--model", "mlp", "--train-limit",
-                                 "640", "--batch", "64", "--epochs", "100000", "--quiet", "--metrics",
-                                 metrics},
-                                cleanEnvironment());
+    Child launcher =
+        spawnChild({kKolo, "train", "--workers", "2", "--model", "mlp", "--train-limit", "640",
+                    "--batch", "64", "--epochs", "100000", "--quiet", "--metrics", metrics},
+                   cleanEnvironment());
     EXPECT_GT(launcher.pid, 0);
-    EXPECT_TRUE(waitFor([&] { return !readFile(metrics).empty() || processGone(launcher.pid); }, 120s))
+    EXPECT_TRUE(
+        waitFor([&] { return !readFile(metrics).empty() || processGone(launcher.pid); }, 120s))
         << "no metrics from the training job";
     EXPECT_FALSE(processGone(launcher.pid)) << "the training job ended early";
     return launcher;
@@ -136,8 +138,9 @@ TEST_F(LauncherFaultsTest, RankKilledWhileItsPeerTrainsIsNamed) {
   Result r = collect(launcher);
   ASSERT_TRUE(WIFEXITED(r.status)) << r.err;
   EXPECT_EQ(r.exitCode(), 128 + SIGKILL) << r.err;
-  EXPECT_NE(r.err.find("rank 1 (pid " + std::to_string(victim) + ") was killed by signal 9 (SIGKILL)"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("rank 1 (pid " + std::to_string(victim) + ") was killed by signal 9 (SIGKILL)"),
+      std::string::npos)
       << r.err;
   EXPECT_EQ(r.err.find("rank 0 (pid"), std::string::npos) << r.err;  // its peer is not blamed
   EXPECT_TRUE(waitFor([&] { return processGone(ranks.at(0)); }, kGoneWithin));
