@@ -40,13 +40,20 @@ KOLO_SHARD_CLONES void averageInto(float* __restrict out, const float* const* so
   }
 }
 
-// A tensor over `count` floats of shared memory that `owner` keeps mapped.
+// Storage over `count` floats of shared memory that `owner` keeps mapped.
+std::shared_ptr<Storage> windowStorage(float* data, size_t count,
+                                       std::shared_ptr<comm::SharedWindow> owner) {
+  auto storage = std::make_shared<Storage>();
+  storage->bytes = std::shared_ptr<uint8_t[]>(reinterpret_cast<uint8_t*>(data),
+                                              [owner = std::move(owner)](uint8_t*) {});
+  storage->nbytes = count * sizeof(float);
+  return storage;
+}
+
+// A flat f32 tensor over `count` floats of shared memory.
 Tensor windowTensor(float* data, size_t count, std::shared_ptr<comm::SharedWindow> owner) {
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>();
-  impl->storage->bytes = std::shared_ptr<uint8_t[]>(reinterpret_cast<uint8_t*>(data),
-                                                    [owner = std::move(owner)](uint8_t*) {});
-  impl->storage->nbytes = count * sizeof(float);
+  impl->storage = windowStorage(data, count, std::move(owner));
   impl->shape = {static_cast<int64_t>(count)};
   impl->strides = {1};
   impl->dtype = DType::F32;
@@ -78,6 +85,24 @@ void Reducer::setUpWindow() {
     const size_t extra = (b + 1 == buckets_.size()) ? kExtraSlots : 0;
     buckets_[b].flat = windowTensor(base + bucketStart_[b], buckets_[b].numel + extra, window_);
   }
+  // A parameter that owns its whole storage moves into the weight half, so the update
+  // writes its share where the other ranks read it; any other keeps its storage and its
+  // share is copied there after each update.
+  inWindow_.assign(params_.size(), false);
+  auto weights = windowStorage(base + elements, elements, window_);
+  for (size_t k = 0; k < params_.size(); ++k) {
+    TensorImpl* impl = params_[k].second.impl();
+    if (impl->offset != 0 || impl->storage->nbytes != params_[k].second.nbytes()) continue;
+    const size_t at = layoutOffset(k);
+    std::memcpy(base + elements + at, impl->storage->bytes.get(), impl->storage->nbytes);
+    impl->storage = weights;
+    impl->offset = static_cast<int64_t>(at);
+    inWindow_[k] = true;
+  }
+}
+
+size_t Reducer::layoutOffset(size_t k) const {
+  return bucketStart_[bucketOf_[k]] + buckets_[bucketOf_[k]].offsets[slotOf_[k]];
 }
 
 std::vector<size_t> Reducer::indicesOf(const optim::Optimizer& optimizer) const {
@@ -94,7 +119,7 @@ std::vector<size_t> Reducer::indicesOf(const optim::Optimizer& optimizer) const 
 }
 
 std::pair<int64_t, int64_t> Reducer::ownedPart(size_t k, int r) const {
-  const size_t start = bucketStart_[bucketOf_[k]] + buckets_[bucketOf_[k]].offsets[slotOf_[k]];
+  const size_t start = layoutOffset(k);
   const size_t end = start + static_cast<size_t>(params_[k].second.numel());
   const size_t lo = std::max(start, shardStart_[static_cast<size_t>(r)]);
   const size_t hi = std::min(end, shardStart_[static_cast<size_t>(r) + 1]);
@@ -163,9 +188,8 @@ void Reducer::shardedStep(optim::Optimizer& optimizer) {
   float* published = own + layoutElements_;
   for (size_t k = 0; k < params_.size(); ++k) {
     const auto [begin, end] = ownedPart(k, me);
-    if (begin == end) continue;
-    const size_t at = bucketStart_[bucketOf_[k]] + buckets_[bucketOf_[k]].offsets[slotOf_[k]];
-    std::memcpy(published + at + begin, params_[k].second.data<float>() + begin,
+    if (begin == end || inWindow_[k]) continue;
+    std::memcpy(published + layoutOffset(k) + begin, params_[k].second.data<float>() + begin,
                 static_cast<size_t>(end - begin) * sizeof(float));
   }
 
@@ -177,8 +201,7 @@ void Reducer::shardedStep(optim::Optimizer& optimizer) {
     for (size_t k = 0; k < params_.size(); ++k) {
       const auto [begin, end] = ownedPart(k, r);
       if (begin == end) continue;
-      const size_t at = bucketStart_[bucketOf_[k]] + buckets_[bucketOf_[k]].offsets[slotOf_[k]];
-      std::memcpy(params_[k].second.data<float>() + begin, theirs + at + begin,
+      std::memcpy(params_[k].second.data<float>() + begin, theirs + layoutOffset(k) + begin,
                   static_cast<size_t>(end - begin) * sizeof(float));
     }
   }

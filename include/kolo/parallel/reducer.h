@@ -171,6 +171,8 @@ class Reducer {
   void shardedStep(optim::Optimizer& optimizer);
   // Elements [begin, end) of parameter k that rank r owns (begin == end: none).
   std::pair<int64_t, int64_t> ownedPart(size_t k, int r) const;
+  // Element offset of parameter k's slot in the window layout.
+  size_t layoutOffset(size_t k) const;
   // For each parameter the optimizer holds, its index in params_ (InvalidArgument if absent).
   std::vector<size_t> indicesOf(const optim::Optimizer& optimizer) const;
 
@@ -199,6 +201,7 @@ class Reducer {
   std::vector<size_t> bucketStart_;  // element offset of each bucket in the layout
   size_t layoutElements_ = 0;        // elements of the layout, extras and padding included
   std::vector<size_t> shardStart_;   // rank r owns layout elements [shardStart_[r], [r+1])
+  std::vector<bool> inWindow_;       // parameter k's storage is its slot of the weight half
 };
 
 }  // namespace kolo::parallel
