@@ -5,6 +5,7 @@
 #include "cli/bench_launch.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -72,6 +73,7 @@ int forkRanks(const BenchConfig& config, const BenchLaunch& launch) {
   const std::vector<int> cpus =
       binding == parallel::CpuBinding::None ? std::vector<int>{} : parallel::allowedCpus();
   std::vector<pid_t> children;
+  const pid_t launcher = getpid();
   for (int r = 0; r < launch.ranks; ++r) {
     const pid_t pid = fork();
     if (pid < 0) {
@@ -82,6 +84,9 @@ int forkRanks(const BenchConfig& config, const BenchLaunch& launch) {
       KOLO_THROW(IoError, "kolo bench: fork of rank ", r, " failed: ", std::strerror(err));
     }
     if (pid == 0) {
+      // A rank dies with the benchmark process rather than waiting out its deadlines.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher) _exit(1);
       const int code = runRank(config, r, [&] {
         if (const int cpu = parallel::cpuForLocalRank(binding, r, cpus); cpu >= 0) parallel::bindThisThread(cpu);
         return comm::createNativeCommunicator(comm::makeFileStore(storeDir), r, launch.ranks,

@@ -1,6 +1,6 @@
 // `kolo run` under faults, end to end with the real binary: a SIGKILLed launcher (plain
-// `kolo run` with shell ranks, and `kolo train --workers 2`, which re-launches itself
-// through it) leaves no rank and no child of a rank running; a training rank killed by
+// `kolo run` with shell ranks, `kolo train --workers 2`, which re-launches itself through
+// it, and `kolo bench --ranks 2`) leaves no rank and no child of a rank running; a training rank killed by
 // SIGKILL while its peer trains ends the job non-zero, naming that rank.
 #include <gtest/gtest.h>
 
@@ -126,6 +126,20 @@ TEST_F(LauncherFaultsTest, SigkilledTrainWorkersLeavesNoRankBehind) {
   std::vector<pid_t> pids = childrenOf(launcher.pid);  // the ranks and the guard
   EXPECT_EQ(pids.size(), 3u);
   killLauncherAndExpectGone(launcher, pids);
+}
+
+TEST_F(LauncherFaultsTest, SigkilledBenchLeavesNoRankBehind) {
+  // `kolo bench --ranks 2` forks its ranks itself; a long sweep keeps them busy.
+  Child bench = spawnChild({kKolo, "bench", "allreduce", "--ranks", "2", "-b", "1M", "-e", "1M",
+                            "-n", "100000000"},
+                           cleanEnvironment());
+  ASSERT_GT(bench.pid, 0);
+  std::vector<pid_t> ranks;
+  ASSERT_TRUE(waitFor([&] {
+    ranks = childrenOf(bench.pid);
+    return ranks.size() == 2;
+  }));
+  killLauncherAndExpectGone(bench, ranks);
 }
 
 TEST_F(LauncherFaultsTest, RankKilledWhileItsPeerTrainsIsNamed) {
