@@ -264,14 +264,20 @@ void Reducer::finalize() {
   }
   ++syncedSteps_;
 
-  // Average over the ranks that contributed, in place in the buckets, and make each
-  // .grad() a view of its slot so the next backward accumulates directly into the bucket.
+  // Average over the ranks that contributed, in place in the buckets (the average over
+  // one rank is its own gradient).
   for (auto& b : buckets_) {
-    // (The average over one rank is its own gradient.)
     if (activeRanks_ > 1 && dtype_ == DType::F32)
       scaleInPlace(b.flat.data<float>(), b.numel, 1.0f / static_cast<float>(activeRanks_));
     else if (activeRanks_ > 1)
       scaleInPlace(b.flat.data<double>(), b.numel, 1.0 / activeRanks_);
+  }
+  viewGradsInBuckets();
+  timeline_.finalizeEnd = Clock::now();
+}
+
+void Reducer::viewGradsInBuckets() {
+  for (auto& b : buckets_) {
     for (size_t i = 0; i < b.params.size(); ++i) {
       Tensor& p = params_[b.params[i]].second;
       const int64_t off = static_cast<int64_t>(b.offsets[i]);
@@ -282,7 +288,6 @@ void Reducer::finalize() {
       p.setGrad(b.flat.slice(0, off, off + p.numel()).view(p.shape()));
     }
   }
-  timeline_.finalizeEnd = Clock::now();
 }
 
 void Reducer::step(optim::Optimizer& optimizer) {

@@ -1,7 +1,8 @@
 // The Reducer's sharded optimizer update (ZeRO stage 1 over a shared-memory window): every
 // rank's buckets live in a window the other ranks on the host map; each rank averages its
 // own share of the gradients from all ranks' buckets, updates that share of the weights
-// and publishes it, and copies the other shares. Two barriers per step order the phases.
+// (which live in the window too), and copies the other shares. Two barriers per step order
+// the phases.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -206,17 +207,7 @@ void Reducer::shardedStep(optim::Optimizer& optimizer) {
     }
   }
   ++syncedSteps_;
-  // As finalize(): .grad() becomes a view of its bucket slot.
-  for (auto& b : buckets_) {
-    for (size_t i = 0; i < b.params.size(); ++i) {
-      Tensor& p = params_[b.params[i]].second;
-      const int64_t off = static_cast<int64_t>(b.offsets[i]);
-      Tensor grad = p.grad();
-      if (grad.defined() && grad.isContiguous() && grad.rawData() == b.flat.data<float>() + off)
-        continue;
-      p.setGrad(b.flat.slice(0, off, off + p.numel()).view(p.shape()));
-    }
-  }
+  viewGradsInBuckets();
   timeline_.finalizeEnd = Clock::now();
 }
 

@@ -166,6 +166,9 @@ class Reducer {
   void broadcastFromRoot();
   std::string unreadyNames() const;
   void syncFinalParameters();
+  // Makes each .grad() a view of its bucket slot (DDP's gradient_as_bucket_view), so the
+  // next backward accumulates straight into the bucket.
+  void viewGradsInBuckets();
   // Sharded update (reducer_sharded.cc).
   void setUpWindow();
   void shardedStep(optim::Optimizer& optimizer);
