@@ -49,13 +49,16 @@ class PosixSharedWindow : public SharedWindow {
   std::vector<void*> parts_;
 };
 
-// Creates (O_EXCL) and maps a zero-filled object `name` of `bytes`; nullptr on failure
-// (the object is then removed).
+// Creates (O_EXCL), reserves and maps a zero-filled object `name` of `bytes`; nullptr on
+// failure (the object is then removed).
 void* createPart(const std::string& name, size_t bytes) {
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) return nullptr;
+  // Reserve the pages now: a /dev/shm too small for the window then fails here, instead
+  // of a later store into an unbacked page ending the process with SIGBUS.
   void* base = MAP_FAILED;
-  if (ftruncate(fd, static_cast<off_t>(mappedBytes(bytes))) == 0)
+  if (ftruncate(fd, static_cast<off_t>(mappedBytes(bytes))) == 0 &&
+      posix_fallocate(fd, 0, static_cast<off_t>(mappedBytes(bytes))) == 0)
     base = mmap(nullptr, mappedBytes(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (base == MAP_FAILED) {

@@ -1,6 +1,6 @@
 // SharedWindow of the native backend: every rank reads every other rank's part, for ranks
 // as threads and as forked processes; parts start zeroed; nothing is left in /dev/shm; a
-// group spanning two hosts gets no window on any rank.
+// window larger than /dev/shm and a group spanning two hosts get no window on any rank.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -53,6 +53,17 @@ TEST(NativeWindow, ProcessRanksSeeEveryPart) {
   const size_t before = windowObjectsInDevShm();
   auto codes = runProcesses(4, [](int, Communicator& comm) { return exchangeThroughWindow(comm); });
   for (int r = 0; r < 4; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+  EXPECT_EQ(windowObjectsInDevShm(), before);
+}
+
+TEST(NativeWindow, MoreThanSharedMemoryHoldsGivesNoWindowOnEveryRank) {
+  // 1 TiB per rank cannot be reserved in /dev/shm: every rank gets nullptr (no SIGBUS
+  // later), nothing is left behind, and the group still works.
+  const size_t before = windowObjectsInDevShm();
+  runThreads(2, [](Communicator& comm) {
+    EXPECT_EQ(comm.allocateSharedWindow(size_t{1} << 40), nullptr);
+    EXPECT_EQ(exchangeThroughWindow(comm), 0);
+  });
   EXPECT_EQ(windowObjectsInDevShm(), before);
 }
 
