@@ -26,4 +26,11 @@ float halfToFloat(uint16_t bits);
 uint16_t floatToBFloat16(float value);
 float bfloat16ToFloat(uint16_t bits);
 
+/// Element `i` of a buffer of `dtype` as a double (f16/bf16 widened exactly). The buffer
+/// need not be aligned.
+double loadElement(DType dtype, const void* data, size_t i);
+/// Stores `value` as element `i` of a buffer of `dtype`: rounded to nearest for the
+/// floating types, truncated toward zero for the integers (u8 keeps the low 8 bits).
+void storeElement(DType dtype, void* data, size_t i, double value);
+
 }  // namespace kolo

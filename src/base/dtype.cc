@@ -109,4 +109,36 @@ float bfloat16ToFloat(uint16_t bits) {
   return f;
 }
 
+double loadElement(DType dtype, const void* data, size_t i) {
+  const char* p = static_cast<const char*>(data) + i * dtypeSize(dtype);
+  auto read = [p](auto x) {
+    std::memcpy(&x, p, sizeof(x));
+    return x;
+  };
+  switch (dtype) {
+    case DType::F32: return read(float{});
+    case DType::F64: return read(double{});
+    case DType::F16: return halfToFloat(read(uint16_t{}));
+    case DType::BF16: return bfloat16ToFloat(read(uint16_t{}));
+    case DType::I32: return read(int32_t{});
+    case DType::I64: return static_cast<double>(read(int64_t{}));
+    case DType::U8: return read(uint8_t{});
+  }
+  return 0.0;
+}
+
+void storeElement(DType dtype, void* data, size_t i, double value) {
+  char* p = static_cast<char*>(data) + i * dtypeSize(dtype);
+  auto write = [p](auto x) { std::memcpy(p, &x, sizeof(x)); };
+  switch (dtype) {
+    case DType::F32: return write(static_cast<float>(value));
+    case DType::F64: return write(value);
+    case DType::F16: return write(floatToHalf(static_cast<float>(value)));
+    case DType::BF16: return write(floatToBFloat16(static_cast<float>(value)));
+    case DType::I32: return write(static_cast<int32_t>(value));
+    case DType::I64: return write(static_cast<int64_t>(value));
+    case DType::U8: return write(static_cast<uint8_t>(static_cast<int64_t>(value) & 0xff));
+  }
+}
+
 }  // namespace kolo

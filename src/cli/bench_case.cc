@@ -42,33 +42,6 @@ double expectedReduction(ReduceOp op, int n, size_t i) {
 
 double code(int src, int dst, size_t i) { return static_cast<double>((src * 7 + dst * 3 + i) % 97); }
 
-void store(void* base, DType dtype, size_t i, double v) {
-  char* p = static_cast<char*>(base) + i * dtypeSize(dtype);
-  switch (dtype) {
-    case DType::F32: { const float x = static_cast<float>(v); std::memcpy(p, &x, 4); return; }
-    case DType::F64: std::memcpy(p, &v, 8); return;
-    case DType::F16: { const uint16_t x = floatToHalf(static_cast<float>(v)); std::memcpy(p, &x, 2); return; }
-    case DType::BF16: { const uint16_t x = floatToBFloat16(static_cast<float>(v)); std::memcpy(p, &x, 2); return; }
-    case DType::I32: { const int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); return; }
-    case DType::I64: { const int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); return; }
-    case DType::U8: { const uint8_t x = static_cast<uint8_t>(v); std::memcpy(p, &x, 1); return; }
-  }
-}
-
-double load(const void* base, DType dtype, size_t i) {
-  const char* p = static_cast<const char*>(base) + i * dtypeSize(dtype);
-  switch (dtype) {
-    case DType::F32: { float x; std::memcpy(&x, p, 4); return x; }
-    case DType::F64: { double x; std::memcpy(&x, p, 8); return x; }
-    case DType::F16: { uint16_t x; std::memcpy(&x, p, 2); return halfToFloat(x); }
-    case DType::BF16: { uint16_t x; std::memcpy(&x, p, 2); return bfloat16ToFloat(x); }
-    case DType::I32: { int32_t x; std::memcpy(&x, p, 4); return x; }
-    case DType::I64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
-    case DType::U8: { uint8_t x; std::memcpy(&x, p, 1); return x; }
-  }
-  return 0;
-}
-
 // Relative tolerance: algorithms may order or prescale (avg) differently, which rounds in
 // the floating types; integer types must be exact.
 double tolerance(DType dtype) {
@@ -84,7 +57,7 @@ double tolerance(DType dtype) {
 bool near(double got, double want, DType dtype) { return std::fabs(got - want) <= tolerance(dtype) * std::fabs(want); }
 
 void fillSentinel(void* base, DType dtype, size_t n) {
-  for (size_t i = 0; i < n; ++i) store(base, dtype, i, kSentinel);
+  for (size_t i = 0; i < n; ++i) storeElement(dtype, base, i, kSentinel);
 }
 
 }  // namespace
@@ -145,29 +118,29 @@ void BenchCase::fillForCheck() {
   switch (config_.collective) {
     case BenchCollective::Allreduce:
     case BenchCollective::Reduce:
-      for (size_t i = 0; i < count_; ++i) store(in, dt, i, contribution(config_.op, rank_, size_, i));
+      for (size_t i = 0; i < count_; ++i) storeElement(dt, in, i, contribution(config_.op, rank_, size_, i));
       break;
     case BenchCollective::ReduceScatter:
-      for (size_t i = 0; i < count_ * n; ++i) store(in, dt, i, contribution(config_.op, rank_, size_, i));
+      for (size_t i = 0; i < count_ * n; ++i) storeElement(dt, in, i, contribution(config_.op, rank_, size_, i));
       break;
     case BenchCollective::Broadcast:
       if (rank_ == root) {
-        for (size_t i = 0; i < count_; ++i) store(out, dt, i, code(root, 0, i));
+        for (size_t i = 0; i < count_; ++i) storeElement(dt, out, i, code(root, 0, i));
       }
       break;
     case BenchCollective::Allgather:
     case BenchCollective::Gather:
-      for (size_t i = 0; i < count_; ++i) store(in, dt, i, code(rank_, 0, i));
+      for (size_t i = 0; i < count_; ++i) storeElement(dt, in, i, code(rank_, 0, i));
       break;
     case BenchCollective::Alltoall:
       for (size_t d = 0; d < n; ++d) {
-        for (size_t i = 0; i < count_; ++i) store(in, dt, d * count_ + i, code(rank_, static_cast<int>(d), i));
+        for (size_t i = 0; i < count_; ++i) storeElement(dt, in, d * count_ + i, code(rank_, static_cast<int>(d), i));
       }
       break;
     case BenchCollective::Scatter:
       if (rank_ == root) {
         for (size_t d = 0; d < n; ++d) {
-          for (size_t i = 0; i < count_; ++i) store(in, dt, d * count_ + i, code(root, static_cast<int>(d), i));
+          for (size_t i = 0; i < count_; ++i) storeElement(dt, in, d * count_ + i, code(root, static_cast<int>(d), i));
         }
       }
       break;
@@ -208,24 +181,24 @@ bool BenchCase::verify() const {
   switch (config_.collective) {
     case BenchCollective::Allreduce:
       for (size_t i = 0; i < count_; ++i) {
-        if (!near(load(out, dt, i), expectedReduction(config_.op, n, i), dt)) return false;
+        if (!near(loadElement(dt, out, i), expectedReduction(config_.op, n, i), dt)) return false;
       }
       return true;
     case BenchCollective::Reduce:
       if (rank_ != root) return true;
       for (size_t i = 0; i < count_; ++i) {
-        if (!near(load(out, dt, i), expectedReduction(config_.op, n, i), dt)) return false;
+        if (!near(loadElement(dt, out, i), expectedReduction(config_.op, n, i), dt)) return false;
       }
       return true;
     case BenchCollective::ReduceScatter:
       for (size_t j = 0; j < count_; ++j) {
         const size_t global = static_cast<size_t>(rank_) * count_ + j;
-        if (!near(load(out, dt, j), expectedReduction(config_.op, n, global), dt)) return false;
+        if (!near(loadElement(dt, out, j), expectedReduction(config_.op, n, global), dt)) return false;
       }
       return true;
     case BenchCollective::Broadcast:
       for (size_t i = 0; i < count_; ++i) {
-        if (load(out, dt, i) != code(root, 0, i)) return false;
+        if (loadElement(dt, out, i) != code(root, 0, i)) return false;
       }
       return true;
     case BenchCollective::Gather:
@@ -234,20 +207,20 @@ bool BenchCase::verify() const {
     case BenchCollective::Allgather:
       for (int s = 0; s < n; ++s) {
         for (size_t i = 0; i < count_; ++i) {
-          if (load(out, dt, static_cast<size_t>(s) * count_ + i) != code(s, 0, i)) return false;
+          if (loadElement(dt, out, static_cast<size_t>(s) * count_ + i) != code(s, 0, i)) return false;
         }
       }
       return true;
     case BenchCollective::Alltoall:
       for (int s = 0; s < n; ++s) {
         for (size_t i = 0; i < count_; ++i) {
-          if (load(out, dt, static_cast<size_t>(s) * count_ + i) != code(s, rank_, i)) return false;
+          if (loadElement(dt, out, static_cast<size_t>(s) * count_ + i) != code(s, rank_, i)) return false;
         }
       }
       return true;
     case BenchCollective::Scatter:
       for (size_t i = 0; i < count_; ++i) {
-        if (load(out, dt, i) != code(root, rank_, i)) return false;
+        if (loadElement(dt, out, i) != code(root, rank_, i)) return false;
       }
       return true;
   }

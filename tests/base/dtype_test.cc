@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include <cmath>
 #include <limits>
 
@@ -33,6 +35,25 @@ TEST(DType, BFloat16RoundTripsAndRounds) {
   for (float v : {0.0f, 1.0f, -3.0f, 1.5f, 3.3895313892515355e38f}) EXPECT_EQ(bfloat16ToFloat(floatToBFloat16(v)), v);
   EXPECT_NEAR(bfloat16ToFloat(floatToBFloat16(3.14159f)), 3.14159f, 0.01f);
   EXPECT_TRUE(std::isnan(bfloat16ToFloat(floatToBFloat16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(DType, ElementsStoreAndLoadThroughDoublesAtAnyAlignment) {
+  const DType all[] = {DType::F32, DType::F64, DType::F16, DType::BF16,
+                       DType::I32, DType::I64, DType::U8};
+  for (DType dtype : all) {
+    std::vector<char> bytes(1 + 4 * dtypeSize(dtype));
+    void* unaligned = bytes.data() + 1;
+    for (size_t i = 0; i < 4; ++i) storeElement(dtype, unaligned, i, 3.0 * i);
+    for (size_t i = 0; i < 4; ++i)
+      EXPECT_EQ(loadElement(dtype, unaligned, i), 3.0 * i) << dtypeName(dtype) << " " << i;
+  }
+  std::vector<char> bytes(8);
+  storeElement(DType::F16, bytes.data(), 0, 1.0 + 1.0 / 4096);  // rounds to even: 1.0
+  EXPECT_EQ(loadElement(DType::F16, bytes.data(), 0), 1.0);
+  storeElement(DType::I32, bytes.data(), 0, -2.75);  // truncates toward zero
+  EXPECT_EQ(loadElement(DType::I32, bytes.data(), 0), -2.0);
+  storeElement(DType::U8, bytes.data(), 0, 300.0);  // keeps the low 8 bits
+  EXPECT_EQ(loadElement(DType::U8, bytes.data(), 0), 44.0);
 }
 
 TEST(ErrorMacros, CheckEqNamesBothSides) {

@@ -98,7 +98,7 @@ std::vector<char> randomBuffer(DType dtype, size_t count, std::mt19937_64& rng) 
       case DType::F32: static_cast<float*>(static_cast<void*>(out.data()))[i] = static_cast<float>(real(rng)); break;
       case DType::F64: reinterpret_cast<double*>(out.data())[i] = real(rng); break;
       case DType::F16:
-      case DType::BF16: testing::storeValue(dtype, out.data(), i, real(rng)); break;
+      case DType::BF16: storeElement(dtype, out.data(), i, real(rng)); break;
       case DType::I32: reinterpret_cast<int32_t*>(out.data())[i] = static_cast<int32_t>(rng()); break;
       case DType::I64: reinterpret_cast<int64_t*>(out.data())[i] = static_cast<int64_t>(rng()); break;
       case DType::U8: reinterpret_cast<uint8_t*>(out.data())[i] = static_cast<uint8_t>(rng()); break;

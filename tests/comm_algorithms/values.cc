@@ -12,34 +12,9 @@ double contribution(int rank, size_t index, ReduceOp op) {
   return static_cast<double>(rank + 1) + static_cast<double>(index % 7);
 }
 
-void storeValue(DType dtype, void* buf, size_t i, double v) {
-  switch (dtype) {
-    case DType::F32: static_cast<float*>(buf)[i] = static_cast<float>(v); return;
-    case DType::F64: static_cast<double*>(buf)[i] = v; return;
-    case DType::F16: static_cast<uint16_t*>(buf)[i] = floatToHalf(static_cast<float>(v)); return;
-    case DType::BF16: static_cast<uint16_t*>(buf)[i] = floatToBFloat16(static_cast<float>(v)); return;
-    case DType::I32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); return;
-    case DType::I64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); return;
-    case DType::U8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(static_cast<int64_t>(v) & 0xff); return;
-  }
-}
-
-double loadValue(DType dtype, const void* buf, size_t i) {
-  switch (dtype) {
-    case DType::F32: return static_cast<const float*>(buf)[i];
-    case DType::F64: return static_cast<const double*>(buf)[i];
-    case DType::F16: return halfToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case DType::BF16: return bfloat16ToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case DType::I32: return static_cast<const int32_t*>(buf)[i];
-    case DType::I64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
-    case DType::U8: return static_cast<const uint8_t*>(buf)[i];
-  }
-  return 0;
-}
-
 std::vector<char> makeInput(DType dtype, size_t count, int rank, ReduceOp op) {
   std::vector<char> out(count * dtypeSize(dtype) + 1);  // +1: never a null data() for count 0
-  for (size_t i = 0; i < count; ++i) storeValue(dtype, out.data(), i, contribution(rank, i, op));
+  for (size_t i = 0; i < count; ++i) storeElement(dtype, out.data(), i, contribution(rank, i, op));
   return out;
 }
 
@@ -71,7 +46,7 @@ std::vector<char> expectedResult(DType dtype, size_t count, int n, ReduceOp op) 
         }
         break;
     }
-    storeValue(dtype, out.data(), i, v);
+    storeElement(dtype, out.data(), i, v);
   }
   return out;
 }
@@ -81,8 +56,8 @@ std::string firstDifference(DType dtype, const void* got, const void* want, size
   for (size_t i = 0; i < count; ++i) {
     if (std::memcmp(static_cast<const char*>(got) + i * esize, static_cast<const char*>(want) + i * esize, esize) != 0) {
       std::ostringstream msg;
-      msg << dtypeName(dtype) << " element " << i << " of " << count << ": got " << loadValue(dtype, got, i)
-          << ", want " << loadValue(dtype, want, i);
+      msg << dtypeName(dtype) << " element " << i << " of " << count << ": got " << loadElement(dtype, got, i)
+          << ", want " << loadElement(dtype, want, i);
       return msg.str();
     }
   }

@@ -19,10 +19,6 @@ double contribution(int rank, size_t index, ReduceOp op);
 std::vector<char> makeInput(DType dtype, size_t count, int rank, ReduceOp op);
 /// The reduction over n ranks, in closed form, as dtype bytes.
 std::vector<char> expectedResult(DType dtype, size_t count, int n, ReduceOp op);
-/// Writes value (double) as element i of a dtype buffer (rounded to nearest for halves).
-void storeValue(DType dtype, void* buf, size_t index, double value);
-/// Element i of a dtype buffer as a double.
-double loadValue(DType dtype, const void* buf, size_t index);
 /// "" when equal, otherwise a description of the first differing element.
 std::string firstDifference(DType dtype, const void* got, const void* want, size_t count);
 

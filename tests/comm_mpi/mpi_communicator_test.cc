@@ -137,7 +137,7 @@ INSTANTIATE_TEST_SUITE_P(AllDTypesAndOps, MpiReduceTest,
                          ::testing::Combine(::testing::ValuesIn(kAllDTypes), ::testing::ValuesIn(kAllOps)),
                          [](const auto& info) {
                            return std::string(dtypeName(std::get<0>(info.param))) + "_" +
-                                  test::reduceOpLabel(std::get<1>(info.param));
+                                  std::string(reduceOpName(std::get<1>(info.param)));
                          });
 
 TEST(MpiCommunicator, AllreducePrimeCountAboveOneMillion) {

@@ -24,17 +24,6 @@ inline int mpiWorldSizeFromEnvironment() {
   return value ? std::atoi(value) : 1;
 }
 
-inline std::string reduceOpLabel(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Prod: return "prod";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Avg: return "avg";
-  }
-  return "unknown";
-}
-
 /// `count` elements of `dtype`, read and written as doubles (values must be representable).
 class Buffer {
  public:
@@ -44,31 +33,8 @@ class Buffer {
   void fill(double value) {
     for (size_t i = 0; i + 1 < bytes_.size(); i += dtypeSize(dtype_)) set(i / dtypeSize(dtype_), value);
   }
-  void set(size_t i, double v) {
-    void* p = at(i);
-    switch (dtype_) {
-      case DType::F32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
-      case DType::F64: std::memcpy(p, &v, 8); break;
-      case DType::F16: { uint16_t x = floatToHalf(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-      case DType::BF16: { uint16_t x = floatToBFloat16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-      case DType::I32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-      case DType::I64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
-      case DType::U8: { uint8_t x = static_cast<uint8_t>(v); std::memcpy(p, &x, 1); break; }
-    }
-  }
-  double get(size_t i) {
-    const void* p = at(i);
-    switch (dtype_) {
-      case DType::F32: { float x; std::memcpy(&x, p, 4); return x; }
-      case DType::F64: { double x; std::memcpy(&x, p, 8); return x; }
-      case DType::F16: { uint16_t x; std::memcpy(&x, p, 2); return halfToFloat(x); }
-      case DType::BF16: { uint16_t x; std::memcpy(&x, p, 2); return bfloat16ToFloat(x); }
-      case DType::I32: { int32_t x; std::memcpy(&x, p, 4); return x; }
-      case DType::I64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
-      case DType::U8: { uint8_t x; std::memcpy(&x, p, 1); return x; }
-    }
-    return 0;
-  }
+  void set(size_t i, double v) { storeElement(dtype_, bytes_.data(), i, v); }
+  double get(size_t i) { return loadElement(dtype_, bytes_.data(), i); }
 
  private:
   DType dtype_;

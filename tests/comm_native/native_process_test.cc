@@ -25,13 +25,13 @@ int allreduceChecks(Communicator& comm, const std::vector<size_t>& counts) {
     for (DType dtype : {DType::F32, DType::I32, DType::BF16}) {
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
         std::vector<uint8_t> buf(count * dtypeSize(dtype) + 1);
-        for (size_t i = 0; i < count; ++i) setValue(buf.data(), i, dtype, contribution(comm.rank(), i, op));
+        for (size_t i = 0; i < count; ++i) storeElement(dtype, buf.data(), i, contribution(comm.rank(), i, op));
         std::vector<uint8_t> out(buf.size());
         comm.allreduce(buf.data(), out.data(), count, dtype, op);
         comm.allreduce(buf.data(), buf.data(), count, dtype, op);
         for (size_t i = 0; i < count; ++i) {
           const double want = expectedReduction(n, i, op, dtype);
-          if (!closeEnough(getValue(out.data(), i, dtype), want, dtype) || !closeEnough(getValue(buf.data(), i, dtype), want, dtype)) {
+          if (!closeEnough(loadElement(dtype, out.data(), i), want, dtype) || !closeEnough(loadElement(dtype, buf.data(), i), want, dtype)) {
             std::fprintf(stderr, "rank %d: %s %s count=%zu element %zu wrong\n", comm.rank(), dtypeName(dtype),
                          reduceOpName(op), count, i);
             return 2;

@@ -22,14 +22,14 @@ namespace {
 
 std::vector<uint8_t> filled(int rank, size_t count, DType dtype, ReduceOp op) {
   std::vector<uint8_t> buf(count * dtypeSize(dtype) + 1);
-  for (size_t i = 0; i < count; ++i) setValue(buf.data(), i, dtype, contribution(rank, i, op));
+  for (size_t i = 0; i < count; ++i) storeElement(dtype, buf.data(), i, contribution(rank, i, op));
   return buf;
 }
 
 /// Checks an all-reduce result of n ranks; returns the first bad index or -1.
 long firstWrong(const void* buf, size_t count, int n, DType dtype, ReduceOp op) {
   for (size_t i = 0; i < count; ++i)
-    if (!closeEnough(getValue(buf, i, dtype), expectedReduction(n, i, op, dtype), dtype)) return static_cast<long>(i);
+    if (!closeEnough(loadElement(dtype, buf, i), expectedReduction(n, i, op, dtype), dtype)) return static_cast<long>(i);
   return -1;
 }
 
@@ -44,9 +44,9 @@ void allreduceCase(Communicator& comm, size_t count, DType dtype, ReduceOp op, b
   if (bad >= 0)
     KOLO_THROW(Error, "allreduce ", dtypeName(dtype), " ", reduceOpName(op), " count=", count, " n=", comm.size(),
                inPlace ? " in place" : " out of place", ": element ", bad, " is ",
-               getValue(dst, static_cast<size_t>(bad), dtype), ", expected ",
+               loadElement(dtype, dst, static_cast<size_t>(bad)), ", expected ",
                expectedReduction(comm.size(), static_cast<size_t>(bad), op, dtype));
-  if (!inPlace && count > 0 && getValue(send.data(), 0, dtype) != contribution(comm.rank(), 0, op))
+  if (!inPlace && count > 0 && loadElement(dtype, send.data(), 0) != contribution(comm.rank(), 0, op))
     KOLO_THROW(Error, "out-of-place allreduce modified its input");
 }
 

@@ -16,31 +16,6 @@ inline constexpr DType kAllDTypes[] = {DType::F32, DType::F64, DType::F16, DType
                                        DType::I32, DType::I64, DType::U8};
 inline constexpr ReduceOp kAllOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg};
 
-inline void setValue(void* buf, size_t i, DType dtype, double v) {
-  switch (dtype) {
-    case DType::F32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-    case DType::F64: static_cast<double*>(buf)[i] = v; break;
-    case DType::F16: static_cast<uint16_t*>(buf)[i] = floatToHalf(static_cast<float>(v)); break;
-    case DType::BF16: static_cast<uint16_t*>(buf)[i] = floatToBFloat16(static_cast<float>(v)); break;
-    case DType::I32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
-    case DType::I64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
-    case DType::U8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v); break;
-  }
-}
-
-inline double getValue(const void* buf, size_t i, DType dtype) {
-  switch (dtype) {
-    case DType::F32: return static_cast<const float*>(buf)[i];
-    case DType::F64: return static_cast<const double*>(buf)[i];
-    case DType::F16: return halfToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case DType::BF16: return bfloat16ToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case DType::I32: return static_cast<const int32_t*>(buf)[i];
-    case DType::I64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
-    case DType::U8: return static_cast<const uint8_t*>(buf)[i];
-  }
-  return 0;
-}
-
 /// Rank r's contribution at element i (products stay small: factors 1..3).
 inline double contribution(int r, size_t i, ReduceOp op) {
   if (op == ReduceOp::Prod) return static_cast<double>((r + i) % 3 + 1);
