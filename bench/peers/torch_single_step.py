@@ -7,7 +7,6 @@ Set OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 before starting (
 does). Prints one JSON line per model with the median step time.
 Usage: /usr/bin/python3 bench/peers/torch_single_step.py [--batch B] [mlp] [cnn]
 """
-import gzip
 import json
 import os
 import sys
@@ -17,30 +16,13 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_ddp_fmnist import make_model, read_idx  # noqa: E402
+
 FMNIST_DIR = os.environ.get("FMNIST_DIR", "/usr/share/datasets/fashion-mnist")
 WARM = {"mlp": 30, "cnn": 10}
 STEPS = {"mlp": 300, "cnn": 40}
 LR = {"mlp": 0.05, "cnn": 0.02}
-
-
-def read_idx(path, count):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    arr = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-    return arr[:count]
-
-
-def make_model(name):
-    if name == "mlp":
-        return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
-                             nn.Linear(256, 10))
-    return nn.Sequential(
-        nn.Unflatten(1, (1, 28, 28)),
-        nn.Conv2d(1, 32, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(1024, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
 def median(v):
@@ -57,8 +39,8 @@ def main():
         batch = int(args[1])
         args = args[2:]
     models = args or ["mlp", "cnn"]
-    images = read_idx(os.path.join(FMNIST_DIR, "train-images-idx3-ubyte.gz"), 1024)
-    labels = read_idx(os.path.join(FMNIST_DIR, "train-labels-idx1-ubyte.gz"), 1024)
+    images = read_idx(os.path.join(FMNIST_DIR, "train-images-idx3-ubyte.gz"))[:1024]
+    labels = read_idx(os.path.join(FMNIST_DIR, "train-labels-idx1-ubyte.gz"))[:1024]
     X = torch.from_numpy(images.reshape(1024, -1).astype(np.float32) / np.float32(255.0))
     Y = torch.from_numpy(labels.astype(np.int64))
     for name in models:
