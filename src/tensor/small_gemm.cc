@@ -1,0 +1,189 @@
+// Register-tiled AVX-512 GEMM without packing. Every kernel computes a tile of up to 6 rows
+// by 64 columns (24 accumulators): per step of the inner dimension it loads 4 vectors of a
+// row of B and broadcasts 6 elements of A. A row's result never depends on the other rows
+// of the call, and each element is one FMA chain in inner-dimension order.
+//   NN  C = A B        tiles of C straight from A's rows and B's rows.
+//   TN  C = A^T B      the same with A read down its columns (the weight gradient, whose
+//                      inner dimension is the batch).
+//   NT  C = A B^T      A (the small batch) is packed transposed, then C^T is computed as
+//                      B's rows times A^T and written back transposed.
+#include "tensor/small_gemm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+#include <vector>
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define KOLO_SMALL_GEMM 1
+#define KOLO_AVX512 __attribute__((target("avx512f,fma")))
+#define KOLO_UNROLL _Pragma("GCC unroll 8")
+#endif
+
+namespace kolo::detail {
+
+#ifdef KOLO_SMALL_GEMM
+namespace {
+
+constexpr int kTileRows = 6;
+constexpr int kTileCols = 64;
+constexpr int kLanes = 16;
+
+// Shapes the kernels win on (measured against OpenBLAS 0.3.21 on one thread): up to this
+// many rows of a batch, and an inner dimension whose 64-column panel of B stays in L2.
+constexpr int64_t kMaxBatchRows = 256;
+constexpr int64_t kMaxDepth = 4096;
+constexpr int64_t kMaxTransposedDepth = 512;
+constexpr int64_t kMinTransposedCols = 32;
+
+// C[r, 0..16 NV) = alpha * sum_k a(r, k) B[k, 0..16 NV) + beta C for r < MR, the last
+// vector masked by `last`. a(r, k) is A[r * lda + k], or A[k * lda + r] when kDown.
+template <int MR, int NV, bool kDown>
+KOLO_AVX512 inline void tile(int64_t depth, const float* a, int64_t lda, const float* b, int64_t ldb,
+                             float alpha, float beta, float* c, int64_t ldc, __mmask16 last) {
+  __m512 acc[MR][NV];
+  KOLO_UNROLL for (int r = 0; r < MR; ++r) KOLO_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < depth; ++k) {
+    const float* row = b + k * ldb;
+    __m512 bv[NV];
+    KOLO_UNROLL for (int v = 0; v < NV; ++v) {
+      bv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(last, row + kLanes * v) : _mm512_loadu_ps(row + kLanes * v);
+    }
+    KOLO_UNROLL for (int r = 0; r < MR; ++r) {
+      const __m512 av = _mm512_set1_ps(kDown ? a[k * lda + r] : a[r * lda + k]);
+      KOLO_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+  const __m512 alphaV = _mm512_set1_ps(alpha);
+  const __m512 betaV = _mm512_set1_ps(beta);
+  KOLO_UNROLL for (int r = 0; r < MR; ++r) KOLO_UNROLL for (int v = 0; v < NV; ++v) {
+    const __mmask16 mask = v == NV - 1 ? last : static_cast<__mmask16>(0xFFFF);
+    float* out = c + r * ldc + kLanes * v;
+    __m512 x = _mm512_mul_ps(alphaV, acc[r][v]);
+    // beta == 0 leaves C unread, as BLAS does: a NaN there is overwritten, not propagated.
+    if (beta != 0.0f) x = _mm512_fmadd_ps(betaV, _mm512_maskz_loadu_ps(mask, out), x);
+    _mm512_mask_storeu_ps(out, mask, x);
+  }
+}
+
+template <int MR, bool kDown>
+KOLO_AVX512 void tileOfWidth(int64_t depth, const float* a, int64_t lda, const float* b, int64_t ldb, float alpha,
+                             float beta, float* c, int64_t ldc, int64_t cols) {
+  const int tail = static_cast<int>(cols % kLanes);
+  const __mmask16 last = tail ? static_cast<__mmask16>((1u << tail) - 1) : static_cast<__mmask16>(0xFFFF);
+  switch ((cols + kLanes - 1) / kLanes) {
+    case 4: tile<MR, 4, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last); break;
+    case 3: tile<MR, 3, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last); break;
+    case 2: tile<MR, 2, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last); break;
+    default: tile<MR, 1, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last); break;
+  }
+}
+
+// A tile of `rows` <= 6 rows and `cols` <= 64 columns.
+template <bool kDown>
+KOLO_AVX512 void anyTile(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t lda, const float* b,
+                         int64_t ldb, float alpha, float beta, float* c, int64_t ldc) {
+  switch (rows) {
+    case 6: tileOfWidth<6, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols); break;
+    case 5: tileOfWidth<5, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols); break;
+    case 4: tileOfWidth<4, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols); break;
+    case 3: tileOfWidth<3, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols); break;
+    case 2: tileOfWidth<2, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols); break;
+    default: tileOfWidth<1, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols); break;
+  }
+}
+
+// C[m x n] = alpha A[m x k] B[k x n] + beta C. Column panels outside, so the k x 64 panel of
+// B stays in cache while the row tiles of A pass over it.
+KOLO_AVX512 void gemmNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+                        int64_t ldb, float beta, float* c, int64_t ldc) {
+  for (int64_t j = 0; j < n; j += kTileCols)
+    for (int64_t i = 0; i < m; i += kTileRows)
+      anyTile<false>(std::min<int64_t>(kTileRows, m - i), std::min<int64_t>(kTileCols, n - j), k, a + i * lda, lda,
+                     b + j, ldb, alpha, beta, c + i * ldc + j, ldc);
+}
+
+// C[m x n] = alpha A^T B + beta C with A [k x m], B [k x n] and k small. Row tiles outside,
+// so C is written row after row.
+KOLO_AVX512 void gemmTN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+                        int64_t ldb, float beta, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; i += kTileRows)
+    for (int64_t j = 0; j < n; j += kTileCols)
+      anyTile<true>(std::min<int64_t>(kTileRows, m - i), std::min<int64_t>(kTileCols, n - j), k, a + i, lda, b + j,
+                    ldb, alpha, beta, c + i * ldc + j, ldc);
+}
+
+// C[m x n] = alpha A[m x k] B[n x k]^T + beta C with m small: A is packed as blocks of
+// [k x 64] (A^T), and each 6-row panel of B (in L1) meets every block.
+KOLO_AVX512 void gemmNT(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+                        int64_t ldb, float beta, float* c, int64_t ldc) {
+  thread_local std::vector<float> packed;
+  const int64_t blocks = (m + kTileCols - 1) / kTileCols;
+  // Lanes past m in the last block are never loaded (the tile masks them), so no zeroing.
+  packed.resize(static_cast<size_t>(blocks * k * kTileCols));
+  for (int64_t i = 0; i < m; ++i) {
+    float* to = packed.data() + (i / kTileCols) * k * kTileCols + i % kTileCols;
+    const float* from = a + i * lda;
+    for (int64_t p = 0; p < k; ++p) to[p * kTileCols] = from[p];
+  }
+  alignas(64) float transposed[kTileRows * kTileCols];
+  for (int64_t j = 0; j < n; j += kTileRows) {
+    const int64_t rows = std::min<int64_t>(kTileRows, n - j);
+    for (int64_t block = 0; block < blocks; ++block) {
+      const int64_t i0 = block * kTileCols;
+      const int64_t cols = std::min<int64_t>(kTileCols, m - i0);
+      anyTile<false>(rows, cols, k, b + j * ldb, ldb, packed.data() + block * k * kTileCols, kTileCols, alpha, 0.0f,
+                     transposed, kTileCols);
+      for (int64_t i = 0; i < cols; ++i) {
+        float* out = c + (i0 + i) * ldc + j;
+        for (int64_t r = 0; r < rows; ++r) {
+          const float x = transposed[r * kTileCols + i];
+          out[r] = beta != 0.0f ? beta * out[r] + x : x;
+        }
+      }
+    }
+  }
+}
+
+// AVX-512 present and not switched off with KOLO_SMALL_GEMM=0 (to compare with OpenBLAS).
+bool enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("KOLO_SMALL_GEMM");
+    if (env != nullptr && std::string_view(env) == "0") return false;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+  }();
+  return on;
+}
+
+}  // namespace
+
+bool smallGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, float alpha,
+               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0 || k <= 0 || !enabled() || openblas_get_num_threads() != 1) return false;
+  const bool transA = ta != CblasNoTrans, transB = tb != CblasNoTrans;
+  if (!transA && !transB && m <= kMaxBatchRows && k <= kMaxDepth) {
+    gemmNN(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return true;
+  }
+  if (transA && !transB && k <= kMaxTransposedDepth) {
+    gemmTN(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return true;
+  }
+  if (!transA && transB && m <= kMaxBatchRows && n >= kMinTransposedCols && k <= kMaxDepth) {
+    gemmNT(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return true;
+  }
+  return false;
+}
+
+#else
+
+bool smallGemm(CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int64_t, int64_t, int64_t, float, const float*, int64_t,
+               const float*, int64_t, float, float*, int64_t) {
+  return false;
+}
+
+#endif
+
+}  // namespace kolo::detail
