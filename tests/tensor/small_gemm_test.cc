@@ -65,8 +65,12 @@ void check(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t
         magnitude += std::fabs(term);
       }
       double expected = alpha * sum;
-      if (beta != 0.0f) expected += beta * static_cast<double>(before[at_ij]);
-      const double tolerance = 1e-6 * (std::fabs(alpha) * magnitude + std::fabs(beta) + 1.0) * std::sqrt(k + 1.0);
+      if (beta != 0.0f) {
+        expected += beta * static_cast<double>(before[at_ij]);
+        magnitude += std::fabs(beta * before[at_ij] / alpha);
+      }
+      // Float rounding of a k-term sum, with room: about eps * sqrt(k) of its magnitude.
+      const double tolerance = 1e-7 * std::sqrt(k + 1.0) * std::fabs(alpha) * magnitude + 1e-7;
       ASSERT_NEAR(c.data[at_ij], expected, tolerance) << "C[" << i << ", " << j << "]";
     }
   }
