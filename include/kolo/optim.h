@@ -29,12 +29,21 @@ struct StateDict {
                             std::map<std::string, double> scalars);
 };
 
+/// A gradient as an update reads it: `data[i]`, or, with `other` set,
+/// (data[i] + other[i]) * scale. The second form averages two ranks' gradients inside the
+/// update loop, so a sharded update reads them once instead of first writing their mean.
+struct Gradient {
+  const float* data = nullptr;
+  const float* other = nullptr;
+  float scale = 1.0f;
+};
+
 /// The part of one parameter that Optimizer::stepParts() updates: elements [begin, end)
-/// of its flat view, with `grad` pointing at the gradient of exactly those elements.
+/// of its flat view, with `grad` describing the gradient of exactly those elements.
 struct ParameterPart {
   int64_t begin = 0;
   int64_t end = 0;
-  const float* grad = nullptr;
+  Gradient grad;
 };
 
 /// Base of every optimizer: holds the parameters (f32 leaves) and per-parameter state.
@@ -75,7 +84,7 @@ class Optimizer {
  protected:
   /// Updates one parameter: `param` and `grad` hold `n` floats; `state` is that parameter's
   /// slot map (empty on its first update); `step` counts from 1.
-  virtual void update(const std::string& name, float* param, const float* grad, int64_t n,
+  virtual void update(const std::string& name, float* param, const Gradient& grad, int64_t n,
                       std::map<std::string, Tensor>& state, int64_t step) = 0;
   /// Names of the state slots this optimizer keeps per parameter.
   virtual std::vector<std::string> slotNames() const = 0;
@@ -106,7 +115,7 @@ class Sgd : public Optimizer {
   const SgdOptions& options() const { return options_; }
 
  protected:
-  void update(const std::string& name, float* param, const float* grad, int64_t n,
+  void update(const std::string& name, float* param, const Gradient& grad, int64_t n,
               std::map<std::string, Tensor>& state, int64_t step) override;
   std::vector<std::string> slotNames() const override;
 
@@ -133,7 +142,7 @@ class Adam : public Optimizer {
   const AdamOptions& options() const { return options_; }
 
  protected:
-  void update(const std::string& name, float* param, const float* grad, int64_t n,
+  void update(const std::string& name, float* param, const Gradient& grad, int64_t n,
               std::map<std::string, Tensor>& state, int64_t step) override;
   std::vector<std::string> slotNames() const override;
 

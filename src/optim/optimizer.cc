@@ -48,7 +48,7 @@ void Optimizer::step() {
                shapeString(grad.shape()), ", parameter ", shapeString(parameter.shape()));
     Tensor g = grad.dtype() == DType::F32 ? grad.contiguous() : grad.to(DType::F32);
     Tensor p = parameter;
-    update(name, p.data<float>(), g.data<float>(), p.numel(), state_[name], stepCount_);
+    update(name, p.data<float>(), Gradient{.data = g.data<float>()}, p.numel(), state_[name], stepCount_);
   }
 }
 
@@ -62,7 +62,7 @@ void Optimizer::stepParts(const std::vector<ParameterPart>& parts) {
     KOLO_CHECK(0 <= part.begin && part.begin <= part.end && part.end <= numel,
                "stepParts: part [", part.begin, ", ", part.end, ") of parameter ", name, " with ",
                numel, " elements");
-    KOLO_CHECK(part.grad != nullptr || part.begin == part.end, "stepParts: part of ", name,
+    KOLO_CHECK(part.grad.data != nullptr || part.begin == part.end, "stepParts: part of ", name,
                " has no gradient");
     KOLO_CHECK(parameter.dtype() == DType::F32 && parameter.isContiguous(), "optimizer parameter ",
                name, " must be contiguous f32 (is ", dtypeName(parameter.dtype()), ")");

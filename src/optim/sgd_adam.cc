@@ -9,22 +9,38 @@ namespace {
 
 // The update loops, compiled for AVX-512 and AVX2 as well as the baseline and picked at
 // load time. Every operation is elementwise and none is fused into an FMA, so each width
-// gives the same floats.
+// gives the same floats. Each loop is written once over a gradient accessor and
+// instantiated for a plain gradient and for the mean of two (Gradient::other).
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define KOLO_OPTIM_CLONES \
   __attribute__((target_clones("avx512f", "avx2", "default"), optimize("fp-contract=off")))
+#define KOLO_OPTIM_BODY __attribute__((always_inline, optimize("fp-contract=off"))) inline
 #else
 #define KOLO_OPTIM_CLONES
+#define KOLO_OPTIM_BODY inline
 #endif
 
-KOLO_OPTIM_CLONES void sgdPlain(float* __restrict param, const float* __restrict grad, int64_t n,
-                                float lr, float wd) {
+struct Plain {
+  const float* __restrict g;
+  float operator[](int64_t i) const { return g[i]; }
+};
+
+struct MeanOfTwo {
+  const float* __restrict a;
+  const float* __restrict b;
+  float scale;
+  float operator[](int64_t i) const { return (a[i] + b[i]) * scale; }
+};
+
+template <class G>
+KOLO_OPTIM_BODY void sgdPlainLoop(float* __restrict param, G grad, int64_t n, float lr, float wd) {
   for (int64_t i = 0; i < n; ++i) param[i] -= lr * (grad[i] + wd * param[i]);
 }
 
-KOLO_OPTIM_CLONES void sgdMomentum(float* __restrict param, const float* __restrict grad,
-                                   float* __restrict buf, int64_t n, float lr, float wd,
-                                   float momentum, float keep, bool nesterov) {
+template <class G>
+KOLO_OPTIM_BODY void sgdMomentumLoop(float* __restrict param, G grad, float* __restrict buf,
+                                     int64_t n, float lr, float wd, float momentum, float keep,
+                                     bool nesterov) {
   if (nesterov) {
     for (int64_t i = 0; i < n; ++i) {
       const float d = grad[i] + wd * param[i];
@@ -40,11 +56,11 @@ KOLO_OPTIM_CLONES void sgdMomentum(float* __restrict param, const float* __restr
   }
 }
 
-KOLO_OPTIM_CLONES void adamMoments(float* __restrict param, const float* __restrict grad,
-                                   float* __restrict m, float* __restrict v, int64_t n,
-                                   float beta1, float beta2, float oneMinusBeta1,
-                                   float oneMinusBeta2, float eps, float coupledWd,
-                                   float stepSize, float correction2Sqrt) {
+template <class G>
+KOLO_OPTIM_BODY void adamLoop(float* __restrict param, G grad, float* __restrict m,
+                              float* __restrict v, int64_t n, float beta1, float beta2,
+                              float oneMinusBeta1, float oneMinusBeta2, float eps,
+                              float coupledWd, float stepSize, float correction2Sqrt) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = grad[i] + coupledWd * param[i];
     m[i] = m[i] * beta1 + g * oneMinusBeta1;
@@ -52,6 +68,37 @@ KOLO_OPTIM_CLONES void adamMoments(float* __restrict param, const float* __restr
     const float denom = std::sqrt(v[i]) / correction2Sqrt + eps;
     param[i] -= stepSize * (m[i] / denom);
   }
+}
+
+// Calls body(accessor) with the accessor that reads `grad`.
+template <class Body>
+KOLO_OPTIM_BODY void withGradient(const Gradient& grad, Body body) {
+  if (grad.other != nullptr) {
+    body(MeanOfTwo{grad.data, grad.other, grad.scale});
+  } else {
+    body(Plain{grad.data});
+  }
+}
+
+KOLO_OPTIM_CLONES void sgdPlain(float* param, const Gradient& grad, int64_t n, float lr, float wd) {
+  withGradient(grad, [&](auto g) { sgdPlainLoop(param, g, n, lr, wd); });
+}
+
+KOLO_OPTIM_CLONES void sgdMomentum(float* param, const Gradient& grad, float* buf, int64_t n,
+                                   float lr, float wd, float momentum, float keep, bool nesterov) {
+  withGradient(grad, [&](auto g) {
+    sgdMomentumLoop(param, g, buf, n, lr, wd, momentum, keep, nesterov);
+  });
+}
+
+KOLO_OPTIM_CLONES void adamMoments(float* param, const Gradient& grad, float* m, float* v,
+                                   int64_t n, float beta1, float beta2, float oneMinusBeta1,
+                                   float oneMinusBeta2, float eps, float coupledWd,
+                                   float stepSize, float correction2Sqrt) {
+  withGradient(grad, [&](auto g) {
+    adamLoop(param, g, m, v, n, beta1, beta2, oneMinusBeta1, oneMinusBeta2, eps, coupledWd,
+             stepSize, correction2Sqrt);
+  });
 }
 
 }  // namespace
@@ -66,7 +113,7 @@ Sgd::Sgd(NamedParameters parameters, SgdOptions options)
 
 std::vector<std::string> Sgd::slotNames() const { return {"momentum_buffer"}; }
 
-void Sgd::update(const std::string& name, float* param, const float* grad, int64_t n,
+void Sgd::update(const std::string& name, float* param, const Gradient& grad, int64_t n,
                  std::map<std::string, Tensor>& state, int64_t) {
   const float lr = static_cast<float>(this->lr());
   const float wd = static_cast<float>(options_.weightDecay);
@@ -81,7 +128,9 @@ void Sgd::update(const std::string& name, float* param, const float* grad, int64
     // First step: the buffer is the (decayed) gradient itself, without dampening.
     Tensor buffer = Tensor::empty({n}, DType::F32);
     float* buf = buffer.data<float>();
-    for (int64_t i = 0; i < n; ++i) buf[i] = grad[i] + wd * param[i];
+    withGradient(grad, [&](auto g) {
+      for (int64_t i = 0; i < n; ++i) buf[i] = g[i] + wd * param[i];
+    });
     for (int64_t i = 0; i < n; ++i) {
       const float d = options_.nesterov ? buf[i] + momentum * buf[i] : buf[i];
       param[i] -= lr * d;
@@ -106,7 +155,7 @@ Adam::Adam(NamedParameters parameters, AdamOptions options)
 
 std::vector<std::string> Adam::slotNames() const { return {"exp_avg", "exp_avg_sq", "step"}; }
 
-void Adam::update(const std::string& name, float* param, const float* grad, int64_t n,
+void Adam::update(const std::string& name, float* param, const Gradient& grad, int64_t n,
                   std::map<std::string, Tensor>& state, int64_t) {
   if (!state.count("exp_avg")) {
     state["exp_avg"] = Tensor::zeros({n}, DType::F32);

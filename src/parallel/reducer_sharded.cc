@@ -1,7 +1,8 @@
 // The Reducer's sharded optimizer update (ZeRO stage 1 over a shared-memory window): every
 // rank's buckets live in a window the other ranks on the host map; each rank averages its
-// own share of the gradients from all ranks' buckets, updates that share of the weights
-// (which live in the window too), and copies the other shares. Two barriers per step order
+// own share of the gradients from all ranks' buckets (two ranks inside the optimizer's
+// loop), updates that share of the weights (which live in the window too), and copies the
+// other shares. Two barriers per step order
 // the phases.
 #include <algorithm>
 #include <cmath>
@@ -28,12 +29,6 @@ size_t alignUp(size_t n) { return (n + kAlignElements - 1) / kAlignElements * kA
 // out[i] = (sum over the n sources of source[s][i]) * scale, summed in source order.
 KOLO_SHARD_CLONES void averageInto(float* __restrict out, const float* const* sources, int n,
                                    size_t count, float scale) {
-  if (n == 2) {
-    const float* __restrict a = sources[0];
-    const float* __restrict b = sources[1];
-    for (size_t i = 0; i < count; ++i) out[i] = (a[i] + b[i]) * scale;
-    return;
-  }
   for (size_t i = 0; i < count; ++i) {
     float sum = sources[0][i];
     for (int s = 1; s < n; ++s) sum += sources[s][i];
@@ -168,22 +163,34 @@ void Reducer::shardedStep(optim::Optimizer& optimizer) {
   activeRanks_ = n;
   globalLoss_ = lossTotal / n;
 
-  // Phase 2: average this rank's share in place, update that share of the weights and
-  // publish it in the weight half of the window.
+  // Phase 2: update this rank's share of the weights with the mean of every rank's share of
+  // the gradients, and publish it in the weight half of the window. Two ranks' gradients
+  // are averaged inside the update loop; more are averaged into a buffer first. Either way
+  // each rank's buckets, and so its .grad(), keep its own gradient.
   float* own = static_cast<float*>(window_->local());
   const size_t lo = shardStart_[static_cast<size_t>(me)];
   const size_t hi = shardStart_[static_cast<size_t>(me) + 1];
-  std::vector<const float*> sources(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) sources[static_cast<size_t>(r)] = grads[static_cast<size_t>(r)] + lo;
-  averageInto(own + lo, sources.data(), n, hi - lo, 1.0f / static_cast<float>(n));
+  const float scale = 1.0f / static_cast<float>(n);
+  if (n > 2) {
+    std::vector<const float*> sources(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) sources[static_cast<size_t>(r)] = grads[static_cast<size_t>(r)] + lo;
+    shardMean_.resize(hi - lo);
+    averageInto(shardMean_.data(), sources.data(), n, hi - lo, scale);
+  }
 
   const std::vector<size_t> index = indicesOf(optimizer);
   std::vector<optim::ParameterPart> parts(index.size());
   for (size_t i = 0; i < index.size(); ++i) {
     const size_t k = index[i];
     const auto [begin, end] = ownedPart(k, me);
-    const Bucket& b = buckets_[bucketOf_[k]];
-    parts[i] = {begin, end, b.flat.data<float>() + b.offsets[slotOf_[k]] + begin};
+    const size_t at = layoutOffset(k) + static_cast<size_t>(begin);
+    if (begin == end) {
+      parts[i] = {begin, end, {}};
+    } else if (n > 2) {
+      parts[i] = {begin, end, {.data = shardMean_.data() + (at - lo)}};
+    } else {
+      parts[i] = {begin, end, {.data = grads[0] + at, .other = grads[1] + at, .scale = scale}};
+    }
   }
   optimizer.stepParts(parts);
   float* published = own + layoutElements_;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "kolo/optim.h"
@@ -185,6 +186,63 @@ TEST(OptimizerTest, ZeroGradKeepsStorage) {
   sgd.zeroGrad();
   EXPECT_FLOAT_EQ(p.grad().toFloatVector()[0], 0.0f);
   EXPECT_EQ(p.grad().rawData(), before.rawData());
+}
+
+// A part whose gradient is the mean of two arrays (Gradient::other) moves exactly as step()
+// with that mean as the gradient, for every update loop, over several steps (the first
+// builds the state) and across the vector widths (a part of 25 elements leaves a scalar
+// tail); the elements outside the part stay as they were.
+TEST(OptimizerTest, PartsWithTheMeanOfTwoGradientsStepAsTheMean) {
+  constexpr int64_t kBegin = 5, kEnd = 30;
+  std::vector<float> init(37), a(37), b(37), mean(37);
+  for (size_t i = 0; i < init.size(); ++i) {
+    init[i] = 0.1f * static_cast<float>(i) - 1.3f;
+    a[i] = std::sin(static_cast<float>(i)) * 0.7f;
+    b[i] = std::cos(static_cast<float>(i) * 1.3f) * 0.4f;
+    mean[i] = (a[i] + b[i]) * 0.5f;
+  }
+  using Make = std::function<std::unique_ptr<Optimizer>(const Tensor&)>;
+  const std::vector<std::pair<std::string, Make>> optimizers = {
+      {"sgd",
+       [](const Tensor& p) {
+         return std::make_unique<Sgd>(NamedParameters{{"w", p}}, SgdOptions{.lr = 0.1, .weightDecay = 0.01});
+       }},
+      {"momentum",
+       [](const Tensor& p) {
+         return std::make_unique<Sgd>(NamedParameters{{"w", p}}, SgdOptions{.lr = 0.1, .momentum = 0.9});
+       }},
+      {"nesterov",
+       [](const Tensor& p) {
+         return std::make_unique<Sgd>(NamedParameters{{"w", p}},
+                                      SgdOptions{.lr = 0.1, .momentum = 0.9, .weightDecay = 0.01, .nesterov = true});
+       }},
+      {"adam",
+       [](const Tensor& p) {
+         return std::make_unique<Adam>(NamedParameters{{"w", p}}, AdamOptions{.lr = 0.01, .weightDecay = 0.01});
+       }},
+      {"adamw",
+       [](const Tensor& p) { return makeAdamW(NamedParameters{{"w", p}}, AdamOptions{.lr = 0.01, .weightDecay = 0.01}); }},
+  };
+  for (const auto& [name, make] : optimizers) {
+    SCOPED_TRACE(name);
+    Tensor whole = parameter(init), parted = parameter(init);
+    auto wholeOptimizer = make(whole);
+    auto partedOptimizer = make(parted);
+    for (int step = 0; step < 3; ++step) {
+      setGrad(whole, mean);
+      wholeOptimizer->step();
+      partedOptimizer->stepParts(
+          {{kBegin, kEnd, {.data = a.data() + kBegin, .other = b.data() + kBegin, .scale = 0.5f}}});
+    }
+    const std::vector<float> expected = whole.toFloatVector(), got = parted.toFloatVector();
+    for (int64_t i = 0; i < 37; ++i) {
+      if (i >= kBegin && i < kEnd) {
+        EXPECT_EQ(got[i], expected[i]) << "element " << i;
+      } else {
+        EXPECT_EQ(got[i], init[i]) << "element " << i << " is outside the part";
+      }
+    }
+  }
 }
 
 // ---- schedules and clipping ----

@@ -94,9 +94,9 @@ class Reducer {
   void finalize();
   /// finalize() then optimizer.step(), or, when the update is sharded (sharded()), the
   /// sharded update: the weights end up as finalize() + optimizer.step() would leave them
-  /// on every rank. After a sharded step each rank's .grad() holds the averaged gradient in
-  /// its own share only (its local gradient elsewhere), and its optimizer state is current
-  /// in that share only: consolidateOptimizerState() makes the state whole. The optimizer
+  /// on every rank. After a sharded step each rank's .grad() holds its own local gradient
+  /// (the average is never written out), and its optimizer state is current in the rank's
+  /// share only: consolidateOptimizerState() makes the state whole. The optimizer
   /// must hold (some of) this reducer's parameters. Inside a noSync scope, does nothing.
   /// Collective; throws as finalize() does.
   void step(optim::Optimizer& optimizer);
@@ -205,6 +205,7 @@ class Reducer {
   size_t layoutElements_ = 0;        // elements of the layout, extras and padding included
   std::vector<size_t> shardStart_;   // rank r owns layout elements [shardStart_[r], [r+1])
   std::vector<bool> inWindow_;       // parameter k's storage is its slot of the weight half
+  std::vector<float> shardMean_;     // the mean of this rank's share (more than two ranks)
 };
 
 }  // namespace kolo::parallel
