@@ -22,14 +22,14 @@ namespace {
 
 struct Plain {
   const float* __restrict g;
-  float operator[](int64_t i) const { return g[i]; }
+  KOLO_OPTIM_BODY float operator[](int64_t i) const { return g[i]; }
 };
 
 struct MeanOfTwo {
   const float* __restrict a;
   const float* __restrict b;
   float scale;
-  float operator[](int64_t i) const { return (a[i] + b[i]) * scale; }
+  KOLO_OPTIM_BODY float operator[](int64_t i) const { return (a[i] + b[i]) * scale; }
 };
 
 template <class G>
@@ -70,35 +70,40 @@ KOLO_OPTIM_BODY void adamLoop(float* __restrict param, G grad, float* __restrict
   }
 }
 
-// Calls body(accessor) with the accessor that reads `grad`.
-template <class Body>
-KOLO_OPTIM_BODY void withGradient(const Gradient& grad, Body body) {
-  if (grad.other != nullptr) {
-    body(MeanOfTwo{grad.data, grad.other, grad.scale});
-  } else {
-    body(Plain{grad.data});
-  }
-}
-
 KOLO_OPTIM_CLONES void sgdPlain(float* param, const Gradient& grad, int64_t n, float lr, float wd) {
-  withGradient(grad, [&](auto g) { sgdPlainLoop(param, g, n, lr, wd); });
+  if (grad.other != nullptr) {
+    sgdPlainLoop(param, MeanOfTwo{grad.data, grad.other, grad.scale}, n, lr, wd);
+  } else {
+    sgdPlainLoop(param, Plain{grad.data}, n, lr, wd);
+  }
 }
 
 KOLO_OPTIM_CLONES void sgdMomentum(float* param, const Gradient& grad, float* buf, int64_t n,
                                    float lr, float wd, float momentum, float keep, bool nesterov) {
-  withGradient(grad, [&](auto g) {
-    sgdMomentumLoop(param, g, buf, n, lr, wd, momentum, keep, nesterov);
-  });
+  if (grad.other != nullptr) {
+    sgdMomentumLoop(param, MeanOfTwo{grad.data, grad.other, grad.scale}, buf, n, lr, wd, momentum,
+                    keep, nesterov);
+  } else {
+    sgdMomentumLoop(param, Plain{grad.data}, buf, n, lr, wd, momentum, keep, nesterov);
+  }
 }
 
 KOLO_OPTIM_CLONES void adamMoments(float* param, const Gradient& grad, float* m, float* v,
                                    int64_t n, float beta1, float beta2, float oneMinusBeta1,
                                    float oneMinusBeta2, float eps, float coupledWd,
                                    float stepSize, float correction2Sqrt) {
-  withGradient(grad, [&](auto g) {
-    adamLoop(param, g, m, v, n, beta1, beta2, oneMinusBeta1, oneMinusBeta2, eps, coupledWd,
-             stepSize, correction2Sqrt);
-  });
+  if (grad.other != nullptr) {
+    adamLoop(param, MeanOfTwo{grad.data, grad.other, grad.scale}, m, v, n, beta1, beta2,
+             oneMinusBeta1, oneMinusBeta2, eps, coupledWd, stepSize, correction2Sqrt);
+  } else {
+    adamLoop(param, Plain{grad.data}, m, v, n, beta1, beta2, oneMinusBeta1, oneMinusBeta2, eps,
+             coupledWd, stepSize, correction2Sqrt);
+  }
+}
+
+// The gradient's element i (the first step's buffer, outside the hot loops).
+float gradientAt(const Gradient& grad, int64_t i) {
+  return grad.other != nullptr ? MeanOfTwo{grad.data, grad.other, grad.scale}[i] : grad.data[i];
 }
 
 }  // namespace
@@ -128,9 +133,7 @@ void Sgd::update(const std::string& name, float* param, const Gradient& grad, in
     // First step: the buffer is the (decayed) gradient itself, without dampening.
     Tensor buffer = Tensor::empty({n}, DType::F32);
     float* buf = buffer.data<float>();
-    withGradient(grad, [&](auto g) {
-      for (int64_t i = 0; i < n; ++i) buf[i] = g[i] + wd * param[i];
-    });
+    for (int64_t i = 0; i < n; ++i) buf[i] = gradientAt(grad, i) + wd * param[i];
     for (int64_t i = 0; i < n; ++i) {
       const float d = options_.nesterov ? buf[i] + momentum * buf[i] : buf[i];
       param[i] -= lr * d;
