@@ -2,8 +2,7 @@
 // rank's buckets live in a window the other ranks on the host map; each rank averages its
 // own share of the gradients from all ranks' buckets (two ranks inside the optimizer's
 // loop), updates that share of the weights (which live in the window too), and copies the
-// other shares. Two barriers per step order
-// the phases.
+// other shares. Two barriers per step order the phases.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -170,7 +169,7 @@ void Reducer::shardedStep(optim::Optimizer& optimizer) {
   float* own = static_cast<float*>(window_->local());
   const size_t lo = shardStart_[static_cast<size_t>(me)];
   const size_t hi = shardStart_[static_cast<size_t>(me) + 1];
-  const float scale = 1.0f / static_cast<float>(n);
+  const float scale = 1.0f / static_cast<float>(n);  // n >= 2: one rank has no window
   if (n > 2) {
     std::vector<const float*> sources(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) sources[static_cast<size_t>(r)] = grads[static_cast<size_t>(r)] + lo;
