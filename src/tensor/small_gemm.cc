@@ -160,7 +160,9 @@ bool enabled() {
 
 bool smallGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, float alpha,
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0 || k <= 0 || !enabled() || openblas_get_num_threads() != 1) return false;
+  // alpha == 0 must not read A and B (a NaN there stays out of C): BLAS does that.
+  if (m <= 0 || n <= 0 || k <= 0 || alpha == 0.0f || !enabled() || openblas_get_num_threads() != 1)
+    return false;
   const bool transA = ta != CblasNoTrans, transB = tb != CblasNoTrans;
   if (!transA && !transB && m <= kMaxBatchRows && k <= kMaxDepth) {
     gemmNN(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

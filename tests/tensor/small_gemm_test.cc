@@ -143,6 +143,8 @@ TEST_F(SmallGemm, LeavesOtherProductsToOpenBlas) {
   std::vector<float> tall(600 * 8, 1.0f);
   EXPECT_FALSE(smallGemm(CblasTrans, CblasNoTrans, 8, 8, 600, 1.0f, tall.data(), 8, tall.data(), 8, 0.0f,
                          out.data(), 8));
+  // alpha = 0, where BLAS reads neither A nor B.
+  EXPECT_FALSE(smallGemm(CblasNoTrans, CblasNoTrans, 2, 2, 2, 0.0f, a, 2, b, 2, 1.0f, c, 2));
   // And an empty product.
   EXPECT_FALSE(smallGemm(CblasNoTrans, CblasNoTrans, 0, 2, 2, 1.0f, a, 2, b, 2, 0.0f, c, 2));
 }
