@@ -16,14 +16,14 @@
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
-#define KOLO_SMALL_GEMM 1
+#define KOLO_HAVE_SMALL_GEMM 1
 #define KOLO_AVX512 __attribute__((target("avx512f,fma")))
 #define KOLO_UNROLL _Pragma("GCC unroll 8")
 #endif
 
 namespace kolo::detail {
 
-#ifdef KOLO_SMALL_GEMM
+#ifdef KOLO_HAVE_SMALL_GEMM
 namespace {
 
 constexpr int kTileRows = 6;
