@@ -110,6 +110,11 @@ Command registerTrain(CLI::App& root) {
                   "buckets are not overlapped with backward")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
+  app->add_option("--prefetch", config->prefetch,
+                  "a loader thread gathers the next batches while a step runs: on, off, auto (on "
+                  "when the node has a core to spare; off gathers on the training thread)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   app->add_flag("--drop-last", config->dropLast,
                 "drop a last global batch shorter than --batch (the default)");
   app->add_flag("--pad-last", raw->padLast,

@@ -124,11 +124,12 @@ bool hasSpareCore(int localThreads) {
   return cores > static_cast<unsigned>(localRanks * localThreads);
 }
 
-// Overlapping bucket all-reduces with backward needs a core for communication progress:
-// "auto" overlaps only when there is a spare core.
-bool resolveOverlap(const std::string& overlap, int localThreads) {
-  if (overlap == "on") return true;
-  if (overlap == "off") return false;
+// "on", "off", or for "auto" whether there is a spare core: overlapping bucket all-reduces
+// with backward needs one for communication progress, and a prefetch thread without one
+// only takes turns with the compute thread, so every step waits for it to be scheduled.
+bool onOrSpareCore(const std::string& choice, int localThreads) {
+  if (choice == "on") return true;
+  if (choice == "off") return false;
   return hasSpareCore(localThreads);
 }
 
@@ -143,8 +144,12 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   KOLO_CHECK(config_.replicas >= 1, "--replicas must be >= 1, got ", config_.replicas);
   KOLO_CHECK(config_.bucketMb > 0 && config_.firstBucketMb > 0,
              "--bucket-mb and --first-bucket-mb must be positive");
-  KOLO_CHECK(config_.overlap == "auto" || config_.overlap == "on" || config_.overlap == "off",
-             "unknown --overlap '", config_.overlap, "' (auto, on, off)");
+  for (const auto& [flag, value] : {std::pair{"--overlap", &config_.overlap},
+                                     std::pair{"--shard-optimizer", &config_.shardOptimizer},
+                                     std::pair{"--prefetch", &config_.prefetch}}) {
+    KOLO_CHECK(*value == "auto" || *value == "on" || *value == "off", "unknown ", flag, " '", *value,
+               "' (auto, on, off)");
+  }
   KOLO_CHECK(config_.checkpointEvery >= 0, "--checkpoint-every must be >= 0");
   KOLO_CHECK(config_.keepCheckpoints >= 1, "--keep-checkpoints must be >= 1");
   KOLO_CHECK(config_.trainLimit >= 0, "--train-limit must be >= 0");
@@ -185,13 +190,11 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
       config_.strategy, config_.replicas, config_.reduction, config_.algorithm, comm_);
   options.reducer.bucketCapBytes = static_cast<size_t>(config_.bucketMb * (1 << 20));
   options.reducer.firstBucketCapBytes = static_cast<size_t>(config_.firstBucketMb * (1 << 20));
-  options.reducer.overlap = resolveOverlap(config_.overlap, localReplicas * config_.threads);
+  options.reducer.overlap = onOrSpareCore(config_.overlap, localReplicas * config_.threads);
   options.reducer.shardOptimizer =
       config_.shardOptimizer == "on" ||
       (config_.shardOptimizer == "auto" && config_.algorithm == "auto" && !options.reducer.overlap);
-  // A prefetch thread only helps on a spare core; without one it takes turns with the
-  // compute thread and every step waits for it to be scheduled.
-  prefetch_ = hasSpareCore(localReplicas * config_.threads) ? 2 : 0;
+  prefetch_ = onOrSpareCore(config_.prefetch, localReplicas * config_.threads) ? 2 : 0;
   // Every replica starts from the same seeded init (or --init file); the strategy also
   // copies replica 0's (rank 0's) weights to the others.
   auto models = [this]() -> std::shared_ptr<nn::Module> {

@@ -58,6 +58,7 @@ struct TrainConfig {
   double firstBucketMb = 1.0;      // first bucket's capacity (MiB)
   std::string overlap = "auto";    // auto | on | off: bucket all-reduces during backward
   std::string shardOptimizer = "auto";  // auto | on | off: sharded update on one host
+  std::string prefetch = "auto";   // auto | on | off: a loader thread gathers the next batches
 
   // Checkpoints.
   std::string checkpointDir;    // "" = none

@@ -122,7 +122,8 @@ TrainSummary Trainer::run() {
                               {"replicas", strategy_->replicas()},
                               {"update", strategy_->reducer() && strategy_->reducer()->sharded()
                                              ? "sharded"
-                                             : "whole"}});
+                                             : "whole"},
+                              {"loader", prefetch_ > 0 ? "thread" : "inline"}});
   }
 
   TrainSummary summary;

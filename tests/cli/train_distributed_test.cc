@@ -73,6 +73,8 @@ TEST_F(TrainDistributedTest, StrategiesGiveTheSameWeightsAsOneDevice) {
       {"workers2", "--workers 2"},
       {"workers2_sharded", "--workers 2 --shard-optimizer on"},
       {"workers2_whole", "--workers 2 --shard-optimizer off"},
+      {"one_inline_loader", "--prefetch off"},
+      {"workers2_loader_thread", "--workers 2 --prefetch on"},
       {"workers2_tree", "--workers 2 --strategy multi-worker-mirrored --algo tree"},
       {"mirrored2", "--strategy mirrored --replicas 2"},
       {"mirrored4_reduce_to_one", "--strategy mirrored --replicas 4 --reduction reduce-to-one"},
