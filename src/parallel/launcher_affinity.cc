@@ -18,7 +18,10 @@ void setMask(const std::vector<int>& cpus) {
   for (int c : cpus) CPU_SET(c, &set);
   if (sched_setaffinity(0, sizeof(set), &set) != 0) {
     std::string list;
-    for (int c : cpus) list += (list.empty() ? "" : ",") + std::to_string(c);
+    for (int c : cpus) {
+      if (!list.empty()) list += ',';
+      list += std::to_string(c);
+    }
     KOLO_THROW(IoError, "cannot bind to CPU(s) ", list, ": ", std::strerror(errno));
   }
 }

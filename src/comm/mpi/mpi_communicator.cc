@@ -141,12 +141,25 @@ MpiSignature MpiCommunicator::beginCollective(int kind, DType dtype, size_t coun
 }
 
 std::string MpiCommunicator::describe(const MpiSignature& sig) const {
-  std::string text = "#" + std::to_string(sig.sequence) + " ";
+  // Appends only: GCC 12 warns falsely (-Wrestrict) on `"literal" + std::to_string(...)`.
+  std::string text = "#";
+  text += std::to_string(sig.sequence);
+  text += ' ';
   text += (sig.kind >= 0 && sig.kind < kKindCount) ? kKindNames[sig.kind] : "unknown";
-  text += "(count=" + std::to_string(sig.count);
-  if (sig.dtype >= 0) text += std::string(", ") + dtypeName(static_cast<DType>(sig.dtype));
-  if (sig.op >= 0 && sig.op < 5) text += std::string(", ") + kOpNames[sig.op];
-  if (sig.root >= 0) text += ", root=" + std::to_string(sig.root);
+  text += "(count=";
+  text += std::to_string(sig.count);
+  if (sig.dtype >= 0) {
+    text += ", ";
+    text += dtypeName(static_cast<DType>(sig.dtype));
+  }
+  if (sig.op >= 0 && sig.op < 5) {
+    text += ", ";
+    text += kOpNames[sig.op];
+  }
+  if (sig.root >= 0) {
+    text += ", root=";
+    text += std::to_string(sig.root);
+  }
   return text + ")";
 }
 
