@@ -66,8 +66,6 @@ std::unique_ptr<StoreBackend> makeBackend(const std::string& name) {
   return std::make_unique<TcpBackend>();
 }
 
-Bytes bytesOf(const std::string& s) { return Bytes(s.begin(), s.end()); }
-
 class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
