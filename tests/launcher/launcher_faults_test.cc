@@ -56,14 +56,8 @@ std::map<int, pid_t> ranksOf(pid_t launcher, int count) {
   return ranks;
 }
 
-class LauncherFaultsTest : public ::testing::Test {
+class LauncherFaultsTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/kolo_launcher_faults_XXXXXX";
-    dir_ = ::mkdtemp(pattern);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   /// `kolo train --workers 2` on a small slice of Fashion-MNIST for (practically) ever;
   /// returns once rank 0 has written the first epoch's metrics, i.e. both ranks train.
   Child startEndlessTraining() {
@@ -79,8 +73,6 @@ class LauncherFaultsTest : public ::testing::Test {
     EXPECT_FALSE(processGone(launcher.pid)) << "the training job ended early";
     return launcher;
   }
-
-  std::string dir_;
 };
 
 /// SIGKILLs the launcher and expects every process in `pids` gone within kGoneWithin.

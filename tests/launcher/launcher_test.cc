@@ -22,14 +22,8 @@ using namespace std::chrono_literals;
 const std::string kKolo = KOLO_BINARY_DIR "/src/cli/kolo";
 const std::string kProbe = KOLO_LAUNCH_PROBE;
 
-class LauncherTest : public ::testing::Test {
+class LauncherTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/kolo_launcher_XXXXXX";
-    dir_ = ::mkdtemp(pattern);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   Result kolo(std::vector<std::string> args, const std::map<std::string, std::string>& env = {}) {
     args.insert(args.begin(), kKolo);
     return runProgram(args, cleanEnvironment(env));
@@ -48,7 +42,6 @@ class LauncherTest : public ::testing::Test {
     return pids;
   }
 
-  std::string dir_;
 };
 
 /// A free TCP port on loopback (released again; the launcher binds it right after).

@@ -1,5 +1,6 @@
 // Test helpers: start a program with a chosen environment, its stdout and stderr captured
-// through pipes, and collect both plus the exit status; check whether a pid is gone.
+// through pipes, and collect both plus the exit status; check whether a pid is gone; a
+// fixture with a temporary directory.
 #pragma once
 
 #include <fcntl.h>
@@ -9,8 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -18,9 +21,26 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 extern char** environ;
 
 namespace kolo::testing {
+
+/// A test with its own fresh directory, dir_, removed with everything in it afterwards.
+class TempDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/kolo_launcher_XXXXXX";
+    const char* made = ::mkdtemp(pattern);
+    ASSERT_NE(made, nullptr) << "mkdtemp: " << std::strerror(errno);
+    dir_ = made;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  std::string dir_;
+};
 
 struct Child {
   pid_t pid = -1;
