@@ -87,10 +87,7 @@ void killLauncherAndExpectGone(Child& launcher, const std::vector<pid_t>& pids) 
 
 TEST_F(LauncherFaultsTest, SigkilledLauncherLeavesNoRankBehind) {
   // Each rank (a shell) starts a long sleep in the background, writes both pids and waits.
-  const std::string script = "sleep 300 & echo $! > " + dir_ + "/c.tmp.$KOLO_RANK; mv " + dir_ +
-                             "/c.tmp.$KOLO_RANK " + dir_ + "/child.$KOLO_RANK; echo $$ > " + dir_ +
-                             "/p.tmp.$KOLO_RANK; mv " + dir_ + "/p.tmp.$KOLO_RANK " + dir_ +
-                             "/pid.$KOLO_RANK; wait";
+  const std::string script = sleepingRankScript(dir_, 300);
   Child launcher = spawnChild({kKolo, "run", "-n", "2", "--grace", "30", "--", "sh", "-c", script},
                               cleanEnvironment());
   ASSERT_GT(launcher.pid, 0);

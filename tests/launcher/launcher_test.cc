@@ -162,10 +162,7 @@ TEST_F(LauncherTest, RankKilledBySignalIsReported) {
 
 /// SIGTERM or SIGINT to the launcher reaches every rank and the children they started.
 void expectSignalStopsEveryRank(const std::string& dir, int sig) {
-  std::string script = "sleep 120 & echo $! > " + dir + "/c.tmp.$KOLO_RANK; mv " + dir +
-                       "/c.tmp.$KOLO_RANK " + dir + "/child.$KOLO_RANK; echo $$ > " + dir +
-                       "/p.tmp.$KOLO_RANK; mv " + dir + "/p.tmp.$KOLO_RANK " + dir +
-                       "/pid.$KOLO_RANK; wait";
+  const std::string script = sleepingRankScript(dir, 120);
   Child launcher = spawnChild({kKolo, "run", "-n", "2", "--grace", "10", "--", "sh", "-c", script},
                               cleanEnvironment());
   ASSERT_GT(launcher.pid, 0);

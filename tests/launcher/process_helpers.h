@@ -55,6 +55,16 @@ struct Result {
   int exitCode() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
 };
 
+/// A rank's `sh -c` script: starts `sleep seconds` in the background, writes that child's
+/// pid to dir/child.$KOLO_RANK and the shell's to dir/pid.$KOLO_RANK (each renamed into
+/// place whole), then waits.
+inline std::string sleepingRankScript(const std::string& dir, int seconds) {
+  const std::string rank = ".$KOLO_RANK";
+  return "sleep " + std::to_string(seconds) + " & echo $! > " + dir + "/c.tmp" + rank + "; mv " + dir +
+         "/c.tmp" + rank + " " + dir + "/child" + rank + "; echo $$ > " + dir + "/p.tmp" + rank + "; mv " +
+         dir + "/p.tmp" + rank + " " + dir + "/pid" + rank + "; wait";
+}
+
 /// The test process's environment without the variables any launcher sets, plus `extra`.
 inline std::vector<std::string> cleanEnvironment(
     const std::map<std::string, std::string>& extra = {}) {
