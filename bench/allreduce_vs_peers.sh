@@ -2,7 +2,8 @@
 # kolo's allreduce against its peers, in one invocation: `kolo bench allreduce`, Open MPI's
 # MPI_Allreduce (bench/peers/mpi_allreduce.c) and, when /usr/bin/python3 has torch,
 # torch.distributed's gloo (bench/peers/torch_allreduce.py), at 4 KiB, 1 MiB, 16 MiB and
-# 64 MiB with 2 and 4 ranks, all with the same timing method (shared/anchors); then a table
+# 64 MiB with 2 and 4 ranks, all with the same timing method and per-size schedule (see
+# bench/peers/mpi_allreduce.c); then a table
 # of kolo's busbw over each peer's beside the memcpy bound (bench/peers/memcpy_bw.c).
 #
 # Usage: bench/allreduce_vs_peers.sh [KOLO_BINARY]

@@ -1,8 +1,7 @@
 /*
- * memcpy bound for the allreduce comparison, measured the way shared/anchors/memcpy_bw.c
- * does for its "memcpy, 1 thread" figure: two page-touched, 4 KiB-aligned buffers of
- * SIZE MiB (default 64), 3 warm-up copies, then ITERS timed glibc memcpy calls on one core;
- * payload GB/s = bytes / median time (GB = 1e9 bytes).
+ * memcpy bound for the allreduce comparison, the "memcpy, 1 thread" figure: two
+ * page-touched, 4 KiB-aligned buffers of SIZE MiB (default 64), 3 warm-up copies, then ITERS
+ * timed glibc memcpy calls on one core; payload GB/s = bytes / median time (GB = 1e9 bytes).
  *
  * Usage: memcpy_bw [SIZE_MIB] [ITERS]     Output: one JSON object.
  */

@@ -1,6 +1,6 @@
 /*
- * Peer benchmark: Open MPI's MPI_Allreduce (float32, MPI_SUM, in place) timed the way
- * shared/anchors/mpi_allreduce.c defines, so kolo's allreduce can be compared with it.
+ * Peer benchmark: Open MPI's MPI_Allreduce (float32, MPI_SUM, in place), timed as `kolo bench
+ * allreduce --anchor-schedule` times kolo's, so the two can be compared.
  *
  * Per size: one checked allreduce (rank r contributes r+1; every element must equal
  * n(n+1)/2), the buffer zeroed, W warm-up operations, then I timed operations, each

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Peer benchmark: torch.distributed's gloo all_reduce (float32, SUM, in place), timed the
-way shared/anchors/torch_allreduce.py defines, so kolo's allreduce can be compared with it.
+"""Peer benchmark: torch.distributed's gloo all_reduce (float32, SUM, in place), timed as
+`kolo bench allreduce --anchor-schedule` times kolo's, so the two can be compared.
 
 Per size: one checked all_reduce (rank r contributes r+1; every element must equal
 n(n+1)/2), the tensor zeroed, W warm-up operations, then I timed operations, each

@@ -21,8 +21,8 @@ struct BenchConfig {
   std::vector<size_t> sizes;  // bytes, in sweep order
   int iters = 20;
   int warmup = 5;
-  /// Per-size warm-up/iterations of shared/anchors (20/200 up to 64 KiB, 10/100 up to
-  /// 1 MiB, 3/30 up to 16 MiB, else 2/20) instead of iters/warmup.
+  /// Per-size warm-up/iterations of the peer benchmarks in bench/peers (20/200 up to 64 KiB,
+  /// 10/100 up to 1 MiB, 3/30 up to 16 MiB, else 2/20) instead of iters/warmup.
   bool anchorSchedule = false;
   comm::Algorithm algorithm = comm::Algorithm::Auto;
   DType dtype = DType::F32;

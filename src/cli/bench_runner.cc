@@ -1,6 +1,7 @@
 // The sweep of `kolo bench`: per size a checked operation, warm-up, timed operations
 // (barrier; t0; op; t1; the per-operation time is the maximum over ranks, reduced outside
-// the timed region, as shared/anchors does), a second checked operation, and rank 0's row.
+// the timed region, as the peer benchmarks in bench/peers do), a second checked operation,
+// and rank 0's row.
 #include "cli/bench_runner.h"
 
 #include <algorithm>

@@ -1,5 +1,6 @@
 // The built-in models, exactly the peers' torch.nn.Sequential definitions
-// (shared/anchors/fmnist_common.py), so parameter names equal PyTorch's state_dict keys.
+// (make_model in bench/peers/torch_ddp_fmnist.py), so parameter names equal PyTorch's
+// state_dict keys.
 #pragma once
 
 #include <memory>
