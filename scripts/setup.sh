@@ -3,11 +3,10 @@
 # Run as root on a fresh Debian 12 machine; safe to run again.
 set -euo pipefail
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config
   libopenblas-dev            # GEMM (CBLAS) for matmul and convolution
   zlib1g-dev                 # gzip-compressed IDX files
-  libgtest-dev libgmock-dev  # tests
-  libbenchmark-dev           # micro-benchmarks
+  libgtest-dev               # tests
   libcli11-dev               # command-line parsing
   nlohmann-json3-dev         # metrics, checkpoint metadata, safetensors headers
   libopenmpi-dev openmpi-bin # MPI backend and the Open MPI peer benchmark
