@@ -1,4 +1,5 @@
-# kolo_layer(NAME DEPS ...): one static library per layer from every .cc file in its folder.
+# kolo_layer(NAME DEPS ...): one static library per layer from every .cc file in its folder,
+# installed and exported as kolo::NAME (the export set kolo-targets, see KoloInstall.cmake).
 function(kolo_layer name)
   cmake_parse_arguments(L "" "" "DEPS" ${ARGN})
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
@@ -7,14 +8,21 @@ function(kolo_layer name)
   endif()
   add_library(kolo_${name} STATIC ${srcs})
   add_library(kolo::${name} ALIAS kolo_${name})
+  # Public headers come from include/ (in the tree) or <prefix>/include (installed); the
+  # layers' private headers under src/ are for building kolo only.
   target_include_directories(kolo_${name} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+                                                 $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
                                          PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(kolo_${name} PUBLIC ${L_DEPS})
+  set_target_properties(kolo_${name} PROPERTIES EXPORT_NAME ${name})
+  install(TARGETS kolo_${name} EXPORT kolo-targets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endfunction()
 
-# kolo_test(NAME SOURCES... DEPS ... [LABELS ...]): one GoogleTest binary, tests discovered by CTest.
+# kolo_test(NAME SOURCES... DEPS ... [LABELS ...] [SLOW REGEX]): one GoogleTest binary, tests
+# discovered by CTest. Cases whose names match SLOW (full runs of training, several processes
+# for seconds) also get the label `slow`, which the ASan run in scripts/test.sh leaves out.
 function(kolo_test name)
-  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "TIMEOUT;SLOW" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
   target_link_libraries(${name} PRIVATE ${T_DEPS} GTest::gtest GTest::gtest_main)
@@ -25,4 +33,16 @@ function(kolo_test name)
   endif()
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
                        PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
+  if(T_SLOW)
+    # The case names exist only once ctest has run the discovery, so the labelling is a
+    # script that ctest includes after the discovered list (${name}_TESTS).
+    set(script ${CMAKE_CURRENT_BINARY_DIR}/${name}_slow.cmake)
+    file(WRITE ${script}
+         "foreach(t IN LISTS ${name}_TESTS)\n"
+         "  if(t MATCHES [==[${T_SLOW}]==])\n"
+         "    set_property(TEST \"\${t}\" APPEND PROPERTY LABELS slow)\n"
+         "  endif()\n"
+         "endforeach()\n")
+    set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${script})
+  endif()
 endfunction()
