@@ -1,7 +1,7 @@
 // Native communicator with ranks as forked processes over a directory store: shared
 // memory, cross-memory attach and TCP between processes, sizes up to 8, and the failure
 // cases: a SIGKILLed rank (IoError within twice the deadline) and a SIGSTOPped rank
-// (Timeout naming it).
+// (Timeout naming it), each started by the parent only when the ranks say they are ready.
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
@@ -12,6 +12,7 @@
 
 #include "native_test_support.h"
 #include "native_values.h"
+#include "support/readiness_pipe.h"
 
 namespace kolo::comm::testing {
 namespace {
@@ -116,11 +117,15 @@ int expectFailure(Communicator& comm, Ms deadline, Ms limit, const std::string& 
 
 /// `mustMention`: over shared memory every survivor watches rank 2's pid; over TCP a
 /// survivor may first see another survivor leave (it closed its sockets on the error).
+/// Rank 2 is killed once every rank has its communicator (rendezvous done) and the
+/// survivors are about to start the all-reduce.
 void killedRankCase(const NativeOptions& options, const std::string& mustMention) {
   const Ms deadline(2000);
+  kolo::testing::ReadinessPipe ready;
   auto codes = runProcesses(
       3,
       [&](int rank, Communicator& comm) {
+        ready.signal();
         if (rank == 2) {
           pause();  // killed by the parent while the others wait for it
           return 0;
@@ -128,8 +133,8 @@ void killedRankCase(const NativeOptions& options, const std::string& mustMention
         return expectFailure<IoError>(comm, deadline, 2 * deadline, mustMention);
       },
       options,
-      [](const std::vector<pid_t>& pids) {
-        usleep(500 * 1000);
+      [&](const std::vector<pid_t>& pids) {
+        ready.awaitSignals(3);
         kill(pids[2], SIGKILL);
       });
   EXPECT_EQ(codes[0], 0);
@@ -147,19 +152,23 @@ TEST(NativeProcesses, KilledRankGivesIoErrorOverTcp) {
 
 TEST(NativeProcesses, StoppedRankGivesTimeoutNamingIt) {
   const Ms deadline(1000);
+  kolo::testing::ReadinessPipe ready;
   auto codes = runProcesses(
       3,
       [&](int rank, Communicator& comm) {
         if (rank == 1) {
+          ready.signal();
           raise(SIGSTOP);
           return 0;
         }
-        return expectFailure<Timeout>(comm, deadline, 2 * deadline, "rank 1 after 1.0 s");
+        const int code = expectFailure<Timeout>(comm, deadline, 2 * deadline, "rank 1 after 1.0 s");
+        ready.signal();  // this survivor is done with the stopped rank
+        return code;
       },
       {},
-      [](const std::vector<pid_t>& pids) {
-        // Let the others time out, then end the stopped rank.
-        usleep(3000 * 1000);
+      [&](const std::vector<pid_t>& pids) {
+        // The stopped rank is ended once both survivors have had their Timeout.
+        ready.awaitSignals(3);
         kill(pids[1], SIGKILL);
       });
   EXPECT_EQ(codes[0], 0);
