@@ -17,6 +17,7 @@
 #include "comm/store/tcp_wire.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
+#include "support/reserved_port.h"
 
 namespace kolo::comm {
 namespace {
@@ -210,7 +211,7 @@ TEST(TcpStoreProcessTest, KilledServerProcessGivesClientIoError) {
   auto client = connectTcpStore("127.0.0.1:" + std::to_string(port), kToken, 10s);
   client->setString("alive", "1");
   auto pending = std::async(std::launch::async, [&] { return client->get("never", 120s); });
-  std::this_thread::sleep_for(100ms);
+  std::this_thread::sleep_for(100ms);  // let the request reach the server (either way it must fail)
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   EXPECT_THROW(pending.get(), IoError);
@@ -245,27 +246,22 @@ TEST(TcpStoreAddressTest, Ipv6OnlyServer) {
 }
 
 TEST(TcpStoreAddressTest, ClientRetriesUntilServerStarts) {
-  // Find a free port, release it, and start the server there only after the client began.
-  uint16_t port = 0;
-  {
-    TcpStoreServer probe(TcpStoreServerOptions{"127.0.0.1", 0, kToken});
-    port = probe.port();
-  }
+  // The reserved port refuses connections until the server listens on it, so the client
+  // keeps retrying. The pause only makes a refused first attempt likely: wherever the client
+  // is in its retries when the server comes up, it must connect.
+  const testing::ReservedPort port;
   auto client = std::async(std::launch::async, [&] {
-    return connectTcpStore("127.0.0.1:" + std::to_string(port), kToken, 30s);
+    return connectTcpStore(port.address(), kToken, 30s);
   });
   std::this_thread::sleep_for(200ms);
-  TcpStoreServer server(TcpStoreServerOptions{"127.0.0.1", port, kToken});
+  TcpStoreServer server(TcpStoreServerOptions{"127.0.0.1", port.port(), kToken});
   EXPECT_EQ(client.get()->add("late", 1), 1);
 }
 
 TEST(TcpStoreAddressTest, UnreachableServerThrowsIoErrorAfterConnectTimeout) {
-  uint16_t port = 0;
-  {
-    TcpStoreServer probe(TcpStoreServerOptions{"127.0.0.1", 0, kToken});
-    port = probe.port();
-  }
-  EXPECT_THROW(connectTcpStore("127.0.0.1:" + std::to_string(port), kToken, 200ms), IoError);
+  // Nobody listens on a reserved port, and nobody else can take it while it is held.
+  const testing::ReservedPort port;
+  EXPECT_THROW(connectTcpStore(port.address(), kToken, 200ms), IoError);
 }
 
 TEST(HostPortTest, ParsesIpv4Ipv6AndNames) {
