@@ -14,6 +14,7 @@ function(kolo_layer name)
                                                  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
                                          PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(kolo_${name} PUBLIC ${L_DEPS})
+  target_compile_features(kolo_${name} PUBLIC cxx_std_20)  # the public headers are C++20
   set_target_properties(kolo_${name} PROPERTIES EXPORT_NAME ${name})
   install(TARGETS kolo_${name} EXPORT kolo-targets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endfunction()
@@ -35,12 +36,13 @@ function(kolo_test name)
                        PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
   if(T_SLOW)
     # The case names exist only once ctest has run the discovery, so the labelling is a
-    # script that ctest includes after the discovered list (${name}_TESTS).
+    # script that ctest includes after the discovered list (${name}_TESTS); ctest scripts
+    # can set a test's labels but not append to them.
     set(script ${CMAKE_CURRENT_BINARY_DIR}/${name}_slow.cmake)
     file(WRITE ${script}
          "foreach(t IN LISTS ${name}_TESTS)\n"
          "  if(t MATCHES [==[${T_SLOW}]==])\n"
-         "    set_property(TEST \"\${t}\" APPEND PROPERTY LABELS slow)\n"
+         "    set_tests_properties(\"\${t}\" PROPERTIES LABELS [==[${T_LABELS};slow]==])\n"
          "  endif()\n"
          "endforeach()\n")
     set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${script})
