@@ -7,6 +7,7 @@
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
 #include "launcher/process_helpers.h"
+#include "support/reserved_port.h"
 
 namespace kolo::comm {
 namespace {
@@ -133,42 +134,23 @@ TEST(InitFromEnvironmentTest, SingleProcessGetsSizeOneCommunicator) {
 
 TEST(InitFromEnvironmentTest, TorchrunStyleRankZeroHostsTheStore) {
   using namespace kolo::testing;
-  // The port is chosen free, released, then bound by rank 0; should another process take
-  // it in between, rank 0 reports that it cannot listen and the job is tried again.
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    uint16_t port = 0;
-    {
-      TcpStoreServer probe(TcpStoreServerOptions{"127.0.0.1", 0, "x"});
-      port = probe.port();
-    }
-    std::vector<Child> children;
-    for (int rank = 0; rank < 3; ++rank) {
-      children.push_back(spawnChild({KOLO_LAUNCH_PROBE, "allreduce"},
-                                    cleanEnvironment({{"RANK", std::to_string(rank)},
-                                                      {"WORLD_SIZE", "3"},
-                                                      {"MASTER_ADDR", "127.0.0.1"},
-                                                      {"MASTER_PORT", std::to_string(port)},
-                                                      {"KOLO_TOKEN", "torch-style"},
-                                                      {"KOLO_TIMEOUT", "60"}})));
-    }
-    Result first = collect(children[0]);
-    if (first.exitCode() != 0 && first.err.find("cannot listen") != std::string::npos) {
-      for (size_t i = 1; i < children.size(); ++i) {
-        ::kill(children[i].pid, SIGKILL);
-        collect(children[i]);
-      }
-      continue;
-    }
-    EXPECT_EQ(first.exitCode(), 0) << first.err;
-    EXPECT_EQ(first.out, "allreduce rank=0 size=3 backend=native sum=3\n");
-    for (int rank = 1; rank < 3; ++rank) {
-      Result r = collect(children[static_cast<size_t>(rank)]);
-      EXPECT_EQ(r.exitCode(), 0) << r.err;
-      EXPECT_EQ(r.out, "allreduce rank=" + std::to_string(rank) + " size=3 backend=native sum=3\n");
-    }
-    return;
+  // Rank 0 hosts the store on MASTER_PORT; the port stays reserved until every rank is done.
+  const ReservedPort port;
+  std::vector<Child> children;
+  for (int rank = 0; rank < 3; ++rank) {
+    children.push_back(spawnChild({KOLO_LAUNCH_PROBE, "allreduce"},
+                                  cleanEnvironment({{"RANK", std::to_string(rank)},
+                                                    {"WORLD_SIZE", "3"},
+                                                    {"MASTER_ADDR", "127.0.0.1"},
+                                                    {"MASTER_PORT", std::to_string(port.port())},
+                                                    {"KOLO_TOKEN", "torch-style"},
+                                                    {"KOLO_TIMEOUT", "60"}})));
   }
-  FAIL() << "rank 0 could not listen on a free port in 5 attempts";
+  for (int rank = 0; rank < 3; ++rank) {
+    Result r = collect(children[static_cast<size_t>(rank)]);
+    EXPECT_EQ(r.exitCode(), 0) << r.err;
+    EXPECT_EQ(r.out, "allreduce rank=" + std::to_string(rank) + " size=3 backend=native sum=3\n");
+  }
 }
 
 TEST(InitFromEnvironmentTest, BadBackendOrTimeoutIsRejected) {

@@ -12,6 +12,7 @@
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
 #include "launcher/process_helpers.h"
+#include "support/reserved_port.h"
 
 namespace kolo {
 namespace {
@@ -44,39 +45,27 @@ class LauncherTest : public TempDirTest {
 
 };
 
-/// A free TCP port on loopback (released again; the launcher binds it right after).
-uint16_t freePort() {
-  comm::TcpStoreServer probe(comm::TcpStoreServerOptions{"127.0.0.1", 0, "x"});
-  return probe.port();
-}
-
-/// Starts node 0's launcher (`args` after the store address) on a free port and returns
-/// once its store answers with `token`. Other processes on the machine may take the port
-/// between freePort() and the launcher's bind; then it tries another.
+/// Starts node 0's launcher (`args` after the store address) with its store on a reserved
+/// loopback port and returns once that store answers with `token`.
 Child startNodeZero(const std::vector<std::string>& args, const std::string& token,
                     std::string* store) {
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    *store = "127.0.0.1:" + std::to_string(freePort());
-    std::vector<std::string> argv = {kKolo, "run",         "-n", "2",       "--nnodes",
-                                     "2",   "--node-rank", "0",  "--store", *store};
-    argv.insert(argv.end(), args.begin(), args.end());
-    Child node0 = spawnChild(argv, cleanEnvironment({{"KOLO_TOKEN", token}}));
-    bool up = waitFor([&] {
-      int status = 0;
-      if (::waitpid(node0.pid, &status, WNOHANG) == node0.pid) return true;  // exited: port taken
-      try {
-        comm::connectTcpStore(*store, token, 100ms);
-        return true;
-      } catch (const Error&) {
-        return false;
-      }
-    });
-    if (up && !processGone(node0.pid)) return node0;
-    ::close(node0.outFd);
-    ::close(node0.errFd);
-  }
-  ADD_FAILURE() << "node 0's launcher could not host the store";
-  return {};
+  const ReservedPort port;  // held until the launcher listens on it
+  *store = port.address();
+  std::vector<std::string> argv = {kKolo, "run",         "-n", "2",       "--nnodes",
+                                   "2",   "--node-rank", "0",  "--store", *store};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Child node0 = spawnChild(argv, cleanEnvironment({{"KOLO_TOKEN", token}}));
+  const bool up = waitFor([&] {
+    if (processGone(node0.pid)) return true;
+    try {
+      comm::connectTcpStore(*store, token, 100ms);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  });
+  EXPECT_TRUE(up && !processGone(node0.pid)) << "node 0's launcher did not host the store";
+  return node0;
 }
 
 TEST_F(LauncherTest, ThreeRanksGetTheirVariables) {
@@ -249,7 +238,10 @@ TEST_F(LauncherTest, TwoNodesOfTwoRanksOnLoopback) {
 }
 
 TEST_F(LauncherTest, FailureOnOneNodeStopsTheOther) {
-  std::string script = "if [ $KOLO_RANK = 3 ]; then sleep 0.3; exit 5; fi; exec sleep 120";
+  // Rank 3 (node 1) fails once every other rank of both nodes is running.
+  const std::string script = "if [ $KOLO_RANK = 3 ]; then while [ ! -e " + dir_ + "/up.0 ] || [ ! -e " + dir_ +
+                             "/up.1 ] || [ ! -e " + dir_ + "/up.2 ]; do sleep 0.02; done; exit 5; fi; touch " +
+                             dir_ + "/up.$KOLO_RANK; exec sleep 120";
   std::string store;
   Child node0 = startNodeZero({"--", "sh", "-c", script}, "tok", &store);
   ASSERT_GT(node0.pid, 0);

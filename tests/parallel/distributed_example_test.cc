@@ -2,8 +2,6 @@
 // (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) prints the same global loss as 1 process with
 // the same global batch, and reports its world size.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,26 +13,18 @@
 #include <string>
 #include <vector>
 
+#include "support/fashion_mnist.h"
+#include "support/reserved_port.h"
+
 namespace {
 namespace fs = std::filesystem;
 
 const std::string kExample = std::string(KOLO_BINARY_DIR) + "/examples/distributed_train";
 
-int freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // Runs `world` ranks of the example for `steps` steps in `dir`; returns rank 0's output.
 std::string runRanks(int world, int steps, const fs::path& dir) {
-  const int port = freePort();
+  // Rank 0 hosts the store on MASTER_PORT; the port stays reserved until every rank is done.
+  const kolo::testing::ReservedPort port;
   std::vector<pid_t> pids;
   for (int rank = 0; rank < world; ++rank) {
     const pid_t pid = ::fork();
@@ -47,7 +37,7 @@ std::string runRanks(int world, int steps, const fs::path& dir) {
       ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
       ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("MASTER_PORT", std::to_string(port.port()).c_str(), 1);
       ::setenv("KOLO_TIMEOUT", "60", 1);
       ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
       const std::string stepsArg = std::to_string(steps);
@@ -76,6 +66,7 @@ std::string lineStarting(const std::string& text, const std::string& prefix) {
 
 TEST(DistributedExample, TwoRanksComputeWhatOneRankComputes) {
   if (!fs::exists(kExample)) GTEST_SKIP() << kExample << " was not built (KOLO_BUILD_EXAMPLES=OFF)";
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
   const fs::path dir = fs::temp_directory_path() / ("kolo_dist_example_" + std::to_string(::getpid()));
   fs::create_directories(dir / "one");
   fs::create_directories(dir / "two");
