@@ -12,6 +12,7 @@
 #include "kolo/data.h"
 #include "kolo/safetensors.h"
 #include "run_kolo.h"
+#include "support/fashion_mnist.h"
 
 namespace {
 
@@ -23,9 +24,7 @@ using kolo::testing::runKolo;
 class TrainCliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(std::string(kolo::data::kFashionMnistDir) + "/train-images-idx3-ubyte.gz")) {
-      GTEST_SKIP() << "dataset-fashion-mnist is not installed";
-    }
+    KOLO_SKIP_WITHOUT_FASHION_MNIST();
     dir_ = fs::temp_directory_path() / ("kolo_cli_test_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
   }

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <set>
 
+#include "support/fashion_mnist.h"
+
 namespace kolo::data {
 namespace {
 
@@ -158,9 +160,7 @@ TEST(FashionMnistTest, MissingDatasetNamesPathAndPackage) {
 }
 
 TEST(FashionMnistTest, RealTestSplitIfInstalled) {
-  if (!fs::exists(std::string(kFashionMnistDir) + "/t10k-images-idx3-ubyte.gz")) {
-    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
-  }
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
   FashionMnist test(kFashionMnistDir, false);
   EXPECT_EQ(test.size(), 10000);
   EXPECT_EQ(test.inputs().shape(), (Shape{10000, 784}));

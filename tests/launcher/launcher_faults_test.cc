@@ -9,6 +9,7 @@
 #include <set>
 
 #include "launcher/process_helpers.h"
+#include "support/fashion_mnist.h"
 
 namespace kolo {
 namespace {
@@ -108,6 +109,7 @@ TEST_F(LauncherFaultsTest, SigkilledLauncherLeavesNoRankBehind) {
 }
 
 TEST_F(LauncherFaultsTest, SigkilledTrainWorkersLeavesNoRankBehind) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
   Child launcher = startEndlessTraining();
   ASSERT_FALSE(processGone(launcher.pid));
   const std::map<int, pid_t> ranks = ranksOf(launcher.pid, 2);
@@ -132,6 +134,7 @@ TEST_F(LauncherFaultsTest, SigkilledBenchLeavesNoRankBehind) {
 }
 
 TEST_F(LauncherFaultsTest, RankKilledWhileItsPeerTrainsIsNamed) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
   Child launcher = startEndlessTraining();
   ASSERT_FALSE(processGone(launcher.pid));
   const std::map<int, pid_t> ranks = ranksOf(launcher.pid, 2);

@@ -12,6 +12,7 @@
 #include "kolo/data.h"
 #include "kolo/nn/models.h"
 #include "kolo/parallel/strategy.h"
+#include "support/fashion_mnist.h"
 #include "toy_setup.h"
 
 namespace kolo::parallel::testing {
@@ -24,6 +25,7 @@ struct TrainData {
   Tensor y;  // i64 [640]
 };
 
+/// Tests that reach this start with KOLO_SKIP_WITHOUT_FASHION_MNIST().
 inline const TrainData& trainData() {
   static const TrainData data = [] {
     data::FashionMnist full(data::kFashionMnistDir, true);

@@ -13,7 +13,11 @@ using namespace testing;
 
 class NativeEquivalence : public ::testing::TestWithParam<std::tuple<int, comm::Algorithm>> {
  protected:
-  static void SetUpTestSuite() { reference_ = new std::vector<double>(trainOneDevice(kSteps)); }
+  static void SetUpTestSuite() {
+    if (kolo::testing::fashionMnistInstalled())
+      reference_ = new std::vector<double>(trainOneDevice(kSteps));
+  }
+  void SetUp() override { KOLO_SKIP_WITHOUT_FASHION_MNIST(); }
   static void TearDownTestSuite() { delete reference_; }
   static std::vector<double>* reference_;
 };
@@ -44,6 +48,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(NativeReducer, FirstBucketStartsBeforeBackwardEnds) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
   const int n = 2;
   auto connect = nativeRanks(n);
   const TrainData& d = trainData();
@@ -73,6 +78,7 @@ TEST(NativeReducer, FirstBucketStartsBeforeBackwardEnds) {
 }
 
 TEST(NativeDistributed, BroadcastOptimizerStateAndDistributedOptimizer) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
   const int n = 2;
   auto connect = nativeRanks(n);
   const TrainData& d = trainData();

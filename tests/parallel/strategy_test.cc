@@ -37,7 +37,11 @@ TEST(Strategy, ParsesNames) {
 
 class Equivalence : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { reference_ = new std::vector<double>(trainOneDevice(kSteps)); }
+  static void SetUpTestSuite() {
+    if (kolo::testing::fashionMnistInstalled())
+      reference_ = new std::vector<double>(trainOneDevice(kSteps));
+  }
+  void SetUp() override { KOLO_SKIP_WITHOUT_FASHION_MNIST(); }
   static void TearDownTestSuite() { delete reference_; }
   static std::vector<double>* reference_;
 };
@@ -92,6 +96,7 @@ TEST_F(Equivalence, MultiWorkerOverThreadRanksMatchesOneDevice) {
 }
 
 TEST(Strategy, UnevenBatchIsRefused) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
   StrategyOptions opts;
   opts.kind = StrategyKind::Mirrored;
   opts.replicas = 3;
@@ -103,6 +108,7 @@ TEST(Strategy, UnevenBatchIsRefused) {
 }
 
 TEST(Strategy, AFailingReplicaStopsTheOthersAtOnce) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
   StrategyOptions opts;
   opts.kind = StrategyKind::Mirrored;
   opts.replicas = 2;
@@ -121,6 +127,7 @@ TEST(Strategy, AFailingReplicaStopsTheOthersAtOnce) {
 }
 
 TEST(Strategy, MirroredSyncReplicasCopiesWeightsAndOptimizerState) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
   StrategyOptions opts;
   opts.kind = StrategyKind::Mirrored;
   opts.replicas = 2;
