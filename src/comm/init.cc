@@ -1,18 +1,18 @@
 // detectLaunch and initFromEnvironment: where this process stands in a job, read from the
 // variables of `kolo run`, torchrun, Open MPI or Slurm (in that order of precedence), and
-// the communicator built from it. The environment (including KOLO_BACKEND and
-// KOLO_TIMEOUT) is read here, once per call, and nowhere else in this layer.
+// the communicator built from it. The environment is read once per call, through the
+// settings registry (kolo/settings.h) for the KOLO_* variables.
 #include "kolo/comm/init.h"
 
 #include <charconv>
+#include <climits>
 #include <cmath>
 
 #include "kolo/comm/mpi.h"
 #include "kolo/comm/native.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
-
-extern char** environ;
+#include "kolo/settings.h"
 
 namespace kolo::comm {
 namespace {
@@ -74,14 +74,12 @@ void checkPlace(const LaunchInfo& info, const std::string& source) {
                " of local size ", info.localSize);
 }
 
-Env processEnvironment() {
-  Env env;
-  for (char** e = environ; *e; ++e) {
-    std::string entry = *e;
-    size_t eq = entry.find('=');
-    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
-  }
-  return env;
+/// A KOLO_* integer that must fit an int (ranks and sizes).
+int rankNumber(std::optional<int64_t> value, const char* name, int fallback) {
+  if (!value) return fallback;
+  if (*value < INT_MIN || *value > INT_MAX)
+    KOLO_THROW(InvalidArgument, name, "='", *value, "' is out of range");
+  return static_cast<int>(*value);
 }
 
 /// Keeps the store server (hosted by rank 0 under torchrun-style variables) alive exactly
@@ -95,15 +93,17 @@ struct HostedCommunicator {
 
 LaunchInfo detectLaunch(const std::map<std::string, std::string>& env) {
   LaunchInfo info;
-  const std::string* token = find(env, "KOLO_TOKEN");
-  if (find(env, "KOLO_RANK") && find(env, "KOLO_WORLD_SIZE")) {
+  const settings::Environment known(env);
+  const std::string token = settings::token(known);
+  const std::optional<int64_t> rankVar = settings::rank(known), sizeVar = settings::worldSize(known);
+  if (rankVar && sizeVar) {
     info.launcher = "kolo";
-    info.rank = intVar(env, "KOLO_RANK", 0);
-    info.size = intVar(env, "KOLO_WORLD_SIZE", 1);
-    info.localRank = intVar(env, "KOLO_LOCAL_RANK", info.rank);
-    info.localSize = intVar(env, "KOLO_LOCAL_SIZE", info.size);
-    if (const std::string* store = find(env, "KOLO_STORE")) info.storeAddress = *store;
-    if (token) info.token = *token;
+    info.rank = rankNumber(rankVar, "KOLO_RANK", 0);
+    info.size = rankNumber(sizeVar, "KOLO_WORLD_SIZE", 1);
+    info.localRank = rankNumber(settings::localRank(known), "KOLO_LOCAL_RANK", info.rank);
+    info.localSize = rankNumber(settings::localSize(known), "KOLO_LOCAL_SIZE", info.size);
+    info.storeAddress = settings::store(known);
+    info.token = token;
     checkPlace(info, "kolo run (KOLO_*)");
     return info;
   }
@@ -123,7 +123,7 @@ LaunchInfo detectLaunch(const std::map<std::string, std::string>& env) {
           parseInt("MASTER_PORT", *port) + (agentStore && *agentStore == "True" ? 1 : 0);
       info.storeAddress = joinHostPort(*addr, std::to_string(storePort));
     }
-    if (token) info.token = *token;
+    info.token = token;
     checkPlace(info, "torchrun (RANK/WORLD_SIZE)");
     return info;
   }
@@ -148,33 +148,28 @@ LaunchInfo detectLaunch(const std::map<std::string, std::string>& env) {
     const std::string* addr = find(env, "MASTER_ADDR");
     const std::string* port = find(env, "MASTER_PORT");
     if (addr && port) info.storeAddress = joinHostPort(*addr, *port);
-    if (token) info.token = *token;
+    info.token = token;
     checkPlace(info, "Slurm (SLURM_*)");
     return info;
   }
   return info;
 }
 
-LaunchInfo detectLaunch() { return detectLaunch(processEnvironment()); }
+LaunchInfo detectLaunch() { return detectLaunch(settings::Environment::process().variables()); }
 
 std::shared_ptr<Communicator> initFromEnvironment(const InitOptions& options) {
-  Env env = processEnvironment();
-  LaunchInfo info = detectLaunch(env);
+  const settings::Environment known = settings::Environment::process();
+  LaunchInfo info = detectLaunch(known.variables());
 
   std::string backend = options.backend;
-  if (const std::string* forced = find(env, "KOLO_BACKEND")) backend = *forced;
+  if (known.source("KOLO_BACKEND") == settings::Source::Environment)
+    backend = settings::backend(known);
   if (backend != "auto" && backend != "native" && backend != "mpi")
-    KOLO_THROW(InvalidArgument, "backend '", backend,
-               "' (KOLO_BACKEND or InitOptions) is not auto, native or mpi");
+    KOLO_THROW(InvalidArgument, "InitOptions::backend '", backend,
+               "' is not accepted: use auto, native or mpi");
   auto timeout = options.timeout;
-  if (const std::string* seconds = find(env, "KOLO_TIMEOUT")) {
-    char* end = nullptr;
-    double value = std::strtod(seconds->c_str(), &end);
-    if (end == seconds->c_str() || *end != '\0' || !(value > 0) || !std::isfinite(value))
-      KOLO_THROW(InvalidArgument, "KOLO_TIMEOUT='", *seconds,
-                 "' is not a positive number of seconds");
-    timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(value * 1000)));
-  }
+  if (const std::optional<double> seconds = settings::timeout(known))
+    timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(*seconds * 1000)));
 
   bool useMpi =
       backend == "mpi" ||

@@ -11,8 +11,9 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <string_view>
 #include <vector>
+
+#include "kolo/settings.h"
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
@@ -149,8 +150,7 @@ KOLO_AVX512 void gemmNT(int64_t m, int64_t n, int64_t k, float alpha, const floa
 // AVX-512 present and not switched off with KOLO_SMALL_GEMM=0 (to compare with OpenBLAS).
 bool enabled() {
   static const bool on = [] {
-    const char* env = std::getenv("KOLO_SMALL_GEMM");
-    if (env != nullptr && std::string_view(env) == "0") return false;
+    if (!settings::smallGemm()) return false;
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
   }();
   return on;

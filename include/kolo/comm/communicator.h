@@ -19,7 +19,10 @@ enum class ReduceOp : uint8_t { Sum, Prod, Min, Max, Avg };
 
 /// All-reduce (and related) algorithms. Auto picks by message size and topology; the
 /// environment variable KOLO_ALGO (ring, halving-doubling, tree, reduce-broadcast,
-/// hierarchical) overrides Auto.
+/// hierarchical; read by kolo::settings::algo()) overrides Auto for every backend: the
+/// native backend runs kolo's own algorithm of that name; the MPI backend hands ring,
+/// halving-doubling, tree and reduce-broadcast to Open MPI as its algorithm choice and
+/// rejects hierarchical (MpiOptions::algorithm, kolo/comm/mpi.h).
 enum class Algorithm : uint8_t { Auto, Ring, HalvingDoubling, Tree, ReduceBroadcast, Hierarchical };
 
 const char* reduceOpName(ReduceOp op);

@@ -25,10 +25,17 @@ struct MpiOptions {
   /// latency) instead of non-blocking calls polled against the deadline. A stuck peer then
   /// blocks forever instead of raising Timeout. Environment: KOLO_MPI_BLOCKING=1.
   bool blockingCollectives = false;
+  /// All-reduce algorithm forced on Open MPI (environment: KOLO_ALGO). Auto leaves the choice
+  /// to Open MPI; ring, halving-doubling (Rabenseifner's), tree and reduce-broadcast (both:
+  /// reduce then broadcast) become Open MPI's MCA parameters before MPI_Init, for blocking and
+  /// non-blocking calls alike. Hierarchical, or any algorithm but Auto when the program
+  /// initialised MPI itself, is an InvalidArgument from createMpiCommunicator().
+  Algorithm algorithm = Algorithm::Auto;
 };
 
-/// Reads KOLO_CHECK_SIGNATURES and KOLO_MPI_BLOCKING ("1"/"true"/"yes" switch them on);
-/// the timeout keeps its default. Throws InvalidArgument for values it cannot read.
+/// Reads KOLO_CHECK_SIGNATURES, KOLO_MPI_BLOCKING and KOLO_ALGO through the settings
+/// registry (kolo/settings.h); the timeout keeps its default. Throws InvalidArgument for
+/// values it cannot read.
 MpiOptions mpiOptionsFromEnvironment();
 
 /// Initialises MPI (if not yet; with MPI_THREAD_MULTIPLE requested) and returns a

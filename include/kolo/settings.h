@@ -1,0 +1,150 @@
+// The settings registry: every KOLO_* environment variable kolo reads, declared once in
+// KOLO_SETTINGS (name, type, default, one line of help) in the manner of NCCL's NCCL_PARAM,
+// parsed here and nowhere else, and listed by `kolo env`.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+/// Every KOLO_* variable: X(accessor, NAME, Type, default, choices, help). An empty default
+/// means unset; `choices` ("a|b|c") lists what a Choice accepts. The variables that `kolo
+/// run` sets for its ranks come first; flags of `kolo train` and `kolo run` override the rest.
+#define KOLO_SETTINGS(X)                                                                          \
+  X(rank, "KOLO_RANK", Integer, "", "", "this process's rank in the job (set by kolo run)")        \
+  X(worldSize, "KOLO_WORLD_SIZE", Integer, "", "", "ranks in the job (set by kolo run)")           \
+  X(localRank, "KOLO_LOCAL_RANK", Integer, "", "", "rank among this node's ranks (set by kolo run)") \
+  X(localSize, "KOLO_LOCAL_SIZE", Integer, "", "", "ranks on this node (set by kolo run)")         \
+  X(nodeRank, "KOLO_NODE_RANK", Integer, "", "", "this node's index in the job (set by kolo run)") \
+  X(nnodes, "KOLO_NNODES", Integer, "", "", "nodes in the job (set by kolo run)")                 \
+  X(store, "KOLO_STORE", Text, "", "", "HOST:PORT of the job's rendezvous store (set by kolo run)") \
+  X(token, "KOLO_TOKEN", Secret, "", "",                                                          \
+    "the job's shared secret, required by the store; set it on every node of a multi-node job")  \
+  X(timeout, "KOLO_TIMEOUT", Seconds, "", "",                                                     \
+    "seconds before a collective or the rendezvous gives up (unset: the program's own, 300)")    \
+  X(backend, "KOLO_BACKEND", Choice, "auto", "auto|native|mpi",                                   \
+    "communicator backend; auto: MPI under mpirun or srun when built with it, else native")      \
+  X(algo, "KOLO_ALGO", Choice, "auto", "auto|ring|halving-doubling|tree|reduce-broadcast|hierarchical", \
+    "all-reduce algorithm of every communicator; auto: chosen by message size and topology")     \
+  X(checkSignatures, "KOLO_CHECK_SIGNATURES", Flag, "0", "",                                      \
+    "MPI backend: ranks compare each collective's signature before running it")                  \
+  X(mpiBlocking, "KOLO_MPI_BLOCKING", Flag, "0", "",                                              \
+    "MPI backend: blocking collectives call MPI's blocking functions (no deadline)")             \
+  X(smallGemm, "KOLO_SMALL_GEMM", Flag, "1", "",                                                  \
+    "AVX-512 kernels for small f32 matrix products; 0: OpenBLAS for every product")
+
+namespace kolo::settings {
+
+/// How a setting's text is read. Flag: 1/true/yes/on or 0/false/no/off. Integer: a whole
+/// number. Seconds: a positive number. Choice: one of the declared choices. Text: as is.
+/// Secret: as is, but `kolo env` shows only whether it is set.
+enum class Type { Flag, Integer, Seconds, Choice, Text, Secret };
+
+/// One declared variable (an entry of KOLO_SETTINGS).
+struct Declaration {
+  std::string_view name;
+  Type type;
+  std::string_view defaultValue;  // empty: unset by default
+  std::string_view choices;       // Choice only: "a|b|c"
+  std::string_view help;
+};
+
+/// Every declaration, in the order of KOLO_SETTINGS.
+std::span<const Declaration> declarations();
+
+/// The declaration called `name`, or nullptr.
+const Declaration* find(std::string_view name);
+
+/// "flag", "integer", "seconds", "choice", "text" or "secret".
+const char* typeName(Type type);
+
+/// Where a setting's value came from.
+enum class Source { Default, Environment };
+
+/// A copy of a set of environment variables, read against the registry. Values are parsed
+/// when asked for; a value that does not parse throws kolo::InvalidArgument naming the
+/// variable, the value and what is accepted. An empty variable counts as unset.
+class Environment {
+ public:
+  explicit Environment(std::map<std::string, std::string> variables);
+
+  /// This process's environment, copied now (the one place kolo reads `environ`).
+  static Environment process();
+
+  /// Every variable of this environment, KOLO_* or not.
+  const std::map<std::string, std::string>& variables() const { return variables_; }
+  /// The variable `name` (declared or not) when set and not empty, else nullptr.
+  const std::string* find(const std::string& name) const;
+
+  /// Environment when the declared variable `name` is set (not empty), else Default.
+  Source source(std::string_view name) const;
+  /// The declared variable's text: its value when set, else its default (maybe empty).
+  std::string text(std::string_view name) const;
+  /// A Flag's value. Throws InvalidArgument for other words.
+  bool flag(std::string_view name) const;
+  /// An Integer's value; nullopt when unset without default.
+  std::optional<int64_t> integer(std::string_view name) const;
+  /// A Seconds setting's value, positive and finite; nullopt when unset without default.
+  std::optional<double> seconds(std::string_view name) const;
+  /// A Choice's value, one of its choices.
+  std::string choice(std::string_view name) const;
+
+  /// Parses every declared variable that is set; throws the first problem found.
+  void validate() const;
+  /// The KOLO_* variables set here that no declaration names, sorted.
+  std::vector<std::string> unknown() const;
+
+ private:
+  const Declaration& declared(std::string_view name, Type type) const;
+  std::map<std::string, std::string> variables_;
+};
+
+/// The declared name nearest to `name` by edit distance, or "" when none is close
+/// (more than a third of the name's letters, and more than 2, would have to change).
+std::string closestName(std::string_view name);
+
+/// One line per unknown KOLO_* variable of `env`: "KOLO_ALOG is not a kolo setting (did you
+/// mean KOLO_ALGO? `kolo env` lists them)".
+std::vector<std::string> unknownVariableWarnings(const Environment& env);
+
+// The typed accessors, one per declaration (NCCL_PARAM's ncclParamX()): read the process
+// environment unless given one. Flag -> bool; Integer -> optional<int64_t>; Seconds ->
+// optional<double>; Choice, Text, Secret -> std::string (empty when unset).
+template <Type>
+struct ValueOf;
+template <>
+struct ValueOf<Type::Flag> {
+  using type = bool;
+};
+template <>
+struct ValueOf<Type::Integer> {
+  using type = std::optional<int64_t>;
+};
+template <>
+struct ValueOf<Type::Seconds> {
+  using type = std::optional<double>;
+};
+template <>
+struct ValueOf<Type::Choice> {
+  using type = std::string;
+};
+template <>
+struct ValueOf<Type::Text> {
+  using type = std::string;
+};
+template <>
+struct ValueOf<Type::Secret> {
+  using type = std::string;
+};
+
+#define KOLO_SETTING_ACCESSOR_(accessor, name, kind, ...)     \
+  ValueOf<Type::kind>::type accessor(const Environment& env); \
+  inline ValueOf<Type::kind>::type accessor() { return accessor(Environment::process()); }
+KOLO_SETTINGS(KOLO_SETTING_ACCESSOR_)
+#undef KOLO_SETTING_ACCESSOR_
+
+}  // namespace kolo::settings
