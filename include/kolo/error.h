@@ -1,6 +1,8 @@
-// kolo's exception hierarchy and the KOLO_CHECK family of macros.
+// kolo's exception hierarchy and the macros that throw: KOLO_REQUIRE for a user's mistake
+// (the message alone), KOLO_CHECK for an invariant (adds the expression and source line).
 // Every layer reports failures by throwing a subclass of kolo::Error whose message names
 // what was wrong and where (file, rank, peer, value); library code never exits or aborts.
+// The `kolo` program maps each kind to an exit code (docs/exit_codes.md).
 #pragma once
 
 #include <sstream>
@@ -27,6 +29,19 @@ class IoError : public Error {
   using Error::Error;
 };
 
+/// A file or directory the user named (data, weights, checkpoints) is missing or cannot be
+/// read. Malformed contents are a FormatError.
+class FileError : public IoError {
+ public:
+  using IoError::IoError;
+};
+
+/// Another rank of the job failed, vanished or reported that it could not go on.
+class PeerError : public IoError {
+ public:
+  using IoError::IoError;
+};
+
 /// A deadline passed before the awaited event (a collective, a store key, a peer) arrived.
 class Timeout : public Error {
  public:
@@ -45,6 +60,12 @@ class FormatError : public Error {
   using Error::Error;
 };
 
+/// Training produced a loss or gradient that is not finite (NaN or infinity).
+class DivergedError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 
 template <class... Parts>
@@ -54,18 +75,43 @@ std::string concat(const Parts&... parts) {
   return out.str();
 }
 
+/// `path` from its last "src/", "include/" or "tests/" folder on, so that messages name
+/// src/cli/train_loop.cc rather than the directory kolo was built in.
+constexpr const char* sourcePath(const char* path) {
+  const char* start = path;
+  for (const char* p = path; *p != '\0'; ++p) {
+    if (*p != '/') continue;
+    for (const char* folder : {"src/", "include/", "tests/"}) {
+      const char* a = p + 1;
+      const char* b = folder;
+      while (*b != '\0' && *a == *b) ++a, ++b;
+      if (*b == '\0') start = p + 1;
+    }
+  }
+  return start;
+}
+
 }  // namespace detail
 }  // namespace kolo
 
 /// Throws ExceptionType with the message built by streaming every argument.
 #define KOLO_THROW(ExceptionType, ...) throw ExceptionType(::kolo::detail::concat(__VA_ARGS__))
 
-/// Throws kolo::InvalidArgument unless `cond` holds; extra arguments are appended to the message.
-#define KOLO_CHECK(cond, ...)                                                          \
-  do {                                                                                 \
-    if (!(cond))                                                                       \
-      KOLO_THROW(::kolo::InvalidArgument, "check failed: " #cond " (" __FILE__ ":", __LINE__, \
-                 ") " __VA_OPT__(, ) __VA_ARGS__);                                     \
+/// For a user's mistake (a flag, a file, a shape they chose): throws kolo::InvalidArgument
+/// whose message is the arguments alone, saying what is wrong and what is accepted:
+/// KOLO_REQUIRE(batch > 0, "--batch must be at least 1, got ", batch).
+#define KOLO_REQUIRE(cond, ...)                                  \
+  do {                                                           \
+    if (!(cond)) KOLO_THROW(::kolo::InvalidArgument, __VA_ARGS__); \
+  } while (0)
+
+/// For an invariant, or a library caller's contract: throws kolo::InvalidArgument unless
+/// `cond` holds, naming the expression and source line; extra arguments are appended.
+#define KOLO_CHECK(cond, ...)                                                                 \
+  do {                                                                                        \
+    if (!(cond))                                                                              \
+      KOLO_THROW(::kolo::InvalidArgument, "check failed: " #cond " (",                        \
+                 ::kolo::detail::sourcePath(__FILE__), ":", __LINE__, ") " __VA_OPT__(, ) __VA_ARGS__); \
   } while (0)
 
 #define KOLO_CHECK_OP_(a, b, op, ...)                                                       \
@@ -74,7 +120,8 @@ std::string concat(const Parts&... parts) {
     const auto& kolo_rhs_ = (b);                                                            \
     if (!(kolo_lhs_ op kolo_rhs_))                                                          \
       KOLO_THROW(::kolo::InvalidArgument, "check failed: " #a " " #op " " #b " (", kolo_lhs_, \
-                 " vs ", kolo_rhs_, ") at " __FILE__ ":", __LINE__, " " __VA_OPT__(, ) __VA_ARGS__); \
+                 " vs ", kolo_rhs_, ") at ", ::kolo::detail::sourcePath(__FILE__), ":", __LINE__, \
+                 " " __VA_OPT__(, ) __VA_ARGS__);                                           \
   } while (0)
 
 /// Comparison checks that print both sides: KOLO_CHECK_EQ(x.size(), 3, "while reading ", path).

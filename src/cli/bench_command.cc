@@ -7,6 +7,7 @@
 #include "cli/bench_launch.h"
 #include "cli/bench_options.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "kolo/error.h"
 
 namespace kolo::cli {
@@ -38,9 +39,9 @@ BenchConfig toConfig(const BenchArgs& args) {
   config.sizes = args.sizes.empty() ? sizeSweep(parseByteSize(args.minBytes), parseByteSize(args.maxBytes),
                                                 args.factor, parseByteSize(args.stepBytes))
                                     : parseSizeList(args.sizes);
-  KOLO_CHECK(args.iters >= 1, "kolo bench: -n/--iters must be at least 1, got ", args.iters);
-  KOLO_CHECK(args.warmup >= 0, "kolo bench: -w/--warmup must not be negative, got ", args.warmup);
-  KOLO_CHECK(args.timeoutSeconds > 0, "kolo bench: --timeout must be positive, got ", args.timeoutSeconds);
+  KOLO_REQUIRE(args.iters >= 1, "kolo bench: -n/--iters must be at least 1, got ", args.iters);
+  KOLO_REQUIRE(args.warmup >= 0, "kolo bench: -w/--warmup must be at least 0, got ", args.warmup);
+  KOLO_REQUIRE(args.timeoutSeconds > 0, "kolo bench: --timeout must be above 0, got ", args.timeoutSeconds);
   config.iters = args.iters;
   config.warmup = args.warmup;
   config.anchorSchedule = args.anchorSchedule;
@@ -88,7 +89,7 @@ Command registerBench(CLI::App& root) {
   app->add_flag("--json", args->json, "one JSON object per size instead of the table");
   app->add_option("--timeout", args->timeoutSeconds, "deadline of every collective, seconds")->capture_default_str();
   app->add_option("--backend", args->launch.backend, "auto, native or mpi")
-      ->check(CLI::IsMember({"auto", "native", "mpi"}))
+      ->check(oneOf({"auto", "native", "mpi"}))
       ->capture_default_str();
   app->add_option("--ranks", args->launch.ranks, "fork this many local ranks (native backend)");
   app->add_option("--store-dir", args->launch.storeDir,
@@ -100,7 +101,7 @@ Command registerBench(CLI::App& root) {
   app->add_option("--bind", args->launch.bind,
                   "with --ranks: core binds rank i to the i-th CPU (modulo their count) this process may "
                   "use, as mpirun does; none leaves placement to the scheduler")
-      ->check(CLI::IsMember({"none", "core"}))
+      ->check(oneOf({"none", "core"}))
       ->capture_default_str();
   app->add_flag("!--no-shm", args->launch.sharedMemory, "TCP between all ranks, no shared memory");
 

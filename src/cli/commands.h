@@ -1,5 +1,6 @@
 // The `kolo` subcommands. Each registers itself on the CLI11 app and returns the
-// subcommand; main.cc runs whichever was chosen and maps exceptions to exit codes.
+// subcommand; main.cc runs whichever was chosen and maps exceptions to exit codes
+// (exit_codes.h).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,10 +12,14 @@ namespace kolo::cli {
 struct Command {
   CLI::App* app = nullptr;
   std::function<int()> run;
+  /// Whether main.cc checks the KOLO_* settings and warns about unknown ones before run;
+  /// commands that do it themselves, or that re-launch kolo, set it false.
+  std::function<bool()> warnsAtStart = [] { return true; };
 };
 
 Command registerTrain(CLI::App& root);  // train_command.cc
 Command registerRun(CLI::App& root);    // run_command.cc
 Command registerBench(CLI::App& root);  // bench_command.cc
+Command registerEnv(CLI::App& root);    // env_command.cc
 
 }  // namespace kolo::cli

@@ -1,10 +1,10 @@
 // `kolo run`: the launcher's command line. Parses the options and PROGRAM ARGS... (after
 // `--` or the first non-option word) into parallel::LauncherOptions and runs the job; the
-// job token for several nodes comes from KOLO_TOKEN, read here and nowhere else.
-#include <cstdlib>
-
+// job token for several nodes comes from KOLO_TOKEN (kolo::settings::token()).
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "kolo/error.h"
+#include "kolo/settings.h"
 #include "parallel/launcher.h"
 
 namespace kolo::cli {
@@ -19,15 +19,15 @@ Command registerRun(CLI::App& root) {
                           "--node-rank R --store HOST:PORT] -- PROGRAM ARGS...");
   app->add_option("-n,--nproc-per-node", options->procsPerNode, "ranks on this node")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(atLeast(1));
   app->add_option("--nnodes", options->nnodes,
                   "nodes in the job (each runs kolo run with the same -n)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(atLeast(1));
   app->add_option("--node-rank", options->nodeRank,
                   "this node's index, 0..nnodes-1 (node 0 hosts the store)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(atLeast(0));
   app->add_option(
       "--store", options->storeAddress,
       "HOST:PORT of the rendezvous store ([V6]:PORT for IPv6); required with --nnodes > 1. Node 0 "
@@ -35,16 +35,16 @@ Command registerRun(CLI::App& root) {
   app->add_option("--timeout", options->timeoutSeconds,
                   "seconds: the ranks' default collective deadline (KOLO_TIMEOUT) and the nodes' "
                   "rendezvous limit")
-      ->check(CLI::PositiveNumber);
+      ->check(above(0));
   app->add_option("--grace", *graceSeconds,
                   "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(notBelow(0));
   app->add_option("--bind", *bind,
                   "core: bind local rank i to the i-th CPU (modulo their count) this launcher may use, "
                   "as mpirun does; none: leave placement to the scheduler")
       ->capture_default_str()
-      ->check(CLI::IsMember({"none", "core"}));
+      ->check(oneOf({"none", "core"}));
   // Everything from the program name (or from `--`) on belongs to the program, options
   // included: once the first positional word is seen, CLI11 treats the rest as positional.
   app->add_option("program", options->command, "PROGRAM ARGS... (after --)")->required();
@@ -54,8 +54,7 @@ Command registerRun(CLI::App& root) {
   command.run = [options, graceSeconds, bind]() -> int {
     options->bind = parallel::parseCpuBinding(*bind);
     options->gracePeriod = std::chrono::milliseconds(static_cast<int64_t>(*graceSeconds * 1000));
-    if (const char* token = std::getenv("KOLO_TOKEN"); token && options->nnodes > 1)
-      options->token = token;
+    if (options->nnodes > 1) options->token = settings::token();
     return parallel::runLauncher(*options);
   };
   return command;

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/train_loop.h"
 #include "kolo/error.h"
 
@@ -36,29 +37,36 @@ Command registerTrain(CLI::App& root) {
   auto raw = std::make_shared<Raw>();
   CLI::App* app = root.add_subcommand("train", "train a built-in model on Fashion-MNIST");
   app->add_option("--model", config->model, "model: mlp or cnn")
-      ->check(CLI::IsMember({"mlp", "cnn"}))
+      ->check(oneOf({"mlp", "cnn"}))
       ->capture_default_str();
-  auto* epochs = app->add_option("--epochs", raw->epochs, "epochs (default 10)");
-  app->add_option("--steps", config->steps, "total optimizer steps; stops early (0: all epochs)");
-  app->add_option("--batch", config->batch, "batch size")->capture_default_str();
+  auto* epochs = app->add_option("--epochs", raw->epochs, "epochs (default 10)")->check(atLeast(1));
+  app->add_option("--steps", config->steps, "total optimizer steps; stops early (0: all epochs)")
+      ->check(atLeast(0));
+  app->add_option("--batch", config->batch, "batch size")->capture_default_str()->check(atLeast(1));
   auto* optimizer =
       app->add_option("--optimizer", raw->optimizer, "sgd, adam or adamw (default sgd)")
-          ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+          ->check(oneOf({"sgd", "adam", "adamw"}));
   auto* lr = app->add_option("--lr", raw->lr,
                              "learning rate (default recipe: 0.1 mlp / 0.05 cnn; --optimizer sgd: "
-                             "0.05 / 0.02; adam: 1e-3)");
-  auto* momentum = app->add_option("--momentum", raw->momentum, "SGD momentum (default 0.9)");
+                             "0.05 / 0.02; adam: 1e-3)")
+                ->check(above(0));
+  auto* momentum = app->add_option("--momentum", raw->momentum, "SGD momentum (default 0.9)")
+                      ->check(notBelow(0));
   app->add_flag("--nesterov", config->nesterov, "Nesterov momentum (sgd)");
   auto* weightDecay =
-      app->add_option("--weight-decay", raw->weightDecay, "weight decay (default 0; adamw 0.01)");
+      app->add_option("--weight-decay", raw->weightDecay, "weight decay (default 0; adamw 0.01)")
+          ->check(notBelow(0));
   app->add_option(
          "--schedule", config->schedule,
          "lr schedule: auto (warm-up + cosine without --lr, constant with it), constant, cosine, "
          "warmup-cosine, step")
+      ->check(oneOf({"auto", "constant", "cosine", "warmup-cosine", "step"}))
       ->capture_default_str();
   auto* warmup =
-      app->add_option("--warmup-steps", raw->warmup, "warm-up steps (default half an epoch)");
-  app->add_option("--clip-norm", config->clipNorm, "clip the gradient norm to this (0: off)");
+      app->add_option("--warmup-steps", raw->warmup, "warm-up steps (default half an epoch)")
+          ->check(atLeast(0));
+  app->add_option("--clip-norm", config->clipNorm, "clip the gradient norm to this (0: off)")
+      ->check(notBelow(0));
   app->add_option("--seed", config->seed, "seed of initialisation and shuffling")
       ->capture_default_str();
   app->add_flag("--no-shuffle", raw->noShuffle,
@@ -68,70 +76,77 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--init", config->initPath, "start from these weights (safetensors)");
   app->add_option("--save", config->savePath, "write the final weights here (safetensors)");
   app->add_option("--metrics", config->metricsPath, "write metrics here (JSON lines)");
-  app->add_option("--threads", config->threads, "OpenBLAS threads")->capture_default_str();
+  app->add_option("--threads", config->threads, "OpenBLAS threads")
+      ->capture_default_str()
+      ->check(atLeast(1));
   app->add_option("--strategy", config->strategy,
                   "one-device, mirrored (--replicas threads), multi-worker-mirrored (one replica "
                   "per rank, under kolo run or --workers) or central-storage")
-      ->check(CLI::IsMember({"one-device", "mirrored", "multi-worker-mirrored", "central-storage"}))
+      ->check(oneOf({"one-device", "mirrored", "multi-worker-mirrored", "central-storage"}))
       ->capture_default_str();
   app->add_option("--workers", raw->workers,
                   "run on N ranks of this machine: re-launches itself as kolo run -n N -- kolo "
                   "train --strategy multi-worker-mirrored ...")
-      ->check(CLI::PositiveNumber);
+      ->check(atLeast(1));
   app->add_option("--replicas", config->replicas,
                   "replicas in this process (mirrored, central-storage)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(atLeast(1));
   app->add_option(
          "--reduction", config->reduction,
          "in-process gradient reduction of mirrored: reduce-to-one, hierarchical-copy, ring")
-      ->check(CLI::IsMember({"reduce-to-one", "hierarchical-copy", "ring"}))
+      ->check(oneOf({"reduce-to-one", "hierarchical-copy", "ring"}))
       ->capture_default_str();
   app->add_option("--algo,--algorithm", config->algorithm,
                   "all-reduce algorithm of multi-worker-mirrored: auto, ring, hierarchical, tree, "
                   "halving-doubling, reduce-broadcast")
-      ->check(CLI::IsMember(
-          {"auto", "ring", "hierarchical", "tree", "halving-doubling", "reduce-broadcast"}))
+      ->check(oneOf({"auto", "ring", "hierarchical", "tree", "halving-doubling", "reduce-broadcast"}))
       ->capture_default_str();
   app->add_option("--bucket-mb", config->bucketMb, "gradient bucket capacity in MiB")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(above(0));
   app->add_option("--first-bucket-mb", config->firstBucketMb,
                   "capacity of the first gradient bucket in MiB")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(above(0));
   app->add_option("--overlap", config->overlap,
                   "start bucket all-reduces during backward: on, off, auto (on when the node has "
                   "a core to spare for communication)")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->check(oneOf({"auto", "on", "off"}))
       ->capture_default_str();
   app->add_option("--shard-optimizer", config->shardOptimizer,
                   "multi-worker-mirrored on one host: each rank averages and applies its share "
                   "of the update from the others' gradients in shared memory, then copies the "
                   "other shares of the weights (ZeRO stage 1); auto: when --algo is auto and "
                   "buckets are not overlapped with backward")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->check(oneOf({"auto", "on", "off"}))
       ->capture_default_str();
   app->add_option("--prefetch", config->prefetch,
                   "a loader thread gathers the next batches while a step runs: on, off, auto (on "
                   "when the node has a core to spare; off gathers on the training thread)")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->check(oneOf({"auto", "on", "off"}))
       ->capture_default_str();
   app->add_flag("--drop-last", config->dropLast,
                 "drop a last global batch shorter than --batch (the default)");
   app->add_flag("--pad-last", raw->padLast,
                 "pad a last short global batch with samples from the epoch's start");
   app->add_option("--train-limit", config->trainLimit,
-                  "train on the first N training samples only (0: all)");
+                  "train on the first N training samples only (0: all)")
+      ->check(atLeast(0));
   app->add_option("--checkpoint-dir", config->checkpointDir,
                   "write checkpoints here (every --checkpoint-every steps and at the end)");
   app->add_option("--checkpoint-every", config->checkpointEvery,
-                  "steps between checkpoints (0: only at the end)");
+                  "steps between checkpoints (0: only at the end)")
+      ->check(atLeast(0));
   app->add_option("--keep-checkpoints", config->keepCheckpoints, "checkpoints kept")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(atLeast(1));
   app->add_option("--resume", config->resumeDir,
                   "continue from the newest good checkpoint in DIR (--steps stays the total)");
   app->add_option("--timing-skip", config->timingSkip,
                   "steps left out of the steady-state samples/s")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(atLeast(0));
   app->add_option("--fail-at-step", raw->failAt,
                   "STEP[:RANK] inject a failure before STEP on RANK (default 0), for tests")
       ->group("");
@@ -141,6 +156,7 @@ Command registerTrain(CLI::App& root) {
 
   Command command;
   command.app = app;
+  command.warnsAtStart = [raw] { return raw->workers == 0; };  // --workers re-launches kolo
   command.run = [config, raw, epochs, optimizer, lr, momentum, weightDecay, warmup]() -> int {
     if (raw->workers > 0) execWorkers(raw->workers);
     if (epochs->count()) config->epochs = raw->epochs;
@@ -159,7 +175,7 @@ Command registerTrain(CLI::App& root) {
         config->failStep = std::stoll(raw->failAt.substr(0, colon));
         if (colon != std::string::npos) config->failRank = std::stoi(raw->failAt.substr(colon + 1));
       } catch (const std::exception&) {
-        KOLO_THROW(InvalidArgument, "--fail-at-step '", raw->failAt, "': expected STEP[:RANK]");
+        KOLO_THROW(InvalidArgument, "--fail-at-step '", raw->failAt, "' is not accepted: use STEP or STEP:RANK");
       }
     }
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);

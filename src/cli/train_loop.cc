@@ -19,17 +19,17 @@
 namespace kolo::cli {
 
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {
-  KOLO_CHECK(config.model == "mlp" || config.model == "cnn", "unknown --model '", config.model,
-             "' (mlp, cnn)");
-  KOLO_CHECK(config.batch > 0, "--batch must be positive, got ", config.batch);
-  KOLO_CHECK(config.steps >= 0, "--steps must be >= 0, got ", config.steps);
+  KOLO_REQUIRE(config.model == "mlp" || config.model == "cnn", "--model '", config.model,
+               "' is not accepted: use mlp or cnn");
+  KOLO_REQUIRE(config.batch > 0, "--batch must be at least 1, got ", config.batch);
+  KOLO_REQUIRE(config.steps >= 0, "--steps must be at least 0, got ", config.steps);
   Recipe recipe;
   // The default recipe (neither --optimizer nor --lr): Nesterov SGD, momentum 0.9, lr 0.1
   // for the mlp and 0.05 for the cnn, warm-up + cosine over 10 epochs.
   const bool defaultRecipe = !config.optimizer && !config.lr;
   recipe.optimizer = config.optimizer.value_or("sgd");
-  KOLO_CHECK(recipe.optimizer == "sgd" || recipe.optimizer == "adam" || recipe.optimizer == "adamw",
-             "unknown --optimizer '", recipe.optimizer, "' (sgd, adam, adamw)");
+  KOLO_REQUIRE(recipe.optimizer == "sgd" || recipe.optimizer == "adam" || recipe.optimizer == "adamw",
+               "--optimizer '", recipe.optimizer, "' is not accepted: use sgd, adam or adamw");
   if (recipe.optimizer == "sgd") {
     const bool mlp = config.model == "mlp";
     // Without --lr: the default recipe's rates, or the peers' constant-rate recipe's.
@@ -38,22 +38,22 @@ Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {
     recipe.nesterov = config.nesterov || defaultRecipe;
   } else {
     recipe.lr = config.lr.value_or(1e-3);
-    KOLO_CHECK(!config.momentum && !config.nesterov,
-               "--momentum and --nesterov apply to --optimizer sgd only");
+    KOLO_REQUIRE(!config.momentum && !config.nesterov, "--momentum and --nesterov apply to "
+                 "--optimizer sgd only, not ", recipe.optimizer);
   }
   recipe.weightDecay = config.weightDecay.value_or(recipe.optimizer == "adamw" ? 0.01 : 0.0);
   recipe.epochs = config.epochs.value_or(10);
-  KOLO_CHECK(recipe.epochs > 0, "--epochs must be positive, got ", recipe.epochs);
-  KOLO_CHECK(recipe.lr > 0.0 && std::isfinite(recipe.lr), "--lr must be positive, got ", recipe.lr);
+  KOLO_REQUIRE(recipe.epochs > 0, "--epochs must be at least 1, got ", recipe.epochs);
+  KOLO_REQUIRE(recipe.lr > 0.0 && std::isfinite(recipe.lr), "--lr must be above 0, got ", recipe.lr);
   recipe.schedule = config.schedule;
   if (recipe.schedule == "auto") recipe.schedule = config.lr ? "constant" : "warmup-cosine";
-  KOLO_CHECK(recipe.schedule == "constant" || recipe.schedule == "cosine" ||
-                 recipe.schedule == "warmup-cosine" || recipe.schedule == "step",
-             "unknown --schedule '", config.schedule,
-             "' (auto, constant, cosine, warmup-cosine, step)");
+  KOLO_REQUIRE(recipe.schedule == "constant" || recipe.schedule == "cosine" ||
+                   recipe.schedule == "warmup-cosine" || recipe.schedule == "step",
+               "--schedule '", config.schedule,
+               "' is not accepted: use auto, constant, cosine, warmup-cosine or step");
   recipe.warmupSteps =
       config.warmupSteps.value_or(recipe.schedule == "warmup-cosine" ? stepsPerEpoch / 2 : 0);
-  KOLO_CHECK(recipe.warmupSteps >= 0, "--warmup-steps must be >= 0");
+  KOLO_REQUIRE(recipe.warmupSteps >= 0, "--warmup-steps must be at least 0, got ", recipe.warmupSteps);
   return recipe;
 }
 
@@ -138,22 +138,25 @@ bool onOrSpareCore(const std::string& choice, int localThreads) {
 Trainer::Trainer(TrainConfig config, observe::Logger& logger)
     : config_(std::move(config)), logger_(logger) {
   const parallel::StrategyKind kind = parallel::parseStrategyKind(config_.strategy);
-  KOLO_CHECK(config_.threads >= 1, "--threads must be >= 1, got ", config_.threads);
-  KOLO_CHECK(config_.clipNorm == 0.0 || kind == parallel::StrategyKind::OneDevice,
-             "--clip-norm is available with --strategy one-device only");
-  KOLO_CHECK(config_.replicas >= 1, "--replicas must be >= 1, got ", config_.replicas);
-  KOLO_CHECK(config_.bucketMb > 0 && config_.firstBucketMb > 0,
-             "--bucket-mb and --first-bucket-mb must be positive");
+  KOLO_REQUIRE(config_.threads >= 1, "--threads must be at least 1, got ", config_.threads);
+  KOLO_REQUIRE(config_.clipNorm == 0.0 || kind == parallel::StrategyKind::OneDevice,
+               "--clip-norm is available with --strategy one-device only, not ", config_.strategy);
+  KOLO_REQUIRE(config_.replicas >= 1, "--replicas must be at least 1, got ", config_.replicas);
+  KOLO_REQUIRE(config_.bucketMb > 0 && config_.firstBucketMb > 0,
+               "--bucket-mb and --first-bucket-mb must be above 0, got ", config_.bucketMb, " and ",
+               config_.firstBucketMb);
   for (const auto& [flag, value] : {std::pair{"--overlap", &config_.overlap},
                                      std::pair{"--shard-optimizer", &config_.shardOptimizer},
                                      std::pair{"--prefetch", &config_.prefetch}}) {
-    KOLO_CHECK(*value == "auto" || *value == "on" || *value == "off", "unknown ", flag, " '", *value,
-               "' (auto, on, off)");
+    KOLO_REQUIRE(*value == "auto" || *value == "on" || *value == "off", flag, " '", *value,
+                 "' is not accepted: use auto, on or off");
   }
-  KOLO_CHECK(config_.checkpointEvery >= 0, "--checkpoint-every must be >= 0");
-  KOLO_CHECK(config_.keepCheckpoints >= 1, "--keep-checkpoints must be >= 1");
-  KOLO_CHECK(config_.trainLimit >= 0, "--train-limit must be >= 0");
-  KOLO_CHECK(config_.timingSkip >= 0, "--timing-skip must be >= 0");
+  KOLO_REQUIRE(config_.checkpointEvery >= 0, "--checkpoint-every must be at least 0, got ",
+               config_.checkpointEvery);
+  KOLO_REQUIRE(config_.keepCheckpoints >= 1, "--keep-checkpoints must be at least 1, got ",
+               config_.keepCheckpoints);
+  KOLO_REQUIRE(config_.trainLimit >= 0, "--train-limit must be at least 0, got ", config_.trainLimit);
+  KOLO_REQUIRE(config_.timingSkip >= 0, "--timing-skip must be at least 0, got ", config_.timingSkip);
   openblas_set_num_threads(config_.threads);
   // Validate the flags before the (slow) data loading and before joining the job.
   recipe_ = resolveRecipe(config_, 1);
@@ -173,13 +176,14 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
 
   if (kind == parallel::StrategyKind::MultiWorkerMirrored) comm_ = parallel::init();
   const int worldSize = comm_ ? comm_->size() : 1;
-  KOLO_CHECK(config_.batch % (worldSize * localReplicas) == 0, "--batch ", config_.batch,
-             " does not split evenly over ", worldSize * localReplicas, " replicas (", worldSize,
-             " rank(s) x ", localReplicas, " per rank)");
+  KOLO_REQUIRE(config_.batch % (worldSize * localReplicas) == 0, "--batch ", config_.batch,
+               " does not split evenly over ", worldSize * localReplicas, " replicas (", worldSize,
+               " rank(s) x ", localReplicas, " per rank): use a multiple of ",
+               worldSize * localReplicas);
   const int64_t n = train_->size();
   stepsPerEpoch_ = config_.dropLast ? n / config_.batch : (n + config_.batch - 1) / config_.batch;
-  KOLO_CHECK(stepsPerEpoch_ > 0, "--batch ", config_.batch, " is larger than the ", n,
-             " training samples (with --drop-last no step is left; use --pad-last)");
+  KOLO_REQUIRE(stepsPerEpoch_ > 0, "--batch ", config_.batch, " is larger than the ", n,
+               " training samples (with --drop-last no step is left; use --pad-last)");
   recipe_ = resolveRecipe(config_, stepsPerEpoch_);
   // --steps is the total step count: it cuts --epochs short, or alone sets the length.
   totalSteps_ = recipe_.epochs * stepsPerEpoch_;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 
 #include "cli/train_loop.h"
 #include "kolo/checkpoint.h"
@@ -60,14 +61,14 @@ int64_t Trainer::resume(data::DataLoader& loader) {
   // Rank 0 reads the checkpoint and tells every rank whether it could (so that none waits
   // for a rank 0 that failed) and where the run stands.
   int64_t position[4] = {0, 0, 0, 0};  // ok, step, loader epoch, loader batch
-  std::string problem;
+  std::exception_ptr problem;
   if (isPrimary()) {
     try {
       checkpoint::CheckpointManager manager(
           config_.resumeDir, config_.keepCheckpoints, false,
           [this](const std::string& line) { logger_.warn(line); });
       const std::optional<checkpoint::CheckpointInfo> found = manager.latestGood();
-      if (!found) KOLO_THROW(IoError, "--resume ", config_.resumeDir, ": no good checkpoint there");
+      if (!found) KOLO_THROW(FileError, "--resume ", config_.resumeDir, ": no good checkpoint there");
       const checkpoint::TrainingState state =
           checkpoint::CheckpointManager::load(found->path, model().namedParameters(), &optimizer());
       for (const auto& [key, value] : runIdentity(config_)) {
@@ -81,14 +82,14 @@ int64_t Trainer::resume(data::DataLoader& loader) {
       position[2] = state.loader.epoch;
       position[3] = state.loader.batch;
       logger_.info("resuming", {{"checkpoint", found->path}, {"step", state.step}});
-    } catch (const Error& e) {
-      problem = e.what();
+    } catch (const Error&) {
+      problem = std::current_exception();
     }
   }
   if (comm_ && comm_->size() > 1) comm_->broadcast(position, 4, DType::I64, 0);
   if (position[0] == 0) {
-    if (!problem.empty()) throw Error(problem);
-    KOLO_THROW(IoError, "rank ", rank(), ": rank 0 could not resume from ", config_.resumeDir);
+    if (problem) std::rethrow_exception(problem);
+    KOLO_THROW(PeerError, "rank ", rank(), ": rank 0 could not resume from ", config_.resumeDir);
   }
   strategy_->syncReplicas();
   loader.setState({position[2], position[3]});
@@ -147,7 +148,9 @@ TrainSummary Trainer::run() {
                    " (--fail-at-step)");
       const double loss = trainStep(batch, schedule_->lrAt(step));
       const double seconds = secondsSince(stepStart);
-      KOLO_CHECK(std::isfinite(loss), "training diverged: loss ", loss, " at step ", step);
+      if (!std::isfinite(loss))
+        KOLO_THROW(DivergedError, "training diverged: loss ", loss, " at step ", step,
+                   " (lr ", schedule_->lrAt(step), "); try a smaller --lr");
       ++step;
       epochSeconds += seconds;
       if (trainSteps + lossCount >= config_.timingSkip) {

@@ -17,7 +17,7 @@ namespace kolo::cli {
 
 std::vector<std::string> workersCommandLine(const std::string& self, int workers,
                                             const std::vector<std::string>& trainArgs) {
-  KOLO_CHECK(workers >= 1, "--workers must be >= 1, got ", workers);
+  KOLO_REQUIRE(workers >= 1, "--workers must be at least 1, got ", workers);
   std::vector<std::string> args;
   bool strategyNamed = false;
   for (size_t i = 0; i < trainArgs.size(); ++i) {
@@ -31,8 +31,8 @@ std::vector<std::string> workersCommandLine(const std::string& self, int workers
     if (word == "--strategy" && i + 1 < trainArgs.size()) strategy = trainArgs[i + 1];
     if (word.rfind("--strategy=", 0) == 0) strategy = word.substr(11);
     if (!strategy.empty()) {
-      KOLO_CHECK(strategy == "multi-worker-mirrored", "--workers ", workers,
-                 " runs --strategy multi-worker-mirrored, not '", strategy, "'");
+      KOLO_REQUIRE(strategy == "multi-worker-mirrored", "--workers ", workers,
+                   " runs --strategy multi-worker-mirrored, not '", strategy, "'");
       strategyNamed = true;
     }
     args.push_back(word);
@@ -52,7 +52,7 @@ namespace {
 // The words after "train" on this process's command line (/proc/self/cmdline).
 std::vector<std::string> ownTrainArgs() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  KOLO_CHECK(in.good(), "--workers: cannot read /proc/self/cmdline");
+  if (!in.good()) KOLO_THROW(IoError, "--workers: cannot read /proc/self/cmdline");
   const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::string> words;
   size_t begin = 0;
@@ -72,9 +72,9 @@ std::vector<std::string> ownTrainArgs() {
 
 void execWorkers(int workers) {
   const comm::LaunchInfo launch = comm::detectLaunch();
-  KOLO_CHECK(launch.launcher == "single", "--workers ", workers,
-             " inside a job already launched by ", launch.launcher, " (rank ", launch.rank, " of ",
-             launch.size, "): drop --workers or the outer launcher");
+  KOLO_REQUIRE(launch.launcher == "single", "--workers ", workers,
+               " inside a job already launched by ", launch.launcher, " (rank ", launch.rank,
+               " of ", launch.size, "): drop --workers or the outer launcher");
   std::error_code error;
   std::string self = std::filesystem::read_symlink("/proc/self/exe", error).string();
   if (error) self = "/proc/self/exe";

@@ -81,7 +81,7 @@ namespace {
 TensorDataset loadFashionMnist(const std::string& dir, bool train) {
   struct stat info {};
   if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
-    KOLO_THROW(IoError, "Fashion-MNIST directory ", dir,
+    KOLO_THROW(FileError, "Fashion-MNIST directory ", dir,
                " does not exist (install the Debian package dataset-fashion-mnist, or pass the "
                "directory holding train-images-idx3-ubyte.gz etc.)");
   }
@@ -90,7 +90,7 @@ TensorDataset loadFashionMnist(const std::string& dir, bool train) {
   const std::string labels = prefix + "-labels-idx1-ubyte.gz";
   for (const std::string& path : {images, labels}) {
     if (::stat(path.c_str(), &info) != 0) {
-      KOLO_THROW(IoError, "Fashion-MNIST file ", path,
+      KOLO_THROW(FileError, "Fashion-MNIST file ", path,
                  " is missing (install the Debian package dataset-fashion-mnist, or pass the "
                  "directory holding the four *-ubyte.gz files)");
     }

@@ -1,5 +1,5 @@
 // Runs the built `kolo` binary with arguments through the shell and captures its output;
-// shared by the end-to-end tests of `kolo train`.
+// shared by the end-to-end tests of the `kolo` commands.
 #pragma once
 
 #include <sys/wait.h>
@@ -14,8 +14,10 @@ struct RunResult {
   std::string output;  // stdout and stderr together
 };
 
-inline RunResult runKolo(const std::string& args) {
-  const std::string command = std::string(KOLO_BINARY_DIR) + "/src/cli/kolo " + args + " 2>&1";
+/// Runs `kolo ARGS`; `environment` ("env -i A=1 ..." or "A=1") is put before the binary.
+inline RunResult runKolo(const std::string& args, const std::string& environment = "") {
+  const std::string command =
+      environment + " " + std::string(KOLO_BINARY_DIR) + "/src/cli/kolo " + args + " 2>&1";
   RunResult result;
   std::FILE* pipe = ::popen(command.c_str(), "r");
   if (!pipe) return result;

@@ -1,0 +1,106 @@
+// End-to-end tests of `kolo env` and of what `kolo` says about settings and user mistakes:
+// the listing with values and sources, the warning for a misspelt KOLO_* variable, a bad
+// KOLO_* value, option ranges in a user's words, and the exit codes of docs/exit_codes.md.
+// Every run gets a controlled environment (env -i), so the caller's KOLO_* variables do not
+// leak in.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+
+#include "kolo/settings.h"
+#include "run_kolo.h"
+
+namespace {
+
+using kolo::testing::RunResult;
+using kolo::testing::runKolo;
+
+const std::string kClean = "env -i PATH=/usr/bin:/bin";
+
+// The line of `kolo env` output that starts with `name` and a space.
+std::string lineOf(const std::string& output, const std::string& name) {
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name + " ", 0) == 0) return line;
+  }
+  return "";
+}
+
+TEST(EnvCli, ListsEverySettingWithValueAndSource) {
+  const RunResult run = runKolo("env", kClean + " KOLO_ALGO=ring KOLO_TOKEN=s3cret");
+  ASSERT_EQ(run.exitCode, 0) << run.output;
+  for (const kolo::settings::Declaration& declaration : kolo::settings::declarations())
+    EXPECT_NE(lineOf(run.output, std::string(declaration.name)), "") << declaration.name << "\n" << run.output;
+  const std::string algo = lineOf(run.output, "KOLO_ALGO");
+  EXPECT_NE(algo.find(" ring "), std::string::npos) << algo;
+  EXPECT_NE(algo.find("environment"), std::string::npos) << algo;
+  const std::string gemm = lineOf(run.output, "KOLO_SMALL_GEMM");
+  EXPECT_NE(gemm.find(" 1 "), std::string::npos) << gemm;
+  EXPECT_NE(gemm.find("default"), std::string::npos) << gemm;
+  const std::string rank = lineOf(run.output, "KOLO_RANK");
+  EXPECT_NE(rank.find("(unset)"), std::string::npos) << rank;
+  EXPECT_EQ(run.output.find("s3cret"), std::string::npos) << "the token is shown:\n" << run.output;
+  EXPECT_NE(lineOf(run.output, "KOLO_TOKEN").find("(set, hidden)"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("warning"), std::string::npos) << run.output;
+}
+
+TEST(EnvCli, UnknownVariableIsNamedOnceWithTheClosestSetting) {
+  RunResult run = runKolo("env --brief", kClean + " KOLO_ALOG=ring");
+  ASSERT_EQ(run.exitCode, 0) << run.output;
+  const std::string warning =
+      "kolo: warning: KOLO_ALOG is not a kolo setting (did you mean KOLO_ALGO?";
+  EXPECT_NE(run.output.find(warning), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find(warning), run.output.rfind(warning)) << "warned twice:\n" << run.output;
+  // Other commands warn at startup, once.
+  run = runKolo("bench nosuchcollective", kClean + " KOLO_WORLDSIZE=2");
+  EXPECT_NE(run.output.find("KOLO_WORLDSIZE is not a kolo setting (did you mean KOLO_WORLD_SIZE?"),
+            std::string::npos)
+      << run.output;
+}
+
+TEST(EnvCli, BadSettingValueIsAUsageError) {
+  RunResult run = runKolo("env", kClean + " KOLO_SMALL_GEMM=maybe");
+  EXPECT_EQ(run.exitCode, 0) << run.output;
+  EXPECT_NE(run.output.find("not accepted: KOLO_SMALL_GEMM='maybe' is not a switch"), std::string::npos)
+      << run.output;
+  run = runKolo("train --steps 1", kClean + " KOLO_ALGO=fastest");
+  EXPECT_EQ(run.exitCode, 2) << run.output;
+  EXPECT_NE(run.output.find("kolo: error: KOLO_ALGO='fastest' is not accepted: use one of auto, ring"),
+            std::string::npos)
+      << run.output;
+}
+
+TEST(EnvCli, UserMistakesSayWhatIsAcceptedWithoutSourcePaths) {
+  struct Case {
+    const char* args;
+    const char* message;
+  };
+  for (const Case& c : {
+           Case{"train --batch 0", "kolo: error: --batch must be at least 1, got 0"},
+           Case{"train --workers 0", "kolo: error: --workers must be at least 1, got 0"},
+           Case{"train --model resnet", "kolo: error: --model 'resnet' is not accepted: use mlp or cnn"},
+           Case{"train --lr -1", "kolo: error: --lr must be above 0, got -1"},
+           Case{"run -n 0 -- true", "kolo: error: --nproc-per-node must be at least 1, got 0"},
+           Case{"train --batch many", "kolo: error: --batch must be a whole number, got 'many'"},
+           Case{"bench allreduce -n 0", "kolo: error: kolo bench: -n/--iters must be at least 1, got 0"},
+       }) {
+    const RunResult run = runKolo(c.args, kClean);
+    EXPECT_EQ(run.exitCode, 2) << c.args << "\n" << run.output;
+    EXPECT_NE(run.output.find(c.message), std::string::npos) << c.args << "\n" << run.output;
+    EXPECT_EQ(run.output.find(".cc:"), std::string::npos) << c.args << "\n" << run.output;
+    EXPECT_EQ(run.output.find("check failed"), std::string::npos) << c.args << "\n" << run.output;
+  }
+}
+
+TEST(EnvCli, ExitCodesFollowTheTable) {
+  EXPECT_EQ(runKolo("--help", kClean).exitCode, 0);
+  EXPECT_EQ(runKolo("", kClean).exitCode, 2);            // no subcommand
+  EXPECT_EQ(runKolo("train --no-such-flag", kClean).exitCode, 2);
+  const RunResult missing = runKolo("train --data /nonexistent/kolo-data --steps 1", kClean);
+  EXPECT_EQ(missing.exitCode, 3) << missing.output;
+  EXPECT_NE(missing.output.find("/nonexistent/kolo-data"), std::string::npos) << missing.output;
+}
+
+}  // namespace
