@@ -98,7 +98,7 @@ class FileStore : public Store {
     detail::checkStoreKey(key);
     LockFile lock(directory_);
     Bytes value;
-    int64_t result = (readValue(key, &value) ? detail::parseCounter(key, value) : 0) + delta;
+    int64_t result = detail::addToCounter(key, readValue(key, &value) ? &value : nullptr, delta);
     writeAtomically(key, detail::encodeCounter(result));
     return result;
   }

@@ -49,7 +49,7 @@ class MemoryStore : public Store {
     {
       std::lock_guard lock(mutex_);
       auto it = values_.find(key);
-      result = (it == values_.end() ? 0 : detail::parseCounter(key, it->second)) + delta;
+      result = detail::addToCounter(key, it == values_.end() ? nullptr : &it->second, delta);
       values_[key] = detail::encodeCounter(result);
     }
     changed_.notify_all();

@@ -36,6 +36,15 @@ int64_t parseCounter(const std::string& key, const Bytes& value) {
   return result;
 }
 
+int64_t addToCounter(const std::string& key, const Bytes* current, int64_t delta) {
+  const int64_t value = current ? parseCounter(key, *current) : 0;
+  int64_t result = 0;
+  if (__builtin_add_overflow(value, delta, &result))
+    KOLO_THROW(InvalidArgument, "store: add of ", delta, " to key '", key, "' holding ", value,
+               " overflows int64");
+  return result;
+}
+
 Bytes encodeCounter(int64_t value) {
   std::string text = std::to_string(value);
   return Bytes(text.begin(), text.end());

@@ -20,6 +20,10 @@ void checkStoreValue(const std::string& key, const Bytes& value);
 /// when the value is not decimal text.
 int64_t parseCounter(const std::string& key, const Bytes& value);
 Bytes encodeCounter(int64_t value);
+/// The counter after `add`: the integer in *current (nullptr: a missing key, 0) plus delta.
+/// Throws InvalidArgument naming the key when the value is not decimal text or the sum
+/// does not fit in int64.
+int64_t addToCounter(const std::string& key, const Bytes* current, int64_t delta);
 
 /// Throws Timeout: "store <what>: timed out after N ms waiting for key(s) 'a', 'b'".
 [[noreturn]] void throwStoreTimeout(const std::string& what,

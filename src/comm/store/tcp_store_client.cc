@@ -25,7 +25,6 @@ namespace kolo::comm {
 using Clock = std::chrono::steady_clock;
 using detail::StoreOp;
 using detail::StoreStatus;
-using detail::WireReader;
 using detail::WireWriter;
 
 std::string HostPort::toString() const {
@@ -188,7 +187,13 @@ TcpStoreClient::TcpStoreClient(const TcpStoreClientOptions& options) : options_(
                     .finish();
   try {
     Bytes reply = roundTrip(hello, detail::deadlineAfter(options_.requestTimeout));
-    if (reply.empty() || reply[0] != static_cast<uint8_t>(StoreStatus::Ok))
+    bool accepted = false;
+    try {
+      accepted = detail::parseStoreReply(StoreOp::Hello, reply.data(), reply.size()).status ==
+                 StoreStatus::Ok;
+    } catch (const FormatError&) {
+    }
+    if (!accepted)
       KOLO_THROW(IoError, "TCP store at ", serverAddress(), " did not accept the connection");
   } catch (const IoError& e) {
     ::close(fd_);
@@ -262,14 +267,18 @@ std::chrono::steady_clock::time_point TcpStoreClient::replyDeadline(Millis timeo
 
 namespace {
 
-/// Splits a reply into status and the rest (reading from `reply`, which must outlive the
-/// reader); Error replies become InvalidArgument.
-WireReader replyBody(const Bytes& reply, const std::string& server) {
-  WireReader in(reply.data(), reply.size());
-  auto status = static_cast<StoreStatus>(in.u8());
-  if (status == StoreStatus::Error)
-    KOLO_THROW(InvalidArgument, "TCP store at ", server, ": ", in.str(kMaxStoreValueBytes));
-  return in;
+/// Parses the reply to an `op` request; malformed replies become FormatError and Error
+/// replies InvalidArgument, both naming the server.
+detail::StoreReply readReply(StoreOp op, const Bytes& reply, const std::string& server) {
+  detail::StoreReply parsed;
+  try {
+    parsed = detail::parseStoreReply(op, reply.data(), reply.size());
+  } catch (const FormatError& e) {
+    KOLO_THROW(FormatError, "TCP store at ", server, ": malformed reply: ", e.what());
+  }
+  if (parsed.status == StoreStatus::Error)
+    KOLO_THROW(InvalidArgument, "TCP store at ", server, ": ", parsed.message);
+  return parsed;
 }
 
 }  // namespace
@@ -280,7 +289,7 @@ void TcpStoreClient::set(const std::string& key, const Bytes& value) {
   Bytes request =
       WireWriter().u8(static_cast<uint8_t>(StoreOp::Set)).str(key).bytes(value).finish();
   Bytes reply = roundTrip(request, detail::deadlineAfter(options_.requestTimeout));
-  replyBody(reply, serverAddress());
+  readReply(StoreOp::Set, reply, serverAddress());
 }
 
 Bytes TcpStoreClient::get(const std::string& key, Millis timeout) {
@@ -291,10 +300,10 @@ Bytes TcpStoreClient::get(const std::string& key, Millis timeout) {
                       .u64(static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0)))
                       .finish();
   Bytes reply = roundTrip(request, replyDeadline(timeout));
-  WireReader in = replyBody(reply, serverAddress());
-  if (reply[0] == static_cast<uint8_t>(StoreStatus::Timeout))
+  detail::StoreReply parsed = readReply(StoreOp::Get, reply, serverAddress());
+  if (parsed.status == StoreStatus::Timeout)
     detail::throwStoreTimeout("TCP get at " + serverAddress(), {key}, timeout);
-  return in.bytes(kMaxStoreValueBytes);
+  return std::move(parsed.value);
 }
 
 void TcpStoreClient::wait(const std::vector<std::string>& keys, Millis timeout) {
@@ -306,12 +315,9 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys, Millis timeout) 
   }
   writer.u64(static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0)));
   Bytes reply = roundTrip(writer.finish(), replyDeadline(timeout));
-  WireReader in = replyBody(reply, serverAddress());
-  if (reply[0] == static_cast<uint8_t>(StoreStatus::Timeout)) {
-    std::vector<std::string> missing(in.u32());
-    for (auto& key : missing) key = in.str(kMaxStoreKeyBytes);
-    detail::throwStoreTimeout("TCP wait at " + serverAddress(), missing, timeout);
-  }
+  detail::StoreReply parsed = readReply(StoreOp::Wait, reply, serverAddress());
+  if (parsed.status == StoreStatus::Timeout)
+    detail::throwStoreTimeout("TCP wait at " + serverAddress(), parsed.missing, timeout);
 }
 
 int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
@@ -322,16 +328,14 @@ int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
                       .u64(static_cast<uint64_t>(delta))
                       .finish();
   Bytes reply = roundTrip(request, detail::deadlineAfter(options_.requestTimeout));
-  WireReader in = replyBody(reply, serverAddress());
-  return static_cast<int64_t>(in.u64());
+  return readReply(StoreOp::Add, reply, serverAddress()).counter;
 }
 
 bool TcpStoreClient::remove(const std::string& key) {
   detail::checkStoreKey(key);
   Bytes request = WireWriter().u8(static_cast<uint8_t>(StoreOp::Remove)).str(key).finish();
   Bytes reply = roundTrip(request, detail::deadlineAfter(options_.requestTimeout));
-  WireReader in = replyBody(reply, serverAddress());
-  return in.u8() != 0;
+  return readReply(StoreOp::Remove, reply, serverAddress()).flag;
 }
 
 bool TcpStoreClient::check(const std::vector<std::string>& keys) {
@@ -342,8 +346,7 @@ bool TcpStoreClient::check(const std::vector<std::string>& keys) {
     writer.str(key);
   }
   Bytes reply = roundTrip(writer.finish(), detail::deadlineAfter(options_.requestTimeout));
-  WireReader in = replyBody(reply, serverAddress());
-  return in.u8() != 0;
+  return readReply(StoreOp::Check, reply, serverAddress()).flag;
 }
 
 std::shared_ptr<Store> connectTcpStore(const std::string& address, const std::string& token,

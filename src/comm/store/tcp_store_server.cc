@@ -29,7 +29,6 @@ namespace kolo::comm {
 using Clock = std::chrono::steady_clock;
 using detail::StoreOp;
 using detail::StoreStatus;
-using detail::WireReader;
 using detail::WireWriter;
 
 namespace {
@@ -283,91 +282,66 @@ class TcpStoreServer::Impl {
 
   /// Serves one request; false when it is malformed or not allowed (connection closes).
   bool handle(Connection& c, const uint8_t* body, size_t length) {
+    detail::StoreRequest request;
     try {
-      WireReader in(body, length);
-      auto op = static_cast<StoreOp>(in.u8());
-      if (!c.authenticated) {
-        if (op != StoreOp::Hello) return false;
-        if (in.u32() != detail::kTcpStoreMagic || in.u8() != detail::kTcpStoreVersion) return false;
-        std::string token = in.str(detail::kMaxHelloFrame);
-        in.expectEnd();
-        if (!sameToken(token, options_.token)) return false;
-        c.authenticated = true;
-        reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Ok)));
-        return true;
-      }
-      switch (op) {
-        case StoreOp::Set: {
-          std::string key = readKey(in);
-          Bytes value = in.bytes(options_.maxValueBytes);
-          in.expectEnd();
-          values_[key] = std::move(value);
-          reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Ok)));
-          wakeParked();
-          return true;
-        }
-        case StoreOp::Get:
-        case StoreOp::Wait: {
-          Parked parked;
-          parked.op = op;
-          uint32_t count = op == StoreOp::Get ? 1 : in.u32();
-          if (count > length / 4) return false;
-          for (uint32_t i = 0; i < count; ++i) parked.keys.push_back(readKey(in));
-          uint64_t timeoutMs = in.u64();
-          in.expectEnd();
-          parked.deadline = detail::deadlineAfter(
-              Millis(static_cast<int64_t>(std::min<uint64_t>(timeoutMs, INT64_MAX / 2))));
-          c.parked = std::move(parked);
-          tryAnswer(c);
-          return true;
-        }
-        case StoreOp::Add: {
-          std::string key = readKey(in);
-          auto delta = static_cast<int64_t>(in.u64());
-          in.expectEnd();
-          auto it = values_.find(key);
-          int64_t result = 0;
-          try {
-            result = (it == values_.end() ? 0 : detail::parseCounter(key, it->second)) + delta;
-          } catch (const InvalidArgument& e) {
-            reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Error)).str(e.what()));
-            return true;
-          }
-          values_[key] = detail::encodeCounter(result);
-          reply(c, WireWriter()
-                       .u8(static_cast<uint8_t>(StoreStatus::Ok))
-                       .u64(static_cast<uint64_t>(result)));
-          wakeParked();
-          return true;
-        }
-        case StoreOp::Remove: {
-          std::string key = readKey(in);
-          in.expectEnd();
-          bool existed = values_.erase(key) > 0;
-          reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Ok)).u8(existed ? 1 : 0));
-          return true;
-        }
-        case StoreOp::Check: {
-          uint32_t count = in.u32();
-          if (count > length / 4) return false;
-          bool all = true;
-          for (uint32_t i = 0; i < count; ++i) all = values_.count(readKey(in)) > 0 && all;
-          in.expectEnd();
-          reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Ok)).u8(all ? 1 : 0));
-          return true;
-        }
-        default:
-          return false;
-      }
+      request = detail::parseStoreRequest(body, length, c.authenticated, options_.maxKeyBytes,
+                                          options_.maxValueBytes);
     } catch (const FormatError&) {
       return false;
     }
-  }
-
-  std::string readKey(WireReader& in) {
-    std::string key = in.str(options_.maxKeyBytes);
-    if (key.empty()) KOLO_THROW(FormatError, "empty key");
-    return key;
+    switch (request.op) {
+      case StoreOp::Hello:
+        if (!sameToken(request.token, options_.token)) return false;
+        c.authenticated = true;
+        reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Ok)));
+        return true;
+      case StoreOp::Set:
+        values_[request.keys[0]] = std::move(request.value);
+        reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Ok)));
+        wakeParked();
+        return true;
+      case StoreOp::Get:
+      case StoreOp::Wait: {
+        Parked parked;
+        parked.op = request.op;
+        parked.keys = std::move(request.keys);
+        parked.deadline = detail::deadlineAfter(
+            Millis(static_cast<int64_t>(std::min<uint64_t>(request.timeoutMs, INT64_MAX / 2))));
+        c.parked = std::move(parked);
+        tryAnswer(c);
+        return true;
+      }
+      case StoreOp::Add: {
+        const std::string& key = request.keys[0];
+        auto it = values_.find(key);
+        int64_t result = 0;
+        try {
+          result = detail::addToCounter(key, it == values_.end() ? nullptr : &it->second,
+                                        request.delta);
+        } catch (const InvalidArgument& e) {
+          reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Error)).str(e.what()));
+          return true;
+        }
+        values_[key] = detail::encodeCounter(result);
+        reply(c, WireWriter()
+                     .u8(static_cast<uint8_t>(StoreStatus::Ok))
+                     .u64(static_cast<uint64_t>(result)));
+        wakeParked();
+        return true;
+      }
+      case StoreOp::Remove: {
+        bool existed = values_.erase(request.keys[0]) > 0;
+        reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Ok)).u8(existed ? 1 : 0));
+        return true;
+      }
+      case StoreOp::Check: {
+        bool all = true;
+        for (const auto& key : request.keys) all = values_.count(key) > 0 && all;
+        reply(c, WireWriter().u8(static_cast<uint8_t>(StoreStatus::Ok)).u8(all ? 1 : 0));
+        return true;
+      }
+    }
+    return false;
   }
 
   void reply(Connection& c, WireWriter& writer) {

@@ -122,4 +122,38 @@ class WireReader {
   size_t pos_ = 0;
 };
 
+/// One request as the server reads it; which fields are set depends on `op`.
+struct StoreRequest {
+  StoreOp op = StoreOp::Hello;
+  std::string token;              // Hello
+  std::vector<std::string> keys;  // Set, Get, Add, Remove: one; Wait, Check: any number
+  Bytes value;                    // Set
+  int64_t delta = 0;              // Add
+  uint64_t timeoutMs = 0;         // Get, Wait
+};
+
+/// Parses one request body (the frame without its length prefix). Before the connection
+/// has authenticated only Hello with the right magic and version is accepted, after it
+/// only the other operations. Keys must be non-empty and at most maxKeyBytes, values at
+/// most maxValueBytes. Throws FormatError on anything else: unknown opcode, truncated or
+/// trailing bytes, a count or length the body cannot hold. The token is not checked here.
+StoreRequest parseStoreRequest(const uint8_t* body, size_t size, bool authenticated,
+                               size_t maxKeyBytes, size_t maxValueBytes);
+
+/// One reply as the client reads it; which fields are set depends on the request's op
+/// and the status.
+struct StoreReply {
+  StoreStatus status = StoreStatus::Ok;
+  std::string message;               // Error: the server's explanation
+  Bytes value;                       // Get, Ok
+  int64_t counter = 0;               // Add, Ok
+  bool flag = false;                 // Remove (existed), Check (all present), Ok
+  std::vector<std::string> missing;  // Get/Wait, Timeout: the keys still missing
+};
+
+/// Parses the reply body to a request of kind `op`. Throws FormatError when the status is
+/// unknown or not possible for `op` (Timeout only answers Get and Wait), or the body is
+/// truncated, has trailing bytes or announces more strings than it holds.
+StoreReply parseStoreReply(StoreOp op, const uint8_t* body, size_t size);
+
 }  // namespace kolo::comm::detail
