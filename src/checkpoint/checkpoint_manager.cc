@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "checkpoint/manifest.h"
 #include "kolo/checkpoint.h"
 #include "kolo/error.h"
 
@@ -24,7 +26,6 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kFormat = "kolo-checkpoint-1";
 constexpr const char* kPrefix = "ckpt-";
 constexpr const char* kManifest = "meta.json";
 constexpr const char* kModelFile = "model.safetensors";
@@ -65,34 +66,32 @@ void writeFileSynced(const std::string& path, const std::string& text) {
   if (rc != 0) KOLO_THROW(IoError, "fsync of '", path, "' failed: ", std::strerror(err));
 }
 
-// The manifest's checksum covers its canonical dump without the checksum field itself.
-uint32_t manifestCrc(json manifest) {
-  manifest.erase("manifest_crc32");
-  const std::string text = manifest.dump();
-  return static_cast<uint32_t>(
-      ::crc32(0L, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size())));
-}
-
-json readManifest(const std::string& dir) {
+detail::Manifest readManifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / kManifest).string();
   std::ifstream in(path, std::ios::binary);
   if (!in) KOLO_THROW(FormatError, "checkpoint '", dir, "': ", kManifest, " is missing");
   std::stringstream text;
   text << in.rdbuf();
-  json manifest;
-  try {
-    manifest = json::parse(text.str());
-  } catch (const json::exception& e) {
-    KOLO_THROW(FormatError, "checkpoint '", dir, "': ", kManifest,
-               " is not valid JSON (truncated or corrupt): ", e.what());
+  return detail::parseManifest(text.str(), dir, kModelFile);
+}
+
+/// Checks every file the manifest lists against its recorded size and CRC32.
+void verifyFiles(const std::string& path, const detail::Manifest& manifest) {
+  for (const auto& [file, facts] : manifest.files) {
+    const fs::path p = fs::path(path) / file;
+    std::error_code ec;
+    if (!fs::exists(p, ec))
+      KOLO_THROW(FormatError, "checkpoint '", path, "': ", file, " is missing");
+    const uint64_t actual = fs::file_size(p, ec);
+    if (actual != facts.bytes)
+      KOLO_THROW(FormatError, "checkpoint '", path, "': ", file, " has ", actual,
+                 " bytes, the manifest says ", facts.bytes,
+                 actual < facts.bytes ? " (truncated)" : " (overwritten)");
+    const uint32_t crc = fileCrc32(p.string());
+    if (crc != facts.crc32)
+      KOLO_THROW(FormatError, "checkpoint '", path, "': ", file,
+                 " fails its CRC32 check (corrupt): ", crc, " != ", facts.crc32);
   }
-  if (!manifest.is_object() || manifest.value("format", "") != kFormat)
-    KOLO_THROW(FormatError, "checkpoint '", dir, "': ", kManifest, " is not a ", kFormat,
-               " manifest");
-  if (!manifest.contains("manifest_crc32") ||
-      manifest["manifest_crc32"].get<uint32_t>() != manifestCrc(manifest))
-    KOLO_THROW(FormatError, "checkpoint '", dir, "': ", kManifest, " fails its checksum (corrupt)");
-  return manifest;
 }
 
 }  // namespace
@@ -135,7 +134,7 @@ std::string CheckpointManager::save(const NamedTensors& weights, const optim::Op
   if (ec) KOLO_THROW(IoError, "cannot create '", tmpDir.string(), "': ", ec.message());
 
   json manifest;
-  manifest["format"] = kFormat;
+  manifest["format"] = detail::kManifestFormat;
   manifest["step"] = state.step;
   manifest["epoch"] = state.epoch;
   manifest["loader"] = {{"epoch", state.loader.epoch}, {"batch", state.loader.batch}};
@@ -161,7 +160,7 @@ std::string CheckpointManager::save(const NamedTensors& weights, const optim::Op
     fileList[f] = {{"bytes", fs::file_size(p)}, {"crc32", fileCrc32(p)}};
   }
   manifest["files"] = fileList;
-  manifest["manifest_crc32"] = manifestCrc(manifest);
+  manifest["manifest_crc32"] = detail::manifestCrc(manifest);
   writeFileSynced((tmpDir / kManifest).string(), manifest.dump(2) + "\n");
   fsyncPath(tmpDir.string(), true);
 
@@ -183,9 +182,14 @@ std::vector<CheckpointInfo> CheckpointManager::list() const {
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_directory() || name.rfind(kPrefix, 0) != 0) continue;
+    // Names that are not ckpt-<int64> (too many digits, say) are not checkpoints.
     const std::string digits = name.substr(std::strlen(kPrefix));
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
-    out.push_back({entry.path().string(), std::stoll(digits)});
+    int64_t step = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+    if (digits.empty() || digits[0] == '-' || ec != std::errc() ||
+        end != digits.data() + digits.size())
+      continue;
+    out.push_back({entry.path().string(), step});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
   return out;
@@ -202,56 +206,23 @@ void CheckpointManager::prune() const {
   }
 }
 
-void CheckpointManager::verify(const std::string& path) {
-  const json manifest = readManifest(path);
-  if (!manifest.contains("files") || !manifest["files"].is_object() ||
-      !manifest["files"].contains(kModelFile))
-    KOLO_THROW(FormatError, "checkpoint '", path, "': ", kManifest, " lists no ", kModelFile);
-  for (const auto& [file, facts] : manifest["files"].items()) {
-    const fs::path p = fs::path(path) / file;
-    std::error_code ec;
-    if (!fs::exists(p, ec))
-      KOLO_THROW(FormatError, "checkpoint '", path, "': ", file, " is missing");
-    const uint64_t expected = facts.at("bytes").get<uint64_t>();
-    const uint64_t actual = fs::file_size(p, ec);
-    if (actual != expected)
-      KOLO_THROW(FormatError, "checkpoint '", path, "': ", file, " has ", actual,
-                 " bytes, the manifest says ", expected,
-                 actual < expected ? " (truncated)" : " (overwritten)");
-    const uint32_t crc = fileCrc32(p.string());
-    if (crc != facts.at("crc32").get<uint32_t>())
-      KOLO_THROW(FormatError, "checkpoint '", path, "': ", file,
-                 " fails its CRC32 check (corrupt): ", crc,
-                 " != ", facts.at("crc32").get<uint32_t>());
-  }
-}
+void CheckpointManager::verify(const std::string& path) { verifyFiles(path, readManifest(path)); }
 
 TrainingState CheckpointManager::load(const std::string& path, const NamedTensors& weights,
                                       optim::Optimizer* optimizer) {
-  verify(path);
-  const json manifest = readManifest(path);
-  TrainingState state;
-  try {
-    state.step = manifest.at("step").get<int64_t>();
-    state.epoch = manifest.at("epoch").get<int64_t>();
-    state.loader.epoch = manifest.at("loader").at("epoch").get<int64_t>();
-    state.loader.batch = manifest.at("loader").at("batch").get<int64_t>();
-    state.rng = manifest.at("rng").get<std::vector<uint64_t>>();
-    state.extra = manifest.at("extra").get<std::map<std::string, std::string>>();
-  } catch (const json::exception& e) {
-    KOLO_THROW(FormatError, "checkpoint '", path, "': ", kManifest, " lacks a field: ", e.what());
-  }
+  const detail::Manifest manifest = readManifest(path);
+  verifyFiles(path, manifest);
+  const TrainingState state = manifest.state;
   loadSafetensorsInto((fs::path(path) / kModelFile).string(), weights, true);
   if (optimizer) {
-    if (!manifest.contains("optimizer"))
+    if (!manifest.optimizer)
       KOLO_THROW(InvalidArgument, "checkpoint '", path, "' holds no optimizer state, but a ",
                  optimizer->kind(), " optimizer was given to restore");
-    const std::string kind = manifest["optimizer"].at("kind").get<std::string>();
+    const std::string& kind = manifest.optimizer->kind;
     if (kind != optimizer->kind())
       KOLO_THROW(InvalidArgument, "checkpoint '", path, "' holds ", kind,
                  " optimizer state, but the optimizer is ", optimizer->kind());
-    std::map<std::string, double> scalars =
-        manifest["optimizer"].at("scalars").get<std::map<std::string, double>>();
+    std::map<std::string, double> scalars = manifest.optimizer->scalars;
     SafetensorsFile file = loadSafetensors((fs::path(path) / kOptimizerFile).string());
     optim::StateDict sd = optim::StateDict::fromFlat(file.tensors, std::move(scalars));
     // State slots are per-element companions of their parameter: give a slot saved flat
@@ -274,7 +245,7 @@ std::optional<CheckpointInfo> CheckpointManager::latestGood() const {
       verify(it->path);
       return *it;
     } catch (const Error& e) {
-      warn_(detail::concat("skipping checkpoint '", it->path, "': ", e.what()));
+      warn_(kolo::detail::concat("skipping checkpoint '", it->path, "': ", e.what()));
     }
   }
   return std::nullopt;
