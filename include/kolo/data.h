@@ -25,6 +25,11 @@ struct IdxArray {
 /// longer than its dimensions say; every message names the file.
 IdxArray readIdx(const std::string& path);
 
+/// readIdx on `size` bytes already in memory (raw or gzip); `source` names them in messages.
+/// Throws FormatError as readIdx does; a gzip stream is inflated only as far as the IDX
+/// header it holds declares.
+IdxArray parseIdx(const uint8_t* data, size_t size, const std::string& source);
+
 /// One batch: inputs (f32, [B, ...]), labels (i64, [B]) and the dataset indices they came from.
 struct Batch {
   Tensor inputs;
