@@ -133,6 +133,20 @@ bool onOrSpareCore(const std::string& choice, int localThreads) {
   return hasSpareCore(localThreads);
 }
 
+// --init names the user's file: not finding it, or weights that do not fit the model, is an
+// input-file error (exit code 3), like a malformed file.
+void loadInitialWeights(const std::string& path, nn::Module& model) {
+  try {
+    checkpoint::loadSafetensorsInto(path, model.namedParameters());
+  } catch (const FileError&) {
+    throw;
+  } catch (const IoError& e) {
+    throw FileError(e.what());
+  } catch (const InvalidArgument& e) {
+    throw FileError(e.what());
+  }
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, observe::Logger& logger)
@@ -204,8 +218,7 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   auto models = [this]() -> std::shared_ptr<nn::Module> {
     Generator generator(config_.seed);
     std::shared_ptr<nn::Module> model = nn::makeModel(config_.model, generator);
-    if (!config_.initPath.empty())
-      checkpoint::loadSafetensorsInto(config_.initPath, model->namedParameters());
+    if (!config_.initPath.empty()) loadInitialWeights(config_.initPath, *model);
     return model;
   };
   auto optimizers = [this](const parallel::NamedTensors& parameters) {

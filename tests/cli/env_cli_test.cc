@@ -5,9 +5,11 @@
 // leak in.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 #include <string>
 
+#include "kolo/data.h"
 #include "kolo/settings.h"
 #include "run_kolo.h"
 
@@ -101,6 +103,20 @@ TEST(EnvCli, ExitCodesFollowTheTable) {
   const RunResult missing = runKolo("train --data /nonexistent/kolo-data --steps 1", kClean);
   EXPECT_EQ(missing.exitCode, 3) << missing.output;
   EXPECT_NE(missing.output.find("/nonexistent/kolo-data"), std::string::npos) << missing.output;
+}
+
+TEST(EnvCli, DivergedRunExitsWithItsOwnCode) {
+  if (!std::filesystem::exists(std::string(kolo::data::kFashionMnistDir) + "/train-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  const RunResult run = runKolo(
+      "train --model mlp --train-limit 256 --steps 3 --batch 64 --optimizer sgd --lr 1e30 --quiet",
+      kClean);
+  EXPECT_EQ(run.exitCode, 4) << run.output;
+  EXPECT_NE(run.output.find("kolo: error: training diverged: loss"), std::string::npos) << run.output;
+  const RunResult badInit = runKolo("train --model mlp --steps 1 --quiet --init /etc/hostname", kClean);
+  EXPECT_EQ(badInit.exitCode, 3) << badInit.output;
+  const RunResult noInit = runKolo("train --model mlp --steps 1 --quiet --init /nonexistent.safetensors", kClean);
+  EXPECT_EQ(noInit.exitCode, 3) << noInit.output;
 }
 
 }  // namespace
