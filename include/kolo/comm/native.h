@@ -34,18 +34,21 @@ struct NativeOptions {
   bool crossMemoryAttach = true;
   /// Smallest all-reduce (bytes) that Auto sends through cross-memory attach.
   size_t crossMemoryAttachMinBytes = 64 * 1024;
-  /// Bytes of each shared-memory ring (one per direction per pair of local ranks); 0 picks
-  /// by the number of local ranks (1 MiB up to 4, then less). Rounded up to a power of two.
+  /// Bytes of each shared-memory ring (one per direction per pair of local ranks that
+  /// exchange messages, created on first use); 0 picks by the number of local ranks (1 MiB
+  /// up to 4, then less). Rounded up to a power of two.
   size_t ringBytes = 0;
 };
 
 /// Collective over `size` ranks: every rank calls it with its own rank and the same store.
 /// Each rank publishes its host id, process id and TCP endpoints under storePrefix; ranks
-/// with the same host id talk through one shared-memory segment (created by the lowest
-/// rank of the host and unlinked once every local rank has mapped it), all others over
-/// TCP connections that must present a per-job token drawn by rank 0. Blocks until all
-/// ranks have connected; throws Timeout naming the ranks that did not, IoError when a
-/// socket or segment cannot be set up, InvalidArgument for a bad rank or size.
+/// with the same host id talk through shared memory that never has a name (a control
+/// block created by the lowest rank of the host, rings created by their writers on first
+/// use; see docs/comm.md), all others over TCP connections that must present a per-job
+/// token drawn by rank 0. Blocks until all ranks have connected; throws Timeout naming the
+/// ranks that did not, IoError when a socket cannot be set up or the host's shared memory
+/// cannot hold the job (the message says how much was needed and where), InvalidArgument
+/// for a bad rank or size.
 std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> store, int rank, int size,
                                                        const NativeOptions& options = {});
 

@@ -26,7 +26,7 @@ namespace kolo::comm::native {
 
 namespace {
 
-constexpr uint64_t kSegmentMagic = 0x6b6f6c6f73686d31ull;  // "kaloshm1"
+constexpr uint64_t kSegmentMagic = 0x6b6f6c6f73686d32ull;  // "koloshm2"
 
 struct SegmentHeader {
   uint64_t magic;
@@ -35,14 +35,8 @@ struct SegmentHeader {
   uint64_t totalBytes;
 };
 
-size_t alignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
-
-size_t segmentBytes(int localCount, size_t ringBytes) {
-  const size_t l = static_cast<size_t>(localCount);
-  size_t bytes = 64 + l * sizeof(Doorbell) + l * l * sizeof(RingControl);
-  bytes = alignUp(bytes, 4096);
-  return bytes + l * l * ringBytes;
-}
+constexpr size_t kHeaderBytes = 64;
+static_assert(sizeof(SegmentHeader) <= kHeaderBytes);
 
 long futexCall(std::atomic<uint32_t>* word, int op, uint32_t value, const struct timespec* timeout) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
@@ -50,33 +44,23 @@ long futexCall(std::atomic<uint32_t>* word, int op, uint32_t value, const struct
 
 }  // namespace
 
-std::shared_ptr<HostSegment> HostSegment::create(const std::string& name, int localCount, size_t ringBytes) {
-  KOLO_CHECK(localCount > 0 && (ringBytes & (ringBytes - 1)) == 0, "ring size must be a power of two");
+size_t HostSegment::controlBytes(int localCount) {
+  const size_t l = static_cast<size_t>(localCount);
+  return kHeaderBytes + l * sizeof(Doorbell) + l * l * sizeof(RingControl);
+}
+
+std::shared_ptr<HostSegment> HostSegment::create(const std::string& label, int localCount, size_t ringBytes) {
+  KOLO_CHECK(localCount > 0 && ringBytes >= 4096 && (ringBytes & (ringBytes - 1)) == 0,
+             "ring size must be a power of two of at least 4096 bytes");
   std::shared_ptr<HostSegment> seg(new HostSegment());
-  seg->name_ = name;
+  seg->label_ = label;
   seg->localCount_ = localCount;
   seg->ringBytes_ = ringBytes;
-  seg->bytes_ = segmentBytes(localCount, ringBytes);
-  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) KOLO_THROW(IoError, "shm_open(", name, ") failed: ", std::strerror(errno));
-  if (ftruncate(fd, static_cast<off_t>(seg->bytes_)) != 0) {
-    int e = errno;
-    close(fd);
-    shm_unlink(name.c_str());
-    KOLO_THROW(IoError, "ftruncate of shared segment ", name, " to ", seg->bytes_, " bytes failed: ", std::strerror(e));
-  }
-  void* base = mmap(nullptr, seg->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int e = errno;
-  close(fd);
-  if (base == MAP_FAILED) {
-    shm_unlink(name.c_str());
-    KOLO_THROW(IoError, "mmap of shared segment ", name, " failed: ", std::strerror(e));
-  }
-  seg->base_ = base;
-  auto* header = static_cast<SegmentHeader*>(base);
+  seg->file_ = detail::ShmFile::create(label, controlBytes(localCount));
+  auto* header = static_cast<SegmentHeader*>(seg->file_.data());
   header->localCount = static_cast<uint64_t>(localCount);
   header->ringBytes = ringBytes;
-  header->totalBytes = seg->bytes_;
+  header->totalBytes = controlBytes(localCount);
   for (int i = 0; i < localCount; ++i) new (&seg->doorbell(i)) Doorbell();
   for (int i = 0; i < localCount; ++i)
     for (int j = 0; j < localCount; ++j) new (&seg->ring(i, j)) RingControl();
@@ -85,76 +69,35 @@ std::shared_ptr<HostSegment> HostSegment::create(const std::string& name, int lo
   return seg;
 }
 
-std::shared_ptr<HostSegment> HostSegment::open(const std::string& name) {
-  int fd = shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd < 0) KOLO_THROW(IoError, "shm_open(", name, ") of the host segment failed: ", std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < sizeof(SegmentHeader)) {
-    close(fd);
-    KOLO_THROW(FormatError, "shared segment ", name, " is too small (", st.st_size, " bytes)");
-  }
-  const size_t bytes = static_cast<size_t>(st.st_size);
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int e = errno;
-  close(fd);
-  if (base == MAP_FAILED) KOLO_THROW(IoError, "mmap of shared segment ", name, " failed: ", std::strerror(e));
+std::shared_ptr<HostSegment> HostSegment::open(int pid, int fd) {
   std::shared_ptr<HostSegment> seg(new HostSegment());
-  seg->name_ = name;
-  seg->base_ = base;
-  seg->bytes_ = bytes;
-  seg->unlinked_ = true;  // the creator owns the name
-  auto* header = static_cast<SegmentHeader*>(base);
+  seg->file_ = detail::ShmFile::openPeer(pid, fd, 0);
+  const size_t bytes = seg->file_.bytes();
+  auto* header = static_cast<SegmentHeader*>(seg->file_.data());
   const uint64_t magic =
-      reinterpret_cast<std::atomic<uint64_t>*>(&header->magic)->load(std::memory_order_acquire);
-  if (magic != kSegmentMagic || header->localCount == 0 || header->localCount > 4096 ||
-      header->totalBytes != bytes || segmentBytes(static_cast<int>(header->localCount), header->ringBytes) != bytes) {
-    KOLO_THROW(FormatError, "shared segment ", name, " has a bad header (magic ", magic, ", ",
-               header->localCount, " ranks, ", bytes, " bytes)");
+      bytes < kHeaderBytes ? 0 : reinterpret_cast<std::atomic<uint64_t>*>(&header->magic)->load(std::memory_order_acquire);
+  if (magic != kSegmentMagic || header->localCount == 0 || header->localCount > 65536 ||
+      header->totalBytes != bytes || controlBytes(static_cast<int>(header->localCount)) != bytes ||
+      header->ringBytes < 4096 || (header->ringBytes & (header->ringBytes - 1)) != 0) {
+    KOLO_THROW(FormatError, "host segment of process ", pid, " has a bad header (magic ", magic, ", ", bytes,
+               " bytes)");
   }
   seg->localCount_ = static_cast<int>(header->localCount);
   seg->ringBytes_ = header->ringBytes;
+  seg->label_ = "host segment of process " + std::to_string(pid);
   return seg;
 }
 
-HostSegment::~HostSegment() {
-  if (base_ != nullptr) munmap(base_, bytes_);
-  if (!unlinked_) shm_unlink(name_.c_str());
-}
-
-void HostSegment::unlink() {
-  if (!unlinked_) shm_unlink(name_.c_str());
-  unlinked_ = true;
-}
-
 Doorbell& HostSegment::doorbell(int local) {
-  auto* p = static_cast<uint8_t*>(base_) + 64 + static_cast<size_t>(local) * sizeof(Doorbell);
+  auto* p = static_cast<uint8_t*>(file_.data()) + kHeaderBytes + static_cast<size_t>(local) * sizeof(Doorbell);
   return *reinterpret_cast<Doorbell*>(p);
 }
 
 RingControl& HostSegment::ring(int fromLocal, int toLocal) {
   const size_t l = static_cast<size_t>(localCount_);
-  auto* p = static_cast<uint8_t*>(base_) + 64 + l * sizeof(Doorbell) +
+  auto* p = static_cast<uint8_t*>(file_.data()) + kHeaderBytes + l * sizeof(Doorbell) +
             (static_cast<size_t>(fromLocal) * l + static_cast<size_t>(toLocal)) * sizeof(RingControl);
   return *reinterpret_cast<RingControl*>(p);
-}
-
-uint8_t* HostSegment::ringData(int fromLocal, int toLocal) {
-  const size_t l = static_cast<size_t>(localCount_);
-  size_t off = alignUp(64 + l * sizeof(Doorbell) + l * l * sizeof(RingControl), 4096);
-  off += (static_cast<size_t>(fromLocal) * l + static_cast<size_t>(toLocal)) * ringBytes_;
-  return static_cast<uint8_t*>(base_) + off;
-}
-
-void HostSegment::prefault(int local) {
-#ifdef MADV_POPULATE_WRITE
-  for (int peer = 0; peer < localCount_; ++peer) {
-    if (peer == local) continue;
-    madvise(ringData(local, peer), ringBytes_, MADV_POPULATE_WRITE);
-    madvise(ringData(peer, local), ringBytes_, MADV_POPULATE_WRITE);
-  }
-#else
-  (void)local;
-#endif
 }
 
 void ringDoorbell(Doorbell& bell) {
@@ -176,19 +119,69 @@ void sleepOnDoorbell(Doorbell& bell, uint32_t seen, long timeoutMicros) {
   futexCall(&bell.bell, FUTEX_WAIT, seen, &ts);
 }
 
-ShmChannel::ShmChannel(std::shared_ptr<HostSegment> segment, int selfLocal, int peerLocal, int peerPid)
+ShmChannel::ShmChannel(std::shared_ptr<HostSegment> segment, int selfLocal, int peerLocal, int peerPid,
+                       std::chrono::milliseconds linger)
     : segment_(std::move(segment)),
       out_(segment_->ring(selfLocal, peerLocal)),
       in_(segment_->ring(peerLocal, selfLocal)),
-      outData_(segment_->ringData(selfLocal, peerLocal)),
-      inData_(segment_->ringData(peerLocal, selfLocal)),
       peerBell_(segment_->doorbell(peerLocal)),
       capacity_(segment_->ringBytes()),
-      peerPid_(peerPid) {
+      peerPid_(peerPid),
+      linger_(linger) {
   outTail_ = out_.tail.load(std::memory_order_relaxed);
   outHeadSeen_ = out_.head.load(std::memory_order_acquire);
   inHead_ = in_.head.load(std::memory_order_relaxed);
   inTailSeen_ = in_.tail.load(std::memory_order_acquire);
+}
+
+namespace {
+
+// Faults in this process's page tables for a ring, so the first pass of messages around
+// it does not pay a fault per page (best effort; contents are not changed).
+void prefault(void* data, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  madvise(data, bytes, MADV_POPULATE_WRITE);
+#else
+  (void)data;
+  (void)bytes;
+#endif
+}
+
+}  // namespace
+
+ShmChannel::~ShmChannel() {
+  // Messages sent to a peer that has not mapped the ring yet live only in this process's
+  // file: give the peer its deadline to take them (it maps within microseconds once it
+  // makes progress on any operation), unless it is gone.
+  if (outRing_.fd() < 0 || out_.dataState.load(std::memory_order_acquire) == 2) return;
+  const auto deadline = std::chrono::steady_clock::now() + linger_;
+  for (int i = 1; out_.dataState.load(std::memory_order_acquire) != 2; ++i) {
+    if (std::chrono::steady_clock::now() >= deadline || (i % 256 == 0 && !processAlive(peerPid_))) return;
+    usleep(i < 64 ? 50 : 1000);
+  }
+}
+
+void ShmChannel::createOutRing() {
+  outRing_ = detail::ShmFile::create(segment_->label() + "-ring", capacity_);
+  prefault(outRing_.data(), capacity_);
+  outData_ = static_cast<uint8_t*>(outRing_.data());
+  out_.dataPid.store(static_cast<int32_t>(getpid()), std::memory_order_relaxed);
+  out_.dataFd.store(outRing_.fd(), std::memory_order_relaxed);
+  out_.dataState.store(1, std::memory_order_release);
+}
+
+bool ShmChannel::mapInRing() {
+  if (in_.dataState.load(std::memory_order_acquire) == 0) return false;
+  const int pid = in_.dataPid.load(std::memory_order_relaxed);
+  try {
+    inRing_ = detail::ShmFile::openPeer(pid, in_.dataFd.load(std::memory_order_relaxed), capacity_);
+  } catch (const IoError& e) {
+    KOLO_THROW(IoError, "cannot map the ring written by local peer ", peerPid_, ": ", e.what());
+  }
+  prefault(inRing_.data(), capacity_);
+  inData_ = static_cast<uint8_t*>(inRing_.data());
+  in_.dataState.store(2, std::memory_order_release);
+  return true;
 }
 
 size_t ShmChannel::space() {
@@ -209,6 +202,11 @@ size_t ShmChannel::writeSome(const void* data, size_t bytes) { return writeSome2
 size_t ShmChannel::writeSome2(const void* a, size_t aBytes, const void* b, size_t bBytes) {
   const size_t bytes = aBytes + bBytes;
   if (bytes == 0) return 0;
+  if (outData_ == nullptr) {
+    createOutRing();
+  } else if (outRing_.fd() >= 0 && out_.dataState.load(std::memory_order_relaxed) == 2) {
+    outRing_.closeFd();  // the reader has mapped the ring
+  }
   size_t free = space();
   if (free < bytes) {
     outHeadSeen_ = out_.head.load(std::memory_order_acquire);
@@ -226,6 +224,7 @@ size_t ShmChannel::writeSome2(const void* a, size_t aBytes, const void* b, size_
 
 size_t ShmChannel::readSome(void* data, size_t bytes) {
   if (bytes == 0) return 0;
+  if (inData_ == nullptr && !mapInRing()) return 0;
   size_t avail = static_cast<size_t>(inTailSeen_ - inHead_);
   if (avail < bytes) {
     inTailSeen_ = in_.tail.load(std::memory_order_acquire);

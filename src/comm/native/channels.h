@@ -1,14 +1,17 @@
 // Byte channels between two ranks: a pair of lock-free single-producer/single-consumer
-// rings in a host-wide shared-memory segment, or a TCP socket. Both are non-blocking; the
+// shared-memory rings controlled from a host-wide segment, or a TCP socket. Both are non-blocking; the
 // progress engine (engine.h) frames messages on top and decides when to sleep.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "comm/shm_file.h"
 
 namespace kolo::comm::native {
 
@@ -51,45 +54,54 @@ struct alignas(64) Doorbell {
   std::atomic<int32_t> cpu{-1};
 };
 
+/// One direction between two local ranks. The ring's data is not in the host segment: its
+/// writer creates it on the first message (an unnamed shared file, see comm/shm_file.h) and
+/// publishes where it is (dataPid, dataFd, then dataState 1) before the first tail; the
+/// reader maps it when it first sees data and sets dataState 2, after which the writer
+/// closes its descriptor. So memory grows with the peers the algorithms pair, not with the
+/// square of the rank count.
 struct alignas(64) RingControl {
   std::atomic<uint64_t> tail{0};  // bytes ever written (producer)
-  char pad0[56];
+  std::atomic<uint32_t> dataState{0};
+  std::atomic<int32_t> dataPid{0};
+  std::atomic<int32_t> dataFd{-1};
+  char pad0[44];
   std::atomic<uint64_t> head{0};  // bytes ever read (consumer)
   char pad1[56];
 };
+static_assert(sizeof(RingControl) == 128);
 
-/// A host segment shared by the ranks of one host: doorbells, then ring controls and
-/// ring data for every ordered pair of local ranks.
+/// The control block shared by the ranks of one host: a header, one doorbell per rank and
+/// one RingControl per ordered pair of local ranks (128 bytes each; ring data lives apart).
+/// It is an unnamed file: the lowest local rank creates it, the others open it through
+/// /proc/<pid>/fd of the creator, who then closes its descriptor; there is never a name.
 class HostSegment {
  public:
-  /// Creates a segment named `name` (POSIX shm) for `localCount` ranks. Throws IoError.
-  static std::shared_ptr<HostSegment> create(const std::string& name, int localCount, size_t ringBytes);
-  /// Maps an existing segment. Throws IoError / FormatError.
-  static std::shared_ptr<HostSegment> open(const std::string& name);
-  ~HostSegment();
+  /// Creates the block for `localCount` ranks whose rings hold `ringBytes` (a power of two).
+  /// `label` names the job in error messages and /proc/<pid>/maps. Throws IoError.
+  static std::shared_ptr<HostSegment> create(const std::string& label, int localCount, size_t ringBytes);
+  /// Maps the block that process `pid` holds as descriptor `fd`. Throws IoError / FormatError.
+  static std::shared_ptr<HostSegment> open(int pid, int fd);
+  /// Bytes of the block for `localCount` ranks.
+  static size_t controlBytes(int localCount);
 
-  /// Removes the name (the mapping stays valid in every process that has it).
-  void unlink();
+  /// The creator's descriptor (-1 in other ranks and once closed).
+  int fd() const { return file_.fd(); }
+  /// Closes the creator's descriptor once every local rank has mapped the block.
+  void closeFd() { file_.closeFd(); }
   int localCount() const { return localCount_; }
   size_t ringBytes() const { return ringBytes_; }
+  const std::string& label() const { return label_; }
   Doorbell& doorbell(int local);
   RingControl& ring(int fromLocal, int toLocal);
-  uint8_t* ringData(int fromLocal, int toLocal);
-  /// Faults in this process's mapping of the rings `local` writes and reads, so the first
-  /// pass of messages around each ring does not pay a page fault per page (best effort:
-  /// kernels without MADV_POPULATE_WRITE skip it). Contents are not changed.
-  void prefault(int local);
 
  private:
   HostSegment() = default;
-  void layout();
 
-  std::string name_;
-  void* base_ = nullptr;
-  size_t bytes_ = 0;
+  detail::ShmFile file_;
+  std::string label_;
   int localCount_ = 0;
   size_t ringBytes_ = 0;
-  bool unlinked_ = false;
 };
 
 /// Bumps the doorbell of a rank that may be asleep (no syscall when nobody sleeps).
@@ -100,7 +112,11 @@ void sleepOnDoorbell(Doorbell& bell, uint32_t seen, long timeoutMicros);
 /// Full-duplex shared-memory channel between local ranks `self` and `peer`.
 class ShmChannel : public Channel {
  public:
-  ShmChannel(std::shared_ptr<HostSegment> segment, int selfLocal, int peerLocal, int peerPid);
+  /// `linger`: how long the destructor waits, while the peer lives, for it to map a ring
+  /// that holds messages it has not read yet (the ring goes when its writer does).
+  ShmChannel(std::shared_ptr<HostSegment> segment, int selfLocal, int peerLocal, int peerPid,
+             std::chrono::milliseconds linger);
+  ~ShmChannel() override;
   size_t writeSome(const void* data, size_t bytes) override;
   size_t writeSome2(const void* a, size_t aBytes, const void* b, size_t bBytes) override;
   size_t readSome(void* data, size_t bytes) override;
@@ -112,12 +128,18 @@ class ShmChannel : public Channel {
  private:
   size_t space();
   void copyOut(const void* data, size_t n);
+  /// Creates the ring this rank writes (first message) and publishes where it is.
+  void createOutRing();
+  /// Maps the ring the peer writes once it has published it; false until then.
+  bool mapInRing();
 
   std::shared_ptr<HostSegment> segment_;
   RingControl& out_;
   RingControl& in_;
-  uint8_t* outData_;
-  uint8_t* inData_;
+  detail::ShmFile outRing_;
+  detail::ShmFile inRing_;
+  uint8_t* outData_ = nullptr;
+  uint8_t* inData_ = nullptr;
   Doorbell& peerBell_;
   size_t capacity_;
   uint64_t outTail_ = 0;       // our copy of out_.tail
@@ -126,6 +148,7 @@ class ShmChannel : public Channel {
   uint64_t inTailSeen_ = 0;    // last tail of in_ we read
   bool consumed_ = false;      // readSome freed ring space since the last readsDone
   int peerPid_;
+  std::chrono::milliseconds linger_;
 };
 
 /// Whether process `pid` exists and has not exited (a zombie counts as gone).

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 
+#include "comm/algorithms/barrier.h"
 #include "comm/algorithms/reduce_kernels.h"
 #include "kolo/error.h"
 
@@ -26,15 +27,23 @@ struct BufferAddresses {
   uint64_t recv;
 };
 
-void exchangeEmpty(GroupLinks& links) {
+// Everyone's buffer addresses in log2(n) rounds (Bruck): after the round at distance d this
+// rank holds the records of ranks me .. me + 2d - 1. Each rank talks to log2(n) peers only,
+// so no shared-memory ring is made for every pair of a large host.
+std::vector<BufferAddresses> allgatherAddresses(GroupLinks& links, const BufferAddresses& mine) {
   const int n = links.size();
   const int me = links.rank();
-  std::vector<std::unique_ptr<Work>> works;
-  for (int p = 0; p < n; ++p)
-    if (p != me) works.push_back(links.irecv(p, nullptr, 0));
-  for (int p = 0; p < n; ++p)
-    if (p != me) works.push_back(links.isend(p, nullptr, 0));
-  for (auto& w : works) w->wait();
+  std::vector<BufferAddresses> held(static_cast<size_t>(n));
+  held[0] = mine;
+  for (int d = 1; d < n; d *= 2) {
+    const size_t records = static_cast<size_t>(std::min(d, n - d));
+    auto recv = links.irecv((me + d) % n, &held[static_cast<size_t>(d)], records * sizeof(BufferAddresses));
+    links.send((me - d + n) % n, held.data(), records * sizeof(BufferAddresses));
+    recv->wait();
+  }
+  std::vector<BufferAddresses> byRank(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) byRank[static_cast<size_t>((me + i) % n)] = held[static_cast<size_t>(i)];
+  return byRank;
 }
 
 }  // namespace
@@ -86,16 +95,8 @@ void cmaAllreduce(GroupLinks& links, const std::vector<int>& pids, const void* s
   const size_t esize = dtypeSize(dtype);
 
   // 1. Everyone learns where everyone's buffers are (and checks the signature).
-  std::vector<BufferAddresses> addrs(static_cast<size_t>(n));
-  addrs[me] = {reinterpret_cast<uint64_t>(sendbuf), reinterpret_cast<uint64_t>(recvbuf)};
-  {
-    std::vector<std::unique_ptr<Work>> works;
-    for (int p = 0; p < n; ++p)
-      if (p != me) works.push_back(links.irecv(p, &addrs[p], sizeof(BufferAddresses)));
-    for (int p = 0; p < n; ++p)
-      if (p != me) works.push_back(links.isend(p, &addrs[me], sizeof(BufferAddresses)));
-    for (auto& w : works) w->wait();
-  }
+  const std::vector<BufferAddresses> addrs =
+      allgatherAddresses(links, {reinterpret_cast<uint64_t>(sendbuf), reinterpret_cast<uint64_t>(recvbuf)});
 
   // Slice r = [lo(r), lo(r+1)) elements, on cache-line boundaries.
   const size_t unit = std::max<size_t>(1, kSliceAlignBytes / esize);
@@ -141,8 +142,8 @@ void cmaAllreduce(GroupLinks& links, const std::vector<int>& pids, const void* s
   }
 
   // 3. Nobody may return (and let its caller reuse its buffers) while others still read
-  //    or write them; after this exchange every slice has arrived everywhere.
-  exchangeEmpty(links);
+  //    or write them; after this barrier every slice has arrived everywhere.
+  detail::disseminationBarrier(links);
 }
 
 }  // namespace kolo::comm::native

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -22,6 +23,7 @@
 
 #include "comm/native/cma_allreduce.h"
 #include "comm/native/native_communicator.h"
+#include "comm/shm_file.h"
 #include "kolo/comm/native.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
@@ -284,6 +286,26 @@ size_t ringBytesFor(int localCount, size_t requested) {
   return p;
 }
 
+/// Rings one rank writes under the built-in algorithms: ring neighbours, tree parent and
+/// children, halving-doubling partners (log2 n) and the root of reduce-to-one. Rings for
+/// other pairs (user send/recv, all-to-all) are created as they are first used.
+size_t expectedRingsPerRank(int localCount) {
+  size_t log2 = 0;
+  while ((size_t{1} << log2) < static_cast<size_t>(localCount)) ++log2;
+  return std::min(static_cast<size_t>(localCount - 1), 4 + log2);
+}
+
+/// Refuses a host whose shared memory cannot hold the control block and the expected rings.
+void checkSharedMemoryFits(int localCount, size_t ringBytes, const std::string& hostId) {
+  const size_t needed = native::HostSegment::controlBytes(localCount) +
+                        static_cast<size_t>(localCount) * expectedRingsPerRank(localCount) * ringBytes;
+  std::string where;
+  const size_t available = detail::shmBytesAvailable(&where);
+  if (needed > available)
+    KOLO_THROW(IoError, localCount, " local ranks need ", needed >> 20, " MiB of shared memory (", ringBytes >> 10,
+               " KiB rings), but ", where, " on host ", hostId, " has ", available >> 20, " MiB available");
+}
+
 std::string hexToken(const uint8_t* token) {
   static const char* digits = "0123456789abcdef";
   std::string s;
@@ -387,32 +409,48 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
     job->engine->setSpinTime(job->oversubscribed ? std::chrono::microseconds(5) : std::chrono::microseconds(250));
   }
 
-  // Shared memory: the host's lowest rank creates the segment, the others map it, and the
-  // name is removed once all have it so nothing outlives the job.
+  // Shared memory: the host's lowest rank creates the control block as an unnamed file and
+  // publishes "<pid> <fd>"; the others open it through /proc and say so, then the creator
+  // closes its descriptor. No name exists at any moment, so a SIGKILL anywhere leaves
+  // nothing behind. A host whose memory cannot hold the job is refused here, on every
+  // local rank, before anything is reserved.
   if (useShm) {
-    const std::string nameKey = prefix + "shm/" + std::to_string(local[0]);
+    const std::string recordKey = prefix + "shm/" + std::to_string(local[0]);
+    const size_t ringBytes = ringBytesFor(localCount, options.ringBytes);
     if (myLocal == 0) {
-      const std::string name = "/kolo-" + std::to_string(me.pid) + "-" + hexToken(token).substr(0, 8) + "-" +
-                               std::to_string(reinterpret_cast<uintptr_t>(probe.get()) & 0xffffff);
-      job->segment = native::HostSegment::create(name, localCount, ringBytesFor(localCount, options.ringBytes));
-      store->setString(nameKey, name);
+      try {
+        checkSharedMemoryFits(localCount, ringBytes, me.hostId);
+        job->segment = native::HostSegment::create("kolo-" + hexToken(token).substr(0, 8), localCount, ringBytes);
+      } catch (const Error& e) {
+        store->setString(recordKey, std::string("error ") + e.what());
+        throw;
+      }
+      store->setString(recordKey, std::to_string(me.pid) + " " + std::to_string(job->segment->fd()));
     } else {
-      job->segment = native::HostSegment::open(store->getString(nameKey, timeout));
+      const std::string record = store->getString(recordKey, timeout);
+      if (record.rfind("error ", 0) == 0)
+        KOLO_THROW(IoError, "rendezvous on rank ", rank, ": no shared memory on this host (", record.substr(6), ")");
+      int pid = 0, fd = -1;
+      if (std::sscanf(record.c_str(), "%d %d", &pid, &fd) != 2)
+        KOLO_THROW(FormatError, "rendezvous on rank ", rank, ": bad host segment record '", record, "'");
+      job->segment = native::HostSegment::open(pid, fd);
+      if (job->segment->localCount() != localCount)
+        KOLO_THROW(FormatError, "rendezvous on rank ", rank, ": the host segment is for ",
+                   job->segment->localCount(), " ranks, this host has ", localCount);
     }
     job->segment->doorbell(myLocal).pid.store(me.pid);
-    job->segment->prefault(myLocal);
     store->setString(prefix + "shm-mapped/" + std::to_string(rank), "1");
     if (myLocal == 0) {
       std::vector<std::string> mapped;
       for (int r : local) mapped.push_back(prefix + "shm-mapped/" + std::to_string(r));
       store->wait(mapped, timeout);
-      job->segment->unlink();
+      job->segment->closeFd();
     }
     job->engine->setDoorbell(&job->segment->doorbell(myLocal));
     for (int i = 0; i < localCount; ++i) {
       if (i == myLocal) continue;
       job->engine->setChannel(local[i], std::make_unique<native::ShmChannel>(job->segment, myLocal, i,
-                                                                             infos[local[i]].pid));
+                                                                             infos[local[i]].pid, timeout));
     }
   }
 
