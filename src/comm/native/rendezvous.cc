@@ -27,6 +27,7 @@
 #include "kolo/comm/native.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
+#include "kolo/settings.h"
 
 namespace kolo::comm {
 
@@ -332,10 +333,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
   job->engine = std::make_shared<native::Engine>(rank, size);
   job->cmaThresholdBytes = options.crossMemoryAttachMinBytes;
   job->envAlgorithm = options.algorithm;
-  if (job->envAlgorithm == Algorithm::Auto) {
-    if (const char* env = std::getenv("KOLO_ALGO"); env != nullptr && *env != '\0')
-      job->envAlgorithm = parseAlgorithm(env);
-  }
+  if (job->envAlgorithm == Algorithm::Auto) job->envAlgorithm = parseAlgorithm(settings::algo());
 
   // The job token: drawn by rank 0, presented on every TCP connection.
   uint8_t token[kTokenBytes];
