@@ -191,12 +191,10 @@ void Engine::matchUnexpected(int peer) {
 void Engine::onHeader(int peer) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   const FrameHeader& h = p.inHeader;
-  if (h.magic != kFrameMagic) {
-    breakPeer(peer, "corrupt frame from rank " + std::to_string(peer) + " (bad magic)");
-    return;
-  }
-  if (h.length > kMaxFrameBytes) {
-    breakPeer(peer, "corrupt frame from rank " + std::to_string(peer) + " (length " + std::to_string(h.length) + ")");
+  try {
+    checkFrameHeader(h);
+  } catch (const FormatError& e) {
+    breakPeer(peer, "corrupt frame from rank " + std::to_string(peer) + " (" + e.what() + ")");
     return;
   }
   p.inBody = true;

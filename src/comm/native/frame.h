@@ -92,4 +92,14 @@ inline constexpr uint64_t kMaxUnexpectedBytes = uint64_t{1} << 32;
 /// Largest payload any frame may announce.
 inline constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;
 
+/// Checks a header that arrived from a peer: the magic, a known frame kind, collective,
+/// dtype, reduce op and algorithm, and a length of at most kMaxFrameBytes. Throws
+/// FormatError naming the first field that is wrong. Whether the header matches what the
+/// receiver expects is a separate question (Mismatch, decided by the engine).
+void checkFrameHeader(const FrameHeader& header);
+
+/// Copies a header out of `size` bytes from the wire (exactly sizeof(FrameHeader)) and
+/// checks it as checkFrameHeader does; throws FormatError when either fails.
+FrameHeader parseFrameHeader(const uint8_t* data, size_t size);
+
 }  // namespace kolo::comm::native
