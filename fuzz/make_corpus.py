@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora in fuzz/corpus/<harness>/: a few small valid inputs per parser,
+from which libFuzzer's mutations start. Run from anywhere; rewrites the seed files."""
+import gzip
+import json
+import os
+import struct
+import zlib
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def write(harness, name, data):
+    folder = os.path.join(ROOT, harness)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(data)
+
+
+def s(text):
+    data = text.encode() if isinstance(text, str) else text
+    return struct.pack("<I", len(data)) + data
+
+
+# TCP store requests (tcp_wire.h): opcode, then fields.
+write("tcp_request_fuzz", "hello", b"\x01" + struct.pack("<IB", 0x4F4C4F4B, 1) + s("job-token"))
+write("tcp_request_fuzz", "set", b"\x02" + s("rank/0") + s(b"\x00\x01value"))
+write("tcp_request_fuzz", "get", b"\x03" + s("rank/0") + struct.pack("<Q", 1000))
+write("tcp_request_fuzz", "wait", b"\x04" + struct.pack("<I", 2) + s("a") + s("b") + struct.pack("<Q", 5))
+write("tcp_request_fuzz", "add", b"\x05" + s("counter") + struct.pack("<q", -3))
+write("tcp_request_fuzz", "remove", b"\x06" + s("a"))
+write("tcp_request_fuzz", "check", b"\x07" + struct.pack("<I", 1) + s("a"))
+
+# TCP store replies: the request's opcode, then the reply body (status first).
+write("tcp_reply_fuzz", "hello_ok", b"\x01\x00")
+write("tcp_reply_fuzz", "get_ok", b"\x03\x00" + s(b"value"))
+write("tcp_reply_fuzz", "get_timeout", b"\x03\x01" + struct.pack("<I", 1) + s("rank/1"))
+write("tcp_reply_fuzz", "wait_timeout", b"\x04\x01" + struct.pack("<I", 2) + s("a") + s("b"))
+write("tcp_reply_fuzz", "add_ok", b"\x05\x00" + struct.pack("<q", 42))
+write("tcp_reply_fuzz", "add_error", b"\x05\x02" + s("not an integer"))
+write("tcp_reply_fuzz", "check_ok", b"\x07\x00\x01")
+
+# Native frame headers (frame.h): 64 bytes.
+def frame(kind, collective, dtype, op, algorithm, context, root, tag, seq, count, length):
+    return struct.pack("<IBBBBB3xIiiQQQ16x", 0x4B4F4C4F, kind, collective, dtype, op,
+                       algorithm, context, root, tag, seq, count, length)
+
+write("frame_header_fuzz", "allreduce", frame(1, 1, 0, 0, 1, 0, -1, 0, 7, 1000, 4000))
+write("frame_header_fuzz", "broadcast", frame(1, 3, 1, 0, 0, 2, 3, 0, 1, 5, 40))
+write("frame_header_fuzz", "p2p", frame(2, 0, 6, 0, 0, 0, -1, 9, 0, 16, 16))
+
+
+# Safetensors files: u64 header length, JSON header, data.
+def safetensors(header, data):
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+write("safetensors_fuzz", "two", safetensors({
+    "__metadata__": {"step": "3"},
+    "w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+    "b": {"dtype": "BF16", "shape": [2], "data_offsets": [16, 20]}}, bytes(range(20))))
+write("safetensors_fuzz", "empty_tensor", safetensors({
+    "e": {"dtype": "I64", "shape": [0, 3], "data_offsets": [0, 0]},
+    "x": {"dtype": "U8", "shape": [3], "data_offsets": [0, 3]}}, b"abc"))
+
+# IDX files: magic 0 0 8 ndim, big-endian dimensions, bytes.
+def idx(dims, values):
+    return bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + bytes(values)
+
+write("idx_fuzz", "labels", idx([3], [1, 2, 3]))
+write("idx_fuzz", "images", idx([2, 2, 2], range(8)))
+write("idx_fuzz", "images_gz", gzip.compress(idx([2, 3], range(6)), mtime=0))
+
+
+# Checkpoint manifests: mode byte (0: as is, 1: the harness fixes the checksum), JSON.
+def manifest_text():
+    m = {"format": "kolo-checkpoint-1", "step": 12, "epoch": 1,
+         "loader": {"epoch": 1, "batch": 2}, "rng": [1, 2, 3, 4], "extra": {"model": "mlp"},
+         "optimizer": {"kind": "adam", "scalars": {"step": 12}},
+         "files": {"model.safetensors": {"bytes": 100, "crc32": 12345},
+                   "optimizer.safetensors": {"bytes": 200, "crc32": 67890}}}
+    canonical = json.dumps(m, sort_keys=True, separators=(",", ":")).encode()
+    m["manifest_crc32"] = zlib.crc32(canonical)
+    return json.dumps(m, indent=2).encode()
+
+write("manifest_fuzz", "valid", b"\x00" + manifest_text())
+write("manifest_fuzz", "valid_fixup", b"\x01" + manifest_text())
+
+# Store counters: i64 delta, then the stored decimal text.
+write("store_counter_fuzz", "positive", struct.pack("<q", 5) + b"123")
+write("store_counter_fuzz", "negative", struct.pack("<q", -1) + b"-9000")
+write("store_counter_fuzz", "empty", struct.pack("<q", 7))
