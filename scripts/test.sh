@@ -8,6 +8,8 @@ jobs=$(nproc)
 cmake --preset release -DKOLO_WERROR=ON >/dev/null
 cmake --build --preset release -j "$jobs"
 ctest --preset release -j "$jobs" --timeout 600
+# Every parser of outside bytes under libFuzzer, briefly (fuzz/ctest.sh).
+bash fuzz/ctest.sh
 if [ "${KOLO_SKIP_ASAN:-0}" != 1 ]; then
   cmake --preset asan -DKOLO_WERROR=ON >/dev/null
   cmake --build --preset asan -j "$jobs"
