@@ -84,7 +84,7 @@ std::shared_ptr<HostSegment> HostSegment::open(int pid, int fd) {
   }
   seg->localCount_ = static_cast<int>(header->localCount);
   seg->ringBytes_ = header->ringBytes;
-  seg->label_ = "host segment of process " + std::to_string(pid);
+  seg->label_ = "kolo-host-" + std::to_string(pid);
   return seg;
 }
 
