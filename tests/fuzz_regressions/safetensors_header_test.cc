@@ -27,9 +27,10 @@ checkpoint::SafetensorsFile load(const std::vector<uint8_t>& b) {
 }
 
 std::vector<uint8_t> file(const std::string& header, size_t dataBytes) {
-  std::vector<uint8_t> b(8);
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(uint64_t(header.size()) >> (8 * i));
-  b.insert(b.end(), header.begin(), header.end());
+  std::vector<uint8_t> b;
+  b.reserve(8 + header.size() + dataBytes);
+  for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(uint64_t(header.size()) >> (8 * i)));
+  for (char c : header) b.push_back(static_cast<uint8_t>(c));
   b.resize(b.size() + dataBytes, 0);
   return b;
 }
