@@ -14,15 +14,14 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <sstream>
 
 #include "comm/native/cma_allreduce.h"
 #include "comm/native/native_communicator.h"
+#include "comm/native/rank_record.h"
 #include "comm/shm_file.h"
 #include "kolo/comm/native.h"
 #include "kolo/comm/stores.h"
@@ -34,6 +33,7 @@ namespace kolo::comm {
 namespace {
 
 using native::Clock;
+using native::RankRecord;
 
 constexpr uint32_t kHelloMagic = 0x6b6f6c68u;  // "kolh"
 constexpr size_t kTokenBytes = 16;
@@ -43,17 +43,6 @@ struct Hello {
   int32_t fromRank;
   int32_t toRank;
   uint8_t token[kTokenBytes];
-};
-
-struct RankInfo {
-  std::string hostId;
-  int pid = 0;
-  int port = 0;
-  std::vector<std::string> addresses;
-  uint64_t probeAddress = 0;
-  uint64_t probeValue = 0;
-  /// CPUs the rank may run on (its affinity mask when it published the record).
-  std::vector<int> cpus;
 };
 
 std::vector<int> allowedCpus() {
@@ -81,41 +70,6 @@ std::string machineHostId() {
   unsigned long long netns = 0;
   if (stat("/proc/self/ns/net", &st) == 0) netns = static_cast<unsigned long long>(st.st_ino);
   return std::string(host) + "/" + readFirstLine("/proc/sys/kernel/random/boot_id") + "/" + std::to_string(netns);
-}
-
-std::string encodeInfo(const RankInfo& info) {
-  std::ostringstream out;
-  out << info.hostId << "\n" << info.pid << "\n" << info.port << "\n" << info.probeAddress << "\n"
-      << info.probeValue << "\n";
-  for (size_t i = 0; i < info.cpus.size(); ++i) out << (i ? "," : "") << info.cpus[i];
-  out << "\n";
-  for (const auto& a : info.addresses) out << a << "\n";
-  return out.str();
-}
-
-RankInfo decodeInfo(const std::string& text, int rank) {
-  std::istringstream in(text);
-  RankInfo info;
-  std::string line;
-  try {
-    std::getline(in, info.hostId);
-    std::getline(in, line);
-    info.pid = std::stoi(line);
-    std::getline(in, line);
-    info.port = std::stoi(line);
-    std::getline(in, line);
-    info.probeAddress = std::stoull(line);
-    std::getline(in, line);
-    info.probeValue = std::stoull(line);
-    std::getline(in, line);
-    std::istringstream cpus(line);
-    for (std::string cpu; std::getline(cpus, cpu, ',');) info.cpus.push_back(std::stoi(cpu));
-  } catch (const std::exception&) {
-    KOLO_THROW(FormatError, "rendezvous record of rank ", rank, " is malformed");
-  }
-  while (std::getline(in, line))
-    if (!line.empty()) info.addresses.push_back(line);
-  return info;
 }
 
 std::string addressText(const sockaddr* sa) {
@@ -203,6 +157,9 @@ std::vector<std::string> publishedAddresses(const std::string& listenAddress, St
     }
     freeifaddrs(ifs);
   }
+  // A record holds a bounded number of addresses: drop the last interfaces, not loopback.
+  const size_t room = native::kMaxRecordAddresses - loopback.size();
+  if (out.size() > room) out.resize(room);
   for (auto& a : loopback) out.push_back(a);
   if (out.empty()) out.push_back("127.0.0.1");
   return out;
@@ -352,7 +309,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
   } guard{listener};
   auto probe = std::make_shared<uint64_t>(0);
   getrandom(probe.get(), sizeof(uint64_t), 0);
-  RankInfo me;
+  RankRecord me;
   me.hostId = options.hostId.empty() ? machineHostId() : options.hostId;
   me.pid = static_cast<int>(getpid());
   me.port = port;
@@ -360,13 +317,13 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
   me.probeAddress = reinterpret_cast<uint64_t>(probe.get());
   me.probeValue = *probe;
   me.cpus = allowedCpus();
-  store->setString(prefix + "rank/" + std::to_string(rank), encodeInfo(me));
+  store->setString(prefix + "rank/" + std::to_string(rank), native::encodeRankRecord(me));
 
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(prefix + "rank/" + std::to_string(r));
   store->wait(keys, timeout);
-  std::vector<RankInfo> infos(static_cast<size_t>(size));
-  for (int r = 0; r < size; ++r) infos[r] = decodeInfo(store->getString(keys[r], timeout), r);
+  std::vector<RankRecord> infos(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) infos[r] = native::decodeRankRecord(store->getString(keys[r], timeout), r);
   if (rank != 0) {
     Bytes t = store->get(prefix + "token", timeout);
     if (t.size() != kTokenBytes) KOLO_THROW(FormatError, "job token in the store has ", t.size(), " bytes");
@@ -420,18 +377,19 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
         checkSharedMemoryFits(localCount, ringBytes, me.hostId);
         job->segment = native::HostSegment::create("kolo-" + hexToken(token).substr(0, 8), localCount, ringBytes);
       } catch (const Error& e) {
-        store->setString(recordKey, std::string("error ") + e.what());
+        native::HostSegmentRecord failed;
+        failed.error = e.what();
+        if (failed.error.empty()) failed.error = "unknown error";
+        store->setString(recordKey, native::encodeHostSegmentRecord(failed));
         throw;
       }
-      store->setString(recordKey, std::to_string(me.pid) + " " + std::to_string(job->segment->fd()));
+      store->setString(recordKey, native::encodeHostSegmentRecord({me.pid, job->segment->fd(), ""}));
     } else {
-      const std::string record = store->getString(recordKey, timeout);
-      if (record.rfind("error ", 0) == 0)
-        KOLO_THROW(IoError, "rendezvous on rank ", rank, ": no shared memory on this host (", record.substr(6), ")");
-      int pid = 0, fd = -1;
-      if (std::sscanf(record.c_str(), "%d %d", &pid, &fd) != 2)
-        KOLO_THROW(FormatError, "rendezvous on rank ", rank, ": bad host segment record '", record, "'");
-      job->segment = native::HostSegment::open(pid, fd);
+      const native::HostSegmentRecord record =
+          native::decodeHostSegmentRecord(store->getString(recordKey, timeout), rank);
+      if (!record.error.empty())
+        KOLO_THROW(IoError, "rendezvous on rank ", rank, ": no shared memory on this host (", record.error, ")");
+      job->segment = native::HostSegment::open(record.pid, record.fd);
       if (job->segment->localCount() != localCount)
         KOLO_THROW(FormatError, "rendezvous on rank ", rank, ": the host segment is for ",
                    job->segment->localCount(), " ranks, this host has ", localCount);

@@ -1,0 +1,71 @@
+// The records the native backend's rendezvous exchanges through the store: one per rank
+// (who and where it is) and one per host (the shared-memory segment its lowest rank made).
+// Any store client can write these keys, so decoding treats them as untrusted bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kolo::comm::native {
+
+/// Bounds a decoded rank record stays within; anything beyond them is a FormatError.
+inline constexpr size_t kMaxRecordBytes = size_t{1} << 18;
+inline constexpr size_t kMaxHostIdBytes = 4096;
+inline constexpr size_t kMaxRecordAddresses = 256;
+inline constexpr size_t kMaxAddressBytes = 255;
+inline constexpr size_t kMaxRecordCpus = 8192;
+/// CPU ids are below this (Linux allows at most 8192 CPUs; the rendezvous sizes a
+/// per-host table by the largest id).
+inline constexpr int kMaxCpuId = 1 << 16;
+
+/// What a rank publishes at rendezvous.
+struct RankRecord {
+  /// Ranks with equal host ids share memory (hostname, boot id, network namespace).
+  std::string hostId;
+  int pid = 0;
+  /// The port the rank accepts peers' TCP connections on, 1..65535.
+  int port = 0;
+  /// Where to reach the rank, most preferred first; at least one.
+  std::vector<std::string> addresses;
+  /// A word in the rank's memory and its value, for peers to test cross-memory attach.
+  uint64_t probeAddress = 0;
+  uint64_t probeValue = 0;
+  /// CPUs the rank may run on (its affinity mask when it published the record).
+  std::vector<int> cpus;
+
+  bool operator==(const RankRecord&) const = default;
+};
+
+/// The text form: host id, pid, port, probe address, probe value, comma-separated cpus,
+/// one line each, then one line per address. Throws InvalidArgument for a record that
+/// decodeRankRecord would refuse.
+std::string encodeRankRecord(const RankRecord& record);
+
+/// Parses the record `rank` published. Throws FormatError naming the rank for anything
+/// encodeRankRecord cannot produce: missing or non-numeric fields, a pid below 1, a port
+/// outside 1..65535, cpu ids outside [0, kMaxCpuId), more than kMaxRecordCpus cpus or
+/// kMaxRecordAddresses addresses, no address, oversized fields.
+RankRecord decodeRankRecord(const std::string& text, int rank);
+
+/// The host segment record: "<pid> <fd>" of the rank that created the segment (peers open
+/// it as /proc/<pid>/fd/<fd>), or "error <message>" when it could not.
+struct HostSegmentRecord {
+  int pid = 0;
+  int fd = -1;
+  /// Non-empty: why the creator failed; pid and fd are then unset.
+  std::string error;
+
+  bool operator==(const HostSegmentRecord&) const = default;
+};
+
+/// Throws InvalidArgument for a record decodeHostSegmentRecord would refuse.
+std::string encodeHostSegmentRecord(const HostSegmentRecord& record);
+
+/// Parses the host segment record read by `rank`. Throws FormatError naming the rank for
+/// anything else than "<pid> <fd>" with pid >= 1 and fd >= 0 in decimal, or "error "
+/// followed by a non-empty message.
+HostSegmentRecord decodeHostSegmentRecord(const std::string& text, int rank);
+
+}  // namespace kolo::comm::native
