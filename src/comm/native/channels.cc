@@ -150,12 +150,14 @@ void prefault(void* data, size_t bytes) {
 }  // namespace
 
 ShmChannel::~ShmChannel() {
+  // The peer stops waiting for this rank to map the ring it writes.
+  in_.dataState.store(kReaderGone, std::memory_order_release);
   // Messages sent to a peer that has not mapped the ring yet live only in this process's
   // file: give the peer its deadline to take them (it maps within microseconds once it
-  // makes progress on any operation), unless it is gone.
-  if (outRing_.fd() < 0 || out_.dataState.load(std::memory_order_acquire) == 2) return;
+  // makes progress on any operation), unless it is gone or has closed its communicator.
+  if (outRing_.fd() < 0) return;
   const auto deadline = std::chrono::steady_clock::now() + linger_;
-  for (int i = 1; out_.dataState.load(std::memory_order_acquire) != 2; ++i) {
+  for (int i = 1; out_.dataState.load(std::memory_order_acquire) == kRingPublished; ++i) {
     if (std::chrono::steady_clock::now() >= deadline || (i % 256 == 0 && !processAlive(peerPid_))) return;
     usleep(i < 64 ? 50 : 1000);
   }
@@ -167,11 +169,13 @@ void ShmChannel::createOutRing() {
   outData_ = static_cast<uint8_t*>(outRing_.data());
   out_.dataPid.store(static_cast<int32_t>(getpid()), std::memory_order_relaxed);
   out_.dataFd.store(outRing_.fd(), std::memory_order_relaxed);
-  out_.dataState.store(1, std::memory_order_release);
+  uint32_t unpublished = kRingUnpublished;
+  if (!out_.dataState.compare_exchange_strong(unpublished, kRingPublished, std::memory_order_release))
+    KOLO_THROW(IoError, "local peer ", peerPid_, " has closed its communicator");
 }
 
 bool ShmChannel::mapInRing() {
-  if (in_.dataState.load(std::memory_order_acquire) == 0) return false;
+  if (in_.dataState.load(std::memory_order_acquire) != kRingPublished) return false;
   const int pid = in_.dataPid.load(std::memory_order_relaxed);
   try {
     inRing_ = detail::ShmFile::openPeer(pid, in_.dataFd.load(std::memory_order_relaxed), capacity_);
@@ -180,7 +184,7 @@ bool ShmChannel::mapInRing() {
   }
   prefault(inRing_.data(), capacity_);
   inData_ = static_cast<uint8_t*>(inRing_.data());
-  in_.dataState.store(2, std::memory_order_release);
+  in_.dataState.store(kRingMapped, std::memory_order_release);
   return true;
 }
 
@@ -204,8 +208,8 @@ size_t ShmChannel::writeSome2(const void* a, size_t aBytes, const void* b, size_
   if (bytes == 0) return 0;
   if (outData_ == nullptr) {
     createOutRing();
-  } else if (outRing_.fd() >= 0 && out_.dataState.load(std::memory_order_relaxed) == 2) {
-    outRing_.closeFd();  // the reader has mapped the ring
+  } else if (outRing_.fd() >= 0 && out_.dataState.load(std::memory_order_relaxed) != kRingPublished) {
+    outRing_.closeFd();  // the reader has mapped the ring, or left
   }
   size_t free = space();
   if (free < bytes) {

@@ -54,10 +54,16 @@ struct alignas(64) Doorbell {
   std::atomic<int32_t> cpu{-1};
 };
 
+/// RingControl::dataState: where the ring's data stands.
+constexpr uint32_t kRingUnpublished = 0;  // no message yet
+constexpr uint32_t kRingPublished = 1;    // the writer made it; dataPid/dataFd say where
+constexpr uint32_t kRingMapped = 2;       // the reader has mapped it
+constexpr uint32_t kReaderGone = 3;       // the reader closed its communicator
+
 /// One direction between two local ranks. The ring's data is not in the host segment: its
 /// writer creates it on the first message (an unnamed shared file, see comm/shm_file.h) and
-/// publishes where it is (dataPid, dataFd, then dataState 1) before the first tail; the
-/// reader maps it when it first sees data and sets dataState 2, after which the writer
+/// publishes where it is (dataPid, dataFd, then kRingPublished) before the first tail; the
+/// reader maps it when it first looks for data and sets kRingMapped, after which the writer
 /// closes its descriptor. So memory grows with the peers the algorithms pair, not with the
 /// square of the rank count.
 struct alignas(64) RingControl {
@@ -112,8 +118,9 @@ void sleepOnDoorbell(Doorbell& bell, uint32_t seen, long timeoutMicros);
 /// Full-duplex shared-memory channel between local ranks `self` and `peer`.
 class ShmChannel : public Channel {
  public:
-  /// `linger`: how long the destructor waits, while the peer lives, for it to map a ring
-  /// that holds messages it has not read yet (the ring goes when its writer does).
+  /// `linger`: how long the destructor waits, while the peer lives and keeps its
+  /// communicator, for it to map a ring that holds messages it has not read yet (the ring
+  /// goes when its writer does).
   ShmChannel(std::shared_ptr<HostSegment> segment, int selfLocal, int peerLocal, int peerPid,
              std::chrono::milliseconds linger);
   ~ShmChannel() override;
