@@ -134,17 +134,40 @@ TEST(InitFromEnvironmentTest, SingleProcessGetsSizeOneCommunicator) {
 
 TEST(InitFromEnvironmentTest, TorchrunStyleRankZeroHostsTheStore) {
   using namespace kolo::testing;
-  // Rank 0 hosts the store on MASTER_PORT; the port stays reserved until every rank is done.
-  const ReservedPort port;
+  auto rankEnvironment = [](int rank, uint16_t port) {
+    return cleanEnvironment({{"RANK", std::to_string(rank)},
+                             {"WORLD_SIZE", "3"},
+                             {"MASTER_ADDR", "127.0.0.1"},
+                             {"MASTER_PORT", std::to_string(port)},
+                             {"KOLO_TOKEN", "torch-style"},
+                             {"KOLO_TIMEOUT", "60"}});
+  };
+  // Rank 0 hosts the store on MASTER_PORT. It starts alone, and the others once its store
+  // answers; a reserved port another process took first means a fresh one (see
+  // kReservedPortAttempts), any other failure of rank 0 fails the test.
   std::vector<Child> children;
-  for (int rank = 0; rank < 3; ++rank) {
-    children.push_back(spawnChild({KOLO_LAUNCH_PROBE, "allreduce"},
-                                  cleanEnvironment({{"RANK", std::to_string(rank)},
-                                                    {"WORLD_SIZE", "3"},
-                                                    {"MASTER_ADDR", "127.0.0.1"},
-                                                    {"MASTER_PORT", std::to_string(port.port())},
-                                                    {"KOLO_TOKEN", "torch-style"},
-                                                    {"KOLO_TIMEOUT", "60"}})));
+  for (int attempt = 1; children.empty(); ++attempt) {
+    const ReservedPort port;
+    Child rank0 = spawnChild({KOLO_LAUNCH_PROBE, "allreduce"}, rankEnvironment(0, port.port()));
+    const bool up = waitFor([&] {
+      if (processGone(rank0.pid)) return true;
+      try {
+        connectTcpStore(port.address(), "torch-style", std::chrono::milliseconds(100));
+        return true;
+      } catch (const Error&) {
+        return false;
+      }
+    });
+    if (!up) ::kill(rank0.pid, SIGKILL);
+    if (!up || processGone(rank0.pid)) {
+      const Result r = collect(rank0);
+      ASSERT_TRUE(up && lostReservedPort(r.err) && attempt < kReservedPortAttempts)
+          << "rank 0 did not host the store on port " << port.port() << " (attempt " << attempt << "): " << r.err;
+      continue;
+    }
+    children.push_back(rank0);
+    for (int rank = 1; rank < 3; ++rank)
+      children.push_back(spawnChild({KOLO_LAUNCH_PROBE, "allreduce"}, rankEnvironment(rank, port.port())));
   }
   for (int rank = 0; rank < 3; ++rank) {
     Result r = collect(children[static_cast<size_t>(rank)]);

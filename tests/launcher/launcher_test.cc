@@ -46,26 +46,33 @@ class LauncherTest : public TempDirTest {
 };
 
 /// Starts node 0's launcher (`args` after the store address) with its store on a reserved
-/// loopback port and returns once that store answers with `token`.
+/// loopback port and returns once that store answers with `token`. A launcher that lost its
+/// reserved port to another process is started again on a fresh one (kReservedPortAttempts).
 Child startNodeZero(const std::vector<std::string>& args, const std::string& token,
                     std::string* store) {
-  const ReservedPort port;  // held until the launcher listens on it
-  *store = port.address();
-  std::vector<std::string> argv = {kKolo, "run",         "-n", "2",       "--nnodes",
-                                   "2",   "--node-rank", "0",  "--store", *store};
-  argv.insert(argv.end(), args.begin(), args.end());
-  Child node0 = spawnChild(argv, cleanEnvironment({{"KOLO_TOKEN", token}}));
-  const bool up = waitFor([&] {
-    if (processGone(node0.pid)) return true;
-    try {
-      comm::connectTcpStore(*store, token, 100ms);
-      return true;
-    } catch (const Error&) {
-      return false;
-    }
-  });
-  EXPECT_TRUE(up && !processGone(node0.pid)) << "node 0's launcher did not host the store";
-  return node0;
+  for (int attempt = 1;; ++attempt) {
+    const ReservedPort port;  // held until the launcher listens on it
+    *store = port.address();
+    std::vector<std::string> argv = {kKolo, "run",         "-n", "2",       "--nnodes",
+                                     "2",   "--node-rank", "0",  "--store", *store};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Child node0 = spawnChild(argv, cleanEnvironment({{"KOLO_TOKEN", token}}));
+    const bool up = waitFor([&] {
+      if (processGone(node0.pid)) return true;
+      try {
+        comm::connectTcpStore(*store, token, 100ms);
+        return true;
+      } catch (const Error&) {
+        return false;
+      }
+    });
+    if (up && !processGone(node0.pid)) return node0;
+    if (!up) ::kill(node0.pid, SIGKILL);
+    const Result r = collect(node0);
+    if (up && lostReservedPort(r.err) && attempt < kReservedPortAttempts) continue;
+    ADD_FAILURE() << "node 0's launcher did not host the store on " << *store << ": " << r.err;
+    return Child{};
+  }
 }
 
 TEST_F(LauncherTest, ThreeRanksGetTheirVariables) {

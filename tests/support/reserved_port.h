@@ -1,8 +1,8 @@
-// A loopback TCP port that stays this test's for as long as the object lives, for a server
-// that must be told its port in advance (a launcher's --store, MASTER_PORT). The port is
-// bound with SO_REUSEADDR and never listened on: the kernel hands it to no one binding
-// port 0, a server that also sets SO_REUSEADDR (kolo's store does) binds and listens on it,
-// and until then a client's connect is refused, so it retries.
+// A loopback TCP port set aside for a server that must be told its port in advance (a
+// launcher's --store, MASTER_PORT). The port is bound with SO_REUSEADDR and never listened
+// on: the kernel hands it to no one binding port 0, a server that also sets SO_REUSEADDR
+// (kolo's store does) binds and listens on it, and until then a client's connect is
+// refused, so it retries. The reservation is not exclusive: see kReservedPortAttempts.
 #pragma once
 
 #include <netinet/in.h>
@@ -17,6 +17,20 @@
 #include "kolo/error.h"
 
 namespace kolo::testing {
+
+/// How many reserved ports a test tries for one server started in another process. Until
+/// the server listens, any process that binds the same port with SO_REUSEADDR and listens
+/// first takes it, and the server fails with "Address already in use". The window cannot
+/// be closed while the server must be told its port in advance (torchrun's rank 0 hosts
+/// the store on MASTER_PORT), so such tests start the server alone, wait until it answers
+/// (from then on the port is its own), and only on that error start it again on a fresh
+/// reserved port.
+inline constexpr int kReservedPortAttempts = 5;
+
+/// True when a server's error output says another socket took its reserved port.
+inline bool lostReservedPort(const std::string& errorOutput) {
+  return errorOutput.find("Address already in use") != std::string::npos;
+}
 
 class ReservedPort {
  public:
