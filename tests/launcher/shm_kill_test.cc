@@ -34,27 +34,6 @@ std::set<std::string> koloNamesInDevShm() {
   return names;
 }
 
-/// Processes started by `pid`'s main thread.
-std::vector<pid_t> childrenOf(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
-  std::vector<pid_t> children;
-  for (pid_t child; in >> child;) children.push_back(child);
-  return children;
-}
-
-/// KOLO_RANK from a process's environment, or -1.
-int rankOf(pid_t pid) {
-  const std::string environ = readFile("/proc/" + std::to_string(pid) + "/environ");
-  const std::string key = "KOLO_RANK=";
-  for (size_t at = 0; at < environ.size();) {
-    size_t end = environ.find('\0', at);
-    if (end == std::string::npos) end = environ.size();
-    if (environ.compare(at, key.size(), key) == 0) return std::atoi(environ.c_str() + at + key.size());
-    at = end + 1;
-  }
-  return -1;
-}
-
 TEST(SharedMemoryKillMatrix, NothingOutlivesAKilledProcess) {
   const std::set<std::string> before = koloNamesInDevShm();
   std::mt19937 random(20261123);
