@@ -4,18 +4,61 @@
 #pragma once
 
 #include <chrono>
+#include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <memory>
-#include <nlohmann/json.hpp>
+#include <initializer_list>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace kolo::observe {
 
-/// Key/value fields of a metrics record or a log line, kept in insertion order.
-using Fields = nlohmann::ordered_json;
+/// One value of a metrics record or log line: null, a boolean, an integer, a number or text.
+class Value {
+ public:
+  using Variant = std::variant<std::monostate, bool, int64_t, double, std::string>;
+
+  Value() = default;  // null
+  Value(std::nullptr_t) {}
+  Value(bool value) : value_(value) {}
+  template <std::integral T>
+  requires(!std::same_as<T, bool>) Value(T value) : value_(static_cast<int64_t>(value)) {}
+  template <std::floating_point T>
+  Value(T value) : value_(static_cast<double>(value)) {}
+  Value(std::string value) : value_(std::move(value)) {}
+  Value(std::string_view value) : value_(std::string(value)) {}
+  Value(const char* value) : value_(std::string(value)) {}
+
+  const Variant& get() const { return value_; }
+  /// The value as JSON ("3", "0.5", "true", "null", "\"text\""; NaN and infinities are null).
+  std::string json() const;
+  /// The value as a log line shows it: text as it is, everything else as JSON.
+  std::string text() const;
+
+ private:
+  Variant value_;
+};
+
+/// Key/value fields of a metrics record or a log line, kept in insertion order:
+/// `{{"epoch", 1}, {"loss", 0.41}}`.
+class Fields {
+ public:
+  Fields() = default;
+  Fields(std::initializer_list<std::pair<std::string, Value>> items);
+  /// Sets `key`, replacing an earlier value of the same key in its place.
+  Fields& set(const std::string& key, Value value);
+  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
+  bool empty() const { return items_.empty(); }
+  /// The fields as one JSON object: {"epoch":1,"loss":0.41}.
+  std::string json() const;
+
+ private:
+  std::vector<std::pair<std::string, Value>> items_;
+};
 
 /// Appends one JSON object per line to a file, flushing after each, so a crashed run
 /// leaves every record it wrote readable.
@@ -26,7 +69,7 @@ class MetricsWriter {
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
-  /// Writes `record` (must be a JSON object) as one line and flushes.
+  /// Writes `record` as one JSON object on one line and flushes.
   void write(const Fields& record);
   const std::string& path() const { return path_; }
 
@@ -72,17 +115,17 @@ class Logger {
  public:
   /// `out` is not owned; `rank` < 0 omits the rank tag.
   explicit Logger(std::FILE* out = stderr, LogLevel level = LogLevel::Info, int rank = -1);
-  void log(LogLevel level, const std::string& message, const Fields& fields = Fields::object());
-  void debug(const std::string& message, const Fields& fields = Fields::object()) {
+  void log(LogLevel level, const std::string& message, const Fields& fields = {});
+  void debug(const std::string& message, const Fields& fields = {}) {
     log(LogLevel::Debug, message, fields);
   }
-  void info(const std::string& message, const Fields& fields = Fields::object()) {
+  void info(const std::string& message, const Fields& fields = {}) {
     log(LogLevel::Info, message, fields);
   }
-  void warn(const std::string& message, const Fields& fields = Fields::object()) {
+  void warn(const std::string& message, const Fields& fields = {}) {
     log(LogLevel::Warn, message, fields);
   }
-  void error(const std::string& message, const Fields& fields = Fields::object()) {
+  void error(const std::string& message, const Fields& fields = {}) {
     log(LogLevel::Error, message, fields);
   }
   LogLevel level() const { return level_; }

@@ -17,8 +17,7 @@ MetricsWriter::~MetricsWriter() {
 }
 
 void MetricsWriter::write(const Fields& record) {
-  KOLO_CHECK(record.is_object(), "metrics record must be a JSON object, got ", record.dump());
-  const std::string line = record.dump() + "\n";
+  const std::string line = record.json() + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
     KOLO_THROW(IoError, "writing metrics to ", path_, ": ", std::strerror(errno));
   }

@@ -81,11 +81,7 @@ void Logger::log(LogLevel level, const std::string& message, const Fields& field
                      std::to_string(millis) + "Z " + kNames[static_cast<int>(level)];
   if (rank_ >= 0) line += " [rank " + std::to_string(rank_) + "]";
   line += " " + message;
-  if (fields.is_object()) {
-    for (const auto& [key, value] : fields.items()) {
-      line += " " + key + "=" + (value.is_string() ? value.get<std::string>() : value.dump());
-    }
-  }
+  for (const auto& [key, value] : fields.items()) line += " " + key + "=" + value.text();
   line += "\n";
   // One fwrite per line: stdio locks the stream per call, so concurrent lines never mix.
   std::fwrite(line.data(), 1, line.size(), out_);

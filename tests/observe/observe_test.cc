@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -35,7 +36,6 @@ TEST(MetricsWriterTest, OneFlushedObjectPerLine) {
     ASSERT_TRUE(std::getline(early, line));
     EXPECT_EQ(line, R"({"epoch":1,"test_accuracy":0.5})");
     writer.write({{"epoch", 2}, {"final", true}});
-    EXPECT_THROW(writer.write(Fields::array({1, 2})), InvalidArgument);
   }
   std::ifstream in(path);
   std::string first, second, third;
@@ -45,6 +45,18 @@ TEST(MetricsWriterTest, OneFlushedObjectPerLine) {
   EXPECT_FALSE(std::getline(in, third));
   std::filesystem::remove(path);
   EXPECT_THROW(MetricsWriter("/nonexistent/dir/m.jsonl"), IoError);
+}
+
+TEST(FieldsTest, ValuesAsJsonAndAsLogText) {
+  Fields fields{{"step", uint64_t{7}}, {"loss", 0.25f}, {"name", "mlp"}, {"done", false}};
+  fields.set("step", 8).set("missing", nullptr).set("nan", std::nan(""));
+  EXPECT_EQ(fields.json(), R"({"step":8,"loss":0.25,"name":"mlp","done":false,"missing":null,"nan":null})");
+  EXPECT_EQ(Value("a \"quoted\" word").json(), R"("a \"quoted\" word")");
+  EXPECT_EQ(Value("a \"quoted\" word").text(), "a \"quoted\" word");
+  EXPECT_EQ(Value(int64_t{-3}).text(), "-3");
+  EXPECT_EQ(Value(0.1).json(), "0.1");
+  EXPECT_EQ(Value(true).text(), "true");
+  EXPECT_EQ(Fields{}.json(), "{}");
 }
 
 TEST(ProgressBarTest, PlainLinesWhenNotATerminal) {
