@@ -29,19 +29,8 @@ class Node {
   uint64_t sequence = 0;  // creation order; later nodes run first among ready ones
 };
 
-/// Autograd state of one tensor: requires-grad flag, accumulated gradient, the node that
-/// produced it (null for leaves), the leaf's accumulator node and its gradient-ready hooks.
-struct AutogradMeta {
-  bool requiresGrad = false;
-  Tensor grad;
-  // True after zeroGrad(): `grad` holds stale values that stand for zeros. The next
-  // gradient overwrites instead of adding; Tensor::grad() fills the zeros on first read.
-  bool gradIsZero = false;
-  std::shared_ptr<Node> gradFn;
-  std::shared_ptr<Node> accumulator;
-  std::map<int, std::function<void(Tensor&)>> hooks;
-  int nextHookId = 0;
-};
+// AutogradMeta, the per-tensor slot these nodes hang from, is declared with Tensor in
+// kolo/tensor.h.
 
 /// Whether operations record nodes on this thread (true by default).
 bool isGradEnabled();

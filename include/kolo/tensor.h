@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,8 +43,9 @@ class Generator {
 };
 
 namespace autograd {
-struct AutogradMeta;  // defined in src/autograd; holds grad, grad_fn, hooks
-}
+class Node;           // a recorded operation (kolo/autograd.h)
+struct AutogradMeta;  // below: grad, grad_fn, hooks
+}  // namespace autograd
 
 /// Raw storage owned by one or more tensors.
 struct Storage {
@@ -162,4 +164,22 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
+namespace autograd {
+
+/// Autograd state of one tensor: requires-grad flag, accumulated gradient, the node that
+/// produced it (null for leaves), the leaf's accumulator node and its gradient-ready hooks.
+/// The tensor layer keeps this state; the autograd layer (kolo/autograd.h) makes the nodes.
+struct AutogradMeta {
+  bool requiresGrad = false;
+  Tensor grad;
+  // True after zeroGrad(): `grad` holds stale values that stand for zeros. The next
+  // gradient overwrites instead of adding; Tensor::grad() fills the zeros on first read.
+  bool gradIsZero = false;
+  std::shared_ptr<Node> gradFn;
+  std::shared_ptr<Node> accumulator;
+  std::map<int, std::function<void(Tensor&)>> hooks;
+  int nextHookId = 0;
+};
+
+}  // namespace autograd
 }  // namespace kolo

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "kolo/autograd.h"
+#include "tensor/autograd_hooks.h"
 #include "tensor/kernels.h"
 
 namespace kolo::autograd {
@@ -249,5 +250,14 @@ void runBackward(const Tensor& root, const Tensor& seed) {
     }
   }
 }
+
+namespace {
+// Tensor's view methods and backward() reach the engine through these (the tensor layer
+// does not link this one). This file is linked whenever any op that records is used.
+[[maybe_unused]] const bool kHooksRegistered = [] {
+  detail::registerAutogradHooks({.record = &record, .backward = &runBackward});
+  return true;
+}();
+}  // namespace
 
 }  // namespace kolo::autograd

@@ -79,7 +79,8 @@ Command registerBench(CLI::App& root) {
   app->add_option("-n,--iters", args->iters, "timed iterations per size")->capture_default_str();
   app->add_option("-w,--warmup", args->warmup, "warm-up iterations per size")->capture_default_str();
   app->add_flag("--anchor-schedule", args->anchorSchedule,
-                "per-size warm-up/iterations of shared/anchors (20/200 ... 2/20) instead of -w/-n");
+                "per-size warm-up/iterations of the peer timers in bench/peers (20/200 at small "
+                "sizes down to 2/20 above 16 MiB) instead of -w/-n");
   app->add_option("--algo", args->algo, "auto, ring, halving-doubling, tree, reduce-broadcast, hierarchical")
       ->capture_default_str();
   app->add_option("-d,--dtype", args->dtype, "f32, f64, f16, bf16, i32, i64, u8")->capture_default_str();

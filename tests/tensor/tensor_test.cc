@@ -114,5 +114,29 @@ TEST(Generator, DeterministicAndRestorable) {
   }
 }
 
+// This binary links the tensor layer alone. A tensor's autograd slot works without the
+// autograd layer; recording a view or running backward needs it, and says so.
+TEST(TensorWithoutAutograd, GradSlotWorksAndRecordingNamesTheMissingLayer) {
+  Tensor w = Tensor::ones({2, 3});
+  w.setName("w");
+  w.setRequiresGrad();
+  EXPECT_TRUE(w.requiresGrad());
+  EXPECT_TRUE(w.isLeaf());
+  w.setGrad(Tensor::full({2, 3}, 2.0));
+  w.zeroGrad();
+  EXPECT_EQ(w.grad().toFloatVector(), std::vector<float>(6, 0.0f));
+  EXPECT_FALSE(w.detach().requiresGrad());
+  // Views of tensors that need no gradient do not need the autograd layer.
+  EXPECT_EQ(w.detach().reshape({3, 2}).shape(), (Shape{3, 2}));
+  try {
+    (void)w.reshape({3, 2});
+    FAIL() << "recording a view without the autograd layer should throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'w'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("autograd layer is not linked"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(w.backward(Tensor::ones({2, 3})), Error);
+}
+
 }  // namespace
 }  // namespace kolo

@@ -1,21 +1,49 @@
 // Tensor's autograd members (requiresGrad, grad, backward, hooks) and its view methods,
-// which record a backward node when the source requires grad.
+// which record a backward node when the source requires grad. Recording and running a
+// backward pass are the autograd layer's; it registers them here (autograd_hooks.h).
 #include <numeric>
 
-#include "kolo/autograd.h"
+#include "tensor/autograd_hooks.h"
 #include "tensor/kernels.h"
 
 namespace kolo {
 
 using autograd::AutogradMeta;
 
-bool Tensor::requiresGrad() const { return impl_ && impl_->autograd && impl_->autograd->requiresGrad; }
+namespace detail {
+namespace {
+// Constant-initialised, so it is set before any dynamic initialiser can register hooks.
+AutogradHooks gHooks;
+}  // namespace
+
+void registerAutogradHooks(const AutogradHooks& hooks) { gHooks = hooks; }
+
+const AutogradHooks& autogradHooks(const Tensor& forTensor) {
+  if (!gHooks.record || !gHooks.backward)
+    KOLO_THROW(Error, "tensor '", forTensor.name(), "' of shape ", shapeString(forTensor.shape()),
+               " requires grad, but kolo's autograd layer is not linked (link kolo::autograd, or "
+               "kolo::kolo)");
+  return gHooks;
+}
+}  // namespace detail
+
+namespace {
+/// Records `out`, a view of `self`, which requires grad (record() checks grad mode).
+Tensor recordView(Tensor out, const Tensor& self, const char* name,
+                  std::function<std::vector<Tensor>(const Tensor&)> backward) {
+  return detail::autogradHooks(self).record(std::move(out), {self}, name, std::move(backward));
+}
+}  // namespace
+
+bool Tensor::requiresGrad() const {
+  return impl_ && impl_->autograd && impl_->autograd->requiresGrad;
+}
 
 Tensor& Tensor::setRequiresGrad(bool enabled) {
   KOLO_CHECK(defined(), "setRequiresGrad on an undefined tensor");
   if (enabled) {
-    KOLO_CHECK(dtype() == DType::F32 || dtype() == DType::F64, "only f32/f64 tensors can require grad, '",
-               name(), "' is ", dtypeName(dtype()));
+    KOLO_CHECK(dtype() == DType::F32 || dtype() == DType::F64,
+               "only f32/f64 tensors can require grad, '", name(), "' is ", dtypeName(dtype()));
     KOLO_CHECK(isLeaf(), "setRequiresGrad on a non-leaf tensor; use detach() first");
   }
   if (!impl_->autograd) {
@@ -51,7 +79,10 @@ void Tensor::zeroGrad() {
   impl_->autograd->gradIsZero = true;
 }
 
-void Tensor::backward(const Tensor& gradOutput) const { autograd::runBackward(*this, gradOutput); }
+void Tensor::backward(const Tensor& gradOutput) const {
+  KOLO_CHECK(defined(), "backward() on an undefined tensor");
+  detail::autogradHooks(*this).backward(*this, gradOutput);
+}
 
 Tensor Tensor::detach() const {
   KOLO_CHECK(defined(), "detach on an undefined tensor");
@@ -63,7 +94,8 @@ Tensor Tensor::detach() const {
 bool Tensor::isLeaf() const { return !impl_ || !impl_->autograd || !impl_->autograd->gradFn; }
 
 int Tensor::addGradReadyHook(std::function<void(Tensor&)> hook) {
-  KOLO_CHECK(requiresGrad() && isLeaf(), "addGradReadyHook needs a leaf that requires grad ('", name(), "')");
+  KOLO_CHECK(requiresGrad() && isLeaf(), "addGradReadyHook needs a leaf that requires grad ('",
+             name(), "')");
   AutogradMeta& meta = *impl_->autograd;
   const int id = meta.nextHookId++;
   meta.hooks.emplace(id, std::move(hook));
@@ -78,42 +110,43 @@ void Tensor::removeGradReadyHook(int id) {
 
 Tensor Tensor::reshape(const Shape& shape) const {
   Tensor out = kernels::reshapeRaw(*this, shape);
-  if (!autograd::needsRecord({this})) return out;
+  if (!requiresGrad()) return out;
   Shape in = this->shape();
-  return autograd::record(out, {*this}, "ReshapeBackward",
-                          [in](const Tensor& g) { return std::vector<Tensor>{g.reshape(in)}; });
+  return recordView(out, *this, "ReshapeBackward",
+                    [in](const Tensor& g) { return std::vector<Tensor>{g.reshape(in)}; });
 }
 
 Tensor Tensor::view(const Shape& shape) const {
   Tensor out = kernels::viewRaw(*this, shape);
-  if (!autograd::needsRecord({this})) return out;
+  if (!requiresGrad()) return out;
   Shape in = this->shape();
-  return autograd::record(out, {*this}, "ViewBackward",
-                          [in](const Tensor& g) { return std::vector<Tensor>{g.reshape(in)}; });
+  return recordView(out, *this, "ViewBackward",
+                    [in](const Tensor& g) { return std::vector<Tensor>{g.reshape(in)}; });
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   Tensor out = kernels::transposeRaw(*this, d0, d1);
-  if (!autograd::needsRecord({this})) return out;
-  return autograd::record(out, {*this}, "TransposeBackward",
-                          [d0, d1](const Tensor& g) { return std::vector<Tensor>{g.transpose(d0, d1)}; });
+  if (!requiresGrad()) return out;
+  return recordView(out, *this, "TransposeBackward",
+                    [d0, d1](const Tensor& g) { return std::vector<Tensor>{g.transpose(d0, d1)}; });
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
   Tensor out = kernels::permuteRaw(*this, dims);
-  if (!autograd::needsRecord({this})) return out;
+  if (!requiresGrad()) return out;
   std::vector<int64_t> inverse(dims.size());
   for (size_t i = 0; i < dims.size(); ++i)
-    inverse[kernels::wrapDim(dims[i], static_cast<int64_t>(dims.size()), "permute")] = static_cast<int64_t>(i);
-  return autograd::record(out, {*this}, "PermuteBackward",
-                          [inverse](const Tensor& g) { return std::vector<Tensor>{g.permute(inverse)}; });
+    inverse[kernels::wrapDim(dims[i], static_cast<int64_t>(dims.size()), "permute")] =
+        static_cast<int64_t>(i);
+  return recordView(out, *this, "PermuteBackward",
+                    [inverse](const Tensor& g) { return std::vector<Tensor>{g.permute(inverse)}; });
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
   Tensor out = kernels::sliceRaw(*this, d, start, end, step);
-  if (!autograd::needsRecord({this})) return out;
+  if (!requiresGrad()) return out;
   Shape in = this->shape();
-  return autograd::record(out, {*this}, "SliceBackward", [=](const Tensor& g) {
+  return recordView(out, *this, "SliceBackward", [=](const Tensor& g) {
     Tensor full = Tensor::zeros(in, g.dtype());
     Tensor region = kernels::sliceRaw(full, d, start, end, step);
     kernels::copyInto(region, g);
@@ -123,26 +156,27 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 
 Tensor Tensor::expand(const Shape& shape) const {
   Tensor out = kernels::expandRaw(*this, shape);
-  if (!autograd::needsRecord({this})) return out;
+  if (!requiresGrad()) return out;
   Shape in = this->shape();
-  return autograd::record(out, {*this}, "ExpandBackward",
-                          [in](const Tensor& g) { return std::vector<Tensor>{kernels::sumToShape(g, in)}; });
+  return recordView(out, *this, "ExpandBackward", [in](const Tensor& g) {
+    return std::vector<Tensor>{kernels::sumToShape(g, in)};
+  });
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
   Tensor out = kernels::unsqueezeRaw(*this, d);
-  if (!autograd::needsRecord({this})) return out;
+  if (!requiresGrad()) return out;
   Shape in = this->shape();
-  return autograd::record(out, {*this}, "UnsqueezeBackward",
-                          [in](const Tensor& g) { return std::vector<Tensor>{g.reshape(in)}; });
+  return recordView(out, *this, "UnsqueezeBackward",
+                    [in](const Tensor& g) { return std::vector<Tensor>{g.reshape(in)}; });
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
   Tensor out = kernels::squeezeRaw(*this, d);
-  if (!autograd::needsRecord({this})) return out;
+  if (!requiresGrad()) return out;
   Shape in = this->shape();
-  return autograd::record(out, {*this}, "SqueezeBackward",
-                          [in](const Tensor& g) { return std::vector<Tensor>{g.reshape(in)}; });
+  return recordView(out, *this, "SqueezeBackward",
+                    [in](const Tensor& g) { return std::vector<Tensor>{g.reshape(in)}; });
 }
 
 Tensor Tensor::flatten(int64_t startDim, int64_t endDim) const {
