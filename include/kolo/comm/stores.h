@@ -91,7 +91,8 @@ struct TcpStoreClientOptions {
 
 /// A client of TcpStoreServer. Connects in the constructor (retrying until connectTimeout)
 /// and presents the token; throws IoError when the server cannot be reached or refuses the
-/// token. A server that vanishes later makes the pending and later calls throw IoError.
+/// token. A server that vanishes later makes the pending call throw PeerError (an IoError
+/// naming the server's host:port) and later calls IoError.
 /// Thread-safe: requests from several threads are serialised on the one connection.
 class TcpStoreClient : public Store {
  public:
