@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,6 +21,7 @@
 #include "comm/native/rank_record.h"
 #include "comm/shm_file.h"
 #include "comm/socket.h"
+#include "comm/token.h"
 #include "kolo/comm/native.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
@@ -149,16 +149,6 @@ void checkSharedMemoryFits(int localCount, size_t ringBytes, const std::string& 
                " KiB rings), but ", where, " on host ", hostId, " has ", available >> 20, " MiB available");
 }
 
-std::string hexToken(const uint8_t* token) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < kTokenBytes; ++i) {
-    s += digits[token[i] >> 4];
-    s += digits[token[i] & 15];
-  }
-  return s;
-}
-
 }  // namespace
 
 std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> store, int rank, int size,
@@ -180,8 +170,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
   // The job token: drawn by rank 0, presented on every TCP connection.
   uint8_t token[kTokenBytes];
   if (rank == 0) {
-    if (getrandom(token, sizeof(token), 0) != static_cast<ssize_t>(sizeof(token)))
-      KOLO_THROW(IoError, "getrandom failed: ", std::strerror(errno));
+    detail::randomBytes(token, sizeof(token));
     store->set(prefix + "token", Bytes(token, token + kTokenBytes));
   }
 
@@ -193,7 +182,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
     ~ListenerGuard() { close(fd); }
   } guard{listener};
   auto probe = std::make_shared<uint64_t>(0);
-  getrandom(probe.get(), sizeof(uint64_t), 0);
+  detail::randomBytes(probe.get(), sizeof(uint64_t));
   RankRecord me;
   me.hostId = options.hostId.empty() ? machineHostId() : options.hostId;
   me.pid = static_cast<int>(getpid());
@@ -260,7 +249,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
     if (myLocal == 0) {
       try {
         checkSharedMemoryFits(localCount, ringBytes, me.hostId);
-        job->segment = native::HostSegment::create("kolo-" + hexToken(token).substr(0, 8), localCount, ringBytes);
+        job->segment = native::HostSegment::create("kolo-" + detail::hexText(token, 4), localCount, ringBytes);
       } catch (const Error& e) {
         native::HostSegmentRecord failed;
         failed.error = e.what();
