@@ -10,8 +10,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "comm/closed_form.h"
 #include "native_test_support.h"
-#include "native_values.h"
 #include "support/readiness_pipe.h"
 
 namespace kolo::comm::testing {
@@ -26,15 +26,15 @@ int allreduceChecks(Communicator& comm, const std::vector<size_t>& counts) {
     for (DType dtype : {DType::F32, DType::I32, DType::BF16}) {
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
         std::vector<uint8_t> buf(count * dtypeSize(dtype) + 1);
-        for (size_t i = 0; i < count; ++i) storeElement(dtype, buf.data(), i, contribution(comm.rank(), i, op));
+        detail::fillClosedFormInput(buf.data(), dtype, count, op, comm.rank(), n);
         std::vector<uint8_t> out(buf.size());
         comm.allreduce(buf.data(), out.data(), count, dtype, op);
         comm.allreduce(buf.data(), buf.data(), count, dtype, op);
-        for (size_t i = 0; i < count; ++i) {
-          const double want = expectedReduction(n, i, op, dtype);
-          if (!closeEnough(loadElement(dtype, out.data(), i), want, dtype) || !closeEnough(loadElement(dtype, buf.data(), i), want, dtype)) {
-            std::fprintf(stderr, "rank %d: %s %s count=%zu element %zu wrong\n", comm.rank(), dtypeName(dtype),
-                         reduceOpName(op), count, i);
+        for (const auto* result : {&out, &buf}) {
+          const std::string wrong = detail::closedFormMismatch(result->data(), dtype, count, op, n);
+          if (!wrong.empty()) {
+            std::fprintf(stderr, "rank %d: allreduce%s: %s\n", comm.rank(), result == &buf ? " in place" : "",
+                         wrong.c_str());
             return 2;
           }
         }

@@ -13,40 +13,34 @@
 #include <cstring>
 #include <string>
 
+#include "comm/closed_form.h"
 #include "comm/native/native_communicator.h"
 #include "native_test_support.h"
-#include "native_values.h"
 
 namespace kolo::comm::testing {
 namespace {
 
-std::vector<uint8_t> filled(int rank, size_t count, DType dtype, ReduceOp op) {
+using detail::kAllDTypes;
+using detail::kAllReduceOps;
+
+std::vector<uint8_t> filled(int rank, int ranks, size_t count, DType dtype, ReduceOp op) {
   std::vector<uint8_t> buf(count * dtypeSize(dtype) + 1);
-  for (size_t i = 0; i < count; ++i) storeElement(dtype, buf.data(), i, contribution(rank, i, op));
+  detail::fillClosedFormInput(buf.data(), dtype, count, op, rank, ranks);
   return buf;
 }
 
-/// Checks an all-reduce result of n ranks; returns the first bad index or -1.
-long firstWrong(const void* buf, size_t count, int n, DType dtype, ReduceOp op) {
-  for (size_t i = 0; i < count; ++i)
-    if (!closeEnough(loadElement(dtype, buf, i), expectedReduction(n, i, op, dtype), dtype)) return static_cast<long>(i);
-  return -1;
-}
-
 void allreduceCase(Communicator& comm, size_t count, DType dtype, ReduceOp op, bool inPlace, Algorithm algo) {
-  auto send = filled(comm.rank(), count, dtype, op);
+  auto send = filled(comm.rank(), comm.size(), count, dtype, op);
   std::vector<uint8_t> out(send.size(), 0xee);
   CollectiveOptions opts;
   opts.algorithm = algo;
   void* dst = inPlace ? send.data() : out.data();
   comm.allreduce(send.data(), dst, count, dtype, op, opts);
-  const long bad = firstWrong(dst, count, comm.size(), dtype, op);
-  if (bad >= 0)
-    KOLO_THROW(Error, "allreduce ", dtypeName(dtype), " ", reduceOpName(op), " count=", count, " n=", comm.size(),
-               inPlace ? " in place" : " out of place", ": element ", bad, " is ",
-               loadElement(dtype, dst, static_cast<size_t>(bad)), ", expected ",
-               expectedReduction(comm.size(), static_cast<size_t>(bad), op, dtype));
-  if (!inPlace && count > 0 && loadElement(dtype, send.data(), 0) != contribution(comm.rank(), 0, op))
+  const std::string wrong = detail::closedFormMismatch(dst, dtype, count, op, comm.size());
+  if (!wrong.empty())
+    KOLO_THROW(Error, "allreduce count=", count, inPlace ? " in place: " : " out of place: ", wrong);
+  if (!inPlace && count > 0 &&
+      loadElement(dtype, send.data(), 0) != detail::closedFormInput(op, comm.rank(), comm.size(), 0))
     KOLO_THROW(Error, "out-of-place allreduce modified its input");
 }
 
@@ -54,7 +48,7 @@ TEST(NativeThreads, AllreduceEveryDtypeAndOp) {
   for (int n : {1, 2, 3, 4}) {
     runThreads(n, [](Communicator& comm) {
       for (DType dtype : kAllDTypes)
-        for (ReduceOp op : kAllOps)
+        for (ReduceOp op : kAllReduceOps)
           for (bool inPlace : {false, true}) allreduceCase(comm, 7, dtype, op, inPlace, Algorithm::Auto);
     });
   }
@@ -89,7 +83,7 @@ TEST(NativeThreads, EveryAlgorithmEveryCount) {
           allreduceCase(comm, count, DType::F32, ReduceOp::Sum, true, algo);
         }
         for (DType dtype : kAllDTypes)
-          for (ReduceOp op : kAllOps) allreduceCase(comm, 7, dtype, op, dtype == DType::F64, algo);
+          for (ReduceOp op : kAllReduceOps) allreduceCase(comm, 7, dtype, op, dtype == DType::F64, algo);
       });
     }
   }
@@ -131,7 +125,7 @@ TEST(NativeThreads, HierarchicalRailAndLeaderLayouts) {
             allreduceCase(comm, count, DType::F32, ReduceOp::Sum, true, Algorithm::Hierarchical);
           }
           for (DType dtype : kAllDTypes)
-            for (ReduceOp op : kAllOps)
+            for (ReduceOp op : kAllReduceOps)
               for (bool inPlace : {false, true}) allreduceCase(comm, 7, dtype, op, inPlace, Algorithm::Hierarchical);
           allreduceCase(comm, 300007, DType::BF16, ReduceOp::Avg, false, Algorithm::Hierarchical);
           // Several segments of the two-host pipeline, a short last one included.
@@ -264,12 +258,13 @@ TEST(NativeThreads, RootedAndGatherCollectives) {
           for (size_t i = 0; i < count; ++i) b[i] = static_cast<int32_t>(100 * root + i);
         comm.broadcast(b.data(), count, DType::I32, root);
         for (size_t i = 0; i < count; ++i) ASSERT_EQ(b[i], static_cast<int32_t>(100 * root + i));
-        // reduce (sum of r+1+i%5)
+        // reduce
         std::vector<double> in(count), out(count, -1);
-        for (size_t i = 0; i < count; ++i) in[i] = contribution(me, i, ReduceOp::Sum);
+        detail::fillClosedFormInput(in.data(), DType::F64, count, ReduceOp::Sum, me, n);
         comm.reduce(in.data(), out.data(), count, DType::F64, ReduceOp::Sum, root);
         if (me == root) {
-          for (size_t i = 0; i < count; ++i) ASSERT_EQ(out[i], expectedReduction(n, i, ReduceOp::Sum, DType::F64));
+          for (size_t i = 0; i < count; ++i)
+            ASSERT_EQ(out[i], detail::closedFormResult(ReduceOp::Sum, n, i, DType::F64));
         }
         // gather
         std::vector<int64_t> mine(count), all(count * n, -1);
