@@ -175,7 +175,7 @@ TEST(NativeThreads, OverIpv6Loopback) {
 }
 
 TEST(NativeThreads, PerCallTimeoutNamesTheAbsentRank) {
-  auto store = std::make_shared<ThreadStore>();
+  auto store = makeMemoryStore();
   std::string message;
   std::atomic<bool> done{false};
   std::thread absent([&] {
@@ -202,7 +202,7 @@ TEST(NativeThreads, ConnectionWithoutTokenIsRefusedAndJobCarriesOn) {
   NativeOptions options;
   options.sharedMemory = false;
   options.listenAddress = "127.0.0.1";
-  auto store = std::make_shared<ThreadStore>();
+  auto store = makeMemoryStore();
   std::exception_ptr errors[2];
   std::thread rank0([&] {
     try {
@@ -419,7 +419,7 @@ TEST(NativeThreads, SplitIntoSubgroups) {
 
 TEST(NativeThreads, MismatchedCountNamesBothRanks) {
   std::vector<std::string> messages(2);
-  auto store = std::make_shared<ThreadStore>();
+  auto store = makeMemoryStore();
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
@@ -456,7 +456,7 @@ TEST(NativeThreads, PlanPicksSingleCopyForLargeSingleHostAllreduce) {
 
 TEST(NativeThreads, MismatchedAlgorithmIsReported) {
   std::vector<std::string> messages(2);
-  auto store = std::make_shared<ThreadStore>();
+  auto store = makeMemoryStore();
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
@@ -482,7 +482,7 @@ TEST(NativeThreads, MismatchedAlgorithmIsReported) {
 TEST(NativeThreads, MismatchedOpIsReported) {
   std::vector<std::string> messages(3);
   std::string plan;
-  auto store = std::make_shared<ThreadStore>();
+  auto store = makeMemoryStore();
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {
