@@ -14,6 +14,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "kolo/comm/stores.h"
+
 namespace kolo::comm::detail {
 namespace {
 
@@ -227,6 +229,15 @@ std::string addressText(const sockaddr* address) {
     ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(address)->sin_addr, text, sizeof text);
   }
   return text;
+}
+
+std::string peerAddress(int fd) {
+  sockaddr_storage address{};
+  socklen_t len = sizeof address;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &len) != 0) return "unknown peer";
+  const uint16_t port = ntohs(address.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
+                                                            : reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+  return HostPort{addressText(reinterpret_cast<const sockaddr*>(&address)), port}.toString();
 }
 
 void setNoDelay(int fd) {

@@ -68,6 +68,10 @@ uint16_t boundPort(int fd);
 /// other families.
 std::string addressText(const sockaddr* address);
 
+/// "host:port" of the other end of a connected socket ("[v6]:port" for IPv6), for messages;
+/// "unknown peer" when the system cannot say.
+std::string peerAddress(int fd);
+
 /// Sends small messages at once (TCP_NODELAY).
 void setNoDelay(int fd);
 

@@ -1,6 +1,6 @@
-// Native communicator with ranks as forked processes over a directory store: shared
+// Native communicator with ranks as forked processes over the file store: shared
 // memory, cross-memory attach and TCP between processes, sizes up to 8, and the failure
-// cases: a SIGKILLed rank (IoError within twice the deadline) and a SIGSTOPped rank
+// cases: a SIGKILLed rank (PeerError within twice the deadline) and a SIGSTOPped rank
 // (Timeout naming it), each started by the parent only when the ranks say they are ready.
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -130,7 +130,7 @@ void killedRankCase(const NativeOptions& options, const std::string& mustMention
           pause();  // killed by the parent while the others wait for it
           return 0;
         }
-        return expectFailure<IoError>(comm, deadline, 2 * deadline, mustMention);
+        return expectFailure<PeerError>(comm, deadline, 2 * deadline, mustMention);
       },
       options,
       [&](const std::vector<pid_t>& pids) {
@@ -142,9 +142,9 @@ void killedRankCase(const NativeOptions& options, const std::string& mustMention
   EXPECT_EQ(codes[2], 128 + SIGKILL);
 }
 
-TEST(NativeProcesses, KilledRankGivesIoErrorOverSharedMemory) { killedRankCase({}, "rank 2"); }
+TEST(NativeProcesses, KilledRankGivesPeerErrorOverSharedMemory) { killedRankCase({}, "rank 2"); }
 
-TEST(NativeProcesses, KilledRankGivesIoErrorOverTcp) {
+TEST(NativeProcesses, KilledRankGivesPeerErrorOverTcp) {
   NativeOptions options;
   options.sharedMemory = false;
   killedRankCase(options, "is gone");

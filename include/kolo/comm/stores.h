@@ -57,7 +57,7 @@ struct TcpStoreServerOptions {
 /// connection must send the job token first; a wrong token, an oversized or malformed
 /// request closes that connection only. get/wait block in the server until their keys
 /// exist or the client's deadline passes. The destructor stops the thread and closes every
-/// connection (their clients then get IoError).
+/// connection (their clients then get PeerError, an IoError).
 class TcpStoreServer {
  public:
   /// Binds and starts serving. Throws IoError when no address could be bound.

@@ -263,7 +263,15 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
           native::decodeHostSegmentRecord(store->getString(recordKey, timeout), rank);
       if (!record.error.empty())
         KOLO_THROW(IoError, "rendezvous on rank ", rank, ": no shared memory on this host (", record.error, ")");
-      job->segment = native::HostSegment::open(record.pid, record.fd);
+      try {
+        job->segment = native::HostSegment::open(record.pid, record.fd);
+      } catch (const IoError& e) {
+        // The block is reached through its creator's /proc entry, which goes with it.
+        if (!native::processAlive(record.pid))
+          KOLO_THROW(PeerError, "rendezvous on rank ", rank, ": rank ", local[0], " (pid ", record.pid, ") on host ",
+                     me.hostId, " exited before its shared memory was opened: ", e.what());
+        throw;
+      }
       if (job->segment->localCount() != localCount)
         KOLO_THROW(FormatError, "rendezvous on rank ", rank, ": the host segment is for ",
                    job->segment->localCount(), " ranks, this host has ", localCount);
