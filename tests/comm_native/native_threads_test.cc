@@ -417,17 +417,20 @@ TEST(NativeThreads, SplitIntoSubgroups) {
   });
 }
 
-TEST(NativeThreads, MismatchedCountNamesBothRanks) {
-  std::vector<std::string> messages(2);
+/// Runs `call` on n ranks as threads, each with a communicator whose deadline is
+/// `timeout`; returns what each rank's Mismatch said ("" when none came, "wrong exception:
+/// ..." for any other error).
+std::vector<std::string> mismatchMessages(int n, std::chrono::seconds timeout,
+                                          const std::function<void(int, Communicator&)>& call) {
+  std::vector<std::string> messages(static_cast<size_t>(n));
   auto store = makeMemoryStore();
   std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      auto comm = createNativeCommunicator(store, r, 2);
-      comm->setTimeout(std::chrono::seconds(5));
-      std::vector<float> buf(1000, 1.0f);
+      auto comm = createNativeCommunicator(store, r, n);
+      comm->setTimeout(timeout);
       try {
-        comm->allreduce(buf.data(), buf.data(), r == 0 ? 1000 : 999, DType::F32, ReduceOp::Sum);
+        call(r, *comm);
       } catch (const Mismatch& e) {
         messages[r] = e.what();
       } catch (const std::exception& e) {
@@ -436,6 +439,14 @@ TEST(NativeThreads, MismatchedCountNamesBothRanks) {
     });
   }
   for (auto& t : threads) t.join();
+  return messages;
+}
+
+TEST(NativeThreads, MismatchedCountNamesBothRanks) {
+  const auto messages = mismatchMessages(2, std::chrono::seconds(5), [](int r, Communicator& comm) {
+    std::vector<float> buf(1000, 1.0f);
+    comm.allreduce(buf.data(), buf.data(), r == 0 ? 1000 : 999, DType::F32, ReduceOp::Sum);
+  });
   EXPECT_NE(messages[0].find("allreduce #0 on rank 0 (f32 sum count=1000) vs rank 1 (f32 sum count=999)"),
             std::string::npos)
       << messages[0];
@@ -455,51 +466,23 @@ TEST(NativeThreads, PlanPicksSingleCopyForLargeSingleHostAllreduce) {
 }
 
 TEST(NativeThreads, MismatchedAlgorithmIsReported) {
-  std::vector<std::string> messages(2);
-  auto store = makeMemoryStore();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto comm = createNativeCommunicator(store, r, 2);
-      comm->setTimeout(std::chrono::seconds(3));
-      std::vector<float> v(100, 1.0f);
-      CollectiveOptions opts;
-      opts.algorithm = r == 0 ? Algorithm::Ring : Algorithm::Tree;
-      try {
-        comm->allreduce(v.data(), v.data(), v.size(), DType::F32, ReduceOp::Sum, opts);
-      } catch (const Mismatch& e) {
-        messages[r] = e.what();
-      } catch (const std::exception& e) {
-        messages[r] = std::string("wrong exception: ") + e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto messages = mismatchMessages(2, std::chrono::seconds(3), [](int r, Communicator& comm) {
+    std::vector<float> v(100, 1.0f);
+    CollectiveOptions opts;
+    opts.algorithm = r == 0 ? Algorithm::Ring : Algorithm::Tree;
+    comm.allreduce(v.data(), v.data(), v.size(), DType::F32, ReduceOp::Sum, opts);
+  });
   EXPECT_NE(messages[0].find("(f32 sum count=100 ring) vs rank 1 (f32 sum count=100 tree)"), std::string::npos)
       << messages[0];
 }
 
 TEST(NativeThreads, MismatchedOpIsReported) {
-  std::vector<std::string> messages(3);
   std::string plan;
-  auto store = makeMemoryStore();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      auto comm = createNativeCommunicator(store, r, 3);
-      comm->setTimeout(std::chrono::seconds(3));
-      if (r == 0) plan = dynamic_cast<native::NativeCommunicator&>(*comm).allreducePlan(Algorithm::Auto, 4);
-      int32_t v = 1;
-      try {
-        comm->allreduce(&v, &v, 1, DType::I32, r == 2 ? ReduceOp::Max : ReduceOp::Sum);
-      } catch (const Mismatch& e) {
-        messages[r] = e.what();
-      } catch (const std::exception& e) {
-        messages[r] = std::string("wrong exception: ") + e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto messages = mismatchMessages(3, std::chrono::seconds(3), [&plan](int r, Communicator& comm) {
+    if (r == 0) plan = dynamic_cast<native::NativeCommunicator&>(comm).allreducePlan(Algorithm::Auto, 4);
+    int32_t v = 1;
+    comm.allreduce(&v, &v, 1, DType::I32, r == 2 ? ReduceOp::Max : ReduceOp::Sum);
+  });
   EXPECT_NE(messages[2].find("(i32 max count=1) vs rank"), std::string::npos) << messages[2];
   // Direct: every rank hears from rank 2. Halving-doubling (3 ranks on fewer CPUs): rank 0
   // folds into rank 1, which exchanges with rank 2 and names it.
