@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "cli/bench_case.h"
-#include "comm_native/native_values.h"
+#include "comm/closed_form.h"
 #include "kolo/comm/native.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
@@ -35,6 +35,8 @@ namespace {
 using namespace kolo;
 using comm::Algorithm;
 using comm::ReduceOp;
+using comm::detail::closedFormCode;
+using comm::detail::kClosedFormSentinel;
 using Clock = std::chrono::steady_clock;
 
 struct SoakOptions {
@@ -85,8 +87,8 @@ size_t drawBytes(std::mt19937_64& rng, size_t maxBytes) {
 Draw drawCall(std::mt19937_64& rng, const SoakOptions& o) {
   Draw d;
   d.kind = static_cast<Kind>(rng() % kKinds);
-  d.dtype = comm::testing::kAllDTypes[rng() % std::size(comm::testing::kAllDTypes)];
-  d.op = comm::testing::kAllOps[rng() % std::size(comm::testing::kAllOps)];
+  d.dtype = comm::detail::kAllDTypes[rng() % std::size(comm::detail::kAllDTypes)];
+  d.op = comm::detail::kAllReduceOps[rng() % std::size(comm::detail::kAllReduceOps)];
   d.algorithm = kAlgorithms[rng() % std::size(kAlgorithms)];
   d.root = static_cast<int>(rng() % static_cast<uint64_t>(o.ranks));
   d.inPlace = rng() % 2 == 0;
@@ -106,8 +108,6 @@ std::string describe(const Draw& d) {
   return text;
 }
 
-double code(int src, size_t i) { return static_cast<double>((src * 7 + i) % 97); }
-
 /// iallreduce: `inFlight` operations started back to back, waited in order.
 bool runIallreduce(comm::Communicator& comm, const Draw& d, const comm::CollectiveOptions& opts) {
   const size_t count = d.bytes / dtypeSize(d.dtype);
@@ -115,8 +115,7 @@ bool runIallreduce(comm::Communicator& comm, const Draw& d, const comm::Collecti
   std::vector<std::vector<uint8_t>> send(d.inFlight, std::vector<uint8_t>(bytes)), recv = send;
   std::vector<std::unique_ptr<comm::Work>> work;
   for (int k = 0; k < d.inFlight; ++k) {
-    for (size_t i = 0; i < count; ++i)
-      storeElement(d.dtype, send[k].data(), i, comm::testing::contribution(comm.rank(), i + k, d.op));
+    comm::detail::fillClosedFormInput(send[k].data(), d.dtype, count, d.op, comm.rank(), comm.size(), k);
     void* out = d.inPlace ? send[k].data() : recv[k].data();
     work.push_back(comm.iallreduce(send[k].data(), out, count, d.dtype, d.op, opts));
   }
@@ -124,9 +123,7 @@ bool runIallreduce(comm::Communicator& comm, const Draw& d, const comm::Collecti
   for (int k = 0; k < d.inFlight; ++k) {
     work[k]->wait();
     const void* out = d.inPlace ? send[k].data() : recv[k].data();
-    for (size_t i = 0; i < count && ok; ++i)
-      ok = comm::testing::closeEnough(loadElement(d.dtype, out, i),
-                                      comm::testing::expectedReduction(comm.size(), i + k, d.op, d.dtype), d.dtype);
+    ok = ok && comm::detail::closedFormMismatch(out, d.dtype, count, d.op, comm.size(), k).empty();
   }
   return ok;
 }
@@ -138,13 +135,15 @@ bool runIbroadcast(comm::Communicator& comm, const Draw& d, const comm::Collecti
   std::vector<std::unique_ptr<comm::Work>> work;
   for (int k = 0; k < d.inFlight; ++k) {
     for (size_t i = 0; i < count; ++i)
-      storeElement(d.dtype, bufs[k].data(), i, comm.rank() == d.root ? code(d.root + k, i) : 99.0);
+      storeElement(d.dtype, bufs[k].data(), i,
+                   comm.rank() == d.root ? closedFormCode(d.root + k, 0, i) : kClosedFormSentinel);
     work.push_back(comm.ibroadcast(bufs[k].data(), count, d.dtype, d.root, opts));
   }
   bool ok = true;
   for (int k = 0; k < d.inFlight; ++k) {
     work[k]->wait();
-    for (size_t i = 0; i < count && ok; ++i) ok = loadElement(d.dtype, bufs[k].data(), i) == code(d.root + k, i);
+    for (size_t i = 0; i < count && ok; ++i)
+      ok = loadElement(d.dtype, bufs[k].data(), i) == closedFormCode(d.root + k, 0, i);
   }
   return ok;
 }
@@ -164,14 +163,14 @@ bool runAllgatherv(comm::Communicator& comm, const Draw& d, std::mt19937_64& rng
   }
   const int me = comm.rank();
   std::vector<uint8_t> recv(total * esize + 1), send(counts[me] * esize + 1);
-  for (size_t i = 0; i < total; ++i) storeElement(d.dtype, recv.data(), i, 99.0);
+  for (size_t i = 0; i < total; ++i) storeElement(d.dtype, recv.data(), i, kClosedFormSentinel);
   // In place: this rank's block already sits at its offset in the receive buffer.
   uint8_t* mine = d.inPlace ? recv.data() + offsets[me] * esize : send.data();
-  for (size_t i = 0; i < counts[me]; ++i) storeElement(d.dtype, mine, i, code(me, i));
+  for (size_t i = 0; i < counts[me]; ++i) storeElement(d.dtype, mine, i, closedFormCode(me, 0, i));
   comm.allgatherv(mine, recv.data(), counts, d.dtype, opts);
   for (int r = 0; r < n; ++r)
     for (size_t i = 0; i < counts[r]; ++i)
-      if (loadElement(d.dtype, recv.data(), offsets[r] + i) != code(r, i)) return false;
+      if (loadElement(d.dtype, recv.data(), offsets[r] + i) != closedFormCode(r, 0, i)) return false;
   return true;
 }
 

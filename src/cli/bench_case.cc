@@ -1,63 +1,22 @@
 // Buffers, fills, the single operation and the closed-form check of each collective that
-// `kolo bench` measures. Values are small integers, exact in every dtype: rank r's element
-// i of a reduction is (r + 1) + i mod 3 (sum, min, max), 2(r + 1) + i mod 3 (avg), or 1 with
-// one rank holding 2 on odd i (prod); data-movement collectives carry (7 src + 3 dst + i) mod 97.
+// `kolo bench` measures, with the values of comm/closed_form.h: reductions get
+// closedFormInput, the collectives that move data closedFormCode(source, destination, i).
 #include "cli/bench_case.h"
 
-#include <cmath>
+#include <algorithm>
 #include <cstring>
 
+#include "comm/closed_form.h"
 #include "kolo/error.h"
 
 namespace kolo::cli {
 namespace {
 
 using comm::ReduceOp;
-
-constexpr double kSentinel = 99;  // never a valid code (< 97) nor a reduction result here
-
-double contribution(ReduceOp op, int rank, int ranks, size_t i) {
-  const double k = static_cast<double>(i % 3);
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Min:
-    case ReduceOp::Max: return (rank + 1) + k;
-    case ReduceOp::Avg: return 2.0 * (rank + 1) + k;
-    case ReduceOp::Prod: return (i % 2 == 1 && static_cast<size_t>(rank) == (i / 2) % ranks) ? 2.0 : 1.0;
-  }
-  return 0;
-}
-
-double expectedReduction(ReduceOp op, int n, size_t i) {
-  const double k = static_cast<double>(i % 3);
-  switch (op) {
-    case ReduceOp::Sum: return n * (n + 1) / 2.0 + n * k;
-    case ReduceOp::Min: return 1 + k;
-    case ReduceOp::Max: return n + k;
-    case ReduceOp::Avg: return (n + 1) + k;
-    case ReduceOp::Prod: return i % 2 == 1 ? 2.0 : 1.0;
-  }
-  return 0;
-}
-
-double code(int src, int dst, size_t i) { return static_cast<double>((src * 7 + dst * 3 + i) % 97); }
-
-// Relative tolerance: algorithms may order or prescale (avg) differently, which rounds in
-// the floating types; integer types must be exact.
-double tolerance(DType dtype) {
-  switch (dtype) {
-    case DType::F32: return 1e-5;
-    case DType::F64: return 1e-12;
-    case DType::F16: return 4e-3;
-    case DType::BF16: return 2e-2;
-    default: return 0;
-  }
-}
-
-bool near(double got, double want, DType dtype) { return std::fabs(got - want) <= tolerance(dtype) * std::fabs(want); }
+using comm::detail::closedFormCode;
 
 void fillSentinel(void* base, DType dtype, size_t n) {
-  for (size_t i = 0; i < n; ++i) storeElement(dtype, base, i, kSentinel);
+  for (size_t i = 0; i < n; ++i) storeElement(dtype, base, i, comm::detail::kClosedFormSentinel);
 }
 
 }  // namespace
@@ -118,29 +77,31 @@ void BenchCase::fillForCheck() {
   switch (config_.collective) {
     case BenchCollective::Allreduce:
     case BenchCollective::Reduce:
-      for (size_t i = 0; i < count_; ++i) storeElement(dt, in, i, contribution(config_.op, rank_, size_, i));
+      comm::detail::fillClosedFormInput(in, dt, count_, config_.op, rank_, size_);
       break;
     case BenchCollective::ReduceScatter:
-      for (size_t i = 0; i < count_ * n; ++i) storeElement(dt, in, i, contribution(config_.op, rank_, size_, i));
+      comm::detail::fillClosedFormInput(in, dt, count_ * n, config_.op, rank_, size_);
       break;
     case BenchCollective::Broadcast:
       if (rank_ == root) {
-        for (size_t i = 0; i < count_; ++i) storeElement(dt, out, i, code(root, 0, i));
+        for (size_t i = 0; i < count_; ++i) storeElement(dt, out, i, closedFormCode(root, 0, i));
       }
       break;
     case BenchCollective::Allgather:
     case BenchCollective::Gather:
-      for (size_t i = 0; i < count_; ++i) storeElement(dt, in, i, code(rank_, 0, i));
+      for (size_t i = 0; i < count_; ++i) storeElement(dt, in, i, closedFormCode(rank_, 0, i));
       break;
     case BenchCollective::Alltoall:
       for (size_t d = 0; d < n; ++d) {
-        for (size_t i = 0; i < count_; ++i) storeElement(dt, in, d * count_ + i, code(rank_, static_cast<int>(d), i));
+        for (size_t i = 0; i < count_; ++i)
+          storeElement(dt, in, d * count_ + i, closedFormCode(rank_, static_cast<int>(d), i));
       }
       break;
     case BenchCollective::Scatter:
       if (rank_ == root) {
         for (size_t d = 0; d < n; ++d) {
-          for (size_t i = 0; i < count_; ++i) storeElement(dt, in, d * count_ + i, code(root, static_cast<int>(d), i));
+          for (size_t i = 0; i < count_; ++i)
+            storeElement(dt, in, d * count_ + i, closedFormCode(root, static_cast<int>(d), i));
         }
       }
       break;
@@ -180,25 +141,15 @@ bool BenchCase::verify() const {
   const int root = config_.root;
   switch (config_.collective) {
     case BenchCollective::Allreduce:
-      for (size_t i = 0; i < count_; ++i) {
-        if (!near(loadElement(dt, out, i), expectedReduction(config_.op, n, i), dt)) return false;
-      }
-      return true;
+      return comm::detail::closedFormMismatch(out, dt, count_, config_.op, n).empty();
     case BenchCollective::Reduce:
-      if (rank_ != root) return true;
-      for (size_t i = 0; i < count_; ++i) {
-        if (!near(loadElement(dt, out, i), expectedReduction(config_.op, n, i), dt)) return false;
-      }
-      return true;
+      return rank_ != root || comm::detail::closedFormMismatch(out, dt, count_, config_.op, n).empty();
     case BenchCollective::ReduceScatter:
-      for (size_t j = 0; j < count_; ++j) {
-        const size_t global = static_cast<size_t>(rank_) * count_ + j;
-        if (!near(loadElement(dt, out, j), expectedReduction(config_.op, n, global), dt)) return false;
-      }
-      return true;
+      return comm::detail::closedFormMismatch(out, dt, count_, config_.op, n, static_cast<size_t>(rank_) * count_)
+          .empty();
     case BenchCollective::Broadcast:
       for (size_t i = 0; i < count_; ++i) {
-        if (loadElement(dt, out, i) != code(root, 0, i)) return false;
+        if (loadElement(dt, out, i) != closedFormCode(root, 0, i)) return false;
       }
       return true;
     case BenchCollective::Gather:
@@ -207,20 +158,20 @@ bool BenchCase::verify() const {
     case BenchCollective::Allgather:
       for (int s = 0; s < n; ++s) {
         for (size_t i = 0; i < count_; ++i) {
-          if (loadElement(dt, out, static_cast<size_t>(s) * count_ + i) != code(s, 0, i)) return false;
+          if (loadElement(dt, out, static_cast<size_t>(s) * count_ + i) != closedFormCode(s, 0, i)) return false;
         }
       }
       return true;
     case BenchCollective::Alltoall:
       for (int s = 0; s < n; ++s) {
         for (size_t i = 0; i < count_; ++i) {
-          if (loadElement(dt, out, static_cast<size_t>(s) * count_ + i) != code(s, rank_, i)) return false;
+          if (loadElement(dt, out, static_cast<size_t>(s) * count_ + i) != closedFormCode(s, rank_, i)) return false;
         }
       }
       return true;
     case BenchCollective::Scatter:
       for (size_t i = 0; i < count_; ++i) {
-        if (loadElement(dt, out, i) != code(root, rank_, i)) return false;
+        if (loadElement(dt, out, i) != closedFormCode(root, rank_, i)) return false;
       }
       return true;
   }

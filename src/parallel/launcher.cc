@@ -11,7 +11,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/random.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +24,7 @@
 #include <optional>
 #include <thread>
 
+#include "comm/token.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
 #include "parallel/launcher_output.h"
@@ -113,7 +113,7 @@ class Job {
         KOLO_THROW(
             InvalidArgument, "kolo run: a job of ", options_.nnodes,
             " nodes needs a token shared by every node: set KOLO_TOKEN to the same value on each");
-      token = generateJobToken();
+      token = comm::detail::randomToken(16);  // 128 bits as 32 hex digits
     }
     auto rendezvous = options_.timeoutSeconds > 0 ? std::chrono::milliseconds(static_cast<int64_t>(
                                                         std::ceil(options_.timeoutSeconds * 1000)))
@@ -429,24 +429,6 @@ class Job {
 };
 
 }  // namespace
-
-std::string generateJobToken() {
-  unsigned char bytes[16];
-  size_t got = 0;
-  while (got < sizeof bytes) {
-    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) KOLO_THROW(IoError, "getrandom failed: ", std::strerror(errno));
-    got += static_cast<size_t>(n);
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string token;
-  for (unsigned char b : bytes) {
-    token += kHex[b >> 4];
-    token += kHex[b & 15];
-  }
-  return token;
-}
 
 int runLauncher(const LauncherOptions& options) {
   if (options.procsPerNode < 1)

@@ -51,7 +51,4 @@ struct LauncherOptions {
 /// bad options and IoError when the store cannot be hosted or reached.
 int runLauncher(const LauncherOptions& options);
 
-/// A random 128-bit token as 32 hexadecimal digits (from the kernel's random source).
-std::string generateJobToken();
-
 }  // namespace kolo::parallel

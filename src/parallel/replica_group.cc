@@ -1,6 +1,7 @@
 // In-process replica group: Communicator over K threads whose collectives read and write
 // each other's buffers directly (reduce-to-one, hierarchical copy or ring), with a
-// deadline on every rendezvous.
+// deadline on every rendezvous. Elements are combined by the comm layer's reduction
+// kernels, so every dtype and op reduces as it does between processes.
 #include "kolo/parallel/replica_group.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "comm/algorithms/reduce_kernels.h"
 #include "kolo/error.h"
 
 namespace kolo::parallel {
@@ -39,22 +41,6 @@ namespace {
 
 enum class Kind { Allreduce, Broadcast, Allgather, Barrier };
 
-const char* opName(comm::ReduceOp op) {
-  switch (op) {
-    case comm::ReduceOp::Sum:
-      return "sum";
-    case comm::ReduceOp::Prod:
-      return "prod";
-    case comm::ReduceOp::Min:
-      return "min";
-    case comm::ReduceOp::Max:
-      return "max";
-    case comm::ReduceOp::Avg:
-      return "avg";
-  }
-  return "?";
-}
-
 const char* kindName(Kind k) {
   switch (k) {
     case Kind::Allreduce:
@@ -80,61 +66,6 @@ struct Round {
   std::vector<const void*> send;
   std::vector<void*> recv;
 };
-
-template <class T>
-void combine(T* dst, const T* src, size_t n, comm::ReduceOp op) {
-  switch (op) {
-    case comm::ReduceOp::Sum:
-    case comm::ReduceOp::Avg:
-      for (size_t i = 0; i < n; ++i) dst[i] += src[i];
-      break;
-    case comm::ReduceOp::Prod:
-      for (size_t i = 0; i < n; ++i) dst[i] *= src[i];
-      break;
-    case comm::ReduceOp::Min:
-      for (size_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]);
-      break;
-    case comm::ReduceOp::Max:
-      for (size_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
-      break;
-  }
-}
-
-template <class T>
-void divide(T* dst, size_t n, int k) {
-  for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(dst[i] / static_cast<T>(k));
-}
-
-void combineTyped(void* dst, const void* src, size_t n, DType dtype, comm::ReduceOp op) {
-  switch (dtype) {
-    case DType::F32:
-      return combine(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
-    case DType::F64:
-      return combine(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
-    case DType::I32:
-      return combine(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
-    case DType::I64:
-      return combine(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
-    default:
-      KOLO_THROW(InvalidArgument, "replica group: dtype ", dtypeName(dtype),
-                 " is not reducible here");
-  }
-}
-
-void divideTyped(void* dst, size_t n, DType dtype, int k) {
-  switch (dtype) {
-    case DType::F32:
-      return divide(static_cast<float*>(dst), n, k);
-    case DType::F64:
-      return divide(static_cast<double*>(dst), n, k);
-    case DType::I32:
-      return divide(static_cast<int32_t*>(dst), n, k);
-    case DType::I64:
-      return divide(static_cast<int64_t*>(dst), n, k);
-    default:
-      break;
-  }
-}
 
 // State shared by the K communicators of one group.
 struct GroupState {
@@ -302,9 +233,9 @@ class ReplicaCommunicator : public comm::Communicator {
                  round.op != op || round.root != root) {
         KOLO_THROW(Mismatch, "replica group: collective #", seq,
                    " differs between replicas: replica ", rank_, " called ", kindName(kind),
-                   "(count ", count, ", ", dtypeName(dtype), ", ", opName(op), ", root ", root,
+                   "(count ", count, ", ", dtypeName(dtype), ", ", comm::reduceOpName(op), ", root ", root,
                    ") but another called ", kindName(round.kind), "(count ", round.count, ", ",
-                   dtypeName(round.dtype), ", ", opName(round.op), ", root ", round.root, ")");
+                   dtypeName(round.dtype), ", ", comm::reduceOpName(round.op), ", root ", round.root, ")");
       }
       round.send[rank_] = sendbuf;
       round.recv[rank_] = recvbuf;
@@ -366,8 +297,8 @@ class ReplicaCommunicator : public comm::Communicator {
         // Replica 0 reads every input (others' inputs stay untouched until the next barrier).
         if (rank_ == 0) {
           copyIn(0);
-          for (int r = 1; r < k; ++r) combineTyped(recvOf(0), sendOf(r), n, round.dtype, round.op);
-          if (round.op == comm::ReduceOp::Avg) divideTyped(recvOf(0), n, round.dtype, k);
+          for (int r = 1; r < k; ++r) comm::detail::reduceInto(recvOf(0), sendOf(r), n, round.dtype, round.op);
+          if (round.op == comm::ReduceOp::Avg) comm::detail::finishAvg(recvOf(0), n, round.dtype, k);
         }
         g.barrier(rank_, limit);
         if (rank_ != 0 && n > 0) std::memcpy(recvOf(rank_), recvOf(0), n * esize);
@@ -383,12 +314,12 @@ class ReplicaCommunicator : public comm::Communicator {
         if (rank_ == leader) {
           copyIn(leader);
           for (int r = leader + 1; r < end; ++r)
-            combineTyped(recvOf(leader), sendOf(r), n, round.dtype, round.op);
+            comm::detail::reduceInto(recvOf(leader), sendOf(r), n, round.dtype, round.op);
         }
         g.barrier(rank_, limit);
         if (rank_ == 0) {
-          if (h < k) combineTyped(recvOf(0), recvOf(h), n, round.dtype, round.op);
-          if (round.op == comm::ReduceOp::Avg) divideTyped(recvOf(0), n, round.dtype, k);
+          if (h < k) comm::detail::reduceInto(recvOf(0), recvOf(h), n, round.dtype, round.op);
+          if (round.op == comm::ReduceOp::Avg) comm::detail::finishAvg(recvOf(0), n, round.dtype, k);
         }
         g.barrier(rank_, limit);
         if (rank_ == h && h < k && n > 0) std::memcpy(recvOf(h), recvOf(0), n * esize);
@@ -409,13 +340,13 @@ class ReplicaCommunicator : public comm::Communicator {
         const int right = (rank_ + 1) % k;
         for (int s = 0; s + 1 < k; ++s) {
           const int c = ((rank_ - s) % k + k) % k;
-          combineTyped(recvOf(right) + lo(c) * esize, recvOf(rank_) + lo(c) * esize, hi(c) - lo(c),
+          comm::detail::reduceInto(recvOf(right) + lo(c) * esize, recvOf(rank_) + lo(c) * esize, hi(c) - lo(c),
                        round.dtype, round.op);
           g.barrier(rank_, limit);
         }
         if (round.op == comm::ReduceOp::Avg) {
           const int c = (rank_ + 1) % k;
-          divideTyped(recvOf(rank_) + lo(c) * esize, hi(c) - lo(c), round.dtype, k);
+          comm::detail::finishAvg(recvOf(rank_) + lo(c) * esize, hi(c) - lo(c), round.dtype, k);
           g.barrier(rank_, limit);
         }
         for (int s = 0; s + 1 < k; ++s) {

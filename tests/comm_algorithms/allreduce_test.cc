@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/algorithms/algorithms.h"
+#include "comm/closed_form.h"
 #include "comm_algorithms/thread_links.h"
 #include "comm_algorithms/values.h"
 #include "kolo/error.h"
@@ -18,8 +19,6 @@ namespace {
 using testing::Fabric;
 using testing::SendMode;
 
-const DType kDTypes[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8};
-const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg};
 const Algorithm kFlat[] = {Algorithm::Ring, Algorithm::HalvingDoubling, Algorithm::Tree, Algorithm::ReduceBroadcast};
 
 // Tiny chunks and thresholds so that small counts already take the pipelined, chunked and
@@ -56,7 +55,7 @@ void runCase(const Case& c) {
   const std::vector<char> want = testing::expectedResult(c.dtype, c.count, c.n, c.op);
   const size_t bytes = c.count * dtypeSize(c.dtype);
   testing::runRanks(c.n, c.mode, [&](Links& links, int r) {
-    std::vector<char> input = testing::makeInput(c.dtype, c.count, r, c.op);
+    std::vector<char> input = testing::makeInput(c.dtype, c.count, r, c.n, c.op);
     const std::vector<char> original = input;
     std::vector<char> output(input.size(), 0x5a);
     void* dst = c.inPlace ? input.data() : output.data();
@@ -87,8 +86,8 @@ TEST(Allreduce, EveryAlgorithmSizeCountAndPlacement) {
 }
 
 TEST(Allreduce, RingEveryDtypeAndOp) {
-  for (DType dtype : kDTypes)
-    for (ReduceOp op : kOps)
+  for (DType dtype : kAllDTypes)
+    for (ReduceOp op : kAllReduceOps)
       for (int n = 1; n <= 8; ++n)
         for (size_t count : {size_t{0}, size_t{1}, size_t{7}})
           for (bool inPlace : {false, true})
@@ -98,8 +97,8 @@ TEST(Allreduce, RingEveryDtypeAndOp) {
 
 TEST(Allreduce, OtherAlgorithmsEveryDtypeAndOp) {
   for (Algorithm algo : {Algorithm::HalvingDoubling, Algorithm::Tree, Algorithm::ReduceBroadcast})
-    for (DType dtype : kDTypes)
-      for (ReduceOp op : kOps)
+    for (DType dtype : kAllDTypes)
+      for (ReduceOp op : kAllReduceOps)
         for (int n : {2, 3, 5, 8})
           for (bool inPlace : {false, true})
             expectCase({algo, n, 29, dtype, op, inPlace, inPlace ? SendMode::Buffered : SendMode::Rendezvous, tinyChunks()});
@@ -178,7 +177,7 @@ TEST(AlgorithmNames, ParseRoundTrips) {
   for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::HalvingDoubling, Algorithm::Tree,
                       Algorithm::ReduceBroadcast, Algorithm::Hierarchical})
     EXPECT_EQ(parseAlgorithm(algorithmName(a)), a);
-  for (ReduceOp op : kOps) EXPECT_EQ(parseReduceOp(reduceOpName(op)), op);
+  for (ReduceOp op : kAllReduceOps) EXPECT_EQ(parseReduceOp(reduceOpName(op)), op);
   EXPECT_THROW(parseAlgorithm("butterfly"), InvalidArgument);
   EXPECT_THROW(parseReduceOp("xor"), InvalidArgument);
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/algorithms/algorithms.h"
+#include "comm/closed_form.h"
 #include "comm_algorithms/thread_links.h"
 #include "comm_algorithms/values.h"
 #include "kolo/error.h"
@@ -32,9 +33,10 @@ AlgorithmOptions tinyChunks() {
   return opts;
 }
 
-// Byte pattern for data-movement collectives: distinct per (rank, block, index).
+// Byte i that `rank` sends towards `block` in the data-movement collectives: the
+// closed-form code, which fits a byte and is never 0.
 unsigned char pattern(int rank, int block, size_t i) {
-  return static_cast<unsigned char>(rank * 37 + block * 11 + i * 7 + 1);
+  return static_cast<unsigned char>(closedFormCode(rank, block, i));
 }
 
 // ---------------------------------------------------------------- hierarchical
@@ -73,7 +75,7 @@ void runHierarchical(const HierCase& c) {
     std::unique_ptr<Links> leaderLinks;
     if (localRank[r] == c.localRoot) leaderLinks = leaders.links(hostOf[r]);
     HierarchicalGroups groups{localLinks.get(), leaderLinks.get(), c.localRoot, world, c.leaderAlgorithm};
-    std::vector<char> input = testing::makeInput(c.dtype, c.count, r, c.op);
+    std::vector<char> input = testing::makeInput(c.dtype, c.count, r, world, c.op);
     std::vector<char> output(input.size());
     void* dst = c.inPlace ? input.data() : output.data();
     allreduce(*localLinks, input.data(), dst, c.count, c.dtype, c.op, Algorithm::Hierarchical, c.opts, &groups);
@@ -136,7 +138,7 @@ TEST(Reduce, BinomialTreeEveryRootSizeAndCount) {
                                               << reduceOpName(op) << (inPlace ? " in place" : ""));
             EXPECT_NO_THROW(testing::runRanks(n, inPlace ? SendMode::Rendezvous : SendMode::Buffered,
                                               [&](Links& links, int r) {
-              std::vector<char> input = testing::makeInput(dtype, count, r, op);
+              std::vector<char> input = testing::makeInput(dtype, count, r, n, op);
               std::vector<char> output(input.size());
               void* dst = r != root ? nullptr : inPlace ? input.data() : output.data();
               reduce(links, input.data(), dst, count, dtype, op, root, tinyChunks());
@@ -239,7 +241,7 @@ TEST(ReduceScatter, RingEqualAndUnevenBlocks) {
                                               << reduceOpName(op) << (inPlace ? " in place" : ""));
             EXPECT_NO_THROW(testing::runRanks(n, inPlace ? SendMode::Buffered : SendMode::Rendezvous,
                                               [&](Links& links, int r) {
-              std::vector<char> input = testing::makeInput(dtype, blocks.total, r, op);
+              std::vector<char> input = testing::makeInput(dtype, blocks.total, r, n, op);
               std::vector<char> output(counts[r] * esize + 1);
               void* dst = inPlace ? input.data() : output.data();
               const AlgorithmOptions opts = variant == 2 ? AlgorithmOptions{} : tinyChunks();

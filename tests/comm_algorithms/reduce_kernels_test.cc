@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "comm/closed_form.h"
 #include "comm_algorithms/values.h"
 #include "kolo/error.h"
 
@@ -19,9 +20,6 @@ namespace kolo::comm::detail {
 namespace {
 
 using testing::firstDifference;
-
-const DType kDTypes[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8};
-const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg};
 
 template <class T>
 T refOp(T a, T b, ReduceOp op) {
@@ -109,9 +107,9 @@ std::vector<char> randomBuffer(DType dtype, size_t count, std::mt19937_64& rng) 
 
 TEST(ReduceKernels, MatchScalarReferenceForEveryDtypeOpAndLength) {
   std::mt19937_64 rng(12345);
-  for (DType dtype : kDTypes) {
+  for (DType dtype : kAllDTypes) {
     const size_t esize = dtypeSize(dtype);
-    for (ReduceOp op : kOps) {
+    for (ReduceOp op : kAllReduceOps) {
       for (size_t count : {size_t{1}, size_t{3}, size_t{17}, size_t{255}, size_t{257}, size_t{1000}, size_t{4099}}) {
         // Unaligned by one element, and lengths that leave vector tails.
         const std::vector<char> a = randomBuffer(dtype, count + 1, rng);
@@ -155,7 +153,7 @@ TEST(ReduceKernels, HalfTypesMatchReferenceOnEveryBitPattern) {
       a[i] = static_cast<uint16_t>(i);  // every pattern once
       b[i] = static_cast<uint16_t>(rng());
     }
-    for (ReduceOp op : kOps) {
+    for (ReduceOp op : kAllReduceOps) {
       for (size_t i = 0; i < count; ++i) refElement(dtype, want.data(), a.data(), b.data(), i, op);
       reduceTo(got.data(), a.data(), b.data(), count, dtype, op);
       reduceToPortable(portable.data(), a.data(), b.data(), count, dtype, op);

@@ -1,7 +1,5 @@
-// Closed-form inputs and expected results for collective tests: rank r contributes
-// (r + 1) + (i % 7) at index i (sum = n(n+1)/2 + n(i % 7), min = 1 + i % 7, max = n + i % 7),
-// or, for prod, 2 where (r + i) is odd and 1 elsewhere (prod = 2^#odd). All are exact in
-// every dtype for n <= 8.
+// Buffers of the closed-form values of comm/closed_form.h for the algorithm tests, which
+// compare results bit for bit, and that bitwise comparison.
 #pragma once
 
 #include <cstddef>
@@ -13,12 +11,11 @@
 
 namespace kolo::comm::testing {
 
-/// Value of element i contributed by rank r for op, as a double.
-double contribution(int rank, size_t index, ReduceOp op);
-/// count elements of dtype from contribution(rank, i, op).
-std::vector<char> makeInput(DType dtype, size_t count, int rank, ReduceOp op);
-/// The reduction over n ranks, in closed form, as dtype bytes.
-std::vector<char> expectedResult(DType dtype, size_t count, int n, ReduceOp op);
+/// count elements of dtype: rank `rank`'s closed-form input to `op` over `ranks` ranks
+/// (one spare byte, so data() is never null for count 0).
+std::vector<char> makeInput(DType dtype, size_t count, int rank, int ranks, ReduceOp op);
+/// The reduction over `ranks` ranks, in closed form, as dtype bytes.
+std::vector<char> expectedResult(DType dtype, size_t count, int ranks, ReduceOp op);
 /// "" when equal, otherwise a description of the first differing element.
 std::string firstDifference(DType dtype, const void* got, const void* want, size_t count);
 

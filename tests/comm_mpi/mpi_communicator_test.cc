@@ -1,14 +1,14 @@
 // Tests of the MPI backend, run by ctest under `mpirun -np 1..4`: every collective, dtype
-// and reduce op against closed-form values (each rank contributes values derived from its
-// rank), in place and out of place, split, point to point, signature checks and timeouts.
+// and reduce op against the closed-form values of comm/closed_form.h, in place and out of
+// place, split, point to point, signature checks and timeouts.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <vector>
 
+#include "comm/closed_form.h"
 #include "kolo/comm/mpi.h"
 #include "kolo/error.h"
 #include "mpi_test_support.h"
@@ -19,37 +19,11 @@ namespace {
 using test::Buffer;
 using test::world;
 
-const DType kAllDTypes[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8};
-const ReduceOp kAllOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg};
-
-// Rank r's element i for a reduction; every value and result is a small integer, exact in
-// every dtype (bf16 holds integers up to 256 exactly).
-double contribution(ReduceOp op, int r, size_t i) {
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Min:
-    case ReduceOp::Max: return (r + 1) + static_cast<double>(i % 3);
-    case ReduceOp::Prod: return (i % 2 == 0) ? 1.0 : (r + 1);
-    case ReduceOp::Avg: return 2.0 * (r + 1) + static_cast<double>(i % 3);
-  }
-  return 0;
-}
-
-// The reduction of contribution(op, 0..n-1, i) in closed form.
-double expected(ReduceOp op, int n, size_t i) {
-  const double k = static_cast<double>(i % 3);
-  switch (op) {
-    case ReduceOp::Sum: return n * (n + 1) / 2.0 + n * k;
-    case ReduceOp::Min: return 1 + k;
-    case ReduceOp::Max: return n + k;
-    case ReduceOp::Prod: return (i % 2 == 0) ? 1.0 : std::tgamma(n + 1.0);
-    case ReduceOp::Avg: return (n + 1) + k;
-  }
-  return 0;
-}
-
-// Values for the data-movement collectives: a code for (source rank, destination, index).
-double code(int src, int dst, size_t i) { return static_cast<double>((src * 7 + dst * 3 + i) % 97); }
+using detail::closedFormCode;
+using detail::closedFormInput;
+using detail::closedFormResult;
+using detail::kAllDTypes;
+using detail::kAllReduceOps;
 
 class MpiReduceTest : public ::testing::TestWithParam<std::tuple<DType, ReduceOp>> {};
 
@@ -60,15 +34,15 @@ TEST_P(MpiReduceTest, AllreduceOutOfPlaceAndInPlace) {
   for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1031}}) {
     Buffer in(dtype, count), out(dtype, count), inplace(dtype, count);
     for (size_t i = 0; i < count; ++i) {
-      in.set(i, contribution(op, comm->rank(), i));
-      inplace.set(i, contribution(op, comm->rank(), i));
+      in.set(i, closedFormInput(op, comm->rank(), comm->size(), i));
+      inplace.set(i, closedFormInput(op, comm->rank(), comm->size(), i));
     }
     comm->allreduce(in.data(), out.data(), count, dtype, op);
     comm->allreduce(inplace.data(), inplace.data(), count, dtype, op);
     for (size_t i = 0; i < count; ++i) {
-      ASSERT_EQ(out.get(i), expected(op, n, i)) << "out of place, count " << count << " element " << i;
-      ASSERT_EQ(inplace.get(i), expected(op, n, i)) << "in place, count " << count << " element " << i;
-      ASSERT_EQ(in.get(i), contribution(op, comm->rank(), i)) << "input changed at " << i;
+      ASSERT_EQ(out.get(i), closedFormResult(op, n, i, dtype)) << "out of place, count " << count << " element " << i;
+      ASSERT_EQ(inplace.get(i), closedFormResult(op, n, i, dtype)) << "in place, count " << count << " element " << i;
+      ASSERT_EQ(in.get(i), closedFormInput(op, comm->rank(), comm->size(), i)) << "input changed at " << i;
     }
   }
 }
@@ -80,13 +54,13 @@ TEST_P(MpiReduceTest, ReduceToLastRank) {
   const int root = n - 1;
   const size_t count = 7;
   Buffer buf(dtype, count), out(dtype, count);
-  for (size_t i = 0; i < count; ++i) buf.set(i, contribution(op, comm->rank(), i));
+  for (size_t i = 0; i < count; ++i) buf.set(i, closedFormInput(op, comm->rank(), comm->size(), i));
   comm->reduce(buf.data(), out.data(), count, dtype, op, root);
   comm->reduce(buf.data(), buf.data(), count, dtype, op, root);
   if (comm->rank() == root) {
     for (size_t i = 0; i < count; ++i) {
-      ASSERT_EQ(out.get(i), expected(op, n, i)) << "element " << i;
-      ASSERT_EQ(buf.get(i), expected(op, n, i)) << "in place, element " << i;
+      ASSERT_EQ(out.get(i), closedFormResult(op, n, i, dtype)) << "element " << i;
+      ASSERT_EQ(buf.get(i), closedFormResult(op, n, i, dtype)) << "in place, element " << i;
     }
   }
 }
@@ -96,19 +70,19 @@ TEST_P(MpiReduceTest, ReduceScatterBlocks) {
   auto comm = world();
   const int n = comm->size();
   const size_t recvcount = 5;
-  // Block b, element j of every rank's input is contribution(op, r, b * recvcount + j), so
-  // rank b's result is expected(op, n, b * recvcount + j).
+  // Block b, element j of every rank's input is closedFormInput(op, r, n, b * recvcount + j),
+  // so rank b's result is closedFormResult(op, n, b * recvcount + j, dtype).
   Buffer in(dtype, recvcount * n), out(dtype, recvcount), inplace(dtype, recvcount * n);
   for (size_t i = 0; i < recvcount * n; ++i) {
-    in.set(i, contribution(op, comm->rank(), i));
-    inplace.set(i, contribution(op, comm->rank(), i));
+    in.set(i, closedFormInput(op, comm->rank(), comm->size(), i));
+    inplace.set(i, closedFormInput(op, comm->rank(), comm->size(), i));
   }
   comm->reduceScatter(in.data(), out.data(), recvcount, dtype, op);
   comm->reduceScatter(inplace.data(), inplace.data(), recvcount, dtype, op);
   for (size_t j = 0; j < recvcount; ++j) {
     const size_t global = comm->rank() * recvcount + j;
-    ASSERT_EQ(out.get(j), expected(op, n, global)) << "element " << j;
-    ASSERT_EQ(inplace.get(j), expected(op, n, global)) << "in place, element " << j;
+    ASSERT_EQ(out.get(j), closedFormResult(op, n, global, dtype)) << "element " << j;
+    ASSERT_EQ(inplace.get(j), closedFormResult(op, n, global, dtype)) << "in place, element " << j;
   }
 }
 
@@ -119,8 +93,8 @@ TEST_P(MpiReduceTest, NonBlockingAllreduce) {
   // Two operations in flight at once: out of place from `a` into `b`, in place on `c`.
   Buffer a(dtype, count), b(dtype, count), c(dtype, count);
   for (size_t i = 0; i < count; ++i) {
-    a.set(i, contribution(op, comm->rank(), i));
-    c.set(i, contribution(op, comm->rank(), i));
+    a.set(i, closedFormInput(op, comm->rank(), comm->size(), i));
+    c.set(i, closedFormInput(op, comm->rank(), comm->size(), i));
   }
   auto first = comm->iallreduce(a.data(), b.data(), count, dtype, op);
   auto second = comm->iallreduce(c.data(), c.data(), count, dtype, op);
@@ -128,13 +102,13 @@ TEST_P(MpiReduceTest, NonBlockingAllreduce) {
   second->wait();
   EXPECT_TRUE(first->test());
   for (size_t i = 0; i < count; ++i) {
-    ASSERT_EQ(b.get(i), expected(op, comm->size(), i)) << "element " << i;
-    ASSERT_EQ(c.get(i), expected(op, comm->size(), i)) << "in place, element " << i;
+    ASSERT_EQ(b.get(i), closedFormResult(op, comm->size(), i, dtype)) << "element " << i;
+    ASSERT_EQ(c.get(i), closedFormResult(op, comm->size(), i, dtype)) << "in place, element " << i;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDTypesAndOps, MpiReduceTest,
-                         ::testing::Combine(::testing::ValuesIn(kAllDTypes), ::testing::ValuesIn(kAllOps)),
+                         ::testing::Combine(::testing::ValuesIn(kAllDTypes), ::testing::ValuesIn(kAllReduceOps)),
                          [](const auto& info) {
                            return std::string(dtypeName(std::get<0>(info.param))) + "_" +
                                   std::string(reduceOpName(std::get<1>(info.param)));
@@ -145,10 +119,11 @@ TEST(MpiCommunicator, AllreducePrimeCountAboveOneMillion) {
   const size_t count = 1000003;
   for (DType dtype : {DType::F32, DType::F64, DType::BF16, DType::I64}) {
     Buffer buf(dtype, count);
-    for (size_t i = 0; i < count; ++i) buf.set(i, contribution(ReduceOp::Sum, comm->rank(), i));
+    for (size_t i = 0; i < count; ++i) buf.set(i, closedFormInput(ReduceOp::Sum, comm->rank(), comm->size(), i));
     comm->allreduce(buf.data(), buf.data(), count, dtype, ReduceOp::Sum);
     for (size_t i = 0; i < count; ++i) {
-      ASSERT_EQ(buf.get(i), expected(ReduceOp::Sum, comm->size(), i)) << dtypeName(dtype) << " element " << i;
+      ASSERT_EQ(buf.get(i), closedFormResult(ReduceOp::Sum, comm->size(), i, dtype))
+          << dtypeName(dtype) << " element " << i;
     }
   }
 }
@@ -161,9 +136,10 @@ TEST_P(MpiMoveTest, BroadcastFromEveryRoot) {
   for (int root = 0; root < comm->size(); ++root) {
     for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{4099}}) {
       Buffer buf(dtype, count);
-      for (size_t i = 0; i < count; ++i) buf.set(i, comm->rank() == root ? code(root, 0, i) : 0);
+      for (size_t i = 0; i < count; ++i) buf.set(i, comm->rank() == root ? closedFormCode(root, 0, i) : 0);
       comm->broadcast(buf.data(), count, dtype, root);
-      for (size_t i = 0; i < count; ++i) ASSERT_EQ(buf.get(i), code(root, 0, i)) << "root " << root << " i " << i;
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(buf.get(i), closedFormCode(root, 0, i)) << "root " << root << " i " << i;
       buf.fill(comm->rank() == root ? 5 : 0);
       comm->ibroadcast(buf.data(), count, dtype, root)->wait();
       for (size_t i = 0; i < count; ++i) ASSERT_EQ(buf.get(i), 5) << "ibroadcast root " << root;
@@ -178,15 +154,15 @@ TEST_P(MpiMoveTest, AllgatherOutOfPlaceAndInPlace) {
   for (size_t count : {size_t{0}, size_t{1}, size_t{7}}) {
     Buffer mine(dtype, count), all(dtype, count * n), inplace(dtype, count * n);
     for (size_t i = 0; i < count; ++i) {
-      mine.set(i, code(comm->rank(), 0, i));
-      inplace.set(comm->rank() * count + i, code(comm->rank(), 0, i));
+      mine.set(i, closedFormCode(comm->rank(), 0, i));
+      inplace.set(comm->rank() * count + i, closedFormCode(comm->rank(), 0, i));
     }
     comm->allgather(mine.data(), all.data(), count, dtype);
     comm->allgather(inplace.at(comm->rank() * count), inplace.data(), count, dtype);
     for (int r = 0; r < n; ++r) {
       for (size_t i = 0; i < count; ++i) {
-        ASSERT_EQ(all.get(r * count + i), code(r, 0, i)) << "block " << r << " element " << i;
-        ASSERT_EQ(inplace.get(r * count + i), code(r, 0, i)) << "in place, block " << r << " element " << i;
+        ASSERT_EQ(all.get(r * count + i), closedFormCode(r, 0, i)) << "block " << r << " element " << i;
+        ASSERT_EQ(inplace.get(r * count + i), closedFormCode(r, 0, i)) << "in place, block " << r << " element " << i;
       }
     }
   }
@@ -200,11 +176,11 @@ TEST_P(MpiMoveTest, AllgathervRankSizedBlocks) {
   for (int r = 0; r < n; ++r) counts[r] = static_cast<size_t>(r % 3);  // includes empty blocks
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
   Buffer mine(dtype, counts[comm->rank()]), all(dtype, total);
-  for (size_t i = 0; i < counts[comm->rank()]; ++i) mine.set(i, code(comm->rank(), 1, i));
+  for (size_t i = 0; i < counts[comm->rank()]; ++i) mine.set(i, closedFormCode(comm->rank(), 1, i));
   comm->allgatherv(mine.data(), all.data(), counts, dtype);
   size_t offset = 0;
   for (int r = 0; r < n; ++r) {
-    for (size_t i = 0; i < counts[r]; ++i) ASSERT_EQ(all.get(offset + i), code(r, 1, i)) << "rank " << r;
+    for (size_t i = 0; i < counts[r]; ++i) ASSERT_EQ(all.get(offset + i), closedFormCode(r, 1, i)) << "rank " << r;
     offset += counts[r];
   }
 }
@@ -216,23 +192,23 @@ TEST_P(MpiMoveTest, GatherAndScatterAtEveryRoot) {
   const size_t count = 7;
   for (int root = 0; root < n; ++root) {
     Buffer mine(dtype, count), all(dtype, count * n);
-    for (size_t i = 0; i < count; ++i) mine.set(i, code(comm->rank(), root, i));
+    for (size_t i = 0; i < count; ++i) mine.set(i, closedFormCode(comm->rank(), root, i));
     comm->gather(mine.data(), all.data(), count, dtype, root);
     if (comm->rank() == root) {
       for (int r = 0; r < n; ++r) {
-        for (size_t i = 0; i < count; ++i) ASSERT_EQ(all.get(r * count + i), code(r, root, i)) << "gather";
+        for (size_t i = 0; i < count; ++i) ASSERT_EQ(all.get(r * count + i), closedFormCode(r, root, i)) << "gather";
       }
     }
     // Scatter: the root's block d goes to rank d.
     Buffer source(dtype, count * n), part(dtype, count);
     for (int d = 0; d < n; ++d) {
-      for (size_t i = 0; i < count; ++i) source.set(d * count + i, code(root, d, i));
+      for (size_t i = 0; i < count; ++i) source.set(d * count + i, closedFormCode(root, d, i));
     }
     comm->scatter(source.data(), part.data(), count, dtype, root);
-    for (size_t i = 0; i < count; ++i) ASSERT_EQ(part.get(i), code(root, comm->rank(), i)) << "scatter";
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(part.get(i), closedFormCode(root, comm->rank(), i)) << "scatter";
     comm->scatter(source.data(), source.at(root * count), count, dtype, root);  // in place at the root
     if (comm->rank() == root) {
-      for (size_t i = 0; i < count; ++i) ASSERT_EQ(source.get(root * count + i), code(root, root, i));
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(source.get(root * count + i), closedFormCode(root, root, i));
     }
   }
 }
@@ -244,15 +220,15 @@ TEST_P(MpiMoveTest, AlltoallOutOfPlaceAndInPlace) {
   const size_t count = 3;
   Buffer send(dtype, count * n), recv(dtype, count * n);
   for (int d = 0; d < n; ++d) {
-    for (size_t i = 0; i < count; ++i) send.set(d * count + i, code(comm->rank(), d, i));
+    for (size_t i = 0; i < count; ++i) send.set(d * count + i, closedFormCode(comm->rank(), d, i));
   }
   Buffer inplace = send;
   comm->alltoall(send.data(), recv.data(), count, dtype);
   comm->alltoall(inplace.data(), inplace.data(), count, dtype);
   for (int s = 0; s < n; ++s) {
     for (size_t i = 0; i < count; ++i) {
-      ASSERT_EQ(recv.get(s * count + i), code(s, comm->rank(), i)) << "from " << s;
-      ASSERT_EQ(inplace.get(s * count + i), code(s, comm->rank(), i)) << "in place, from " << s;
+      ASSERT_EQ(recv.get(s * count + i), closedFormCode(s, comm->rank(), i)) << "from " << s;
+      ASSERT_EQ(inplace.get(s * count + i), closedFormCode(s, comm->rank(), i)) << "in place, from " << s;
     }
   }
 }

@@ -1,6 +1,6 @@
-// Native communicator with ranks as forked processes over a directory store: shared
+// Native communicator with ranks as forked processes over the file store: shared
 // memory, cross-memory attach and TCP between processes, sizes up to 8, and the failure
-// cases: a SIGKILLed rank (IoError within twice the deadline) and a SIGSTOPped rank
+// cases: a SIGKILLed rank (PeerError within twice the deadline) and a SIGSTOPped rank
 // (Timeout naming it), each started by the parent only when the ranks say they are ready.
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -10,8 +10,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "comm/closed_form.h"
 #include "native_test_support.h"
-#include "native_values.h"
 #include "support/readiness_pipe.h"
 
 namespace kolo::comm::testing {
@@ -26,15 +26,15 @@ int allreduceChecks(Communicator& comm, const std::vector<size_t>& counts) {
     for (DType dtype : {DType::F32, DType::I32, DType::BF16}) {
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
         std::vector<uint8_t> buf(count * dtypeSize(dtype) + 1);
-        for (size_t i = 0; i < count; ++i) storeElement(dtype, buf.data(), i, contribution(comm.rank(), i, op));
+        detail::fillClosedFormInput(buf.data(), dtype, count, op, comm.rank(), n);
         std::vector<uint8_t> out(buf.size());
         comm.allreduce(buf.data(), out.data(), count, dtype, op);
         comm.allreduce(buf.data(), buf.data(), count, dtype, op);
-        for (size_t i = 0; i < count; ++i) {
-          const double want = expectedReduction(n, i, op, dtype);
-          if (!closeEnough(loadElement(dtype, out.data(), i), want, dtype) || !closeEnough(loadElement(dtype, buf.data(), i), want, dtype)) {
-            std::fprintf(stderr, "rank %d: %s %s count=%zu element %zu wrong\n", comm.rank(), dtypeName(dtype),
-                         reduceOpName(op), count, i);
+        for (const auto* result : {&out, &buf}) {
+          const std::string wrong = detail::closedFormMismatch(result->data(), dtype, count, op, n);
+          if (!wrong.empty()) {
+            std::fprintf(stderr, "rank %d: allreduce%s: %s\n", comm.rank(), result == &buf ? " in place" : "",
+                         wrong.c_str());
             return 2;
           }
         }
@@ -130,7 +130,7 @@ void killedRankCase(const NativeOptions& options, const std::string& mustMention
           pause();  // killed by the parent while the others wait for it
           return 0;
         }
-        return expectFailure<IoError>(comm, deadline, 2 * deadline, mustMention);
+        return expectFailure<PeerError>(comm, deadline, 2 * deadline, mustMention);
       },
       options,
       [&](const std::vector<pid_t>& pids) {
@@ -142,9 +142,9 @@ void killedRankCase(const NativeOptions& options, const std::string& mustMention
   EXPECT_EQ(codes[2], 128 + SIGKILL);
 }
 
-TEST(NativeProcesses, KilledRankGivesIoErrorOverSharedMemory) { killedRankCase({}, "rank 2"); }
+TEST(NativeProcesses, KilledRankGivesPeerErrorOverSharedMemory) { killedRankCase({}, "rank 2"); }
 
-TEST(NativeProcesses, KilledRankGivesIoErrorOverTcp) {
+TEST(NativeProcesses, KilledRankGivesPeerErrorOverTcp) {
   NativeOptions options;
   options.sharedMemory = false;
   killedRankCase(options, "is gone");

@@ -60,7 +60,7 @@ TEST(NativeSharedMemory, JobTooLargeForTheHostIsRefusedAtRendezvousOnEveryRank) 
   options.ringBytes = size_t{1} << 40;
   std::mutex mutex;
   std::vector<std::string> messages;
-  auto store = std::make_shared<ThreadStore>();
+  auto store = makeMemoryStore();
   std::vector<std::thread> threads;
   for (int r = 0; r < 3; ++r) {
     threads.emplace_back([&, r] {

@@ -13,40 +13,34 @@
 #include <cstring>
 #include <string>
 
+#include "comm/closed_form.h"
 #include "comm/native/native_communicator.h"
 #include "native_test_support.h"
-#include "native_values.h"
 
 namespace kolo::comm::testing {
 namespace {
 
-std::vector<uint8_t> filled(int rank, size_t count, DType dtype, ReduceOp op) {
+using detail::kAllDTypes;
+using detail::kAllReduceOps;
+
+std::vector<uint8_t> filled(int rank, int ranks, size_t count, DType dtype, ReduceOp op) {
   std::vector<uint8_t> buf(count * dtypeSize(dtype) + 1);
-  for (size_t i = 0; i < count; ++i) storeElement(dtype, buf.data(), i, contribution(rank, i, op));
+  detail::fillClosedFormInput(buf.data(), dtype, count, op, rank, ranks);
   return buf;
 }
 
-/// Checks an all-reduce result of n ranks; returns the first bad index or -1.
-long firstWrong(const void* buf, size_t count, int n, DType dtype, ReduceOp op) {
-  for (size_t i = 0; i < count; ++i)
-    if (!closeEnough(loadElement(dtype, buf, i), expectedReduction(n, i, op, dtype), dtype)) return static_cast<long>(i);
-  return -1;
-}
-
 void allreduceCase(Communicator& comm, size_t count, DType dtype, ReduceOp op, bool inPlace, Algorithm algo) {
-  auto send = filled(comm.rank(), count, dtype, op);
+  auto send = filled(comm.rank(), comm.size(), count, dtype, op);
   std::vector<uint8_t> out(send.size(), 0xee);
   CollectiveOptions opts;
   opts.algorithm = algo;
   void* dst = inPlace ? send.data() : out.data();
   comm.allreduce(send.data(), dst, count, dtype, op, opts);
-  const long bad = firstWrong(dst, count, comm.size(), dtype, op);
-  if (bad >= 0)
-    KOLO_THROW(Error, "allreduce ", dtypeName(dtype), " ", reduceOpName(op), " count=", count, " n=", comm.size(),
-               inPlace ? " in place" : " out of place", ": element ", bad, " is ",
-               loadElement(dtype, dst, static_cast<size_t>(bad)), ", expected ",
-               expectedReduction(comm.size(), static_cast<size_t>(bad), op, dtype));
-  if (!inPlace && count > 0 && loadElement(dtype, send.data(), 0) != contribution(comm.rank(), 0, op))
+  const std::string wrong = detail::closedFormMismatch(dst, dtype, count, op, comm.size());
+  if (!wrong.empty())
+    KOLO_THROW(Error, "allreduce count=", count, inPlace ? " in place: " : " out of place: ", wrong);
+  if (!inPlace && count > 0 &&
+      loadElement(dtype, send.data(), 0) != detail::closedFormInput(op, comm.rank(), comm.size(), 0))
     KOLO_THROW(Error, "out-of-place allreduce modified its input");
 }
 
@@ -54,7 +48,7 @@ TEST(NativeThreads, AllreduceEveryDtypeAndOp) {
   for (int n : {1, 2, 3, 4}) {
     runThreads(n, [](Communicator& comm) {
       for (DType dtype : kAllDTypes)
-        for (ReduceOp op : kAllOps)
+        for (ReduceOp op : kAllReduceOps)
           for (bool inPlace : {false, true}) allreduceCase(comm, 7, dtype, op, inPlace, Algorithm::Auto);
     });
   }
@@ -89,7 +83,7 @@ TEST(NativeThreads, EveryAlgorithmEveryCount) {
           allreduceCase(comm, count, DType::F32, ReduceOp::Sum, true, algo);
         }
         for (DType dtype : kAllDTypes)
-          for (ReduceOp op : kAllOps) allreduceCase(comm, 7, dtype, op, dtype == DType::F64, algo);
+          for (ReduceOp op : kAllReduceOps) allreduceCase(comm, 7, dtype, op, dtype == DType::F64, algo);
       });
     }
   }
@@ -131,7 +125,7 @@ TEST(NativeThreads, HierarchicalRailAndLeaderLayouts) {
             allreduceCase(comm, count, DType::F32, ReduceOp::Sum, true, Algorithm::Hierarchical);
           }
           for (DType dtype : kAllDTypes)
-            for (ReduceOp op : kAllOps)
+            for (ReduceOp op : kAllReduceOps)
               for (bool inPlace : {false, true}) allreduceCase(comm, 7, dtype, op, inPlace, Algorithm::Hierarchical);
           allreduceCase(comm, 300007, DType::BF16, ReduceOp::Avg, false, Algorithm::Hierarchical);
           // Several segments of the two-host pipeline, a short last one included.
@@ -181,7 +175,7 @@ TEST(NativeThreads, OverIpv6Loopback) {
 }
 
 TEST(NativeThreads, PerCallTimeoutNamesTheAbsentRank) {
-  auto store = std::make_shared<ThreadStore>();
+  auto store = makeMemoryStore();
   std::string message;
   std::atomic<bool> done{false};
   std::thread absent([&] {
@@ -208,7 +202,7 @@ TEST(NativeThreads, ConnectionWithoutTokenIsRefusedAndJobCarriesOn) {
   NativeOptions options;
   options.sharedMemory = false;
   options.listenAddress = "127.0.0.1";
-  auto store = std::make_shared<ThreadStore>();
+  auto store = makeMemoryStore();
   std::exception_ptr errors[2];
   std::thread rank0([&] {
     try {
@@ -264,12 +258,13 @@ TEST(NativeThreads, RootedAndGatherCollectives) {
           for (size_t i = 0; i < count; ++i) b[i] = static_cast<int32_t>(100 * root + i);
         comm.broadcast(b.data(), count, DType::I32, root);
         for (size_t i = 0; i < count; ++i) ASSERT_EQ(b[i], static_cast<int32_t>(100 * root + i));
-        // reduce (sum of r+1+i%5)
+        // reduce
         std::vector<double> in(count), out(count, -1);
-        for (size_t i = 0; i < count; ++i) in[i] = contribution(me, i, ReduceOp::Sum);
+        detail::fillClosedFormInput(in.data(), DType::F64, count, ReduceOp::Sum, me, n);
         comm.reduce(in.data(), out.data(), count, DType::F64, ReduceOp::Sum, root);
         if (me == root) {
-          for (size_t i = 0; i < count; ++i) ASSERT_EQ(out[i], expectedReduction(n, i, ReduceOp::Sum, DType::F64));
+          for (size_t i = 0; i < count; ++i)
+            ASSERT_EQ(out[i], detail::closedFormResult(ReduceOp::Sum, n, i, DType::F64));
         }
         // gather
         std::vector<int64_t> mine(count), all(count * n, -1);
@@ -422,17 +417,20 @@ TEST(NativeThreads, SplitIntoSubgroups) {
   });
 }
 
-TEST(NativeThreads, MismatchedCountNamesBothRanks) {
-  std::vector<std::string> messages(2);
-  auto store = std::make_shared<ThreadStore>();
+/// Runs `call` on n ranks as threads, each with a communicator whose deadline is
+/// `timeout`; returns what each rank's Mismatch said ("" when none came, "wrong exception:
+/// ..." for any other error).
+std::vector<std::string> mismatchMessages(int n, std::chrono::seconds timeout,
+                                          const std::function<void(int, Communicator&)>& call) {
+  std::vector<std::string> messages(static_cast<size_t>(n));
+  auto store = makeMemoryStore();
   std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      auto comm = createNativeCommunicator(store, r, 2);
-      comm->setTimeout(std::chrono::seconds(5));
-      std::vector<float> buf(1000, 1.0f);
+      auto comm = createNativeCommunicator(store, r, n);
+      comm->setTimeout(timeout);
       try {
-        comm->allreduce(buf.data(), buf.data(), r == 0 ? 1000 : 999, DType::F32, ReduceOp::Sum);
+        call(r, *comm);
       } catch (const Mismatch& e) {
         messages[r] = e.what();
       } catch (const std::exception& e) {
@@ -441,6 +439,14 @@ TEST(NativeThreads, MismatchedCountNamesBothRanks) {
     });
   }
   for (auto& t : threads) t.join();
+  return messages;
+}
+
+TEST(NativeThreads, MismatchedCountNamesBothRanks) {
+  const auto messages = mismatchMessages(2, std::chrono::seconds(5), [](int r, Communicator& comm) {
+    std::vector<float> buf(1000, 1.0f);
+    comm.allreduce(buf.data(), buf.data(), r == 0 ? 1000 : 999, DType::F32, ReduceOp::Sum);
+  });
   EXPECT_NE(messages[0].find("allreduce #0 on rank 0 (f32 sum count=1000) vs rank 1 (f32 sum count=999)"),
             std::string::npos)
       << messages[0];
@@ -460,51 +466,23 @@ TEST(NativeThreads, PlanPicksSingleCopyForLargeSingleHostAllreduce) {
 }
 
 TEST(NativeThreads, MismatchedAlgorithmIsReported) {
-  std::vector<std::string> messages(2);
-  auto store = std::make_shared<ThreadStore>();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto comm = createNativeCommunicator(store, r, 2);
-      comm->setTimeout(std::chrono::seconds(3));
-      std::vector<float> v(100, 1.0f);
-      CollectiveOptions opts;
-      opts.algorithm = r == 0 ? Algorithm::Ring : Algorithm::Tree;
-      try {
-        comm->allreduce(v.data(), v.data(), v.size(), DType::F32, ReduceOp::Sum, opts);
-      } catch (const Mismatch& e) {
-        messages[r] = e.what();
-      } catch (const std::exception& e) {
-        messages[r] = std::string("wrong exception: ") + e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto messages = mismatchMessages(2, std::chrono::seconds(3), [](int r, Communicator& comm) {
+    std::vector<float> v(100, 1.0f);
+    CollectiveOptions opts;
+    opts.algorithm = r == 0 ? Algorithm::Ring : Algorithm::Tree;
+    comm.allreduce(v.data(), v.data(), v.size(), DType::F32, ReduceOp::Sum, opts);
+  });
   EXPECT_NE(messages[0].find("(f32 sum count=100 ring) vs rank 1 (f32 sum count=100 tree)"), std::string::npos)
       << messages[0];
 }
 
 TEST(NativeThreads, MismatchedOpIsReported) {
-  std::vector<std::string> messages(3);
   std::string plan;
-  auto store = std::make_shared<ThreadStore>();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      auto comm = createNativeCommunicator(store, r, 3);
-      comm->setTimeout(std::chrono::seconds(3));
-      if (r == 0) plan = dynamic_cast<native::NativeCommunicator&>(*comm).allreducePlan(Algorithm::Auto, 4);
-      int32_t v = 1;
-      try {
-        comm->allreduce(&v, &v, 1, DType::I32, r == 2 ? ReduceOp::Max : ReduceOp::Sum);
-      } catch (const Mismatch& e) {
-        messages[r] = e.what();
-      } catch (const std::exception& e) {
-        messages[r] = std::string("wrong exception: ") + e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto messages = mismatchMessages(3, std::chrono::seconds(3), [&plan](int r, Communicator& comm) {
+    if (r == 0) plan = dynamic_cast<native::NativeCommunicator&>(comm).allreducePlan(Algorithm::Auto, 4);
+    int32_t v = 1;
+    comm.allreduce(&v, &v, 1, DType::I32, r == 2 ? ReduceOp::Max : ReduceOp::Sum);
+  });
   EXPECT_NE(messages[2].find("(i32 max count=1) vs rank"), std::string::npos) << messages[2];
   // Direct: every rank hears from rank 2. Halving-doubling (3 ranks on fewer CPUs): rank 0
   // folds into rank 1, which exchanges with rank 2 and names it.

@@ -1,5 +1,5 @@
-// Tests of the in-process replica group: every reduction, op and dtype it supports, with
-// results in closed form, bit-identical replicas, and a replica that never arrives.
+// Tests of the in-process replica group: every reduction, op and dtype, with results in
+// closed form (comm/closed_form.h), bit-identical replicas, and a replica that never arrives.
 #include "kolo/parallel/replica_group.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/closed_form.h"
 #include "kolo/error.h"
 
 namespace kolo::parallel {
@@ -58,6 +59,21 @@ TEST_P(ReplicaGroupTest, AllreduceSumAvgMaxClosedForm) {
     });
     for (int r = 1; r < k; ++r) EXPECT_EQ(results[r], results[0]);
   }
+}
+
+TEST_P(ReplicaGroupTest, AllreduceEveryDtypeAndOpInClosedForm) {
+  const auto [reduction, k] = GetParam();
+  onReplicas(k, reduction, [&](comm::Communicator& c) {
+    for (DType dtype : comm::detail::kAllDTypes)
+      for (comm::ReduceOp op : comm::detail::kAllReduceOps)
+        for (size_t count : {size_t{0}, size_t{1}, size_t{61}}) {
+          std::vector<uint8_t> in(count * dtypeSize(dtype) + 1), out(in.size());
+          comm::detail::fillClosedFormInput(in.data(), dtype, count, op, c.rank(), k);
+          c.allreduce(in.data(), out.data(), count, dtype, op);
+          const std::string wrong = comm::detail::closedFormMismatch(out.data(), dtype, count, op, k);
+          ASSERT_TRUE(wrong.empty()) << localReductionName(reduction) << ": " << wrong;
+        }
+  });
 }
 
 TEST_P(ReplicaGroupTest, NonBlockingAllreducesCompleteInOrder) {

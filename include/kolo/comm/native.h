@@ -46,9 +46,11 @@ struct NativeOptions {
 /// block created by the lowest rank of the host, rings created by their writers on first
 /// use; see docs/comm.md), all others over TCP connections that must present a per-job
 /// token drawn by rank 0. Blocks until all ranks have connected; throws Timeout naming the
-/// ranks that did not, IoError when a socket cannot be set up or the host's shared memory
-/// cannot hold the job (the message says how much was needed and where), InvalidArgument
-/// for a bad rank or size.
+/// ranks that did not, PeerError naming the rank (and its host:port or host id) when a peer
+/// drops its connection or exits during rendezvous, IoError when a socket cannot be set up
+/// or the host's shared memory cannot hold the job (the message says how much was needed
+/// and where), InvalidArgument for a bad rank or size. The communicator's operations throw
+/// PeerError when a peer closes or resets its connection or its process exits.
 std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> store, int rank, int size,
                                                        const NativeOptions& options = {});
 

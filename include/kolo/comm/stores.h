@@ -57,7 +57,7 @@ struct TcpStoreServerOptions {
 /// connection must send the job token first; a wrong token, an oversized or malformed
 /// request closes that connection only. get/wait block in the server until their keys
 /// exist or the client's deadline passes. The destructor stops the thread and closes every
-/// connection (their clients then get IoError).
+/// connection (their clients then get PeerError, an IoError).
 class TcpStoreServer {
  public:
   /// Binds and starts serving. Throws IoError when no address could be bound.
@@ -91,7 +91,8 @@ struct TcpStoreClientOptions {
 
 /// A client of TcpStoreServer. Connects in the constructor (retrying until connectTimeout)
 /// and presents the token; throws IoError when the server cannot be reached or refuses the
-/// token. A server that vanishes later makes the pending and later calls throw IoError.
+/// token. A server that vanishes later makes the pending call throw PeerError (an IoError
+/// naming the server's host:port) and later calls IoError.
 /// Thread-safe: requests from several threads are serialised on the one connection.
 class TcpStoreClient : public Store {
  public:

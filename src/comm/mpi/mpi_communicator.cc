@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "comm/algorithms/reduce_kernels.h"
 #include "comm/mpi/mpi_work.h"
 #include "comm/shared_window.h"
 #include "kolo/error.h"
@@ -252,7 +253,7 @@ void MpiCommunicator::allreduce(const void* sendbuf, void* recvbuf, size_t count
   runCollective(
       sig, opts, [&] { return MPI_Allreduce(src, recvbuf, n, type, mop, comm_); },
       [&](MPI_Request* r) { return MPI_Iallreduce(src, recvbuf, n, type, mop, comm_, r); });
-  if (op == ReduceOp::Avg) divideInPlace(recvbuf, count, dtype, size_);
+  if (op == ReduceOp::Avg) finishAvg(recvbuf, count, dtype, size_);
 }
 
 std::unique_ptr<Work> MpiCommunicator::iallreduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype,
@@ -266,7 +267,7 @@ std::unique_ptr<Work> MpiCommunicator::iallreduce(const void* sendbuf, void* rec
   MpiWork::Finish finish;
   if (op == ReduceOp::Avg) {
     const int divisor = size_;
-    finish = [recvbuf, count, dtype, divisor](const MPI_Status&) { divideInPlace(recvbuf, count, dtype, divisor); };
+    finish = [recvbuf, count, dtype, divisor](const MPI_Status&) { finishAvg(recvbuf, count, dtype, divisor); };
   }
   return std::make_unique<MpiWork>(shared_from_this(), request, describe(sig), finish, true);
 }
@@ -284,7 +285,7 @@ void MpiCommunicator::reduce(const void* sendbuf, void* recvbuf, size_t count, D
   runCollective(
       sig, opts, [&] { return MPI_Reduce(src, dst, n, type, mop, root, comm_); },
       [&](MPI_Request* r) { return MPI_Ireduce(src, dst, n, type, mop, root, comm_, r); });
-  if (isRoot && op == ReduceOp::Avg) divideInPlace(recvbuf, count, dtype, size_);
+  if (isRoot && op == ReduceOp::Avg) finishAvg(recvbuf, count, dtype, size_);
 }
 
 void MpiCommunicator::broadcast(void* buf, size_t count, DType dtype, int root, const CollectiveOptions& opts) {
@@ -384,7 +385,7 @@ void MpiCommunicator::reduceScatter(const void* sendbuf, void* recvbuf, size_t r
   runCollective(
       sig, opts, [&] { return MPI_Reduce_scatter_block(src, recvbuf, n, type, mop, comm_); },
       [&](MPI_Request* r) { return MPI_Ireduce_scatter_block(src, recvbuf, n, type, mop, comm_, r); });
-  if (op == ReduceOp::Avg) divideInPlace(recvbuf, recvcount, dtype, size_);
+  if (op == ReduceOp::Avg) finishAvg(recvbuf, recvcount, dtype, size_);
 }
 
 void MpiCommunicator::gather(const void* sendbuf, void* recvbuf, size_t count, DType dtype, int root,

@@ -1,4 +1,4 @@
-// MPI lifetime, f16/bf16 reduction ops (converting through f32), dtype mapping and the
+// MPI lifetime, f16/bf16 reduction ops (the comm layer's kernels), dtype mapping and the
 // translation of MPI error codes into kolo exceptions.
 #include "comm/mpi/mpi_runtime.h"
 
@@ -8,43 +8,27 @@
 #include <climits>
 #include <cstdint>
 
+#include "comm/algorithms/reduce_kernels.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::detail {
 namespace {
 
-using HalfToFloat = float (*)(uint16_t);
-using FloatToHalf = uint16_t (*)(float);
-
-struct SumF {
-  static float apply(float a, float b) { return a + b; }
-};
-struct ProdF {
-  static float apply(float a, float b) { return a * b; }
-};
-struct MinF {
-  static float apply(float a, float b) { return std::min(a, b); }
-};
-struct MaxF {
-  static float apply(float a, float b) { return std::max(a, b); }
-};
-
-// MPI user function: inout[i] = in[i] (op) inout[i], each half value widened to f32 and the
-// result rounded back once, so one pairwise step rounds exactly as f32 arithmetic would.
-template <class Op, HalfToFloat toFloat, FloatToHalf toHalf>
+// MPI user function for f16 and bf16: inout[i] = inout[i] op in[i] by the comm layer's
+// kernels, which widen each value to f32 and round the result back once, as the native
+// backend's reductions do.
+template <DType dtype, ReduceOp op>
 void halfReduce(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const uint16_t*>(in);
-  auto* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = toHalf(Op::apply(toFloat(a[i]), toFloat(b[i])));
+  reduceInto(inout, in, static_cast<size_t>(*len), dtype, op);
 }
 
-template <HalfToFloat toFloat, FloatToHalf toHalf>
+template <DType dtype>
 std::array<MPI_Op, 4> createHalfOps() {
   std::array<MPI_Op, 4> ops{};
-  MPI_Op_create(&halfReduce<SumF, toFloat, toHalf>, 1, &ops[0]);
-  MPI_Op_create(&halfReduce<ProdF, toFloat, toHalf>, 1, &ops[1]);
-  MPI_Op_create(&halfReduce<MinF, toFloat, toHalf>, 1, &ops[2]);
-  MPI_Op_create(&halfReduce<MaxF, toFloat, toHalf>, 1, &ops[3]);
+  MPI_Op_create(&halfReduce<dtype, ReduceOp::Sum>, 1, &ops[0]);
+  MPI_Op_create(&halfReduce<dtype, ReduceOp::Prod>, 1, &ops[1]);
+  MPI_Op_create(&halfReduce<dtype, ReduceOp::Min>, 1, &ops[2]);
+  MPI_Op_create(&halfReduce<dtype, ReduceOp::Max>, 1, &ops[3]);
   return ops;
 }
 
@@ -57,12 +41,6 @@ int opIndex(ReduceOp op) {
     case ReduceOp::Max: return 3;
   }
   KOLO_THROW(InvalidArgument, "unknown reduce op code ", static_cast<int>(op));
-}
-
-template <class T>
-void divideTyped(void* buf, size_t count, int divisor) {
-  T* p = static_cast<T*>(buf);
-  for (size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(divisor));
 }
 
 }  // namespace
@@ -82,8 +60,8 @@ MpiRuntime::MpiRuntime() {
     ownsMpi_ = true;
   }
   MPI_Query_thread(&threadLevel_);
-  halfOps_[0] = createHalfOps<&halfToFloat, &floatToHalf>();
-  halfOps_[1] = createHalfOps<&bfloat16ToFloat, &floatToBFloat16>();
+  halfOps_[0] = createHalfOps<DType::F16>();
+  halfOps_[1] = createHalfOps<DType::BF16>();
 }
 
 MpiRuntime::~MpiRuntime() {
@@ -121,26 +99,6 @@ MPI_Datatype mpiDatatype(DType dtype) {
     case DType::U8: return MPI_UINT8_T;
   }
   KOLO_THROW(InvalidArgument, "unknown dtype code ", static_cast<int>(dtype));
-}
-
-void divideInPlace(void* buf, size_t count, DType dtype, int divisor) {
-  switch (dtype) {
-    case DType::F32: return divideTyped<float>(buf, count, divisor);
-    case DType::F64: return divideTyped<double>(buf, count, divisor);
-    case DType::I32: return divideTyped<int32_t>(buf, count, divisor);
-    case DType::I64: return divideTyped<int64_t>(buf, count, divisor);
-    case DType::U8: return divideTyped<uint8_t>(buf, count, divisor);
-    case DType::F16:
-    case DType::BF16: {
-      const bool isHalf = dtype == DType::F16;
-      auto* p = static_cast<uint16_t*>(buf);
-      const float d = static_cast<float>(divisor);
-      for (size_t i = 0; i < count; ++i) {
-        p[i] = isHalf ? floatToHalf(halfToFloat(p[i]) / d) : floatToBFloat16(bfloat16ToFloat(p[i]) / d);
-      }
-      return;
-    }
-  }
 }
 
 void throwMpiError(int code, const std::string& what) {

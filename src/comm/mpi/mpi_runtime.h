@@ -49,9 +49,6 @@ class MpiRuntime {
 /// The MPI datatype that carries `dtype` (f16 and bf16 travel as MPI_UINT16_T).
 MPI_Datatype mpiDatatype(DType dtype);
 
-/// Divides each of `count` elements of `buf` by `divisor` (the second half of Avg).
-void divideInPlace(void* buf, size_t count, DType dtype, int divisor);
-
 /// Throws the kolo exception for an MPI error code: argument errors -> InvalidArgument,
 /// truncation -> Mismatch, everything else -> IoError. `what` names the call and the rank.
 [[noreturn]] void throwMpiError(int code, const std::string& what);

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <new>
 
+#include "comm/socket.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::native {
@@ -171,7 +172,7 @@ void ShmChannel::createOutRing() {
   out_.dataFd.store(outRing_.fd(), std::memory_order_relaxed);
   uint32_t unpublished = kRingUnpublished;
   if (!out_.dataState.compare_exchange_strong(unpublished, kRingPublished, std::memory_order_release))
-    KOLO_THROW(IoError, "local peer ", peerPid_, " has closed its communicator");
+    KOLO_THROW(PeerError, "local peer ", peerPid_, " has closed its communicator");
 }
 
 bool ShmChannel::mapInRing() {
@@ -180,6 +181,8 @@ bool ShmChannel::mapInRing() {
   try {
     inRing_ = detail::ShmFile::openPeer(pid, in_.dataFd.load(std::memory_order_relaxed), capacity_);
   } catch (const IoError& e) {
+    // Its file is reached through the writer's /proc entry, which goes with the writer.
+    if (!processAlive(pid)) KOLO_THROW(PeerError, "local peer ", peerPid_, " exited: ", e.what());
     KOLO_THROW(IoError, "cannot map the ring written by local peer ", peerPid_, ": ", e.what());
   }
   prefault(inRing_.data(), capacity_);
@@ -268,29 +271,36 @@ bool processAlive(int pid) {
 }
 
 TcpChannel::TcpChannel(int fd) : fd_(fd) {
-  int one = 1;
-  setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  detail::setNoDelay(fd_);
   int flags = fcntl(fd_, F_GETFL, 0);
   fcntl(fd_, F_SETFL, flags | O_NONBLOCK);
+  peer_ = detail::peerAddress(fd_);
 }
 
 TcpChannel::~TcpChannel() {
   if (fd_ >= 0) close(fd_);
 }
 
+void TcpChannel::fail(const char* doing, int error) {
+  closed_ = true;
+  if (error == 0) KOLO_THROW(PeerError, "connection to ", peer_, " closed by the peer");
+  if (error == ECONNRESET || error == EPIPE || error == ECONNABORTED)
+    KOLO_THROW(PeerError, "connection to ", peer_, " lost while ", doing, " (", std::strerror(error), ")");
+  KOLO_THROW(IoError, "connection to ", peer_, " failed while ", doing, " (", std::strerror(error), ")");
+}
+
 size_t TcpChannel::writeSome(const void* data, size_t bytes) {
   if (bytes == 0) return 0;
-  if (closed_) KOLO_THROW(IoError, "connection closed");
+  if (closed_) KOLO_THROW(IoError, "connection to ", peer_, " closed");
   ssize_t n = ::send(fd_, data, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n >= 0) return static_cast<size_t>(n);
   if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
-  closed_ = true;
-  KOLO_THROW(IoError, "connection lost while sending (", std::strerror(errno), ")");
+  fail("sending", errno);
 }
 
 size_t TcpChannel::writeSome2(const void* a, size_t aBytes, const void* b, size_t bBytes) {
   if (aBytes + bBytes == 0) return 0;
-  if (closed_) KOLO_THROW(IoError, "connection closed");
+  if (closed_) KOLO_THROW(IoError, "connection to ", peer_, " closed");
   struct iovec iov[2] = {{const_cast<void*>(a), aBytes}, {const_cast<void*>(b), bBytes}};
   struct msghdr msg {};
   msg.msg_iov = iov;
@@ -298,22 +308,17 @@ size_t TcpChannel::writeSome2(const void* a, size_t aBytes, const void* b, size_
   ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n >= 0) return static_cast<size_t>(n);
   if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
-  closed_ = true;
-  KOLO_THROW(IoError, "connection lost while sending (", std::strerror(errno), ")");
+  fail("sending", errno);
 }
 
 size_t TcpChannel::readSome(void* data, size_t bytes) {
   if (bytes == 0) return 0;
-  if (closed_) KOLO_THROW(IoError, "connection closed");
+  if (closed_) KOLO_THROW(IoError, "connection to ", peer_, " closed");
   ssize_t n = ::recv(fd_, data, bytes, MSG_DONTWAIT);
   if (n > 0) return static_cast<size_t>(n);
-  if (n == 0) {
-    closed_ = true;
-    KOLO_THROW(IoError, "connection closed by the peer");
-  }
+  if (n == 0) fail("receiving", 0);
   if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
-  closed_ = true;
-  KOLO_THROW(IoError, "connection lost while receiving (", std::strerror(errno), ")");
+  fail("receiving", errno);
 }
 
 size_t Channel::writeSome2(const void* a, size_t aBytes, const void* b, size_t bBytes) {

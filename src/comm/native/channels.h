@@ -16,7 +16,8 @@
 namespace kolo::comm::native {
 
 /// One direction of a byte stream to or from a peer. writeSome/readSome never block and
-/// return the number of bytes moved (possibly 0); they throw IoError when the peer is gone.
+/// return the number of bytes moved (possibly 0); they throw PeerError when the peer is gone
+/// (closed, reset, exited) and IoError when this end fails.
 class Channel {
  public:
   virtual ~Channel() = default;
@@ -176,8 +177,13 @@ class TcpChannel : public Channel {
   const char* kind() const override { return "tcp"; }
 
  private:
+  /// Marks the connection unusable and throws: PeerError when the peer closed or reset
+  /// it, IoError for any other failure of this end.
+  [[noreturn]] void fail(const char* doing, int error);
+
   int fd_;
   bool closed_ = false;
+  std::string peer_;  // the peer's "host:port", for messages
 };
 
 }  // namespace kolo::comm::native

@@ -11,6 +11,7 @@
 
 #include "comm/algorithms/barrier.h"
 #include "comm/algorithms/reduce_kernels.h"
+#include "comm/native/channels.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::native {
@@ -106,8 +107,13 @@ void cmaAllreduce(GroupLinks& links, const std::vector<int>& pids, const void* s
     return std::min(count, u * unit);
   };
   auto failAccess = [&](int p, const char* how) {
+    const int error = errno;
+    // ESRCH: the process is gone; a peer that exited leaves no memory to read.
+    if (error == ESRCH || !processAlive(pids[p]))
+      KOLO_THROW(PeerError, collectiveName(links.signature().collective), " #", links.seq(), " on rank ", me,
+                 ": cannot ", how, " the buffer of rank ", p, " (pid ", pids[p], "), which has exited");
     KOLO_THROW(IoError, collectiveName(links.signature().collective), " #", links.seq(), " on rank ", me,
-               ": cannot ", how, " the buffer of rank ", p, " (pid ", pids[p], "): ", std::strerror(errno));
+               ": cannot ", how, " the buffer of rank ", p, " (pid ", pids[p], "): ", std::strerror(error));
   };
 
   // 2. Reduce my slice one cache-sized piece at a time: own data op each peer's piece,

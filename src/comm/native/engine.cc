@@ -79,7 +79,7 @@ std::shared_ptr<SendOp> Engine::postSend(int peer, const FrameHeader& header, co
   Peer& p = peers_[static_cast<size_t>(peer)];
   if (!p.channel) KOLO_THROW(InvalidArgument, label.prefix(), ": no channel to rank ", label.groupPeer);
   if (!p.broken.empty()) {
-    failOp(*op, std::make_exception_ptr(IoError(label.prefix() + ": " + p.broken)));
+    failOp(*op, brokenError(p, label));
     return op;
   }
   p.sends.push_back(op);
@@ -109,7 +109,7 @@ std::shared_ptr<RecvOp> Engine::postRecv(int peer, FrameKind kind, uint32_t cont
   // connection closed and waits among the early arrivals); only otherwise is it an error.
   if (!op->complete && !p.broken.empty()) {
     p.recvs.pop_back();
-    failOp(*op, std::make_exception_ptr(IoError(label.prefix() + ": " + p.broken)));
+    failOp(*op, brokenError(p, label));
   }
   return op;
 }
@@ -119,17 +119,24 @@ void Engine::failOp(Op& op, std::exception_ptr error) {
   op.complete = true;
 }
 
-void Engine::breakPeer(int peer, const std::string& why) {
+std::exception_ptr Engine::brokenError(const Peer& p, const OpLabel& label) {
+  const std::string message = label.prefix() + ": " + p.broken;
+  if (p.vanished) return std::make_exception_ptr(PeerError(message));
+  return std::make_exception_ptr(IoError(message));
+}
+
+void Engine::breakPeer(int peer, const std::string& why, bool vanished) {
   Peer& p = peers_[static_cast<size_t>(peer)];
-  if (p.broken.empty()) p.broken = why;
+  if (p.broken.empty()) {
+    p.broken = why;
+    p.vanished = vanished;
+  }
   matchUnexpected(peer);  // what arrived complete before the break is still delivered
-  for (auto& s : p.sends)
-    failOp(*s, std::make_exception_ptr(IoError(s->label.prefix() + ": " + p.broken)));
+  for (auto& s : p.sends) failOp(*s, brokenError(p, s->label));
   p.sends.clear();
-  for (auto& r : p.recvs)
-    failOp(*r, std::make_exception_ptr(IoError(r->label.prefix() + ": " + p.broken)));
+  for (auto& r : p.recvs) failOp(*r, brokenError(p, r->label));
   p.recvs.clear();
-  if (p.inRecv) failOp(*p.inRecv, std::make_exception_ptr(IoError(p.inRecv->label.prefix() + ": " + p.broken)));
+  if (p.inRecv) failOp(*p.inRecv, brokenError(p, p.inRecv->label));
   p.inRecv.reset();
 }
 
@@ -302,6 +309,8 @@ void Engine::progressPeer(int peer) {
     }
     readFrames(peer);
     ch.readsDone();
+  } catch (const PeerError& e) {
+    breakPeer(peer, std::string("rank ") + std::to_string(peer) + " is gone: " + e.what(), true);
   } catch (const IoError& e) {
     breakPeer(peer, std::string("rank ") + std::to_string(peer) + " is gone: " + e.what());
   }
@@ -484,7 +493,7 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
       }
       if (!op.complete && p.channel && p.broken.empty() && !p.channel->peerAlive()) {
         breakPeer(op.peer, "rank " + std::to_string(op.label.groupPeer) + " (" + p.channel->kind() +
-                               " peer) has exited");
+                               " peer) has exited", true);
       }
       if (op.complete && op.error) std::rethrow_exception(op.error);
     }

@@ -82,7 +82,7 @@ class Engine {
                                    const Signature& expected, void* data, size_t bytes, const OpLabel& label);
 
   /// Blocks until `op` completes or `deadline` passes; rethrows its error. On expiry
-  /// throws Timeout ("... no data from rank P after T s"); a vanished peer -> IoError.
+  /// throws Timeout ("... no data from rank P after T s"); a vanished peer -> PeerError.
   void wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds budget);
   /// Makes progress once without blocking; returns whether `op` is complete.
   bool test(Op& op);
@@ -108,7 +108,8 @@ class Engine {
     uint64_t bodyLeft = 0;
     std::shared_ptr<RecvOp> inRecv;
     std::shared_ptr<Unexpected> inUnexpected;
-    std::string broken;  // why the channel is unusable ("" while healthy)
+    std::string broken;     // why the channel is unusable ("" while healthy)
+    bool vanished = false;  // broken because the peer left, not for what it sent
   };
 
   /// Whether a transfer to or from this peer is queued, posted or under way.
@@ -121,7 +122,11 @@ class Engine {
   void matchUnexpected(int peer);
   /// Checks a frame against the receive it matched; returns the error or null.
   std::exception_ptr checkFrame(const RecvOp& op, const FrameHeader& h) const;
-  void breakPeer(int peer, const std::string& why);
+  /// Fails everything queued for `peer` and every later operation with it: PeerError when
+  /// the peer `vanished` (closed, reset or exited), IoError otherwise.
+  void breakPeer(int peer, const std::string& why, bool vanished = false);
+  /// The error an operation on a broken peer fails with.
+  static std::exception_ptr brokenError(const Peer& p, const OpLabel& label);
   void failOp(Op& op, std::exception_ptr error);
   [[noreturn]] void throwTimeout(const Op& op, std::chrono::milliseconds budget);
   void sleepBriefly(long micros);

@@ -1,13 +1,10 @@
 // createNativeCommunicator: rendezvous through the store, shared-memory segment per host,
 // token-checked TCP connections between hosts, and the cross-memory-attach probe.
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,6 +20,8 @@
 #include "comm/native/native_communicator.h"
 #include "comm/native/rank_record.h"
 #include "comm/shm_file.h"
+#include "comm/socket.h"
+#include "comm/token.h"
 #include "kolo/comm/native.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
@@ -72,59 +71,16 @@ std::string machineHostId() {
   return std::string(host) + "/" + readFirstLine("/proc/sys/kernel/random/boot_id") + "/" + std::to_string(netns);
 }
 
-std::string addressText(const sockaddr* sa) {
-  char buf[INET6_ADDRSTRLEN] = {0};
-  if (sa->sa_family == AF_INET) {
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof(buf));
-  } else if (sa->sa_family == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, buf, sizeof(buf));
-  }
-  return buf;
-}
-
-/// Listening socket on any port; returns fd and fills port. Dual-stack when possible.
+/// Listening socket for peers on the given address (every interface when empty, dual-stack
+/// where possible) and a free port; fills port.
 int openListener(const std::string& address, int& port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  hints.ai_family = AF_UNSPEC;
-  addrinfo* res = nullptr;
-  const char* node = address.empty() ? "::" : address.c_str();
-  int rc = getaddrinfo(node, "0", &hints, &res);
-  if (rc != 0 && address.empty()) rc = getaddrinfo("0.0.0.0", "0", &hints, &res);
-  if (rc != 0) KOLO_THROW(IoError, "cannot resolve listen address '", address, "': ", gai_strerror(rc));
-  int fd = -1;
-  std::string lastError = "no address";
-  for (addrinfo* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
-    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue;
-    int zero = 0;
-    if (ai->ai_family == AF_INET6 && address.empty()) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
-      lastError = std::strerror(errno);
-      close(fd);
-      fd = -1;
-    }
-  }
-  freeaddrinfo(res);
-  if (fd < 0 && address.empty()) {  // no IPv6 on this machine
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sin{};
-    sin.sin_family = AF_INET;
-    sin.sin_addr.s_addr = htonl(INADDR_ANY);
-    if (fd >= 0 && (bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) != 0 || listen(fd, 1024) != 0)) {
-      lastError = std::strerror(errno);
-      close(fd);
-      fd = -1;
-    }
-  }
-  if (fd < 0) KOLO_THROW(IoError, "cannot listen for peers on '", address, "': ", lastError);
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
-  port = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                        : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  return fd;
+  detail::ListenOptions listen;
+  listen.firstOnly = true;
+  std::string error;
+  const std::vector<int> fds = detail::listenTcp(address, 0, listen, &error);
+  if (fds.empty()) KOLO_THROW(IoError, "cannot listen for peers on '", address, "': ", error);
+  port = detail::boundPort(fds.front());
+  return fds.front();
 }
 
 /// Addresses peers may reach us at: the explicit one, else the store connection's
@@ -147,7 +103,7 @@ std::vector<std::string> publishedAddresses(const std::string& listenAddress, St
       if (fam != AF_INET && fam != AF_INET6) continue;
       if (fam == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr))
         continue;
-      const std::string a = addressText(i->ifa_addr);
+      const std::string a = detail::addressText(i->ifa_addr);
       if (a.empty()) continue;
       if (a == "127.0.0.1" || a == "::1") {
         loopback.push_back(a);
@@ -163,77 +119,6 @@ std::vector<std::string> publishedAddresses(const std::string& listenAddress, St
   for (auto& a : loopback) out.push_back(a);
   if (out.empty()) out.push_back("127.0.0.1");
   return out;
-}
-
-bool waitFd(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return false;
-    pollfd p{fd, events, 0};
-    int rc = poll(&p, 1, static_cast<int>(left < 1000 ? left : 1000));
-    if (rc > 0) return true;
-    if (rc < 0 && errno != EINTR) return false;
-  }
-}
-
-/// Non-blocking connect to address:port within the deadline; -1 on failure.
-int connectTo(const std::string& address, int port, Clock::time_point deadline) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(address.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return -1;
-  int fd = -1;
-  for (addrinfo* ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
-    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-    if (fd < 0) continue;
-    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-      const auto perAddress = std::min(deadline, Clock::now() + std::chrono::seconds(3));
-      int err = ETIMEDOUT;
-      if (waitFd(fd, POLLOUT, perAddress)) {
-        socklen_t len = sizeof(err);
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      }
-      rc = err == 0 ? 0 : -1;
-    }
-    if (rc != 0) {
-      close(fd);
-      fd = -1;
-    }
-  }
-  freeaddrinfo(res);
-  return fd;
-}
-
-bool writeAll(int fd, const void* data, size_t bytes, Clock::time_point deadline) {
-  size_t done = 0;
-  while (done < bytes) {
-    ssize_t n = ::send(fd, static_cast<const char*>(data) + done, bytes - done, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!waitFd(fd, POLLOUT, deadline)) return false;
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
-bool readAll(int fd, void* data, size_t bytes, Clock::time_point deadline) {
-  size_t done = 0;
-  while (done < bytes) {
-    ssize_t n = ::recv(fd, static_cast<char*>(data) + done, bytes - done, MSG_DONTWAIT);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!waitFd(fd, POLLIN, deadline)) return false;
-    } else {
-      return false;
-    }
-  }
-  return true;
 }
 
 size_t ringBytesFor(int localCount, size_t requested) {
@@ -264,16 +149,6 @@ void checkSharedMemoryFits(int localCount, size_t ringBytes, const std::string& 
                " KiB rings), but ", where, " on host ", hostId, " has ", available >> 20, " MiB available");
 }
 
-std::string hexToken(const uint8_t* token) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < kTokenBytes; ++i) {
-    s += digits[token[i] >> 4];
-    s += digits[token[i] & 15];
-  }
-  return s;
-}
-
 }  // namespace
 
 std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> store, int rank, int size,
@@ -295,8 +170,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
   // The job token: drawn by rank 0, presented on every TCP connection.
   uint8_t token[kTokenBytes];
   if (rank == 0) {
-    if (getrandom(token, sizeof(token), 0) != static_cast<ssize_t>(sizeof(token)))
-      KOLO_THROW(IoError, "getrandom failed: ", std::strerror(errno));
+    detail::randomBytes(token, sizeof(token));
     store->set(prefix + "token", Bytes(token, token + kTokenBytes));
   }
 
@@ -308,7 +182,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
     ~ListenerGuard() { close(fd); }
   } guard{listener};
   auto probe = std::make_shared<uint64_t>(0);
-  getrandom(probe.get(), sizeof(uint64_t), 0);
+  detail::randomBytes(probe.get(), sizeof(uint64_t));
   RankRecord me;
   me.hostId = options.hostId.empty() ? machineHostId() : options.hostId;
   me.pid = static_cast<int>(getpid());
@@ -375,7 +249,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
     if (myLocal == 0) {
       try {
         checkSharedMemoryFits(localCount, ringBytes, me.hostId);
-        job->segment = native::HostSegment::create("kolo-" + hexToken(token).substr(0, 8), localCount, ringBytes);
+        job->segment = native::HostSegment::create("kolo-" + detail::hexText(token, 4), localCount, ringBytes);
       } catch (const Error& e) {
         native::HostSegmentRecord failed;
         failed.error = e.what();
@@ -389,7 +263,15 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
           native::decodeHostSegmentRecord(store->getString(recordKey, timeout), rank);
       if (!record.error.empty())
         KOLO_THROW(IoError, "rendezvous on rank ", rank, ": no shared memory on this host (", record.error, ")");
-      job->segment = native::HostSegment::open(record.pid, record.fd);
+      try {
+        job->segment = native::HostSegment::open(record.pid, record.fd);
+      } catch (const IoError& e) {
+        // The block is reached through its creator's /proc entry, which goes with it.
+        if (!native::processAlive(record.pid))
+          KOLO_THROW(PeerError, "rendezvous on rank ", rank, ": rank ", local[0], " (pid ", record.pid, ") on host ",
+                     me.hostId, " exited before its shared memory was opened: ", e.what());
+        throw;
+      }
       if (job->segment->localCount() != localCount)
         KOLO_THROW(FormatError, "rendezvous on rank ", rank, ": the host segment is for ",
                    job->segment->localCount(), " ranks, this host has ", localCount);
@@ -416,22 +298,30 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
   for (int peer = 0; peer < rank; ++peer) {
     if (!needsTcp(peer)) continue;
     int fd = -1;
+    std::string address, lastError;
     while (fd < 0) {
       for (const auto& addr : infos[peer].addresses) {
-        fd = connectTo(addr, infos[peer].port, deadline);
+        fd = detail::connectTcp(addr, infos[peer].port, deadline, &lastError, std::chrono::seconds(3));
+        address = addr;
         if (fd >= 0) break;
       }
       if (fd >= 0) break;
       if (Clock::now() >= deadline)
         KOLO_THROW(Timeout, "rendezvous on rank ", rank, ": cannot connect to rank ", peer, " at any of ",
-                   infos[peer].addresses.size(), " addresses (port ", infos[peer].port, ")");
+                   infos[peer].addresses.size(), " addresses (port ", infos[peer].port, "): ", lastError);
       usleep(20000);
     }
     Hello hello{kHelloMagic, rank, peer, {}};
     std::memcpy(hello.token, token, kTokenBytes);
-    if (!writeAll(fd, &hello, sizeof(hello), deadline)) {
+    const detail::Transfer greeted = detail::sendFully(fd, &hello, sizeof(hello), deadline);
+    if (!greeted.ok()) {
       close(fd);
-      KOLO_THROW(IoError, "rendezvous on rank ", rank, ": cannot greet rank ", peer, ": ", std::strerror(errno));
+      const HostPort where{address, static_cast<uint16_t>(infos[peer].port)};
+      if (greeted.peerGone())
+        KOLO_THROW(PeerError, "rendezvous on rank ", rank, ": rank ", peer, " at ", where.toString(),
+                   " dropped the connection before the greeting: ", greeted.reason());
+      KOLO_THROW(IoError, "rendezvous on rank ", rank, ": cannot greet rank ", peer, " at ", where.toString(), ": ",
+                 greeted.reason());
     }
     job->engine->setChannel(peer, std::make_unique<native::TcpChannel>(fd));
   }
@@ -439,7 +329,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
   for (int peer = rank + 1; peer < size; ++peer)
     if (needsTcp(peer)) ++expected;
   while (expected > 0) {
-    if (!waitFd(listener, POLLIN, deadline)) {
+    if (!detail::waitForSocket(listener, POLLIN, deadline)) {
       std::string missing;
       for (int peer = rank + 1; peer < size; ++peer)
         if (needsTcp(peer) && !job->engine->hasChannel(peer)) missing += " " + std::to_string(peer);
@@ -450,7 +340,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
     if (fd < 0) continue;
     Hello hello{};
     const auto helloDeadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
-    const bool ok = readAll(fd, &hello, sizeof(hello), helloDeadline) && hello.magic == kHelloMagic &&
+    const bool ok = detail::recvFully(fd, &hello, sizeof(hello), helloDeadline).ok() && hello.magic == kHelloMagic &&
                     std::memcmp(hello.token, token, kTokenBytes) == 0 && hello.toRank == rank &&
                     hello.fromRank > rank && hello.fromRank < size && needsTcp(hello.fromRank) &&
                     !job->engine->hasChannel(hello.fromRank);

@@ -13,10 +13,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <random>
 #include <thread>
 
 #include "comm/store/store_detail.h"
+#include "comm/token.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
 
@@ -38,15 +38,12 @@ uint64_t fnv1a(const std::string& text) {
 /// Key -> file name: [A-Za-z0-9._-] kept, every other byte as %XX; names that would be too
 /// long become a hash of the key plus the start of its encoding.
 std::string fileNameForKey(const std::string& key) {
-  static constexpr char kHex[] = "0123456789abcdef";
   std::string name = "k.";
   for (unsigned char c : key) {
     if (std::isalnum(c) || c == '.' || c == '_' || c == '-') {
       name += static_cast<char>(c);
     } else {
-      name += '%';
-      name += kHex[c >> 4];
-      name += kHex[c & 15];
+      name += '%' + detail::hexText(&c, 1);
     }
   }
   if (name.size() <= kMaxPlainNameBytes) return name;
@@ -62,8 +59,7 @@ class FileStore : public Store {
   explicit FileStore(std::string directory) : directory_(std::move(directory)) {
     // Temporary names must not collide between processes on different hosts sharing the
     // directory, nor between store objects of one process.
-    std::random_device random;
-    nonce_ = std::to_string((uint64_t{random()} << 32) | random());
+    nonce_ = detail::randomToken(8);
     std::error_code ec;
     std::filesystem::create_directories(directory_, ec);
     if (ec || !std::filesystem::is_directory(directory_))

@@ -1,20 +1,15 @@
 // The TCP store client: one connection per client object, requests serialised under a
-// mutex, every socket wait bounded by a deadline. A server that closes the connection or
-// stops answering turns into IoError, and the connection is not used again.
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
+// mutex, every socket wait bounded by a deadline (comm/socket.h). A server that closes the
+// connection turns into PeerError, one that stops answering into IoError, and the
+// connection is not used again.
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <thread>
 
+#include "comm/socket.h"
 #include "comm/store/store_detail.h"
 #include "comm/store/tcp_wire.h"
 #include "kolo/comm/stores.h"
@@ -58,120 +53,13 @@ HostPort parseHostPort(const std::string& text) {
   return result;
 }
 
-namespace {
-
-int remainingMs(Clock::time_point deadline) {
-  auto now = Clock::now();
-  if (deadline <= now) return 0;
-  auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
-  return static_cast<int>(std::min<int64_t>(ms, 1 << 30));
-}
-
-/// Non-blocking connect to one address, waiting until the deadline; -1 on failure.
-int connectOne(const addrinfo* a, Clock::time_point deadline, std::string* error) {
-  int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-  if (fd < 0) {
-    *error = std::strerror(errno);
-    return -1;
-  }
-  if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-    if (errno != EINPROGRESS) {
-      *error = std::strerror(errno);
-      ::close(fd);
-      return -1;
-    }
-    pollfd p{fd, POLLOUT, 0};
-    int rc = ::poll(&p, 1, remainingMs(deadline));
-    int soError = 0;
-    socklen_t len = sizeof soError;
-    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &len);
-    if (rc <= 0 || soError != 0) {
-      *error = rc == 0 ? "connect timed out" : std::strerror(soError ? soError : errno);
-      ::close(fd);
-      return -1;
-    }
-  }
-  int on = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
-  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-  return fd;
-}
-
-/// Sends all of `data` before the deadline; false on error, closure or timeout.
-bool sendAll(int fd, const uint8_t* data, size_t size, Clock::time_point deadline,
-             std::string* error) {
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = ::send(fd, data + done, size - done, MSG_NOSIGNAL);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, remainingMs(deadline)) <= 0) {
-        *error = "send timed out";
-        return false;
-      }
-      continue;
-    }
-    *error = std::strerror(errno);
-    return false;
-  }
-  return true;
-}
-
-/// Receives exactly `size` bytes before the deadline; false on error, closure or timeout.
-bool recvAll(int fd, uint8_t* data, size_t size, Clock::time_point deadline, std::string* error) {
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = ::recv(fd, data + done, size - done, 0);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-      continue;
-    }
-    if (n == 0) {
-      *error = "the server closed the connection";
-      return false;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      pollfd p{fd, POLLIN, 0};
-      int rc = ::poll(&p, 1, remainingMs(deadline));
-      if (rc == 0) {
-        *error = "no reply before the deadline";
-        return false;
-      }
-      continue;
-    }
-    *error = std::strerror(errno);
-    return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 TcpStoreClient::TcpStoreClient(const TcpStoreClientOptions& options) : options_(options) {
   auto deadline = detail::deadlineAfter(options_.connectTimeout);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
   std::string lastError = "no address";
   auto pause = std::chrono::milliseconds(10);
   // The server may not be listening yet (rank 0 starts it): retry until the deadline.
   while (fd_ < 0) {
-    addrinfo* list = nullptr;
-    int rc =
-        ::getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &list);
-    if (rc != 0) {
-      lastError = ::gai_strerror(rc);
-    } else {
-      for (addrinfo* a = list; a && fd_ < 0; a = a->ai_next)
-        fd_ = connectOne(a, deadline, &lastError);
-      ::freeaddrinfo(list);
-    }
+    fd_ = detail::connectTcp(options_.host, options_.port, deadline, &lastError);
     if (fd_ >= 0) break;
     if (Clock::now() >= deadline)
       KOLO_THROW(IoError, "TCP store: cannot connect to ", serverAddress(), " within ",
@@ -179,6 +67,7 @@ TcpStoreClient::TcpStoreClient(const TcpStoreClientOptions& options) : options_(
     std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
     pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }
+  detail::setNoDelayAndKeepAlive(fd_);
   Bytes hello = WireWriter()
                     .u8(static_cast<uint8_t>(StoreOp::Hello))
                     .u32(detail::kTcpStoreMagic)
@@ -215,18 +104,7 @@ std::string TcpStoreClient::localAddress() const {
   sockaddr_storage addr{};
   socklen_t len = sizeof addr;
   if (fd_ < 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
-  char text[INET6_ADDRSTRLEN] = {0};
-  if (addr.ss_family == AF_INET6) {
-    auto* a6 = reinterpret_cast<sockaddr_in6*>(&addr);
-    if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr)) {
-      ::inet_ntop(AF_INET, &a6->sin6_addr.s6_addr[12], text, sizeof text);
-    } else {
-      ::inet_ntop(AF_INET6, &a6->sin6_addr, text, sizeof text);
-    }
-  } else {
-    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&addr)->sin_addr, text, sizeof text);
-  }
-  return text;
+  return detail::addressText(reinterpret_cast<const sockaddr*>(&addr));
 }
 
 Bytes TcpStoreClient::roundTrip(const Bytes& request, Clock::time_point replyDeadline) {
@@ -234,26 +112,36 @@ Bytes TcpStoreClient::roundTrip(const Bytes& request, Clock::time_point replyDea
   if (broken_ || fd_ < 0)
     KOLO_THROW(IoError, "TCP store at ", serverAddress(),
                ": the connection failed earlier and is closed");
-  std::string error;
   uint32_t length = 0;
   Bytes reply;
-  bool ok = sendAll(fd_, request.data(), request.size(), replyDeadline, &error) &&
-            recvAll(fd_, reinterpret_cast<uint8_t*>(&length), 4, replyDeadline, &error);
-  if (ok) {
-    // The server's bytes are checked like anyone's: the length before the allocation.
-    if (length == 0 || length > kMaxStoreValueBytes + 64) {
-      ok = false;
-      error = "malformed reply of length " + std::to_string(length);
-    } else {
-      reply.resize(length);
-      ok = recvAll(fd_, reply.data(), length, replyDeadline, &error);
-    }
+  const detail::Transfer sent = detail::sendFully(fd_, request.data(), request.size(), replyDeadline);
+  detail::Transfer received;
+  if (sent.ok()) received = detail::recvFully(fd_, &length, 4, replyDeadline);
+  // The server's bytes are checked like anyone's: the length before the allocation.
+  const bool lengthOk = length > 0 && length <= kMaxStoreValueBytes + 64;
+  if (sent.ok() && received.ok() && lengthOk) {
+    reply.resize(length);
+    received = detail::recvFully(fd_, reply.data(), length, replyDeadline);
   }
-  if (!ok) {
-    broken_ = true;
-    KOLO_THROW(IoError, "TCP store at ", serverAddress(), ": ", error);
+  if (sent.ok() && received.ok() && lengthOk) return reply;
+  broken_ = true;
+  std::string error;
+  if (!sent.ok()) {
+    error = sent.status == detail::Transfer::TimedOut ? "send timed out" : sent.reason();
+  } else if (received.status == detail::Transfer::Closed) {
+    error = "the server closed the connection";
+  } else if (received.status == detail::Transfer::TimedOut) {
+    error = "no reply before the deadline";
+  } else if (!received.ok()) {
+    error = received.reason();
+  } else {
+    error = "malformed reply of length " + std::to_string(length);
   }
-  return reply;
+  // A server that closed or reset the connection has gone with the job (rank 0 or the
+  // launcher hosts it): a broken peer rather than a failure of this machine.
+  if (sent.peerGone() || received.peerGone())
+    KOLO_THROW(PeerError, "TCP store at ", serverAddress(), ": ", error);
+  KOLO_THROW(IoError, "TCP store at ", serverAddress(), ": ", error);
 }
 
 std::chrono::steady_clock::time_point TcpStoreClient::replyDeadline(Millis timeout) const {

@@ -3,11 +3,7 @@
 // whose keys are missing are parked with their deadline and answered when a set/add makes
 // them ready or the deadline passes. Connections that present a wrong token, send an
 // oversized frame or a malformed request are closed; everyone else carries on.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -19,6 +15,7 @@
 #include <optional>
 #include <thread>
 
+#include "comm/socket.h"
 #include "comm/store/store_detail.h"
 #include "comm/store/tcp_wire.h"
 #include "kolo/comm/stores.h"
@@ -59,8 +56,6 @@ bool sameToken(const std::string& given, const std::string& expected) {
   return diff == 0;
 }
 
-void setNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
-
 }  // namespace
 
 class TcpStoreServer::Impl {
@@ -95,76 +90,16 @@ class TcpStoreServer::Impl {
 
  private:
   void bindListeners() {
-    if (options_.host.empty()) {
-      // One dual-stack IPv6 socket serves IPv4 too; fall back to IPv4 where IPv6 is off.
-      int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd >= 0) {
-        int off = 0;
-        ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
-        sockaddr_in6 addr{};
-        addr.sin6_family = AF_INET6;
-        addr.sin6_addr = in6addr_any;
-        addr.sin6_port = htons(options_.port);
-        if (!listenOn(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr)) fd = -1;
-      }
-      if (fd < 0) {
-        fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_addr.s_addr = htonl(INADDR_ANY);
-        addr.sin_port = htons(options_.port);
-        if (fd < 0 || !listenOn(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr))
-          KOLO_THROW(IoError, "TCP store: cannot listen on port ", options_.port, ": ", lastError_);
-      }
-      return;
-    }
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    addrinfo* list = nullptr;
-    int rc =
-        ::getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &list);
-    if (rc != 0)
-      KOLO_THROW(IoError, "TCP store: cannot resolve '", options_.host, "': ", ::gai_strerror(rc));
-    for (addrinfo* a = list; a; a = a->ai_next) {
-      int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-      if (fd < 0) continue;
-      if (a->ai_family == AF_INET6) {
-        int on = 1;
-        ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
-      }
-      // With port 0 every address after the first listens on the port the first got.
-      if (port_ != 0) {
-        if (a->ai_family == AF_INET6)
-          reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_port = htons(port_);
-        else
-          reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_port = htons(port_);
-      }
-      listenOn(fd, a->ai_addr, a->ai_addrlen);
-    }
-    ::freeaddrinfo(list);
+    detail::ListenOptions listen;
+    listen.reuseAddress = true;
+    listen.nonBlocking = true;
+    std::string error;
+    listeners_ = detail::listenTcp(options_.host, options_.port, listen, &error);
     if (listeners_.empty())
-      KOLO_THROW(IoError, "TCP store: cannot listen on ", options_.host, " port ", options_.port,
-                 ": ", lastError_);
-  }
-
-  bool listenOn(int fd, sockaddr* addr, socklen_t len) {
-    int on = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
-    if (::bind(fd, addr, len) != 0 || ::listen(fd, 1024) != 0) {
-      lastError_ = std::strerror(errno);
-      ::close(fd);
-      return false;
-    }
-    setNonBlocking(fd);
-    sockaddr_storage bound{};
-    socklen_t boundLen = sizeof bound;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &boundLen);
-    port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                              : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    listeners_.push_back(fd);
-    return true;
+      KOLO_THROW(IoError, "TCP store: cannot listen on ",
+                 options_.host.empty() ? std::string("every interface") : options_.host, " port ",
+                 options_.port, ": ", error);
+    port_ = detail::boundPort(listeners_.front());
   }
 
   void closeListeners() {
@@ -220,9 +155,7 @@ class TcpStoreServer::Impl {
     for (;;) {
       int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) return;  // EAGAIN, or a transient error: the next poll retries
-      int on = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
-      ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+      detail::setNoDelayAndKeepAlive(fd);
       Connection c;
       c.fd = fd;
       connections_.push_back(std::move(c));
@@ -416,7 +349,6 @@ class TcpStoreServer::Impl {
 
   TcpStoreServerOptions options_;
   std::vector<int> listeners_;
-  std::string lastError_;
   uint16_t port_ = 0;
   int wake_[2] = {-1, -1};
   std::atomic<bool> stopped_{false};
