@@ -46,7 +46,7 @@ void runModel(const Config& config, const kolo::Tensor& images, const kolo::Tens
     Tensor x = images.slice(0, b * j, b * (j + 1));
     Tensor y = labels.slice(0, b * j, b * (j + 1));
     const auto t0 = std::chrono::steady_clock::now();
-    Tensor loss = nn::crossEntropy(model->forward(x), y);
+    Tensor loss = crossEntropy(model->forward(x), y);
     const auto t1 = std::chrono::steady_clock::now();
     loss.backward();
     const auto t2 = std::chrono::steady_clock::now();

@@ -75,7 +75,7 @@ int main(int argc, char** argv) try {
   for (int64_t step = 0; step < steps; ++step) {
     if (!loader.next(batch)) loader.next(batch);  // an epoch ended: start the next one
     optimizer.zeroGrad();
-    kolo::Tensor loss = kolo::nn::crossEntropy(model.forward(batch.inputs), batch.labels);
+    kolo::Tensor loss = kolo::crossEntropy(model.forward(batch.inputs), batch.labels);
     optimizer.setLocalLoss(loss.item());  // [distributed] (for the global mean loss)
     loss.backward();                      // bucket all-reduces start here, during backward
     optimizer.step();                     // waits for them, averages, updates

@@ -10,6 +10,7 @@
 #include "kolo/data.h"
 #include "kolo/nn/layers.h"
 #include "kolo/observe.h"
+#include "kolo/ops.h"
 #include "kolo/optim.h"
 #include "kolo/safetensors.h"
 
@@ -79,7 +80,7 @@ int main(int argc, char** argv) try {
   for (int64_t step = 0; step < steps; ++step) {
     if (!loader.next(batch)) loader.next(batch);  // an epoch ended: start the next one
     kolo::Tensor logits = model.forward(batch.inputs);
-    kolo::Tensor lossTensor = kolo::nn::crossEntropy(logits, batch.labels);
+    kolo::Tensor lossTensor = kolo::crossEntropy(logits, batch.labels);
     optimizer.zeroGrad();
     lossTensor.backward();
     optimizer.setLr(schedule.lrAt(step));

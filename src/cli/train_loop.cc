@@ -13,6 +13,7 @@
 #include "kolo/autograd.h"
 #include "kolo/comm/init.h"
 #include "kolo/nn/models.h"
+#include "kolo/ops.h"
 #include "kolo/parallel/distributed.h"
 #include "kolo/safetensors.h"
 
@@ -247,7 +248,7 @@ double Trainer::trainStep(const data::Batch& batch, double lr) {
     // One device (checked in the constructor): the update needs the clipped gradients.
     nn::Module& net = model();
     net.train(true);
-    Tensor loss = nn::crossEntropy(net.forward(batch.inputs), batch.labels);
+    Tensor loss = crossEntropy(net.forward(batch.inputs), batch.labels);
     optimizer().zeroGrad();
     loss.backward();
     std::vector<Tensor> parameters;

@@ -84,6 +84,4 @@ Tensor Sequential::forward(const Tensor& x) {
   return h;
 }
 
-Tensor crossEntropy(const Tensor& logits, const Tensor& labels) { return kolo::crossEntropy(logits, labels); }
-
 }  // namespace kolo::nn

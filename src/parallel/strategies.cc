@@ -49,11 +49,12 @@ StrategyOptions strategyOptionsFromNames(const std::string& strategy, int replic
   return options;
 }
 
-Tensor crossEntropyLoss(nn::Module& model, const Tensor& inputs, const Tensor& labels) {
+namespace {
+
+// The default LossFn: kolo::crossEntropy of model(inputs) against labels.
+Tensor crossEntropyOfModel(nn::Module& model, const Tensor& inputs, const Tensor& labels) {
   return crossEntropy(model.forward(inputs), labels);
 }
-
-namespace {
 
 // Rows [r*b/k, (r+1)*b/k) of a batch, contiguous.
 Tensor shard(const Tensor& t, int r, int k) {
@@ -300,7 +301,7 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, ModelFact
                                        OptimizerFactory optimizerFactory, LossFn loss) {
   KOLO_CHECK(modelFactory != nullptr, "makeStrategy: no model factory");
   KOLO_CHECK(optimizerFactory != nullptr, "makeStrategy: no optimizer factory");
-  if (!loss) loss = crossEntropyLoss;
+  if (!loss) loss = crossEntropyOfModel;
   switch (options.kind) {
     case StrategyKind::OneDevice:
       return std::make_unique<OneDeviceStrategy>(std::move(modelFactory),

@@ -114,7 +114,4 @@ class Sequential : public Module {
   Module& at(size_t i) const { return *children().at(i).second; }
 };
 
-/// Mean cross-entropy of logits [N, C] against i64 labels [N] (torch.nn.CrossEntropyLoss).
-Tensor crossEntropy(const Tensor& logits, const Tensor& labels);
-
 }  // namespace kolo::nn
