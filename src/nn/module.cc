@@ -5,6 +5,11 @@
 
 namespace kolo::nn {
 
+Tensor Module::forward(const std::vector<Tensor>& inputs) {
+  KOLO_REQUIRE(inputs.size() == 1, "this module takes one input, got ", inputs.size());
+  return forward(inputs.front());
+}
+
 Tensor Module::registerParameter(const std::string& name, Tensor tensor) {
   KOLO_CHECK(tensor.defined(), "registerParameter('", name, "') with an undefined tensor");
   for (const auto& [existing, t] : parameters_)

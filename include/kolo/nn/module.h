@@ -3,6 +3,7 @@
 // ("0.weight", "attn.qkv.bias", ...) in a stable order that optimizers and reducers rely on.
 #pragma once
 
+#include <concepts>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,7 +22,19 @@ class Module {
 
   /// Computes the module's output; records autograd nodes when parameters require grad.
   virtual Tensor forward(const Tensor& x) = 0;
+  /// The output from several inputs (attention's input and mask, for instance). The default
+  /// takes exactly one input and calls forward(inputs[0]); modules with more inputs override
+  /// it. Throws InvalidArgument naming the count when a module cannot take that many.
+  /// A class that overrides only forward(const Tensor&) hides this overload from calls
+  /// through its own type: call it through a Module& or with operator().
+  virtual Tensor forward(const std::vector<Tensor>& inputs);
   Tensor operator()(const Tensor& x) { return forward(x); }
+  /// model(x, mask, ...): forward({x, mask, ...}).
+  template <class... More>
+    requires(sizeof...(More) > 0 && (std::convertible_to<const More&, const Tensor&> && ...))
+  Tensor operator()(const Tensor& x, const More&... more) {
+    return forward(std::vector<Tensor>{x, more...});
+  }
 
   /// Every parameter of this module and its children, depth first in registration order,
   /// named as PyTorch's state_dict names them. The tensors are handles to the live
