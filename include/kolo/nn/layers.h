@@ -1,6 +1,6 @@
 // Standard layers with PyTorch's weight layouts and default initialisation:
-// Linear [out, in], Conv2d [out, in, kh, kw], LayerNorm, Embedding, activations, pooling,
-// shape adapters, dropout and Sequential (children named "0", "1", ...).
+// Linear [out, in], Conv2d [out, in, kh, kw], LayerNorm, BatchNorm1d, Embedding,
+// activations, pooling, shape adapters, dropout and Sequential (children named "0", "1", ...).
 #pragma once
 
 #include <initializer_list>
@@ -92,6 +92,25 @@ class LayerNorm : public Module {
  private:
   Shape normalizedShape_;
   double eps_;
+};
+
+/// Batch normalisation of (N, C) or (N, C, L) inputs per channel (torch.nn.BatchNorm1d).
+/// Training mode normalises with the batch's mean and biased variance and moves the running
+/// estimates: running = (1 - momentum) * running + momentum * batch, with the unbiased
+/// variance; eval mode normalises with the running estimates. Parameters "weight" (ones)
+/// and "bias" (zeros); buffers "running_mean" (zeros), "running_var" (ones) and
+/// "num_batches_tracked" (i64, shape {}). Throws InvalidArgument for another input shape, or
+/// for one value per channel in training mode.
+class BatchNorm1d : public Module {
+ public:
+  explicit BatchNorm1d(int64_t numFeatures, double eps = 1e-5, double momentum = 0.1);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  Tensor runningMean, runningVar, numBatchesTracked;
+
+ private:
+  int64_t numFeatures_;
+  double eps_, momentum_;
 };
 
 /// Lookup table [num, dim] initialised N(0, 1); forward takes integer indices.
