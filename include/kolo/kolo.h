@@ -22,4 +22,5 @@
 #include "kolo/parallel/replica_group.h"
 #include "kolo/parallel/strategy.h"
 #include "kolo/safetensors.h"
+#include "kolo/serialize.h"
 #include "kolo/tensor.h"
