@@ -24,3 +24,4 @@
 #include "kolo/safetensors.h"
 #include "kolo/serialize.h"
 #include "kolo/tensor.h"
+#include "kolo/threads.h"

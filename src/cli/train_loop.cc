@@ -3,8 +3,6 @@
 // (epochs, metrics, checkpoints, resume) is in train_run.cc.
 #include "cli/train_loop.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +14,7 @@
 #include "kolo/ops.h"
 #include "kolo/parallel/distributed.h"
 #include "kolo/safetensors.h"
+#include "kolo/threads.h"
 
 namespace kolo::cli {
 
@@ -172,7 +171,7 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
                config_.keepCheckpoints);
   KOLO_REQUIRE(config_.trainLimit >= 0, "--train-limit must be at least 0, got ", config_.trainLimit);
   KOLO_REQUIRE(config_.timingSkip >= 0, "--timing-skip must be at least 0, got ", config_.timingSkip);
-  openblas_set_num_threads(config_.threads);
+  setNumThreads(config_.threads);
   // Validate the flags before the (slow) data loading and before joining the job.
   recipe_ = resolveRecipe(config_, 1);
   const bool inProcessReplicas =
