@@ -17,6 +17,7 @@
 #include "kolo/observe.h"
 #include "kolo/ops.h"
 #include "kolo/optim.h"
+#include "kolo/parallel/collectives.h"
 #include "kolo/parallel/distributed.h"
 #include "kolo/parallel/reducer.h"
 #include "kolo/parallel/replica_group.h"
