@@ -31,7 +31,7 @@ CausalSelfAttention::CausalSelfAttention(int64_t embedDim, int64_t numHeads, Gen
 
 Tensor CausalSelfAttention::forward(const Tensor& x) { return forward(x, Tensor()); }
 
-Tensor CausalSelfAttention::forward(const std::vector<Tensor>& inputs) {
+Tensor CausalSelfAttention::forwardInputs(const std::vector<Tensor>& inputs) {
   KOLO_REQUIRE(inputs.size() == 1 || inputs.size() == 2,
                "CausalSelfAttention takes x or x and mask, got ", inputs.size(), " inputs");
   return forward(inputs[0], inputs.size() == 2 ? inputs[1] : Tensor());
@@ -70,7 +70,7 @@ TransformerBlock::TransformerBlock(int64_t embedDim, int64_t numHeads, Generator
 
 Tensor TransformerBlock::forward(const Tensor& x) { return forward(x, Tensor()); }
 
-Tensor TransformerBlock::forward(const std::vector<Tensor>& inputs) {
+Tensor TransformerBlock::forwardInputs(const std::vector<Tensor>& inputs) {
   KOLO_REQUIRE(inputs.size() == 1 || inputs.size() == 2,
                "TransformerBlock takes x or x and mask, got ", inputs.size(), " inputs");
   return forward(inputs[0], inputs.size() == 2 ? inputs[1] : Tensor());

@@ -127,8 +127,8 @@ Tensor Sequential::forward(const Tensor& x) {
   return h;
 }
 
-Tensor Sequential::forward(const std::vector<Tensor>& inputs) {
-  if (children().empty() || inputs.size() == 1) return Module::forward(inputs);
+Tensor Sequential::forwardInputs(const std::vector<Tensor>& inputs) {
+  if (children().empty() || inputs.size() == 1) return Module::forwardInputs(inputs);
   Tensor h = children().front().second->forward(inputs);
   for (size_t i = 1; i < children().size(); ++i) h = children()[i].second->forward(h);
   return h;

@@ -8,7 +8,7 @@
 
 namespace kolo::nn {
 
-Tensor Module::forward(const std::vector<Tensor>& inputs) {
+Tensor Module::forwardInputs(const std::vector<Tensor>& inputs) {
   KOLO_REQUIRE(inputs.size() == 1, "this module takes one input, got ", inputs.size());
   return forward(inputs.front());
 }

@@ -128,12 +128,15 @@ class Sequential : public Module {
   Sequential(std::initializer_list<std::shared_ptr<Module>> modules);
   /// Appends a module (named by its index); returns *this for chaining.
   Sequential& add(std::shared_ptr<Module> module);
+  using Module::forward;
   Tensor forward(const Tensor& x) override;
-  /// Gives every input to the first child and its output alone to the rest (a first layer
-  /// that takes a mask, for instance).
-  Tensor forward(const std::vector<Tensor>& inputs) override;
   size_t size() const { return children().size(); }
   Module& at(size_t i) const { return *children().at(i).second; }
+
+ protected:
+  /// Gives every input to the first child and its output alone to the rest (a first layer
+  /// that takes a mask, for instance).
+  Tensor forwardInputs(const std::vector<Tensor>& inputs) override;
 };
 
 }  // namespace kolo::nn

@@ -24,18 +24,18 @@ class Module {
 
   /// Computes the module's output; records autograd nodes when parameters require grad.
   virtual Tensor forward(const Tensor& x) = 0;
-  /// The output from several inputs (attention's input and mask, for instance). The default
-  /// takes exactly one input and calls forward(inputs[0]); modules with more inputs override
-  /// it. Throws InvalidArgument naming the count when a module cannot take that many.
-  /// A class that overrides only forward(const Tensor&) hides this overload from calls
-  /// through its own type: call it through a Module& or with operator().
-  virtual Tensor forward(const std::vector<Tensor>& inputs);
+  /// The output from several inputs (attention's input and mask, for instance): calls
+  /// forwardInputs(), which modules with more than one input override. Throws
+  /// InvalidArgument naming the count when a module cannot take that many. (A class that
+  /// declares its own forward hides this overload unless it says `using Module::forward;`;
+  /// operator() always reaches it.)
+  Tensor forward(const std::vector<Tensor>& inputs) { return forwardInputs(inputs); }
   Tensor operator()(const Tensor& x) { return forward(x); }
   /// model(x, mask, ...): forward({x, mask, ...}).
   template <class... More>
     requires(sizeof...(More) > 0 && (std::convertible_to<const More&, const Tensor&> && ...))
   Tensor operator()(const Tensor& x, const More&... more) {
-    return forward(std::vector<Tensor>{x, more...});
+    return forwardInputs(std::vector<Tensor>{x, more...});
   }
 
   /// Every parameter of this module and its children, depth first in registration order,
@@ -75,6 +75,10 @@ class Module {
   int64_t parameterCount() const;
 
  protected:
+  /// forward() of several inputs. The default takes exactly one and calls forward(inputs[0]).
+  /// A separate name from forward, so that a module overriding forward(const Tensor&) alone
+  /// hides no virtual function (-Woverloaded-virtual).
+  virtual Tensor forwardInputs(const std::vector<Tensor>& inputs);
   /// Registers a parameter (marked requiresGrad) under `name`; returns the same handle.
   Tensor registerParameter(const std::string& name, Tensor tensor);
   /// Registers a buffer (torch's register_buffer): saved in stateDict(), broadcast by data
