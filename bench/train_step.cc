@@ -2,8 +2,6 @@
 // update) of the built-in mlp and cnn at batch 128 (or --batch B) on one thread, on the
 // first 1024 Fashion-MNIST training images cycled, as bench/peers/torch_single_step.py does
 // in PyTorch. Prints one JSON line per model with the median step time.
-#include <cblas.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +12,7 @@
 
 #include "kolo/data.h"
 #include "kolo/nn/nn.h"
+#include "kolo/threads.h"
 
 namespace {
 
@@ -46,7 +45,7 @@ void runModel(const Config& config, const kolo::Tensor& images, const kolo::Tens
     Tensor x = images.slice(0, b * j, b * (j + 1));
     Tensor y = labels.slice(0, b * j, b * (j + 1));
     const auto t0 = std::chrono::steady_clock::now();
-    Tensor loss = nn::crossEntropy(model->forward(x), y);
+    Tensor loss = crossEntropy(model->forward(x), y);
     const auto t1 = std::chrono::steady_clock::now();
     loss.backward();
     const auto t2 = std::chrono::steady_clock::now();
@@ -88,7 +87,7 @@ void runModel(const Config& config, const kolo::Tensor& images, const kolo::Tens
 }  // namespace
 
 int main(int argc, char** argv) {
-  openblas_set_num_threads(1);
+  kolo::setNumThreads(1);
   std::vector<std::string> models;
   std::string dir = kolo::data::kFashionMnistDir;
   int64_t batch = 128;

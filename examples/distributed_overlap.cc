@@ -25,8 +25,7 @@
 #include "kolo/ops.h"
 #include "kolo/parallel/distributed.h"
 #include "kolo/parallel/reducer.h"
-
-extern "C" void openblas_set_num_threads(int);
+#include "kolo/threads.h"
 
 using namespace kolo;
 using Clock = std::chrono::steady_clock;
@@ -190,7 +189,7 @@ void report(const Options& o, int ranks, const char* how, const Measurements& r)
 int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
-    openblas_set_num_threads(1);
+    setNumThreads(1);
     data::FashionMnist train(data::kFashionMnistDir, true);
     Measurements results;
     // Under a launcher (kolo run, mpirun, torchrun) each process is one rank.

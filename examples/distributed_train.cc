@@ -1,7 +1,9 @@
 // A user-defined model trained on N ranks with the Horovod-style API of
-// kolo/parallel/distributed.h. The lines marked [distributed] are all that changes from the
-// single-process version (a DistributedSampler instead of a ShuffleSampler, the optimizer
-// wrapped, rank 0 alone printing and saving). Run it with:
+// kolo/parallel/distributed.h, written as a libtorch C++ frontend program (a Net deriving
+// nn::Module, a range-for over each DataLoader epoch, kolo::save). The lines marked
+// [distributed] are all that changes from the single-process version (a DistributedSampler
+// instead of a ShuffleSampler, the optimizer wrapped, rank 0 alone printing and saving).
+// Run it with:
 //   kolo run -n 2 -- ./build/release/examples/distributed_train [STEPS] [DATA_DIR]
 // Started without `kolo run` it trains as a single rank.
 #include <cstdio>
@@ -15,23 +17,22 @@
 #include "kolo/ops.h"
 #include "kolo/optim.h"
 #include "kolo/parallel/distributed.h"  // [distributed]
-#include "kolo/safetensors.h"
+#include "kolo/serialize.h"
+#include "kolo/threads.h"
 
 namespace {
 
 // 784 -> 256 -> 10 with ReLU.
-class SmallNet : public kolo::nn::Module {
- public:
-  explicit SmallNet(kolo::Generator& gen) {
-    hidden_ = registerModule("hidden", std::make_shared<kolo::nn::Linear>(784, 256, gen));
-    out_ = registerModule("out", std::make_shared<kolo::nn::Linear>(256, 10, gen));
+struct Net : kolo::nn::Module {
+  explicit Net(kolo::Generator& gen) {
+    hidden = registerModule("hidden", std::make_shared<kolo::nn::Linear>(784, 256, gen));
+    out = registerModule("out", std::make_shared<kolo::nn::Linear>(256, 10, gen));
   }
-  kolo::Tensor forward(const kolo::Tensor& x) override {    // x: (B, 784)
-    return out_->forward(kolo::relu(hidden_->forward(x)));  // (B, 10)
+  kolo::Tensor forward(const kolo::Tensor& x) override {  // x: (B, 784)
+    return out->forward(kolo::relu(hidden->forward(x)));  // (B, 10)
   }
 
- private:
-  std::shared_ptr<kolo::nn::Linear> hidden_, out_;
+  std::shared_ptr<kolo::nn::Linear> hidden, out;
 };
 
 double accuracy(kolo::nn::Module& model, const kolo::data::TensorDataset& test) {
@@ -54,6 +55,7 @@ int main(int argc, char** argv) try {
   const std::string dataDir = argc > 2 ? argv[2] : kolo::data::kFashionMnistDir;
   const int64_t globalBatch = 128;
 
+  kolo::setNumThreads(1);  // one intra-op thread per rank: the ranks fill the cores
   auto comm = kolo::parallel::init();      // [distributed]
   const bool primary = comm->rank() == 0;  // [distributed]
 
@@ -65,30 +67,32 @@ int main(int argc, char** argv) try {
   kolo::data::DataLoader loader(train, sampler, {.batchSize = sampler->localBatch()});
 
   kolo::Generator gen(1);
-  SmallNet model(gen);
+  Net model(gen);
   kolo::parallel::DistributedOptimizer optimizer(  // [distributed]
       std::make_unique<kolo::optim::Sgd>(model.namedParameters(),
                                          kolo::optim::SgdOptions{.lr = 0.05, .momentum = 0.9}),
-      comm);
+      comm, model);  // with the model: its buffers follow rank 0's (DDP's broadcast_buffers)
 
-  kolo::data::Batch batch;
-  for (int64_t step = 0; step < steps; ++step) {
-    if (!loader.next(batch)) loader.next(batch);  // an epoch ended: start the next one
-    optimizer.zeroGrad();
-    kolo::Tensor loss = kolo::nn::crossEntropy(model.forward(batch.inputs), batch.labels);
-    optimizer.setLocalLoss(loss.item());  // [distributed] (for the global mean loss)
-    loss.backward();                      // bucket all-reduces start here, during backward
-    optimizer.step();                     // waits for them, averages, updates
-    if (primary && (step + 1) % 100 == 0)
-      std::printf("step %lld loss %.4f\n", static_cast<long long>(step + 1),
-                  optimizer.globalLoss());
+  int64_t step = 0;
+  while (step < steps) {
+    for (kolo::data::Batch& batch : loader) {  // one epoch
+      optimizer.zeroGrad();
+      kolo::Tensor loss = kolo::crossEntropy(model(batch.inputs), batch.labels);
+      optimizer.setLocalLoss(loss.item());  // [distributed] (for the global mean loss)
+      loss.backward();                      // bucket all-reduces start here, during backward
+      optimizer.step();                     // waits for them, averages, updates
+      ++step;
+      if (primary && step % 100 == 0)
+        std::printf("step %lld loss %.4f\n", static_cast<long long>(step), optimizer.globalLoss());
+      if (step == steps) break;
+    }
   }
   if (primary) {  // [distributed]
     kolo::data::FashionMnist test(dataDir, false);
     std::printf("test accuracy %.4f after %lld steps of %lld samples on %d rank(s)\n",
                 accuracy(model, test), static_cast<long long>(steps),
                 static_cast<long long>(globalBatch), comm->size());
-    kolo::checkpoint::saveSafetensors("distributed_train.safetensors", model.namedParameters());
+    kolo::save(model, "distributed_train.safetensors");
   }
   return 0;
 } catch (const kolo::Error& e) {

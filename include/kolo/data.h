@@ -4,7 +4,9 @@
 // every global batch); the DataLoader gathers batches on a background thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -163,6 +165,11 @@ struct LoaderState {
 /// Cuts each epoch of a sampler into batches and gathers them from a dataset, a few batches
 /// ahead on a background thread. Deterministic: the batches depend only on the sampler
 /// (seed, epoch) and the position, so setState() resumes exactly where state() was taken.
+///
+/// One range-for is one epoch, from the current position to its end:
+///   for (int64_t epoch = loader.state().epoch; epoch < epochs; ++epoch)
+///     for (data::Batch& batch : loader) step(batch);
+/// (a loader resumed in the middle of an epoch finishes that epoch first).
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Sampler> sampler,
@@ -177,6 +184,39 @@ class DataLoader {
   /// the epoch returns false once and moves to batch 0 of the next epoch. Rethrows errors
   /// raised while gathering. Blocks while the prefetch thread works.
   bool next(Batch& batch);
+  /// Input iterator over the batches left in the current epoch: each increment is a next().
+  /// Leaving the loop early (break, exception) leaves the loader after the last batch the
+  /// loop saw; running to the end moves it to batch 0 of the next epoch.
+  class EpochIterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = Batch;
+    using difference_type = std::ptrdiff_t;
+    using pointer = Batch*;
+    using reference = Batch&;
+
+    EpochIterator() = default;
+    Batch& operator*() { return batch_; }
+    Batch* operator->() { return &batch_; }
+    EpochIterator& operator++() {
+      if (!loader_->next(batch_)) loader_ = nullptr;
+      return *this;
+    }
+    void operator++(int) { ++*this; }
+    friend bool operator==(const EpochIterator& it, std::default_sentinel_t) {
+      return it.loader_ == nullptr;
+    }
+
+   private:
+    friend class DataLoader;
+    explicit EpochIterator(DataLoader* loader) : loader_(loader) { ++*this; }
+    DataLoader* loader_ = nullptr;
+    Batch batch_;
+  };
+  /// The first batch left in the current epoch (gathers it; blocks as next() does).
+  EpochIterator begin() { return EpochIterator(this); }
+  std::default_sentinel_t end() { return std::default_sentinel; }
+
   /// The position of the next batch.
   LoaderState state() const { return state_; }
   /// Moves to `state` (drops batches gathered ahead).

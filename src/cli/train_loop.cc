@@ -3,8 +3,6 @@
 // (epochs, metrics, checkpoints, resume) is in train_run.cc.
 #include "cli/train_loop.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,8 +11,10 @@
 #include "kolo/autograd.h"
 #include "kolo/comm/init.h"
 #include "kolo/nn/models.h"
+#include "kolo/ops.h"
 #include "kolo/parallel/distributed.h"
 #include "kolo/safetensors.h"
+#include "kolo/threads.h"
 
 namespace kolo::cli {
 
@@ -171,7 +171,7 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
                config_.keepCheckpoints);
   KOLO_REQUIRE(config_.trainLimit >= 0, "--train-limit must be at least 0, got ", config_.trainLimit);
   KOLO_REQUIRE(config_.timingSkip >= 0, "--timing-skip must be at least 0, got ", config_.timingSkip);
-  openblas_set_num_threads(config_.threads);
+  setNumThreads(config_.threads);
   // Validate the flags before the (slow) data loading and before joining the job.
   recipe_ = resolveRecipe(config_, 1);
   const bool inProcessReplicas =
@@ -247,7 +247,7 @@ double Trainer::trainStep(const data::Batch& batch, double lr) {
     // One device (checked in the constructor): the update needs the clipped gradients.
     nn::Module& net = model();
     net.train(true);
-    Tensor loss = nn::crossEntropy(net.forward(batch.inputs), batch.labels);
+    Tensor loss = crossEntropy(net.forward(batch.inputs), batch.labels);
     optimizer().zeroGrad();
     loss.backward();
     std::vector<Tensor> parameters;

@@ -8,6 +8,19 @@
 
 namespace kolo::nn {
 
+namespace {
+// The attention mask as a shape that broadcasts against the scores (B, H, T, T).
+Tensor headMask(const Tensor& mask, int64_t b, int64_t h, int64_t t) {
+  const Shape& s = mask.shape();
+  const bool square = mask.dim() >= 2 && s[mask.dim() - 1] == t && s[mask.dim() - 2] == t;
+  if (square && mask.dim() == 2) return mask;                                     // (T, T)
+  if (square && mask.dim() == 3 && s[0] == b) return mask.reshape({b, 1, t, t});  // (B, 1, T, T)
+  if (square && mask.dim() == 4 && s[0] == b && s[1] == h) return mask;           // (B, H, T, T)
+  KOLO_THROW(InvalidArgument, "CausalSelfAttention: mask ", shapeString(s),
+             " is not (T, T), (B, T, T) or (B, H, T, T) with B=", b, ", H=", h, ", T=", t);
+}
+}  // namespace
+
 CausalSelfAttention::CausalSelfAttention(int64_t embedDim, int64_t numHeads, Generator& gen)
     : embedDim_(embedDim), numHeads_(numHeads) {
   KOLO_CHECK(numHeads > 0 && embedDim % numHeads == 0, "CausalSelfAttention: embedDim ", embedDim,
@@ -16,7 +29,15 @@ CausalSelfAttention::CausalSelfAttention(int64_t embedDim, int64_t numHeads, Gen
   proj_ = registerModule("proj", std::make_shared<Linear>(embedDim, embedDim, gen));
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x) {
+Tensor CausalSelfAttention::forward(const Tensor& x) { return forward(x, Tensor()); }
+
+Tensor CausalSelfAttention::forwardInputs(const std::vector<Tensor>& inputs) {
+  KOLO_REQUIRE(inputs.size() == 1 || inputs.size() == 2,
+               "CausalSelfAttention takes x or x and mask, got ", inputs.size(), " inputs");
+  return forward(inputs[0], inputs.size() == 2 ? inputs[1] : Tensor());
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& mask) {
   KOLO_CHECK(x.dim() == 3 && x.shape()[2] == embedDim_, "CausalSelfAttention: input ", shapeString(x.shape()),
              " is not (B, T, ", embedDim_, ")");
   const int64_t b = x.shape()[0], t = x.shape()[1], c = embedDim_, h = numHeads_, hd = c / h;
@@ -26,7 +47,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   };
   Tensor q = head(0), k = head(1), v = head(2);
   Tensor att = matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(hd)));  // (B, H, T, T)
-  att = where(trilMask(t), att, Tensor::scalar(-std::numeric_limits<double>::infinity(), att.dtype()));
+  const Tensor minusInf = Tensor::scalar(-std::numeric_limits<double>::infinity(), att.dtype());
+  att = where(trilMask(t), att, minusInf);
+  if (mask.defined()) att = where(headMask(mask, b, h, t), att, minusInf);
   att = softmax(att, -1);
   Tensor y = matmul(att, v);                       // (B, H, T, hd)
   y = y.transpose(1, 2).reshape({b, t, c});        // (B, T, C)
@@ -45,8 +68,16 @@ TransformerBlock::TransformerBlock(int64_t embedDim, int64_t numHeads, Generator
   mlp_ = registerModule("mlp", mlp);
 }
 
-Tensor TransformerBlock::forward(const Tensor& x) {
-  Tensor h = x + attn_->forward(ln1_->forward(x));
+Tensor TransformerBlock::forward(const Tensor& x) { return forward(x, Tensor()); }
+
+Tensor TransformerBlock::forwardInputs(const std::vector<Tensor>& inputs) {
+  KOLO_REQUIRE(inputs.size() == 1 || inputs.size() == 2,
+               "TransformerBlock takes x or x and mask, got ", inputs.size(), " inputs");
+  return forward(inputs[0], inputs.size() == 2 ? inputs[1] : Tensor());
+}
+
+Tensor TransformerBlock::forward(const Tensor& x, const Tensor& mask) {
+  Tensor h = x + attn_->forward(ln1_->forward(x), mask);
   return h + mlp_->forward(ln2_->forward(h));
 }
 

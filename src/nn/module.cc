@@ -1,17 +1,39 @@
-// Module bookkeeping: parameter and child registration, recursive naming, modes.
+// Module bookkeeping: parameter, buffer and child registration, recursive naming, the
+// state dict, modes.
 #include "kolo/nn/module.h"
+
+#include <map>
 
 #include "kolo/error.h"
 
 namespace kolo::nn {
 
+Tensor Module::forwardInputs(const std::vector<Tensor>& inputs) {
+  KOLO_REQUIRE(inputs.size() == 1, "this module takes one input, got ", inputs.size());
+  return forward(inputs.front());
+}
+
+void Module::checkNewName(const std::string& name) const {
+  for (const auto& [existing, t] : parameters_)
+    KOLO_CHECK(existing != name, "'", name, "' is already a parameter");
+  for (const auto& [existing, t] : buffers_)
+    KOLO_CHECK(existing != name, "'", name, "' is already a buffer");
+}
+
 Tensor Module::registerParameter(const std::string& name, Tensor tensor) {
   KOLO_CHECK(tensor.defined(), "registerParameter('", name, "') with an undefined tensor");
-  for (const auto& [existing, t] : parameters_)
-    KOLO_CHECK(existing != name, "parameter '", name, "' registered twice");
+  checkNewName(name);
   tensor.setRequiresGrad(true);
   tensor.setName(name);
   parameters_.emplace_back(name, tensor);
+  return tensor;
+}
+
+Tensor Module::registerBuffer(const std::string& name, Tensor tensor) {
+  KOLO_CHECK(tensor.defined(), "registerBuffer('", name, "') with an undefined tensor");
+  checkNewName(name);
+  tensor.setName(name);
+  buffers_.emplace_back(name, tensor);
   return tensor;
 }
 
@@ -22,14 +44,18 @@ void Module::addChild(const std::string& name, std::shared_ptr<Module> module) {
   children_.emplace_back(name, std::move(module));
 }
 
-void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const {
-  for (const auto& [name, t] : parameters_) out.emplace_back(prefix + name, t);
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+void Module::collect(const std::string& prefix, Entries which,
+                     std::vector<std::pair<std::string, Tensor>>& out) const {
+  if (which != Entries::Buffers)
+    for (const auto& [name, t] : parameters_) out.emplace_back(prefix + name, t);
+  if (which != Entries::Parameters)
+    for (const auto& [name, t] : buffers_) out.emplace_back(prefix + name, t);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", which, out);
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::namedParameters() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  collect("", out);
+  collect("", Entries::Parameters, out);
   return out;
 }
 
@@ -37,6 +63,60 @@ std::vector<Tensor> Module::parameters() const {
   std::vector<Tensor> out;
   for (auto& [name, t] : namedParameters()) out.push_back(t);
   return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::namedBuffers() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", Entries::Buffers, out);
+  return out;
+}
+
+std::vector<Tensor> Module::buffers() const {
+  std::vector<Tensor> out;
+  for (auto& [name, t] : namedBuffers()) out.push_back(t);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::stateDict() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", Entries::State, out);
+  return out;
+}
+
+void Module::loadStateDict(const std::vector<std::pair<std::string, Tensor>>& state,
+                           const std::string& source) {
+  std::map<std::string, Tensor> given;
+  std::vector<std::string> problems;
+  for (const auto& [name, t] : state) {
+    if (!given.emplace(name, t).second) problems.push_back(name + ": given twice");
+  }
+  std::vector<std::pair<Tensor, Tensor>> copies;
+  std::map<std::string, bool> wanted;
+  for (const auto& [name, target] : stateDict()) {
+    wanted[name] = true;
+    auto it = given.find(name);
+    if (it == given.end() || !it->second.defined()) {
+      problems.push_back(name + ": missing from the " + source);
+      continue;
+    }
+    if (it->second.shape() != target.shape()) {
+      problems.push_back(name + ": state has " + shapeString(it->second.shape()) +
+                         ", module expects " + shapeString(target.shape()));
+      continue;
+    }
+    copies.emplace_back(target, it->second);
+  }
+  for (const auto& [name, t] : state)
+    if (!wanted.count(name)) problems.push_back(name + ": in the " + source + " but not in the module");
+  if (!problems.empty()) {
+    std::string message = "cannot load " + source + ":";
+    for (const std::string& problem : problems) message += "\n  " + problem;
+    KOLO_THROW(InvalidArgument, message);
+  }
+  for (auto& [target, value] : copies) {
+    Tensor destination = target;
+    destination.copyFrom(value);
+  }
 }
 
 void Module::train(bool training) {
@@ -48,19 +128,32 @@ void Module::zeroGrad() {
   for (auto& [name, t] : namedParameters()) t.zeroGrad();
 }
 
+namespace {
+// Gives the tensor behind `t` dtype's storage, so every handle to it sees the conversion.
+void convertInPlace(Tensor& t, DType dtype) {
+  Tensor converted = t.to(dtype);
+  TensorImpl* impl = t.impl();
+  impl->storage = converted.impl()->storage;
+  impl->shape = converted.shape();
+  impl->strides = converted.strides();
+  impl->offset = converted.storageOffset();
+  impl->dtype = dtype;
+  impl->autograd.reset();
+}
+
+bool isFloating(DType dtype) {
+  return dtype == DType::F32 || dtype == DType::F64 || dtype == DType::F16 || dtype == DType::BF16;
+}
+}  // namespace
+
 void Module::castParameters(DType dtype) {
   for (auto& [name, t] : namedParameters()) {
     if (t.dtype() == dtype) continue;
-    Tensor converted = t.to(dtype);
-    TensorImpl* impl = t.impl();
-    impl->storage = converted.impl()->storage;
-    impl->shape = converted.shape();
-    impl->strides = converted.strides();
-    impl->offset = converted.storageOffset();
-    impl->dtype = dtype;
-    impl->autograd.reset();
+    convertInPlace(t, dtype);
     t.setRequiresGrad(true);
   }
+  for (auto& [name, t] : namedBuffers())
+    if (t.dtype() != dtype && isFloating(t.dtype())) convertInPlace(t, dtype);
 }
 
 int64_t Module::parameterCount() const {

@@ -17,7 +17,7 @@ void broadcastParameters(const NamedTensors& parameters, comm::Communicator& com
 }
 
 void broadcastParameters(const nn::Module& module, comm::Communicator& comm, int root) {
-  broadcastParameters(module.namedParameters(), comm, root);
+  broadcastParameters(module.stateDict(), comm, root);
 }
 
 optim::StateDict conformStateShapes(optim::StateDict state, const optim::Optimizer& optimizer) {
@@ -82,6 +82,16 @@ DistributedOptimizer::DistributedOptimizer(std::unique_ptr<optim::Optimizer> opt
   KOLO_CHECK(optimizer_ != nullptr, "DistributedOptimizer: no optimizer");
   KOLO_CHECK(comm_ != nullptr, "DistributedOptimizer: no communicator");
   reducer_ = std::make_unique<Reducer>(optimizer_->parameters(), comm_, options);
+}
+
+DistributedOptimizer::DistributedOptimizer(std::unique_ptr<optim::Optimizer> optimizer,
+                                           std::shared_ptr<comm::Communicator> comm,
+                                           const nn::Module& model, ReducerOptions options)
+    : optimizer_(std::move(optimizer)), comm_(std::move(comm)) {
+  KOLO_CHECK(optimizer_ != nullptr, "DistributedOptimizer: no optimizer");
+  KOLO_CHECK(comm_ != nullptr, "DistributedOptimizer: no communicator");
+  reducer_ = std::make_unique<Reducer>(optimizer_->parameters(), comm_, options,
+                                       model.namedBuffers());
 }
 
 void DistributedOptimizer::step() {

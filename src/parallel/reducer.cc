@@ -1,5 +1,6 @@
 // Reducer: DDP-style gradient buckets whose all-reduce starts from the gradient-ready
-// hooks, the join protocol for uneven inputs, and the missing-gradient check.
+// hooks, the buffer broadcast, the join protocol for uneven inputs, and the
+// missing-gradient check.
 #include "kolo/parallel/reducer.h"
 
 #include <cmath>
@@ -18,9 +19,16 @@ void scaleInPlace(T* data, size_t n, T scale) {
 
 }  // namespace
 
-Reducer::Reducer(NamedTensors parameters, std::shared_ptr<comm::Communicator> comm,
+Reducer::Reducer(const nn::Module& model, std::shared_ptr<comm::Communicator> comm,
                  ReducerOptions options)
-    : params_(std::move(parameters)), comm_(std::move(comm)), options_(options) {
+    : Reducer(model.namedParameters(), std::move(comm), options, model.namedBuffers()) {}
+
+Reducer::Reducer(NamedTensors parameters, std::shared_ptr<comm::Communicator> comm,
+                 ReducerOptions options, NamedTensors buffers)
+    : params_(std::move(parameters)),
+      buffers_(std::move(buffers)),
+      comm_(std::move(comm)),
+      options_(options) {
   KOLO_CHECK(comm_ != nullptr, "Reducer needs a communicator");
   KOLO_CHECK(!params_.empty(), "Reducer needs at least one parameter");
   KOLO_CHECK_GT(options_.bucketCapBytes, size_t{0}, "(bucketCapBytes)");
@@ -36,6 +44,9 @@ Reducer::Reducer(NamedTensors parameters, std::shared_ptr<comm::Communicator> co
                "; one dtype per reducer");
     KOLO_CHECK(p.isContiguous(), "Reducer: parameter '", name, "' is not contiguous");
   }
+  for (const auto& [name, b] : buffers_)
+    KOLO_CHECK(b.defined() && b.isContiguous(), "Reducer: buffer '", name,
+               "' is undefined or not contiguous");
 
   // Buckets in reverse parameter order: the gradients of the last layers are ready first.
   const size_t elemBytes = dtypeSize(dtype_);
@@ -70,7 +81,10 @@ Reducer::Reducer(NamedTensors parameters, std::shared_ptr<comm::Communicator> co
   timeline_.bucketStart.resize(buckets_.size());
   timeline_.bucketFinish.resize(buckets_.size());
 
-  if (options_.broadcastParameters && comm_->size() > 1) broadcastFromRoot();
+  if (options_.broadcastParameters && comm_->size() > 1) {
+    broadcastFromRoot();
+    broadcastBuffers(options_.rootRank);
+  }
 
   for (size_t k = 0; k < params_.size(); ++k) {
     hookIds_.push_back(params_[k].second.addGradReadyHook([this, k](Tensor&) { onGradReady(k); }));
@@ -108,6 +122,34 @@ void Reducer::broadcastFromRoot() {
     for (size_t i = 0; i < b.params.size(); ++i) {
       Tensor& p = params_[b.params[i]].second;
       std::memcpy(p.rawData(), flat + b.offsets[i] * elemBytes, p.nbytes());
+    }
+  }
+}
+
+void Reducer::broadcastBuffers(int root) {
+  if (buffers_.empty() || comm_->size() == 1) return;
+  // Same dtypes in the same order on every rank (the models are the same), so the
+  // broadcasts' signatures agree.
+  for (DType dtype : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64,
+                      DType::U8}) {
+    int64_t numel = 0;
+    for (const auto& [name, b] : buffers_)
+      if (b.dtype() == dtype) numel += b.numel();
+    if (numel == 0) continue;
+    Tensor flat = Tensor::empty({numel}, dtype);
+    auto* bytes = static_cast<uint8_t*>(flat.rawData());
+    size_t at = 0;
+    for (const auto& [name, b] : buffers_) {
+      if (b.dtype() != dtype) continue;
+      std::memcpy(bytes + at, b.rawData(), b.nbytes());
+      at += b.nbytes();
+    }
+    comm_->broadcast(bytes, static_cast<size_t>(numel), dtype, root, options_.collective);
+    at = 0;
+    for (auto& [name, b] : buffers_) {
+      if (b.dtype() != dtype) continue;
+      std::memcpy(b.rawData(), bytes + at, b.nbytes());
+      at += b.nbytes();
     }
   }
 }
@@ -273,6 +315,9 @@ void Reducer::finalize() {
       scaleInPlace(b.flat.data<double>(), b.numel, 1.0 / activeRanks_);
   }
   viewGradsInBuckets();
+  // Only when every rank trained this step: a joined rank's buffers are stale, and join()
+  // hands out the final ones.
+  if (options_.broadcastBuffers && activeRanks_ == comm_->size()) broadcastBuffers(options_.rootRank);
   timeline_.finalizeEnd = Clock::now();
 }
 
@@ -352,6 +397,7 @@ void Reducer::syncFinalParameters() {
   options_.rootRank = root;
   broadcastFromRoot();
   options_.rootRank = savedRoot;
+  if (options_.broadcastBuffers) broadcastBuffers(root);
 }
 
 }  // namespace kolo::parallel

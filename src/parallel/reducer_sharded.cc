@@ -214,6 +214,7 @@ void Reducer::shardedStep(optim::Optimizer& optimizer) {
   }
   ++syncedSteps_;
   viewGradsInBuckets();
+  if (options_.broadcastBuffers) broadcastBuffers(options_.rootRank);
   timeline_.finalizeEnd = Clock::now();
 }
 

@@ -49,11 +49,12 @@ StrategyOptions strategyOptionsFromNames(const std::string& strategy, int replic
   return options;
 }
 
-Tensor crossEntropyLoss(nn::Module& model, const Tensor& inputs, const Tensor& labels) {
+namespace {
+
+// The default LossFn: kolo::crossEntropy of model(inputs) against labels.
+Tensor crossEntropyOfModel(nn::Module& model, const Tensor& inputs, const Tensor& labels) {
   return crossEntropy(model.forward(inputs), labels);
 }
-
-namespace {
 
 // Rows [r*b/k, (r+1)*b/k) of a batch, contiguous.
 Tensor shard(const Tensor& t, int r, int k) {
@@ -69,9 +70,14 @@ void checkShardable(const Tensor& inputs, const Tensor& labels, int k, const cha
              " samples does not split evenly over ", k, " replicas");
 }
 
-void copyParameters(const NamedTensors& from, const NamedTensors& to) {
-  KOLO_CHECK_EQ(from.size(), to.size(), "replicas disagree on the parameter count");
+void copyTensors(const NamedTensors& from, const NamedTensors& to) {
+  KOLO_CHECK_EQ(from.size(), to.size(), "replicas disagree on the number of parameters or buffers");
   for (size_t i = 0; i < from.size(); ++i) Tensor(to[i].second).copyFrom(from[i].second);
+}
+
+// Parameters and buffers of one replica into another of the same model.
+void copyState(const nn::Module& from, const nn::Module& to) {
+  copyTensors(from.stateDict(), to.stateDict());
 }
 
 class OneDeviceStrategy : public Strategy {
@@ -115,8 +121,7 @@ class MirroredStrategy : public Strategy {
     for (int r = 0; r < k_; ++r) models_[r] = models();
     // The reducers broadcast replica 0's weights; their construction is collective.
     pool_.run([&](int r) {
-      reducers_[r] =
-          std::make_unique<Reducer>(models_[r]->namedParameters(), comms[r], options.reducer);
+      reducers_[r] = std::make_unique<Reducer>(*models_[r], comms[r], options.reducer);
       optimizers_[r] = optimizers(models_[r]->namedParameters());
     });
   }
@@ -150,7 +155,7 @@ class MirroredStrategy : public Strategy {
   void syncReplicas() override {
     const auto state = optimizers_[0]->stateDict();
     for (int r = 1; r < k_; ++r) {
-      copyParameters(models_[0]->namedParameters(), models_[r]->namedParameters());
+      copyState(*models_[0], *models_[r]);
       optimizers_[r]->loadStateDict(conformStateShapes(state, *optimizers_[r]));
     }
   }
@@ -171,7 +176,7 @@ class MultiWorkerMirroredStrategy : public Strategy {
   MultiWorkerMirroredStrategy(const StrategyOptions& options, ModelFactory models,
                               OptimizerFactory optimizers, LossFn loss)
       : comm_(options.communicator), model_(models()), loss_(std::move(loss)) {
-    reducer_ = std::make_unique<Reducer>(model_->namedParameters(), comm_, options.reducer);
+    reducer_ = std::make_unique<Reducer>(*model_, comm_, options.reducer);
     optimizer_ = optimizers(model_->namedParameters());
   }
   StrategyKind kind() const override { return StrategyKind::MultiWorkerMirrored; }
@@ -192,7 +197,7 @@ class MultiWorkerMirroredStrategy : public Strategy {
   nn::Module& model() override { return *model_; }
   optim::Optimizer& optimizer() override { return *optimizer_; }
   void syncReplicas() override {
-    broadcastParameters(model_->namedParameters(), *comm_, 0);
+    broadcastParameters(*model_, *comm_, 0);
     broadcastOptimizerState(*optimizer_, *comm_, 0);
   }
   Reducer* reducer() override { return reducer_.get(); }
@@ -208,7 +213,9 @@ class MultiWorkerMirroredStrategy : public Strategy {
 // TensorFlow's CentralStorageStrategy: the variables exist once (the central model); each
 // replica's parameters are views of the same storage, so replicas read the central values
 // directly. Replica gradients are summed in the central place in replica order and
-// averaged, and one optimizer updates the central variables.
+// averaged, and one optimizer updates the central variables. Buffers are not shared (the
+// replicas' forwards would race on them): each step copies the central ones into every
+// replica and replica 0's back, as data parallelism keeps replica 0's.
 class CentralStorageStrategy : public Strategy {
  public:
   CentralStorageStrategy(const StrategyOptions& options, ModelFactory models,
@@ -240,6 +247,8 @@ class CentralStorageStrategy : public Strategy {
   int localReplicas() const override { return k_; }
   StepResult trainStep(const Tensor& inputs, const Tensor& labels) override {
     checkShardable(inputs, labels, k_, "central-storage");
+    const NamedTensors centralBuffers = central_->namedBuffers();
+    for (auto& replica : replicas_) copyTensors(centralBuffers, replica->namedBuffers());
     pool_.run([&](int r) {
       replicas_[r]->zeroGrad();
       Tensor loss = loss_(*replicas_[r], shard(inputs, r, k_), shard(labels, r, k_));
@@ -276,6 +285,7 @@ class CentralStorageStrategy : public Strategy {
       for (int64_t j = 0; j < n; ++j) dst[j] *= scale;
     }
     optimizer_->step();
+    copyTensors(replicas_[0]->namedBuffers(), centralBuffers);
     double mean = 0;
     for (double l : losses_) mean += l;
     return {mean / k_};
@@ -300,7 +310,7 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, ModelFact
                                        OptimizerFactory optimizerFactory, LossFn loss) {
   KOLO_CHECK(modelFactory != nullptr, "makeStrategy: no model factory");
   KOLO_CHECK(optimizerFactory != nullptr, "makeStrategy: no optimizer factory");
-  if (!loss) loss = crossEntropyLoss;
+  if (!loss) loss = crossEntropyOfModel;
   switch (options.kind) {
     case StrategyKind::OneDevice:
       return std::make_unique<OneDeviceStrategy>(std::move(modelFactory),

@@ -286,5 +286,56 @@ TEST(DataLoaderTest, GatherErrorsReachTheCaller) {
   EXPECT_THROW(loader.next(batch), InvalidArgument);
 }
 
+std::vector<int64_t> labelsOf(const Batch& batch) {
+  const std::vector<double> labels = batch.labels.toDoubleVector();
+  return std::vector<int64_t>(labels.begin(), labels.end());
+}
+
+TEST(DataLoaderTest, RangeForIsOneEpochOfNext) {
+  auto dataset = countingDataset(30);
+  auto sampler = std::make_shared<ShuffleSampler>(30, 9);
+  for (int prefetch : {0, 2}) {
+    DataLoader reference(dataset, sampler, {.batchSize = 7, .prefetch = prefetch});
+    const auto expected = drain(reference, 2);
+    DataLoader loader(dataset, sampler, {.batchSize = 7, .prefetch = prefetch});
+    std::vector<std::vector<int64_t>> got;
+    for (int64_t epoch = loader.state().epoch; epoch < 2; ++epoch) {
+      int64_t batches = 0;
+      for (Batch& batch : loader) {
+        got.push_back(labelsOf(batch));
+        ++batches;
+      }
+      EXPECT_EQ(batches, 5) << "epoch " << epoch;  // 30 = 4 * 7 + 2
+      EXPECT_EQ(loader.state().epoch, epoch + 1);
+      EXPECT_EQ(loader.state().batch, 0);
+    }
+    EXPECT_EQ(got, expected) << "prefetch " << prefetch;
+  }
+}
+
+TEST(DataLoaderTest, RangeForResumesMidEpoch) {
+  auto dataset = countingDataset(40);
+  auto sampler = std::make_shared<ShuffleSampler>(40, 4);
+  DataLoader full(dataset, sampler, {.batchSize = 6});
+  const auto reference = drain(full, 2);  // 7 batches per epoch
+  // Leave the first epoch after three batches, then finish it with a second loop.
+  DataLoader loader(dataset, sampler, {.batchSize = 6});
+  std::vector<std::vector<int64_t>> got;
+  for (Batch& batch : loader) {
+    got.push_back(labelsOf(batch));
+    if (got.size() == 3) break;
+  }
+  EXPECT_EQ(loader.state().batch, 3);
+  for (Batch& batch : loader) got.push_back(labelsOf(batch));
+  EXPECT_EQ(got, std::vector<std::vector<int64_t>>(reference.begin(), reference.begin() + 7));
+  // A loader resumed from a saved state finishes that epoch, then runs whole ones.
+  DataLoader resumed(dataset, sampler, {.batchSize = 6});
+  resumed.setState({.epoch = 1, .batch = 5});
+  std::vector<std::vector<int64_t>> rest;
+  for (Batch& batch : resumed) rest.push_back(labelsOf(batch));
+  EXPECT_EQ(rest, std::vector<std::vector<int64_t>>(reference.begin() + 12, reference.end()));
+  EXPECT_EQ(resumed.state().epoch, 2);
+}
+
 }  // namespace
 }  // namespace kolo::data

@@ -114,7 +114,7 @@ void checkModel(const std::string& name, double lr) {
   for (int step = 0; step < static_cast<int>(losses.values.size()); ++step) {
     model->zeroGrad();
     Tensor out = model->forward(x);
-    Tensor loss = nn::crossEntropy(out, y);
+    Tensor loss = crossEntropy(out, y);
     loss.backward();
     EXPECT_NEAR(loss.item(), losses.values[step], kRelTol * std::abs(losses.values[step]))
         << name << " loss at step " << step;

@@ -65,7 +65,7 @@ TEST(NativeReducer, FirstBucketStartsBeforeBackwardEnds) {
       reducer.prepareForBackward();
       Tensor x = d.x.slice(0, 32 * rank, 32 * rank + 32).contiguous();
       Tensor y = d.y.slice(0, 32 * rank, 32 * rank + 32).contiguous();
-      crossEntropyLoss(*model, x, y).backward();
+      crossEntropy(model->forward(x), y).backward();
       const auto backwardReturned = Clock::now();
       reducer.finalize();
       const StepTimeline& t = reducer.timeline();
@@ -90,9 +90,9 @@ TEST(NativeDistributed, BroadcastOptimizerStateAndDistributedOptimizer) {
     for (int step = 0; step < 2; ++step) {
       opt.zeroGrad();
       const int64_t lo = 64 * step + 32 * rank;
-      crossEntropyLoss(*model, d.x.slice(0, lo, lo + 32).contiguous(),
-                       d.y.slice(0, lo, lo + 32).contiguous())
-          .backward();
+      Tensor x = d.x.slice(0, lo, lo + 32).contiguous();
+      Tensor y = d.y.slice(0, lo, lo + 32).contiguous();
+      crossEntropy(model->forward(x), y).backward();
       opt.step();
     }
     // A rank whose optimizer state was lost gets rank 0's back.

@@ -11,8 +11,20 @@ namespace kolo::nn {
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(int64_t embedDim, int64_t numHeads, Generator& gen);
+  using Module::forward;
   /// x (B, T, C) -> (B, T, C).
   Tensor forward(const Tensor& x) override;
+  /// As forward(x), where position t also attends only to the positions s with
+  /// mask[..., t, s] nonzero (a padding mask, say; true = may attend, as the attn_mask of
+  /// torch's scaled_dot_product_attention). mask is (T, T), (B, T, T) or (B, H, T, T) of any
+  /// dtype and is not differentiated; an undefined mask is the causal path alone. A position
+  /// left with no key to attend to gets NaN, as in PyTorch. Throws InvalidArgument for
+  /// another mask shape.
+  Tensor forward(const Tensor& x, const Tensor& mask);
+
+ protected:
+  /// {x} or {x, mask}.
+  Tensor forwardInputs(const std::vector<Tensor>& inputs) override;
 
  private:
   int64_t embedDim_, numHeads_;
@@ -24,7 +36,14 @@ class CausalSelfAttention : public Module {
 class TransformerBlock : public Module {
  public:
   TransformerBlock(int64_t embedDim, int64_t numHeads, Generator& gen, int64_t hidden = -1);
+  using Module::forward;
   Tensor forward(const Tensor& x) override;
+  /// The block with the attention mask of CausalSelfAttention::forward(x, mask).
+  Tensor forward(const Tensor& x, const Tensor& mask);
+
+ protected:
+  /// {x} or {x, mask}.
+  Tensor forwardInputs(const std::vector<Tensor>& inputs) override;
 
  private:
   std::shared_ptr<LayerNorm> ln1_, ln2_;

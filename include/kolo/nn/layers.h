@@ -1,6 +1,6 @@
 // Standard layers with PyTorch's weight layouts and default initialisation:
-// Linear [out, in], Conv2d [out, in, kh, kw], LayerNorm, Embedding, activations, pooling,
-// shape adapters, dropout and Sequential (children named "0", "1", ...).
+// Linear [out, in], Conv2d [out, in, kh, kw], LayerNorm, BatchNorm1d, Embedding,
+// activations, pooling, shape adapters, dropout and Sequential (children named "0", "1", ...).
 #pragma once
 
 #include <initializer_list>
@@ -94,6 +94,25 @@ class LayerNorm : public Module {
   double eps_;
 };
 
+/// Batch normalisation of (N, C) or (N, C, L) inputs per channel (torch.nn.BatchNorm1d).
+/// Training mode normalises with the batch's mean and biased variance and moves the running
+/// estimates: running = (1 - momentum) * running + momentum * batch, with the unbiased
+/// variance; eval mode normalises with the running estimates. Parameters "weight" (ones)
+/// and "bias" (zeros); buffers "running_mean" (zeros), "running_var" (ones) and
+/// "num_batches_tracked" (i64, shape {}). Throws InvalidArgument for another input shape, or
+/// for one value per channel in training mode.
+class BatchNorm1d : public Module {
+ public:
+  explicit BatchNorm1d(int64_t numFeatures, double eps = 1e-5, double momentum = 0.1);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  Tensor runningMean, runningVar, numBatchesTracked;
+
+ private:
+  int64_t numFeatures_;
+  double eps_, momentum_;
+};
+
 /// Lookup table [num, dim] initialised N(0, 1); forward takes integer indices.
 class Embedding : public Module {
  public:
@@ -109,12 +128,15 @@ class Sequential : public Module {
   Sequential(std::initializer_list<std::shared_ptr<Module>> modules);
   /// Appends a module (named by its index); returns *this for chaining.
   Sequential& add(std::shared_ptr<Module> module);
+  using Module::forward;
   Tensor forward(const Tensor& x) override;
   size_t size() const { return children().size(); }
   Module& at(size_t i) const { return *children().at(i).second; }
-};
 
-/// Mean cross-entropy of logits [N, C] against i64 labels [N] (torch.nn.CrossEntropyLoss).
-Tensor crossEntropy(const Tensor& logits, const Tensor& labels);
+ protected:
+  /// Gives every input to the first child and its output alone to the rest (a first layer
+  /// that takes a mask, for instance).
+  Tensor forwardInputs(const std::vector<Tensor>& inputs) override;
+};
 
 }  // namespace kolo::nn

@@ -1,8 +1,11 @@
-// nn::Module: the base of every layer and model. It owns named parameters and named child
-// modules in registration order, so namedParameters() yields PyTorch state_dict names
-// ("0.weight", "attn.qkv.bias", ...) in a stable order that optimizers and reducers rely on.
+// nn::Module: the base of every layer and model. It owns named parameters, named buffers
+// (state that is saved and synchronised but not trained, such as running statistics) and
+// named child modules in registration order, so namedParameters() and stateDict() yield
+// PyTorch state_dict names ("0.weight", "attn.qkv.bias", "bn.running_mean", ...) in a stable
+// order that optimizers, reducers and saved files rely on.
 #pragma once
 
+#include <concepts>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,7 +24,19 @@ class Module {
 
   /// Computes the module's output; records autograd nodes when parameters require grad.
   virtual Tensor forward(const Tensor& x) = 0;
+  /// The output from several inputs (attention's input and mask, for instance): calls
+  /// forwardInputs(), which modules with more than one input override. Throws
+  /// InvalidArgument naming the count when a module cannot take that many. (A class that
+  /// declares its own forward hides this overload unless it says `using Module::forward;`;
+  /// operator() always reaches it.)
+  Tensor forward(const std::vector<Tensor>& inputs) { return forwardInputs(inputs); }
   Tensor operator()(const Tensor& x) { return forward(x); }
+  /// model(x, mask, ...): forward({x, mask, ...}).
+  template <class... More>
+    requires(sizeof...(More) > 0 && (std::convertible_to<const More&, const Tensor&> && ...))
+  Tensor operator()(const Tensor& x, const More&... more) {
+    return forwardInputs(std::vector<Tensor>{x, more...});
+  }
 
   /// Every parameter of this module and its children, depth first in registration order,
   /// named as PyTorch's state_dict names them. The tensors are handles to the live
@@ -29,6 +44,22 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> namedParameters() const;
   /// The tensors of namedParameters(), same order.
   std::vector<Tensor> parameters() const;
+  /// Every buffer of this module and its children, depth first in registration order, with
+  /// state_dict names ("bn.running_mean"). Handles to the live buffers.
+  std::vector<std::pair<std::string, Tensor>> namedBuffers() const;
+  /// The tensors of namedBuffers(), same order.
+  std::vector<Tensor> buffers() const;
+  /// Parameters and buffers in PyTorch's state_dict order: a module's parameters, then its
+  /// buffers, then its children's entries. Handles to the live tensors (clone() them for a
+  /// snapshot).
+  std::vector<std::pair<std::string, Tensor>> stateDict() const;
+  /// Copies `state` into the parameters and buffers by name, converting to their dtypes.
+  /// Every name of stateDict() must be present with its shape, and `state` may hold no
+  /// other name; otherwise throws InvalidArgument listing each missing, unexpected or
+  /// mis-shaped name ("0.weight: state has [512, 784], module expects [256, 784]") after
+  /// "cannot load <source>:". Nothing is copied unless every check passes.
+  void loadStateDict(const std::vector<std::pair<std::string, Tensor>>& state,
+                     const std::string& source = "state dict");
   /// Direct children in registration order.
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
 
@@ -37,15 +68,23 @@ class Module {
   bool isTraining() const { return training_; }
   /// Zeroes every parameter's gradient in place (keeps the gradient storage).
   void zeroGrad();
-  /// Converts every parameter to dtype in place (handles held elsewhere see the change);
-  /// e.g. to f64 for gradient checks.
+  /// Converts every parameter and every floating-point buffer to dtype in place (handles
+  /// held elsewhere see the change); e.g. to f64 for gradient checks.
   void castParameters(DType dtype);
   /// Total number of parameter elements.
   int64_t parameterCount() const;
 
  protected:
+  /// forward() of several inputs. The default takes exactly one and calls forward(inputs[0]).
+  /// A separate name from forward, so that a module overriding forward(const Tensor&) alone
+  /// hides no virtual function (-Woverloaded-virtual).
+  virtual Tensor forwardInputs(const std::vector<Tensor>& inputs);
   /// Registers a parameter (marked requiresGrad) under `name`; returns the same handle.
   Tensor registerParameter(const std::string& name, Tensor tensor);
+  /// Registers a buffer (torch's register_buffer): saved in stateDict(), broadcast by data
+  /// parallelism, never trained (requiresGrad false). Returns the same handle; a layer
+  /// updates it in place (copyFrom) so that handles held by reducers and replicas stay valid.
+  Tensor registerBuffer(const std::string& name, Tensor tensor);
   /// Registers a child module under `name`; returns it.
   template <class M>
   std::shared_ptr<M> registerModule(const std::string& name, std::shared_ptr<M> module) {
@@ -55,9 +94,13 @@ class Module {
 
  private:
   void addChild(const std::string& name, std::shared_ptr<Module> module);
-  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+  enum class Entries { Parameters, Buffers, State };
+  void collect(const std::string& prefix, Entries which,
+               std::vector<std::pair<std::string, Tensor>>& out) const;
+  void checkNewName(const std::string& name) const;
 
   std::vector<std::pair<std::string, Tensor>> parameters_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };

@@ -21,6 +21,7 @@ std::shared_ptr<comm::Communicator> init(const comm::InitOptions& options = {});
 /// Overwrites every rank's parameters with root's (collective: every rank calls it with
 /// tensors of the same names, shapes and dtypes, in the same order).
 void broadcastParameters(const NamedTensors& parameters, comm::Communicator& comm, int root = 0);
+/// The same for a module's parameters and buffers (its stateDict()).
 void broadcastParameters(const nn::Module& module, comm::Communicator& comm, int root = 0);
 
 /// Makes every rank's optimizer state (per-parameter slots, step count, learning rate) equal
@@ -40,6 +41,12 @@ class DistributedOptimizer {
   /// Collective (the reducer broadcasts rank 0's parameters unless options say otherwise).
   DistributedOptimizer(std::unique_ptr<optim::Optimizer> optimizer,
                        std::shared_ptr<comm::Communicator> comm, ReducerOptions options = {});
+  /// The same, and every step() also broadcasts the model's buffers from rank 0 (see
+  /// Reducer and ReducerOptions::broadcastBuffers), so the next forward starts from rank 0's
+  /// running statistics on every rank. The model must outlive the optimizer.
+  DistributedOptimizer(std::unique_ptr<optim::Optimizer> optimizer,
+                       std::shared_ptr<comm::Communicator> comm, const nn::Module& model,
+                       ReducerOptions options = {});
 
   /// Finishes the gradient all-reduce, then applies the wrapped optimizer's update
   /// (Reducer::step: sharded across the ranks of one host with

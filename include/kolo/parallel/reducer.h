@@ -1,6 +1,7 @@
 // The data-parallel gradient Reducer, as PyTorch DDP's: gradients are packed into buckets
 // (reverse parameter order) whose all-reduce starts from the gradient-ready hooks while
-// backward still runs; finalize() waits, averages and writes the result back to .grad().
+// backward still runs; finalize() waits, averages and writes the result back to .grad(),
+// and broadcasts the model's buffers from the root rank (DDP's broadcast_buffers).
 #pragma once
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "kolo/comm/communicator.h"
+#include "kolo/nn/module.h"
 #include "kolo/optim.h"
 #include "kolo/tensor.h"
 
@@ -27,8 +29,11 @@ struct ReducerOptions {
   size_t bucketCapBytes = size_t{25} << 20;
   /// Capacity of the first bucket (the last parameters, whose gradients are ready first).
   size_t firstBucketCapBytes = size_t{1} << 20;
-  /// Broadcast the parameters from `rootRank` when the reducer is built.
+  /// Broadcast the parameters (and buffers) from `rootRank` when the reducer is built.
   bool broadcastParameters = true;
+  /// Broadcast the buffers (running statistics) from `rootRank` at every synchronised step,
+  /// so that every rank's next forward sees root's (DDP's broadcast_buffers, default on).
+  bool broadcastBuffers = true;
   int rootRank = 0;
   /// Algorithm (and deadline) of every bucket all-reduce.
   comm::CollectiveOptions collective;
@@ -71,12 +76,23 @@ struct StepTimeline {
 /// divisor, whether any rank lacks a gradient (all ranks then throw instead of hanging), and
 /// the global mean loss, without another collective.
 ///
+/// Buffers (nn::Module::namedBuffers(): running statistics, counters) are not reduced: with
+/// options.broadcastBuffers, every synchronised step ends (after the gradients are in) with
+/// a broadcast of root's buffers, one message per dtype, so the next forward starts from
+/// root's on every rank, as DDP's broadcast at the start of forward. While ranks have joined
+/// (uneven inputs) the buffers are left alone; join() ends with every rank taking them from
+/// the rank it takes the parameters from.
+///
 /// Not copyable. Hooks are removed by the destructor. The parameters must all be of one
-/// floating dtype (f32 or f64) and outlive the reducer.
+/// floating dtype (f32 or f64) and outlive the reducer, as must the buffers (any dtype,
+/// contiguous).
 class Reducer {
  public:
   /// Builds the buckets (collective when options.broadcastParameters: every rank must call).
   Reducer(NamedTensors parameters, std::shared_ptr<comm::Communicator> comm,
+          ReducerOptions options = {}, NamedTensors buffers = {});
+  /// Reduces model.namedParameters() and broadcasts model.namedBuffers(), as DDP(model).
+  Reducer(const nn::Module& model, std::shared_ptr<comm::Communicator> comm,
           ReducerOptions options = {});
   ~Reducer();
   Reducer(const Reducer&) = delete;
@@ -143,6 +159,7 @@ class Reducer {
   const StepTimeline& timeline() const { return timeline_; }
   comm::Communicator& communicator() { return *comm_; }
   const NamedTensors& parameters() const { return params_; }
+  const NamedTensors& buffers() const { return buffers_; }
 
  private:
   struct Bucket {
@@ -164,6 +181,8 @@ class Reducer {
   void startBucket(size_t b);
   void writeExtras(double active, double missing, double loss);
   void broadcastFromRoot();
+  // Root's buffers to every rank: one broadcast per dtype of a flat copy.
+  void broadcastBuffers(int root);
   std::string unreadyNames() const;
   void syncFinalParameters();
   // Makes each .grad() a view of its bucket slot (DDP's gradient_as_bucket_view), so the
@@ -180,6 +199,7 @@ class Reducer {
   std::vector<size_t> indicesOf(const optim::Optimizer& optimizer) const;
 
   NamedTensors params_;
+  NamedTensors buffers_;
   std::shared_ptr<comm::Communicator> comm_;
   ReducerOptions options_;
   DType dtype_ = DType::F32;

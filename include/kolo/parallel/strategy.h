@@ -106,7 +106,4 @@ StrategyOptions strategyOptionsFromNames(
     const std::string& strategy, int replicas, const std::string& reduction,
     const std::string& algorithm, std::shared_ptr<comm::Communicator> communicator = nullptr);
 
-/// Cross-entropy of model(inputs) against labels (the default LossFn).
-Tensor crossEntropyLoss(nn::Module& model, const Tensor& inputs, const Tensor& labels);
-
 }  // namespace kolo::parallel
