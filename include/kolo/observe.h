@@ -17,24 +17,33 @@
 
 namespace kolo::observe {
 
-/// One value of a metrics record or log line: null, a boolean, an integer, a number or text.
+class Fields;
+
+/// One value of a metrics record or log line: null, a boolean, an integer, a number, text,
+/// a list of values, or a nested record (Fields).
 class Value {
  public:
-  using Variant = std::variant<std::monostate, bool, int64_t, double, std::string>;
+  using Array = std::vector<Value>;
+  using Object = std::vector<std::pair<std::string, Value>>;
+  using Variant = std::variant<std::monostate, bool, int64_t, double, std::string, Array, Object>;
 
   Value() = default;  // null
   Value(std::nullptr_t) {}
   Value(bool value) : value_(value) {}
   template <std::integral T>
-  requires(!std::same_as<T, bool>) Value(T value) : value_(static_cast<int64_t>(value)) {}
+    requires(!std::same_as<T, bool>)
+  Value(T value) : value_(static_cast<int64_t>(value)) {}
   template <std::floating_point T>
   Value(T value) : value_(static_cast<double>(value)) {}
   Value(std::string value) : value_(std::move(value)) {}
   Value(std::string_view value) : value_(std::string(value)) {}
   Value(const char* value) : value_(std::string(value)) {}
+  Value(Array items) : value_(std::move(items)) {}
+  Value(const Fields& record);
 
   const Variant& get() const { return value_; }
-  /// The value as JSON ("3", "0.5", "true", "null", "\"text\""; NaN and infinities are null).
+  /// The value as JSON ("3", "0.5", "true", "null", "\"text\"", "[1,2]", "{\"a\":1}"; NaN and
+  /// infinities are null).
   std::string json() const;
   /// The value as a log line shows it: text as it is, everything else as JSON.
   std::string text() const;
@@ -51,6 +60,8 @@ class Fields {
   Fields(std::initializer_list<std::pair<std::string, Value>> items);
   /// Sets `key`, replacing an earlier value of the same key in its place.
   Fields& set(const std::string& key, Value value);
+  /// Sets every field of `other`, as set() does.
+  Fields& update(const Fields& other);
   const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
   bool empty() const { return items_.empty(); }
   /// The fields as one JSON object: {"epoch":1,"loss":0.41}.

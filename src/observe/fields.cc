@@ -11,8 +11,17 @@ namespace {
 nlohmann::ordered_json toJson(const Value& value) {
   return std::visit(
       [](const auto& v) -> nlohmann::ordered_json {
-        if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::monostate>) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::monostate>) {
           return nullptr;
+        } else if constexpr (std::is_same_v<T, Value::Array>) {
+          nlohmann::ordered_json array = nlohmann::ordered_json::array();
+          for (const Value& item : v) array.push_back(toJson(item));
+          return array;
+        } else if constexpr (std::is_same_v<T, Value::Object>) {
+          nlohmann::ordered_json object = nlohmann::ordered_json::object();
+          for (const auto& [key, item] : v) object[key] = toJson(item);
+          return object;
         } else {
           return v;
         }
@@ -21,6 +30,8 @@ nlohmann::ordered_json toJson(const Value& value) {
 }
 
 }  // namespace
+
+Value::Value(const Fields& record) : value_(Object(record.items())) {}
 
 std::string Value::json() const { return toJson(*this).dump(); }
 
@@ -44,10 +55,11 @@ Fields& Fields::set(const std::string& key, Value value) {
   return *this;
 }
 
-std::string Fields::json() const {
-  nlohmann::ordered_json object = nlohmann::ordered_json::object();
-  for (const auto& [key, value] : items_) object[key] = toJson(value);
-  return object.dump();
+Fields& Fields::update(const Fields& other) {
+  for (const auto& [key, value] : other.items_) set(key, value);
+  return *this;
 }
+
+std::string Fields::json() const { return Value(*this).json(); }
 
 }  // namespace kolo::observe

@@ -57,6 +57,10 @@ TEST(FieldsTest, ValuesAsJsonAndAsLogText) {
   EXPECT_EQ(Value(0.1).json(), "0.1");
   EXPECT_EQ(Value(true).text(), "true");
   EXPECT_EQ(Fields{}.json(), "{}");
+  Fields nested{{"lost", Value::Array{Fields{{"worker", 1}, {"at_s", 3.5}}, 2}}};
+  nested.update({{"alive", 2}, {"lost", Value::Array{}}});
+  EXPECT_EQ(nested.json(), R"({"lost":[],"alive":2})");
+  EXPECT_EQ(Value(Value::Array{Fields{{"worker", 1}}, "x"}).json(), R"([{"worker":1},"x"])");
 }
 
 TEST(ProgressBarTest, PlainLinesWhenNotATerminal) {

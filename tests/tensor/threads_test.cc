@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "kolo/error.h"
-#include "kolo/ops.h"
+#include "tensor/kernels.h"
 
 namespace kolo {
 namespace {
@@ -40,9 +40,9 @@ TEST(Threads, ProductsAgreeOnOneAndTwoThreads) {
   Generator gen(3);
   Tensor a = Tensor::randn({96, 200}, gen), b = Tensor::randn({200, 64}, gen);
   setNumThreads(1);
-  const std::vector<float> one = matmul(a, b).toFloatVector();
+  const std::vector<float> one = kernels::matmul2d(a, b).toFloatVector();
   setNumThreads(2);
-  const std::vector<float> two = matmul(a, b).toFloatVector();
+  const std::vector<float> two = kernels::matmul2d(a, b).toFloatVector();
   ASSERT_EQ(one.size(), two.size());
   for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(one[i], two[i], 1e-3) << i;
 }
