@@ -17,9 +17,16 @@ Command registerRun(CLI::App& root) {
       root.add_subcommand("run",
                           "start N ranks of PROGRAM on this node: kolo run -n N [--nnodes M "
                           "--node-rank R --store HOST:PORT] -- PROGRAM ARGS...");
-  app->add_option("-n,--nproc-per-node", options->procsPerNode, "ranks on this node")
-      ->required()
-      ->check(atLeast(1));
+  auto* nproc = app->add_option("-n,--nproc-per-node", options->procsPerNode, "ranks on this node")
+                    ->check(atLeast(1));
+  auto* servers = app->add_option("--ps", options->psServers,
+                                  "parameter-server job: P server processes, the chief and "
+                                  "--workers W workers (KOLO_ROLE ps|chief|worker)")
+                      ->check(atLeast(1))
+                      ->excludes(nproc);
+  app->add_option("--workers", options->psWorkers, "workers of a parameter-server job (--ps)")
+      ->check(atLeast(1))
+      ->needs(servers);
   app->add_option("--nnodes", options->nnodes,
                   "nodes in the job (each runs kolo run with the same -n)")
       ->capture_default_str()
@@ -51,7 +58,12 @@ Command registerRun(CLI::App& root) {
   app->positionals_at_end();
   Command command;
   command.app = app;
-  command.run = [options, graceSeconds, bind]() -> int {
+  command.run = [options, graceSeconds, bind, nproc]() -> int {
+    if (options->psServers > 0) {
+      options->procsPerNode = options->psServers + 1 + options->psWorkers;
+    } else if (nproc->count() == 0) {
+      KOLO_THROW(InvalidArgument, "kolo run: give -n N (or --ps P --workers W)");
+    }
     options->bind = parallel::parseCpuBinding(*bind);
     options->gracePeriod = std::chrono::milliseconds(static_cast<int64_t>(*graceSeconds * 1000));
     if (options->nnodes > 1) options->token = settings::token();
