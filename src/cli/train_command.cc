@@ -81,8 +81,10 @@ Command registerTrain(CLI::App& root) {
       ->check(atLeast(1));
   app->add_option("--strategy", config->strategy,
                   "one-device, mirrored (--replicas threads), multi-worker-mirrored (one replica "
-                  "per rank, under kolo run or --workers) or central-storage")
-      ->check(oneOf({"one-device", "mirrored", "multi-worker-mirrored", "central-storage"}))
+                  "per rank, under kolo run or --workers), central-storage or parameter-server "
+                  "(under kolo run --ps P --workers W)")
+      ->check(oneOf({"one-device", "mirrored", "multi-worker-mirrored", "central-storage",
+                     "parameter-server"}))
       ->capture_default_str();
   app->add_option("--workers", raw->workers,
                   "run on N ranks of this machine: re-launches itself as kolo run -n N -- kolo "
@@ -133,6 +135,23 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--train-limit", config->trainLimit,
                   "train on the first N training samples only (0: all)")
       ->check(atLeast(0));
+  app->add_option("--ps-mode", config->psMode,
+                  "parameter-server updates: sync (mean of every worker's gradient), async "
+                  "(applied on arrival), ssp (async, no worker more than --staleness ahead)")
+      ->check(oneOf({"sync", "async", "ssp"}))
+      ->capture_default_str();
+  app->add_option("--staleness", config->staleness,
+                  "ssp: how many pushes a worker may be ahead of the slowest")
+      ->check(atLeast(0))
+      ->capture_default_str();
+  app->add_option("--ps-shard-bytes", config->psShardBytes,
+                  "parameter-server: parameters larger than this are split over the servers")
+      ->check(atLeast(1))
+      ->capture_default_str();
+  app->add_option("--ps-unit-batches", config->psUnitBatches,
+                  "parameter-server: batches per unit of data the chief hands to a worker")
+      ->check(atLeast(1))
+      ->capture_default_str();
   app->add_option("--checkpoint-dir", config->checkpointDir,
                   "write checkpoints here (every --checkpoint-every steps and at the end)");
   app->add_option("--checkpoint-every", config->checkpointEvery,
@@ -181,6 +200,7 @@ Command registerTrain(CLI::App& root) {
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);
     keepFreedMemory();
     observe::Logger logger(stderr);
+    if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
     Trainer trainer(*config, logger);
     const TrainSummary summary = trainer.run();
     if (!trainer.isPrimary()) return 0;
