@@ -47,9 +47,10 @@ Command registerRun(CLI::App& root) {
                   "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str()
       ->check(notBelow(0));
-  app->add_option("--bind", *bind,
+  auto* bindOption = app->add_option("--bind", *bind,
                   "core: bind local rank i to the i-th CPU (modulo their count) this launcher may use, "
-                  "as mpirun does; none: leave placement to the scheduler")
+                  "as mpirun does; none: leave placement to the scheduler (the default of --ps "
+                  "jobs)")
       ->capture_default_str()
       ->check(oneOf({"none", "core"}));
   // Everything from the program name (or from `--`) on belongs to the program, options
@@ -58,9 +59,13 @@ Command registerRun(CLI::App& root) {
   app->positionals_at_end();
   Command command;
   command.app = app;
-  command.run = [options, graceSeconds, bind, nproc]() -> int {
+  command.run = [options, graceSeconds, bind, nproc, bindOption]() -> int {
     if (options->psServers > 0) {
       options->procsPerNode = options->psServers + 1 + options->psWorkers;
+      // A server serves every worker from threads of its own and the processes of the job
+      // take turns (push, update, reply): bound to one core each, a server shares its core
+      // with a worker and the two wait for each other.
+      if (bindOption->count() == 0) *bind = "none";
     } else if (nproc->count() == 0) {
       KOLO_THROW(InvalidArgument, "kolo run: give -n N (or --ps P --workers W)");
     }
