@@ -33,6 +33,7 @@ Command registerTrain(CLI::App& root) {
     bool noShuffle = false, bar = false, noBar = false, padLast = false;
     int workers = 0;
     std::string failAt;
+    std::string slowWorker;
   };
   auto raw = std::make_shared<Raw>();
   CLI::App* app = root.add_subcommand("train", "train a built-in model on Fashion-MNIST");
@@ -169,6 +170,10 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--fail-at-step", raw->failAt,
                   "STEP[:RANK] inject a failure before STEP on RANK (default 0), for tests")
       ->group("");
+  app->add_option("--debug-slow-worker", raw->slowWorker,
+                  "WORKER:FACTOR parameter-server worker WORKER takes FACTOR times as long per "
+                  "step, for benchmarks")
+      ->group("");
   app->add_flag("--progress", raw->bar, "always draw a progress bar");
   app->add_flag("--no-progress", raw->noBar, "plain progress lines even on a terminal");
   app->add_flag("--quiet", config->quiet, "no progress output");
@@ -196,6 +201,19 @@ Command registerTrain(CLI::App& root) {
       } catch (const std::exception&) {
         KOLO_THROW(InvalidArgument, "--fail-at-step '", raw->failAt, "' is not accepted: use STEP or STEP:RANK");
       }
+    }
+    if (!raw->slowWorker.empty()) {
+      const size_t colon = raw->slowWorker.find(':');
+      try {
+        KOLO_REQUIRE(colon != std::string::npos, "");
+        config->slowWorker = std::stoi(raw->slowWorker.substr(0, colon));
+        config->slowFactor = std::stod(raw->slowWorker.substr(colon + 1));
+      } catch (const std::exception&) {
+        KOLO_THROW(InvalidArgument, "--debug-slow-worker '", raw->slowWorker,
+                   "' is not accepted: use WORKER:FACTOR, e.g. 0:2");
+      }
+      KOLO_REQUIRE(config->slowWorker >= 0 && config->slowFactor >= 1.0, "--debug-slow-worker '",
+                   raw->slowWorker, "': the worker must be at least 0 and the factor at least 1");
     }
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);
     keepFreedMemory();

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <numeric>
+#include <thread>
 
 #include "cli/train_loop.h"
 #include "kolo/autograd.h"
@@ -142,6 +143,7 @@ int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
     for (int64_t at = unit->begin; at < unit->end; at += config.batch) {
       const std::vector<int64_t> indices(order.begin() + at,
                                          order.begin() + std::min(at + config.batch, unit->end));
+      const auto stepStart = Clock::now();
       const data::Batch batch = train.gather(indices);
       for (auto& [name, p] : parameters) {
         Tensor handle = p;
@@ -153,6 +155,8 @@ int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
       if (!std::isfinite(value))
         KOLO_THROW(DivergedError, "worker ", plan.role.index, ": loss ", value, " in epoch ",
                    unit->epoch + 1, "; try a smaller --lr");
+      if (plan.role.index == config.slowWorker)
+        std::this_thread::sleep_for((Clock::now() - stepStart) * (config.slowFactor - 1.0));
       version = servers.pushPull(parameters, version);
       report.lossSum += value;
       ++report.batches;
@@ -305,8 +309,16 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
 int runParameterServerRole(const TrainConfig& config, observe::Logger& logger) {
   KOLO_REQUIRE(config.threads >= 1, "--threads must be at least 1, got ", config.threads);
   openblas_set_num_threads(config.threads);
-  const std::shared_ptr<data::TensorDataset> train = loadTrain(config);
-  const PsPlan plan = makePlan(config, train->size());
+  // Only workers read training samples; the servers and the chief need their number, which
+  // the labels file tells without the 47 MB of images.
+  const bool worker = settings::role() == "worker";
+  const std::shared_ptr<data::TensorDataset> train = worker ? loadTrain(config) : nullptr;
+  int64_t trainSize = train ? train->size() : 0;
+  if (!worker) {
+    trainSize = data::readIdx(config.dataDir + "/train-labels-idx1-ubyte.gz").dims.at(0);
+    if (config.trainLimit > 0) trainSize = std::min(trainSize, config.trainLimit);
+  }
+  const PsPlan plan = makePlan(config, trainSize);
   const std::shared_ptr<comm::Store> store =
       comm::connectTcpStore(plan.role.store, plan.role.token, plan.timeout);
   switch (plan.role.role) {
