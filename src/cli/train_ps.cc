@@ -7,11 +7,15 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "cli/train_loop.h"
 #include "kolo/autograd.h"
+#include "kolo/checkpoint.h"
 #include "kolo/comm/stores.h"
 #include "kolo/nn/models.h"
 #include "kolo/parallel/parameter_server.h"
@@ -23,6 +27,56 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 namespace ps = parallel::ps;
+
+/// A checkpoint of a parameter-server job: DIR/epoch-NNNNNN/ holding server-<i>.safetensors
+/// per server and chief.json, which the chief writes last, once every server's file is on
+/// disk: a directory without it is incomplete and ignored.
+struct PsCheckpoint {
+  int64_t epoch = 0;  // epochs done
+  std::string path;
+  nlohmann::json chief;
+};
+
+std::string checkpointDirectory(const std::string& root, int64_t epoch) {
+  char name[32];
+  std::snprintf(name, sizeof name, "epoch-%06lld", static_cast<long long>(epoch));
+  return root + "/" + name;
+}
+
+/// Complete checkpoints under `root`, oldest first.
+std::vector<PsCheckpoint> completeCheckpoints(const std::string& root) {
+  std::vector<PsCheckpoint> found;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("epoch-", 0) != 0) continue;
+    std::ifstream in(entry.path() / "chief.json");
+    if (!in) continue;
+    PsCheckpoint checkpoint;
+    try {
+      checkpoint.chief = nlohmann::json::parse(in);
+      checkpoint.epoch = checkpoint.chief.at("epoch").get<int64_t>();
+    } catch (const std::exception& e) {
+      KOLO_THROW(FormatError, (entry.path() / "chief.json").string(), ": ", e.what());
+    }
+    checkpoint.path = entry.path().string();
+    found.push_back(std::move(checkpoint));
+  }
+  std::sort(found.begin(), found.end(),
+            [](const PsCheckpoint& a, const PsCheckpoint& b) { return a.epoch < b.epoch; });
+  return found;
+}
+
+/// What fixes the placement, the weights' shapes and the data order: a resume must agree.
+nlohmann::json jobIdentity(const TrainConfig& config, int servers) {
+  return {{"model", config.model},
+          {"batch", config.batch},
+          {"seed", config.seed},
+          {"servers", servers},
+          {"ps_shard_bytes", config.psShardBytes},
+          {"ps_unit_batches", config.psUnitBatches},
+          {"train_limit", config.trainLimit}};
+}
 
 /// What every role derives the same way from the flags.
 struct PsPlan {
@@ -36,6 +90,7 @@ struct PsPlan {
   int64_t updatesPerEpoch = 0;
   int64_t totalUpdates = 0;
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::optional<PsCheckpoint> resume;  // --resume: the newest complete checkpoint
 };
 
 PsPlan makePlan(const TrainConfig& config, int64_t trainSize) {
@@ -46,8 +101,6 @@ PsPlan makePlan(const TrainConfig& config, int64_t trainSize) {
                "use --epochs (and --train-limit)");
   KOLO_REQUIRE(config.clipNorm == 0.0, "--clip-norm is not available with --strategy "
                "parameter-server");
-  KOLO_REQUIRE(config.resumeDir.empty() && config.checkpointDir.empty(),
-               "--checkpoint-dir and --resume are not available with --strategy parameter-server yet");
   const int64_t batches = trainSize / config.batch;
   KOLO_REQUIRE(batches > 0, "--batch ", config.batch, " is larger than the ", trainSize,
                " training samples");
@@ -64,6 +117,22 @@ PsPlan makePlan(const TrainConfig& config, int64_t trainSize) {
   plan.placement = ps::placeParameters(plan.parameters, plan.role.servers, config.psShardBytes);
   if (const auto seconds = settings::timeout())
     plan.timeout = std::chrono::milliseconds(static_cast<int64_t>(*seconds * 1000));
+  if (!config.resumeDir.empty()) {
+    std::vector<PsCheckpoint> found = completeCheckpoints(config.resumeDir);
+    if (found.empty())
+      KOLO_THROW(FileError, "--resume ", config.resumeDir, ": no complete parameter-server "
+                 "checkpoint there (epoch-*/chief.json)");
+    plan.resume = std::move(found.back());
+    const nlohmann::json identity = jobIdentity(config, plan.role.servers);
+    for (const auto& [key, value] : identity.items()) {
+      if (plan.resume->chief.value(key, nlohmann::json()) != value)
+        KOLO_THROW(Mismatch, "--resume ", plan.resume->path, ": the checkpoint was written with ",
+                   key, " ", plan.resume->chief.value(key, nlohmann::json()).dump(),
+                   ", this run has ", value.dump());
+    }
+    KOLO_REQUIRE(plan.resume->epoch <= plan.recipe.epochs, "--resume ", plan.resume->path,
+                 " is at epoch ", plan.resume->epoch, ", past --epochs ", plan.recipe.epochs);
+  }
   return plan;
 }
 
@@ -94,6 +163,9 @@ int runServer(const TrainConfig& config, const PsPlan& plan, comm::Store& store)
   options.token = plan.role.token;
   options.host = ps::localHost(store);
   options.timeout = plan.timeout;
+  if (plan.resume)
+    options.restoreFrom = plan.resume->path + "/server-" + std::to_string(plan.role.index) +
+                          ".safetensors";
   std::shared_ptr<optim::LrSchedule> schedule = makeSchedule(plan.recipe, plan.totalUpdates);
   const Recipe recipe = plan.recipe;
   ps::ParameterServer server(
@@ -188,6 +260,31 @@ observe::Fields serverFields(const std::vector<ps::ServerStats>& stats, double s
           {"bytes_per_s", static_cast<double>(bytes) / std::max(seconds, 1e-9)}};
 }
 
+/// Writes the checkpoint after `epochs` epochs (the servers are quiet), then drops the
+/// oldest complete ones beyond --keep-checkpoints.
+void writeCheckpoint(const TrainConfig& config, const PsPlan& plan, ps::ServerGroup& servers,
+                     int64_t epochs, observe::Logger& logger) {
+  const std::string directory = checkpointDirectory(config.checkpointDir, epochs);
+  std::filesystem::create_directories(directory);
+  servers.checkpoint(directory);
+  nlohmann::json chief = jobIdentity(config, plan.role.servers);
+  chief["epoch"] = epochs;
+  chief["ps_mode"] = ps::modeName(plan.mode);
+  chief["workers"] = plan.role.workers;
+  const std::string path = directory + "/chief.json";
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary);
+    out << chief.dump() << "\n";
+    if (!out.flush()) KOLO_THROW(IoError, "cannot write ", temporary);
+  }
+  std::filesystem::rename(temporary, path);
+  logger.debug("checkpoint written", {{"dir", directory}, {"epoch", epochs}});
+  std::vector<PsCheckpoint> complete = completeCheckpoints(config.checkpointDir);
+  for (size_t i = 0; i + static_cast<size_t>(config.keepCheckpoints) < complete.size(); ++i)
+    std::filesystem::remove_all(complete[i].path);
+}
+
 int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
              observe::Logger& logger) {
   const auto start = Clock::now();
@@ -199,6 +296,12 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
   dispatch.token = plan.role.token;
   dispatch.host = ps::localHost(store);
   dispatch.timeout = plan.timeout;
+  const int64_t firstEpoch = plan.resume ? plan.resume->epoch : 0;
+  dispatch.firstEpoch = firstEpoch;
+  // Checkpoints are taken between epochs, with the servers quiet: the next epoch's units
+  // wait until the servers' files are written.
+  const bool checkpointing = !config.checkpointDir.empty();
+  dispatch.pauseBetweenEpochs = checkpointing;
   ps::UnitDispatcher dispatcher(dispatch);
   store.setString(ps::chiefAddressKey(),
                   comm::HostPort{dispatch.host, dispatcher.port()}.toString());
@@ -206,7 +309,10 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
                           plan.placement, serverAddresses(store, plan));
   const data::FashionMnist test(config.dataDir, false);
   std::unique_ptr<observe::MetricsWriter> metrics;
-  if (!config.metricsPath.empty()) metrics = std::make_unique<observe::MetricsWriter>(config.metricsPath);
+  if (!config.metricsPath.empty())  // a resumed run continues the file
+    metrics = std::make_unique<observe::MetricsWriter>(config.metricsPath, firstEpoch > 0);
+  if (plan.resume && !config.quiet)
+    logger.info("resuming", {{"checkpoint", plan.resume->path}, {"epoch", firstEpoch}});
   if (!config.quiet) {
     logger.info("training", {{"model", config.model},
                              {"strategy", "parameter-server"},
@@ -227,8 +333,14 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
       list.push_back({{"worker", lost.index}, {"at_s", lost.atSeconds}, {"unit", lost.unit}});
     return list;
   };
-  for (int64_t epoch = 0; epoch < plan.recipe.epochs; ++epoch) {
+  for (int64_t epoch = firstEpoch; epoch < plan.recipe.epochs; ++epoch) {
     const ps::EpochReport done = dispatcher.waitEpoch(epoch);
+    if (checkpointing) {
+      const bool last = epoch + 1 == plan.recipe.epochs;
+      if (last || (config.checkpointEvery > 0 && (epoch + 1) % config.checkpointEvery == 0))
+        writeCheckpoint(config, plan, servers, epoch + 1, logger);
+      dispatcher.releaseEpoch(epoch + 1);
+    }
     const int64_t updates = servers.pull(plan.parameters);
     accuracy = evaluateAccuracy(*plan.model, test);
     trainLoss = done.batches > 0 ? done.lossSum / done.batches : 0.0;

@@ -85,6 +85,10 @@ struct ServerOptions {
   /// Deadline of every wait: a sync round for a worker that sent nothing, an SSP wait for
   /// the slowest, a connection's hello, a reply the peer does not read.
   Millis timeout{std::chrono::seconds(300)};
+  /// A file written by a Checkpoint request (ServerGroup::checkpoint) of a server with the
+  /// same index and placement: its values, optimizer state and version replace the initial
+  /// ones. Empty: start fresh.
+  std::string restoreFrom;
 };
 
 /// Counters of one server, as the chief reads them (Stats request) and tests inspect.
@@ -170,6 +174,10 @@ class ServerGroup {
   std::vector<ServerStats> stats();
   /// Tells every server to stop (chief only); servers already gone are skipped.
   void shutdown();
+  /// Every server writes its values, optimizer state and version to
+  /// `directory`/server-<i>.safetensors (atomically) and answers once it is on disk; a
+  /// consistent checkpoint needs the servers quiet (no pushes in flight). Chief only.
+  void checkpoint(const std::string& directory);
   const Placement& placement() const;
 
   class Impl;
@@ -198,6 +206,11 @@ struct DispatchOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;
   Millis timeout{std::chrono::seconds(300)};
+  /// The first epoch to hand out (a resumed job starts after its checkpoint's epoch).
+  int64_t firstEpoch = 0;
+  /// Units of an epoch are handed out only once releaseEpoch() allowed it (firstEpoch is
+  /// allowed from the start): the chief checkpoints the quiet servers in between.
+  bool pauseBetweenEpochs = false;
 };
 
 /// What a worker reports when it asks for its next unit.
@@ -234,6 +247,8 @@ class UnitDispatcher {
   /// Blocks until every unit of `epoch` is done. Throws Timeout when no unit is reported for
   /// `timeout`, PeerError when every worker is lost.
   EpochReport waitEpoch(int64_t epoch);
+  /// Lets the units of `epoch` (and earlier) be handed out (pauseBetweenEpochs).
+  void releaseEpoch(int64_t epoch);
   /// After the last epoch: waits until every live worker was told that the job is finished
   /// (or is lost); Timeout after the deadline.
   void waitWorkersFinished();

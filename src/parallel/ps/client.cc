@@ -90,6 +90,17 @@ class ServerGroup::Impl {
 
   void shutdown() { simple(Op::Shutdown, "a shutdown request", true); }
 
+  void checkpoint(const std::string& directory) {
+    const auto until = detail::deadlineAfter(options_.timeout);
+    for (size_t s = 0; s < sockets_.size(); ++s) {
+      const std::string path = directory + "/server-" + std::to_string(s) + ".safetensors";
+      const Header h = detail::request(Op::Checkpoint, 0, 0, path.size());
+      iovec parts[2] = {{const_cast<Header*>(&h), sizeof h}, {const_cast<char*>(path.data()), path.size()}};
+      sockets_[s].sendAll(parts, 2, until, "a checkpoint request");
+    }
+    for (Socket& socket : sockets_) expectOk(socket, until, "the checkpoint reply");
+  }
+
   const Placement& placement() const { return placement_; }
 
  private:
@@ -156,6 +167,7 @@ int64_t ServerGroup::pushPull(const NamedTensors& parameters, int64_t basedOn) {
 void ServerGroup::leave() { impl_->leave(); }
 std::vector<ServerStats> ServerGroup::stats() { return impl_->stats(); }
 void ServerGroup::shutdown() { impl_->shutdown(); }
+void ServerGroup::checkpoint(const std::string& directory) { impl_->checkpoint(directory); }
 const Placement& ServerGroup::placement() const { return impl_->placement(); }
 
 }  // namespace kolo::parallel::ps

@@ -33,10 +33,16 @@ class UnitDispatcher::Impl {
     KOLO_REQUIRE(options_.unitSamples >= 1, "--ps-unit-samples must be at least 1");
     KOLO_REQUIRE(options_.samplesPerEpoch >= 1, "an epoch needs at least one sample");
     unitsPerEpoch_ = (options_.samplesPerEpoch + options_.unitSamples - 1) / options_.unitSamples;
-    for (int64_t u = 0; u < unitsPerEpoch_ * options_.epochs; ++u) queue_.push_back(u);
+    KOLO_REQUIRE(options_.firstEpoch >= 0 && options_.firstEpoch <= options_.epochs,
+                 "first epoch ", options_.firstEpoch, " is outside 0..", options_.epochs);
+    for (int64_t u = options_.firstEpoch * unitsPerEpoch_; u < unitsPerEpoch_ * options_.epochs; ++u)
+      queue_.push_back(u);
+    allowedEpoch_ = options_.pauseBetweenEpochs ? options_.firstEpoch : INT64_MAX;
     done_.assign(static_cast<size_t>(options_.epochs), 0);
     lossSum_.assign(static_cast<size_t>(options_.epochs), 0.0);
     batches_.assign(static_cast<size_t>(options_.epochs), 0);
+    // Epochs before the first were done by the run that wrote the checkpoint.
+    for (int64_t e = 0; e < options_.firstEpoch; ++e) done_[static_cast<size_t>(e)] = unitsPerEpoch_;
     finishedAt_.assign(static_cast<size_t>(options_.epochs), Clock::time_point{});
     workers_.resize(static_cast<size_t>(options_.workers));
     listener_ = detail::listenOn(options_.host, options_.port, &port_);
@@ -67,6 +73,11 @@ class UnitDispatcher::Impl {
                    " ms (epoch ", epoch + 1, ", ", done_[e], " of ", unitsPerEpoch_, " units done)");
     }
     return {lossSum_[e], batches_[e], std::chrono::duration<double>(finishedAt_[e] - firstUnit_).count()};
+  }
+
+  void releaseEpoch(int64_t epoch) {
+    std::lock_guard lock(mutex_);
+    allowedEpoch_ = std::max(allowedEpoch_, epoch);
   }
 
   void waitWorkersFinished() {
@@ -193,6 +204,8 @@ class UnitDispatcher::Impl {
       lastProgress_ = Clock::now();
       changed_.notify_all();
     }
+    if (!queue_.empty() && queue_.front() / unitsPerEpoch_ > allowedEpoch_)
+      return detail::reply(Status::Wait);
     if (!queue_.empty()) {
       if (!handedOut_) firstUnit_ = Clock::now();
       handedOut_ = true;
@@ -226,6 +239,7 @@ class UnitDispatcher::Impl {
   std::vector<Clock::time_point> finishedAt_;
   Clock::time_point firstUnit_;
   bool handedOut_ = false;
+  int64_t allowedEpoch_ = INT64_MAX;
   std::vector<Worker> workers_;
   std::vector<LostWorker> lost_;
   bool everConnected_ = false;
@@ -239,6 +253,7 @@ uint16_t UnitDispatcher::port() const { return impl_->port(); }
 EpochReport UnitDispatcher::waitEpoch(int64_t epoch) {
   return impl_->waitEpoch(epoch);
 }
+void UnitDispatcher::releaseEpoch(int64_t epoch) { impl_->releaseEpoch(epoch); }
 void UnitDispatcher::waitWorkersFinished() { impl_->waitWorkersFinished(); }
 std::vector<LostWorker> UnitDispatcher::lost() const { return impl_->lost(); }
 int UnitDispatcher::workersAlive() const { return impl_->workersAlive(); }

@@ -15,6 +15,7 @@
 
 #include "kolo/error.h"
 #include "kolo/parallel/parameter_server.h"
+#include "kolo/safetensors.h"
 #include "parallel/ps/socket.h"
 #include "parallel/ps/wire.h"
 
@@ -66,6 +67,8 @@ class ParameterServer::Impl {
       offset += s.size();
     }
     optimizer_ = makeOptimizer(views);
+    views_ = views;
+    if (!options_.restoreFrom.empty()) restore(options_.restoreFrom);
     listener_ = detail::listenOn(options_.host, options_.port, &port_);
   }
 
@@ -175,7 +178,7 @@ class ParameterServer::Impl {
   /// Serves one request; false when the connection should end (Shutdown).
   bool handle(Socket& socket, const Header& request, int worker, std::vector<float>& out) {
     const auto op = static_cast<Op>(request.op);
-    if (op != Op::Push && request.payload != 0)
+    if (op != Op::Push && op != Op::Checkpoint && request.payload != 0)
       KOLO_THROW(FormatError, socket.peer(), " sent ", request.payload, " bytes with request ",
                  request.op);
     switch (op) {
@@ -227,6 +230,24 @@ class ParameterServer::Impl {
         socket.sendAll(parts, 2, deadline(), "the statistics");
         return true;
       }
+      case Op::Checkpoint: {
+        if (request.payload > detail::kMaxTextBytes)
+          KOLO_THROW(FormatError, socket.peer(), " sent a checkpoint path of ", request.payload,
+                     " bytes");
+        std::string path(request.payload, '\0');
+        socket.recvAll(path.data(), path.size(), deadline(), "the checkpoint path");
+        try {
+          std::lock_guard lock(mutex_);
+          save(path);
+        } catch (const Error& e) {
+          detail::sendError(socket, name() + " could not write " + path + ": " + e.what(),
+                            deadline());
+          return true;
+        }
+        const Header ok = detail::reply(Status::Ok, version_);
+        socket.sendAll(&ok, sizeof ok, deadline(), "the checkpoint reply");
+        return true;
+      }
       case Op::Shutdown: {
         const Header ok = detail::reply(Status::Ok);
         socket.sendAll(&ok, sizeof ok, deadline(), "the shutdown reply");
@@ -236,6 +257,52 @@ class ParameterServer::Impl {
       default:
         KOLO_THROW(FormatError, socket.peer(), " sent unknown request ", request.op, " to ", name());
     }
+  }
+
+  /// Writes values ("value/<slice>"), optimizer state ("state/<slice>/<slot>") and the
+  /// version to `path` (under the lock).
+  void save(const std::string& path) {
+    NamedTensors tensors;
+    for (const auto& [slice, view] : views_) tensors.emplace_back("value/" + slice, view);
+    const optim::StateDict state = optimizer_->stateDict();
+    for (const auto& [slot, tensor] : state.flatTensors()) tensors.emplace_back("state/" + slot, tensor);
+    std::map<std::string, std::string> metadata = {
+        {"version", std::to_string(version_)},
+        {"server", std::to_string(options_.index)},
+        {"optimizer", optimizer_->kind()},
+        {"step", std::to_string(optimizer_->stepCount())}};
+    checkpoint::saveSafetensors(path, tensors, metadata);
+  }
+
+  /// The inverse of save(); throws naming the file when it does not fit this server.
+  void restore(const std::string& path) {
+    const checkpoint::SafetensorsFile file = checkpoint::loadSafetensors(path);
+    const auto meta = [&](const std::string& key) {
+      const auto it = file.metadata.find(key);
+      if (it == file.metadata.end())
+        KOLO_THROW(FormatError, path, ": no '", key, "' in the metadata of a server checkpoint");
+      return it->second;
+    };
+    if (meta("server") != std::to_string(options_.index))
+      KOLO_THROW(Mismatch, path, " was written by parameter server ", meta("server"), ", not ",
+                 options_.index);
+    if (meta("optimizer") != optimizer_->kind())
+      KOLO_THROW(Mismatch, path, " holds ", meta("optimizer"), " state, this job uses ",
+                 optimizer_->kind());
+    NamedTensors targets;
+    for (const auto& [slice, view] : views_) {
+      targets.emplace_back("value/" + slice, view);
+      if (!file.find("value/" + slice).defined())
+        KOLO_THROW(Mismatch, path, " holds no values of ", slice, ": it was written for another "
+                   "model, number of servers or --ps-shard-bytes");
+    }
+    checkpoint::copyIntoTensors(file, targets, false, path);
+    std::vector<std::pair<std::string, Tensor>> state;
+    for (const auto& [key, tensor] : file.tensors)
+      if (key.rfind("state/", 0) == 0) state.emplace_back(key.substr(6), tensor);
+    optimizer_->loadStateDict(optim::StateDict::fromFlat(
+        state, {{"step", std::stod(meta("step"))}, {"lr", optimizer_->lr()}}));
+    version_ = std::stoll(meta("version"));
   }
 
   /// Copies the values into `out` (under the lock) and returns the version.
@@ -365,6 +432,7 @@ class ParameterServer::Impl {
   std::vector<int64_t> offsets_;
   int64_t elements_ = 0;
   Tensor values_;  // (elements,) this server's slices in message order
+  NamedTensors views_;  // the slices as views of values_, named as the optimizer knows them
   std::vector<float> sum_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::function<double(int64_t)> lrAt_;

@@ -20,7 +20,17 @@ inline constexpr uint64_t kMaxTextBytes = 64 * 1024;
 /// Pull: -. Push: a = the version the gradients were computed on, payload = gradients.
 /// Leave: -. Stats: -. Shutdown: -. Next (dispatcher): a = unit done (-1: none), b = its
 /// batches, payload = its loss sum (f64).
-enum class Op : uint32_t { Hello = 1, Pull = 2, Push = 3, Leave = 4, Stats = 5, Shutdown = 6, Next = 7 };
+/// Checkpoint: payload = the file to write.
+enum class Op : uint32_t {
+  Hello = 1,
+  Pull = 2,
+  Push = 3,
+  Leave = 4,
+  Stats = 5,
+  Shutdown = 6,
+  Next = 7,
+  Checkpoint = 8
+};
 
 /// Replies, in Header::op. Ok: a = version (servers) or unit id (Next), b = elements (Hello)
 /// or epoch (Next); payload = values, stats (8 x i64) or the unit's [begin, end) (2 x i64).
