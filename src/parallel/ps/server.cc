@@ -188,7 +188,7 @@ class ParameterServer::Impl {
           std::lock_guard lock(mutex_);
           version = snapshot(out);
         }
-        sendValues(socket, version, out);
+        sendValues(socket, version, out.data());
         return true;
       }
       case Op::Push: {
@@ -199,13 +199,14 @@ class ParameterServer::Impl {
         Worker& w = workers_[static_cast<size_t>(worker)];
         socket.recvAll(w.gradient.data(), request.payload, deadline(), "the gradients");
         int64_t version;
+        const float* reply = nullptr;
         try {
-          version = push(worker, request.a, out);
+          version = push(worker, request.a, out, &reply);
         } catch (const Timeout& e) {
           detail::sendError(socket, e.what(), deadline());
           throw;
         }
-        sendValues(socket, version, out);
+        sendValues(socket, version, reply);
         return true;
       }
       case Op::Leave: {
@@ -312,14 +313,16 @@ class ParameterServer::Impl {
     return version_;
   }
 
-  void sendValues(Socket& socket, int64_t version, const std::vector<float>& out) {
+  void sendValues(Socket& socket, int64_t version, const float* values) {
     const Header ok = detail::reply(Status::Ok, version, 0, static_cast<uint64_t>(elements_) * 4);
     iovec parts[2] = {{const_cast<Header*>(&ok), sizeof ok},
-                      {const_cast<float*>(out.data()), out.size() * 4}};
+                      {const_cast<float*>(values), static_cast<size_t>(elements_) * 4}};
     socket.sendAll(parts, 2, deadline(), "the parameters");
   }
 
-  int64_t push(int worker, int64_t basis, std::vector<float>& out) {
+  /// Applies a push as the mode says; *reply is where the values to send back are: `out`
+  /// (a copy taken under the lock) or, in sync, the values themselves.
+  int64_t push(int worker, int64_t basis, std::vector<float>& out, const float** reply) {
     std::unique_lock lock(mutex_);
     Worker& w = workers_[static_cast<size_t>(worker)];
     if (w.left) {
@@ -342,7 +345,12 @@ class ParameterServer::Impl {
                      options_.timeout.count(), " ms for worker(s) ", missingWorkers());
       }
       if (stopping_.load()) KOLO_THROW(PeerError, name(), " is shutting down");
-      return snapshot(out);
+      // No copy: the next update needs this worker's next push, which cannot come before it
+      // has read this reply, so the values stay as they are while they are sent (other
+      // requests only read them).
+      stats_.bytesOut += elements_ * 4;
+      *reply = values_.data<float>();
+      return version_;
     }
     noteStaleness(version_ - basis);
     applyUpdate(w.gradient.data());
@@ -358,6 +366,7 @@ class ParameterServer::Impl {
       }
       stats_.leadMax = std::max(stats_.leadMax, w.clock - slowestClock(-1));
     }
+    *reply = out.data();
     return snapshot(out);
   }
 

@@ -34,11 +34,8 @@ void tune(int fd) {
   int on = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-  // A message is a whole model's worth of floats (2 MiB for the mlp): buffers that hold most
-  // of it let the sender hand it over in a few system calls instead of waking per 200 KiB.
-  int bytes = 4 << 20;
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  // The buffers are left to the kernel's autotuning: fixing them (4 MiB, room for a whole
+  // model's message) made a 2 MiB reply take 1.6-2.1 ms instead of 0.9-1.2 ms.
 }
 
 int connectOne(const addrinfo* a, Clock::time_point deadline, std::string* error) {
