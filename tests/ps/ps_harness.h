@@ -49,7 +49,8 @@ inline double lossAndGradients(nn::Module& model, const Samples& data, int64_t b
 class ServerThreads {
  public:
   ServerThreads(int servers, int workers, Mode mode, int staleness, const Placement& placement,
-                const OptimizerFactory& makeOptimizer) {
+                const OptimizerFactory& makeOptimizer,
+                std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
     auto initial = makeMlp();
     for (int s = 0; s < servers; ++s) {
       ServerOptions options;
@@ -58,7 +59,7 @@ class ServerThreads {
       options.mode = mode;
       options.staleness = staleness;
       options.token = kToken;
-      options.timeout = std::chrono::seconds(60);
+      options.timeout = timeout;
       servers_.push_back(std::make_unique<ParameterServer>(
           options, placement, initial->namedParameters(), makeOptimizer, nullptr));
       addresses_.push_back("127.0.0.1:" + std::to_string(servers_.back()->port()));

@@ -249,8 +249,8 @@ class UnitDispatcher {
   EpochReport waitEpoch(int64_t epoch);
   /// Lets the units of `epoch` (and earlier) be handed out (pauseBetweenEpochs).
   void releaseEpoch(int64_t epoch);
-  /// After the last epoch: waits until every live worker was told that the job is finished
-  /// (or is lost); Timeout after the deadline.
+  /// After the last epoch: waits until every connected worker was told that the job is
+  /// finished (or is lost); Timeout after the deadline.
   void waitWorkersFinished();
   std::vector<LostWorker> lost() const;
   int workersAlive() const;

@@ -85,7 +85,8 @@ class UnitDispatcher::Impl {
     const auto until = detail::deadlineAfter(options_.timeout);
     for (;;) {
       bool all = true;
-      for (const Worker& w : workers_) all = all && (w.told || w.lost);
+      // A worker that never connected (it failed while starting) has nothing to be told.
+      for (const Worker& w : workers_) all = all && (w.told || w.lost || !w.connected);
       if (all) return;
       if (changed_.wait_until(lock, until) == std::cv_status::timeout)
         KOLO_THROW(Timeout, "the chief: workers did not ask for their last unit within ",
