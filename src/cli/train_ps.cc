@@ -4,6 +4,7 @@
 // and take the values they get back; the chief evaluates after each epoch, writes metrics,
 // the final weights and the summary line, and stops the servers at the end.
 #include <cblas.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -16,11 +17,13 @@
 #include "cli/train_loop.h"
 #include "kolo/autograd.h"
 #include "kolo/checkpoint.h"
+#include "kolo/comm/init.h"
 #include "kolo/comm/stores.h"
 #include "kolo/nn/models.h"
 #include "kolo/parallel/parameter_server.h"
 #include "kolo/safetensors.h"
 #include "kolo/settings.h"
+#include "parallel/launcher.h"
 
 namespace kolo::cli {
 namespace {
@@ -416,6 +419,36 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
   return 0;
 }
 
+/// A store for a job that was started without one (mpirun, srun): rank 0 (server 0) hosts it
+/// with a fresh token and tells every rank where it is through one broadcast over the job's
+/// communicator. Returns the hosted server on rank 0 (it must outlive the job's start).
+std::unique_ptr<comm::TcpStoreServer> bootstrapStore(PsPlan& plan) {
+  const std::shared_ptr<comm::Communicator> communicator =
+      comm::initFromEnvironment({.timeout = plan.timeout});
+  std::unique_ptr<comm::TcpStoreServer> hosted;
+  char text[512] = {};
+  if (communicator->rank() == 0) {
+    const std::string token = parallel::generateJobToken();
+    hosted = std::make_unique<comm::TcpStoreServer>(
+        comm::TcpStoreServerOptions{.host = plan.role.local ? "127.0.0.1" : "", .token = token});
+    std::string host = "127.0.0.1";
+    if (!plan.role.local) {
+      char name[256] = {};
+      ::gethostname(name, sizeof name - 1);
+      host = name;
+    }
+    std::snprintf(text, sizeof text, "%s %s",
+                  comm::HostPort{host, hosted->port()}.toString().c_str(), token.c_str());
+  }
+  communicator->broadcast(text, sizeof text, DType::U8, 0);
+  const std::string reply(text);
+  const size_t space = reply.find(' ');
+  KOLO_CHECK(space != std::string::npos, "store address from rank 0: '", reply, "'");
+  plan.role.store = reply.substr(0, space);
+  plan.role.token = reply.substr(space + 1);
+  return hosted;
+}
+
 }  // namespace
 
 int runParameterServerRole(const TrainConfig& config, observe::Logger& logger) {
@@ -423,14 +456,16 @@ int runParameterServerRole(const TrainConfig& config, observe::Logger& logger) {
   openblas_set_num_threads(config.threads);
   // Only workers read training samples; the servers and the chief need their number, which
   // the labels file tells without the 47 MB of images.
-  const bool worker = settings::role() == "worker";
+  const bool worker = ps::roleFromEnvironment().role == ps::Role::Worker;
   const std::shared_ptr<data::TensorDataset> train = worker ? loadTrain(config) : nullptr;
   int64_t trainSize = train ? train->size() : 0;
   if (!worker) {
     trainSize = data::readIdx(config.dataDir + "/train-labels-idx1-ubyte.gz").dims.at(0);
     if (config.trainLimit > 0) trainSize = std::min(trainSize, config.trainLimit);
   }
-  const PsPlan plan = makePlan(config, trainSize);
+  PsPlan plan = makePlan(config, trainSize);
+  const std::unique_ptr<comm::TcpStoreServer> hostedStore =
+      plan.role.store.empty() ? bootstrapStore(plan) : nullptr;
   const std::shared_ptr<comm::Store> store =
       comm::connectTcpStore(plan.role.store, plan.role.token, plan.timeout);
   switch (plan.role.role) {

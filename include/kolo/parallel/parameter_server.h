@@ -289,12 +289,15 @@ struct RoleInfo {
   int index = 0;    // among the processes of its role
   int servers = 1;  // P
   int workers = 1;  // W
-  std::string store;  // KOLO_STORE
+  std::string store;  // KOLO_STORE ("" under mpirun / srun: none was given)
   std::string token;  // KOLO_TOKEN
+  bool local = true;  // every process of the job runs on this host
 };
 
 /// Reads KOLO_ROLE, KOLO_ROLE_INDEX, KOLO_PS_SERVERS, KOLO_PS_WORKERS, KOLO_STORE and
-/// KOLO_TOKEN (kolo run --ps sets them). Throws InvalidArgument naming what is missing.
+/// KOLO_TOKEN (kolo run --ps sets them). Without KOLO_ROLE, under mpirun, srun or torchrun
+/// with KOLO_PS_SERVERS=P, the rank decides: ranks 0..P-1 are servers, rank P the chief, the
+/// rest workers. Throws InvalidArgument naming what is missing.
 RoleInfo roleFromEnvironment();
 
 /// The store keys under which server i and the chief publish "host:port".

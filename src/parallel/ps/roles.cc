@@ -1,6 +1,8 @@
 // Roles of a parameter-server job: what `kolo run --ps P --workers W` tells each process
-// (KOLO_ROLE, KOLO_ROLE_INDEX, KOLO_PS_SERVERS, KOLO_PS_WORKERS) and where the servers and
-// the chief publish their addresses in the job's store.
+// (KOLO_ROLE, KOLO_ROLE_INDEX, KOLO_PS_SERVERS, KOLO_PS_WORKERS), or, under mpirun / srun,
+// what the rank says with KOLO_PS_SERVERS given; and where the servers and the chief publish
+// their addresses in the job's store.
+#include "kolo/comm/init.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
 #include "kolo/parallel/parameter_server.h"
@@ -11,9 +13,34 @@ namespace kolo::parallel::ps {
 RoleInfo roleFromEnvironment() {
   const settings::Environment env = settings::Environment::process();
   const std::string role = settings::role(env);
-  KOLO_REQUIRE(!role.empty(), "--strategy parameter-server runs under kolo run --ps P --workers W "
-               "(KOLO_ROLE is not set)");
   RoleInfo info;
+  if (role.empty()) {
+    // Started by another launcher: the rank decides, servers first, then the chief, then the
+    // workers (the order kolo run --ps uses too).
+    const auto servers = settings::psServers(env);
+    const comm::LaunchInfo launch = comm::detectLaunch(env.variables());
+    KOLO_REQUIRE(servers && launch.launcher != "single",
+                 "--strategy parameter-server runs under kolo run --ps P --workers W, or under "
+                 "mpirun / srun with KOLO_PS_SERVERS=P set (KOLO_ROLE is not set)");
+    info.servers = static_cast<int>(*servers);
+    info.workers = launch.size - info.servers - 1;
+    KOLO_REQUIRE(info.servers >= 1 && info.workers >= 1, "KOLO_PS_SERVERS=", info.servers,
+                 " in a job of ", launch.size, " ranks leaves ", info.workers,
+                 " workers: start at least P + 2 ranks");
+    if (launch.rank < info.servers) {
+      info.role = Role::Server;
+      info.index = launch.rank;
+    } else if (launch.rank == info.servers) {
+      info.role = Role::Chief;
+    } else {
+      info.role = Role::Worker;
+      info.index = launch.rank - info.servers - 1;
+    }
+    info.store = launch.storeAddress;
+    info.token = launch.token;
+    info.local = launch.localSize == launch.size;
+    return info;
+  }
   if (role == "ps") {
     info.role = Role::Server;
   } else if (role == "worker") {
@@ -42,6 +69,7 @@ RoleInfo roleFromEnvironment() {
   info.store = settings::store(env);
   info.token = settings::token(env);
   KOLO_REQUIRE(!info.store.empty(), "KOLO_STORE is not set (kolo run sets it)");
+  info.local = true;
   return info;
 }
 
