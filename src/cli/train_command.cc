@@ -149,6 +149,11 @@ Command registerTrain(CLI::App& root) {
                   "parameter-server: parameters larger than this are split over the servers")
       ->check(atLeast(1))
       ->capture_default_str();
+  app->add_option("--ps-compress", config->psCompress,
+                  "parameter-server: none, or bf16 for the gradients workers push and the "
+                  "parameters they pull (half the bytes; the servers keep f32)")
+      ->check(oneOf({"none", "bf16"}))
+      ->capture_default_str();
   app->add_option("--ps-unit-batches", config->psUnitBatches,
                   "parameter-server: batches per unit of data the chief hands to a worker")
       ->check(atLeast(1))

@@ -66,6 +66,7 @@ struct TrainConfig {
   int staleness = 2;                // ssp: the most pushes a worker may be ahead of the slowest
   int64_t psShardBytes = 1 << 20;   // parameters above this are split over the servers
   int64_t psUnitBatches = 8;        // batches per unit of data the chief hands out
+  std::string psCompress = "none";  // none | bf16: values on the workers' wire
   /// For benchmarks: worker `slowWorker` takes `slowFactor` times as long per step (it
   /// sleeps (factor - 1) times its compute time); -1: off.
   int slowWorker = -1;

@@ -100,6 +100,7 @@ PsPlan makePlan(const TrainConfig& config, int64_t trainSize) {
   PsPlan plan;
   plan.role = ps::roleFromEnvironment();
   plan.mode = ps::parseMode(config.psMode);
+  ps::parseCompression(config.psCompress);
   KOLO_REQUIRE(config.steps == 0, "--steps is not available with --strategy parameter-server: "
                "use --epochs (and --train-limit)");
   KOLO_REQUIRE(config.clipNorm == 0.0, "--clip-norm is not available with --strategy "
@@ -183,7 +184,8 @@ int runServer(const TrainConfig& config, const PsPlan& plan, comm::Store& store)
 
 int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
               const data::TensorDataset& train) {
-  ps::ServerGroup servers({ps::ClientRole::Worker, plan.role.index, plan.role.token, plan.timeout},
+  ps::ServerGroup servers({ps::ClientRole::Worker, plan.role.index,
+                           ps::parseCompression(config.psCompress), plan.role.token, plan.timeout},
                           plan.placement, serverAddresses(store, plan));
   ps::UnitClient units(store.getString(ps::chiefAddressKey(), plan.timeout), plan.role.index,
                        plan.role.token, plan.timeout);
@@ -308,7 +310,8 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
   ps::UnitDispatcher dispatcher(dispatch);
   store.setString(ps::chiefAddressKey(),
                   comm::HostPort{dispatch.host, dispatcher.port()}.toString());
-  ps::ServerGroup servers({ps::ClientRole::Chief, 0, plan.role.token, plan.timeout},
+  ps::ServerGroup servers({ps::ClientRole::Chief, 0, ps::Compression::None, plan.role.token,
+                           plan.timeout},
                           plan.placement, serverAddresses(store, plan));
   const data::FashionMnist test(config.dataDir, false);
   std::unique_ptr<observe::MetricsWriter> metrics;

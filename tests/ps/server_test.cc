@@ -15,7 +15,7 @@ std::unique_ptr<optim::Optimizer> sgd(const NamedTensors& params) {
 }
 
 ClientOptions worker(int index) {
-  return {ClientRole::Worker, index, kToken, std::chrono::seconds(30)};
+  return {ClientRole::Worker, index, Compression::None, kToken, std::chrono::seconds(30)};
 }
 
 /// Gradients of ones on every parameter of `model`.
@@ -89,7 +89,7 @@ TEST(ParameterServer, TheChiefPullsTheServersValues) {
   onesGradients(*model);
   version = group.pushPull(params, version);
   auto chiefModel = makeMlp();
-  ServerGroup chief({ClientRole::Chief, 0, kToken, std::chrono::seconds(30)}, placement,
+  ServerGroup chief({ClientRole::Chief, 0, Compression::None, kToken, std::chrono::seconds(30)}, placement,
                     job.addresses());
   EXPECT_EQ(chief.pull(chiefModel->namedParameters()), 1);
   EXPECT_EQ(parallel::testing::flatValues(chiefModel->namedParameters()),

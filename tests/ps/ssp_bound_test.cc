@@ -42,7 +42,7 @@ JobTrace runJob(Mode mode, int staleness) {
     Trace& trace = run.traces[static_cast<size_t>(w)];
     auto model = makeMlp();
     const NamedTensors params = model->namedParameters();
-    ServerGroup group({ClientRole::Worker, w, kToken, std::chrono::seconds(60)}, placement,
+    ServerGroup group({ClientRole::Worker, w, Compression::None, kToken, std::chrono::seconds(60)}, placement,
                       job.addresses());
     int64_t version = group.pull(params);
     for (int k = 0; k < kSteps; ++k) {
@@ -55,7 +55,7 @@ JobTrace runJob(Mode mode, int staleness) {
     }
     group.leave();
   });
-  ServerGroup chief({ClientRole::Chief, 0, kToken, std::chrono::seconds(60)}, placement,
+  ServerGroup chief({ClientRole::Chief, 0, Compression::None, kToken, std::chrono::seconds(60)}, placement,
                     job.addresses());
   run.stats = chief.stats();
   return run;

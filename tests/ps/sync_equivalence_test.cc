@@ -65,7 +65,8 @@ std::vector<double> trainOneDeviceShardMean(const OptimizerFactory& makeOptimize
 }
 
 std::vector<double> trainParameterServer(int servers, int workers, int64_t shardBytes,
-                                         const OptimizerFactory& makeOptimizer) {
+                                         const OptimizerFactory& makeOptimizer,
+                                         Compression compression = Compression::None) {
   const Samples data = firstSamples(kSteps * kGlobalBatch);
   const Placement placement = placeParameters(makeMlp()->namedParameters(), servers, shardBytes);
   ServerThreads job(servers, workers, Mode::Sync, 0, placement, makeOptimizer);
@@ -73,7 +74,7 @@ std::vector<double> trainParameterServer(int servers, int workers, int64_t shard
   parallel::testing::runThreads(workers, [&](int w) {
     auto model = makeMlp();
     const NamedTensors params = model->namedParameters();
-    ServerGroup group({ClientRole::Worker, w, kToken, std::chrono::seconds(60)}, placement,
+    ServerGroup group({ClientRole::Worker, w, compression, kToken, std::chrono::seconds(60)}, placement,
                       job.addresses());
     int64_t version = group.pull(params);
     for (int s = 0; s < kSteps; ++s) {
@@ -85,13 +86,16 @@ std::vector<double> trainParameterServer(int servers, int workers, int64_t shard
     group.leave();
   });
   auto model = makeMlp();
-  ServerGroup chief({ClientRole::Chief, 0, kToken, std::chrono::seconds(60)}, placement,
+  ServerGroup chief({ClientRole::Chief, 0, Compression::None, kToken, std::chrono::seconds(60)}, placement,
                     job.addresses());
   EXPECT_EQ(chief.pull(model->namedParameters()), kSteps);
-  for (const ServerStats& s : chief.stats()) {
-    EXPECT_EQ(s.updates, kSteps);
-    EXPECT_EQ(s.pushes, kSteps * workers);
-    EXPECT_EQ(s.stalenessMax, 0);
+  const std::vector<ServerStats> stats = chief.stats();
+  for (int s = 0; s < servers; ++s) {
+    EXPECT_EQ(stats[s].updates, kSteps);
+    EXPECT_EQ(stats[s].pushes, kSteps * workers);
+    EXPECT_EQ(stats[s].stalenessMax, 0);
+    const int64_t bytes = placement.elementsOf(s) * (compression == Compression::Bf16 ? 2 : 4);
+    EXPECT_EQ(stats[s].bytesIn, kSteps * workers * bytes);
   }
   return parallel::testing::flatValues(model->namedParameters());
 }
@@ -149,6 +153,19 @@ TEST(Placement, SplitsTensorsAboveTheThresholdAndBalancesTheRest) {
   const Placement one = placeParameters({"a", "b"}, {1000, 10}, 1, 16);
   EXPECT_EQ(one.slices.size(), 2u);
   EXPECT_EQ(one.elementsOf(0), 1010);
+}
+
+TEST(SyncBf16, HalvesTheBytesAndStaysCloseToOneDevice) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
+  const std::vector<double> reference = trainOneDevice(sgdMomentum);
+  const std::vector<double> exact = trainParameterServer(2, 2, 1 << 20, sgdMomentum);
+  const std::vector<double> bf16 =
+      trainParameterServer(2, 2, 1 << 20, sgdMomentum, Compression::Bf16);
+  // bf16 keeps 8 bits of mantissa: the workers compute on rounded weights and push rounded
+  // gradients, so the result moves away from one device's, but not far in 10 steps.
+  EXPECT_GT(parallel::testing::maxRelDiff(bf16, reference), 1e-5);
+  EXPECT_LT(parallel::testing::maxRelDiff(bf16, reference), 2e-2);
+  EXPECT_LT(parallel::testing::maxRelDiff(exact, reference), 1e-5);
 }
 
 }  // namespace

@@ -33,6 +33,12 @@ enum class Mode {
   Ssp,    // applied on arrival, but a worker waits while it is more than S pushes ahead
 };
 const char* modeName(Mode mode);
+
+/// How values cross the wire: f32 as they are, or bf16 (half the bytes; gradients and the
+/// parameters a worker computes with are rounded to bf16, the servers keep f32).
+enum class Compression : uint32_t { None = 0, Bf16 = 1 };
+/// Parses "none", "bf16"; InvalidArgument otherwise.
+Compression parseCompression(const std::string& name);
 /// Parses "sync", "async", "ssp"; InvalidArgument otherwise.
 Mode parseMode(const std::string& name);
 
@@ -142,6 +148,8 @@ enum class ClientRole { Worker, Chief };
 struct ClientOptions {
   ClientRole role = ClientRole::Worker;
   int index = 0;  // worker index (0..W-1); 0 for the chief
+  /// Each connection chooses its own: workers may push bf16 while the chief pulls f32.
+  Compression compression = Compression::None;
   std::string token;
   /// Deadline of connecting (servers may start later) and of every reply.
   Millis timeout{std::chrono::seconds(300)};

@@ -6,6 +6,7 @@
 
 #include "kolo/error.h"
 #include "kolo/parallel/parameter_server.h"
+#include "parallel/ps/compress.h"
 #include "parallel/ps/socket.h"
 #include "parallel/ps/wire.h"
 
@@ -29,13 +30,14 @@ class ServerGroup::Impl {
       Socket socket = detail::connectTo(addresses[static_cast<size_t>(s)], until, peer);
       const Header answer = detail::hello(socket, static_cast<uint32_t>(options_.index),
                                           static_cast<int64_t>(options_.role), options_.token,
-                                          until);
+                                          until, static_cast<uint32_t>(options_.compression));
       if (answer.b != placement_.elementsOf(s))
         KOLO_THROW(Mismatch, peer, " holds ", answer.b, " elements, but this process places ",
                    placement_.elementsOf(s), " there: the processes disagree about the model or "
                    "--ps-shard-bytes");
       sockets_.push_back(std::move(socket));
       slices_.push_back(placement_.slicesOf(s));
+      if (compressed()) packed_.emplace_back(static_cast<size_t>(placement_.elementsOf(s)));
     }
   }
 
@@ -54,16 +56,25 @@ class ServerGroup::Impl {
     for (size_t s = 0; s < sockets_.size(); ++s) {
       const int64_t elements = placement_.elementsOf(static_cast<int>(s));
       headers_.resize(sockets_.size());
-      headers_[s] = detail::request(Op::Push, basedOn, 0, static_cast<uint64_t>(elements) * 4);
+      headers_[s] =
+          detail::request(Op::Push, basedOn, 0, static_cast<uint64_t>(elements) * elementBytes());
       parts.clear();
       parts.push_back({&headers_[s], sizeof(Header)});
+      int64_t at = 0;
       for (const Slice& slice : slices_[s]) {
         Tensor grad = parameters[static_cast<size_t>(slice.parameter)].second.grad();
         KOLO_CHECK(grad.defined() && grad.isContiguous(), "parameter ",
                    parameters[static_cast<size_t>(slice.parameter)].first,
                    " has no contiguous gradient to push");
-        parts.push_back({grad.data<float>() + slice.begin, static_cast<size_t>(slice.size()) * 4});
+        if (compressed()) {
+          detail::packBf16(grad.data<float>() + slice.begin, packed_[s].data() + at,
+                           static_cast<size_t>(slice.size()));
+        } else {
+          parts.push_back({grad.data<float>() + slice.begin, static_cast<size_t>(slice.size()) * 4});
+        }
+        at += slice.size();
       }
+      if (compressed()) parts.push_back({packed_[s].data(), packed_[s].size() * 2});
       sockets_[s].sendAll(parts.data(), static_cast<int>(parts.size()), until, "the gradients");
     }
     return receiveValues(parameters, until);
@@ -133,21 +144,34 @@ class ServerGroup::Impl {
       Socket& socket = sockets_[s];
       const Header answer = expectOk(socket, until, "the parameters");
       const int64_t elements = placement_.elementsOf(static_cast<int>(s));
-      if (answer.payload != static_cast<uint64_t>(elements) * 4)
+      if (answer.payload != static_cast<uint64_t>(elements) * elementBytes())
         KOLO_THROW(FormatError, socket.peer(), " sent ", answer.payload,
-                   " bytes of parameters instead of ", elements * 4);
+                   " bytes of parameters instead of ", elements * elementBytes());
+      if (compressed())
+        socket.recvAll(packed_[s].data(), packed_[s].size() * 2, until, "the parameters");
+      int64_t at = 0;
       for (const Slice& slice : slices_[s]) {
         Tensor target = parameters[static_cast<size_t>(slice.parameter)].second;
-        socket.recvAll(target.data<float>() + slice.begin, static_cast<size_t>(slice.size()) * 4,
-                       until, "the parameters");
+        if (compressed()) {
+          detail::unpackBf16(packed_[s].data() + at, target.data<float>() + slice.begin,
+                             static_cast<size_t>(slice.size()));
+        } else {
+          socket.recvAll(target.data<float>() + slice.begin, static_cast<size_t>(slice.size()) * 4,
+                         until, "the parameters");
+        }
+        at += slice.size();
       }
       version = std::min(version, answer.a);
     }
     return version;
   }
 
+  bool compressed() const { return options_.compression == Compression::Bf16; }
+  int64_t elementBytes() const { return compressed() ? 2 : 4; }
+
   ClientOptions options_;
   Placement placement_;
+  std::vector<std::vector<uint16_t>> packed_;  // bf16: one message per server
   std::vector<Socket> sockets_;
   std::vector<std::vector<Slice>> slices_;
   std::vector<Header> headers_;

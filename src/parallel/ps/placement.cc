@@ -25,6 +25,12 @@ Mode parseMode(const std::string& name) {
   KOLO_THROW(InvalidArgument, "--ps-mode '", name, "' is not accepted: use sync, async or ssp");
 }
 
+Compression parseCompression(const std::string& name) {
+  if (name == "none") return Compression::None;
+  if (name == "bf16") return Compression::Bf16;
+  KOLO_THROW(InvalidArgument, "--ps-compress '", name, "' is not accepted: use none or bf16");
+}
+
 std::vector<Slice> Placement::slicesOf(int server) const {
   std::vector<Slice> mine;
   for (const Slice& s : slices)

@@ -16,6 +16,7 @@
 #include "kolo/error.h"
 #include "kolo/parallel/parameter_server.h"
 #include "kolo/safetensors.h"
+#include "parallel/ps/compress.h"
 #include "parallel/ps/socket.h"
 #include "parallel/ps/wire.h"
 
@@ -119,7 +120,17 @@ class ParameterServer::Impl {
     int64_t basis = 0;    // the version its parked gradient was computed on
     int64_t clock = 0;    // pushes so far (SSP)
     std::vector<float> gradient;  // the last push (owned by its connection until parked)
+    std::vector<uint16_t> packed;  // bf16: the push as it arrived
   };
+
+  /// A connection's reply buffers; `data` points at the bytes to send.
+  struct Reply {
+    bool bf16 = false;  // this connection exchanges bf16 values
+    std::vector<float> values;
+    std::vector<uint16_t> packed;
+    const void* data = nullptr;
+  };
+
 
   std::string name() const { return "parameter server " + std::to_string(options_.index); }
   Clock::time_point deadline() const { return detail::deadlineAfter(options_.timeout); }
@@ -130,6 +141,12 @@ class ParameterServer::Impl {
     try {
       const Header h = detail::acceptHello(socket, options_.token, deadline());
       const bool chief = h.a == static_cast<int64_t>(ClientRole::Chief);
+      if (h.flags > static_cast<uint32_t>(Compression::Bf16)) {
+        detail::sendError(socket, name() + " does not know compression " + std::to_string(h.flags),
+                          deadline());
+        return;
+      }
+      const bool bf16 = h.flags == static_cast<uint32_t>(Compression::Bf16);
       if (!chief) {
         if (h.index >= static_cast<uint32_t>(options_.workers)) {
           detail::sendError(socket, name() + " serves workers 0.." +
@@ -147,11 +164,15 @@ class ParameterServer::Impl {
         w.connected = true;
         worker = static_cast<int>(h.index);
         w.gradient.resize(static_cast<size_t>(elements_));
+        w.packed.resize(static_cast<size_t>(elements_));
       }
       socket.setPeer(chief ? std::string("the chief") : "worker " + std::to_string(worker));
       const Header ok = detail::reply(Status::Ok, 0, elements_);
       socket.sendAll(&ok, sizeof ok, deadline(), "the hello reply");
-      std::vector<float> out(static_cast<size_t>(elements_));
+      Reply out;
+      out.bf16 = bf16;
+      out.values.resize(static_cast<size_t>(elements_));
+      if (bf16) out.packed.resize(static_cast<size_t>(elements_));
       while (!stopping_.load()) {
         if (!socket.waitReadable(kPollSlice)) continue;
         const Header request = detail::recvHeader(socket, deadline(), "a request");
@@ -176,7 +197,7 @@ class ParameterServer::Impl {
   }
 
   /// Serves one request; false when the connection should end (Shutdown).
-  bool handle(Socket& socket, const Header& request, int worker, std::vector<float>& out) {
+  bool handle(Socket& socket, const Header& request, int worker, Reply& out) {
     const auto op = static_cast<Op>(request.op);
     if (op != Op::Push && op != Op::Checkpoint && request.payload != 0)
       KOLO_THROW(FormatError, socket.peer(), " sent ", request.payload, " bytes with request ",
@@ -188,25 +209,30 @@ class ParameterServer::Impl {
           std::lock_guard lock(mutex_);
           version = snapshot(out);
         }
-        sendValues(socket, version, out.data());
+        sendValues(socket, version, out.data, out.bf16);
         return true;
       }
       case Op::Push: {
         if (worker < 0) KOLO_THROW(FormatError, "the chief pushed gradients to ", name());
-        if (request.payload != static_cast<uint64_t>(elements_) * 4)
+        if (request.payload != static_cast<uint64_t>(wireBytes(out.bf16)))
           KOLO_THROW(FormatError, socket.peer(), " pushed ", request.payload, " bytes to ", name(),
-                     ", which holds ", elements_ * 4);
+                     ", which takes ", wireBytes(out.bf16));
         Worker& w = workers_[static_cast<size_t>(worker)];
-        socket.recvAll(w.gradient.data(), request.payload, deadline(), "the gradients");
+        if (out.bf16) {
+          socket.recvAll(w.packed.data(), request.payload, deadline(), "the gradients");
+          detail::unpackBf16(w.packed.data(), w.gradient.data(), w.packed.size());
+        } else {
+          socket.recvAll(w.gradient.data(), request.payload, deadline(), "the gradients");
+        }
         int64_t version;
-        const float* reply = nullptr;
+        const void* reply = nullptr;
         try {
           version = push(worker, request.a, out, &reply);
         } catch (const Timeout& e) {
           detail::sendError(socket, e.what(), deadline());
           throw;
         }
-        sendValues(socket, version, reply);
+        sendValues(socket, version, reply, out.bf16);
         return true;
       }
       case Op::Leave: {
@@ -306,23 +332,33 @@ class ParameterServer::Impl {
     version_ = std::stoll(meta("version"));
   }
 
-  /// Copies the values into `out` (under the lock) and returns the version.
-  int64_t snapshot(std::vector<float>& out) {
-    std::memcpy(out.data(), values_.data<float>(), static_cast<size_t>(elements_) * 4);
-    stats_.bytesOut += elements_ * 4;
+  /// Copies (or packs) the values into `out` (under the lock), points out.data at the reply's
+  /// bytes and returns the version.
+  int64_t snapshot(Reply& out) {
+    if (out.bf16) {
+      detail::packBf16(values_.data<float>(), out.packed.data(), out.packed.size());
+      out.data = out.packed.data();
+    } else {
+      std::memcpy(out.values.data(), values_.data<float>(), static_cast<size_t>(elements_) * 4);
+      out.data = out.values.data();
+    }
+    stats_.bytesOut += wireBytes(out.bf16);
     return version_;
   }
 
-  void sendValues(Socket& socket, int64_t version, const float* values) {
-    const Header ok = detail::reply(Status::Ok, version, 0, static_cast<uint64_t>(elements_) * 4);
+  int64_t wireBytes(bool bf16) const { return elements_ * (bf16 ? 2 : 4); }
+
+  void sendValues(Socket& socket, int64_t version, const void* bytes, bool bf16) {
+    const int64_t size = wireBytes(bf16);
+    const Header ok = detail::reply(Status::Ok, version, 0, static_cast<uint64_t>(size));
     iovec parts[2] = {{const_cast<Header*>(&ok), sizeof ok},
-                      {const_cast<float*>(values), static_cast<size_t>(elements_) * 4}};
+                      {const_cast<void*>(bytes), static_cast<size_t>(size)}};
     socket.sendAll(parts, 2, deadline(), "the parameters");
   }
 
-  /// Applies a push as the mode says; *reply is where the values to send back are: `out`
-  /// (a copy taken under the lock) or, in sync, the values themselves.
-  int64_t push(int worker, int64_t basis, std::vector<float>& out, const float** reply) {
+  /// Applies a push as the mode says; *reply is where the bytes to send back are: `out` (a
+  /// copy taken under the lock) or, in sync without compression, the values themselves.
+  int64_t push(int worker, int64_t basis, Reply& out, const void** reply) {
     std::unique_lock lock(mutex_);
     Worker& w = workers_[static_cast<size_t>(worker)];
     if (w.left) {
@@ -332,7 +368,7 @@ class ParameterServer::Impl {
       if (options_.mode == Mode::Ssp) w.clock = std::max(w.clock, slowestClock(worker));
     }
     ++stats_.pushes;
-    stats_.bytesIn += elements_ * 4;
+    stats_.bytesIn += wireBytes(out.bf16);
     const auto until = deadline();
     if (options_.mode == Mode::Sync) {
       w.parked = true;
@@ -345,10 +381,15 @@ class ParameterServer::Impl {
                      options_.timeout.count(), " ms for worker(s) ", missingWorkers());
       }
       if (stopping_.load()) KOLO_THROW(PeerError, name(), " is shutting down");
+      if (out.bf16) {
+        const int64_t version = snapshot(out);
+        *reply = out.data;
+        return version;
+      }
       // No copy: the next update needs this worker's next push, which cannot come before it
       // has read this reply, so the values stay as they are while they are sent (other
       // requests only read them).
-      stats_.bytesOut += elements_ * 4;
+      stats_.bytesOut += wireBytes(false);
       *reply = values_.data<float>();
       return version_;
     }
@@ -366,8 +407,9 @@ class ParameterServer::Impl {
       }
       stats_.leadMax = std::max(stats_.leadMax, w.clock - slowestClock(-1));
     }
-    *reply = out.data();
-    return snapshot(out);
+    const int64_t version = snapshot(out);
+    *reply = out.data;
+    return version;
   }
 
   /// The smallest push count of the workers in the job, `except` left out (-1: none).

@@ -36,9 +36,10 @@ void throwRemoteError(Socket& socket, const Header& h, Clock::time_point deadlin
 }
 
 Header hello(Socket& socket, uint32_t index, int64_t role, const std::string& token,
-             Clock::time_point deadline) {
+             Clock::time_point deadline, uint32_t flags) {
   Header h = request(Op::Hello, role, 0, token.size());
   h.index = index;
+  h.flags = flags;
   iovec parts[2] = {{&h, sizeof h}, {const_cast<char*>(token.data()), token.size()}};
   socket.sendAll(parts, 2, deadline, "the hello");
   const Header answer = recvHeader(socket, deadline, "the reply to the hello");

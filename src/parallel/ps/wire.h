@@ -77,8 +77,9 @@ void sendError(Socket& socket, const std::string& message, Clock::time_point dea
 
 /// Sends Hello with the token and reads the reply; returns it (Ok) or throws PeerError with the
 /// peer's reason.
+/// `flags` carries the client's Compression.
 Header hello(Socket& socket, uint32_t index, int64_t role, const std::string& token,
-             Clock::time_point deadline);
+             Clock::time_point deadline, uint32_t flags = 0);
 
 /// The server side of Hello: reads it (waiting until `deadline`), checks magic and token.
 /// Returns the header, or throws FormatError/PeerError (after telling the peer why).
