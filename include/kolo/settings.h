@@ -24,6 +24,14 @@
   X(store, "KOLO_STORE", Text, "", "", "HOST:PORT of the job's rendezvous store (set by kolo run)") \
   X(token, "KOLO_TOKEN", Secret, "", "",                                                          \
     "the job's shared secret, required by the store; set it on every node of a multi-node job")  \
+  X(role, "KOLO_ROLE", Text, "", "",                                                               \
+    "parameter-server jobs: this process's role, ps, worker or chief (set by kolo run --ps)")   \
+  X(roleIndex, "KOLO_ROLE_INDEX", Integer, "", "",                                                \
+    "parameter-server jobs: this process's index among its role (set by kolo run --ps)")        \
+  X(psServers, "KOLO_PS_SERVERS", Integer, "", "",                                                \
+    "parameter-server jobs: the number of servers P (set by kolo run --ps)")                    \
+  X(psWorkers, "KOLO_PS_WORKERS", Integer, "", "",                                                \
+    "parameter-server jobs: the number of workers W (set by kolo run --workers)")               \
   X(timeout, "KOLO_TIMEOUT", Seconds, "", "",                                                     \
     "seconds before a collective or the rendezvous gives up (unset: the program's own, 300)")    \
   X(backend, "KOLO_BACKEND", Choice, "auto", "auto|native|mpi",                                   \

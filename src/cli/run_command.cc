@@ -17,9 +17,16 @@ Command registerRun(CLI::App& root) {
       root.add_subcommand("run",
                           "start N ranks of PROGRAM on this node: kolo run -n N [--nnodes M "
                           "--node-rank R --store HOST:PORT] -- PROGRAM ARGS...");
-  app->add_option("-n,--nproc-per-node", options->procsPerNode, "ranks on this node")
-      ->required()
-      ->check(atLeast(1));
+  auto* nproc = app->add_option("-n,--nproc-per-node", options->procsPerNode, "ranks on this node")
+                    ->check(atLeast(1));
+  auto* servers = app->add_option("--ps", options->psServers,
+                                  "parameter-server job: P server processes, the chief and "
+                                  "--workers W workers (KOLO_ROLE ps|chief|worker)")
+                      ->check(atLeast(1))
+                      ->excludes(nproc);
+  app->add_option("--workers", options->psWorkers, "workers of a parameter-server job (--ps)")
+      ->check(atLeast(1))
+      ->needs(servers);
   app->add_option("--nnodes", options->nnodes,
                   "nodes in the job (each runs kolo run with the same -n)")
       ->capture_default_str()
@@ -40,9 +47,10 @@ Command registerRun(CLI::App& root) {
                   "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str()
       ->check(notBelow(0));
-  app->add_option("--bind", *bind,
+  auto* bindOption = app->add_option("--bind", *bind,
                   "core: bind local rank i to the i-th CPU (modulo their count) this launcher may use, "
-                  "as mpirun does; none: leave placement to the scheduler")
+                  "as mpirun does; none: leave placement to the scheduler (the default of --ps "
+                  "jobs)")
       ->capture_default_str()
       ->check(oneOf({"none", "core"}));
   // Everything from the program name (or from `--`) on belongs to the program, options
@@ -51,7 +59,16 @@ Command registerRun(CLI::App& root) {
   app->positionals_at_end();
   Command command;
   command.app = app;
-  command.run = [options, graceSeconds, bind]() -> int {
+  command.run = [options, graceSeconds, bind, nproc, bindOption]() -> int {
+    if (options->psServers > 0) {
+      options->procsPerNode = options->psServers + 1 + options->psWorkers;
+      // A server serves every worker from threads of its own and the processes of the job
+      // take turns (push, update, reply): bound to one core each, a server shares its core
+      // with a worker and the two wait for each other.
+      if (bindOption->count() == 0) *bind = "none";
+    } else if (nproc->count() == 0) {
+      KOLO_THROW(InvalidArgument, "kolo run: give -n N (or --ps P --workers W)");
+    }
     options->bind = parallel::parseCpuBinding(*bind);
     options->gracePeriod = std::chrono::milliseconds(static_cast<int64_t>(*graceSeconds * 1000));
     if (options->nnodes > 1) options->token = settings::token();

@@ -33,6 +33,7 @@ Command registerTrain(CLI::App& root) {
     bool noShuffle = false, bar = false, noBar = false, padLast = false;
     int workers = 0;
     std::string failAt;
+    std::string slowWorker;
   };
   auto raw = std::make_shared<Raw>();
   CLI::App* app = root.add_subcommand("train", "train a built-in model on Fashion-MNIST");
@@ -81,8 +82,10 @@ Command registerTrain(CLI::App& root) {
       ->check(atLeast(1));
   app->add_option("--strategy", config->strategy,
                   "one-device, mirrored (--replicas threads), multi-worker-mirrored (one replica "
-                  "per rank, under kolo run or --workers) or central-storage")
-      ->check(oneOf({"one-device", "mirrored", "multi-worker-mirrored", "central-storage"}))
+                  "per rank, under kolo run or --workers), central-storage or parameter-server "
+                  "(under kolo run --ps P --workers W)")
+      ->check(oneOf({"one-device", "mirrored", "multi-worker-mirrored", "central-storage",
+                     "parameter-server"}))
       ->capture_default_str();
   app->add_option("--workers", raw->workers,
                   "run on N ranks of this machine: re-launches itself as kolo run -n N -- kolo "
@@ -133,6 +136,28 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--train-limit", config->trainLimit,
                   "train on the first N training samples only (0: all)")
       ->check(atLeast(0));
+  app->add_option("--ps-mode", config->psMode,
+                  "parameter-server updates: sync (mean of every worker's gradient), async "
+                  "(applied on arrival), ssp (async, no worker more than --staleness ahead)")
+      ->check(oneOf({"sync", "async", "ssp"}))
+      ->capture_default_str();
+  app->add_option("--staleness", config->staleness,
+                  "ssp: how many pushes a worker may be ahead of the slowest")
+      ->check(atLeast(0))
+      ->capture_default_str();
+  app->add_option("--ps-shard-bytes", config->psShardBytes,
+                  "parameter-server: parameters larger than this are split over the servers")
+      ->check(atLeast(1))
+      ->capture_default_str();
+  app->add_option("--ps-compress", config->psCompress,
+                  "parameter-server: none, or bf16 for the gradients workers push and the "
+                  "parameters they pull (half the bytes; the servers keep f32)")
+      ->check(oneOf({"none", "bf16"}))
+      ->capture_default_str();
+  app->add_option("--ps-unit-batches", config->psUnitBatches,
+                  "parameter-server: batches per unit of data the chief hands to a worker")
+      ->check(atLeast(1))
+      ->capture_default_str();
   app->add_option("--checkpoint-dir", config->checkpointDir,
                   "write checkpoints here (every --checkpoint-every steps and at the end)");
   app->add_option("--checkpoint-every", config->checkpointEvery,
@@ -149,6 +174,10 @@ Command registerTrain(CLI::App& root) {
       ->check(atLeast(0));
   app->add_option("--fail-at-step", raw->failAt,
                   "STEP[:RANK] inject a failure before STEP on RANK (default 0), for tests")
+      ->group("");
+  app->add_option("--debug-slow-worker", raw->slowWorker,
+                  "WORKER:FACTOR parameter-server worker WORKER takes FACTOR times as long per "
+                  "step, for benchmarks")
       ->group("");
   app->add_flag("--progress", raw->bar, "always draw a progress bar");
   app->add_flag("--no-progress", raw->noBar, "plain progress lines even on a terminal");
@@ -178,9 +207,23 @@ Command registerTrain(CLI::App& root) {
         KOLO_THROW(InvalidArgument, "--fail-at-step '", raw->failAt, "' is not accepted: use STEP or STEP:RANK");
       }
     }
+    if (!raw->slowWorker.empty()) {
+      const size_t colon = raw->slowWorker.find(':');
+      try {
+        KOLO_REQUIRE(colon != std::string::npos, "");
+        config->slowWorker = std::stoi(raw->slowWorker.substr(0, colon));
+        config->slowFactor = std::stod(raw->slowWorker.substr(colon + 1));
+      } catch (const std::exception&) {
+        KOLO_THROW(InvalidArgument, "--debug-slow-worker '", raw->slowWorker,
+                   "' is not accepted: use WORKER:FACTOR, e.g. 0:2");
+      }
+      KOLO_REQUIRE(config->slowWorker >= 0 && config->slowFactor >= 1.0, "--debug-slow-worker '",
+                   raw->slowWorker, "': the worker must be at least 0 and the factor at least 1");
+    }
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);
     keepFreedMemory();
     observe::Logger logger(stderr);
+    if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
     Trainer trainer(*config, logger);
     const TrainSummary summary = trainer.run();
     if (!trainer.isPrimary()) return 0;

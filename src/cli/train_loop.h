@@ -60,6 +60,18 @@ struct TrainConfig {
   std::string shardOptimizer = "auto";  // auto | on | off: sharded update on one host
   std::string prefetch = "auto";   // auto | on | off: a loader thread gathers the next batches
 
+  // Parameter servers (--strategy parameter-server, under kolo run --ps P --workers W);
+  // `batch` is then each worker's batch (one push).
+  std::string psMode = "sync";      // sync | async | ssp
+  int staleness = 2;                // ssp: the most pushes a worker may be ahead of the slowest
+  int64_t psShardBytes = 1 << 20;   // parameters above this are split over the servers
+  int64_t psUnitBatches = 8;        // batches per unit of data the chief hands out
+  std::string psCompress = "none";  // none | bf16: values on the workers' wire
+  /// For benchmarks: worker `slowWorker` takes `slowFactor` times as long per step (it
+  /// sleeps (factor - 1) times its compute time); -1: off.
+  int slowWorker = -1;
+  double slowFactor = 1.0;
+
   // Checkpoints.
   std::string checkpointDir;    // "" = none
   int64_t checkpointEvery = 0;  // steps between checkpoints (0: only at the end)
@@ -176,6 +188,11 @@ class Trainer {
   int64_t totalSteps_ = 0;
   int prefetch_ = 2;  // DataLoader prefetch depth (0: gather on the training thread)
 };
+
+/// `--strategy parameter-server`: runs this process's role (server, worker or chief, from
+/// KOLO_ROLE) of a job started by kolo run --ps P --workers W. The chief writes --metrics and
+/// --save and prints the summary line; returns the exit status.
+int runParameterServerRole(const TrainConfig& config, observe::Logger& logger);
 
 /// `--workers N`: the command line that runs this `kolo train` under `kolo run -n N`:
 /// [self, "run", "-n", N, "--", self, "train", args without --workers...], adding

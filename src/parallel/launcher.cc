@@ -69,6 +69,8 @@ int exitCodeFor(int status) {
 
 struct Rank {
   int globalRank = 0;
+  std::string role;  // parameter-server jobs: "ps", "chief" or "worker"; else empty
+  int roleIndex = 0;
   int localRank = 0;
   pid_t pid = -1;
   bool running = false;
@@ -162,6 +164,13 @@ class Job {
       auto rankVars = vars;
       rankVars.emplace_back("KOLO_RANK", std::to_string(r.globalRank));
       rankVars.emplace_back("KOLO_LOCAL_RANK", std::to_string(local));
+      if (options_.psServers > 0) {
+        assignRole(r);
+        rankVars.emplace_back("KOLO_ROLE", r.role);
+        rankVars.emplace_back("KOLO_ROLE_INDEX", std::to_string(r.roleIndex));
+        rankVars.emplace_back("KOLO_PS_SERVERS", std::to_string(options_.psServers));
+        rankVars.emplace_back("KOLO_PS_WORKERS", std::to_string(options_.psWorkers));
+      }
       // The rank inherits the spawning thread's mask: bind this thread while it spawns.
       ScopedThreadBinding bound(cpuForLocalRank(bind, local, cpus));
       if (!spawn(r, rankEnvironment(rankVars))) {
@@ -195,6 +204,29 @@ class Job {
     }
   }
 
+  /// Parameter-server jobs: servers first, then the chief, then the workers (the order
+  /// mpirun -np P+1+W gives them too).
+  void assignRole(Rank& r) const {
+    const int servers = options_.psServers;
+    if (r.globalRank < servers) {
+      r.role = "ps";
+      r.roleIndex = r.globalRank;
+    } else if (r.globalRank == servers) {
+      r.role = "chief";
+      r.roleIndex = 0;
+    } else {
+      r.role = "worker";
+      r.roleIndex = r.globalRank - servers - 1;
+    }
+  }
+
+  static std::string describeRank(const Rank& r) {
+    if (r.role.empty()) return "rank " + std::to_string(r.globalRank);
+    const std::string name = r.role == "ps" ? "parameter server" : r.role;
+    return name + (r.role == "chief" ? "" : " " + std::to_string(r.roleIndex)) + " (rank " +
+           std::to_string(r.globalRank) + ")";
+  }
+
   bool spawn(Rank& r, const std::vector<std::string>& env) {
     detail::SpawnedRank started = detail::spawnRank(options_.command, env);
     if (started.pid < 0) {
@@ -208,6 +240,9 @@ class Job {
     r.outFd = started.outFd;
     r.errFd = started.errFd;
     std::string prefix = "[rank " + std::to_string(r.globalRank) + "] ";
+    if (r.role == "ps") prefix = "[ps " + std::to_string(r.roleIndex) + "] ";
+    if (r.role == "chief") prefix = "[chief] ";
+    if (r.role == "worker") prefix = "[worker " + std::to_string(r.roleIndex) + "] ";
     r.out = std::make_unique<detail::LinePrefixer>(STDOUT_FILENO, prefix);
     r.err = std::make_unique<detail::LinePrefixer>(STDERR_FILENO, prefix);
     return true;
@@ -357,13 +392,20 @@ class Job {
       r.running = false;
       r.status = status;
       bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      if (failed && !stopping_ && r.role == "worker") {
+        // The chief hands a lost worker's data to the others: the job goes on.
+        say("worker " + std::to_string(r.roleIndex) + " (rank " + std::to_string(r.globalRank) +
+            ", pid " + std::to_string(r.pid) + ") " + describeStatus(status) +
+            "; the job goes on without it");
+        continue;
+      }
       if (failed && !stopping_ &&
           (!blamed || (WIFSIGNALED(status) && !WIFSIGNALED(blamed->status))))
         blamed = &r;
     }
     if (blamed) {
-      std::string what = "rank " + std::to_string(blamed->globalRank) + " (pid " +
-                         std::to_string(blamed->pid) + ") " + describeStatus(blamed->status);
+      std::string what = describeRank(*blamed) + " (pid " + std::to_string(blamed->pid) + ") " +
+                         describeStatus(blamed->status);
       say(what + "; stopping the other ranks");
       exitCode_ = exitCodeFor(blamed->status);
       failure_ = what;
@@ -444,6 +486,16 @@ int runLauncher(const LauncherOptions& options) {
   if (options.command.empty())
     KOLO_THROW(InvalidArgument, "kolo run: no program given (kolo run -n N -- PROGRAM ARGS...)");
   if (!options.storeAddress.empty()) comm::parseHostPort(options.storeAddress);
+  if (options.psServers > 0) {
+    if (options.psWorkers < 1)
+      KOLO_THROW(InvalidArgument, "kolo run: --ps needs --workers W (at least 1)");
+    if (options.nnodes > 1)
+      KOLO_THROW(InvalidArgument, "kolo run: --ps runs on one node");
+    if (options.procsPerNode != options.psServers + 1 + options.psWorkers)
+      KOLO_THROW(InvalidArgument, "kolo run: --ps ", options.psServers, " --workers ",
+                 options.psWorkers, " starts ", options.psServers + 1 + options.psWorkers,
+                 " processes, not -n ", options.procsPerNode);
+  }
   detail::SignalScope signals;
   Job job(options, signals);
   return job.run();

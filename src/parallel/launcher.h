@@ -34,6 +34,13 @@ struct LauncherOptions {
   /// launcher may use, as mpirun binds its ranks; None: ranks inherit the launcher's mask.
   /// A single local rank (procsPerNode 1) is never bound.
   CpuBinding bind = CpuBinding::Core;
+  /// A parameter-server job (kolo run --ps P --workers W) when psServers > 0: procsPerNode
+  /// must be P + 1 + W; ranks 0..P-1 are servers, rank P the chief, the others workers, and
+  /// each gets KOLO_ROLE (ps, chief, worker), KOLO_ROLE_INDEX, KOLO_PS_SERVERS and
+  /// KOLO_PS_WORKERS. A worker that fails does not stop the job (the chief hands its data to
+  /// the others); a server or the chief that fails does. Single node only.
+  int psServers = 0;
+  int psWorkers = 0;
   /// PROGRAM ARGS... (PROGRAM is looked up in PATH).
   std::vector<std::string> command;
 };

@@ -1,0 +1,319 @@
+// The parameter-server strategy (DistBelief's Downpour SGD, Li et al.'s parameter server,
+// TensorFlow's ParameterServerStrategy): P server processes hold the variables, sharded by
+// bytes, with their optimizer state, and apply the updates; W workers pull parameters, compute
+// gradients on their batches and push them; a chief hands out data in small units, evaluates
+// and writes the results. Updates are synchronous (the mean of every worker's gradient, the
+// math of synchronous data parallelism), asynchronous (applied on arrival) or stale-synchronous
+// (no worker more than S updates ahead of the slowest). Every connection is a TCP socket that
+// presents the job token first; every wait has a deadline; a peer that vanishes is a PeerError
+// naming it, except a worker, whose loss the servers and the chief survive.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kolo/comm/store.h"
+#include "kolo/optim.h"
+#include "kolo/parallel/strategy.h"
+
+namespace kolo::parallel::ps {
+
+using Millis = std::chrono::milliseconds;
+
+/// How a server turns pushes into updates.
+enum class Mode {
+  Sync,   // one update per round: the mean of the gradients of every worker still in the job
+  Async,  // each push is applied on arrival (Downpour)
+  Ssp,    // applied on arrival, but a worker waits while it is more than S pushes ahead
+};
+const char* modeName(Mode mode);
+
+/// How values cross the wire: f32 as they are, or bf16 (half the bytes; gradients and the
+/// parameters a worker computes with are rounded to bf16, the servers keep f32).
+enum class Compression : uint32_t { None = 0, Bf16 = 1 };
+/// Parses "none", "bf16"; InvalidArgument otherwise.
+Compression parseCompression(const std::string& name);
+/// Parses "sync", "async", "ssp"; InvalidArgument otherwise.
+Mode parseMode(const std::string& name);
+
+// ---------------------------------------------------------------------------------------
+// Placement
+
+/// A contiguous range [begin, end) of one parameter's flat elements, held by one server.
+struct Slice {
+  int parameter = 0;  // index into Placement::names
+  int64_t begin = 0;
+  int64_t end = 0;
+  int server = 0;
+  int64_t size() const { return end - begin; }
+};
+
+/// Where every parameter lives. Slices of one server are listed in the order its messages
+/// carry them (parameter order, then begin).
+struct Placement {
+  int servers = 1;
+  std::vector<std::string> names;  // parameters in the model's order
+  std::vector<int64_t> sizes;      // their element counts
+  std::vector<Slice> slices;       // every slice, grouped by server
+
+  /// The slices of `server`, in message order.
+  std::vector<Slice> slicesOf(int server) const;
+  /// Elements `server` holds (the f32 count of its pulls and pushes).
+  int64_t elementsOf(int server) const;
+};
+
+/// Places f32 parameters of `sizes` elements over `servers` servers, balanced by bytes: a
+/// parameter of more than `shardBytes` bytes is split into `servers` nearly equal ranges, one
+/// per server; the others go whole, largest first, to the server holding the fewest bytes
+/// (ties: the lowest index). Deterministic, so every process computes the same placement.
+Placement placeParameters(const std::vector<std::string>& names, const std::vector<int64_t>& sizes,
+                          int servers, int64_t shardBytes);
+/// placeParameters over a module's named parameters.
+Placement placeParameters(const NamedTensors& parameters, int servers, int64_t shardBytes);
+
+// ---------------------------------------------------------------------------------------
+// Server
+
+struct ServerOptions {
+  int index = 0;    // this server's index, 0..P-1 (names it in messages)
+  int workers = 1;  // W: the workers every sync round waits for (those that left excepted)
+  Mode mode = Mode::Sync;
+  int staleness = 2;  // S of Mode::Ssp
+  std::string token;  // every connection must present it first
+  std::string host = "127.0.0.1";  // address to listen on
+  uint16_t port = 0;               // 0: a free port (see ParameterServer::port())
+  /// Deadline of every wait: a sync round for a worker that sent nothing, an SSP wait for
+  /// the slowest, a connection's hello, a reply the peer does not read.
+  Millis timeout{std::chrono::seconds(300)};
+  /// A file written by a Checkpoint request (ServerGroup::checkpoint) of a server with the
+  /// same index and placement: its values, optimizer state and version replace the initial
+  /// ones. Empty: start fresh.
+  std::string restoreFrom;
+};
+
+/// Counters of one server, as the chief reads them (Stats request) and tests inspect.
+struct ServerStats {
+  int64_t updates = 0;        // optimizer steps applied (the server's version)
+  int64_t pushes = 0;         // gradient pushes received
+  int64_t bytesIn = 0;        // gradient bytes received
+  int64_t bytesOut = 0;       // parameter bytes sent
+  int64_t stalenessMax = 0;   // largest (version at apply - version the gradient was computed on)
+  int64_t stalenessSum = 0;   // their sum over `pushes`
+  int64_t leadMax = 0;        // SSP: the largest lead over the slowest a worker was let go with
+  int64_t workersLost = 0;    // workers whose connection dropped without leaving
+};
+
+/// One server: holds its slices of the parameters (taken from `initial`, which every process
+/// builds the same way) and an optimizer over them, and serves workers and the chief on its
+/// own threads (one per connection) until the chief sends Shutdown or stop() is called.
+/// The learning rate of update u is lrAt(u) (empty: the optimizer's own, unchanged).
+class ParameterServer {
+ public:
+  /// Binds the listening socket (IoError when it cannot) and takes the initial values; does
+  /// not serve yet.
+  ParameterServer(ServerOptions options, Placement placement, const NamedTensors& initial,
+                  const OptimizerFactory& makeOptimizer, std::function<double(int64_t)> lrAt);
+  ~ParameterServer();
+  ParameterServer(const ParameterServer&) = delete;
+  ParameterServer& operator=(const ParameterServer&) = delete;
+
+  /// The port it listens on.
+  uint16_t port() const;
+  /// Serves until Shutdown or stop(); blocking. Rethrows nothing: a connection's protocol
+  /// error closes that connection only (and counts as a lost worker).
+  void serve();
+  /// Makes serve() return soon and closes every connection; idempotent, thread-safe.
+  void stop();
+  ServerStats stats() const;
+  /// The server's current values of its slices, flattened in message order.
+  std::vector<float> values() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Client (workers and the chief)
+
+enum class ClientRole { Worker, Chief };
+
+struct ClientOptions {
+  ClientRole role = ClientRole::Worker;
+  int index = 0;  // worker index (0..W-1); 0 for the chief
+  /// Each connection chooses its own: workers may push bf16 while the chief pulls f32.
+  Compression compression = Compression::None;
+  std::string token;
+  /// Deadline of connecting (servers may start later) and of every reply.
+  Millis timeout{std::chrono::seconds(300)};
+};
+
+/// A worker's or the chief's connections to every server, one socket each. Gradients go out
+/// from the tensors' memory and parameters come back straight into them; requests to all
+/// servers are sent before any reply is read, so the servers work in parallel. A server that
+/// closes its connection, or sends no reply in time, is a PeerError (Timeout) naming it.
+/// Not thread-safe.
+class ServerGroup {
+ public:
+  /// Connects to `addresses` ("host:port" of server 0..P-1) and presents the token.
+  ServerGroup(ClientOptions options, Placement placement, std::vector<std::string> addresses);
+  ~ServerGroup();
+  ServerGroup(ServerGroup&&) noexcept;
+  ServerGroup& operator=(ServerGroup&&) noexcept;
+
+  /// Copies every server's current values into `parameters` (the module's, in placement
+  /// order) and returns the lowest server version seen.
+  int64_t pull(const NamedTensors& parameters);
+  /// Pushes the gradients of `parameters` (their .grad(), computed on the parameters of
+  /// version `basedOn`) and receives the values to use next into the parameters; returns the
+  /// new version. Blocks as the mode says: sync until the round is applied, ssp while this
+  /// worker is more than S pushes ahead of the slowest.
+  int64_t pushPull(const NamedTensors& parameters, int64_t basedOn);
+  /// This worker takes no part in sync rounds (and SSP's slowest) until its next push.
+  void leave();
+  /// Every server's counters.
+  std::vector<ServerStats> stats();
+  /// Tells every server to stop (chief only); servers already gone are skipped.
+  void shutdown();
+  /// Every server writes its values, optimizer state and version to
+  /// `directory`/server-<i>.safetensors (atomically) and answers once it is on disk; a
+  /// consistent checkpoint needs the servers quiet (no pushes in flight). Chief only.
+  void checkpoint(const std::string& directory);
+  const Placement& placement() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Data units (the chief's dispatcher and the workers' client)
+
+/// A range of positions [begin, end) of epoch `epoch`'s sample order.
+struct Unit {
+  int64_t id = -1;
+  int64_t epoch = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+struct DispatchOptions {
+  int workers = 1;
+  int64_t samplesPerEpoch = 0;  // positions of one epoch's order that are used
+  int64_t unitSamples = 512;    // samples per unit (the last of an epoch may be shorter)
+  int64_t epochs = 1;
+  std::string token;
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  Millis timeout{std::chrono::seconds(300)};
+  /// The first epoch to hand out (a resumed job starts after its checkpoint's epoch).
+  int64_t firstEpoch = 0;
+  /// Units of an epoch are handed out only once releaseEpoch() allowed it (firstEpoch is
+  /// allowed from the start): the chief checkpoints the quiet servers in between.
+  bool pauseBetweenEpochs = false;
+};
+
+/// What a worker reports when it asks for its next unit.
+struct UnitReport {
+  int64_t completed = -1;  // the unit it finished (-1: none)
+  double lossSum = 0.0;    // sum of its batches' mean losses
+  int64_t batches = 0;
+};
+
+/// A worker lost during the job.
+struct LostWorker {
+  int index = 0;
+  double atSeconds = 0.0;  // since the dispatcher started
+  int64_t unit = -1;       // the unit it held, handed to the others (-1: none)
+};
+
+/// One finished epoch as the workers reported it.
+struct EpochReport {
+  double lossSum = 0.0;  // sum of the mean losses of its batches
+  int64_t batches = 0;
+  double seconds = 0.0;  // when its last unit was reported, since the first unit was handed out
+};
+
+/// The chief's side: serves units to workers on its own threads, in order, a unit at a time
+/// per worker, so faster workers take more. A worker whose connection drops before it
+/// reported its unit done is lost: its unit goes back to the front of the queue.
+class UnitDispatcher {
+ public:
+  explicit UnitDispatcher(DispatchOptions options);
+  ~UnitDispatcher();
+  UnitDispatcher(const UnitDispatcher&) = delete;
+  UnitDispatcher& operator=(const UnitDispatcher&) = delete;
+  uint16_t port() const;
+  /// Blocks until every unit of `epoch` is done. Throws Timeout when no unit is reported for
+  /// `timeout`, PeerError when every worker is lost.
+  EpochReport waitEpoch(int64_t epoch);
+  /// Lets the units of `epoch` (and earlier) be handed out (pauseBetweenEpochs).
+  void releaseEpoch(int64_t epoch);
+  /// After the last epoch: waits until every connected worker was told that the job is
+  /// finished (or is lost); Timeout after the deadline.
+  void waitWorkersFinished();
+  std::vector<LostWorker> lost() const;
+  int workersAlive() const;
+  /// Units done by each worker.
+  std::vector<int64_t> unitsDone() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// A worker's connection to the dispatcher.
+class UnitClient {
+ public:
+  UnitClient(const std::string& address, int worker, const std::string& token, Millis timeout);
+  ~UnitClient();
+  /// Reports `report` and returns the next unit; nullopt when the job is finished. Waits
+  /// (polling the dispatcher) while every remaining unit is held by another worker; calls
+  /// `idle` once before the first such wait.
+  std::optional<Unit> next(const UnitReport& report, const std::function<void()>& idle);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Roles of a job started by `kolo run --ps P --workers W`
+
+enum class Role { Server, Worker, Chief };
+
+/// What a process of a parameter-server job learns from its environment.
+struct RoleInfo {
+  Role role = Role::Worker;
+  int index = 0;    // among the processes of its role
+  int servers = 1;  // P
+  int workers = 1;  // W
+  std::string store;  // KOLO_STORE ("" under mpirun / srun: none was given)
+  std::string token;  // KOLO_TOKEN
+  bool local = true;  // every process of the job runs on this host
+};
+
+/// Reads KOLO_ROLE, KOLO_ROLE_INDEX, KOLO_PS_SERVERS, KOLO_PS_WORKERS, KOLO_STORE and
+/// KOLO_TOKEN (kolo run --ps sets them). Without KOLO_ROLE, under mpirun, srun or torchrun
+/// with KOLO_PS_SERVERS=P, the rank decides: ranks 0..P-1 are servers, rank P the chief, the
+/// rest workers. Throws InvalidArgument naming what is missing.
+RoleInfo roleFromEnvironment();
+
+/// The store keys under which server i and the chief publish "host:port".
+std::string serverAddressKey(int server);
+std::string chiefAddressKey();
+
+/// The address of this host that peers reach it at, as the connection to the store sees it
+/// (127.0.0.1 for a store that is not TCP).
+std::string localHost(comm::Store& store);
+
+}  // namespace kolo::parallel::ps

@@ -1,0 +1,488 @@
+// `kolo train --strategy parameter-server`: the three roles of a job started by kolo run --ps
+// P --workers W. Every process builds the same seeded model and placement; servers take
+// their slices and serve; workers ask the chief for units of data, push a gradient per batch
+// and take the values they get back; the chief evaluates after each epoch, writes metrics,
+// the final weights and the summary line, and stops the servers at the end.
+#include <cblas.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <optional>
+#include <thread>
+
+#include "cli/train_loop.h"
+#include "kolo/autograd.h"
+#include "kolo/checkpoint.h"
+#include "kolo/comm/init.h"
+#include "kolo/comm/stores.h"
+#include "kolo/nn/models.h"
+#include "kolo/parallel/parameter_server.h"
+#include "kolo/safetensors.h"
+#include "kolo/settings.h"
+#include "parallel/launcher.h"
+
+namespace kolo::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace ps = parallel::ps;
+
+/// A checkpoint of a parameter-server job: DIR/epoch-NNNNNN/ holding server-<i>.safetensors
+/// per server and chief.json, which the chief writes last, once every server's file is on
+/// disk: a directory without it is incomplete and ignored.
+struct PsCheckpoint {
+  int64_t epoch = 0;  // epochs done
+  std::string path;
+  nlohmann::json chief;
+};
+
+std::string checkpointDirectory(const std::string& root, int64_t epoch) {
+  char name[32];
+  std::snprintf(name, sizeof name, "epoch-%06lld", static_cast<long long>(epoch));
+  return root + "/" + name;
+}
+
+/// Complete checkpoints under `root`, oldest first.
+std::vector<PsCheckpoint> completeCheckpoints(const std::string& root) {
+  std::vector<PsCheckpoint> found;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("epoch-", 0) != 0) continue;
+    std::ifstream in(entry.path() / "chief.json");
+    if (!in) continue;
+    PsCheckpoint checkpoint;
+    try {
+      checkpoint.chief = nlohmann::json::parse(in);
+      checkpoint.epoch = checkpoint.chief.at("epoch").get<int64_t>();
+    } catch (const std::exception& e) {
+      KOLO_THROW(FormatError, (entry.path() / "chief.json").string(), ": ", e.what());
+    }
+    checkpoint.path = entry.path().string();
+    found.push_back(std::move(checkpoint));
+  }
+  std::sort(found.begin(), found.end(),
+            [](const PsCheckpoint& a, const PsCheckpoint& b) { return a.epoch < b.epoch; });
+  return found;
+}
+
+/// What fixes the placement, the weights' shapes and the data order: a resume must agree.
+nlohmann::json jobIdentity(const TrainConfig& config, int servers) {
+  return {{"model", config.model},
+          {"batch", config.batch},
+          {"seed", config.seed},
+          {"servers", servers},
+          {"ps_shard_bytes", config.psShardBytes},
+          {"ps_unit_batches", config.psUnitBatches},
+          {"train_limit", config.trainLimit}};
+}
+
+/// What every role derives the same way from the flags.
+struct PsPlan {
+  ps::RoleInfo role;
+  ps::Mode mode = ps::Mode::Sync;
+  std::shared_ptr<nn::Module> model;
+  parallel::NamedTensors parameters;
+  ps::Placement placement;
+  Recipe recipe;
+  int64_t samplesPerEpoch = 0;
+  int64_t updatesPerEpoch = 0;
+  int64_t totalUpdates = 0;
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  std::optional<PsCheckpoint> resume;  // --resume: the newest complete checkpoint
+};
+
+PsPlan makePlan(const TrainConfig& config, int64_t trainSize) {
+  PsPlan plan;
+  plan.role = ps::roleFromEnvironment();
+  plan.mode = ps::parseMode(config.psMode);
+  ps::parseCompression(config.psCompress);
+  KOLO_REQUIRE(config.steps == 0, "--steps is not available with --strategy parameter-server: "
+               "use --epochs (and --train-limit)");
+  KOLO_REQUIRE(config.clipNorm == 0.0, "--clip-norm is not available with --strategy "
+               "parameter-server");
+  const int64_t batches = trainSize / config.batch;
+  KOLO_REQUIRE(batches > 0, "--batch ", config.batch, " is larger than the ", trainSize,
+               " training samples");
+  plan.samplesPerEpoch = batches * config.batch;
+  const int workers = plan.role.workers;
+  plan.updatesPerEpoch = plan.mode == ps::Mode::Sync ? (batches + workers - 1) / workers : batches;
+  plan.recipe = resolveRecipe(config, plan.updatesPerEpoch);
+  plan.totalUpdates = plan.recipe.epochs * plan.updatesPerEpoch;
+  Generator generator(config.seed);
+  plan.model = nn::makeModel(config.model, generator);
+  if (!config.initPath.empty())
+    checkpoint::loadSafetensorsInto(config.initPath, plan.model->namedParameters());
+  plan.parameters = plan.model->namedParameters();
+  plan.placement = ps::placeParameters(plan.parameters, plan.role.servers, config.psShardBytes);
+  if (const auto seconds = settings::timeout())
+    plan.timeout = std::chrono::milliseconds(static_cast<int64_t>(*seconds * 1000));
+  if (!config.resumeDir.empty()) {
+    std::vector<PsCheckpoint> found = completeCheckpoints(config.resumeDir);
+    if (found.empty())
+      KOLO_THROW(FileError, "--resume ", config.resumeDir, ": no complete parameter-server "
+                 "checkpoint there (epoch-*/chief.json)");
+    plan.resume = std::move(found.back());
+    const nlohmann::json identity = jobIdentity(config, plan.role.servers);
+    for (const auto& [key, value] : identity.items()) {
+      if (plan.resume->chief.value(key, nlohmann::json()) != value)
+        KOLO_THROW(Mismatch, "--resume ", plan.resume->path, ": the checkpoint was written with ",
+                   key, " ", plan.resume->chief.value(key, nlohmann::json()).dump(),
+                   ", this run has ", value.dump());
+    }
+    KOLO_REQUIRE(plan.resume->epoch <= plan.recipe.epochs, "--resume ", plan.resume->path,
+                 " is at epoch ", plan.resume->epoch, ", past --epochs ", plan.recipe.epochs);
+  }
+  return plan;
+}
+
+std::vector<std::string> serverAddresses(comm::Store& store, const PsPlan& plan) {
+  std::vector<std::string> addresses;
+  for (int s = 0; s < plan.role.servers; ++s)
+    addresses.push_back(store.getString(ps::serverAddressKey(s), plan.timeout));
+  return addresses;
+}
+
+std::shared_ptr<data::TensorDataset> loadTrain(const TrainConfig& config) {
+  std::shared_ptr<data::TensorDataset> train =
+      std::make_shared<data::FashionMnist>(config.dataDir, true);
+  if (config.trainLimit > 0 && config.trainLimit < train->size()) {
+    train = std::make_shared<data::TensorDataset>(
+        train->inputs().slice(0, 0, config.trainLimit).contiguous(),
+        train->labels().slice(0, 0, config.trainLimit).contiguous());
+  }
+  return train;
+}
+
+int runServer(const TrainConfig& config, const PsPlan& plan, comm::Store& store) {
+  ps::ServerOptions options;
+  options.index = plan.role.index;
+  options.workers = plan.role.workers;
+  options.mode = plan.mode;
+  options.staleness = config.staleness;
+  options.token = plan.role.token;
+  options.host = ps::localHost(store);
+  options.timeout = plan.timeout;
+  if (plan.resume)
+    options.restoreFrom = plan.resume->path + "/server-" + std::to_string(plan.role.index) +
+                          ".safetensors";
+  std::shared_ptr<optim::LrSchedule> schedule = makeSchedule(plan.recipe, plan.totalUpdates);
+  const Recipe recipe = plan.recipe;
+  ps::ParameterServer server(
+      options, plan.placement, plan.parameters,
+      [recipe](const parallel::NamedTensors& slices) { return makeOptimizer(recipe, slices); },
+      [schedule](int64_t update) { return schedule->lrAt(update); });
+  store.setString(ps::serverAddressKey(plan.role.index),
+                  comm::HostPort{options.host, server.port()}.toString());
+  server.serve();
+  return 0;
+}
+
+int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
+              const data::TensorDataset& train) {
+  ps::ServerGroup servers({ps::ClientRole::Worker, plan.role.index,
+                           ps::parseCompression(config.psCompress), plan.role.token, plan.timeout},
+                          plan.placement, serverAddresses(store, plan));
+  ps::UnitClient units(store.getString(ps::chiefAddressKey(), plan.timeout), plan.role.index,
+                       plan.role.token, plan.timeout);
+  nn::Module& model = *plan.model;
+  model.train(true);
+  const parallel::NamedTensors& parameters = plan.parameters;
+  int64_t version = servers.pull(parameters);
+  bool idle = false;
+  int64_t orderEpoch = -1;
+  std::vector<int64_t> order;
+  ps::UnitReport report;
+  for (;;) {
+    // Waiting for a unit, this worker must not hold back the others' rounds (sync) or
+    // count as the slowest (ssp): it leaves until its next push.
+    const std::optional<ps::Unit> unit = units.next(report, [&] {
+      servers.leave();
+      idle = true;
+    });
+    if (!unit) break;
+    if (idle) version = servers.pull(parameters);
+    idle = false;
+    if (unit->epoch != orderEpoch) {
+      orderEpoch = unit->epoch;
+      if (config.shuffle) {
+        order = data::epochPermutation(train.size(), config.seed, orderEpoch);
+      } else {
+        order.resize(static_cast<size_t>(train.size()));
+        std::iota(order.begin(), order.end(), 0);
+      }
+    }
+    report = ps::UnitReport{unit->id, 0.0, 0};
+    for (int64_t at = unit->begin; at < unit->end; at += config.batch) {
+      const std::vector<int64_t> indices(order.begin() + at,
+                                         order.begin() + std::min(at + config.batch, unit->end));
+      const auto stepStart = Clock::now();
+      const data::Batch batch = train.gather(indices);
+      for (auto& [name, p] : parameters) {
+        Tensor handle = p;
+        handle.zeroGrad();
+      }
+      Tensor loss = crossEntropy(model.forward(batch.inputs), batch.labels);
+      loss.backward();
+      const double value = loss.item();
+      if (!std::isfinite(value))
+        KOLO_THROW(DivergedError, "worker ", plan.role.index, ": loss ", value, " in epoch ",
+                   unit->epoch + 1, "; try a smaller --lr");
+      if (plan.role.index == config.slowWorker)
+        std::this_thread::sleep_for((Clock::now() - stepStart) * (config.slowFactor - 1.0));
+      version = servers.pushPull(parameters, version);
+      report.lossSum += value;
+      ++report.batches;
+    }
+  }
+  // The chief stops the servers once every worker has been told the job is over, so they
+  // may already be gone: leaving is a courtesy.
+  try {
+    servers.leave();
+  } catch (const Error&) {
+  }
+  return 0;
+}
+
+int64_t stalenessMax(const std::vector<ps::ServerStats>& stats) {
+  int64_t most = 0;
+  for (const ps::ServerStats& s : stats) most = std::max(most, s.stalenessMax);
+  return most;
+}
+
+observe::Fields serverFields(const std::vector<ps::ServerStats>& stats, double seconds) {
+  int64_t updates = 0, pushes = 0, bytes = 0, stalenessMax = 0, stalenessSum = 0;
+  for (const ps::ServerStats& s : stats) {
+    updates = std::max(updates, s.updates);
+    pushes += s.pushes;
+    bytes += s.bytesIn + s.bytesOut;
+    stalenessMax = std::max(stalenessMax, s.stalenessMax);
+    stalenessSum += s.stalenessSum;
+  }
+  const double perServer = stats.empty() ? 0.0 : static_cast<double>(pushes) / stats.size();
+  return {{"updates", updates},
+          {"staleness_max", stalenessMax},
+          {"staleness_mean", pushes > 0 ? static_cast<double>(stalenessSum) / pushes : 0.0},
+          {"pushes_per_s", perServer / std::max(seconds, 1e-9)},
+          {"bytes_per_s", static_cast<double>(bytes) / std::max(seconds, 1e-9)}};
+}
+
+/// Writes the checkpoint after `epochs` epochs (the servers are quiet), then drops the
+/// oldest complete ones beyond --keep-checkpoints.
+void writeCheckpoint(const TrainConfig& config, const PsPlan& plan, ps::ServerGroup& servers,
+                     int64_t epochs, observe::Logger& logger) {
+  const std::string directory = checkpointDirectory(config.checkpointDir, epochs);
+  std::filesystem::create_directories(directory);
+  servers.checkpoint(directory);
+  nlohmann::json chief = jobIdentity(config, plan.role.servers);
+  chief["epoch"] = epochs;
+  chief["ps_mode"] = ps::modeName(plan.mode);
+  chief["workers"] = plan.role.workers;
+  const std::string path = directory + "/chief.json";
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary);
+    out << chief.dump() << "\n";
+    if (!out.flush()) KOLO_THROW(IoError, "cannot write ", temporary);
+  }
+  std::filesystem::rename(temporary, path);
+  logger.debug("checkpoint written", {{"dir", directory}, {"epoch", epochs}});
+  std::vector<PsCheckpoint> complete = completeCheckpoints(config.checkpointDir);
+  for (size_t i = 0; i + static_cast<size_t>(config.keepCheckpoints) < complete.size(); ++i)
+    std::filesystem::remove_all(complete[i].path);
+}
+
+int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
+             observe::Logger& logger) {
+  const auto start = Clock::now();
+  ps::DispatchOptions dispatch;
+  dispatch.workers = plan.role.workers;
+  dispatch.samplesPerEpoch = plan.samplesPerEpoch;
+  dispatch.unitSamples = config.psUnitBatches * config.batch;
+  dispatch.epochs = plan.recipe.epochs;
+  dispatch.token = plan.role.token;
+  dispatch.host = ps::localHost(store);
+  dispatch.timeout = plan.timeout;
+  const int64_t firstEpoch = plan.resume ? plan.resume->epoch : 0;
+  dispatch.firstEpoch = firstEpoch;
+  // Checkpoints are taken between epochs, with the servers quiet: the next epoch's units
+  // wait until the servers' files are written.
+  const bool checkpointing = !config.checkpointDir.empty();
+  dispatch.pauseBetweenEpochs = checkpointing;
+  ps::UnitDispatcher dispatcher(dispatch);
+  store.setString(ps::chiefAddressKey(),
+                  comm::HostPort{dispatch.host, dispatcher.port()}.toString());
+  ps::ServerGroup servers({ps::ClientRole::Chief, 0, ps::Compression::None, plan.role.token,
+                           plan.timeout},
+                          plan.placement, serverAddresses(store, plan));
+  const data::FashionMnist test(config.dataDir, false);
+  std::unique_ptr<observe::MetricsWriter> metrics;
+  if (!config.metricsPath.empty())  // a resumed run continues the file
+    metrics = std::make_unique<observe::MetricsWriter>(config.metricsPath, firstEpoch > 0);
+  if (plan.resume && !config.quiet)
+    logger.info("resuming", {{"checkpoint", plan.resume->path}, {"epoch", firstEpoch}});
+  if (!config.quiet) {
+    logger.info("training", {{"model", config.model},
+                             {"strategy", "parameter-server"},
+                             {"ps_mode", ps::modeName(plan.mode)},
+                             {"servers", plan.role.servers},
+                             {"workers", plan.role.workers},
+                             {"optimizer", plan.recipe.optimizer},
+                             {"lr", plan.recipe.lr},
+                             {"batch_per_worker", config.batch},
+                             {"epochs", plan.recipe.epochs}});
+  }
+  std::shared_ptr<optim::LrSchedule> schedule = makeSchedule(plan.recipe, plan.totalUpdates);
+  double trainLoss = 0.0, accuracy = 0.0, seconds = 0.0, previous = 0.0;
+  int64_t samples = 0;
+  auto lostFields = [&dispatcher] {
+    observe::Value::Array list;
+    for (const ps::LostWorker& lost : dispatcher.lost())
+      list.push_back(observe::Fields{{"worker", lost.index}, {"at_s", lost.atSeconds}, {"unit", lost.unit}});
+    return list;
+  };
+  for (int64_t epoch = firstEpoch; epoch < plan.recipe.epochs; ++epoch) {
+    const ps::EpochReport done = dispatcher.waitEpoch(epoch);
+    if (checkpointing) {
+      const bool last = epoch + 1 == plan.recipe.epochs;
+      if (last || (config.checkpointEvery > 0 && (epoch + 1) % config.checkpointEvery == 0))
+        writeCheckpoint(config, plan, servers, epoch + 1, logger);
+      dispatcher.releaseEpoch(epoch + 1);
+    }
+    const int64_t updates = servers.pull(plan.parameters);
+    accuracy = evaluateAccuracy(*plan.model, test);
+    trainLoss = done.batches > 0 ? done.lossSum / done.batches : 0.0;
+    const double epochSamples = static_cast<double>(done.batches * config.batch);
+    samples += done.batches * config.batch;
+    const double rate = epochSamples / std::max(done.seconds - previous, 1e-9);
+    previous = done.seconds;
+    seconds = done.seconds;
+    if (!config.quiet) {
+      std::fprintf(stderr, "epoch %lld/%lld  loss %.4f  test accuracy %.4f  %.0f samples/s\n",
+                   static_cast<long long>(epoch + 1), static_cast<long long>(plan.recipe.epochs),
+                   trainLoss, accuracy, rate);
+    }
+    if (metrics) {
+      observe::Fields line = {{"epoch", epoch + 1},
+                              {"step", updates},
+                              {"train_loss", trainLoss},
+                              {"test_accuracy", accuracy},
+                              {"samples_per_s", rate},
+                              {"wall_s", std::chrono::duration<double>(Clock::now() - start).count()},
+                              {"lr", schedule->lrAt(std::min(updates, plan.totalUpdates - 1))},
+                              {"ps_mode", ps::modeName(plan.mode)}};
+      line.update(serverFields(servers.stats(), seconds));
+      line.set("workers_alive", dispatcher.workersAlive());
+      line.set("workers_lost", lostFields());
+      metrics->write(line);
+    }
+  }
+  dispatcher.waitWorkersFinished();
+  const int64_t updates = servers.pull(plan.parameters);
+  const std::vector<ps::ServerStats> stats = servers.stats();
+  servers.shutdown();
+  if (!config.savePath.empty()) {
+    checkpoint::saveSafetensors(
+        config.savePath, plan.model->namedParameters(),
+        {{"format", "pt"}, {"model", config.model}, {"step", std::to_string(updates)}});
+  }
+  const double samplesPerSecond = samples / std::max(seconds, 1e-9);
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  const observe::Fields server = serverFields(stats, seconds);
+  const std::vector<int64_t> unitsDone = dispatcher.unitsDone();
+  if (metrics) {
+    observe::Fields line = {{"epoch", plan.recipe.epochs},
+                            {"step", updates},
+                            {"train_loss", trainLoss},
+                            {"test_accuracy", accuracy},
+                            {"samples_per_s", samplesPerSecond},
+                            {"wall_s", wall},
+                            {"ps_mode", ps::modeName(plan.mode)}};
+    line.update(server);
+    line.set("workers_alive", dispatcher.workersAlive());
+    line.set("workers_lost", lostFields());
+    line.set("units_done", observe::Value::Array(unitsDone.begin(), unitsDone.end()));
+    line.set("final", true);
+    metrics->write(line);
+  }
+  for (const ps::LostWorker& lost : dispatcher.lost()) {
+    logger.warn("lost a worker; its unit went to the others",
+                {{"worker", lost.index}, {"at_s", lost.atSeconds}, {"unit", lost.unit}});
+  }
+  if (!config.quiet) {
+    std::fprintf(stderr, "trained %s with %d parameter server(s) and %d worker(s) (%s): %lld "
+                 "updates, test accuracy %.2f%%\n", config.model.c_str(), plan.role.servers,
+                 plan.role.workers, ps::modeName(plan.mode), static_cast<long long>(updates),
+                 100.0 * accuracy);
+  }
+  std::printf("test_accuracy %.4f train_loss %.4f steps %lld samples_per_s %.1f wall_s %.1f "
+              "ps_mode %s staleness_max %lld workers_alive %d\n",
+              accuracy, trainLoss, static_cast<long long>(updates), samplesPerSecond, wall,
+              ps::modeName(plan.mode), static_cast<long long>(stalenessMax(stats)),
+              dispatcher.workersAlive());
+  std::fflush(stdout);
+  return 0;
+}
+
+/// A store for a job that was started without one (mpirun, srun): rank 0 (server 0) hosts it
+/// with a fresh token and tells every rank where it is through one broadcast over the job's
+/// communicator. Returns the hosted server on rank 0 (it must outlive the job's start).
+std::unique_ptr<comm::TcpStoreServer> bootstrapStore(PsPlan& plan) {
+  const std::shared_ptr<comm::Communicator> communicator =
+      comm::initFromEnvironment({.timeout = plan.timeout});
+  std::unique_ptr<comm::TcpStoreServer> hosted;
+  char text[512] = {};
+  if (communicator->rank() == 0) {
+    const std::string token = parallel::generateJobToken();
+    hosted = std::make_unique<comm::TcpStoreServer>(
+        comm::TcpStoreServerOptions{.host = plan.role.local ? "127.0.0.1" : "", .token = token});
+    std::string host = "127.0.0.1";
+    if (!plan.role.local) {
+      char name[256] = {};
+      ::gethostname(name, sizeof name - 1);
+      host = name;
+    }
+    std::snprintf(text, sizeof text, "%s %s",
+                  comm::HostPort{host, hosted->port()}.toString().c_str(), token.c_str());
+  }
+  communicator->broadcast(text, sizeof text, DType::U8, 0);
+  const std::string reply(text);
+  const size_t space = reply.find(' ');
+  KOLO_CHECK(space != std::string::npos, "store address from rank 0: '", reply, "'");
+  plan.role.store = reply.substr(0, space);
+  plan.role.token = reply.substr(space + 1);
+  return hosted;
+}
+
+}  // namespace
+
+int runParameterServerRole(const TrainConfig& config, observe::Logger& logger) {
+  KOLO_REQUIRE(config.threads >= 1, "--threads must be at least 1, got ", config.threads);
+  openblas_set_num_threads(config.threads);
+  // Only workers read training samples; the servers and the chief need their number, which
+  // the labels file tells without the 47 MB of images.
+  const bool worker = ps::roleFromEnvironment().role == ps::Role::Worker;
+  const std::shared_ptr<data::TensorDataset> train = worker ? loadTrain(config) : nullptr;
+  int64_t trainSize = train ? train->size() : 0;
+  if (!worker) {
+    trainSize = data::readIdx(config.dataDir + "/train-labels-idx1-ubyte.gz").dims.at(0);
+    if (config.trainLimit > 0) trainSize = std::min(trainSize, config.trainLimit);
+  }
+  PsPlan plan = makePlan(config, trainSize);
+  const std::unique_ptr<comm::TcpStoreServer> hostedStore =
+      plan.role.store.empty() ? bootstrapStore(plan) : nullptr;
+  const std::shared_ptr<comm::Store> store =
+      comm::connectTcpStore(plan.role.store, plan.role.token, plan.timeout);
+  switch (plan.role.role) {
+    case ps::Role::Server: return runServer(config, plan, *store);
+    case ps::Role::Worker: return runWorker(config, plan, *store, *train);
+    case ps::Role::Chief: return runChief(config, plan, *store, logger);
+  }
+  return 1;
+}
+
+}  // namespace kolo::cli

@@ -1,0 +1,197 @@
+// The workers' and the chief's side of the servers: one socket per server. A step sends the
+// request to every server before reading any reply, so the servers receive, update and answer
+// in parallel; gradients leave from the .grad() tensors and values land in the parameters,
+// slice by slice, without a staging copy.
+#include <algorithm>
+
+#include "kolo/error.h"
+#include "kolo/parallel/parameter_server.h"
+#include "parallel/ps/compress.h"
+#include "parallel/ps/socket.h"
+#include "parallel/ps/wire.h"
+
+namespace kolo::parallel::ps {
+
+using detail::Header;
+using detail::Op;
+using detail::Socket;
+using detail::Status;
+
+class ServerGroup::Impl {
+ public:
+  Impl(ClientOptions options, Placement placement, std::vector<std::string> addresses)
+      : options_(std::move(options)), placement_(std::move(placement)) {
+    KOLO_CHECK_EQ(addresses.size(), static_cast<size_t>(placement_.servers),
+                  "one address per server");
+    const auto until = detail::deadlineAfter(options_.timeout);
+    for (int s = 0; s < placement_.servers; ++s) {
+      const std::string peer = "parameter server " + std::to_string(s) + " (" +
+                               addresses[static_cast<size_t>(s)] + ")";
+      Socket socket = detail::connectTo(addresses[static_cast<size_t>(s)], until, peer);
+      const Header answer = detail::hello(socket, static_cast<uint32_t>(options_.index),
+                                          static_cast<int64_t>(options_.role), options_.token,
+                                          until, static_cast<uint32_t>(options_.compression));
+      if (answer.b != placement_.elementsOf(s))
+        KOLO_THROW(Mismatch, peer, " holds ", answer.b, " elements, but this process places ",
+                   placement_.elementsOf(s), " there: the processes disagree about the model or "
+                   "--ps-shard-bytes");
+      sockets_.push_back(std::move(socket));
+      slices_.push_back(placement_.slicesOf(s));
+      if (compressed()) packed_.emplace_back(static_cast<size_t>(placement_.elementsOf(s)));
+    }
+  }
+
+  int64_t pull(const NamedTensors& parameters) {
+    const auto until = detail::deadlineAfter(options_.timeout);
+    for (Socket& socket : sockets_) {
+      const Header h = detail::request(Op::Pull);
+      socket.sendAll(&h, sizeof h, until, "a pull request");
+    }
+    return receiveValues(parameters, until);
+  }
+
+  int64_t pushPull(const NamedTensors& parameters, int64_t basedOn) {
+    const auto until = detail::deadlineAfter(options_.timeout);
+    std::vector<iovec> parts;
+    for (size_t s = 0; s < sockets_.size(); ++s) {
+      const int64_t elements = placement_.elementsOf(static_cast<int>(s));
+      headers_.resize(sockets_.size());
+      headers_[s] =
+          detail::request(Op::Push, basedOn, 0, static_cast<uint64_t>(elements) * elementBytes());
+      parts.clear();
+      parts.push_back({&headers_[s], sizeof(Header)});
+      int64_t at = 0;
+      for (const Slice& slice : slices_[s]) {
+        Tensor grad = parameters[static_cast<size_t>(slice.parameter)].second.grad();
+        KOLO_CHECK(grad.defined() && grad.isContiguous(), "parameter ",
+                   parameters[static_cast<size_t>(slice.parameter)].first,
+                   " has no contiguous gradient to push");
+        if (compressed()) {
+          detail::packBf16(grad.data<float>() + slice.begin, packed_[s].data() + at,
+                           static_cast<size_t>(slice.size()));
+        } else {
+          parts.push_back({grad.data<float>() + slice.begin, static_cast<size_t>(slice.size()) * 4});
+        }
+        at += slice.size();
+      }
+      if (compressed()) parts.push_back({packed_[s].data(), packed_[s].size() * 2});
+      sockets_[s].sendAll(parts.data(), static_cast<int>(parts.size()), until, "the gradients");
+    }
+    return receiveValues(parameters, until);
+  }
+
+  void leave() { simple(Op::Leave, "a leave request", false); }
+
+  std::vector<ServerStats> stats() {
+    const auto until = detail::deadlineAfter(options_.timeout);
+    std::vector<ServerStats> all;
+    for (Socket& socket : sockets_) {
+      const Header h = detail::request(Op::Stats);
+      socket.sendAll(&h, sizeof h, until, "a statistics request");
+      const Header answer = expectOk(socket, until, "the statistics");
+      int64_t fields[8] = {};
+      if (answer.payload != sizeof fields)
+        KOLO_THROW(FormatError, socket.peer(), " sent ", answer.payload, " bytes of statistics");
+      socket.recvAll(fields, sizeof fields, until, "the statistics");
+      all.push_back({fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], fields[6],
+                     fields[7]});
+    }
+    return all;
+  }
+
+  void shutdown() { simple(Op::Shutdown, "a shutdown request", true); }
+
+  void checkpoint(const std::string& directory) {
+    const auto until = detail::deadlineAfter(options_.timeout);
+    for (size_t s = 0; s < sockets_.size(); ++s) {
+      const std::string path = directory + "/server-" + std::to_string(s) + ".safetensors";
+      const Header h = detail::request(Op::Checkpoint, 0, 0, path.size());
+      iovec parts[2] = {{const_cast<Header*>(&h), sizeof h}, {const_cast<char*>(path.data()), path.size()}};
+      sockets_[s].sendAll(parts, 2, until, "a checkpoint request");
+    }
+    for (Socket& socket : sockets_) expectOk(socket, until, "the checkpoint reply");
+  }
+
+  const Placement& placement() const { return placement_; }
+
+ private:
+  Header expectOk(Socket& socket, detail::Clock::time_point until, const char* what) {
+    const Header answer = detail::recvHeader(socket, until, what);
+    if (answer.op == static_cast<uint32_t>(Status::Error))
+      detail::throwRemoteError(socket, answer, until);
+    if (answer.op != static_cast<uint32_t>(Status::Ok))
+      KOLO_THROW(FormatError, socket.peer(), " answered with status ", answer.op);
+    return answer;
+  }
+
+  void simple(Op op, const char* what, bool tolerateGone) {
+    const auto until = detail::deadlineAfter(options_.timeout);
+    for (Socket& socket : sockets_) {
+      try {
+        const Header h = detail::request(op);
+        socket.sendAll(&h, sizeof h, until, what);
+        expectOk(socket, until, what);
+      } catch (const PeerError&) {
+        if (!tolerateGone) throw;
+      }
+    }
+  }
+
+  /// Reads every server's values into the parameters; returns the lowest version.
+  int64_t receiveValues(const NamedTensors& parameters, detail::Clock::time_point until) {
+    int64_t version = INT64_MAX;
+    for (size_t s = 0; s < sockets_.size(); ++s) {
+      Socket& socket = sockets_[s];
+      const Header answer = expectOk(socket, until, "the parameters");
+      const int64_t elements = placement_.elementsOf(static_cast<int>(s));
+      if (answer.payload != static_cast<uint64_t>(elements) * elementBytes())
+        KOLO_THROW(FormatError, socket.peer(), " sent ", answer.payload,
+                   " bytes of parameters instead of ", elements * elementBytes());
+      if (compressed())
+        socket.recvAll(packed_[s].data(), packed_[s].size() * 2, until, "the parameters");
+      int64_t at = 0;
+      for (const Slice& slice : slices_[s]) {
+        Tensor target = parameters[static_cast<size_t>(slice.parameter)].second;
+        if (compressed()) {
+          detail::unpackBf16(packed_[s].data() + at, target.data<float>() + slice.begin,
+                             static_cast<size_t>(slice.size()));
+        } else {
+          socket.recvAll(target.data<float>() + slice.begin, static_cast<size_t>(slice.size()) * 4,
+                         until, "the parameters");
+        }
+        at += slice.size();
+      }
+      version = std::min(version, answer.a);
+    }
+    return version;
+  }
+
+  bool compressed() const { return options_.compression == Compression::Bf16; }
+  int64_t elementBytes() const { return compressed() ? 2 : 4; }
+
+  ClientOptions options_;
+  Placement placement_;
+  std::vector<std::vector<uint16_t>> packed_;  // bf16: one message per server
+  std::vector<Socket> sockets_;
+  std::vector<std::vector<Slice>> slices_;
+  std::vector<Header> headers_;
+};
+
+ServerGroup::ServerGroup(ClientOptions options, Placement placement,
+                         std::vector<std::string> addresses)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(placement),
+                                   std::move(addresses))) {}
+ServerGroup::~ServerGroup() = default;
+ServerGroup::ServerGroup(ServerGroup&&) noexcept = default;
+ServerGroup& ServerGroup::operator=(ServerGroup&&) noexcept = default;
+int64_t ServerGroup::pull(const NamedTensors& parameters) { return impl_->pull(parameters); }
+int64_t ServerGroup::pushPull(const NamedTensors& parameters, int64_t basedOn) {
+  return impl_->pushPull(parameters, basedOn);
+}
+void ServerGroup::leave() { impl_->leave(); }
+std::vector<ServerStats> ServerGroup::stats() { return impl_->stats(); }
+void ServerGroup::shutdown() { impl_->shutdown(); }
+void ServerGroup::checkpoint(const std::string& directory) { impl_->checkpoint(directory); }
+const Placement& ServerGroup::placement() const { return impl_->placement(); }
+
+}  // namespace kolo::parallel::ps

@@ -1,0 +1,315 @@
+// The chief's unit dispatcher and the workers' client of it. Units are handed out in order,
+// one at a time per worker, so a worker twice as fast takes twice as many. A worker reports
+// its unit done when it asks for the next one, after its last push of that unit has been
+// answered; a worker whose connection drops holding a unit is lost and the unit goes back to
+// the front of the queue, to whoever asks next.
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "kolo/error.h"
+#include "kolo/parallel/parameter_server.h"
+#include "parallel/ps/socket.h"
+#include "parallel/ps/wire.h"
+
+namespace kolo::parallel::ps {
+
+using detail::Clock;
+using detail::Header;
+using detail::Op;
+using detail::Socket;
+using detail::Status;
+
+namespace {
+constexpr auto kPollSlice = std::chrono::milliseconds(100);
+constexpr auto kRetryPause = std::chrono::milliseconds(2);
+}  // namespace
+
+class UnitDispatcher::Impl {
+ public:
+  explicit Impl(DispatchOptions options) : options_(std::move(options)), start_(Clock::now()) {
+    KOLO_REQUIRE(options_.workers >= 1, "a parameter-server job needs at least 1 worker");
+    KOLO_REQUIRE(options_.unitSamples >= 1, "--ps-unit-samples must be at least 1");
+    KOLO_REQUIRE(options_.samplesPerEpoch >= 1, "an epoch needs at least one sample");
+    unitsPerEpoch_ = (options_.samplesPerEpoch + options_.unitSamples - 1) / options_.unitSamples;
+    KOLO_REQUIRE(options_.firstEpoch >= 0 && options_.firstEpoch <= options_.epochs,
+                 "first epoch ", options_.firstEpoch, " is outside 0..", options_.epochs);
+    for (int64_t u = options_.firstEpoch * unitsPerEpoch_; u < unitsPerEpoch_ * options_.epochs; ++u)
+      queue_.push_back(u);
+    allowedEpoch_ = options_.pauseBetweenEpochs ? options_.firstEpoch : INT64_MAX;
+    done_.assign(static_cast<size_t>(options_.epochs), 0);
+    lossSum_.assign(static_cast<size_t>(options_.epochs), 0.0);
+    batches_.assign(static_cast<size_t>(options_.epochs), 0);
+    // Epochs before the first were done by the run that wrote the checkpoint.
+    for (int64_t e = 0; e < options_.firstEpoch; ++e) done_[static_cast<size_t>(e)] = unitsPerEpoch_;
+    finishedAt_.assign(static_cast<size_t>(options_.epochs), Clock::time_point{});
+    workers_.resize(static_cast<size_t>(options_.workers));
+    listener_ = detail::listenOn(options_.host, options_.port, &port_);
+    lastProgress_ = Clock::now();
+    acceptor_ = std::thread([this] { acceptLoop(); });
+  }
+
+  ~Impl() {
+    stopping_ = true;
+    if (acceptor_.joinable()) acceptor_.join();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+  uint16_t port() const { return port_; }
+
+  EpochReport waitEpoch(int64_t epoch) {
+    KOLO_CHECK(epoch >= 0 && epoch < options_.epochs, "epoch ", epoch);
+    std::unique_lock lock(mutex_);
+    const auto e = static_cast<size_t>(epoch);
+    while (done_[e] < unitsPerEpoch_) {
+      if (alive() == 0 && everConnected_)
+        KOLO_THROW(PeerError, "every worker was lost; ", unitsPerEpoch_ - done_[e], " unit(s) of "
+                   "epoch ", epoch + 1, " are left undone");
+      changed_.wait_for(lock, kPollSlice);
+      if (Clock::now() - lastProgress_ > options_.timeout)
+        KOLO_THROW(Timeout, "the chief: no worker finished a unit for ", options_.timeout.count(),
+                   " ms (epoch ", epoch + 1, ", ", done_[e], " of ", unitsPerEpoch_, " units done)");
+    }
+    return {lossSum_[e], batches_[e], std::chrono::duration<double>(finishedAt_[e] - firstUnit_).count()};
+  }
+
+  void releaseEpoch(int64_t epoch) {
+    std::lock_guard lock(mutex_);
+    allowedEpoch_ = std::max(allowedEpoch_, epoch);
+  }
+
+  void waitWorkersFinished() {
+    std::unique_lock lock(mutex_);
+    const auto until = detail::deadlineAfter(options_.timeout);
+    for (;;) {
+      bool all = true;
+      // A worker that never connected (it failed while starting) has nothing to be told.
+      for (const Worker& w : workers_) all = all && (w.told || w.lost || !w.connected);
+      if (all) return;
+      if (changed_.wait_until(lock, until) == std::cv_status::timeout)
+        KOLO_THROW(Timeout, "the chief: workers did not ask for their last unit within ",
+                   options_.timeout.count(), " ms");
+    }
+  }
+
+  std::vector<LostWorker> lost() const {
+    std::lock_guard lock(mutex_);
+    return lost_;
+  }
+
+  int workersAlive() const {
+    std::lock_guard lock(mutex_);
+    return alive();
+  }
+
+  std::vector<int64_t> unitsDone() const {
+    std::lock_guard lock(mutex_);
+    std::vector<int64_t> counts;
+    for (const Worker& w : workers_) counts.push_back(w.units);
+    return counts;
+  }
+
+ private:
+  struct Worker {
+    bool connected = false;
+    bool lost = false;
+    bool told = false;  // was answered Finished
+    int64_t held = -1;
+    int64_t units = 0;
+  };
+
+  int alive() const {
+    int n = 0;
+    for (const Worker& w : workers_) n += !w.lost;
+    return n;
+  }
+
+  double secondsSinceStart() const {
+    return std::chrono::duration<double>(Clock::now() - start_).count();
+  }
+
+  void acceptLoop() {
+    while (!stopping_.load()) {
+      Socket socket = detail::acceptFor(listener_, kPollSlice);
+      if (!socket.valid()) continue;
+      threads_.emplace_back([this, s = std::move(socket)]() mutable { serve(s); });
+    }
+  }
+
+  void serve(Socket& socket) {
+    int worker = -1;
+    const auto deadline = [this] { return detail::deadlineAfter(options_.timeout); };
+    try {
+      const Header h = detail::acceptHello(socket, options_.token, deadline());
+      {
+        std::lock_guard lock(mutex_);
+        if (h.index >= workers_.size() || workers_[h.index].connected) {
+          detail::sendError(socket, "the chief does not expect worker " + std::to_string(h.index),
+                            deadline());
+          return;
+        }
+        worker = static_cast<int>(h.index);
+        workers_[h.index].connected = true;
+        everConnected_ = true;
+      }
+      socket.setPeer("worker " + std::to_string(worker));
+      const Header ok = detail::reply(Status::Ok);
+      socket.sendAll(&ok, sizeof ok, deadline(), "the hello reply");
+      while (!stopping_.load()) {
+        if (!socket.waitReadable(kPollSlice)) continue;
+        const Header request = detail::recvHeader(socket, deadline(), "a unit request");
+        if (request.op != static_cast<uint32_t>(Op::Next) || request.payload != sizeof(double))
+          KOLO_THROW(FormatError, socket.peer(), " sent request ", request.op, " to the chief");
+        double lossSum = 0.0;
+        socket.recvAll(&lossSum, sizeof lossSum, deadline(), "the unit report");
+        const Header answer = next(worker, request.a, request.b, lossSum);
+        int64_t range[2] = {0, 0};
+        if (answer.op == static_cast<uint32_t>(Status::Ok)) {
+          const int64_t k = answer.a % unitsPerEpoch_;
+          range[0] = k * options_.unitSamples;
+          range[1] = std::min(range[0] + options_.unitSamples, options_.samplesPerEpoch);
+        }
+        iovec parts[2] = {{const_cast<Header*>(&answer), sizeof answer},
+                          {range, answer.payload}};
+        socket.sendAll(parts, 2, deadline(), "the next unit");
+      }
+    } catch (const Error&) {
+      // The worker is gone (or spoke nonsense): handled below like a lost connection.
+    }
+    if (worker < 0) return;
+    std::lock_guard lock(mutex_);
+    Worker& w = workers_[static_cast<size_t>(worker)];
+    if (!w.told && !stopping_.load()) {
+      w.lost = true;
+      lost_.push_back({worker, secondsSinceStart(), w.held});
+      if (w.held >= 0) queue_.push_front(w.held);
+      w.held = -1;
+    }
+    changed_.notify_all();
+  }
+
+  Header next(int worker, int64_t completed, int64_t batches, double lossSum) {
+    std::lock_guard lock(mutex_);
+    Worker& w = workers_[static_cast<size_t>(worker)];
+    if (completed >= 0) {
+      KOLO_CHECK_EQ(completed, w.held, "worker ", worker, " reported a unit it does not hold");
+      const auto epoch = static_cast<size_t>(completed / unitsPerEpoch_);
+      ++done_[epoch];
+      lossSum_[epoch] += lossSum;
+      batches_[epoch] += batches;
+      ++w.units;
+      if (done_[epoch] == unitsPerEpoch_) finishedAt_[epoch] = Clock::now();
+      w.held = -1;
+      lastProgress_ = Clock::now();
+      changed_.notify_all();
+    }
+    if (!queue_.empty() && queue_.front() / unitsPerEpoch_ > allowedEpoch_)
+      return detail::reply(Status::Wait);
+    if (!queue_.empty()) {
+      if (!handedOut_) firstUnit_ = Clock::now();
+      handedOut_ = true;
+      w.held = queue_.front();
+      queue_.pop_front();
+      return detail::reply(Status::Ok, w.held, w.held / unitsPerEpoch_, 2 * sizeof(int64_t));
+    }
+    bool allDone = true;
+    for (int64_t d : done_) allDone = allDone && d == unitsPerEpoch_;
+    if (!allDone) return detail::reply(Status::Wait);
+    w.told = true;
+    changed_.notify_all();
+    return detail::reply(Status::Finished);
+  }
+
+  DispatchOptions options_;
+  Clock::time_point start_;
+  int64_t unitsPerEpoch_ = 0;
+  Socket listener_;
+  uint16_t port_ = 0;
+  std::thread acceptor_;
+  std::vector<std::thread> threads_;  // touched by the acceptor only, joined after it
+  std::atomic<bool> stopping_{false};
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<int64_t> queue_;
+  std::vector<int64_t> done_;
+  std::vector<double> lossSum_;
+  std::vector<int64_t> batches_;
+  std::vector<Clock::time_point> finishedAt_;
+  Clock::time_point firstUnit_;
+  bool handedOut_ = false;
+  int64_t allowedEpoch_ = INT64_MAX;
+  std::vector<Worker> workers_;
+  std::vector<LostWorker> lost_;
+  bool everConnected_ = false;
+  Clock::time_point lastProgress_;
+};
+
+UnitDispatcher::UnitDispatcher(DispatchOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+UnitDispatcher::~UnitDispatcher() = default;
+uint16_t UnitDispatcher::port() const { return impl_->port(); }
+EpochReport UnitDispatcher::waitEpoch(int64_t epoch) {
+  return impl_->waitEpoch(epoch);
+}
+void UnitDispatcher::releaseEpoch(int64_t epoch) { impl_->releaseEpoch(epoch); }
+void UnitDispatcher::waitWorkersFinished() { impl_->waitWorkersFinished(); }
+std::vector<LostWorker> UnitDispatcher::lost() const { return impl_->lost(); }
+int UnitDispatcher::workersAlive() const { return impl_->workersAlive(); }
+std::vector<int64_t> UnitDispatcher::unitsDone() const { return impl_->unitsDone(); }
+
+struct UnitClient::State {
+  Socket socket;
+  Millis timeout;
+};
+
+UnitClient::UnitClient(const std::string& address, int worker, const std::string& token,
+                       Millis timeout)
+    : state_(std::make_unique<State>()) {
+  state_->timeout = timeout;
+  const auto until = detail::deadlineAfter(timeout);
+  state_->socket = detail::connectTo(address, until, "the chief (" + address + ")");
+  detail::hello(state_->socket, static_cast<uint32_t>(worker),
+                static_cast<int64_t>(ClientRole::Worker), token, until);
+}
+
+UnitClient::~UnitClient() = default;
+
+std::optional<Unit> UnitClient::next(const UnitReport& report, const std::function<void()>& idle) {
+  Socket& socket = state_->socket;
+  UnitReport pending = report;
+  bool idled = false;
+  const auto giveUp = detail::deadlineAfter(state_->timeout);
+  for (;;) {
+    const auto until = detail::deadlineAfter(state_->timeout);
+    Header h = detail::request(Op::Next, pending.completed, pending.batches, sizeof(double));
+    iovec parts[2] = {{&h, sizeof h}, {&pending.lossSum, sizeof(double)}};
+    socket.sendAll(parts, 2, until, "a unit request");
+    const Header answer = detail::recvHeader(socket, until, "the next unit");
+    pending = UnitReport{};  // reported once
+    switch (static_cast<Status>(answer.op)) {
+      case Status::Ok: {
+        int64_t range[2];
+        if (answer.payload != sizeof range)
+          KOLO_THROW(FormatError, socket.peer(), " sent a unit of ", answer.payload, " bytes");
+        socket.recvAll(range, sizeof range, until, "the next unit");
+        return Unit{answer.a, answer.b, range[0], range[1]};
+      }
+      case Status::Finished: return std::nullopt;
+      case Status::Wait:
+        if (!idled && idle) idle();
+        idled = true;
+        if (Clock::now() > giveUp)
+          KOLO_THROW(Timeout, "worker waited ", state_->timeout.count(),
+                     " ms for a unit from the chief");
+        std::this_thread::sleep_for(kRetryPause);
+        continue;
+      case Status::Error: detail::throwRemoteError(socket, answer, until);
+      default: KOLO_THROW(FormatError, socket.peer(), " answered with status ", answer.op);
+    }
+  }
+}
+
+}  // namespace kolo::parallel::ps

@@ -1,0 +1,514 @@
+// The parameter server: its slices of the parameters in one flat f32 buffer, an optimizer
+// over views of it, and one thread per connection. Protocol per mode (all under one mutex):
+//   sync:  a push parks the worker's gradient; when every worker still in the job (not lost,
+//          not left) has parked one, their mean (summed in worker order, so the result does
+//          not depend on arrival order) is applied once, and every parked worker gets the new
+//          values. A worker that leaves or is lost shrinks the round it was missing from.
+//   async: a push is applied at once and answered with the current values.
+//   ssp:   as async, but the answer waits while the worker's push count is more than S ahead
+//          of the slowest worker still in the job: the worker cannot start its next step.
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "kolo/error.h"
+#include "kolo/parallel/parameter_server.h"
+#include "kolo/safetensors.h"
+#include "parallel/ps/compress.h"
+#include "parallel/ps/socket.h"
+#include "parallel/ps/wire.h"
+
+namespace kolo::parallel::ps {
+
+using detail::Clock;
+using detail::Header;
+using detail::Op;
+using detail::Socket;
+using detail::Status;
+
+namespace {
+constexpr auto kPollSlice = std::chrono::milliseconds(100);
+constexpr int64_t kStatsFields = 8;
+}  // namespace
+
+class ParameterServer::Impl {
+ public:
+  Impl(ServerOptions options, Placement placement, const NamedTensors& initial,
+       const OptimizerFactory& makeOptimizer, std::function<double(int64_t)> lrAt)
+      : options_(std::move(options)),
+        placement_(std::move(placement)),
+        slices_(placement_.slicesOf(options_.index)),
+        lrAt_(std::move(lrAt)),
+        workers_(static_cast<size_t>(options_.workers)) {
+    KOLO_REQUIRE(options_.workers >= 1, "a parameter server needs at least 1 worker, got ",
+                 options_.workers);
+    KOLO_REQUIRE(options_.staleness >= 0, "--staleness must be at least 0, got ",
+                 options_.staleness);
+    KOLO_CHECK_EQ(initial.size(), placement_.names.size(), "parameters vs placement");
+    elements_ = placement_.elementsOf(options_.index);
+    values_ = Tensor::zeros({std::max<int64_t>(elements_, 1)});
+    sum_.resize(static_cast<size_t>(elements_));
+    NamedTensors views;
+    int64_t offset = 0;
+    for (const Slice& s : slices_) {
+      const auto& [name, tensor] = initial[static_cast<size_t>(s.parameter)];
+      KOLO_CHECK_EQ(tensor.numel(), placement_.sizes[static_cast<size_t>(s.parameter)],
+                    "elements of ", name);
+      const Tensor source = tensor.contiguous();
+      std::memcpy(values_.data<float>() + offset, source.data<float>() + s.begin,
+                  static_cast<size_t>(s.size()) * 4);
+      const bool whole = s.begin == 0 && s.end == tensor.numel();
+      views.emplace_back(whole ? name
+                               : name + "[" + std::to_string(s.begin) + ":" +
+                                     std::to_string(s.end) + "]",
+                         values_.slice(0, offset, offset + s.size()));
+      offsets_.push_back(offset);
+      offset += s.size();
+    }
+    optimizer_ = makeOptimizer(views);
+    views_ = views;
+    if (!options_.restoreFrom.empty()) restore(options_.restoreFrom);
+    listener_ = detail::listenOn(options_.host, options_.port, &port_);
+  }
+
+  ~Impl() {
+    stop();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+  uint16_t port() const { return port_; }
+
+  void serve() {
+    while (!stopping_.load()) {
+      Socket socket = detail::acceptFor(listener_, kPollSlice);
+      if (!socket.valid()) continue;
+      std::lock_guard lock(mutex_);
+      threads_.emplace_back([this, s = std::move(socket)]() mutable { serveConnection(s); });
+    }
+    changed_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+    threads_.clear();
+  }
+
+  void stop() {
+    stopping_ = true;
+    changed_.notify_all();
+  }
+
+  ServerStats stats() const {
+    std::lock_guard lock(mutex_);
+    ServerStats s = stats_;
+    s.updates = version_;
+    return s;
+  }
+
+  std::vector<float> values() const {
+    std::lock_guard lock(mutex_);
+    return std::vector<float>(values_.data<float>(), values_.data<float>() + elements_);
+  }
+
+ private:
+  struct Worker {
+    bool left = false;   // left the rounds (idle or finished) until its next push
+    bool lost = false;   // its connection dropped without leaving
+    bool connected = false;
+    bool parked = false;  // sync: its gradient waits for the round
+    int64_t basis = 0;    // the version its parked gradient was computed on
+    int64_t clock = 0;    // pushes so far (SSP)
+    std::vector<float> gradient;  // the last push (owned by its connection until parked)
+    std::vector<uint16_t> packed;  // bf16: the push as it arrived
+  };
+
+  /// A connection's reply buffers; `data` points at the bytes to send.
+  struct Reply {
+    bool bf16 = false;  // this connection exchanges bf16 values
+    std::vector<float> values;
+    std::vector<uint16_t> packed;
+    const void* data = nullptr;
+  };
+
+
+  std::string name() const { return "parameter server " + std::to_string(options_.index); }
+  Clock::time_point deadline() const { return detail::deadlineAfter(options_.timeout); }
+  bool inJob(const Worker& w) const { return !w.left && !w.lost; }
+
+  void serveConnection(Socket& socket) {
+    int worker = -1;  // -1: the chief
+    try {
+      const Header h = detail::acceptHello(socket, options_.token, deadline());
+      const bool chief = h.a == static_cast<int64_t>(ClientRole::Chief);
+      if (h.flags > static_cast<uint32_t>(Compression::Bf16)) {
+        detail::sendError(socket, name() + " does not know compression " + std::to_string(h.flags),
+                          deadline());
+        return;
+      }
+      const bool bf16 = h.flags == static_cast<uint32_t>(Compression::Bf16);
+      if (!chief) {
+        if (h.index >= static_cast<uint32_t>(options_.workers)) {
+          detail::sendError(socket, name() + " serves workers 0.." +
+                                        std::to_string(options_.workers - 1) + ", not " +
+                                        std::to_string(h.index), deadline());
+          return;
+        }
+        std::lock_guard lock(mutex_);
+        Worker& w = workers_[h.index];
+        if (w.connected || w.lost) {
+          detail::sendError(socket, "worker " + std::to_string(h.index) +
+                                        " is already (or was) connected to " + name(), deadline());
+          return;
+        }
+        w.connected = true;
+        worker = static_cast<int>(h.index);
+        w.gradient.resize(static_cast<size_t>(elements_));
+        w.packed.resize(static_cast<size_t>(elements_));
+      }
+      socket.setPeer(chief ? std::string("the chief") : "worker " + std::to_string(worker));
+      const Header ok = detail::reply(Status::Ok, 0, elements_);
+      socket.sendAll(&ok, sizeof ok, deadline(), "the hello reply");
+      Reply out;
+      out.bf16 = bf16;
+      out.values.resize(static_cast<size_t>(elements_));
+      if (bf16) out.packed.resize(static_cast<size_t>(elements_));
+      while (!stopping_.load()) {
+        if (!socket.waitReadable(kPollSlice)) continue;
+        const Header request = detail::recvHeader(socket, deadline(), "a request");
+        if (!handle(socket, request, worker, out)) break;
+      }
+    } catch (const Error& e) {
+      // The connection is over; a worker that had not left is lost and its rounds go on
+      // without it.
+      (void)e;
+    }
+    if (worker >= 0) {
+      std::lock_guard lock(mutex_);
+      Worker& w = workers_[static_cast<size_t>(worker)];
+      if (!w.left) {
+        w.lost = true;
+        ++stats_.workersLost;
+      }
+      w.parked = false;
+      completeRoundIfReady();
+      changed_.notify_all();
+    }
+  }
+
+  /// Serves one request; false when the connection should end (Shutdown).
+  bool handle(Socket& socket, const Header& request, int worker, Reply& out) {
+    const auto op = static_cast<Op>(request.op);
+    if (op != Op::Push && op != Op::Checkpoint && request.payload != 0)
+      KOLO_THROW(FormatError, socket.peer(), " sent ", request.payload, " bytes with request ",
+                 request.op);
+    switch (op) {
+      case Op::Pull: {
+        int64_t version;
+        {
+          std::lock_guard lock(mutex_);
+          version = snapshot(out);
+        }
+        sendValues(socket, version, out.data, out.bf16);
+        return true;
+      }
+      case Op::Push: {
+        if (worker < 0) KOLO_THROW(FormatError, "the chief pushed gradients to ", name());
+        if (request.payload != static_cast<uint64_t>(wireBytes(out.bf16)))
+          KOLO_THROW(FormatError, socket.peer(), " pushed ", request.payload, " bytes to ", name(),
+                     ", which takes ", wireBytes(out.bf16));
+        Worker& w = workers_[static_cast<size_t>(worker)];
+        if (out.bf16) {
+          socket.recvAll(w.packed.data(), request.payload, deadline(), "the gradients");
+          detail::unpackBf16(w.packed.data(), w.gradient.data(), w.packed.size());
+        } else {
+          socket.recvAll(w.gradient.data(), request.payload, deadline(), "the gradients");
+        }
+        int64_t version;
+        const void* reply = nullptr;
+        try {
+          version = push(worker, request.a, out, &reply);
+        } catch (const Timeout& e) {
+          detail::sendError(socket, e.what(), deadline());
+          throw;
+        }
+        sendValues(socket, version, reply, out.bf16);
+        return true;
+      }
+      case Op::Leave: {
+        if (worker >= 0) {
+          std::lock_guard lock(mutex_);
+          workers_[static_cast<size_t>(worker)].left = true;
+          completeRoundIfReady();
+          changed_.notify_all();
+        }
+        const Header ok = detail::reply(Status::Ok);
+        socket.sendAll(&ok, sizeof ok, deadline(), "the leave reply");
+        return true;
+      }
+      case Op::Stats: {
+        const ServerStats s = stats();
+        const int64_t fields[kStatsFields] = {s.updates,      s.pushes,       s.bytesIn,
+                                              s.bytesOut,     s.stalenessMax, s.stalenessSum,
+                                              s.leadMax,      s.workersLost};
+        const Header ok = detail::reply(Status::Ok, s.updates, 0, sizeof fields);
+        iovec parts[2] = {{const_cast<Header*>(&ok), sizeof ok},
+                          {const_cast<int64_t*>(fields), sizeof fields}};
+        socket.sendAll(parts, 2, deadline(), "the statistics");
+        return true;
+      }
+      case Op::Checkpoint: {
+        if (request.payload > detail::kMaxTextBytes)
+          KOLO_THROW(FormatError, socket.peer(), " sent a checkpoint path of ", request.payload,
+                     " bytes");
+        std::string path(request.payload, '\0');
+        socket.recvAll(path.data(), path.size(), deadline(), "the checkpoint path");
+        try {
+          std::lock_guard lock(mutex_);
+          save(path);
+        } catch (const Error& e) {
+          detail::sendError(socket, name() + " could not write " + path + ": " + e.what(),
+                            deadline());
+          return true;
+        }
+        const Header ok = detail::reply(Status::Ok, version_);
+        socket.sendAll(&ok, sizeof ok, deadline(), "the checkpoint reply");
+        return true;
+      }
+      case Op::Shutdown: {
+        const Header ok = detail::reply(Status::Ok);
+        socket.sendAll(&ok, sizeof ok, deadline(), "the shutdown reply");
+        stop();
+        return false;
+      }
+      default:
+        KOLO_THROW(FormatError, socket.peer(), " sent unknown request ", request.op, " to ", name());
+    }
+  }
+
+  /// Writes values ("value/<slice>"), optimizer state ("state/<slice>/<slot>") and the
+  /// version to `path` (under the lock).
+  void save(const std::string& path) {
+    NamedTensors tensors;
+    for (const auto& [slice, view] : views_) tensors.emplace_back("value/" + slice, view);
+    const optim::StateDict state = optimizer_->stateDict();
+    for (const auto& [slot, tensor] : state.flatTensors()) tensors.emplace_back("state/" + slot, tensor);
+    std::map<std::string, std::string> metadata = {
+        {"version", std::to_string(version_)},
+        {"server", std::to_string(options_.index)},
+        {"optimizer", optimizer_->kind()},
+        {"step", std::to_string(optimizer_->stepCount())}};
+    checkpoint::saveSafetensors(path, tensors, metadata);
+  }
+
+  /// The inverse of save(); throws naming the file when it does not fit this server.
+  void restore(const std::string& path) {
+    const checkpoint::SafetensorsFile file = checkpoint::loadSafetensors(path);
+    const auto meta = [&](const std::string& key) {
+      const auto it = file.metadata.find(key);
+      if (it == file.metadata.end())
+        KOLO_THROW(FormatError, path, ": no '", key, "' in the metadata of a server checkpoint");
+      return it->second;
+    };
+    if (meta("server") != std::to_string(options_.index))
+      KOLO_THROW(Mismatch, path, " was written by parameter server ", meta("server"), ", not ",
+                 options_.index);
+    if (meta("optimizer") != optimizer_->kind())
+      KOLO_THROW(Mismatch, path, " holds ", meta("optimizer"), " state, this job uses ",
+                 optimizer_->kind());
+    NamedTensors targets;
+    for (const auto& [slice, view] : views_) {
+      targets.emplace_back("value/" + slice, view);
+      if (!file.find("value/" + slice).defined())
+        KOLO_THROW(Mismatch, path, " holds no values of ", slice, ": it was written for another "
+                   "model, number of servers or --ps-shard-bytes");
+    }
+    checkpoint::copyIntoTensors(file, targets, false, path);
+    std::vector<std::pair<std::string, Tensor>> state;
+    for (const auto& [key, tensor] : file.tensors)
+      if (key.rfind("state/", 0) == 0) state.emplace_back(key.substr(6), tensor);
+    optimizer_->loadStateDict(optim::StateDict::fromFlat(
+        state, {{"step", std::stod(meta("step"))}, {"lr", optimizer_->lr()}}));
+    version_ = std::stoll(meta("version"));
+  }
+
+  /// Copies (or packs) the values into `out` (under the lock), points out.data at the reply's
+  /// bytes and returns the version.
+  int64_t snapshot(Reply& out) {
+    if (out.bf16) {
+      detail::packBf16(values_.data<float>(), out.packed.data(), out.packed.size());
+      out.data = out.packed.data();
+    } else {
+      std::memcpy(out.values.data(), values_.data<float>(), static_cast<size_t>(elements_) * 4);
+      out.data = out.values.data();
+    }
+    stats_.bytesOut += wireBytes(out.bf16);
+    return version_;
+  }
+
+  int64_t wireBytes(bool bf16) const { return elements_ * (bf16 ? 2 : 4); }
+
+  void sendValues(Socket& socket, int64_t version, const void* bytes, bool bf16) {
+    const int64_t size = wireBytes(bf16);
+    const Header ok = detail::reply(Status::Ok, version, 0, static_cast<uint64_t>(size));
+    iovec parts[2] = {{const_cast<Header*>(&ok), sizeof ok},
+                      {const_cast<void*>(bytes), static_cast<size_t>(size)}};
+    socket.sendAll(parts, 2, deadline(), "the parameters");
+  }
+
+  /// Applies a push as the mode says; *reply is where the bytes to send back are: `out` (a
+  /// copy taken under the lock) or, in sync without compression, the values themselves.
+  int64_t push(int worker, int64_t basis, Reply& out, const void** reply) {
+    std::unique_lock lock(mutex_);
+    Worker& w = workers_[static_cast<size_t>(worker)];
+    if (w.left) {
+      // Back from idling: in SSP it starts level with the slowest of the others, so that the
+      // time it sat out does not hold everyone back.
+      w.left = false;
+      if (options_.mode == Mode::Ssp) w.clock = std::max(w.clock, slowestClock(worker));
+    }
+    ++stats_.pushes;
+    stats_.bytesIn += wireBytes(out.bf16);
+    const auto until = deadline();
+    if (options_.mode == Mode::Sync) {
+      w.parked = true;
+      w.basis = basis;
+      const int64_t round = version_;
+      completeRoundIfReady();
+      while (w.parked && !stopping_.load()) {
+        if (changed_.wait_until(lock, until) == std::cv_status::timeout && w.parked)
+          KOLO_THROW(Timeout, name(), ": sync round ", round, " waited ",
+                     options_.timeout.count(), " ms for worker(s) ", missingWorkers());
+      }
+      if (stopping_.load()) KOLO_THROW(PeerError, name(), " is shutting down");
+      if (out.bf16) {
+        const int64_t version = snapshot(out);
+        *reply = out.data;
+        return version;
+      }
+      // No copy: the next update needs this worker's next push, which cannot come before it
+      // has read this reply, so the values stay as they are while they are sent (other
+      // requests only read them).
+      stats_.bytesOut += wireBytes(false);
+      *reply = values_.data<float>();
+      return version_;
+    }
+    noteStaleness(version_ - basis);
+    applyUpdate(w.gradient.data());
+    if (options_.mode == Mode::Ssp) {
+      ++w.clock;
+      changed_.notify_all();
+      // The worker's next step would be number `clock`; it may start it only while it is at
+      // most S pushes ahead of the slowest worker still in the job.
+      while (w.clock - slowestClock(-1) > options_.staleness && !stopping_.load()) {
+        if (changed_.wait_until(lock, until) == std::cv_status::timeout)
+          KOLO_THROW(Timeout, name(), ": worker ", worker, " waited ", options_.timeout.count(),
+                     " ms for the slowest worker (staleness bound ", options_.staleness, ")");
+      }
+      stats_.leadMax = std::max(stats_.leadMax, w.clock - slowestClock(-1));
+    }
+    const int64_t version = snapshot(out);
+    *reply = out.data;
+    return version;
+  }
+
+  /// The smallest push count of the workers in the job, `except` left out (-1: none).
+  int64_t slowestClock(int except) const {
+    int64_t slowest = INT64_MAX;
+    for (size_t i = 0; i < workers_.size(); ++i)
+      if (static_cast<int>(i) != except && inJob(workers_[i]))
+        slowest = std::min(slowest, workers_[i].clock);
+    if (slowest == INT64_MAX) return except >= 0 ? workers_[static_cast<size_t>(except)].clock : 0;
+    return slowest;
+  }
+
+  std::string missingWorkers() const {
+    std::string list;
+    for (size_t i = 0; i < workers_.size(); ++i)
+      if (inJob(workers_[i]) && !workers_[i].parked)
+        list += (list.empty() ? "" : ", ") + std::to_string(i);
+    return list;
+  }
+
+  void noteStaleness(int64_t staleness) {
+    stats_.stalenessMax = std::max(stats_.stalenessMax, staleness);
+    stats_.stalenessSum += staleness;
+  }
+
+  /// Sync: applies the round when every worker in the job has parked its gradient.
+  void completeRoundIfReady() {
+    if (options_.mode != Mode::Sync) return;
+    int parked = 0;
+    for (const Worker& w : workers_) {
+      if (w.parked) {
+        ++parked;
+      } else if (inJob(w)) {
+        return;
+      }
+    }
+    if (parked == 0) return;
+    bool first = true;
+    for (Worker& w : workers_) {
+      if (!w.parked) continue;
+      if (first) {
+        std::copy(w.gradient.begin(), w.gradient.end(), sum_.begin());
+      } else {
+        for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += w.gradient[i];
+      }
+      first = false;
+      noteStaleness(version_ - w.basis);
+    }
+    // Divided, not multiplied by 1/W: the mean as the Reducer (and one device) rounds it.
+    if (parked > 1)
+      for (float& g : sum_) g /= static_cast<float>(parked);
+    applyUpdate(sum_.data());
+    for (Worker& w : workers_) w.parked = false;
+    changed_.notify_all();
+  }
+
+  /// One optimizer step with `gradient` (a flat buffer in message order).
+  void applyUpdate(const float* gradient) {
+    std::vector<optim::ParameterPart> parts;
+    parts.reserve(slices_.size());
+    for (size_t i = 0; i < slices_.size(); ++i)
+      parts.push_back({0, slices_[i].size(), optim::Gradient{gradient + offsets_[i]}});
+    if (lrAt_) optimizer_->setLr(lrAt_(version_));
+    optimizer_->stepParts(parts);
+    ++version_;
+  }
+
+  ServerOptions options_;
+  Placement placement_;
+  std::vector<Slice> slices_;
+  std::vector<int64_t> offsets_;
+  int64_t elements_ = 0;
+  Tensor values_;  // (elements,) this server's slices in message order
+  NamedTensors views_;  // the slices as views of values_, named as the optimizer knows them
+  std::vector<float> sum_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::function<double(int64_t)> lrAt_;
+  Socket listener_;
+  uint16_t port_ = 0;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::atomic<bool> stopping_{false};
+  int64_t version_ = 0;
+  std::vector<Worker> workers_;
+  ServerStats stats_;
+  std::vector<std::thread> threads_;
+};
+
+ParameterServer::ParameterServer(ServerOptions options, Placement placement,
+                                 const NamedTensors& initial, const OptimizerFactory& makeOptimizer,
+                                 std::function<double(int64_t)> lrAt)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(placement), initial,
+                                   makeOptimizer, std::move(lrAt))) {}
+ParameterServer::~ParameterServer() = default;
+uint16_t ParameterServer::port() const { return impl_->port(); }
+void ParameterServer::serve() { impl_->serve(); }
+void ParameterServer::stop() { impl_->stop(); }
+ServerStats ParameterServer::stats() const { return impl_->stats(); }
+std::vector<float> ParameterServer::values() const { return impl_->values(); }
+
+}  // namespace kolo::parallel::ps

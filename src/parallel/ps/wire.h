@@ -1,0 +1,88 @@
+// The parameter-server wire format. Every message is a fixed 40-byte header, then `payload`
+// bytes: f32 values of a server's slices (in Placement order), a token, a text or a few
+// numbers, as the operation says. The first message on a connection is Hello with the job
+// token; nothing else is served before it. Lengths are checked against what the operation
+// can carry before anything is allocated (the peer's bytes are untrusted).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "parallel/ps/socket.h"
+
+namespace kolo::parallel::ps::detail {
+
+inline constexpr uint32_t kMagic = 0x3153504b;  // "KPS1" read as little-endian u32
+inline constexpr uint64_t kMaxTokenBytes = 1024;
+inline constexpr uint64_t kMaxTextBytes = 64 * 1024;
+
+/// Requests. Hello: index = worker index, a = ClientRole (0 worker, 1 chief), payload = token.
+/// Pull: -. Push: a = the version the gradients were computed on, payload = gradients.
+/// Leave: -. Stats: -. Shutdown: -. Next (dispatcher): a = unit done (-1: none), b = its
+/// batches, payload = its loss sum (f64).
+/// Checkpoint: payload = the file to write.
+enum class Op : uint32_t {
+  Hello = 1,
+  Pull = 2,
+  Push = 3,
+  Leave = 4,
+  Stats = 5,
+  Shutdown = 6,
+  Next = 7,
+  Checkpoint = 8
+};
+
+/// Replies, in Header::op. Ok: a = version (servers) or unit id (Next), b = elements (Hello)
+/// or epoch (Next); payload = values, stats (8 x i64) or the unit's [begin, end) (2 x i64).
+/// Error: payload = the message. Wait: no unit free now. Finished: the job has no more units.
+enum class Status : uint32_t { Ok = 0, Error = 1, Wait = 2, Finished = 3 };
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint32_t op = 0;
+  uint32_t index = 0;
+  uint32_t flags = 0;
+  int64_t a = 0;
+  int64_t b = 0;
+  uint64_t payload = 0;
+};
+static_assert(sizeof(Header) == 40);
+
+inline Header request(Op op, int64_t a = 0, int64_t b = 0, uint64_t payload = 0) {
+  Header h;
+  h.op = static_cast<uint32_t>(op);
+  h.a = a;
+  h.b = b;
+  h.payload = payload;
+  return h;
+}
+
+inline Header reply(Status status, int64_t a = 0, int64_t b = 0, uint64_t payload = 0) {
+  Header h;
+  h.op = static_cast<uint32_t>(status);
+  h.a = a;
+  h.b = b;
+  h.payload = payload;
+  return h;
+}
+
+/// Receives one header; FormatError naming the peer when its magic is wrong.
+Header recvHeader(Socket& socket, Clock::time_point deadline, const char* what);
+
+/// Sends an Error reply with `message` (best effort: a peer that is gone is ignored).
+void sendError(Socket& socket, const std::string& message, Clock::time_point deadline);
+
+/// Reads the text of an Error reply whose header was `h` and throws PeerError carrying it.
+[[noreturn]] void throwRemoteError(Socket& socket, const Header& h, Clock::time_point deadline);
+
+/// Sends Hello with the token and reads the reply; returns it (Ok) or throws PeerError with the
+/// peer's reason.
+/// `flags` carries the client's Compression.
+Header hello(Socket& socket, uint32_t index, int64_t role, const std::string& token,
+             Clock::time_point deadline, uint32_t flags = 0);
+
+/// The server side of Hello: reads it (waiting until `deadline`), checks magic and token.
+/// Returns the header, or throws FormatError/PeerError (after telling the peer why).
+Header acceptHello(Socket& socket, const std::string& token, Clock::time_point deadline);
+
+}  // namespace kolo::parallel::ps::detail

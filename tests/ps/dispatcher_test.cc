@@ -1,0 +1,122 @@
+// The chief's unit dispatcher over loopback sockets: units are handed out in order, a faster
+// worker takes more of them, every unit is done exactly once, a worker that disconnects
+// holding a unit loses it to the others and is named, and a pause between epochs holds the
+// next epoch back until it is released.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "kolo/parallel/parameter_server.h"
+
+namespace kolo::parallel::ps {
+namespace {
+
+constexpr char kToken[] = "dispatcher-test";
+
+DispatchOptions options(int workers, int64_t epochs) {
+  DispatchOptions o;
+  o.workers = workers;
+  o.samplesPerEpoch = 1000;
+  o.unitSamples = 100;  // 10 units an epoch
+  o.epochs = epochs;
+  o.token = kToken;
+  o.timeout = std::chrono::seconds(30);
+  return o;
+}
+
+std::string address(const UnitDispatcher& d) { return "127.0.0.1:" + std::to_string(d.port()); }
+
+TEST(UnitDispatcher, FasterWorkersTakeMoreAndEveryUnitIsDoneOnce) {
+  UnitDispatcher dispatcher(options(2, 2));
+  std::mutex mutex;
+  std::multiset<std::pair<int64_t, int64_t>> seen;  // (epoch, begin)
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&, w] {
+      UnitClient client(address(dispatcher), w, kToken, std::chrono::seconds(30));
+      UnitReport report;
+      while (auto unit = client.next(report, nullptr)) {
+        {
+          std::lock_guard lock(mutex);
+          seen.insert({unit->epoch, unit->begin});
+        }
+        EXPECT_EQ(unit->end - unit->begin, 100);
+        std::this_thread::sleep_for(std::chrono::milliseconds(w == 0 ? 20 : 2));
+        report = {unit->id, 1.0, 1};
+      }
+    });
+  }
+  EXPECT_EQ(dispatcher.waitEpoch(0).batches, 10);
+  EXPECT_EQ(dispatcher.waitEpoch(1).batches, 10);
+  dispatcher.waitWorkersFinished();
+  for (auto& t : workers) t.join();
+  EXPECT_EQ(seen.size(), 20u);
+  for (const auto& unit : seen) EXPECT_EQ(seen.count(unit), 1u);
+  const std::vector<int64_t> done = dispatcher.unitsDone();
+  EXPECT_EQ(done[0] + done[1], 20);
+  EXPECT_GT(done[1], done[0]);
+  EXPECT_TRUE(dispatcher.lost().empty());
+  EXPECT_EQ(dispatcher.workersAlive(), 2);
+}
+
+TEST(UnitDispatcher, ALostWorkersUnitGoesToTheOthers) {
+  UnitDispatcher dispatcher(options(2, 1));
+  int64_t held = -1;
+  {
+    UnitClient quitter(address(dispatcher), 1, kToken, std::chrono::seconds(30));
+    held = quitter.next({}, nullptr)->id;
+  }  // closes its connection holding the unit
+  UnitClient worker(address(dispatcher), 0, kToken, std::chrono::seconds(30));
+  std::set<int64_t> ids;
+  UnitReport report;
+  while (auto unit = worker.next(report, nullptr)) {
+    ids.insert(unit->id);
+    report = {unit->id, 0.5, 1};
+  }
+  EXPECT_EQ(ids.size(), 10u);  // the lost unit included
+  EXPECT_TRUE(ids.count(held));
+  EXPECT_EQ(dispatcher.waitEpoch(0).batches, 10);
+  ASSERT_EQ(dispatcher.lost().size(), 1u);
+  EXPECT_EQ(dispatcher.lost()[0].index, 1);
+  EXPECT_EQ(dispatcher.lost()[0].unit, held);
+  EXPECT_EQ(dispatcher.workersAlive(), 1);
+}
+
+TEST(UnitDispatcher, PausesBetweenEpochsUntilReleased) {
+  DispatchOptions o = options(1, 2);
+  o.pauseBetweenEpochs = true;
+  UnitDispatcher dispatcher(o);
+  std::atomic<int64_t> secondEpochUnits{0};
+  std::atomic<bool> released{false};
+  std::thread worker([&] {
+    UnitClient client(address(dispatcher), 0, kToken, std::chrono::seconds(30));
+    UnitReport report;
+    while (auto unit = client.next(report, nullptr)) {
+      if (unit->epoch == 1) {
+        EXPECT_TRUE(released.load()) << "a unit of epoch 2 before the release";
+        ++secondEpochUnits;
+      }
+      report = {unit->id, 0.0, 1};
+    }
+  });
+  dispatcher.waitEpoch(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(secondEpochUnits.load(), 0);
+  released = true;
+  dispatcher.releaseEpoch(1);
+  dispatcher.waitEpoch(1);
+  dispatcher.waitWorkersFinished();
+  worker.join();
+  EXPECT_EQ(secondEpochUnits.load(), 10);
+}
+
+TEST(UnitDispatcher, RefusesAWrongToken) {
+  UnitDispatcher dispatcher(options(1, 1));
+  EXPECT_THROW(UnitClient(address(dispatcher), 0, "not-the-token", std::chrono::seconds(5)),
+               PeerError);
+}
+
+}  // namespace
+}  // namespace kolo::parallel::ps

@@ -1,0 +1,137 @@
+// Parameter-server jobs as real processes under `kolo run --ps P --workers W`: a worker
+// SIGKILLed mid-training loses its unit to the others and the job still finishes every unit,
+// naming the lost worker in its metrics; a server SIGKILLed stops the job with an error that
+// names it, and --resume completes the job from the last checkpoint with the weights of a run
+// that was never stopped.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "launcher/process_helpers.h"
+#include "support/fashion_mnist.h"
+
+namespace kolo::testing {
+namespace {
+
+const std::string kKolo = KOLO_BINARY_DIR "/src/cli/kolo";
+
+class PsJob : public TempDirTest {
+ protected:
+  void SetUp() override {
+    KOLO_SKIP_WITHOUT_FASHION_MNIST();
+    TempDirTest::SetUp();
+  }
+
+  /// Starts a job training `epochs` epochs of the first 12,000 images. Momentum 0.5: with
+  /// three asynchronous workers the staleness adds momentum of its own, and 0.9 on top of it
+  /// does not converge in this many updates (docs/parameter_server.md).
+  Child start(int servers, int workers, const std::string& mode, int epochs,
+              const std::vector<std::string>& extra = {}) {
+    metrics_ = dir_ + "/metrics.jsonl";
+    std::vector<std::string> args = {
+        kKolo, "run", "--ps", std::to_string(servers), "--workers", std::to_string(workers),
+        "--timeout", "60", "--", kKolo, "train", "--strategy", "parameter-server", "--ps-mode",
+        mode, "--model", "mlp", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.5",
+        "--batch", "64", "--epochs", std::to_string(epochs), "--ps-unit-batches", "4",
+        "--metrics", metrics_, "--quiet"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    if (std::find(extra.begin(), extra.end(), "--train-limit") == extra.end())
+      args.insert(args.end(), {"--train-limit", "12000"});
+    return spawnChild(args, cleanEnvironment());
+  }
+
+  /// Waits until the chief wrote its first epoch's line, then SIGKILLs rank `rank`.
+  void killAfterFirstEpoch(const Child& job, int rank) {
+    ASSERT_TRUE(waitFor([&] { return readFile(metrics_).find('\n') != std::string::npos; },
+                        std::chrono::seconds(120)))
+        << "no epoch finished";
+    pid_t victim = -1;
+    waitFor([&] {
+      for (pid_t child : childrenOf(job.pid))
+        if (rankOf(child) == rank) victim = child;
+      return victim > 0;
+    });
+    ASSERT_GT(victim, 0) << "rank " << rank << " not found";
+    ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  }
+
+  std::vector<nlohmann::json> metricLines() const {
+    std::vector<nlohmann::json> lines;
+    for (const std::string& line : splitLines(readFile(metrics_)))
+      lines.push_back(nlohmann::json::parse(line));
+    return lines;
+  }
+
+  std::string metrics_;
+};
+
+TEST_F(PsJob, KilledWorkerLosesItsUnitsToTheOthers) {
+  Child job = start(1, 3, "async", 3);
+  killAfterFirstEpoch(job, 3);  // ranks: 0 server, 1 chief, 2..4 workers 0..2
+  const Result result = collect(job);
+  ASSERT_EQ(result.exitCode(), 0) << result.out << result.err;
+  EXPECT_NE(result.err.find("worker 1 (rank 3"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("the job goes on without it"), std::string::npos) << result.err;
+  const std::vector<nlohmann::json> lines = metricLines();
+  ASSERT_EQ(lines.size(), 4u);
+  const nlohmann::json& last = lines.back();
+  EXPECT_TRUE(last["final"].get<bool>());
+  EXPECT_EQ(last["workers_alive"], 2);
+  ASSERT_EQ(last["workers_lost"].size(), 1u);
+  EXPECT_EQ(last["workers_lost"][0]["worker"], 1);
+  // 12,000 samples a epoch in units of 4 x 64: 47 units, 3 epochs; every one done.
+  int64_t units = 0;
+  for (const auto& n : last["units_done"]) units += n.get<int64_t>();
+  EXPECT_EQ(units, 3 * 47);
+  EXPECT_GT(last["test_accuracy"].get<double>(), 0.7);
+  EXPECT_EQ(last["ps_mode"], "async");
+  for (const char* key : {"updates", "staleness_max", "staleness_mean", "pushes_per_s",
+                          "bytes_per_s"})
+    EXPECT_TRUE(last.contains(key)) << key;
+}
+
+TEST_F(PsJob, KilledServerStopsTheJobAndResumeCompletesIt) {
+  // One worker in sync mode is deterministic: the resumed job must end with the weights of
+  // the job that ran through.
+  const std::vector<std::string> common = {"--train-limit", "3000", "--checkpoint-every", "1"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), common.begin(), common.end());
+    return more;
+  };
+  Child straight = start(2, 1, "sync", 12,
+                         with({"--checkpoint-dir", dir_ + "/ck-straight", "--save",
+                               dir_ + "/straight.safetensors"}));
+  const Result whole = collect(straight);
+  ASSERT_EQ(whole.exitCode(), 0) << whole.out << whole.err;
+  std::filesystem::remove(metrics_);  // the stopped and the resumed job write one file
+
+  Child job = start(2, 1, "sync", 12, with({"--checkpoint-dir", dir_ + "/ck"}));
+  killAfterFirstEpoch(job, 1);  // parameter server 1
+  const Result stopped = collect(job);
+  EXPECT_NE(stopped.exitCode(), 0);
+  EXPECT_NE(stopped.err.find("parameter server 1"), std::string::npos) << stopped.err;
+
+  Child resumed = start(2, 1, "sync", 12,
+                        with({"--resume", dir_ + "/ck", "--save", dir_ + "/resumed.safetensors"}));
+  const Result done = collect(resumed);
+  ASSERT_EQ(done.exitCode(), 0) << done.out << done.err;
+  EXPECT_EQ(readFile(dir_ + "/resumed.safetensors"), readFile(dir_ + "/straight.safetensors"));
+  const std::vector<nlohmann::json> lines = metricLines();
+  ASSERT_FALSE(lines.empty());
+  EXPECT_TRUE(lines.back()["final"].get<bool>());
+  EXPECT_EQ(lines.back()["epoch"], 12);
+}
+
+TEST_F(PsJob, ResumeRefusesAnotherJobsCheckpoint) {
+  Child first = start(1, 1, "sync", 1,
+                      {"--train-limit", "1000", "--checkpoint-dir", dir_ + "/ck"});
+  ASSERT_EQ(collect(first).exitCode(), 0);
+  Child other = start(1, 1, "sync", 2, {"--train-limit", "2000", "--resume", dir_ + "/ck"});
+  const Result result = collect(other);
+  EXPECT_NE(result.exitCode(), 0);
+  EXPECT_NE(result.err.find("train_limit 1000, this run has 2000"), std::string::npos) << result.err;
+}
+
+}  // namespace
+}  // namespace kolo::testing

@@ -1,0 +1,108 @@
+// Stale-synchronous parallel keeps its bound: three workers of different speeds (worker 0
+// sleeps every step) record when each step starts and when each push leaves; afterwards the
+// test checks that whenever worker w started step k, every other worker had already sent its
+// push number k - S (so no worker ran more than S updates ahead of the slowest). The same run
+// in async mode breaks that condition, which shows the check can see a violation.
+#include <gtest/gtest.h>
+
+#include <mutex>
+
+#include "ps_harness.h"
+
+namespace kolo::parallel::ps::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kWorkers = 3;
+constexpr int kSteps = 30;
+constexpr int64_t kBatch = 16;
+
+struct Trace {
+  std::vector<Clock::time_point> started;  // [k]: step k began (its parameters had arrived)
+  std::vector<Clock::time_point> sent;     // [k]: push k began to leave
+};
+
+struct JobTrace {
+  std::vector<Trace> traces;
+  std::vector<ServerStats> stats;
+};
+
+std::unique_ptr<optim::Optimizer> sgd(const NamedTensors& params) {
+  return std::make_unique<optim::Sgd>(params, optim::SgdOptions{.lr = 0.01});
+}
+
+JobTrace runJob(Mode mode, int staleness) {
+  const Samples data = firstSamples(kWorkers * kSteps * kBatch);
+  const Placement placement = placeParameters(makeMlp()->namedParameters(), 2, 1 << 20);
+  ServerThreads job(2, kWorkers, mode, staleness, placement, sgd);
+  JobTrace run;
+  run.traces.resize(kWorkers);
+  parallel::testing::runThreads(kWorkers, [&](int w) {
+    Trace& trace = run.traces[static_cast<size_t>(w)];
+    auto model = makeMlp();
+    const NamedTensors params = model->namedParameters();
+    ServerGroup group({ClientRole::Worker, w, Compression::None, kToken, std::chrono::seconds(60)}, placement,
+                      job.addresses());
+    int64_t version = group.pull(params);
+    for (int k = 0; k < kSteps; ++k) {
+      trace.started.push_back(Clock::now());
+      const int64_t begin = (k * kWorkers + w) * kBatch;
+      lossAndGradients(*model, data, begin, begin + kBatch);
+      if (w == 0) std::this_thread::sleep_for(std::chrono::milliseconds(6));
+      trace.sent.push_back(Clock::now());
+      version = group.pushPull(params, version);
+    }
+    group.leave();
+  });
+  ServerGroup chief({ClientRole::Chief, 0, Compression::None, kToken, std::chrono::seconds(60)}, placement,
+                    job.addresses());
+  run.stats = chief.stats();
+  return run;
+}
+
+/// How many (w, k, j) had worker w start step k before worker j sent push k - S - 1.
+int violations(const JobTrace& run, int staleness) {
+  int count = 0;
+  for (int w = 0; w < kWorkers; ++w) {
+    for (int k = staleness + 1; k < kSteps; ++k) {
+      for (int j = 0; j < kWorkers; ++j) {
+        if (j == w) continue;
+        const auto& sent = run.traces[static_cast<size_t>(j)].sent;
+        count += run.traces[static_cast<size_t>(w)].started[static_cast<size_t>(k)] <
+                 sent[static_cast<size_t>(k - staleness - 1)];
+      }
+    }
+  }
+  return count;
+}
+
+class SspBound : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { KOLO_SKIP_WITHOUT_FASHION_MNIST(); }
+};
+
+TEST_P(SspBound, NoWorkerRunsMoreThanSAhead) {
+  const int staleness = GetParam();
+  const JobTrace run = runJob(Mode::Ssp, staleness);
+  EXPECT_EQ(violations(run, staleness), 0);
+  for (const ServerStats& s : run.stats) {
+    EXPECT_LE(s.leadMax, staleness);
+    EXPECT_EQ(s.updates, kWorkers * kSteps);
+    // While worker w computes step k, each other worker is at least at k - S and may go on
+    // to its push k + S: a gradient is at most (W - 1)(2S + 1) updates old.
+    EXPECT_LE(s.stalenessMax, (kWorkers - 1) * (2 * staleness + 1));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ps, SspBound, ::testing::Values(0, 1, 2));
+
+TEST(SspBoundControl, AsyncRunsAheadOfTheSlowWorker) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
+  const JobTrace run = runJob(Mode::Async, 2);
+  EXPECT_GT(violations(run, 2), 0);
+  for (const ServerStats& s : run.stats) EXPECT_EQ(s.leadMax, 0);  // not measured in async
+}
+
+}  // namespace
+}  // namespace kolo::parallel::ps::testing
