@@ -7,19 +7,23 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <optional>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "cli/train_loop.h"
+#include "comm/token.h"
 #include "kolo/autograd.h"
 #include "kolo/checkpoint.h"
 #include "kolo/comm/init.h"
 #include "kolo/comm/stores.h"
 #include "kolo/nn/models.h"
+#include "kolo/ops.h"
 #include "kolo/parallel/parameter_server.h"
 #include "kolo/safetensors.h"
 #include "kolo/settings.h"
@@ -437,7 +441,7 @@ std::unique_ptr<comm::TcpStoreServer> bootstrapStore(PsPlan& plan) {
   std::unique_ptr<comm::TcpStoreServer> hosted;
   char text[512] = {};
   if (communicator->rank() == 0) {
-    const std::string token = parallel::generateJobToken();
+    const std::string token = comm::detail::randomToken(16);  // 128 bits as 32 hex digits
     hosted = std::make_unique<comm::TcpStoreServer>(
         comm::TcpStoreServerOptions{.host = plan.role.local ? "127.0.0.1" : "", .token = token});
     std::string host = "127.0.0.1";

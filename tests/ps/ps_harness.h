@@ -12,6 +12,7 @@
 #include "kolo/autograd.h"
 #include "kolo/data.h"
 #include "kolo/nn/models.h"
+#include "kolo/ops.h"
 #include "kolo/parallel/parameter_server.h"
 #include "parallel/toy_setup.h"
 #include "support/fashion_mnist.h"
@@ -39,7 +40,7 @@ inline std::shared_ptr<nn::Module> makeMlp() {
 /// Mean cross-entropy of `model` on rows [begin, end) of `data`, backward into .grad().
 inline double lossAndGradients(nn::Module& model, const Samples& data, int64_t begin, int64_t end) {
   for (auto& [name, p] : model.namedParameters()) p.zeroGrad();
-  Tensor loss = nn::crossEntropy(model.forward(data.x.slice(0, begin, end).contiguous()),
+  Tensor loss = crossEntropy(model.forward(data.x.slice(0, begin, end).contiguous()),
                                  data.y.slice(0, begin, end).contiguous());
   loss.backward();
   return loss.item();
