@@ -29,12 +29,38 @@ class PsJob : public TempDirTest {
   Child start(int servers, int workers, const std::string& mode, int epochs,
               const std::vector<std::string>& extra = {}) {
     metrics_ = dir_ + "/metrics.jsonl";
-    std::vector<std::string> args = {
-        kKolo, "run", "--ps", std::to_string(servers), "--workers", std::to_string(workers),
-        "--timeout", "60", "--", kKolo, "train", "--strategy", "parameter-server", "--ps-mode",
-        mode, "--model", "mlp", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.5",
-        "--batch", "64", "--epochs", std::to_string(epochs), "--ps-unit-batches", "4",
-        "--metrics", metrics_, "--quiet"};
+    std::vector<std::string> args = {kKolo,
+                                     "run",
+                                     "--ps",
+                                     std::to_string(servers),
+                                     "--workers",
+                                     std::to_string(workers),
+                                     "--timeout",
+                                     "60",
+                                     "--",
+                                     kKolo,
+                                     "train",
+                                     "--strategy",
+                                     "parameter-server",
+                                     "--ps-mode",
+                                     mode,
+                                     "--model",
+                                     "mlp",
+                                     "--optimizer",
+                                     "sgd",
+                                     "--lr",
+                                     "0.05",
+                                     "--momentum",
+                                     "0.5",
+                                     "--batch",
+                                     "64",
+                                     "--epochs",
+                                     std::to_string(epochs),
+                                     "--ps-unit-batches",
+                                     "4",
+                                     "--metrics",
+                                     metrics_,
+                                     "--quiet"};
     args.insert(args.end(), extra.begin(), extra.end());
     if (std::find(extra.begin(), extra.end(), "--train-limit") == extra.end())
       args.insert(args.end(), {"--train-limit", "12000"});
@@ -86,8 +112,8 @@ TEST_F(PsJob, KilledWorkerLosesItsUnitsToTheOthers) {
   EXPECT_EQ(units, 3 * 47);
   EXPECT_GT(last["test_accuracy"].get<double>(), 0.7);
   EXPECT_EQ(last["ps_mode"], "async");
-  for (const char* key : {"updates", "staleness_max", "staleness_mean", "pushes_per_s",
-                          "bytes_per_s"})
+  for (const char* key :
+       {"updates", "staleness_max", "staleness_mean", "pushes_per_s", "bytes_per_s"})
     EXPECT_TRUE(last.contains(key)) << key;
 }
 
@@ -99,9 +125,9 @@ TEST_F(PsJob, KilledServerStopsTheJobAndResumeCompletesIt) {
     more.insert(more.begin(), common.begin(), common.end());
     return more;
   };
-  Child straight = start(2, 1, "sync", 12,
-                         with({"--checkpoint-dir", dir_ + "/ck-straight", "--save",
-                               dir_ + "/straight.safetensors"}));
+  Child straight = start(
+      2, 1, "sync", 12,
+      with({"--checkpoint-dir", dir_ + "/ck-straight", "--save", dir_ + "/straight.safetensors"}));
   const Result whole = collect(straight);
   ASSERT_EQ(whole.exitCode(), 0) << whole.out << whole.err;
   std::filesystem::remove(metrics_);  // the stopped and the resumed job write one file
@@ -124,13 +150,13 @@ TEST_F(PsJob, KilledServerStopsTheJobAndResumeCompletesIt) {
 }
 
 TEST_F(PsJob, ResumeRefusesAnotherJobsCheckpoint) {
-  Child first = start(1, 1, "sync", 1,
-                      {"--train-limit", "1000", "--checkpoint-dir", dir_ + "/ck"});
+  Child first = start(1, 1, "sync", 1, {"--train-limit", "1000", "--checkpoint-dir", dir_ + "/ck"});
   ASSERT_EQ(collect(first).exitCode(), 0);
   Child other = start(1, 1, "sync", 2, {"--train-limit", "2000", "--resume", dir_ + "/ck"});
   const Result result = collect(other);
   EXPECT_NE(result.exitCode(), 0);
-  EXPECT_NE(result.err.find("train_limit 1000, this run has 2000"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("train_limit 1000, this run has 2000"), std::string::npos)
+      << result.err;
 }
 
 }  // namespace

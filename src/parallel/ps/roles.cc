@@ -59,9 +59,11 @@ RoleInfo roleFromEnvironment() {
   info.index = static_cast<int>(*index);
   info.servers = static_cast<int>(*servers);
   info.workers = static_cast<int>(*workers);
-  KOLO_REQUIRE(info.servers >= 1 && info.workers >= 1, "KOLO_PS_SERVERS and KOLO_PS_WORKERS must "
-               "be at least 1, got ", info.servers, " and ", info.workers);
-  const int count = info.role == Role::Server ? info.servers
+  KOLO_REQUIRE(info.servers >= 1 && info.workers >= 1,
+               "KOLO_PS_SERVERS and KOLO_PS_WORKERS must "
+               "be at least 1, got ",
+               info.servers, " and ", info.workers);
+  const int count = info.role == Role::Server   ? info.servers
                     : info.role == Role::Worker ? info.workers
                                                 : 1;
   KOLO_REQUIRE(info.index >= 0 && info.index < count, "KOLO_ROLE_INDEX ", info.index,
