@@ -311,6 +311,8 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
   const bool checkpointing = !config.checkpointDir.empty();
   dispatch.pauseBetweenEpochs = checkpointing;
   ps::UnitDispatcher dispatcher(dispatch);
+  store.setString(ps::shapeKey(),
+                  std::to_string(plan.role.servers) + " " + std::to_string(plan.role.workers));
   store.setString(ps::chiefAddressKey(),
                   comm::HostPort{dispatch.host, dispatcher.port()}.toString());
   ps::ServerGroup servers(

@@ -311,6 +311,10 @@ RoleInfo roleFromEnvironment();
 /// The store keys under which server i and the chief publish "host:port".
 std::string serverAddressKey(int server);
 std::string chiefAddressKey();
+/// The store key under which the chief publishes "P W" (kolo run --join reads it).
+std::string shapeKey();
+/// The store counter of workers that joined with kolo run --join.
+std::string joinCounterKey();
 
 /// The address of this host that peers reach it at, as the connection to the store sees it
 /// (127.0.0.1 for a store that is not TCP).

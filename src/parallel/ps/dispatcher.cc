@@ -24,6 +24,7 @@ using detail::Status;
 namespace {
 constexpr auto kPollSlice = std::chrono::milliseconds(100);
 constexpr auto kRetryPause = std::chrono::milliseconds(2);
+constexpr uint32_t kMaxWorkers = 4096;
 }  // namespace
 
 class UnitDispatcher::Impl {
@@ -126,9 +127,12 @@ class UnitDispatcher::Impl {
     int64_t units = 0;
   };
 
+  /// Workers not lost: the W the job started with, and those that joined.
   int alive() const {
     int n = 0;
-    for (const Worker& w : workers_) n += !w.lost;
+    for (size_t i = 0; i < workers_.size(); ++i)
+      n +=
+          !workers_[i].lost && (i < static_cast<size_t>(options_.workers) || workers_[i].connected);
     return n;
   }
 
@@ -151,6 +155,9 @@ class UnitDispatcher::Impl {
       const Header h = detail::acceptHello(socket, options_.token, deadline());
       {
         std::lock_guard lock(mutex_);
+        // Workers beyond the W the job started with join later (kolo run --join); they get
+        // units from their first request on.
+        while (h.index < kMaxWorkers && workers_.size() <= h.index) workers_.emplace_back();
         if (h.index >= workers_.size() || workers_[h.index].connected) {
           detail::sendError(socket, "the chief does not expect worker " + std::to_string(h.index),
                             deadline());
@@ -246,7 +253,7 @@ class UnitDispatcher::Impl {
   Clock::time_point firstUnit_;
   bool handedOut_ = false;
   int64_t allowedEpoch_ = INT64_MAX;
-  std::vector<Worker> workers_;
+  std::deque<Worker> workers_;  // references stay valid as joiners are added
   std::vector<LostWorker> lost_;
   bool everConnected_ = false;
   Clock::time_point lastProgress_;

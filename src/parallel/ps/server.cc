@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <thread>
 
@@ -31,6 +32,7 @@ using detail::Status;
 namespace {
 constexpr auto kPollSlice = std::chrono::milliseconds(100);
 constexpr int64_t kStatsFields = 8;
+constexpr uint32_t kMaxWorkers = 4096;
 }  // namespace
 
 class ParameterServer::Impl {
@@ -146,14 +148,20 @@ class ParameterServer::Impl {
       }
       const bool bf16 = h.flags == static_cast<uint32_t>(Compression::Bf16);
       if (!chief) {
-        if (h.index >= static_cast<uint32_t>(options_.workers)) {
+        if (h.index >= kMaxWorkers) {
           detail::sendError(socket,
-                            name() + " serves workers 0.." + std::to_string(options_.workers - 1) +
+                            name() + " serves workers 0.." + std::to_string(kMaxWorkers - 1) +
                                 ", not " + std::to_string(h.index),
                             deadline());
           return;
         }
         std::lock_guard lock(mutex_);
+        // A worker beyond the W the job started with joined later: it takes part in the
+        // rounds from its first push on (deque: the others' references stay valid).
+        while (workers_.size() <= h.index) {
+          workers_.emplace_back();
+          workers_.back().left = true;
+        }
         Worker& w = workers_[h.index];
         if (w.connected || w.lost) {
           detail::sendError(
@@ -498,7 +506,7 @@ class ParameterServer::Impl {
   std::condition_variable changed_;
   std::atomic<bool> stopping_{false};
   int64_t version_ = 0;
-  std::vector<Worker> workers_;
+  std::deque<Worker> workers_;
   ServerStats stats_;
   std::vector<std::thread> threads_;
 };
