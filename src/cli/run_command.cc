@@ -27,6 +27,11 @@ Command registerRun(CLI::App& root) {
   app->add_option("--workers", options->psWorkers, "workers of a parameter-server job (--ps)")
       ->check(atLeast(1))
       ->needs(servers);
+  app->add_flag("--join", options->psJoin,
+                "start one more worker for the running parameter-server job whose --store "
+                "HOST:PORT is given (with its KOLO_TOKEN)")
+      ->excludes(servers)
+      ->excludes(nproc);
   app->add_option("--nnodes", options->nnodes,
                   "nodes in the job (each runs kolo run with the same -n)")
       ->capture_default_str()
@@ -60,8 +65,13 @@ Command registerRun(CLI::App& root) {
   Command command;
   command.app = app;
   command.run = [options, graceSeconds, bind, nproc, bindOption]() -> int {
-    if (options->psServers > 0) {
+    if (options->psJoin) {
+      options->procsPerNode = 1;
+      options->token = settings::token();
+    } else if (options->psServers > 0) {
       options->procsPerNode = options->psServers + 1 + options->psWorkers;
+      // Joinable (kolo run --join) when started with --store and KOLO_TOKEN.
+      if (!options->storeAddress.empty()) options->token = settings::token();
       // A server serves every worker from threads of its own and the processes of the job
       // take turns (push, update, reply): bound to one core each, a server shares its core
       // with a worker and the two wait for each other.

@@ -105,9 +105,11 @@ PsPlan makePlan(const TrainConfig& config, int64_t trainSize) {
   plan.role = ps::roleFromEnvironment();
   plan.mode = ps::parseMode(config.psMode);
   ps::parseCompression(config.psCompress);
-  KOLO_REQUIRE(config.steps == 0, "--steps is not available with --strategy parameter-server: "
+  KOLO_REQUIRE(config.steps == 0,
+               "--steps is not available with --strategy parameter-server: "
                "use --epochs (and --train-limit)");
-  KOLO_REQUIRE(config.clipNorm == 0.0, "--clip-norm is not available with --strategy "
+  KOLO_REQUIRE(config.clipNorm == 0.0,
+               "--clip-norm is not available with --strategy "
                "parameter-server");
   const int64_t batches = trainSize / config.batch;
   KOLO_REQUIRE(batches > 0, "--batch ", config.batch, " is larger than the ", trainSize,
@@ -128,7 +130,8 @@ PsPlan makePlan(const TrainConfig& config, int64_t trainSize) {
   if (!config.resumeDir.empty()) {
     std::vector<PsCheckpoint> found = completeCheckpoints(config.resumeDir);
     if (found.empty())
-      KOLO_THROW(FileError, "--resume ", config.resumeDir, ": no complete parameter-server "
+      KOLO_THROW(FileError, "--resume ", config.resumeDir,
+                 ": no complete parameter-server "
                  "checkpoint there (epoch-*/chief.json)");
     plan.resume = std::move(found.back());
     const nlohmann::json identity = jobIdentity(config, plan.role.servers);
@@ -172,8 +175,8 @@ int runServer(const TrainConfig& config, const PsPlan& plan, comm::Store& store)
   options.host = ps::localHost(store);
   options.timeout = plan.timeout;
   if (plan.resume)
-    options.restoreFrom = plan.resume->path + "/server-" + std::to_string(plan.role.index) +
-                          ".safetensors";
+    options.restoreFrom =
+        plan.resume->path + "/server-" + std::to_string(plan.role.index) + ".safetensors";
   std::shared_ptr<optim::LrSchedule> schedule = makeSchedule(plan.recipe, plan.totalUpdates);
   const Recipe recipe = plan.recipe;
   ps::ParameterServer server(
@@ -318,11 +321,13 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
   const bool checkpointing = !config.checkpointDir.empty();
   dispatch.pauseBetweenEpochs = checkpointing;
   ps::UnitDispatcher dispatcher(dispatch);
+  store.setString(ps::shapeKey(),
+                  std::to_string(plan.role.servers) + " " + std::to_string(plan.role.workers));
   store.setString(ps::chiefAddressKey(),
                   comm::HostPort{dispatch.host, dispatcher.port()}.toString());
-  ps::ServerGroup servers({ps::ClientRole::Chief, 0, ps::Compression::None, plan.role.token,
-                           plan.timeout},
-                          plan.placement, serverAddresses(store, plan));
+  ps::ServerGroup servers(
+      {ps::ClientRole::Chief, 0, ps::Compression::None, plan.role.token, plan.timeout},
+      plan.placement, serverAddresses(store, plan));
   const data::FashionMnist test(config.dataDir, false);
   std::unique_ptr<observe::MetricsWriter> metrics;
   if (!config.metricsPath.empty())  // a resumed run continues the file
@@ -371,14 +376,15 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
                    trainLoss, accuracy, rate);
     }
     if (metrics) {
-      observe::Fields line = {{"epoch", epoch + 1},
-                              {"step", updates},
-                              {"train_loss", trainLoss},
-                              {"test_accuracy", accuracy},
-                              {"samples_per_s", rate},
-                              {"wall_s", std::chrono::duration<double>(Clock::now() - start).count()},
-                              {"lr", schedule->lrAt(std::min(updates, plan.totalUpdates - 1))},
-                              {"ps_mode", ps::modeName(plan.mode)}};
+      observe::Fields line = {
+          {"epoch", epoch + 1},
+          {"step", updates},
+          {"train_loss", trainLoss},
+          {"test_accuracy", accuracy},
+          {"samples_per_s", rate},
+          {"wall_s", std::chrono::duration<double>(Clock::now() - start).count()},
+          {"lr", schedule->lrAt(std::min(updates, plan.totalUpdates - 1))},
+          {"ps_mode", ps::modeName(plan.mode)}};
       line.update(serverFields(servers.stats(), seconds));
       line.set("workers_alive", dispatcher.workersAlive());
       line.set("workers_lost", lostFields());
@@ -399,12 +405,9 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
   const observe::Fields server = serverFields(stats, seconds);
   const std::vector<int64_t> unitsDone = dispatcher.unitsDone();
   if (metrics) {
-    observe::Fields line = {{"epoch", plan.recipe.epochs},
-                            {"step", updates},
-                            {"train_loss", trainLoss},
-                            {"test_accuracy", accuracy},
-                            {"samples_per_s", samplesPerSecond},
-                            {"wall_s", wall},
+    observe::Fields line = {{"epoch", plan.recipe.epochs},       {"step", updates},
+                            {"train_loss", trainLoss},           {"test_accuracy", accuracy},
+                            {"samples_per_s", samplesPerSecond}, {"wall_s", wall},
                             {"ps_mode", ps::modeName(plan.mode)}};
     line.update(server);
     line.set("workers_alive", dispatcher.workersAlive());
@@ -418,10 +421,11 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
                 {{"worker", lost.index}, {"at_s", lost.atSeconds}, {"unit", lost.unit}});
   }
   if (!config.quiet) {
-    std::fprintf(stderr, "trained %s with %d parameter server(s) and %d worker(s) (%s): %lld "
-                 "updates, test accuracy %.2f%%\n", config.model.c_str(), plan.role.servers,
-                 plan.role.workers, ps::modeName(plan.mode), static_cast<long long>(updates),
-                 100.0 * accuracy);
+    std::fprintf(stderr,
+                 "trained %s with %d parameter server(s) and %d worker(s) (%s): %lld "
+                 "updates, test accuracy %.2f%%\n",
+                 config.model.c_str(), plan.role.servers, plan.role.workers,
+                 ps::modeName(plan.mode), static_cast<long long>(updates), 100.0 * accuracy);
   }
   std::printf("test_accuracy %.4f train_loss %.4f steps %lld samples_per_s %.1f wall_s %.1f "
               "ps_mode %s staleness_max %lld workers_alive %d\n",
@@ -482,9 +486,12 @@ int runParameterServerRole(const TrainConfig& config, observe::Logger& logger) {
   const std::shared_ptr<comm::Store> store =
       comm::connectTcpStore(plan.role.store, plan.role.token, plan.timeout);
   switch (plan.role.role) {
-    case ps::Role::Server: return runServer(config, plan, *store);
-    case ps::Role::Worker: return runWorker(config, plan, *store, *train);
-    case ps::Role::Chief: return runChief(config, plan, *store, logger);
+    case ps::Role::Server:
+      return runServer(config, plan, *store);
+    case ps::Role::Worker:
+      return runWorker(config, plan, *store, *train);
+    case ps::Role::Chief:
+      return runChief(config, plan, *store, logger);
   }
   return 1;
 }

@@ -27,6 +27,7 @@
 #include "comm/token.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
+#include "kolo/parallel/parameter_server.h"
 #include "parallel/launcher_output.h"
 #include "parallel/launcher_signals.h"
 #include "parallel/launcher_spawn.h"
@@ -123,7 +124,11 @@ class Job {
     // Forked first, while the launcher holds few descriptors and no rank exists yet.
     guard_ = std::make_unique<detail::JobGuard>(options_.procsPerNode);
     std::string storeAddress = options_.storeAddress;
-    if (options_.nodeRank == 0) {
+    psServers_ = options_.psServers;
+    psWorkers_ = options_.psWorkers;
+    int firstRank = options_.nodeRank * options_.procsPerNode;
+    if (options_.psJoin) firstRank = joinParameterServerJob(storeAddress, token, rendezvous);
+    if (options_.nodeRank == 0 && !options_.psJoin) {
       comm::TcpStoreServerOptions serverOptions;
       serverOptions.token = token;
       if (storeAddress.empty()) {
@@ -160,16 +165,16 @@ class Job {
     for (int local = 0; local < options_.procsPerNode; ++local) {
       Rank& r = ranks_[static_cast<size_t>(local)];
       r.localRank = local;
-      r.globalRank = options_.nodeRank * options_.procsPerNode + local;
+      r.globalRank = firstRank + local;
       auto rankVars = vars;
       rankVars.emplace_back("KOLO_RANK", std::to_string(r.globalRank));
       rankVars.emplace_back("KOLO_LOCAL_RANK", std::to_string(local));
-      if (options_.psServers > 0) {
+      if (psServers_ > 0) {
         assignRole(r);
         rankVars.emplace_back("KOLO_ROLE", r.role);
         rankVars.emplace_back("KOLO_ROLE_INDEX", std::to_string(r.roleIndex));
-        rankVars.emplace_back("KOLO_PS_SERVERS", std::to_string(options_.psServers));
-        rankVars.emplace_back("KOLO_PS_WORKERS", std::to_string(options_.psWorkers));
+        rankVars.emplace_back("KOLO_PS_SERVERS", std::to_string(psServers_));
+        rankVars.emplace_back("KOLO_PS_WORKERS", std::to_string(psWorkers_));
       }
       // The rank inherits the spawning thread's mask: bind this thread while it spawns.
       ScopedThreadBinding bound(cpuForLocalRank(bind, local, cpus));
@@ -204,10 +209,26 @@ class Job {
     }
   }
 
+  /// --join: reads the running job's shape ("P W", published by its chief) from its store and
+  /// takes the next worker index beyond W. Returns the global rank of the worker to start.
+  int joinParameterServerJob(const std::string& storeAddress, const std::string& token,
+                             std::chrono::milliseconds timeout) {
+    std::shared_ptr<comm::Store> store = comm::connectTcpStore(storeAddress, token, timeout);
+    const std::string shape = store->getString(parallel::ps::shapeKey(), timeout);
+    if (std::sscanf(shape.c_str(), "%d %d", &psServers_, &psWorkers_) != 2 || psServers_ < 1 ||
+        psWorkers_ < 1)
+      KOLO_THROW(FormatError, "kolo run --join: the job at ", storeAddress,
+                 " published the shape '", shape, "', not 'P W'");
+    const int64_t joined = store->add(parallel::ps::joinCounterKey(), 1);
+    say("joining the parameter-server job at " + storeAddress + " as worker " +
+        std::to_string(psWorkers_ + joined - 1));
+    return psServers_ + psWorkers_ + static_cast<int>(joined);
+  }
+
   /// Parameter-server jobs: servers first, then the chief, then the workers (the order
   /// mpirun -np P+1+W gives them too).
   void assignRole(Rank& r) const {
-    const int servers = options_.psServers;
+    const int servers = psServers_;
     if (r.globalRank < servers) {
       r.role = "ps";
       r.roleIndex = r.globalRank;
@@ -392,7 +413,7 @@ class Job {
       r.running = false;
       r.status = status;
       bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-      if (failed && !stopping_ && r.role == "worker") {
+      if (failed && !stopping_ && r.role == "worker" && !options_.psJoin) {
         // The chief hands a lost worker's data to the others: the job goes on.
         say("worker " + std::to_string(r.roleIndex) + " (rank " + std::to_string(r.globalRank) +
             ", pid " + std::to_string(r.pid) + ") " + describeStatus(status) +
@@ -459,6 +480,8 @@ class Job {
 
   const LauncherOptions& options_;
   const detail::SignalScope& signals_;
+  int psServers_ = 0;  // parameter-server jobs: P and W (read from the job's store with --join)
+  int psWorkers_ = 0;
   std::unique_ptr<detail::JobGuard> guard_;
   std::unique_ptr<comm::TcpStoreServer> server_;
   std::shared_ptr<comm::Store> store_;
@@ -486,7 +509,11 @@ int runLauncher(const LauncherOptions& options) {
   if (options.command.empty())
     KOLO_THROW(InvalidArgument, "kolo run: no program given (kolo run -n N -- PROGRAM ARGS...)");
   if (!options.storeAddress.empty()) comm::parseHostPort(options.storeAddress);
-  if (options.psServers > 0) {
+  if (options.psJoin) {
+    if (options.storeAddress.empty() || options.token.empty() || options.procsPerNode != 1)
+      KOLO_THROW(InvalidArgument, "kolo run --join needs --store HOST:PORT and KOLO_TOKEN of the "
+                 "running job (started with the same), and starts one worker");
+  } else if (options.psServers > 0) {
     if (options.psWorkers < 1)
       KOLO_THROW(InvalidArgument, "kolo run: --ps needs --workers W (at least 1)");
     if (options.nnodes > 1)

@@ -41,6 +41,10 @@ struct LauncherOptions {
   /// the others); a server or the chief that fails does. Single node only.
   int psServers = 0;
   int psWorkers = 0;
+  /// kolo run --join: one more worker for the parameter-server job whose store is at
+  /// storeAddress (token required): it reads P and W there, takes the next worker index and
+  /// starts one rank as that worker. Its failure is the launcher's exit status.
+  bool psJoin = false;
   /// PROGRAM ARGS... (PROGRAM is looked up in PATH).
   std::vector<std::string> command;
 };

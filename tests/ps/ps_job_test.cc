@@ -10,6 +10,7 @@
 
 #include "launcher/process_helpers.h"
 #include "support/fashion_mnist.h"
+#include "support/reserved_port.h"
 
 namespace kolo::testing {
 namespace {
@@ -27,18 +28,48 @@ class PsJob : public TempDirTest {
   /// three asynchronous workers the staleness adds momentum of its own, and 0.9 on top of it
   /// does not converge in this many updates (docs/parameter_server.md).
   Child start(int servers, int workers, const std::string& mode, int epochs,
-              const std::vector<std::string>& extra = {}) {
+              const std::vector<std::string>& extra = {},
+              const std::vector<std::string>& launcher = {}) {
     metrics_ = dir_ + "/metrics.jsonl";
     std::vector<std::string> args = {
-        kKolo, "run", "--ps", std::to_string(servers), "--workers", std::to_string(workers),
-        "--timeout", "60", "--", kKolo, "train", "--strategy", "parameter-server", "--ps-mode",
-        mode, "--model", "mlp", "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.5",
-        "--batch", "64", "--epochs", std::to_string(epochs), "--ps-unit-batches", "4",
-        "--metrics", metrics_, "--quiet"};
+        kKolo,       "run", "--ps", std::to_string(servers), "--workers", std::to_string(workers),
+        "--timeout", "60"};
+    args.insert(args.end(), launcher.begin(), launcher.end());
+    const std::vector<std::string> train = trainArgs(mode, epochs, extra);
+    args.insert(args.end(), train.begin(), train.end());
+    args.insert(args.end(), {"--metrics", metrics_});
+    return spawnChild(args, cleanEnvironment({{"KOLO_TOKEN", "ps-job-test"}}));
+  }
+
+  /// "-- kolo train ..." of the jobs started here.
+  static std::vector<std::string> trainArgs(const std::string& mode, int epochs,
+                                            const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"--",
+                                     kKolo,
+                                     "train",
+                                     "--strategy",
+                                     "parameter-server",
+                                     "--ps-mode",
+                                     mode,
+                                     "--model",
+                                     "mlp",
+                                     "--optimizer",
+                                     "sgd",
+                                     "--lr",
+                                     "0.05",
+                                     "--momentum",
+                                     "0.5",
+                                     "--batch",
+                                     "64",
+                                     "--epochs",
+                                     std::to_string(epochs),
+                                     "--ps-unit-batches",
+                                     "4",
+                                     "--quiet"};
     args.insert(args.end(), extra.begin(), extra.end());
     if (std::find(extra.begin(), extra.end(), "--train-limit") == extra.end())
       args.insert(args.end(), {"--train-limit", "12000"});
-    return spawnChild(args, cleanEnvironment());
+    return args;
   }
 
   /// Waits until the chief wrote its first epoch's line, then SIGKILLs rank `rank`.
@@ -86,8 +117,8 @@ TEST_F(PsJob, KilledWorkerLosesItsUnitsToTheOthers) {
   EXPECT_EQ(units, 3 * 47);
   EXPECT_GT(last["test_accuracy"].get<double>(), 0.7);
   EXPECT_EQ(last["ps_mode"], "async");
-  for (const char* key : {"updates", "staleness_max", "staleness_mean", "pushes_per_s",
-                          "bytes_per_s"})
+  for (const char* key :
+       {"updates", "staleness_max", "staleness_mean", "pushes_per_s", "bytes_per_s"})
     EXPECT_TRUE(last.contains(key)) << key;
 }
 
@@ -99,9 +130,9 @@ TEST_F(PsJob, KilledServerStopsTheJobAndResumeCompletesIt) {
     more.insert(more.begin(), common.begin(), common.end());
     return more;
   };
-  Child straight = start(2, 1, "sync", 12,
-                         with({"--checkpoint-dir", dir_ + "/ck-straight", "--save",
-                               dir_ + "/straight.safetensors"}));
+  Child straight = start(
+      2, 1, "sync", 12,
+      with({"--checkpoint-dir", dir_ + "/ck-straight", "--save", dir_ + "/straight.safetensors"}));
   const Result whole = collect(straight);
   ASSERT_EQ(whole.exitCode(), 0) << whole.out << whole.err;
   std::filesystem::remove(metrics_);  // the stopped and the resumed job write one file
@@ -124,13 +155,33 @@ TEST_F(PsJob, KilledServerStopsTheJobAndResumeCompletesIt) {
 }
 
 TEST_F(PsJob, ResumeRefusesAnotherJobsCheckpoint) {
-  Child first = start(1, 1, "sync", 1,
-                      {"--train-limit", "1000", "--checkpoint-dir", dir_ + "/ck"});
+  Child first = start(1, 1, "sync", 1, {"--train-limit", "1000", "--checkpoint-dir", dir_ + "/ck"});
   ASSERT_EQ(collect(first).exitCode(), 0);
   Child other = start(1, 1, "sync", 2, {"--train-limit", "2000", "--resume", dir_ + "/ck"});
   const Result result = collect(other);
   EXPECT_NE(result.exitCode(), 0);
-  EXPECT_NE(result.err.find("train_limit 1000, this run has 2000"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("train_limit 1000, this run has 2000"), std::string::npos)
+      << result.err;
+}
+
+TEST_F(PsJob, AWorkerJoinsARunningJob) {
+  const ReservedPort port;
+  Child job = start(1, 1, "sync", 8, {}, {"--store", port.address()});
+  ASSERT_TRUE(waitFor([&] { return readFile(metrics_).find('\n') != std::string::npos; },
+                      std::chrono::seconds(120)));
+  std::vector<std::string> join = {kKolo, "run", "--join", "--store", port.address()};
+  const std::vector<std::string> train = trainArgs("sync", 8, {});
+  join.insert(join.end(), train.begin(), train.end());
+  const Result joined = runProgram(join, cleanEnvironment({{"KOLO_TOKEN", "ps-job-test"}}));
+  EXPECT_EQ(joined.exitCode(), 0) << joined.out << joined.err;
+  EXPECT_NE(joined.err.find("as worker 1"), std::string::npos) << joined.err;
+  const Result result = collect(job);
+  ASSERT_EQ(result.exitCode(), 0) << result.out << result.err;
+  const nlohmann::json last = metricLines().back();
+  EXPECT_EQ(last["workers_alive"], 2);
+  ASSERT_EQ(last["units_done"].size(), 2u);
+  EXPECT_GT(last["units_done"][1].get<int64_t>(), 0);
+  EXPECT_EQ(last["units_done"][0].get<int64_t>() + last["units_done"][1].get<int64_t>(), 8 * 47);
 }
 
 }  // namespace

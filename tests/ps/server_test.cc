@@ -89,8 +89,8 @@ TEST(ParameterServer, TheChiefPullsTheServersValues) {
   onesGradients(*model);
   version = group.pushPull(params, version);
   auto chiefModel = makeMlp();
-  ServerGroup chief({ClientRole::Chief, 0, Compression::None, kToken, std::chrono::seconds(30)}, placement,
-                    job.addresses());
+  ServerGroup chief({ClientRole::Chief, 0, Compression::None, kToken, std::chrono::seconds(30)},
+                    placement, job.addresses());
   EXPECT_EQ(chief.pull(chiefModel->namedParameters()), 1);
   EXPECT_EQ(parallel::testing::flatValues(chiefModel->namedParameters()),
             parallel::testing::flatValues(params));

@@ -42,8 +42,8 @@ JobTrace runJob(Mode mode, int staleness) {
     Trace& trace = run.traces[static_cast<size_t>(w)];
     auto model = makeMlp();
     const NamedTensors params = model->namedParameters();
-    ServerGroup group({ClientRole::Worker, w, Compression::None, kToken, std::chrono::seconds(60)}, placement,
-                      job.addresses());
+    ServerGroup group({ClientRole::Worker, w, Compression::None, kToken, std::chrono::seconds(60)},
+                      placement, job.addresses());
     int64_t version = group.pull(params);
     for (int k = 0; k < kSteps; ++k) {
       trace.started.push_back(Clock::now());
@@ -55,8 +55,8 @@ JobTrace runJob(Mode mode, int staleness) {
     }
     group.leave();
   });
-  ServerGroup chief({ClientRole::Chief, 0, Compression::None, kToken, std::chrono::seconds(60)}, placement,
-                    job.addresses());
+  ServerGroup chief({ClientRole::Chief, 0, Compression::None, kToken, std::chrono::seconds(60)},
+                    placement, job.addresses());
   run.stats = chief.stats();
   return run;
 }

@@ -74,8 +74,8 @@ std::vector<double> trainParameterServer(int servers, int workers, int64_t shard
   parallel::testing::runThreads(workers, [&](int w) {
     auto model = makeMlp();
     const NamedTensors params = model->namedParameters();
-    ServerGroup group({ClientRole::Worker, w, compression, kToken, std::chrono::seconds(60)}, placement,
-                      job.addresses());
+    ServerGroup group({ClientRole::Worker, w, compression, kToken, std::chrono::seconds(60)},
+                      placement, job.addresses());
     int64_t version = group.pull(params);
     for (int s = 0; s < kSteps; ++s) {
       const int64_t begin = s * kGlobalBatch + w * local;
@@ -86,8 +86,8 @@ std::vector<double> trainParameterServer(int servers, int workers, int64_t shard
     group.leave();
   });
   auto model = makeMlp();
-  ServerGroup chief({ClientRole::Chief, 0, Compression::None, kToken, std::chrono::seconds(60)}, placement,
-                    job.addresses());
+  ServerGroup chief({ClientRole::Chief, 0, Compression::None, kToken, std::chrono::seconds(60)},
+                    placement, job.addresses());
   EXPECT_EQ(chief.pull(model->namedParameters()), kSteps);
   const std::vector<ServerStats> stats = chief.stats();
   for (int s = 0; s < servers; ++s) {
@@ -127,7 +127,8 @@ TEST_P(SyncEquivalence, MatchesOneDeviceAfterTenSteps) {
     // magnified: 1.1e-5 with 2 shards, 1.3e-4 with 3 after 10 steps of this mlp. The servers
     // compute the shard mean exactly as one device does given the same shards.
     EXPECT_LT(parallel::testing::maxRelDiff(got, reference), 2e-4);
-    EXPECT_LT(parallel::testing::maxRelDiff(got, trainOneDeviceShardMean(factory, c.workers)), 1e-6);
+    EXPECT_LT(parallel::testing::maxRelDiff(got, trainOneDeviceShardMean(factory, c.workers)),
+              1e-6);
   }
   // The run moved the weights: a comparison with the initial ones would fail.
   EXPECT_GT(parallel::testing::maxRelDiff(

@@ -84,8 +84,8 @@ struct ServerOptions {
   int index = 0;    // this server's index, 0..P-1 (names it in messages)
   int workers = 1;  // W: the workers every sync round waits for (those that left excepted)
   Mode mode = Mode::Sync;
-  int staleness = 2;  // S of Mode::Ssp
-  std::string token;  // every connection must present it first
+  int staleness = 2;               // S of Mode::Ssp
+  std::string token;               // every connection must present it first
   std::string host = "127.0.0.1";  // address to listen on
   uint16_t port = 0;               // 0: a free port (see ParameterServer::port())
   /// Deadline of every wait: a sync round for a worker that sent nothing, an SSP wait for
@@ -99,14 +99,14 @@ struct ServerOptions {
 
 /// Counters of one server, as the chief reads them (Stats request) and tests inspect.
 struct ServerStats {
-  int64_t updates = 0;        // optimizer steps applied (the server's version)
-  int64_t pushes = 0;         // gradient pushes received
-  int64_t bytesIn = 0;        // gradient bytes received
-  int64_t bytesOut = 0;       // parameter bytes sent
-  int64_t stalenessMax = 0;   // largest (version at apply - version the gradient was computed on)
-  int64_t stalenessSum = 0;   // their sum over `pushes`
-  int64_t leadMax = 0;        // SSP: the largest lead over the slowest a worker was let go with
-  int64_t workersLost = 0;    // workers whose connection dropped without leaving
+  int64_t updates = 0;       // optimizer steps applied (the server's version)
+  int64_t pushes = 0;        // gradient pushes received
+  int64_t bytesIn = 0;       // gradient bytes received
+  int64_t bytesOut = 0;      // parameter bytes sent
+  int64_t stalenessMax = 0;  // largest (version at apply - version the gradient was computed on)
+  int64_t stalenessSum = 0;  // their sum over `pushes`
+  int64_t leadMax = 0;       // SSP: the largest lead over the slowest a worker was let go with
+  int64_t workersLost = 0;   // workers whose connection dropped without leaving
 };
 
 /// One server: holds its slices of the parameters (taken from `initial`, which every process
@@ -294,9 +294,9 @@ enum class Role { Server, Worker, Chief };
 /// What a process of a parameter-server job learns from its environment.
 struct RoleInfo {
   Role role = Role::Worker;
-  int index = 0;    // among the processes of its role
-  int servers = 1;  // P
-  int workers = 1;  // W
+  int index = 0;      // among the processes of its role
+  int servers = 1;    // P
+  int workers = 1;    // W
   std::string store;  // KOLO_STORE ("" under mpirun / srun: none was given)
   std::string token;  // KOLO_TOKEN
   bool local = true;  // every process of the job runs on this host
@@ -311,6 +311,10 @@ RoleInfo roleFromEnvironment();
 /// The store keys under which server i and the chief publish "host:port".
 std::string serverAddressKey(int server);
 std::string chiefAddressKey();
+/// The store key under which the chief publishes "P W" (kolo run --join reads it).
+std::string shapeKey();
+/// The store counter of workers that joined with kolo run --join.
+std::string joinCounterKey();
 
 /// The address of this host that peers reach it at, as the connection to the store sees it
 /// (127.0.0.1 for a store that is not TCP).

@@ -25,15 +25,16 @@ class ServerGroup::Impl {
                   "one address per server");
     const auto until = detail::deadlineAfter(options_.timeout);
     for (int s = 0; s < placement_.servers; ++s) {
-      const std::string peer = "parameter server " + std::to_string(s) + " (" +
-                               addresses[static_cast<size_t>(s)] + ")";
+      const std::string peer =
+          "parameter server " + std::to_string(s) + " (" + addresses[static_cast<size_t>(s)] + ")";
       Socket socket = detail::connectTo(addresses[static_cast<size_t>(s)], until, peer);
       const Header answer = detail::hello(socket, static_cast<uint32_t>(options_.index),
                                           static_cast<int64_t>(options_.role), options_.token,
                                           until, static_cast<uint32_t>(options_.compression));
       if (answer.b != placement_.elementsOf(s))
         KOLO_THROW(Mismatch, peer, " holds ", answer.b, " elements, but this process places ",
-                   placement_.elementsOf(s), " there: the processes disagree about the model or "
+                   placement_.elementsOf(s),
+                   " there: the processes disagree about the model or "
                    "--ps-shard-bytes");
       sockets_.push_back(std::move(socket));
       slices_.push_back(placement_.slicesOf(s));
@@ -70,7 +71,8 @@ class ServerGroup::Impl {
           detail::packBf16(grad.data<float>() + slice.begin, packed_[s].data() + at,
                            static_cast<size_t>(slice.size()));
         } else {
-          parts.push_back({grad.data<float>() + slice.begin, static_cast<size_t>(slice.size()) * 4});
+          parts.push_back(
+              {grad.data<float>() + slice.begin, static_cast<size_t>(slice.size()) * 4});
         }
         at += slice.size();
       }
@@ -93,8 +95,8 @@ class ServerGroup::Impl {
       if (answer.payload != sizeof fields)
         KOLO_THROW(FormatError, socket.peer(), " sent ", answer.payload, " bytes of statistics");
       socket.recvAll(fields, sizeof fields, until, "the statistics");
-      all.push_back({fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], fields[6],
-                     fields[7]});
+      all.push_back(
+          {fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], fields[6], fields[7]});
     }
     return all;
   }
@@ -106,7 +108,8 @@ class ServerGroup::Impl {
     for (size_t s = 0; s < sockets_.size(); ++s) {
       const std::string path = directory + "/server-" + std::to_string(s) + ".safetensors";
       const Header h = detail::request(Op::Checkpoint, 0, 0, path.size());
-      iovec parts[2] = {{const_cast<Header*>(&h), sizeof h}, {const_cast<char*>(path.data()), path.size()}};
+      iovec parts[2] = {{const_cast<Header*>(&h), sizeof h},
+                        {const_cast<char*>(path.data()), path.size()}};
       sockets_[s].sendAll(parts, 2, until, "a checkpoint request");
     }
     for (Socket& socket : sockets_) expectOk(socket, until, "the checkpoint reply");
@@ -179,8 +182,8 @@ class ServerGroup::Impl {
 
 ServerGroup::ServerGroup(ClientOptions options, Placement placement,
                          std::vector<std::string> addresses)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(placement),
-                                   std::move(addresses))) {}
+    : impl_(
+          std::make_unique<Impl>(std::move(options), std::move(placement), std::move(addresses))) {}
 ServerGroup::~ServerGroup() = default;
 ServerGroup::ServerGroup(ServerGroup&&) noexcept = default;
 ServerGroup& ServerGroup::operator=(ServerGroup&&) noexcept = default;

@@ -7,8 +7,8 @@
 namespace kolo::parallel::ps::detail {
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void packBf16(const float* in,
-                                                                            uint16_t* out,
-                                                                            size_t n) {
+                                                                           uint16_t* out,
+                                                                           size_t n) {
   for (size_t i = 0; i < n; ++i) {
     uint32_t bits;
     std::memcpy(&bits, in + i, 4);
@@ -19,8 +19,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void packBf16(const
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void unpackBf16(const uint16_t* in,
-                                                                              float* out,
-                                                                              size_t n) {
+                                                                             float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
     std::memcpy(out + i, &bits, 4);

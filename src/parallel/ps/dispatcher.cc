@@ -24,6 +24,7 @@ using detail::Status;
 namespace {
 constexpr auto kPollSlice = std::chrono::milliseconds(100);
 constexpr auto kRetryPause = std::chrono::milliseconds(2);
+constexpr uint32_t kMaxWorkers = 4096;
 }  // namespace
 
 class UnitDispatcher::Impl {
@@ -33,16 +34,18 @@ class UnitDispatcher::Impl {
     KOLO_REQUIRE(options_.unitSamples >= 1, "--ps-unit-samples must be at least 1");
     KOLO_REQUIRE(options_.samplesPerEpoch >= 1, "an epoch needs at least one sample");
     unitsPerEpoch_ = (options_.samplesPerEpoch + options_.unitSamples - 1) / options_.unitSamples;
-    KOLO_REQUIRE(options_.firstEpoch >= 0 && options_.firstEpoch <= options_.epochs,
-                 "first epoch ", options_.firstEpoch, " is outside 0..", options_.epochs);
-    for (int64_t u = options_.firstEpoch * unitsPerEpoch_; u < unitsPerEpoch_ * options_.epochs; ++u)
+    KOLO_REQUIRE(options_.firstEpoch >= 0 && options_.firstEpoch <= options_.epochs, "first epoch ",
+                 options_.firstEpoch, " is outside 0..", options_.epochs);
+    for (int64_t u = options_.firstEpoch * unitsPerEpoch_; u < unitsPerEpoch_ * options_.epochs;
+         ++u)
       queue_.push_back(u);
     allowedEpoch_ = options_.pauseBetweenEpochs ? options_.firstEpoch : INT64_MAX;
     done_.assign(static_cast<size_t>(options_.epochs), 0);
     lossSum_.assign(static_cast<size_t>(options_.epochs), 0.0);
     batches_.assign(static_cast<size_t>(options_.epochs), 0);
     // Epochs before the first were done by the run that wrote the checkpoint.
-    for (int64_t e = 0; e < options_.firstEpoch; ++e) done_[static_cast<size_t>(e)] = unitsPerEpoch_;
+    for (int64_t e = 0; e < options_.firstEpoch; ++e)
+      done_[static_cast<size_t>(e)] = unitsPerEpoch_;
     finishedAt_.assign(static_cast<size_t>(options_.epochs), Clock::time_point{});
     workers_.resize(static_cast<size_t>(options_.workers));
     listener_ = detail::listenOn(options_.host, options_.port, &port_);
@@ -65,14 +68,18 @@ class UnitDispatcher::Impl {
     const auto e = static_cast<size_t>(epoch);
     while (done_[e] < unitsPerEpoch_) {
       if (alive() == 0 && everConnected_)
-        KOLO_THROW(PeerError, "every worker was lost; ", unitsPerEpoch_ - done_[e], " unit(s) of "
-                   "epoch ", epoch + 1, " are left undone");
+        KOLO_THROW(PeerError, "every worker was lost; ", unitsPerEpoch_ - done_[e],
+                   " unit(s) of "
+                   "epoch ",
+                   epoch + 1, " are left undone");
       changed_.wait_for(lock, kPollSlice);
       if (Clock::now() - lastProgress_ > options_.timeout)
         KOLO_THROW(Timeout, "the chief: no worker finished a unit for ", options_.timeout.count(),
-                   " ms (epoch ", epoch + 1, ", ", done_[e], " of ", unitsPerEpoch_, " units done)");
+                   " ms (epoch ", epoch + 1, ", ", done_[e], " of ", unitsPerEpoch_,
+                   " units done)");
     }
-    return {lossSum_[e], batches_[e], std::chrono::duration<double>(finishedAt_[e] - firstUnit_).count()};
+    return {lossSum_[e], batches_[e],
+            std::chrono::duration<double>(finishedAt_[e] - firstUnit_).count()};
   }
 
   void releaseEpoch(int64_t epoch) {
@@ -120,9 +127,12 @@ class UnitDispatcher::Impl {
     int64_t units = 0;
   };
 
+  /// Workers not lost: the W the job started with, and those that joined.
   int alive() const {
     int n = 0;
-    for (const Worker& w : workers_) n += !w.lost;
+    for (size_t i = 0; i < workers_.size(); ++i)
+      n +=
+          !workers_[i].lost && (i < static_cast<size_t>(options_.workers) || workers_[i].connected);
     return n;
   }
 
@@ -145,6 +155,9 @@ class UnitDispatcher::Impl {
       const Header h = detail::acceptHello(socket, options_.token, deadline());
       {
         std::lock_guard lock(mutex_);
+        // Workers beyond the W the job started with join later (kolo run --join); they get
+        // units from their first request on.
+        while (h.index < kMaxWorkers && workers_.size() <= h.index) workers_.emplace_back();
         if (h.index >= workers_.size() || workers_[h.index].connected) {
           detail::sendError(socket, "the chief does not expect worker " + std::to_string(h.index),
                             deadline());
@@ -171,8 +184,7 @@ class UnitDispatcher::Impl {
           range[0] = k * options_.unitSamples;
           range[1] = std::min(range[0] + options_.unitSamples, options_.samplesPerEpoch);
         }
-        iovec parts[2] = {{const_cast<Header*>(&answer), sizeof answer},
-                          {range, answer.payload}};
+        iovec parts[2] = {{const_cast<Header*>(&answer), sizeof answer}, {range, answer.payload}};
         socket.sendAll(parts, 2, deadline(), "the next unit");
       }
     } catch (const Error&) {
@@ -241,7 +253,7 @@ class UnitDispatcher::Impl {
   Clock::time_point firstUnit_;
   bool handedOut_ = false;
   int64_t allowedEpoch_ = INT64_MAX;
-  std::vector<Worker> workers_;
+  std::deque<Worker> workers_;  // references stay valid as joiners are added
   std::vector<LostWorker> lost_;
   bool everConnected_ = false;
   Clock::time_point lastProgress_;
@@ -251,9 +263,7 @@ UnitDispatcher::UnitDispatcher(DispatchOptions options)
     : impl_(std::make_unique<Impl>(std::move(options))) {}
 UnitDispatcher::~UnitDispatcher() = default;
 uint16_t UnitDispatcher::port() const { return impl_->port(); }
-EpochReport UnitDispatcher::waitEpoch(int64_t epoch) {
-  return impl_->waitEpoch(epoch);
-}
+EpochReport UnitDispatcher::waitEpoch(int64_t epoch) { return impl_->waitEpoch(epoch); }
 void UnitDispatcher::releaseEpoch(int64_t epoch) { impl_->releaseEpoch(epoch); }
 void UnitDispatcher::waitWorkersFinished() { impl_->waitWorkersFinished(); }
 std::vector<LostWorker> UnitDispatcher::lost() const { return impl_->lost(); }
@@ -297,7 +307,8 @@ std::optional<Unit> UnitClient::next(const UnitReport& report, const std::functi
         socket.recvAll(range, sizeof range, until, "the next unit");
         return Unit{answer.a, answer.b, range[0], range[1]};
       }
-      case Status::Finished: return std::nullopt;
+      case Status::Finished:
+        return std::nullopt;
       case Status::Wait:
         if (!idled && idle) idle();
         idled = true;
@@ -306,8 +317,10 @@ std::optional<Unit> UnitClient::next(const UnitReport& report, const std::functi
                      " ms for a unit from the chief");
         std::this_thread::sleep_for(kRetryPause);
         continue;
-      case Status::Error: detail::throwRemoteError(socket, answer, until);
-      default: KOLO_THROW(FormatError, socket.peer(), " answered with status ", answer.op);
+      case Status::Error:
+        detail::throwRemoteError(socket, answer, until);
+      default:
+        KOLO_THROW(FormatError, socket.peer(), " answered with status ", answer.op);
     }
   }
 }

@@ -11,9 +11,12 @@ namespace kolo::parallel::ps {
 
 const char* modeName(Mode mode) {
   switch (mode) {
-    case Mode::Sync: return "sync";
-    case Mode::Async: return "async";
-    case Mode::Ssp: return "ssp";
+    case Mode::Sync:
+      return "sync";
+    case Mode::Async:
+      return "async";
+    case Mode::Ssp:
+      return "ssp";
   }
   return "?";
 }

@@ -59,10 +59,13 @@ RoleInfo roleFromEnvironment() {
   info.index = static_cast<int>(*index);
   info.servers = static_cast<int>(*servers);
   info.workers = static_cast<int>(*workers);
-  KOLO_REQUIRE(info.servers >= 1 && info.workers >= 1, "KOLO_PS_SERVERS and KOLO_PS_WORKERS must "
-               "be at least 1, got ", info.servers, " and ", info.workers);
-  const int count = info.role == Role::Server ? info.servers
-                    : info.role == Role::Worker ? info.workers
+  KOLO_REQUIRE(info.servers >= 1 && info.workers >= 1,
+               "KOLO_PS_SERVERS and KOLO_PS_WORKERS must "
+               "be at least 1, got ",
+               info.servers, " and ", info.workers);
+  // Workers beyond W joined the job later (kolo run --join).
+  const int count = info.role == Role::Server   ? info.servers
+                    : info.role == Role::Worker ? INT32_MAX
                                                 : 1;
   KOLO_REQUIRE(info.index >= 0 && info.index < count, "KOLO_ROLE_INDEX ", info.index,
                " is outside 0..", count - 1, " for role ", role);
@@ -76,6 +79,10 @@ RoleInfo roleFromEnvironment() {
 std::string serverAddressKey(int server) { return "ps/server/" + std::to_string(server); }
 
 std::string chiefAddressKey() { return "ps/chief"; }
+
+std::string shapeKey() { return "ps/shape"; }
+
+std::string joinCounterKey() { return "ps/joined"; }
 
 std::string localHost(comm::Store& store) {
   if (auto* tcp = dynamic_cast<comm::TcpStoreClient*>(&store)) return tcp->localAddress();

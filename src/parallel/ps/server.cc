@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <thread>
 
@@ -31,6 +32,7 @@ using detail::Status;
 namespace {
 constexpr auto kPollSlice = std::chrono::milliseconds(100);
 constexpr int64_t kStatsFields = 8;
+constexpr uint32_t kMaxWorkers = 4096;
 }  // namespace
 
 class ParameterServer::Impl {
@@ -60,10 +62,9 @@ class ParameterServer::Impl {
       std::memcpy(values_.data<float>() + offset, source.data<float>() + s.begin,
                   static_cast<size_t>(s.size()) * 4);
       const bool whole = s.begin == 0 && s.end == tensor.numel();
-      views.emplace_back(whole ? name
-                               : name + "[" + std::to_string(s.begin) + ":" +
-                                     std::to_string(s.end) + "]",
-                         values_.slice(0, offset, offset + s.size()));
+      views.emplace_back(
+          whole ? name : name + "[" + std::to_string(s.begin) + ":" + std::to_string(s.end) + "]",
+          values_.slice(0, offset, offset + s.size()));
       offsets_.push_back(offset);
       offset += s.size();
     }
@@ -113,13 +114,13 @@ class ParameterServer::Impl {
 
  private:
   struct Worker {
-    bool left = false;   // left the rounds (idle or finished) until its next push
-    bool lost = false;   // its connection dropped without leaving
+    bool left = false;  // left the rounds (idle or finished) until its next push
+    bool lost = false;  // its connection dropped without leaving
     bool connected = false;
-    bool parked = false;  // sync: its gradient waits for the round
-    int64_t basis = 0;    // the version its parked gradient was computed on
-    int64_t clock = 0;    // pushes so far (SSP)
-    std::vector<float> gradient;  // the last push (owned by its connection until parked)
+    bool parked = false;           // sync: its gradient waits for the round
+    int64_t basis = 0;             // the version its parked gradient was computed on
+    int64_t clock = 0;             // pushes so far (SSP)
+    std::vector<float> gradient;   // the last push (owned by its connection until parked)
     std::vector<uint16_t> packed;  // bf16: the push as it arrived
   };
 
@@ -130,7 +131,6 @@ class ParameterServer::Impl {
     std::vector<uint16_t> packed;
     const void* data = nullptr;
   };
-
 
   std::string name() const { return "parameter server " + std::to_string(options_.index); }
   Clock::time_point deadline() const { return detail::deadlineAfter(options_.timeout); }
@@ -148,17 +148,26 @@ class ParameterServer::Impl {
       }
       const bool bf16 = h.flags == static_cast<uint32_t>(Compression::Bf16);
       if (!chief) {
-        if (h.index >= static_cast<uint32_t>(options_.workers)) {
-          detail::sendError(socket, name() + " serves workers 0.." +
-                                        std::to_string(options_.workers - 1) + ", not " +
-                                        std::to_string(h.index), deadline());
+        if (h.index >= kMaxWorkers) {
+          detail::sendError(socket,
+                            name() + " serves workers 0.." + std::to_string(kMaxWorkers - 1) +
+                                ", not " + std::to_string(h.index),
+                            deadline());
           return;
         }
         std::lock_guard lock(mutex_);
+        // A worker beyond the W the job started with joined later: it takes part in the
+        // rounds from its first push on (deque: the others' references stay valid).
+        while (workers_.size() <= h.index) {
+          workers_.emplace_back();
+          workers_.back().left = true;
+        }
         Worker& w = workers_[h.index];
         if (w.connected || w.lost) {
-          detail::sendError(socket, "worker " + std::to_string(h.index) +
-                                        " is already (or was) connected to " + name(), deadline());
+          detail::sendError(
+              socket,
+              "worker " + std::to_string(h.index) + " is already (or was) connected to " + name(),
+              deadline());
           return;
         }
         w.connected = true;
@@ -248,9 +257,9 @@ class ParameterServer::Impl {
       }
       case Op::Stats: {
         const ServerStats s = stats();
-        const int64_t fields[kStatsFields] = {s.updates,      s.pushes,       s.bytesIn,
-                                              s.bytesOut,     s.stalenessMax, s.stalenessSum,
-                                              s.leadMax,      s.workersLost};
+        const int64_t fields[kStatsFields] = {s.updates,  s.pushes,       s.bytesIn,
+                                              s.bytesOut, s.stalenessMax, s.stalenessSum,
+                                              s.leadMax,  s.workersLost};
         const Header ok = detail::reply(Status::Ok, s.updates, 0, sizeof fields);
         iovec parts[2] = {{const_cast<Header*>(&ok), sizeof ok},
                           {const_cast<int64_t*>(fields), sizeof fields}};
@@ -282,7 +291,8 @@ class ParameterServer::Impl {
         return false;
       }
       default:
-        KOLO_THROW(FormatError, socket.peer(), " sent unknown request ", request.op, " to ", name());
+        KOLO_THROW(FormatError, socket.peer(), " sent unknown request ", request.op, " to ",
+                   name());
     }
   }
 
@@ -292,7 +302,8 @@ class ParameterServer::Impl {
     NamedTensors tensors;
     for (const auto& [slice, view] : views_) tensors.emplace_back("value/" + slice, view);
     const optim::StateDict state = optimizer_->stateDict();
-    for (const auto& [slot, tensor] : state.flatTensors()) tensors.emplace_back("state/" + slot, tensor);
+    for (const auto& [slot, tensor] : state.flatTensors())
+      tensors.emplace_back("state/" + slot, tensor);
     std::map<std::string, std::string> metadata = {
         {"version", std::to_string(version_)},
         {"server", std::to_string(options_.index)},
@@ -320,7 +331,8 @@ class ParameterServer::Impl {
     for (const auto& [slice, view] : views_) {
       targets.emplace_back("value/" + slice, view);
       if (!file.find("value/" + slice).defined())
-        KOLO_THROW(Mismatch, path, " holds no values of ", slice, ": it was written for another "
+        KOLO_THROW(Mismatch, path, " holds no values of ", slice,
+                   ": it was written for another "
                    "model, number of servers or --ps-shard-bytes");
     }
     checkpoint::copyIntoTensors(file, targets, false, path);
@@ -377,8 +389,8 @@ class ParameterServer::Impl {
       completeRoundIfReady();
       while (w.parked && !stopping_.load()) {
         if (changed_.wait_until(lock, until) == std::cv_status::timeout && w.parked)
-          KOLO_THROW(Timeout, name(), ": sync round ", round, " waited ",
-                     options_.timeout.count(), " ms for worker(s) ", missingWorkers());
+          KOLO_THROW(Timeout, name(), ": sync round ", round, " waited ", options_.timeout.count(),
+                     " ms for worker(s) ", missingWorkers());
       }
       if (stopping_.load()) KOLO_THROW(PeerError, name(), " is shutting down");
       if (out.bf16) {
@@ -482,7 +494,7 @@ class ParameterServer::Impl {
   std::vector<Slice> slices_;
   std::vector<int64_t> offsets_;
   int64_t elements_ = 0;
-  Tensor values_;  // (elements,) this server's slices in message order
+  Tensor values_;       // (elements,) this server's slices in message order
   NamedTensors views_;  // the slices as views of values_, named as the optimizer knows them
   std::vector<float> sum_;
   std::unique_ptr<optim::Optimizer> optimizer_;
@@ -494,7 +506,7 @@ class ParameterServer::Impl {
   std::condition_variable changed_;
   std::atomic<bool> stopping_{false};
   int64_t version_ = 0;
-  std::vector<Worker> workers_;
+  std::deque<Worker> workers_;
   ServerStats stats_;
   std::vector<std::thread> threads_;
 };
@@ -502,8 +514,8 @@ class ParameterServer::Impl {
 ParameterServer::ParameterServer(ServerOptions options, Placement placement,
                                  const NamedTensors& initial, const OptimizerFactory& makeOptimizer,
                                  std::function<double(int64_t)> lrAt)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(placement), initial,
-                                   makeOptimizer, std::move(lrAt))) {}
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(placement), initial, makeOptimizer,
+                                   std::move(lrAt))) {}
 ParameterServer::~ParameterServer() = default;
 uint16_t ParameterServer::port() const { return impl_->port(); }
 void ParameterServer::serve() { impl_->serve(); }

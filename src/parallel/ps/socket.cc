@@ -70,7 +70,8 @@ int connectOne(const addrinfo* a, Clock::time_point deadline, std::string* error
 
 Clock::time_point deadlineAfter(std::chrono::milliseconds timeout) {
   const auto now = Clock::now();
-  if (timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now))
+  if (timeout >=
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now))
     return Clock::time_point::max();
   return now + timeout;
 }
@@ -180,7 +181,8 @@ Socket listenOn(const std::string& host, uint16_t port, uint16_t* bound) {
   addrinfo* list = nullptr;
   const int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(),
                                &hints, &list);
-  if (rc != 0) KOLO_THROW(IoError, "cannot resolve '", host, "' to listen on: ", ::gai_strerror(rc));
+  if (rc != 0)
+    KOLO_THROW(IoError, "cannot resolve '", host, "' to listen on: ", ::gai_strerror(rc));
   std::string error = "no address";
   int fd = -1;
   for (addrinfo* a = list; a && fd < 0; a = a->ai_next) {
@@ -199,9 +201,9 @@ Socket listenOn(const std::string& host, uint16_t port, uint16_t* bound) {
   sockaddr_storage address{};
   socklen_t length = sizeof address;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  *bound = ntohs(address.ss_family == AF_INET6
-                     ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
-                     : reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+  *bound =
+      ntohs(address.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
+                                          : reinterpret_cast<sockaddr_in*>(&address)->sin_port);
   return Socket(fd, "listener on " + host + ":" + std::to_string(*bound));
 }
 
@@ -222,8 +224,8 @@ Socket connectTo(const std::string& address, Clock::time_point deadline, const s
   auto pause = std::chrono::milliseconds(5);
   for (;;) {
     addrinfo* list = nullptr;
-    const int rc = ::getaddrinfo(target.host.c_str(), std::to_string(target.port).c_str(), &hints,
-                                 &list);
+    const int rc =
+        ::getaddrinfo(target.host.c_str(), std::to_string(target.port).c_str(), &hints, &list);
     int fd = -1;
     if (rc != 0) {
       error = ::gai_strerror(rc);
