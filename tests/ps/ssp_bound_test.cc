@@ -2,9 +2,11 @@
 // sleeps every step) record when each step starts and when each push leaves; afterwards the
 // test checks that whenever worker w started step k, every other worker had already sent its
 // push number k - S (so no worker ran more than S updates ahead of the slowest). The same run
-// in async mode breaks that condition, which shows the check can see a violation.
+// in async mode, with worker 0 held back until the others are S + 2 steps ahead, breaks that
+// condition, which shows the check can see a violation.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <mutex>
 
 #include "ps_harness.h"
@@ -32,12 +34,19 @@ std::unique_ptr<optim::Optimizer> sgd(const NamedTensors& params) {
   return std::make_unique<optim::Sgd>(params, optim::SgdOptions{.lr = 0.01});
 }
 
-JobTrace runJob(Mode mode, int staleness) {
+/// With `holdSlowWorker`, worker 0 waits after its first push until every other worker has
+/// started step S + 2, so async mode must show a violation however loaded the machine is
+/// (under ssp that wait could never end).
+JobTrace runJob(Mode mode, int staleness, bool holdSlowWorker = false) {
   const Samples data = firstSamples(kWorkers * kSteps * kBatch);
   const Placement placement = placeParameters(makeMlp()->namedParameters(), 2, 1 << 20);
   ServerThreads job(2, kWorkers, mode, staleness, placement, sgd);
   JobTrace run;
   run.traces.resize(kWorkers);
+  std::mutex mutex;
+  std::condition_variable progressed;
+  std::vector<int> stepsStarted(kWorkers, 0);
+  bool heldLongEnough = true;
   parallel::testing::runThreads(kWorkers, [&](int w) {
     Trace& trace = run.traces[static_cast<size_t>(w)];
     auto model = makeMlp();
@@ -46,7 +55,20 @@ JobTrace runJob(Mode mode, int staleness) {
                       placement, job.addresses());
     int64_t version = group.pull(params);
     for (int k = 0; k < kSteps; ++k) {
+      if (holdSlowWorker && w == 0 && k == 1) {
+        std::unique_lock<std::mutex> lock(mutex);
+        heldLongEnough = progressed.wait_for(lock, std::chrono::seconds(60), [&] {
+          for (int j = 1; j < kWorkers; ++j)
+            if (stepsStarted[static_cast<size_t>(j)] < staleness + 3) return false;
+          return true;
+        });
+      }
       trace.started.push_back(Clock::now());
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        ++stepsStarted[static_cast<size_t>(w)];
+      }
+      progressed.notify_all();
       const int64_t begin = (k * kWorkers + w) * kBatch;
       lossAndGradients(*model, data, begin, begin + kBatch);
       if (w == 0) std::this_thread::sleep_for(std::chrono::milliseconds(6));
@@ -58,6 +80,7 @@ JobTrace runJob(Mode mode, int staleness) {
   ServerGroup chief({ClientRole::Chief, 0, Compression::None, kToken, std::chrono::seconds(60)},
                     placement, job.addresses());
   run.stats = chief.stats();
+  EXPECT_TRUE(heldLongEnough) << "the other workers never got S + 2 steps ahead of worker 0";
   return run;
 }
 
@@ -99,7 +122,7 @@ INSTANTIATE_TEST_SUITE_P(Ps, SspBound, ::testing::Values(0, 1, 2));
 
 TEST(SspBoundControl, AsyncRunsAheadOfTheSlowWorker) {
   KOLO_SKIP_WITHOUT_FASHION_MNIST();
-  const JobTrace run = runJob(Mode::Async, 2);
+  const JobTrace run = runJob(Mode::Async, 2, /*holdSlowWorker=*/true);
   EXPECT_GT(violations(run, 2), 0);
   for (const ServerStats& s : run.stats) EXPECT_EQ(s.leadMax, 0);  // not measured in async
 }
