@@ -14,6 +14,7 @@
 #include "kolo/dtype.h"
 #include "kolo/error.h"
 #include "kolo/nn/nn.h"
+#include "kolo/numerics.h"
 #include "kolo/observe.h"
 #include "kolo/ops.h"
 #include "kolo/optim.h"

@@ -123,14 +123,15 @@ Sequential& Sequential::add(std::shared_ptr<Module> module) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (const auto& [name, child] : children()) h = child->forward(h);
+  for (const auto& [name, child] : children()) h = (*child)(h);
   return h;
 }
 
 Tensor Sequential::forwardInputs(const std::vector<Tensor>& inputs) {
   if (children().empty() || inputs.size() == 1) return Module::forwardInputs(inputs);
+  // The first child's hooks do not run here: operator() takes a fixed argument list.
   Tensor h = children().front().second->forward(inputs);
-  for (size_t i = 1; i < children().size(); ++i) h = children()[i].second->forward(h);
+  for (size_t i = 1; i < children().size(); ++i) h = (*children()[i].second)(h);
   return h;
 }
 
