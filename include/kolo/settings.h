@@ -43,7 +43,9 @@
   X(mpiBlocking, "KOLO_MPI_BLOCKING", Flag, "0", "",                                              \
     "MPI backend: blocking collectives call MPI's blocking functions (no deadline)")             \
   X(smallGemm, "KOLO_SMALL_GEMM", Flag, "1", "",                                                  \
-    "AVX-512 kernels for small f32 matrix products; 0: OpenBLAS for every product")
+    "AVX-512 kernels for small f32 matrix products; 0: OpenBLAS for every product")              \
+  X(statusFile, "KOLO_STATUS_FILE", Text, "", "",                                                 \
+    "kolo train: each rank keeps its step and state in FILE.rank-N (set by kolo run --status-file; read by kolo status FILE)")
 
 namespace kolo::settings {
 

@@ -9,6 +9,7 @@
 #include "cli/options.h"
 #include "cli/train_loop.h"
 #include "kolo/error.h"
+#include "kolo/settings.h"
 
 namespace kolo::cli {
 namespace {
@@ -179,6 +180,28 @@ Command registerTrain(CLI::App& root) {
                   "WORKER:FACTOR parameter-server worker WORKER takes FACTOR times as long per "
                   "step, for benchmarks")
       ->group("");
+  app->add_flag("--detect-anomaly", config->detectAnomaly,
+                "check every module's output and gradient for NaN and infinity; stop at the "
+                "first, naming the rank, step and module (slower: a pass over every activation)");
+  app->add_option("--check-sync", config->checkSync,
+                  "every N steps compare a hash of every rank's weights; stop naming the ranks "
+                  "that differ and the first tensor (0: off)")
+      ->check(atLeast(0));
+  app->add_option("--metrics-every", config->metricsEvery,
+                  "steps between the ranks' step-time exchange: an interval line in --metrics "
+                  "and the breakdown on the progress line")
+      ->capture_default_str()
+      ->check(atLeast(1));
+  app->add_option("--status-file", config->statusFile,
+                  "each rank keeps its step and state in FILE.rank-N (kolo status FILE); "
+                  "default KOLO_STATUS_FILE");
+  app->add_option("--debug-nan-at", config->debugNanAt,
+                  "STEP:RANK:MODULE[:grad] write a NaN into MODULE's output (or its gradient) at "
+                  "STEP on RANK, for tests")
+      ->group("");
+  app->add_option("--debug-perturb", config->debugPerturb,
+                  "STEP:RANK:TENSOR add 1e-3 to one weight of TENSOR before STEP on RANK, for tests")
+      ->group("");
   app->add_flag("--progress", raw->bar, "always draw a progress bar");
   app->add_flag("--no-progress", raw->noBar, "plain progress lines even on a terminal");
   app->add_flag("--quiet", config->quiet, "no progress output");
@@ -221,6 +244,7 @@ Command registerTrain(CLI::App& root) {
                    raw->slowWorker, "': the worker must be at least 0 and the factor at least 1");
     }
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);
+    if (config->statusFile.empty()) config->statusFile = settings::statusFile();
     keepFreedMemory();
     observe::Logger logger(stderr);
     if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);

@@ -1,0 +1,56 @@
+// `kolo report`: the group of commands that read what runs left behind. `kolo report
+// RUN_DIR [RUN_DIR...] [-o OUT]` writes OUT/index.html (self-contained: the plots inline)
+// and OUT/<plot>.svg from the runs' metrics, checkpoints and timelines; further
+// subcommands of the group (such as a hang diagnosis) register on the same node.
+#include <filesystem>
+#include <fstream>
+
+#include "cli/commands.h"
+#include "cli/report_html.h"
+#include "cli/report_plots.h"
+#include "cli/report_runs.h"
+#include "kolo/error.h"
+
+namespace kolo::cli {
+namespace {
+
+int writeReport(const std::vector<std::string>& dirs, std::string out) {
+  KOLO_REQUIRE(!dirs.empty(), "kolo report: give one or more run directories (where kolo train "
+               "--metrics wrote its file), e.g. kolo report runs/a runs/b -o report");
+  std::vector<report::Run> runs;
+  for (const std::string& dir : dirs) runs.push_back(report::readRun(dir));
+  if (out.empty()) out = dirs.size() == 1 ? (std::filesystem::path(dirs[0]) / "report").string() : "report";
+  std::error_code error;
+  std::filesystem::create_directories(out, error);
+  if (error) KOLO_THROW(IoError, "kolo report: cannot create ", out, ": ", error.message());
+  const std::vector<report::Plot> plots = report::drawPlots(runs, out);
+  const std::string page = (std::filesystem::path(out) / "index.html").string();
+  std::ofstream html(page);
+  html << report::renderHtml(runs, plots);
+  html.close();
+  if (!html) KOLO_THROW(IoError, "kolo report: cannot write ", page);
+  int drawn = 0;
+  for (const report::Plot& plot : plots) drawn += plot.svg.empty() ? 0 : 1;
+  std::printf("wrote %s: %zu run(s), %d of %zu plots drawn\n", page.c_str(), runs.size(), drawn,
+              plots.size());
+  return 0;
+}
+
+}  // namespace
+
+Command registerReport(CLI::App& root) {
+  auto dirs = std::make_shared<std::vector<std::string>>();
+  auto out = std::make_shared<std::string>();
+  CLI::App* app = root.add_subcommand(
+      "report", "an HTML report with plots of one or more runs: kolo report RUN_DIR... [-o OUT]");
+  app->add_option("runs", *dirs, "run directories (each holding a kolo train --metrics file)");
+  app->add_option("-o,--output", *out,
+                  "directory for index.html and the SVG plots (default RUN_DIR/report for one "
+                  "run, ./report for several)");
+  Command command;
+  command.app = app;
+  command.run = [dirs, out] { return writeReport(*dirs, *out); };
+  return command;
+}
+
+}  // namespace kolo::cli
