@@ -60,10 +60,10 @@ std::string escapeHtml(const std::string& text) {
 
 std::string renderHtml(const std::vector<Run>& runs, const std::vector<Plot>& plots) {
   std::ostringstream html;
-  html << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+  html << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\" />\n"
        << "<title>kolo report: ";
   for (size_t i = 0; i < runs.size(); ++i) html << (i ? ", " : "") << escapeHtml(runs[i].name);
-  html << "</title>\n<link rel=\"icon\" href=\"data:,\">\n<style>" << kStyle << "</style>\n</head>\n<body>\n"
+  html << "</title>\n<link rel=\"icon\" href=\"data:,\" />\n<style>" << kStyle << "</style>\n</head>\n<body>\n"
        << "<h1>kolo report</h1>\n";
 
   html << "<h2 id=\"summary\">Summary</h2>\n<table id=\"summary-table\">\n<tr><th class=\"text\">run</th>"
