@@ -113,8 +113,9 @@ class Drawer {
     for (const Series& s : series)
       if (!s.points.empty()) drawn.push_back(&s);
     if (drawn.empty()) return {id, title, caption, "", empty};
-    script << kHeader << "set xlabel " << quoted(xlabel) << "\nset ylabel " << quoted(ylabel) << "\n"
-           << extra;
+    // Margins inside the frame, so that a run with one point (one epoch) is not drawn on it.
+    script << kHeader << "set offsets graph 0.03, graph 0.03, graph 0.05, graph 0.05\n"
+           << "set xlabel " << quoted(xlabel) << "\nset ylabel " << quoted(ylabel) << "\n" << extra;
     for (size_t i = 0; i < drawn.size(); ++i) {
       script << "$D" << i << " << EOD\n";
       for (const auto& [x, y] : drawn[i]->points) script << number(x) << " " << number(y) << "\n";
@@ -304,7 +305,8 @@ std::vector<Plot> drawPlots(const std::vector<Run>& runs, const std::string& out
                               "GB per rank", {"all-reduce volume"}, volume, false,
                               "no communication (one process)"));
   plots.push_back(drawer.bars("comm-bandwidth", "All-reduce bandwidth per algorithm",
-                              "Bytes all-reduced over the seconds the all-reduces took (algbw), "
+                              "Bytes all-reduced over the seconds the all-reduces took, less the "
+                              "time spent waiting for a slower rank (algbw), "
                               "by algorithm and rank count.",
                               "GB/s", {"algbw"}, bandwidth, false, "no communication (one process)"));
 

@@ -59,7 +59,7 @@ int showStatus(const std::string& file) {
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::printf("%-5s %-8s %-11s %-13s %-8s %-9s %-10s %s\n", "rank", "pid", "state", "step", "loss",
               "step_ms", "samples/s", "updated");
-  int64_t slowestStep = -1;
+  int64_t slowestStep = -1, fastestStep = -1;
   int slowest = -1;
   for (const RankLine& r : ranks) {
     const nlohmann::json& f = r.fields;
@@ -81,9 +81,11 @@ int showStatus(const std::string& file) {
       slowestStep = step;
       slowest = r.rank;
     }
+    fastestStep = std::max(fastestStep, step);
   }
-  if (slowest >= 0 && ranks.size() > 1)
-    std::printf("behind: rank %d (step %lld)\n", slowest, static_cast<long long>(slowestStep));
+  if (slowest >= 0 && fastestStep > slowestStep)
+    std::printf("behind: rank %d (step %lld; the furthest rank is at step %lld)\n", slowest,
+                static_cast<long long>(slowestStep), static_cast<long long>(fastestStep));
   return 0;
 }
 

@@ -177,8 +177,8 @@ Command registerTrain(CLI::App& root) {
                   "STEP[:RANK] inject a failure before STEP on RANK (default 0), for tests")
       ->group("");
   app->add_option("--debug-slow-worker", raw->slowWorker,
-                  "WORKER:FACTOR parameter-server worker WORKER takes FACTOR times as long per "
-                  "step, for benchmarks")
+                  "WORKER:FACTOR parameter-server worker WORKER (or rank WORKER of the other "
+                  "strategies) takes FACTOR times as long per step, for benchmarks")
       ->group("");
   app->add_flag("--detect-anomaly", config->detectAnomaly,
                 "check every module's output and gradient for NaN and infinity; stop at the "

@@ -107,7 +107,8 @@ observe::Fields IntervalTimes::fields(const std::string& algorithm) const {
     mean.exposed += t.exposed / ranks.size();
     mean.wait += t.wait / ranks.size();
     mean.step += t.step / ranks.size();
-    commSeconds += t.comm * t.steps;
+    // Time spent waiting for a slower rank moves no bytes: it is not the link's.
+    commSeconds += std::max(t.comm - t.wait, 0.0) * t.steps;
     bytes += t.commBytes * t.steps;
     perRank.push_back(observe::Fields{{"rank", t.rank},
                                       {"samples_per_s", t.samplesPerSecond},
@@ -128,7 +129,8 @@ observe::Fields IntervalTimes::fields(const std::string& algorithm) const {
                          {"step_s", mean.step},
                          {"slowest_rank", slowest}};
   if (bytes > 0) {
-    // Bytes every rank all-reduced over the seconds its all-reduces took (algbw).
+    // Bytes every rank all-reduced over the seconds its all-reduces took, less waiting
+    // (algbw).
     fields.set("comm_bytes", bytes / ranks.size());
     fields.set("comm_gbps", commSeconds > 0 ? bytes / commSeconds / 1e9 : 0.0);
     fields.set("algorithm", algorithm);

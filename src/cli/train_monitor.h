@@ -38,7 +38,8 @@ struct IntervalTimes {
   int slowest = 0;   // the rank with the most data + compute per step
   /// The interval's metrics fields: kind "interval", step, per-step means over the ranks
   /// (data_s, compute_s, comm_s, exposed_comm_s, wait_s, step_s), slowest_rank,
-  /// comm_bytes, comm_gbps (bytes over all-reduce seconds), algorithm, ranks [...].
+  /// comm_bytes, comm_gbps (bytes over all-reduce seconds less waiting), algorithm,
+  /// ranks [...].
   observe::Fields fields(const std::string& algorithm) const;
   /// "step 12.3 ms: data 0.1 compute 9.0 comm 1.2 wait 2.0, slowest rank 1".
   std::string progressText() const;

@@ -1,12 +1,14 @@
 // The Trainer's loop: epochs of synchronous steps from the process's DataLoader, evaluation
 // after each epoch, metrics lines, progress, checkpoints every N steps and at the end,
 // resume from the newest good checkpoint, and the final weights on disk (rank 0 writes).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
 #include <functional>
 #include <optional>
+#include <thread>
 
 #include "cli/train_checks.h"
 #include "cli/train_loop.h"
@@ -145,6 +147,7 @@ TrainSummary Trainer::run() {
          {"algorithm", config_.algorithm},
          {"batch", globalBatch}});
   std::string breakdown;  // the last interval's step-time breakdown, for the progress line
+  double slowSeconds = 0.0;
   double intervalLoss = 0.0;
   int64_t intervalSteps = 0;
   if (primary) {
@@ -185,7 +188,18 @@ TrainSummary Trainer::run() {
       if (step == config_.failStep && rank() == config_.failRank)
         KOLO_THROW(Error, "rank ", rank(), ": failure injected before step ", step,
                    " (--fail-at-step)");
+      // --debug-slow-worker RANK:FACTOR (benchmarks, the slow-rank walk-through): that rank
+      // takes FACTOR times its compute time, sleeping the difference before each step.
+      if (slowSeconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(slowSeconds));
+      const auto computeStart = Clock::now();
       const double loss = trainStep(batch, schedule_->lrAt(step));
+      if (config_.slowWorker == rank()) {
+        double compute = secondsSince(computeStart);
+        if (const parallel::Reducer* reducer = strategy_->reducer())
+          compute -= std::chrono::duration<double>(reducer->timeline().finalizeEnd -
+                                                   reducer->timeline().finalizeStart).count();
+        slowSeconds = (config_.slowFactor - 1.0) * std::max(compute, 0.0);
+      }
       const double seconds = secondsSince(stepStart);
       checks.afterStep(step);
       monitor.record(dataSeconds, seconds, strategy_->reducer());
