@@ -14,7 +14,7 @@ run_pair() {
   for i in $(seq "$repeat"); do
     off=$(rate $kolo $base)
     on=$(rate $kolo $base $flag)
-    printf "%-44s %12.1f %12.1f %8.3f\n" "$label" "$off" "$on" "$(echo "$on / $off" | bc -l)"
+    printf "%-44s %12.1f %12.1f %8.3f\n" "$label" "$off" "$on" "$(awk -v a="$on" -v b="$off" 'BEGIN { print a / b }')"
   done
 }
 run_pair "mlp one-device --detect-anomaly" "train --model mlp --steps 400" "--detect-anomaly"

@@ -36,6 +36,13 @@ int writeReport(const std::vector<std::string>& dirs, std::string out) {
   return 0;
 }
 
+// The subcommands of the group other than the page itself (`kolo report NAME ...`): each
+// registers on the group's node; the one chosen runs instead of the page.
+std::vector<Command> registerReportSubcommands(CLI::App& report) {
+  (void)report;
+  return {};
+}
+
 }  // namespace
 
 Command registerReport(CLI::App& root) {
@@ -47,9 +54,14 @@ Command registerReport(CLI::App& root) {
   app->add_option("-o,--output", *out,
                   "directory for index.html and the SVG plots (default RUN_DIR/report for one "
                   "run, ./report for several)");
+  auto subcommands = std::make_shared<std::vector<Command>>(registerReportSubcommands(*app));
   Command command;
   command.app = app;
-  command.run = [dirs, out] { return writeReport(*dirs, *out); };
+  command.run = [dirs, out, subcommands] {
+    for (Command& sub : *subcommands)
+      if (sub.app->parsed()) return sub.run();
+    return writeReport(*dirs, *out);
+  };
   return command;
 }
 

@@ -43,6 +43,11 @@ TrainChecks::TrainChecks(const TrainConfig& config, nn::Module& model, comm::Com
   KOLO_REQUIRE(config.checkSync == 0 || comm != nullptr,
                "--check-sync compares the weights of several ranks: use it with --strategy "
                "multi-worker-mirrored under kolo run, or --workers N");
+  // Central storage trains replicas whose forward the central model never runs.
+  KOLO_REQUIRE(!(config.detectAnomaly || !config.debugNanAt.empty()) ||
+                   config.strategy != "central-storage",
+               "--detect-anomaly watches the modules that run forward: use it with one-device, "
+               "mirrored (replica 0) or multi-worker-mirrored, not central-storage");
   if (config.detectAnomaly || !config.debugNanAt.empty()) {
     detector_ = std::make_unique<observe::AnomalyDetector>(
         model, observe::AnomalyOptions{.parameterGradients = parameterGradients, .rank = rank});

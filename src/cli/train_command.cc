@@ -182,7 +182,8 @@ Command registerTrain(CLI::App& root) {
       ->group("");
   app->add_flag("--detect-anomaly", config->detectAnomaly,
                 "check every module's output and gradient for NaN and infinity; stop at the "
-                "first, naming the rank, step and module (slower: a pass over every activation)");
+                "first, naming the rank, step and module (slower: a pass over every activation; "
+                "mirrored: replica 0)");
   app->add_option("--check-sync", config->checkSync,
                   "every N steps compare a hash of every rank's weights; stop naming the ranks "
                   "that differ and the first tensor (0: off)")
@@ -247,7 +248,12 @@ Command registerTrain(CLI::App& root) {
     if (config->statusFile.empty()) config->statusFile = settings::statusFile();
     keepFreedMemory();
     observe::Logger logger(stderr);
-    if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
+    if (config->strategy == "parameter-server") {
+      KOLO_REQUIRE(!config->detectAnomaly && config->checkSync == 0 && config->statusFile.empty(),
+                   "--detect-anomaly, --check-sync and --status-file are not available with "
+                   "--strategy parameter-server");
+      return runParameterServerRole(*config, logger);
+    }
     Trainer trainer(*config, logger);
     const TrainSummary summary = trainer.run();
     if (!trainer.isPrimary()) return 0;
