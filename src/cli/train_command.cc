@@ -212,6 +212,9 @@ Command registerTrain(CLI::App& root) {
   command.warnsAtStart = [raw] { return raw->workers == 0; };  // --workers re-launches kolo
   command.run = [config, raw, epochs, optimizer, lr, momentum, weightDecay, warmup]() -> int {
     if (raw->workers > 0) execWorkers(raw->workers);
+    KOLO_REQUIRE(config->checkSync == 0 || config->strategy == "multi-worker-mirrored",
+                 "--check-sync compares the weights of several ranks: use it with --strategy "
+                 "multi-worker-mirrored under kolo run, or --workers N");
     if (epochs->count()) config->epochs = raw->epochs;
     if (optimizer->count()) config->optimizer = raw->optimizer;
     if (lr->count()) config->lr = raw->lr;

@@ -1,9 +1,9 @@
 // End-to-end `kolo report` and the live view. Metrics lines in kolo train's format for two
 // runs: the page holds every plot as well-formed inline SVG and the summary, and needs
-// nothing from the network; bad run directories are named. Real runs (slow): a two-rank run
-// under `kolo run --status-file` and a one-device run reported together, `kolo status`
-// showing both ranks done, and the page opened in headless Chromium with no console message
-// (skipped without chromium).
+// nothing from the network; bad run directories are named; headless Chromium loads the page
+// with no console message (slow; skipped without chromium). Real runs (slow): a two-rank run
+// under `kolo run --status-file` and a one-device run reported together, their interval
+// lines, and `kolo status` showing both ranks done.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -212,11 +212,44 @@ TEST_F(ReportCliTest, BadRunDirectoriesAreNamed) {
   EXPECT_EQ(none.exitCode, 2) << none.output;
 }
 
+TEST_F(ReportCliTest, ChromiumLoadsThePageWithoutConsoleMessages) {
+  KOLO_SKIP_WITHOUT_GNUPLOT();
+  const char* browsers[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser"};
+  std::string browser;
+  for (const char* b : browsers)
+    if (fs::exists(b)) browser = b;
+  if (browser.empty()) GTEST_SKIP() << "chromium is not installed (apt-get install chromium)";
+  writeRun(dir_ / "ring2", 2, 1.5);
+  writeRun(dir_ / "single", 1, 1.0);
+  const RunResult report = runKolo("report " + (dir_ / "ring2").string() + " " +
+                                   (dir_ / "single").string() + " -o " + (dir_ / "out").string());
+  ASSERT_EQ(report.exitCode, 0) << report.output;
+  const fs::path shot = dir_ / "report.png";
+  // Console messages (errors included) appear as INFO:CONSOLE lines with logging on stderr.
+  const std::string command = browser +
+                              " --headless --no-sandbox --disable-gpu --hide-scrollbars "
+                              "--enable-logging=stderr --v=0 --window-size=1400,2400 "
+                              "--screenshot=" +
+                              shot.string() + " file://" + (dir_ / "out" / "index.html").string() +
+                              " 2>&1";
+  std::string output;
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char buffer[4096];
+  size_t got;
+  while ((got = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, got);
+  ::pclose(pipe);
+  EXPECT_EQ(output.find(":CONSOLE"), std::string::npos) << output;
+  ASSERT_TRUE(fs::exists(shot)) << output;
+  EXPECT_GT(fs::file_size(shot), 50000u) << "a blank page would be a few kilobytes";
+  const std::string png = readFile(shot).substr(0, 8);
+  EXPECT_EQ(png, "\x89PNG\r\n\x1a\n");
+}
+
 // Real runs: two ranks under kolo run --status-file (metrics every 4 steps, checkpoints)
 // and one device, reported together. Labelled slow (training processes).
 class ReportRunTest : public ::testing::Test {
  protected:
-  // The two runs are made once for every case of the suite.
   static void SetUpTestSuite() {
     if (!kolo::testing::fashionMnistInstalled()) return;
     dir_ = fs::temp_directory_path() / ("kolo_report_run_" + std::to_string(::getpid()));
@@ -248,7 +281,7 @@ class ReportRunTest : public ::testing::Test {
   static inline RunResult two_, one_, report_;
 };
 
-TEST_F(ReportRunTest, PageOfRealRunsHoldsEveryPlotTheSummaryAndTheEvents) {
+TEST_F(ReportRunTest, PageIntervalLinesAndStatusOfRealRuns) {
   EXPECT_NE(report_.output.find("2 run(s), 9 of 9 plots drawn"), std::string::npos) << report_.output;
   expectEveryPlot(dir_ / "out");
   const std::string html = readFile(dir_ / "out" / "index.html");
@@ -263,9 +296,8 @@ TEST_F(ReportRunTest, PageOfRealRunsHoldsEveryPlotTheSummaryAndTheEvents) {
   EXPECT_NE(html.find("checkpoints at steps 10 15 16"), std::string::npos);
   for (const char* event : {">start<", ">checkpoint<", ">end<"})
     EXPECT_NE(html.find(event), std::string::npos) << event;
-}
 
-TEST_F(ReportRunTest, IntervalLinesCarryEveryRanksBreakdown) {
+  // Every interval line holds every rank's breakdown.
   std::ifstream in(dir_ / "two" / "metrics.jsonl");
   std::string line;
   int intervals = 0;
@@ -278,9 +310,8 @@ TEST_F(ReportRunTest, IntervalLinesCarryEveryRanksBreakdown) {
       EXPECT_NE(line.find(key), std::string::npos) << key << " in " << line;
   }
   EXPECT_EQ(intervals, 4);  // every 4 of 16 steps
-}
 
-TEST_F(ReportRunTest, StatusShowsEveryRankDone) {
+  // kolo status shows both ranks done.
   const RunResult status = runKolo("status " + (dir_ / "status").string());
   ASSERT_EQ(status.exitCode, 0) << status.output;
   EXPECT_TRUE(std::regex_search(status.output, std::regex("\\n0 +[0-9]+ +done +16/16 ")))
@@ -290,34 +321,6 @@ TEST_F(ReportRunTest, StatusShowsEveryRankDone) {
   const RunResult none = runKolo("status " + (dir_ / "nothing").string());
   EXPECT_EQ(none.exitCode, 3) << none.output;
   EXPECT_NE(none.output.find("no rank has written"), std::string::npos) << none.output;
-}
-
-TEST_F(ReportRunTest, ChromiumLoadsThePageWithoutConsoleMessages) {
-  const char* browsers[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser"};
-  std::string browser;
-  for (const char* b : browsers)
-    if (fs::exists(b)) browser = b;
-  if (browser.empty()) GTEST_SKIP() << "chromium is not installed (apt-get install chromium)";
-  const fs::path shot = dir_ / "report.png";
-  // Console messages (errors included) appear as INFO:CONSOLE lines with logging on stderr.
-  const std::string command = browser +
-                              " --headless --no-sandbox --disable-gpu --hide-scrollbars "
-                              "--enable-logging=stderr --v=0 --window-size=1400,2400 "
-                              "--screenshot=" +
-                              shot.string() + " file://" + (dir_ / "out" / "index.html").string() +
-                              " 2>&1";
-  std::string output;
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  char buffer[4096];
-  size_t got;
-  while ((got = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) output.append(buffer, got);
-  ::pclose(pipe);
-  EXPECT_EQ(output.find(":CONSOLE"), std::string::npos) << output;
-  ASSERT_TRUE(fs::exists(shot)) << output;
-  EXPECT_GT(fs::file_size(shot), 50000u) << "a blank page would be a few kilobytes";
-  const std::string png = readFile(shot).substr(0, 8);
-  EXPECT_EQ(png, "\x89PNG\r\n\x1a\n");
 }
 
 }  // namespace
