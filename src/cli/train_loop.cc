@@ -137,7 +137,7 @@ bool onOrSpareCore(const std::string& choice, int localThreads) {
 // input-file error (exit code 3), like a malformed file.
 void loadInitialWeights(const std::string& path, nn::Module& model) {
   try {
-    checkpoint::loadSafetensorsInto(path, model.namedParameters());
+    checkpoint::loadSafetensorsInto(path, model.stateDict());
   } catch (const FileError&) {
     throw;
   } catch (const IoError& e) {

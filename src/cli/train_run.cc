@@ -53,7 +53,7 @@ void Trainer::saveCheckpoint(int64_t step, const data::DataLoader& loader) {
   state.extra = runIdentity(config_);
   state.extra["strategy"] = strategy_->name();
   state.extra["replicas"] = std::to_string(strategy_->replicas());
-  const std::string path = manager.save(model().namedParameters(), &optimizer(), state);
+  const std::string path = manager.save(model().stateDict(), &optimizer(), state);
   logger_.debug("checkpoint written", {{"dir", path}, {"step", step}});
 }
 
@@ -70,7 +70,7 @@ int64_t Trainer::resume(data::DataLoader& loader) {
       const std::optional<checkpoint::CheckpointInfo> found = manager.latestGood();
       if (!found) KOLO_THROW(FileError, "--resume ", config_.resumeDir, ": no good checkpoint there");
       const checkpoint::TrainingState state =
-          checkpoint::CheckpointManager::load(found->path, model().namedParameters(), &optimizer());
+          checkpoint::CheckpointManager::load(found->path, model().stateDict(), &optimizer());
       for (const auto& [key, value] : runIdentity(config_)) {
         const auto it = state.extra.find(key);
         if (it != state.extra.end() && it->second != value)
@@ -209,7 +209,7 @@ TrainSummary Trainer::run() {
   if (lastCheckpoint != step && trainSteps > 0) saveCheckpoint(step, loader);
   if (primary && !config_.savePath.empty()) {
     checkpoint::saveSafetensors(
-        config_.savePath, model().namedParameters(),
+        config_.savePath, model().stateDict(),
         {{"format", "pt"}, {"model", config_.model}, {"step", std::to_string(step)}});
     logger_.info("saved weights", {{"file", config_.savePath}});
   }
