@@ -106,6 +106,11 @@ class NativeCommunicator : public Communicator {
   void runBlocking(const Signature& sig, const CollectiveOptions& opts, std::function<void()> body);
   std::unique_ptr<Work> runAsync(const Signature& sig, const CollectiveOptions& opts, std::function<void()> body);
   void execute(Task& task);
+  /// Runs a task's body on this thread with its flight-recorder entry and timeline span;
+  /// a Timeout or Mismatch also dumps the flight recorder (kolo/flight_recorder.h).
+  void runTask(Task& task);
+  /// Enters a collective in the flight recorder as queued; returns its entry's id.
+  uint64_t recordIssued(const Signature& sig, uint64_t seq) const;
   void progressLoop();
   std::chrono::milliseconds budget(const CollectiveOptions& opts) const;
   Algorithm requested(const CollectiveOptions& opts) const;
