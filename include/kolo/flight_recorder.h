@@ -83,9 +83,9 @@ void attach(int rank, int worldSize);
 /// Whether the recorder is on (attach() ran and K > 0).
 bool enabled();
 
-/// Records a collective as queued now; returns its ordinal (for the calls below), or 0 when
-/// the recorder is off.
-uint64_t begin(const Description& description);
+/// Records a collective as queued now (and started, with `startNow`: a blocking call that
+/// runs at once); returns its ordinal (for the calls below), or 0 when the recorder is off.
+uint64_t begin(const Description& description, bool startNow = false);
 /// Marks ordinal `id` started, done, or failed with `error` (a message, cut to fit). Nothing
 /// when the entry was overwritten since (the ring wrapped) or id is 0.
 void started(uint64_t id);

@@ -64,10 +64,13 @@ RingEntry* entryOf(uint64_t id) {
   return e.ordinal.load(std::memory_order_acquire) == id ? &e : nullptr;
 }
 
-void touch() {
+// Progress for the launcher's stall watch: any change of the counter counts, so two threads
+// that bump it at once and lose one increment do no harm (a load and a store are cheaper
+// than a locked add on every collective).
+void touch(int64_t now) {
   RingHeader* h = ring().header;
-  h->progress.fetch_add(1, std::memory_order_relaxed);
-  h->lastChangeNs.store(nowNs(), std::memory_order_relaxed);
+  h->progress.store(h->progress.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  h->lastChangeNs.store(now, std::memory_order_relaxed);
 }
 
 void appendEscaped(std::string& out, const char* text, size_t limit) {
@@ -220,7 +223,7 @@ void attach(int rank, int worldSize) {
 
 bool enabled() { return ring().attached.load(std::memory_order_acquire); }
 
-uint64_t begin(const Description& d) {
+uint64_t begin(const Description& d, bool startNow) {
   Ring& r = ring();
   if (!r.attached.load(std::memory_order_acquire)) return 0;
   const uint64_t ordinal = r.header->next.fetch_add(1, std::memory_order_relaxed);
@@ -241,37 +244,42 @@ uint64_t begin(const Description& d) {
   e.peer = d.peer;
   e.count = d.count;
   e.bytes = d.bytes;
-  e.queuedNs.store(nowNs(), std::memory_order_relaxed);
-  e.startedNs.store(0, std::memory_order_relaxed);
+  const int64_t now = nowNs();
+  e.queuedNs.store(now, std::memory_order_relaxed);
+  e.startedNs.store(startNow ? now : 0, std::memory_order_relaxed);
   e.finishedNs.store(0, std::memory_order_relaxed);
   e.error[0] = '\0';
+  if (startNow) e.state.store(static_cast<uint8_t>(State::Started), std::memory_order_relaxed);
   e.ordinal.store(ordinal + 1, std::memory_order_release);
-  touch();
+  touch(now);
   return ordinal + 1;
 }
 
 void started(uint64_t id) {
   if (RingEntry* e = entryOf(id)) {
-    e->startedNs.store(nowNs(), std::memory_order_relaxed);
+    const int64_t now = nowNs();
+    e->startedNs.store(now, std::memory_order_relaxed);
     e->state.store(static_cast<uint8_t>(State::Started), std::memory_order_release);
-    touch();
+    touch(now);
   }
 }
 
 void finished(uint64_t id) {
   if (RingEntry* e = entryOf(id)) {
-    e->finishedNs.store(nowNs(), std::memory_order_relaxed);
+    const int64_t now = nowNs();
+    e->finishedNs.store(now, std::memory_order_relaxed);
     e->state.store(static_cast<uint8_t>(State::Done), std::memory_order_release);
-    touch();
+    touch(now);
   }
 }
 
 void failed(uint64_t id, const char* error) {
   if (RingEntry* e = entryOf(id)) {
     copyText(e->error, sizeof e->error, error);
-    e->finishedNs.store(nowNs(), std::memory_order_relaxed);
+    const int64_t now = nowNs();
+    e->finishedNs.store(now, std::memory_order_relaxed);
     e->state.store(static_cast<uint8_t>(State::Failed), std::memory_order_release);
-    touch();
+    touch(now);
   }
 }
 

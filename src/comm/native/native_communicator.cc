@@ -184,7 +184,7 @@ detail::HierarchicalGroups& NativeCommunicator::hierarchicalGroups() {
 
 // ---- execution order ----
 
-uint64_t NativeCommunicator::recordIssued(const Signature& sig, uint64_t seq) const {
+uint64_t NativeCommunicator::recordIssued(const Signature& sig, uint64_t seq, bool startNow) const {
   if (!flight::enabled()) return 0;
   const bool reduces = sig.collective == CollectiveKind::Allreduce || sig.collective == CollectiveKind::Reduce ||
                        sig.collective == CollectiveKind::ReduceScatter;
@@ -200,11 +200,11 @@ uint64_t NativeCommunicator::recordIssued(const Signature& sig, uint64_t seq) co
   d.count = static_cast<int64_t>(sig.count);
   d.bytes = static_cast<int64_t>(sig.count * dtypeSize(sig.dtype));
   d.root = sig.root;
-  return flight::begin(d);
+  return flight::begin(d, startNow);
 }
 
-void NativeCommunicator::runTask(Task& task) {
-  flight::started(task.flightId);
+void NativeCommunicator::runTask(Task& task, bool started) {
+  if (!started) flight::started(task.flightId);
   trace::Scope span(collectiveName(task.sig.collective), "comm");
   span.seq(static_cast<int64_t>(task.seq))
       .bytes(static_cast<int64_t>(task.sig.count * dtypeSize(task.sig.dtype)))
@@ -227,20 +227,20 @@ void NativeCommunicator::runTask(Task& task) {
 
 void NativeCommunicator::execute(Task& task) {
   std::lock_guard<std::mutex> run(runMutex_);
-  runTask(task);
+  runTask(task, false);
 }
 
 void NativeCommunicator::runBlocking(const Signature& sig, const CollectiveOptions& opts, std::function<void()> body) {
   Task task{sig, 0, 0, budget(opts), std::move(body), nullptr};
   std::unique_lock<std::mutex> lock(queueMutex_);
   task.seq = nextSeq_++;
-  task.flightId = recordIssued(sig, task.seq);
+  task.flightId = recordIssued(sig, task.seq, pending_ == 0);
   if (pending_ == 0) {
     // Nothing queued: run here. Taking runMutex_ before releasing the queue lock keeps
     // a concurrently started non-blocking operation behind us.
     std::unique_lock<std::mutex> run(runMutex_);
     lock.unlock();
-    runTask(task);
+    runTask(task, true);
     return;
   }
   auto state = std::make_shared<WorkState>();
@@ -266,7 +266,7 @@ std::unique_ptr<Work> NativeCommunicator::runAsync(const Signature& sig, const C
   {
     std::lock_guard<std::mutex> lock(queueMutex_);
     task->seq = nextSeq_++;
-    task->flightId = recordIssued(sig, task->seq);
+    task->flightId = recordIssued(sig, task->seq, false);
     what = std::string(collectiveName(sig.collective)) + " #" + std::to_string(task->seq) + " on rank " +
            std::to_string(rank());
     queue_.push_back(task);
@@ -336,8 +336,7 @@ void observedTransfer(const char* op, int rank, int size, uint32_t context, size
     d.count = static_cast<int64_t>(count);
     d.bytes = static_cast<int64_t>(count * dtypeSize(dtype));
     d.peer = peer;
-    id = flight::begin(d);
-    flight::started(id);
+    id = flight::begin(d, true);
   }
   trace::Scope span(op, "comm");
   span.bytes(static_cast<int64_t>(count * dtypeSize(dtype))).peer(peer);
