@@ -36,7 +36,7 @@ latency() {  # latency FLIGHT_RECORDER -> median microseconds of a 64-byte all-r
 }
 
 best_off=0 best_on=0 best_tl=0
-lat_off="" lat_on=""
+lat_off=1e9 lat_on=1e9
 i=0
 while [ $i -lt "$repeat" ]; do
   off=$(train 0)
@@ -47,11 +47,11 @@ while [ $i -lt "$repeat" ]; do
   lo=$(latency 0)
   ln=$(latency 1024)
   echo "repeat $((i + 1)): samples/s off $off, recorder $on, recorder+timeline $tl; 64 B all-reduce off $lo us, recorder $ln us" >&2
-  best_off=$(echo "$best_off $off" | awk '{print ($2 > $1) ? $2 : $1}')
-  best_on=$(echo "$best_on $on" | awk '{print ($2 > $1) ? $2 : $1}')
-  best_tl=$(echo "$best_tl $tl" | awk '{print ($2 > $1) ? $2 : $1}')
-  lat_off=$(echo "$lat_off $lo" | awk '{print ($1 == "" || $2 < $1) ? $2 : $1}')
-  lat_on=$(echo "$lat_on $ln" | awk '{print ($1 == "" || $2 < $1) ? $2 : $1}')
+  best_off=$(echo "$best_off $off" | awk '{print ($2 + 0 > $1 + 0) ? $2 : $1}')
+  best_on=$(echo "$best_on $on" | awk '{print ($2 + 0 > $1 + 0) ? $2 : $1}')
+  best_tl=$(echo "$best_tl $tl" | awk '{print ($2 + 0 > $1 + 0) ? $2 : $1}')
+  lat_off=$(echo "$lat_off $lo" | awk '{print ($2 + 0 < $1 + 0) ? $2 : $1}')
+  lat_on=$(echo "$lat_on $ln" | awk '{print ($2 + 0 < $1 + 0) ? $2 : $1}')
   i=$((i + 1))
 done
 events=$(grep -o '"ph":"X"' "$tmp/timeline/trace.json" | wc -l)
