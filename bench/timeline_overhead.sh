@@ -4,6 +4,7 @@
 # the flight recorder off (KOLO_FLIGHT_RECORDER=0), with it on (the default), and with it
 # and the timeline (--timeline); then the median time of a 64-byte all-reduce (2 ranks),
 # where the recorder's fixed cost per collective shows most, with the recorder off and on.
+# Last, the fixed costs per call (bench/trace_cost.cc): a clock read, a span, a flight entry.
 # The configurations alternate within each repeat, and the best of REPEAT is kept, so a
 # change in machine load hits them alike. Prints each figure and the ratios to "off".
 # Usage: bench/timeline_overhead.sh [BUILD_DIR]   (default build/release)
@@ -13,6 +14,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-"$here/../build/release"}
 kolo="$build/src/cli/kolo"
 [ -x "$kolo" ] || { echo "timeline_overhead: $kolo not built" >&2; exit 1; }
+[ -x "$build/bench/trace_cost" ] || { echo "timeline_overhead: $build/bench/trace_cost not built" >&2; exit 1; }
 steps=${STEPS:-400}
 repeat=${REPEAT:-3}
 ranks=${RANKS:-2}
@@ -63,6 +65,8 @@ echo "$best_off $best_on $best_tl" | awk '{
   printf "  recorder + timeline          %10.1f   %.4f of off (%+.2f%%)\n", $3, $3 / $1, 100 * ($3 / $1 - 1)
 }'
 echo "  timeline spans in trace.json: $events"
+echo "per call, one thread (bench/trace_cost):"
+"$build/bench/trace_cost" | sed 's/^/  /'
 echo "64-byte all-reduce, $ranks ranks, best median of $repeat:"
 echo "$lat_off $lat_on" | awk '{
   printf "  flight recorder off          %8.3f us\n", $1
