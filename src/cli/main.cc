@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
       kolo::cli::registerRun(app),
       kolo::cli::registerBench(app),
       kolo::cli::registerEnv(app),
+      kolo::cli::registerReport(app),
   };
   try {
     app.parse(argc, argv);

@@ -48,6 +48,13 @@ Command registerRun(CLI::App& root) {
                   "seconds: the ranks' default collective deadline (KOLO_TIMEOUT) and the nodes' "
                   "rendezvous limit")
       ->check(above(0));
+  app->add_option("--debug-dir", options->debugDir,
+                  "directory of the ranks' flight recorders (KOLO_DEBUG_DIR): on a failure or a "
+                  "stall every rank dumps there and kolo run prints the hang diagnosis");
+  app->add_option("--stall-seconds", options->stallSeconds,
+                  "stop the job, with a hang diagnosis, when no rank finished or began a "
+                  "collective for this many seconds (default: never)")
+      ->check(above(0));
   app->add_option("--grace", *graceSeconds,
                   "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str()

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/train_loop.h"
+#include "cli/train_timeline.h"
 #include "kolo/error.h"
 
 namespace kolo::cli {
@@ -77,6 +78,9 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--init", config->initPath, "start from these weights (safetensors)");
   app->add_option("--save", config->savePath, "write the final weights here (safetensors)");
   app->add_option("--metrics", config->metricsPath, "write metrics here (JSON lines)");
+  app->add_option("--timeline", config->timelineDir,
+                  "record every rank's timeline into DIR, merged into DIR/trace.json (Chrome "
+                  "trace; also KOLO_TIMELINE=DIR)");
   app->add_option("--threads", config->threads, "OpenBLAS threads")
       ->capture_default_str()
       ->check(atLeast(1));
@@ -223,6 +227,7 @@ Command registerTrain(CLI::App& root) {
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);
     keepFreedMemory();
     observe::Logger logger(stderr);
+    startTimeline(config->timelineDir);
     if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
     Trainer trainer(*config, logger);
     const TrainSummary summary = trainer.run();

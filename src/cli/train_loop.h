@@ -47,6 +47,7 @@ struct TrainConfig {
   std::string initPath;
   std::string savePath;
   std::string metricsPath;
+  std::string timelineDir;  // --timeline: Chrome trace of every rank (kolo/trace.h)
   int threads = 1;
 
   // Distribution (see parallel::strategyOptionsFromNames).

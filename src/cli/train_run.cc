@@ -7,8 +7,10 @@
 #include <exception>
 
 #include "cli/train_loop.h"
+#include "cli/train_timeline.h"
 #include "kolo/checkpoint.h"
 #include "kolo/safetensors.h"
+#include "kolo/trace.h"
 
 namespace kolo::cli {
 namespace {
@@ -42,6 +44,8 @@ std::map<std::string, std::string> runIdentity(const TrainConfig& config) {
 
 void Trainer::saveCheckpoint(int64_t step, const data::DataLoader& loader) {
   if (config_.checkpointDir.empty()) return;
+  trace::Scope span("checkpoint", "checkpoint");
+  span.index(step);
   strategy_->consolidateState();
   if (!isPrimary()) return;
   checkpoint::CheckpointManager manager(config_.checkpointDir, config_.keepCheckpoints, true,
@@ -142,7 +146,12 @@ TrainSummary Trainer::run() {
     data::Batch batch;
     while (step < totalSteps_) {
       const auto stepStart = Clock::now();
-      if (!loader.next(batch)) break;
+      trace::Scope stepSpan("step", "train");
+      stepSpan.index(step);
+      {
+        trace::Scope dataSpan("data", "data");
+        if (!loader.next(batch)) break;
+      }
       if (step == config_.failStep && rank() == config_.failRank)
         KOLO_THROW(Error, "rank ", rank(), ": failure injected before step ", step,
                    " (--fail-at-step)");
@@ -177,7 +186,10 @@ TrainSummary Trainer::run() {
     trainSeconds += epochSeconds;
     trainSteps += lossCount;
     summary.trainLoss = lossSum / lossCount;
-    summary.testAccuracy = evaluate();
+    {
+      trace::Scope span("evaluate", "train");
+      summary.testAccuracy = evaluate();
+    }
     evaluated = true;
     summary.epochs = at.epoch + 1;
     const double rate = lossCount * globalBatch / std::max(epochSeconds, 1e-9);
@@ -224,6 +236,7 @@ TrainSummary Trainer::run() {
                     {"wall_s", summary.wallSeconds},
                     {"final", true}});
   }
+  finishTimeline(comm_.get(), primary, logger_);
   return summary;
 }
 
