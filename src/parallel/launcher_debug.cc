@@ -72,17 +72,23 @@ bool DebugWatch::dumpsSettled(const std::vector<WatchedRank>& ranks) const {
 std::vector<std::string> DebugWatch::finish(const std::vector<WatchedRank>& ranks, int worldSize,
                                             const std::string& reason) {
   collecting_ = false;
+  // Every local rank without a fresh dump gets one from its ring: one that did not answer,
+  // and one that ended (killed, or its sleep cut short by SIGUSR1) before it wrote one.
   for (const WatchedRank& r : ranks) {
-    if (!r.running) continue;
     const std::string dump = flight::dumpPath(dir_, r.globalRank);
     std::error_code ec;
     const auto when = fs::last_write_time(dump, ec);
     auto it = before_.find(r.globalRank);
-    const bool answered = !ec && (it == before_.end() || when != it->second);
-    if (answered) continue;
-    std::string note = processStateNote(r.pid);
-    note = "did not answer SIGUSR1" + (note.empty() ? std::string() : "; " + note) +
-           "; dump written by kolo run from its ring";
+    const bool fresh = !ec && (it == before_.end() || when != it->second);
+    if (fresh) continue;
+    std::string note;
+    if (r.running) {
+      note = processStateNote(r.pid);
+      note = "did not answer SIGUSR1" + (note.empty() ? std::string() : "; " + note);
+    } else {
+      note = "ended without writing a dump";
+    }
+    note += "; dump written by kolo run from its ring";
     try {
       flight::convertRingFile(flight::ringPath(dir_, r.globalRank), dump, reason, note);
     } catch (const Error&) {
