@@ -107,7 +107,7 @@ inline PipeResult trainPipelined(const PipeCase& c, int stages, PipelineOptions 
       losses[static_cast<size_t>(rank)].push_back(stats.loss);
       result.lastStats[static_cast<size_t>(rank)] = stats;
     }
-    stage.gatherModel(*whole, 0);
+    stage.gatherModel(rank == 0 ? whole.get() : nullptr, 0);
   });
   for (int r = 1; r < stages; ++r)
     if (losses[static_cast<size_t>(r)] != losses[0]) ADD_FAILURE() << "stage " << r << " reports other losses";

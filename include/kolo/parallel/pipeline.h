@@ -145,9 +145,9 @@ class PipelineStage {
   PipelineStepStats forwardBackward(const Tensor& inputs, const Tensor& labels, bool shareLoss = true);
 
   /// Collective: copies every stage's parameters and buffers into `whole` on rank `root`
-  /// (a model of the same architecture, e.g. built with the same seed); `whole` is ignored
-  /// on the other ranks. The result is the model one-rank training would hold.
-  void gatherModel(nn::Module& whole, int root = 0);
+  /// (a model of the same architecture, e.g. built with the same seed; may be null on the
+  /// other ranks). The result is the model one-rank training would hold.
+  void gatherModel(nn::Module* whole, int root = 0);
 
   StageModule& module() { return *module_; }
   optim::Optimizer& optimizer() { return *optimizer_; }

@@ -279,7 +279,7 @@ PipelineStepStats PipelineStage::trainStep(const Tensor& inputs, const Tensor& l
   return stats;
 }
 
-void PipelineStage::gatherModel(nn::Module& whole, int root) {
+void PipelineStage::gatherModel(nn::Module* whole, int root) {
   // Every entry of the whole model's state dict belongs to the stage holding its layer (the
   // name's first component); owners send theirs in state-dict order, which is the whole
   // model's order restricted to the stage.
@@ -291,9 +291,10 @@ void PipelineStage::gatherModel(nn::Module& whole, int root) {
   };
   constexpr int kGatherTag = 7190;
   if (stage_ == root) {
+    KOLO_REQUIRE(whole != nullptr, "pipeline: gatherModel needs the whole model on rank ", root);
     const auto local = module_->stateDict();
     size_t next = 0;
-    for (auto& [name, tensor] : whole.stateDict()) {
+    for (auto& [name, tensor] : whole->stateDict()) {
       const int owner = ownerOf(name);
       if (owner == stage_) {
         KOLO_CHECK(next < local.size() && local[next].first == name, "pipeline: stage ", stage_,

@@ -1,0 +1,331 @@
+// `kolo train --model lm` and `kolo train --strategy pipeline`: the model cut into stages
+// (one rank each; one stage on a lone rank), trained with micro-batches under the GPipe or
+// 1F1B schedule (parallel::PipelineStage). Batches come from a byte-level text file (lm) or
+// Fashion-MNIST (mlp, cnn); every rank draws the same global batch, the first stage reads
+// its inputs and the last its labels. At the end rank 0 gathers the whole model, reports
+// per-stage timings against the schedule's ideal, evaluates, saves, and for lm samples text.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <sstream>
+
+#include "cli/train_loop.h"
+#include "kolo/autograd.h"
+#include "kolo/byte_corpus.h"
+#include "kolo/nn/language_model.h"
+#include "kolo/nn/models.h"
+#include "kolo/ops.h"
+#include "kolo/parallel/distributed.h"
+#include "kolo/parallel/pipeline.h"
+#include "kolo/safetensors.h"
+#include "kolo/serialize.h"
+#include "kolo/threads.h"
+
+namespace kolo::cli {
+namespace {
+
+// The default text of `--model lm`: the GNU GPL version 3, which Debian's base-files package
+// installs on every system.
+constexpr const char* kDefaultText = "/usr/share/common-licenses/GPL-3";
+constexpr int64_t kDefaultLmSteps = 300;
+constexpr int64_t kDefaultLmBatch = 16;
+
+std::vector<int> parseSplits(const std::string& text) {
+  std::vector<int> splits;
+  std::stringstream in(text);
+  std::string word;
+  while (std::getline(in, word, ',')) {
+    try {
+      size_t used = 0;
+      splits.push_back(std::stoi(word, &used));
+      if (used != word.size()) throw std::invalid_argument(word);
+    } catch (const std::exception&) {
+      KOLO_THROW(InvalidArgument, "--split-at '", text, "' is not accepted: use layer indices such as 3,6");
+    }
+  }
+  return splits;
+}
+
+// Fashion-MNIST batches in an order that depends on the seed and the epoch only.
+class ImageBatches {
+ public:
+  ImageBatches(const TrainConfig& config) : seed_(config.seed), shuffle_(config.shuffle), batch_(config.batch) {
+    train_ = std::make_shared<data::FashionMnist>(config.dataDir, true);
+    if (config.trainLimit > 0 && config.trainLimit < train_->size()) {
+      train_ = std::make_shared<data::TensorDataset>(train_->inputs().slice(0, 0, config.trainLimit).contiguous(),
+                                                     train_->labels().slice(0, 0, config.trainLimit).contiguous());
+    }
+    test_ = std::make_shared<data::FashionMnist>(config.dataDir, false);
+    stepsPerEpoch_ = train_->size() / batch_;
+    KOLO_REQUIRE(stepsPerEpoch_ > 0, "--batch ", batch_, " is larger than the ", train_->size(),
+                 " training samples");
+  }
+  data::Batch at(int64_t step) {
+    const int64_t epoch = step / stepsPerEpoch_;
+    if (epoch != orderEpoch_) {
+      order_.resize(static_cast<size_t>(train_->size()));
+      std::iota(order_.begin(), order_.end(), int64_t{0});
+      if (shuffle_) {
+        Generator gen(seed_ * 1000003 + static_cast<uint64_t>(epoch));
+        for (size_t i = order_.size() - 1; i > 0; --i) std::swap(order_[i], order_[gen.nextU64() % (i + 1)]);
+      }
+      orderEpoch_ = epoch;
+    }
+    const auto first = order_.begin() + (step % stepsPerEpoch_) * batch_;
+    return train_->gather(std::vector<int64_t>(first, first + batch_));
+  }
+  int64_t stepsPerEpoch() const { return stepsPerEpoch_; }
+  const data::TensorDataset& test() const { return *test_; }
+
+ private:
+  uint64_t seed_;
+  bool shuffle_;
+  int64_t batch_;
+  std::shared_ptr<data::TensorDataset> train_, test_;
+  int64_t stepsPerEpoch_ = 0;
+  int64_t orderEpoch_ = -1;
+  std::vector<int64_t> order_;
+};
+
+std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config) {
+  Generator gen(config.seed);
+  std::shared_ptr<nn::Sequential> model;
+  if (config.model == "lm") {
+    model = nn::makeLanguageModel({.vocab = 256, .layers = config.layers, .dModel = config.dModel,
+                                   .heads = config.heads, .seqLen = config.seqLen},
+                                  gen);
+  } else {
+    model = nn::makeModel(config.model, gen);
+  }
+  if (!config.initPath.empty()) kolo::load(*model, config.initPath);
+  return model;
+}
+
+std::string costsText(const std::vector<double>& costs) {
+  std::string text;
+  char one[32];
+  for (double c : costs) {
+    std::snprintf(one, sizeof(one), "%s%.2f", text.empty() ? "" : " ", 1000.0 * c);
+    text += one;
+  }
+  return text;
+}
+
+long peakRssKib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+}  // namespace
+
+int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
+  TrainConfig config = configIn;
+  const bool lm = config.model == "lm";
+  const bool pipeline = config.strategy == "pipeline";
+  KOLO_REQUIRE(pipeline || config.strategy == "one-device", "--model lm trains with --strategy one-device or "
+               "pipeline, not ", config.strategy);
+  KOLO_REQUIRE(config.checkpointDir.empty() && config.resumeDir.empty(), "--checkpoint-dir and --resume are not "
+               "available with --model lm or --strategy pipeline; --save and --init carry the weights");
+  KOLO_REQUIRE(config.clipNorm == 0.0, "--clip-norm is not available with --model lm or --strategy pipeline");
+  KOLO_REQUIRE(config.stages >= 1 && config.microBatches >= 1, "--stages and --micro-batches must be at least 1");
+  KOLO_REQUIRE(pipeline || config.stages == 1, "--stages ", config.stages, " needs --strategy pipeline");
+  const parallel::PipelineSchedule schedule = parallel::parsePipelineSchedule(config.pipelineSchedule);
+  if (lm && !config.batchGiven) config.batch = kDefaultLmBatch;
+  KOLO_REQUIRE(config.batch % config.microBatches == 0, "--batch ", config.batch, " cannot be split into ",
+               config.microBatches, " equal micro-batches: use a multiple of --micro-batches");
+  setNumThreads(config.threads);
+
+  // The recipe. lm without --optimizer and --lr: AdamW at 2e-3, warm-up over a tenth of the
+  // run, then cosine decay.
+  std::unique_ptr<data::ByteCorpus> corpus;
+  std::unique_ptr<ImageBatches> images;
+  int64_t totalSteps = 0;
+  if (lm) {
+    const std::string path = config.dataDir == data::kFashionMnistDir ? kDefaultText : config.dataDir;
+    corpus = std::make_unique<data::ByteCorpus>(path, config.seqLen);
+    totalSteps = config.steps > 0 ? config.steps : kDefaultLmSteps;
+    if (!config.optimizer && !config.lr) {
+      config.optimizer = "adamw";
+      config.lr = 2e-3;
+      if (config.schedule == "auto") config.schedule = "warmup-cosine";
+      if (!config.warmupSteps) config.warmupSteps = totalSteps / 10;
+    }
+  } else {
+    images = std::make_unique<ImageBatches>(config);
+  }
+  const Recipe recipe = resolveRecipe(config, images ? images->stepsPerEpoch() : totalSteps);
+  if (images) {
+    totalSteps = recipe.epochs * images->stepsPerEpoch();
+    if (config.steps > 0) totalSteps = config.epochs ? std::min(totalSteps, config.steps) : config.steps;
+  }
+  const auto lrSchedule = makeSchedule(recipe, totalSteps);
+  auto batchAt = [&](int64_t step) {
+    return corpus ? corpus->batch(step, config.batch, config.seed) : images->at(step);
+  };
+
+  std::shared_ptr<comm::Communicator> comm;
+  if (config.stages > 1) {
+    comm = parallel::init();
+    KOLO_REQUIRE(comm->size() == config.stages, "--stages ", config.stages, " needs ", config.stages,
+                 " ranks (one per stage), this job has ", comm->size(), ": run it under kolo run -n ",
+                 config.stages);
+  }
+  const int rank = comm ? comm->rank() : 0;
+  const bool primary = rank == 0;
+
+  // Every rank builds the whole model from the same seed (or --init file) and keeps its stage.
+  std::vector<int> splits;
+  std::vector<double> layerCosts;
+  {
+    auto model = buildModel(config);
+    if (!config.splitAt.empty()) {
+      splits = parseSplits(config.splitAt);
+    } else if (comm) {
+      const Tensor sample = batchAt(0).inputs.slice(0, 0, config.batch / config.microBatches).contiguous();
+      splits = parallel::measuredSplit(*comm, *model, sample, 3, &layerCosts);
+    }
+    parallel::StageLossFn loss;
+    if (lm) {
+      loss = [](const Tensor& out, const Tensor& y) { return nn::languageModelLoss(out, y); };
+    } else {
+      loss = [](const Tensor& out, const Tensor& y) { return crossEntropy(out, y); };
+    }
+    parallel::PipelineOptions options{.microBatches = config.microBatches,
+                                      .schedule = schedule,
+                                      .recompute = config.recompute};
+    auto stage = std::make_unique<parallel::PipelineStage>(
+        comm, *model, splits, options, loss,
+        [&recipe](const optim::NamedParameters& p) { return makeOptimizer(recipe, p); });
+    model.reset();  // the stage holds its own layers; the others go
+    std::vector<int> bounds = stage->bounds();
+    if (primary) {
+      std::string text;
+      for (size_t s = 0; s + 1 < bounds.size(); ++s)
+        text += (s ? " " : "") + std::to_string(bounds[s]) + "-" + std::to_string(bounds[s + 1] - 1);
+      logger.info("training", {{"model", config.model},
+                               {"parameters", static_cast<int64_t>(buildModel(config)->parameterCount())},
+                               {"strategy", pipeline ? "pipeline" : "one-device"},
+                               {"stages", config.stages},
+                               {"micro_batches", config.microBatches},
+                               {"schedule", config.pipelineSchedule},
+                               {"recompute", config.recompute},
+                               {"stage_layers", text},
+                               {"split", config.splitAt.empty() && comm ? "measured" : "given"},
+                               {"layer_ms", costsText(layerCosts)},
+                               {"optimizer", recipe.optimizer},
+                               {"lr", recipe.lr},
+                               {"batch", config.batch},
+                               {"steps", totalSteps}});
+    }
+
+    // The loop. Timings leave out the first steps (allocation, first touches).
+    const int64_t skip = std::min<int64_t>(config.timingSkip, totalSteps / 4);
+    const int64_t every = std::max<int64_t>(1, totalSteps / 10);
+    double computeSum = 0.0, stepSum = 0.0, lossWindow = 0.0, lastLoss = 0.0;
+    int64_t timed = 0, windowCount = 0;
+    parallel::PipelineStepStats peak;
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t step = 0; step < totalSteps; ++step) {
+      const data::Batch batch = batchAt(step);
+      if (step == config.failStep && rank == config.failRank)
+        KOLO_THROW(Error, "rank ", rank, ": failure injected before step ", step, " (--fail-at-step)");
+      stage->optimizer().setLr(lrSchedule->lrAt(step));
+      const parallel::PipelineStepStats stats = stage->trainStep(batch.inputs, batch.labels);
+      if (!std::isfinite(stats.loss))
+        KOLO_THROW(DivergedError, "training diverged: loss ", stats.loss, " at step ", step, " (lr ",
+                   lrSchedule->lrAt(step), "); try a smaller --lr");
+      peak.peakMicroBatchesHeld = std::max(peak.peakMicroBatchesHeld, stats.peakMicroBatchesHeld);
+      peak.peakBoundaryBytes = std::max(peak.peakBoundaryBytes, stats.peakBoundaryBytes);
+      if (step >= skip) {
+        computeSum += stats.computeSeconds;
+        stepSum += stats.stepSeconds;
+        ++timed;
+      }
+      lossWindow += stats.loss;
+      ++windowCount;
+      lastLoss = stats.loss;
+      if (primary && !config.quiet && ((step + 1) % every == 0 || step + 1 == totalSteps)) {
+        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::fprintf(stderr, "step %lld/%lld  loss %.4f  %.1f ms/step  %.0f s\n", static_cast<long long>(step + 1),
+                     static_cast<long long>(totalSteps), lossWindow / windowCount,
+                     1000.0 * stats.stepSeconds, elapsed);
+        lossWindow = 0.0;
+        windowCount = 0;
+      }
+    }
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+    // Per-stage figures to rank 0: compute and step time per step, held micro-batches,
+    // boundary bytes, peak resident memory.
+    const int stages = config.stages;
+    std::vector<double> mine = {timed ? computeSum / timed : 0.0, timed ? stepSum / timed : 0.0,
+                                static_cast<double>(peak.peakMicroBatchesHeld),
+                                static_cast<double>(peak.peakBoundaryBytes), static_cast<double>(peakRssKib())};
+    std::vector<double> all(mine.size() * static_cast<size_t>(stages));
+    if (comm) {
+      comm->allgather(mine.data(), all.data(), mine.size(), DType::F64);
+    } else {
+      all = mine;
+    }
+    auto whole = primary ? buildModel(config) : nullptr;
+    stage->gatherModel(whole.get(), 0);
+    stage.reset();
+    if (!primary) return 0;
+
+    double slowest = 0.0, stepTime = 0.0;
+    for (int s = 0; s < stages; ++s) {
+      const double* f = &all[static_cast<size_t>(s) * mine.size()];
+      slowest = std::max(slowest, f[0]);
+      stepTime = std::max(stepTime, f[1]);
+      if (!config.quiet)
+        std::fprintf(stderr,
+                     "stage %d: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %d  "
+                     "peak boundary activations %.2f MiB  peak rss %.1f MiB\n",
+                     s, bounds[static_cast<size_t>(s)], bounds[static_cast<size_t>(s) + 1] - 1, 1000.0 * f[0],
+                     1000.0 * f[1], static_cast<int>(f[2]), f[3] / (1 << 20), f[4] / 1024.0);
+    }
+    const int m = config.microBatches;
+    const double ideal = slowest * (m + stages - 1) / m;
+    std::printf("pipeline stages %d micro_batches %d schedule %s step_ms %.2f ideal_ms %.2f measured_over_ideal %.3f\n",
+                stages, m, config.pipelineSchedule.c_str(), 1000.0 * stepTime, 1000.0 * ideal,
+                ideal > 0 ? stepTime / ideal : 0.0);
+
+    if (!config.savePath.empty()) {
+      checkpoint::saveSafetensors(config.savePath, whole->namedParameters(),
+                                  {{"format", "pt"}, {"model", config.model}, {"step", std::to_string(totalSteps)}});
+      logger.info("saved weights", {{"file", config.savePath}});
+    }
+    if (lm) {
+      // Held-out loss over 8 batches of the last tenth of the text, then a sample.
+      double heldOut = 0.0;
+      {
+        autograd::NoGradGuard noGrad;
+        whole->train(false);
+        for (int64_t i = 0; i < 8; ++i) {
+          const data::Batch b = corpus->batch(i, config.batch, config.seed, true);
+          heldOut += nn::languageModelLoss(whole->forward(b.inputs), b.labels).item() / 8;
+        }
+      }
+      std::printf("train_loss %.4f held_out_loss %.4f steps %lld wall_s %.1f\n", lastLoss, heldOut,
+                  static_cast<long long>(totalSteps), wall);
+      Generator gen(config.seed + 1);
+      const std::string prompt = corpus->prefix(std::min<int64_t>(32, config.seqLen));
+      const std::string text = nn::generateText(*whole, prompt, config.sampleBytes, config.seqLen, 0.8, gen);
+      std::string shown;
+      for (char c : text) shown.push_back((c == '\n' || c == '\t' || (c >= 32 && c < 127)) ? c : '?');
+      std::printf("sample:\n%s\n", shown.c_str());
+    } else {
+      const double accuracy = evaluateAccuracy(*whole, images->test());
+      std::printf("test_accuracy %.4f train_loss %.4f steps %lld wall_s %.1f\n", accuracy, lastLoss,
+                  static_cast<long long>(totalSteps), wall);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace kolo::cli
