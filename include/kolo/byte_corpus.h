@@ -30,8 +30,8 @@ class ByteCorpus {
   int64_t trainBytes() const { return trainEnd_; }
   int64_t heldOutBytes() const { return static_cast<int64_t>(bytes_.size()) - trainEnd_; }
   const std::string& source() const { return source_; }
-  /// The first `count` bytes of the file, as text (a prompt for sampling).
-  std::string prefix(int64_t count) const;
+  /// `count` bytes from `offset` on (clipped to the file), as text: a prompt for sampling.
+  std::string text(int64_t offset, int64_t count) const;
 
  private:
   std::vector<uint8_t> bytes_;

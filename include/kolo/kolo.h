@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kolo/autograd.h"
+#include "kolo/byte_corpus.h"
 #include "kolo/checkpoint.h"
 #include "kolo/comm/communicator.h"
 #include "kolo/comm/init.h"
@@ -19,6 +20,7 @@
 #include "kolo/optim.h"
 #include "kolo/parallel/collectives.h"
 #include "kolo/parallel/distributed.h"
+#include "kolo/parallel/pipeline.h"
 #include "kolo/parallel/reducer.h"
 #include "kolo/parallel/replica_group.h"
 #include "kolo/parallel/strategy.h"

@@ -313,7 +313,8 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
       std::printf("train_loss %.4f held_out_loss %.4f steps %lld wall_s %.1f\n", lastLoss, heldOut,
                   static_cast<long long>(totalSteps), wall);
       Generator gen(config.seed + 1);
-      const std::string prompt = corpus->prefix(std::min<int64_t>(32, config.seqLen));
+      // The prompt: the start of the held-out part, text the model did not train on.
+      const std::string prompt = corpus->text(corpus->trainBytes(), std::min<int64_t>(32, config.seqLen));
       const std::string text = nn::generateText(*whole, prompt, config.sampleBytes, config.seqLen, 0.8, gen);
       std::string shown;
       for (char c : text) shown.push_back((c == '\n' || c == '\t' || (c >= 32 && c < 127)) ? c : '?');

@@ -62,9 +62,11 @@ Batch ByteCorpus::batch(int64_t step, int64_t batchSize, uint64_t seed, bool hel
   return out;
 }
 
-std::string ByteCorpus::prefix(int64_t count) const {
-  const size_t n = std::min(bytes_.size(), static_cast<size_t>(std::max<int64_t>(count, 0)));
-  return std::string(bytes_.begin(), bytes_.begin() + static_cast<std::ptrdiff_t>(n));
+std::string ByteCorpus::text(int64_t offset, int64_t count) const {
+  const size_t begin = std::min(bytes_.size(), static_cast<size_t>(std::max<int64_t>(offset, 0)));
+  const size_t n = std::min(bytes_.size() - begin, static_cast<size_t>(std::max<int64_t>(count, 0)));
+  return std::string(bytes_.begin() + static_cast<std::ptrdiff_t>(begin),
+                     bytes_.begin() + static_cast<std::ptrdiff_t>(begin + n));
 }
 
 }  // namespace kolo::data

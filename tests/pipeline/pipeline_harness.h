@@ -19,27 +19,28 @@ namespace kolo::parallel::testing {
 inline constexpr int64_t kPipeBatch = 8;
 
 struct PipeCase {
-  std::string model;  // "lm" or "mlp"
+  std::string model;  // "lm", "mlp" or "cnn"
   int steps = 10;
 };
 
 inline std::shared_ptr<nn::Sequential> makePipeModel(const std::string& model) {
   Generator gen(4242);
-  if (model == "mlp") return nn::makeModel("mlp", gen);
+  if (model == "mlp" || model == "cnn") return nn::makeModel(model, gen);
   return nn::makeLanguageModel({.vocab = 24, .layers = 3, .dModel = 16, .heads = 2, .seqLen = 6}, gen);
 }
 
 inline StageLossFn pipeLoss(const std::string& model) {
-  if (model == "mlp") return [](const Tensor& out, const Tensor& y) { return crossEntropy(out, y); };
+  if (model != "lm") return [](const Tensor& out, const Tensor& y) { return crossEntropy(out, y); };
   return [](const Tensor& out, const Tensor& y) { return nn::languageModelLoss(out, y); };
 }
 
-/// Batch of step `step`: lm token ids (B, 6) and next tokens; mlp pixels (B, 784) and classes.
+/// Batch of step `step`: lm token ids (B, 6) and next tokens; mlp and cnn pixels (B, 784) and
+/// classes.
 /// Steps alternate between two fixed batches, so ten steps visibly lower the loss.
 inline std::pair<Tensor, Tensor> pipeBatch(const std::string& model, int step) {
   Generator gen(77 + static_cast<uint64_t>(step % 2));
   std::vector<int64_t> labels;
-  if (model == "mlp") {
+  if (model != "lm") {
     for (int64_t i = 0; i < kPipeBatch; ++i) labels.push_back(static_cast<int64_t>(gen.nextU64() % 10));
     return {Tensor::rand({kPipeBatch, 784}, gen), Tensor::fromVector({kPipeBatch}, labels)};
   }
