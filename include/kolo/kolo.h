@@ -14,6 +14,7 @@
 #include "kolo/data.h"
 #include "kolo/dtype.h"
 #include "kolo/error.h"
+#include "kolo/memory.h"
 #include "kolo/nn/nn.h"
 #include "kolo/observe.h"
 #include "kolo/ops.h"

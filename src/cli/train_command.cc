@@ -9,6 +9,7 @@
 #include "cli/options.h"
 #include "cli/train_loop.h"
 #include "kolo/error.h"
+#include "kolo/memory.h"
 
 namespace kolo::cli {
 namespace {
@@ -230,6 +231,7 @@ Command registerTrain(CLI::App& root) {
     }
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);
     keepFreedMemory();
+    if (!config->memoryLimit.empty()) setTensorMemoryLimit(parseByteSize(config->memoryLimit));
     observe::Logger logger(stderr);
     if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
     if (config->model == "lm" || config->strategy == "pipeline") return runModelParallel(*config, logger);

@@ -83,6 +83,7 @@ struct TrainConfig {
   std::string splitAt;  // "i,j,...": first layer of stages 1..P-1 ("" = by measured cost)
   bool recompute = false;
   int64_t sampleBytes = 240;  // lm: bytes generated at the end
+  std::string memoryLimit;    // --memory-limit: tensor memory budget of each rank ("" = none)
 
   // Checkpoints.
   std::string checkpointDir;    // "" = none
@@ -207,7 +208,7 @@ class Trainer {
 int runParameterServerRole(const TrainConfig& config, observe::Logger& logger);
 
 /// Registers --layers, --d-model, --heads, --seq-len, --stages, --micro-batches, --split-at,
-/// --recompute and --sample-bytes on `kolo train` (train_pipeline_options.cc).
+/// --recompute, --sample-bytes and --memory-limit on `kolo train` (train_pipeline_options.cc).
 void addModelParallelOptions(CLI::App* app, TrainConfig& config);
 
 /// `--model lm` or `--strategy pipeline`: trains the model split into --stages stages (one

@@ -10,11 +10,13 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <set>
 #include <sstream>
 
 #include "cli/train_loop.h"
 #include "kolo/autograd.h"
 #include "kolo/byte_corpus.h"
+#include "kolo/memory.h"
 #include "kolo/nn/language_model.h"
 #include "kolo/nn/models.h"
 #include "kolo/ops.h"
@@ -90,18 +92,38 @@ class ImageBatches {
   std::vector<int64_t> order_;
 };
 
-std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config) {
+// The model, or for lm only its layers [begin, end) (end < 0: all) with placeholders for the
+// others, so that a stage never holds the whole model; --init fills what it holds.
+std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin = 0, int end = -1) {
   Generator gen(config.seed);
   std::shared_ptr<nn::Sequential> model;
+  const bool part = config.model == "lm" && end >= 0;
   if (config.model == "lm") {
-    model = nn::makeLanguageModel({.vocab = 256, .layers = config.layers, .dModel = config.dModel,
-                                   .heads = config.heads, .seqLen = config.seqLen},
-                                  gen);
+    const nn::LanguageModelConfig sizes{.vocab = 256, .layers = config.layers, .dModel = config.dModel,
+                                        .heads = config.heads, .seqLen = config.seqLen};
+    model = part ? nn::makeLanguageModelPart(sizes, gen, begin, end) : nn::makeLanguageModel(sizes, gen);
   } else {
     model = nn::makeModel(config.model, gen);
   }
-  if (!config.initPath.empty()) kolo::load(*model, config.initPath);
+  if (!config.initPath.empty()) {
+    if (!part) {
+      kolo::load(*model, config.initPath);
+    } else {
+      std::vector<std::pair<std::string, Tensor>> mine;
+      std::set<std::string> names;
+      for (const auto& entry : model->stateDict()) names.insert(entry.first);
+      for (auto& entry : checkpoint::loadSafetensors(config.initPath).tensors)
+        if (names.count(entry.first)) mine.push_back(std::move(entry));
+      model->loadStateDict(mine, config.initPath);
+    }
+  }
   return model;
+}
+
+int64_t layerCount(const TrainConfig& config) {
+  if (config.model == "lm") return config.layers + 3;
+  Generator gen(0);
+  return static_cast<int64_t>(nn::makeModel(config.model, gen)->size());
 }
 
 std::string costsText(const std::vector<double>& costs) {
@@ -177,14 +199,27 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
   const int rank = comm ? comm->rank() : 0;
   const bool primary = rank == 0;
 
-  // Every rank builds the whole model from the same seed (or --init file) and keeps its stage.
+  // Every rank builds the model from the same seed (or --init file), only its own layers when
+  // the split points are given, and keeps its stage.
   std::vector<int> splits;
   std::vector<double> layerCosts;
   {
-    auto model = buildModel(config);
+    std::shared_ptr<nn::Sequential> model;
     if (!config.splitAt.empty()) {
       splits = parseSplits(config.splitAt);
-    } else if (comm) {
+      // Given split points: build only this rank's layers (the stage checks the points).
+      std::vector<int> bounds = {0};
+      bounds.insert(bounds.end(), splits.begin(), splits.end());
+      bounds.push_back(static_cast<int>(layerCount(config)));
+      const bool fits = static_cast<int>(splits.size()) == config.stages - 1 &&
+                        std::is_sorted(bounds.begin(), bounds.end()) &&
+                        std::adjacent_find(bounds.begin(), bounds.end()) == bounds.end();
+      model = fits ? buildModel(config, bounds[static_cast<size_t>(rank)], bounds[static_cast<size_t>(rank) + 1])
+                   : buildModel(config);
+    } else {
+      model = buildModel(config);
+    }
+    if (config.splitAt.empty() && comm) {
       const Tensor sample = batchAt(0).inputs.slice(0, 0, config.batch / config.microBatches).contiguous();
       splits = parallel::measuredSplit(*comm, *model, sample, 3, &layerCosts);
     }
@@ -207,7 +242,7 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
       for (size_t s = 0; s + 1 < bounds.size(); ++s)
         text += (s ? " " : "") + std::to_string(bounds[s]) + "-" + std::to_string(bounds[s + 1] - 1);
       logger.info("training", {{"model", config.model},
-                               {"parameters", static_cast<int64_t>(buildModel(config)->parameterCount())},
+                               {"stage_parameters", static_cast<int64_t>(stage->module().parameterCount())},
                                {"strategy", pipeline ? "pipeline" : "one-device"},
                                {"stages", config.stages},
                                {"micro_batches", config.microBatches},
@@ -227,6 +262,7 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
     const int64_t every = std::max<int64_t>(1, totalSteps / 10);
     double computeSum = 0.0, stepSum = 0.0, lossWindow = 0.0, lastLoss = 0.0;
     int64_t timed = 0, windowCount = 0;
+    int64_t peakTensors = 0;  // the most tensor bytes alive at once during any step
     parallel::PipelineStepStats peak;
     const auto start = std::chrono::steady_clock::now();
     for (int64_t step = 0; step < totalSteps; ++step) {
@@ -234,7 +270,10 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
       if (step == config.failStep && rank == config.failRank)
         KOLO_THROW(Error, "rank ", rank, ": failure injected before step ", step, " (--fail-at-step)");
       stage->optimizer().setLr(lrSchedule->lrAt(step));
+      const int64_t before = liveTensorBytes();
       const parallel::PipelineStepStats stats = stage->trainStep(batch.inputs, batch.labels);
+      peakTensors = std::max(peakTensors, before + stats.peakStepBytes);
+      peak.peakStepBytes = std::max(peak.peakStepBytes, stats.peakStepBytes);
       if (!std::isfinite(stats.loss))
         KOLO_THROW(DivergedError, "training diverged: loss ", stats.loss, " at step ", step, " (lr ",
                    lrSchedule->lrAt(step), "); try a smaller --lr");
@@ -264,13 +303,16 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
     const int stages = config.stages;
     std::vector<double> mine = {timed ? computeSum / timed : 0.0, timed ? stepSum / timed : 0.0,
                                 static_cast<double>(peak.peakMicroBatchesHeld),
-                                static_cast<double>(peak.peakBoundaryBytes), static_cast<double>(peakRssKib())};
+                                static_cast<double>(peak.peakBoundaryBytes), static_cast<double>(peakRssKib()),
+                                static_cast<double>(peak.peakStepBytes), static_cast<double>(peakTensors)};
     std::vector<double> all(mine.size() * static_cast<size_t>(stages));
     if (comm) {
       comm->allgather(mine.data(), all.data(), mine.size(), DType::F64);
     } else {
       all = mine;
     }
+    // The budget covers training; rank 0 gathers the whole model outside it (--save, sample).
+    setTensorMemoryLimit(0);
     auto whole = primary ? buildModel(config) : nullptr;
     stage->gatherModel(whole.get(), 0);
     stage.reset();
@@ -284,9 +326,11 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
       if (!config.quiet)
         std::fprintf(stderr,
                      "stage %d: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %d  "
-                     "peak boundary activations %.2f MiB  peak rss %.1f MiB\n",
+                     "peak boundary activations %.2f MiB  peak step memory %.2f MiB  peak tensors %.2f MiB  "
+                     "peak rss %.1f MiB\n",
                      s, bounds[static_cast<size_t>(s)], bounds[static_cast<size_t>(s) + 1] - 1, 1000.0 * f[0],
-                     1000.0 * f[1], static_cast<int>(f[2]), f[3] / (1 << 20), f[4] / 1024.0);
+                     1000.0 * f[1], static_cast<int>(f[2]), f[3] / (1 << 20), f[5] / (1 << 20), f[6] / (1 << 20),
+                     f[4] / 1024.0);
     }
     const int m = config.microBatches;
     const double ideal = slowest * (m + stages - 1) / m;

@@ -27,6 +27,9 @@ void addModelParallelOptions(CLI::App* app, TrainConfig& config) {
   app->add_flag("--recompute", config.recompute,
                 "pipeline: keep only each micro-batch's stage input and recompute its forward before "
                 "the backward");
+  app->add_option("--memory-limit", config.memoryLimit,
+                  "tensor memory budget of each rank, e.g. 512M: an allocation past it ends the run "
+                  "with an error naming the tensor and the bytes");
   app->add_option("--sample-bytes", config.sampleBytes, "lm: bytes of text generated at the end")
       ->capture_default_str()
       ->check(atLeast(0));

@@ -29,18 +29,30 @@ Tensor TokenPositionEmbedding::forward(const Tensor& ids) {
 }
 
 std::shared_ptr<Sequential> makeLanguageModel(const LanguageModelConfig& config, Generator& gen) {
+  return makeLanguageModelPart(config, gen, 0, config.layers + 3);
+}
+
+std::shared_ptr<Sequential> makeLanguageModelPart(const LanguageModelConfig& config, Generator& gen,
+                                                  int64_t keepBegin, int64_t keepEnd) {
   KOLO_REQUIRE(config.vocab > 0 && config.layers > 0 && config.dModel > 0 && config.heads > 0 &&
                    config.seqLen > 0,
                "lm: vocab ", config.vocab, ", layers ", config.layers, ", d-model ", config.dModel,
                ", heads ", config.heads, " and seq-len ", config.seqLen, " must all be at least 1");
   KOLO_REQUIRE(config.dModel % config.heads == 0, "lm: --d-model ", config.dModel,
                " is not divisible by --heads ", config.heads);
+  const int64_t count = config.layers + 3;
+  KOLO_REQUIRE(keepBegin >= 0 && keepBegin < keepEnd && keepEnd <= count, "lm: layers [", keepBegin, ", ",
+               keepEnd, ") are not inside the model's ", count);
   auto model = std::make_shared<Sequential>();
-  model->add(std::make_shared<TokenPositionEmbedding>(config.vocab, config.dModel, config.seqLen, gen));
+  auto keep = [&](std::shared_ptr<Module> layer) {
+    const int64_t i = static_cast<int64_t>(model->size());
+    model->add(i >= keepBegin && i < keepEnd ? std::move(layer) : std::make_shared<Sequential>());
+  };
+  keep(std::make_shared<TokenPositionEmbedding>(config.vocab, config.dModel, config.seqLen, gen));
   for (int64_t i = 0; i < config.layers; ++i)
-    model->add(std::make_shared<TransformerBlock>(config.dModel, config.heads, gen));
-  model->add(std::make_shared<LayerNorm>(Shape{config.dModel}));
-  model->add(std::make_shared<Linear>(config.dModel, config.vocab, gen, false));
+    keep(std::make_shared<TransformerBlock>(config.dModel, config.heads, gen));
+  keep(std::make_shared<LayerNorm>(Shape{config.dModel}));
+  keep(std::make_shared<Linear>(config.dModel, config.vocab, gen, false));
   return model;
 }
 

@@ -1,7 +1,8 @@
 // End-to-end tests of `kolo train --model lm` and `--strategy pipeline` (real processes under
 // `kolo run`): a pipelined run saves the weights one-rank training reaches, under the whole
 // model's names; the file loads into one-rank training and back into a pipeline; the mlp
-// split into stages matches the data-parallel trainer's one-device run; bad flags are named.
+// split into stages matches the data-parallel trainer's one-device run; an lm over the
+// --memory-limit of one rank trains in four stages; bad flags are named.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -105,6 +106,19 @@ TEST_F(TrainPipelineCliTest, MlpStagesMatchTheOneDeviceTrainer) {
   EXPECT_LT(weightsDifference(loadWeights(file("mlp1.safetensors")), loadWeights(file("mlp2.safetensors"))), 1e-5);
 }
 
+TEST_F(TrainPipelineCliTest, MemoryLimitFailsOnOneRankAndTrainsInFourStages) {
+  // The whole lm needs about 5.5 MiB of tensors a step; four stages need under 2 MiB each.
+  const std::string sizes = "--layers 4 --d-model 64 --heads 4 --seq-len 16";
+  const RunResult one = runKolo(lm(2, "", sizes) + " --memory-limit 3M");
+  EXPECT_EQ(one.exitCode, 2) << one.output;
+  EXPECT_NE(one.output.find("tensor memory limit of 3.0 MiB exceeded: a f32 ["), std::string::npos) << one.output;
+  const RunResult four = runKolo("run -n 4 -- " + kolo() + " " + lm(2, "", sizes) +
+                                 " --memory-limit 3M --strategy pipeline --stages 4 --split-at 2,4,5 "
+                                 "--micro-batches 2 --recompute");
+  EXPECT_EQ(four.exitCode, 0) << four.output;
+  EXPECT_NE(four.output.find("held_out_loss"), std::string::npos) << four.output;
+}
+
 TEST_F(TrainPipelineCliTest, BadFlagsAreNamed) {
   struct Case {
     std::string args, expected;
@@ -118,6 +132,7 @@ TEST_F(TrainPipelineCliTest, BadFlagsAreNamed) {
       {lm(2, "", "--layers 2 --d-model 16 --heads 3 --seq-len 8"), "--d-model 16 is not divisible by --heads 3", 2},
       {lm(2, "", "--layers 2 --d-model 16 --heads 2 --seq-len 4000"), "too few for windows", 2},
       {lm(2) + " --strategy mirrored", "one-device or pipeline", 2},
+      {lm(2) + " --memory-limit 12Q", "size '12Q' is not accepted", 2},
   };
   for (const Case& c : cases) {
     const RunResult r = runKolo(c.args);

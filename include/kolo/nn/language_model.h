@@ -42,6 +42,14 @@ class TokenPositionEmbedding : public Module {
 /// InvalidArgument for a size below 1 or dModel not divisible by heads.
 std::shared_ptr<Sequential> makeLanguageModel(const LanguageModelConfig& config, Generator& gen);
 
+/// The layers [keepBegin, keepEnd) of makeLanguageModel(config, gen) with the same values,
+/// the others replaced by empty Sequential placeholders: every layer is drawn from gen in
+/// order and those outside the range are dropped as soon as they are made, so a pipeline
+/// stage never holds the whole model. Throws as makeLanguageModel, and InvalidArgument for
+/// a range outside [0, layers + 3).
+std::shared_ptr<Sequential> makeLanguageModelPart(const LanguageModelConfig& config, Generator& gen,
+                                                  int64_t keepBegin, int64_t keepEnd);
+
 /// Next-token cross-entropy: the mean over all B*T positions of -log softmax(logits)[target].
 /// logits (B, T, V) (or (N, V)), targets (B, T) (or (N)) of i64.
 Tensor languageModelLoss(const Tensor& logits, const Tensor& targets);

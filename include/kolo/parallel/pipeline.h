@@ -113,6 +113,10 @@ struct PipelineStepStats {
   /// The most bytes of stage inputs and outputs kept for those micro-batches at once (the
   /// autograd graph's saved tensors come on top unless recompute is on).
   size_t peakBoundaryBytes = 0;
+  /// The most tensor bytes alive in this process during the step above those alive at its
+  /// start (activations, saved tensors, messages, temporaries; kolo/memory.h). Counts the
+  /// whole process: meaningful with one stage per process.
+  int64_t peakStepBytes = 0;
   /// Seconds spent computing (forwards, recomputes, backwards, loss) and the step's wall time.
   double computeSeconds = 0.0;
   double stepSeconds = 0.0;

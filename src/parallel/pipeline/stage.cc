@@ -16,6 +16,7 @@
 
 #include "kolo/autograd.h"
 #include "kolo/error.h"
+#include "kolo/memory.h"
 #include "kolo/ops.h"
 #include "kolo/parallel/pipeline.h"
 
@@ -230,6 +231,8 @@ void PipelineStage::runBackward(int m, PipelineStepStats& stats) {
 PipelineStepStats PipelineStage::forwardBackward(const Tensor& inputs, const Tensor& labels, bool shareLoss) {
   const auto start = Clock::now();
   PipelineStepStats stats;
+  const int64_t baseBytes = liveTensorBytes();
+  resetPeakTensorBytes();
   const int micro = options_.microBatches;
   const Tensor& rows = isFirst() ? inputs : labels;
   if (isFirst() || isLast()) {
@@ -262,6 +265,7 @@ PipelineStepStats PipelineStage::forwardBackward(const Tensor& inputs, const Ten
     throw;
   }
   inFlight_.clear();
+  stats.peakStepBytes = peakTensorBytes() - baseBytes;
   stats.loss = lossSum_ / micro;
   if (shareLoss && stages_ > 1) comm_->broadcast(&stats.loss, 1, DType::F64, stages_ - 1);
   stats.stepSeconds = secondsSince(start);
