@@ -90,6 +90,7 @@ TEST(PipelinePartition, SlowestStageWithinTenPercentOfBruteForce) {
         const double best = bruteForceSlowest(costs, stages);
         EXPECT_LE(chosen, best * 1.10) << "n=" << n << " P=" << stages;
         EXPECT_GE(chosen, best);  // brute force saw every split
+        EXPECT_NEAR(chosen, best, 1e-12 * best) << "the dynamic programme is exact";
         ++cases;
       }
     }
