@@ -86,9 +86,10 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--strategy", config->strategy,
                   "one-device, mirrored (--replicas threads), multi-worker-mirrored (one replica "
                   "per rank, under kolo run or --workers), central-storage, parameter-server "
-                  "(under kolo run --ps P --workers W) or pipeline (--stages P ranks under kolo run -n P)")
+                  "(under kolo run --ps P --workers W), pipeline (--stages P ranks under kolo run -n P) or "
+                  "tensor (--tp T ranks under kolo run -n T)")
       ->check(oneOf({"one-device", "mirrored", "multi-worker-mirrored", "central-storage",
-                     "parameter-server", "pipeline"}))
+                     "parameter-server", "pipeline", "tensor"}))
       ->capture_default_str();
   app->add_option("--workers", raw->workers,
                   "run on N ranks of this machine: re-launches itself as kolo run -n N -- kolo "
@@ -234,7 +235,8 @@ Command registerTrain(CLI::App& root) {
     if (!config->memoryLimit.empty()) setTensorMemoryLimit(parseByteSize(config->memoryLimit));
     observe::Logger logger(stderr);
     if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
-    if (config->model == "lm" || config->strategy == "pipeline") return runModelParallel(*config, logger);
+    if (config->model == "lm" || config->strategy == "pipeline" || config->strategy == "tensor")
+      return runModelParallel(*config, logger);
     Trainer trainer(*config, logger);
     const TrainSummary summary = trainer.run();
     if (!trainer.isPrimary()) return 0;

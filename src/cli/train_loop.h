@@ -79,6 +79,7 @@ struct TrainConfig {
   int64_t layers = 4, dModel = 128, heads = 4, seqLen = 64;
   std::string pipelineSchedule = "1f1b";  // gpipe | 1f1b
   int stages = 1;                         // --stages: one rank per stage
+  int tp = 1;                             // --tp: ranks of --strategy tensor
   int microBatches = 1;
   std::string splitAt;  // "i,j,...": first layer of stages 1..P-1 ("" = by measured cost)
   bool recompute = false;
@@ -211,7 +212,8 @@ int runParameterServerRole(const TrainConfig& config, observe::Logger& logger);
 /// --recompute, --sample-bytes and --memory-limit on `kolo train` (train_pipeline_options.cc).
 void addModelParallelOptions(CLI::App* app, TrainConfig& config);
 
-/// `--model lm` or `--strategy pipeline`: trains the model split into --stages stages (one
+/// `--model lm`, `--strategy pipeline` or `--strategy tensor` (the model's layers split over
+/// --tp ranks, the whole batch on each): trains the model split into --stages stages (one
 /// rank each, under kolo run -n P; one stage without it) with --micro-batches and the
 /// pipeline schedule; rank 0 prints progress, the per-stage timings and the summary, writes
 /// --save, and for lm prints a sample of generated text. Returns the exit status.

@@ -1,6 +1,7 @@
-// `kolo train --model lm` and `kolo train --strategy pipeline`: the model cut into stages
-// (one rank each; one stage on a lone rank), trained with micro-batches under the GPipe or
-// 1F1B schedule (parallel::PipelineStage). Batches come from a byte-level text file (lm) or
+// `kolo train --model lm`, `--strategy pipeline` and `--strategy tensor`: the model cut into
+// stages (one rank each; one stage on a lone rank), trained with micro-batches under the GPipe
+// or 1F1B schedule (parallel::PipelineStage), or its layers split over --tp ranks
+// (parallel::TensorParallelModel). Batches come from a byte-level text file (lm) or
 // Fashion-MNIST (mlp, cnn); every rank draws the same global batch, the first stage reads
 // its inputs and the last its labels. At the end rank 0 gathers the whole model, reports
 // per-stage timings against the schedule's ideal, evaluates, saves, and for lm samples text.
@@ -22,6 +23,7 @@
 #include "kolo/ops.h"
 #include "kolo/parallel/distributed.h"
 #include "kolo/parallel/pipeline.h"
+#include "kolo/parallel/tensor_parallel.h"
 #include "kolo/safetensors.h"
 #include "kolo/serialize.h"
 #include "kolo/threads.h"
@@ -142,14 +144,85 @@ long peakRssKib() {
   return usage.ru_maxrss;
 }
 
+// What the loop below drives: a pipeline stage, or a tensor-parallel shard of the model.
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual parallel::PipelineStepStats trainStep(const Tensor& inputs, const Tensor& labels) = 0;
+  virtual optim::Optimizer& optimizer() = 0;
+  virtual int64_t parameterCount() = 0;
+  /// Layer bounds of the stages ({0, n}: one part of every layer on each rank under tensor
+  /// parallelism).
+  virtual std::vector<int> bounds() const = 0;
+  virtual void gatherModel(nn::Module* whole) = 0;
+};
+
+class PipelineRunner : public Runner {
+ public:
+  explicit PipelineRunner(std::unique_ptr<parallel::PipelineStage> stage) : stage_(std::move(stage)) {}
+  parallel::PipelineStepStats trainStep(const Tensor& x, const Tensor& y) override { return stage_->trainStep(x, y); }
+  optim::Optimizer& optimizer() override { return stage_->optimizer(); }
+  int64_t parameterCount() override { return stage_->module().parameterCount(); }
+  std::vector<int> bounds() const override { return stage_->bounds(); }
+  void gatherModel(nn::Module* whole) override { stage_->gatherModel(whole, 0); }
+
+ private:
+  std::unique_ptr<parallel::PipelineStage> stage_;
+};
+
+// Every rank runs the whole batch through its shard of every split layer.
+class TensorRunner : public Runner {
+ public:
+  TensorRunner(std::shared_ptr<comm::Communicator> comm, const nn::Sequential& whole, parallel::StageLossFn loss,
+               const Recipe& recipe)
+      : model_(std::make_unique<parallel::TensorParallelModel>(whole, std::move(comm))),
+        optimizer_(makeOptimizer(recipe, model_->namedParameters())),
+        loss_(std::move(loss)),
+        layers_(static_cast<int>(whole.size())) {}
+  parallel::PipelineStepStats trainStep(const Tensor& x, const Tensor& y) override {
+    parallel::PipelineStepStats stats;
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t base = liveTensorBytes();
+    resetPeakTensorBytes();
+    optimizer_->zeroGrad();
+    Tensor loss = loss_(model_->forward(x), y);
+    loss.backward();
+    stats.peakStepBytes = peakTensorBytes() - base;
+    optimizer_->step();
+    stats.loss = loss.item();
+    stats.peakMicroBatchesHeld = 1;
+    stats.stepSeconds = stats.computeSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return stats;
+  }
+  optim::Optimizer& optimizer() override { return *optimizer_; }
+  int64_t parameterCount() override { return model_->parameterCount(); }
+  std::vector<int> bounds() const override {
+    return {0, layers_};
+  }
+  void gatherModel(nn::Module* whole) override { model_->gatherInto(whole, 0); }
+
+ private:
+  std::unique_ptr<parallel::TensorParallelModel> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  parallel::StageLossFn loss_;
+  int layers_;
+};
+
 }  // namespace
 
 int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
   TrainConfig config = configIn;
   const bool lm = config.model == "lm";
   const bool pipeline = config.strategy == "pipeline";
-  KOLO_REQUIRE(pipeline || config.strategy == "one-device", "--model lm trains with --strategy one-device or "
-               "pipeline, not ", config.strategy);
+  const bool tensor = config.strategy == "tensor";
+  KOLO_REQUIRE(pipeline || tensor || config.strategy == "one-device", "--model lm trains with --strategy "
+               "one-device, pipeline or tensor, not ", config.strategy);
+  KOLO_REQUIRE(config.tp >= 1, "--tp must be at least 1, got ", config.tp);
+  KOLO_REQUIRE(tensor || config.tp == 1, "--tp ", config.tp, " needs --strategy tensor");
+  KOLO_REQUIRE(!tensor || (config.microBatches == 1 && config.stages == 1 && !config.recompute &&
+                           config.splitAt.empty()),
+               "--strategy tensor takes no --stages, --micro-batches, --split-at or --recompute");
   KOLO_REQUIRE(config.checkpointDir.empty() && config.resumeDir.empty(), "--checkpoint-dir and --resume are not "
                "available with --model lm or --strategy pipeline; --save and --init carry the weights");
   KOLO_REQUIRE(config.clipNorm == 0.0, "--clip-norm is not available with --model lm or --strategy pipeline");
@@ -190,7 +263,11 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
   };
 
   std::shared_ptr<comm::Communicator> comm;
-  if (config.stages > 1) {
+  if (tensor) {
+    comm = parallel::init();
+    KOLO_REQUIRE(comm->size() == config.tp, "--tp ", config.tp, " needs ", config.tp,
+                 " ranks, this job has ", comm->size(), ": run it under kolo run -n ", config.tp);
+  } else if (config.stages > 1) {
     comm = parallel::init();
     KOLO_REQUIRE(comm->size() == config.stages, "--stages ", config.stages, " needs ", config.stages,
                  " ranks (one per stage), this job has ", comm->size(), ": run it under kolo run -n ",
@@ -219,7 +296,7 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
     } else {
       model = buildModel(config);
     }
-    if (config.splitAt.empty() && comm) {
+    if (config.splitAt.empty() && comm && !tensor) {
       const Tensor sample = batchAt(0).inputs.slice(0, 0, config.batch / config.microBatches).contiguous();
       splits = parallel::measuredSplit(*comm, *model, sample, 3, &layerCosts);
     }
@@ -232,18 +309,24 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
     parallel::PipelineOptions options{.microBatches = config.microBatches,
                                       .schedule = schedule,
                                       .recompute = config.recompute};
-    auto stage = std::make_unique<parallel::PipelineStage>(
-        comm, *model, splits, options, loss,
-        [&recipe](const optim::NamedParameters& p) { return makeOptimizer(recipe, p); });
-    model.reset();  // the stage holds its own layers; the others go
+    std::unique_ptr<Runner> stage;
+    if (tensor) {
+      stage = std::make_unique<TensorRunner>(comm, *model, loss, recipe);
+    } else {
+      stage = std::make_unique<PipelineRunner>(std::make_unique<parallel::PipelineStage>(
+          comm, *model, splits, options, loss,
+          [&recipe](const optim::NamedParameters& p) { return makeOptimizer(recipe, p); }));
+    }
+    model.reset();  // the stage holds its own layers (or shards); the others go
     std::vector<int> bounds = stage->bounds();
     if (primary) {
       std::string text;
       for (size_t s = 0; s + 1 < bounds.size(); ++s)
         text += (s ? " " : "") + std::to_string(bounds[s]) + "-" + std::to_string(bounds[s + 1] - 1);
       logger.info("training", {{"model", config.model},
-                               {"stage_parameters", static_cast<int64_t>(stage->module().parameterCount())},
-                               {"strategy", pipeline ? "pipeline" : "one-device"},
+                               {"rank_parameters", stage->parameterCount()},
+                               {"strategy", config.strategy},
+                               {"tp", config.tp},
                                {"stages", config.stages},
                                {"micro_batches", config.microBatches},
                                {"schedule", config.pipelineSchedule},
@@ -300,7 +383,7 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
 
     // Per-stage figures to rank 0: compute and step time per step, held micro-batches,
     // boundary bytes, peak resident memory.
-    const int stages = config.stages;
+    const int stages = tensor ? config.tp : config.stages;
     std::vector<double> mine = {timed ? computeSum / timed : 0.0, timed ? stepSum / timed : 0.0,
                                 static_cast<double>(peak.peakMicroBatchesHeld),
                                 static_cast<double>(peak.peakBoundaryBytes), static_cast<double>(peakRssKib()),
@@ -314,7 +397,7 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
     // The budget covers training; rank 0 gathers the whole model outside it (--save, sample).
     setTensorMemoryLimit(0);
     auto whole = primary ? buildModel(config) : nullptr;
-    stage->gatherModel(whole.get(), 0);
+    stage->gatherModel(whole.get());
     stage.reset();
     if (!primary) return 0;
 
@@ -325,18 +408,23 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
       stepTime = std::max(stepTime, f[1]);
       if (!config.quiet)
         std::fprintf(stderr,
-                     "stage %d: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %d  "
+                     "%s %d: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %d  "
                      "peak boundary activations %.2f MiB  peak step memory %.2f MiB  peak tensors %.2f MiB  "
                      "peak rss %.1f MiB\n",
-                     s, bounds[static_cast<size_t>(s)], bounds[static_cast<size_t>(s) + 1] - 1, 1000.0 * f[0],
+                     tensor ? "rank" : "stage", s, tensor ? 0 : bounds[static_cast<size_t>(s)],
+                     tensor ? bounds.back() - 1 : bounds[static_cast<size_t>(s) + 1] - 1, 1000.0 * f[0],
                      1000.0 * f[1], static_cast<int>(f[2]), f[3] / (1 << 20), f[5] / (1 << 20), f[6] / (1 << 20),
                      f[4] / 1024.0);
     }
     const int m = config.microBatches;
     const double ideal = slowest * (m + stages - 1) / m;
-    std::printf("pipeline stages %d micro_batches %d schedule %s step_ms %.2f ideal_ms %.2f measured_over_ideal %.3f\n",
-                stages, m, config.pipelineSchedule.c_str(), 1000.0 * stepTime, 1000.0 * ideal,
-                ideal > 0 ? stepTime / ideal : 0.0);
+    if (tensor) {
+      std::printf("tensor_parallel ranks %d step_ms %.2f\n", stages, 1000.0 * stepTime);
+    } else {
+      std::printf("pipeline stages %d micro_batches %d schedule %s step_ms %.2f ideal_ms %.2f measured_over_ideal %.3f\n",
+                  stages, m, config.pipelineSchedule.c_str(), 1000.0 * stepTime, 1000.0 * ideal,
+                  ideal > 0 ? stepTime / ideal : 0.0);
+    }
 
     if (!config.savePath.empty()) {
       checkpoint::saveSafetensors(config.savePath, whole->namedParameters(),

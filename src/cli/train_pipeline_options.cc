@@ -18,6 +18,10 @@ void addModelParallelOptions(CLI::App* app, TrainConfig& config) {
                   "pipeline: stages, one rank each (run under kolo run -n STAGES)")
       ->capture_default_str()
       ->check(atLeast(1));
+  app->add_option("--tp", config.tp,
+                  "tensor: ranks the split layers are spread over (run under kolo run -n TP)")
+      ->capture_default_str()
+      ->check(atLeast(1));
   app->add_option("--micro-batches", config.microBatches,
                   "pipeline: micro-batches per step (--batch must be a multiple)")
       ->capture_default_str()

@@ -1,6 +1,6 @@
-// End-to-end tests of `kolo train --model lm` and `--strategy pipeline` (real processes under
-// `kolo run`): a pipelined run saves the weights one-rank training reaches, under the whole
-// model's names; the file loads into one-rank training and back into a pipeline; the mlp
+// End-to-end tests of `kolo train --model lm`, `--strategy pipeline` and `--strategy tensor`
+// (real processes under `kolo run`): pipelined and tensor-parallel runs save the weights
+// one-rank training reaches, under the whole model's names; the file loads into one-rank training and back into a pipeline; the mlp
 // split into stages matches the data-parallel trainer's one-device run; an lm over the
 // --memory-limit of one rank trains in four stages; bad flags are named.
 #include <gtest/gtest.h>
@@ -81,6 +81,12 @@ TEST_F(TrainPipelineCliTest, PipelineSavesTheOneRankWeightsAndLoadsBothWays) {
   ASSERT_EQ(expected.size(), 2u + 2 * 12 + 2 + 1);  // tok, pos; 2 blocks; ln; head
   EXPECT_LT(weightsDifference(expected, loadWeights(file("pipe.safetensors"))), 1e-5);
 
+  // Tensor parallel on 2 ranks (attention by heads, MLP split) reaches the same weights.
+  const RunResult tensor = runKolo("run -n 2 -- " + kolo() + " " + lm(6) + " --strategy tensor --tp 2 --save " +
+                                   file("tp.safetensors"));
+  ASSERT_EQ(tensor.exitCode, 0) << tensor.output;
+  EXPECT_LT(weightsDifference(expected, loadWeights(file("tp.safetensors"))), 1e-5);
+
   // The pipeline's file continues on one rank, and one rank's file in a 3-stage GPipe run
   // with recomputation and given split points: both reach the same weights.
   const RunResult back = runKolo(lm(3) + " --init " + file("pipe.safetensors") + " --save " + file("back.safetensors"));
@@ -131,7 +137,8 @@ TEST_F(TrainPipelineCliTest, BadFlagsAreNamed) {
       {lm(2, file("missing.txt")), "cannot open text file", 3},
       {lm(2, "", "--layers 2 --d-model 16 --heads 3 --seq-len 8"), "--d-model 16 is not divisible by --heads 3", 2},
       {lm(2, "", "--layers 2 --d-model 16 --heads 2 --seq-len 4000"), "too few for windows", 2},
-      {lm(2) + " --strategy mirrored", "one-device or pipeline", 2},
+      {lm(2) + " --strategy mirrored", "one-device, pipeline or tensor", 2},
+      {lm(2) + " --strategy tensor --tp 2", "--tp 2 needs 2 ranks", 2},
       {lm(2) + " --memory-limit 12Q", "size '12Q' is not accepted", 2},
   };
   for (const Case& c : cases) {
