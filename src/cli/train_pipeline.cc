@@ -22,6 +22,7 @@
 #include "kolo/nn/models.h"
 #include "kolo/ops.h"
 #include "kolo/parallel/distributed.h"
+#include "kolo/parallel/mesh.h"
 #include "kolo/parallel/pipeline.h"
 #include "kolo/parallel/tensor_parallel.h"
 #include "kolo/safetensors.h"
@@ -157,10 +158,30 @@ class Runner {
   virtual void gatherModel(nn::Module* whole) = 0;
 };
 
+// The loss averaged over the data group (the replicas' shares of the batch are equal).
+double meanOverReplicas(double loss, comm::Communicator* data) {
+  if (data && data->size() > 1) data->allreduce(&loss, &loss, 1, DType::F64, comm::ReduceOp::Avg);
+  return loss;
+}
+
 class PipelineRunner : public Runner {
  public:
-  explicit PipelineRunner(std::unique_ptr<parallel::PipelineStage> stage) : stage_(std::move(stage)) {}
-  parallel::PipelineStepStats trainStep(const Tensor& x, const Tensor& y) override { return stage_->trainStep(x, y); }
+  PipelineRunner(std::unique_ptr<parallel::PipelineStage> stage, std::shared_ptr<comm::Communicator> data)
+      : stage_(std::move(stage)), data_(std::move(data)) {}
+  parallel::PipelineStepStats trainStep(const Tensor& x, const Tensor& y) override {
+    if (!data_) return stage_->trainStep(x, y);
+    // A replica of a hybrid: its gradients are averaged with the same stage of the others.
+    const auto start = std::chrono::steady_clock::now();
+    stage_->optimizer().zeroGrad();
+    parallel::PipelineStepStats stats = stage_->forwardBackward(x, y);
+    const auto update = std::chrono::steady_clock::now();
+    parallel::averageGradients(stage_->module(), *data_);
+    stage_->optimizer().step();
+    stats.loss = meanOverReplicas(stats.loss, data_.get());
+    stats.computeSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - update).count();
+    stats.stepSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return stats;
+  }
   optim::Optimizer& optimizer() override { return stage_->optimizer(); }
   int64_t parameterCount() override { return stage_->module().parameterCount(); }
   std::vector<int> bounds() const override { return stage_->bounds(); }
@@ -168,16 +189,18 @@ class PipelineRunner : public Runner {
 
  private:
   std::unique_ptr<parallel::PipelineStage> stage_;
+  std::shared_ptr<comm::Communicator> data_;
 };
 
 // Every rank runs the whole batch through its shard of every split layer.
 class TensorRunner : public Runner {
  public:
   TensorRunner(std::shared_ptr<comm::Communicator> comm, const nn::Sequential& whole, parallel::StageLossFn loss,
-               const Recipe& recipe)
+               const Recipe& recipe, std::shared_ptr<comm::Communicator> data)
       : model_(std::make_unique<parallel::TensorParallelModel>(whole, std::move(comm))),
         optimizer_(makeOptimizer(recipe, model_->namedParameters())),
         loss_(std::move(loss)),
+        data_(std::move(data)),
         layers_(static_cast<int>(whole.size())) {}
   parallel::PipelineStepStats trainStep(const Tensor& x, const Tensor& y) override {
     parallel::PipelineStepStats stats;
@@ -188,8 +211,9 @@ class TensorRunner : public Runner {
     Tensor loss = loss_(model_->forward(x), y);
     loss.backward();
     stats.peakStepBytes = peakTensorBytes() - base;
+    if (data_) parallel::averageGradients(*model_, *data_);
     optimizer_->step();
-    stats.loss = loss.item();
+    stats.loss = meanOverReplicas(loss.item(), data_.get());
     stats.peakMicroBatchesHeld = 1;
     stats.stepSeconds = stats.computeSeconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -206,6 +230,7 @@ class TensorRunner : public Runner {
   std::unique_ptr<parallel::TensorParallelModel> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   parallel::StageLossFn loss_;
+  std::shared_ptr<comm::Communicator> data_;  // the data group of a hybrid, else null
   int layers_;
 };
 
@@ -213,6 +238,19 @@ class TensorRunner : public Runner {
 
 int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
   TrainConfig config = configIn;
+  parallel::MeshShape shape;
+  if (!config.mesh.empty()) {
+    // --mesh dp=D,pp=P / dp=D,tp=T sets the strategy and its size.
+    shape = parallel::parseMeshShape(config.mesh);
+    KOLO_REQUIRE(config.stages == 1 && config.tp == 1, "--mesh sets the stages and --tp; give one or the other");
+    if (shape.tp > 1) {
+      config.strategy = "tensor";
+      config.tp = shape.tp;
+    } else {
+      config.strategy = "pipeline";
+      config.stages = shape.pp;
+    }
+  }
   const bool lm = config.model == "lm";
   const bool pipeline = config.strategy == "pipeline";
   const bool tensor = config.strategy == "tensor";
@@ -230,8 +268,10 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
   KOLO_REQUIRE(pipeline || config.stages == 1, "--stages ", config.stages, " needs --strategy pipeline");
   const parallel::PipelineSchedule schedule = parallel::parsePipelineSchedule(config.pipelineSchedule);
   if (lm && !config.batchGiven) config.batch = kDefaultLmBatch;
-  KOLO_REQUIRE(config.batch % config.microBatches == 0, "--batch ", config.batch, " cannot be split into ",
-               config.microBatches, " equal micro-batches: use a multiple of --micro-batches");
+  KOLO_REQUIRE(config.batch % (shape.dp * config.microBatches) == 0, "--batch ", config.batch,
+               " cannot be split into ", shape.dp * config.microBatches, " equal micro-batches (",
+               shape.dp, " replica(s) x ", config.microBatches, "): use a multiple of --micro-batches",
+               shape.dp > 1 ? " times the mesh's dp" : "");
   setNumThreads(config.threads);
 
   // The recipe. lm without --optimizer and --lr: AdamW at 2e-3, warm-up over a tenth of the
@@ -258,12 +298,27 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
     if (config.steps > 0) totalSteps = config.epochs ? std::min(totalSteps, config.steps) : config.steps;
   }
   const auto lrSchedule = makeSchedule(recipe, totalSteps);
+  // Every rank draws the global batch; a data-parallel replica keeps its rows.
+  int replica = 0;
   auto batchAt = [&](int64_t step) {
-    return corpus ? corpus->batch(step, config.batch, config.seed) : images->at(step);
+    data::Batch b = corpus ? corpus->batch(step, config.batch, config.seed) : images->at(step);
+    if (shape.dp == 1) return b;
+    const int64_t rows = config.batch / shape.dp;
+    b.inputs = b.inputs.slice(0, replica * rows, (replica + 1) * rows).contiguous();
+    b.labels = b.labels.slice(0, replica * rows, (replica + 1) * rows).contiguous();
+    return b;
   };
 
-  std::shared_ptr<comm::Communicator> comm;
-  if (tensor) {
+  std::shared_ptr<comm::Communicator> comm;  // the model group: the stages, or the tensor ranks
+  parallel::MeshGroups mesh;
+  int worldRank = 0;
+  if (!config.mesh.empty()) {
+    auto world = parallel::init();
+    mesh = parallel::makeMesh(*world, shape);
+    comm = mesh.model;
+    worldRank = world->rank();
+    replica = mesh.replica;
+  } else if (tensor) {
     comm = parallel::init();
     KOLO_REQUIRE(comm->size() == config.tp, "--tp ", config.tp, " needs ", config.tp,
                  " ranks, this job has ", comm->size(), ": run it under kolo run -n ", config.tp);
@@ -274,7 +329,8 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
                  config.stages);
   }
   const int rank = comm ? comm->rank() : 0;
-  const bool primary = rank == 0;
+  if (config.mesh.empty()) worldRank = rank;
+  const bool primary = worldRank == 0;
 
   // Every rank builds the model from the same seed (or --init file), only its own layers when
   // the split points are given, and keeps its stage.
@@ -297,7 +353,8 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
       model = buildModel(config);
     }
     if (config.splitAt.empty() && comm && !tensor) {
-      const Tensor sample = batchAt(0).inputs.slice(0, 0, config.batch / config.microBatches).contiguous();
+      const Tensor rows = batchAt(0).inputs;
+      const Tensor sample = rows.slice(0, 0, rows.shape()[0] / config.microBatches).contiguous();
       splits = parallel::measuredSplit(*comm, *model, sample, 3, &layerCosts);
     }
     parallel::StageLossFn loss;
@@ -311,11 +368,12 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
                                       .recompute = config.recompute};
     std::unique_ptr<Runner> stage;
     if (tensor) {
-      stage = std::make_unique<TensorRunner>(comm, *model, loss, recipe);
+      stage = std::make_unique<TensorRunner>(comm, *model, loss, recipe, mesh.data);
     } else {
       stage = std::make_unique<PipelineRunner>(std::make_unique<parallel::PipelineStage>(
           comm, *model, splits, options, loss,
-          [&recipe](const optim::NamedParameters& p) { return makeOptimizer(recipe, p); }));
+          [&recipe](const optim::NamedParameters& p) { return makeOptimizer(recipe, p); }),
+          mesh.data);
     }
     model.reset();  // the stage holds its own layers (or shards); the others go
     std::vector<int> bounds = stage->bounds();
@@ -327,6 +385,7 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
                                {"rank_parameters", stage->parameterCount()},
                                {"strategy", config.strategy},
                                {"tp", config.tp},
+                               {"dp", shape.dp},
                                {"stages", config.stages},
                                {"micro_batches", config.microBatches},
                                {"schedule", config.pipelineSchedule},
@@ -350,8 +409,8 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
     const auto start = std::chrono::steady_clock::now();
     for (int64_t step = 0; step < totalSteps; ++step) {
       const data::Batch batch = batchAt(step);
-      if (step == config.failStep && rank == config.failRank)
-        KOLO_THROW(Error, "rank ", rank, ": failure injected before step ", step, " (--fail-at-step)");
+      if (step == config.failStep && worldRank == config.failRank)
+        KOLO_THROW(Error, "rank ", worldRank, ": failure injected before step ", step, " (--fail-at-step)");
       stage->optimizer().setLr(lrSchedule->lrAt(step));
       const int64_t before = liveTensorBytes();
       const parallel::PipelineStepStats stats = stage->trainStep(batch.inputs, batch.labels);
@@ -394,6 +453,8 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
     } else {
       all = mine;
     }
+    // Replica 0's model group gathers the model; the other replicas hold the same weights.
+    if (replica != 0) return 0;
     // The budget covers training; rank 0 gathers the whole model outside it (--save, sample).
     setTensorMemoryLimit(0);
     auto whole = primary ? buildModel(config) : nullptr;

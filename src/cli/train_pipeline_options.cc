@@ -22,6 +22,9 @@ void addModelParallelOptions(CLI::App* app, TrainConfig& config) {
                   "tensor: ranks the split layers are spread over (run under kolo run -n TP)")
       ->capture_default_str()
       ->check(atLeast(1));
+  app->add_option("--mesh", config.mesh,
+                  "hybrid: dp=D,pp=P (D replicas of a P-stage pipeline) or dp=D,tp=T; gradients are "
+                  "averaged between replicas; run under kolo run -n D*P (or D*T)");
   app->add_option("--micro-batches", config.microBatches,
                   "pipeline: micro-batches per step (--batch must be a multiple)")
       ->capture_default_str()

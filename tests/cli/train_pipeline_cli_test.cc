@@ -87,6 +87,14 @@ TEST_F(TrainPipelineCliTest, PipelineSavesTheOneRankWeightsAndLoadsBothWays) {
   ASSERT_EQ(tensor.exitCode, 0) << tensor.output;
   EXPECT_LT(weightsDifference(expected, loadWeights(file("tp.safetensors"))), 1e-5);
 
+  // Hybrids: 2 replicas of a 2-stage pipeline, and of a 2-rank tensor group.
+  for (const char* mesh : {"dp=2,pp=2 --micro-batches 2", "dp=2,tp=2"}) {
+    const RunResult hybrid = runKolo("run -n 4 -- " + kolo() + " " + lm(6) + " --mesh " + mesh + " --save " +
+                                     file("mesh.safetensors"));
+    ASSERT_EQ(hybrid.exitCode, 0) << hybrid.output;
+    EXPECT_LT(weightsDifference(expected, loadWeights(file("mesh.safetensors"))), 1e-5) << mesh;
+  }
+
   // The pipeline's file continues on one rank, and one rank's file in a 3-stage GPipe run
   // with recomputation and given split points: both reach the same weights.
   const RunResult back = runKolo(lm(3) + " --init " + file("pipe.safetensors") + " --save " + file("back.safetensors"));
@@ -139,6 +147,8 @@ TEST_F(TrainPipelineCliTest, BadFlagsAreNamed) {
       {lm(2, "", "--layers 2 --d-model 16 --heads 2 --seq-len 4000"), "too few for windows", 2},
       {lm(2) + " --strategy mirrored", "one-device, pipeline or tensor", 2},
       {lm(2) + " --strategy tensor --tp 2", "--tp 2 needs 2 ranks", 2},
+      {lm(2) + " --mesh dp=2,pp=2", "needs 4 ranks, this job has 1", 2},
+      {lm(2) + " --mesh dp=2,qq=2", "--mesh 'dp=2,qq=2' is not accepted", 2},
       {lm(2) + " --memory-limit 12Q", "size '12Q' is not accepted", 2},
   };
   for (const Case& c : cases) {
