@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kolo/autograd.h"
+#include "kolo/byte_corpus.h"
 #include "kolo/checkpoint.h"
 #include "kolo/comm/communicator.h"
 #include "kolo/comm/init.h"
@@ -15,12 +16,14 @@
 #include "kolo/error.h"
 #include "kolo/flight_recorder.h"
 #include "kolo/hang_report.h"
+#include "kolo/memory.h"
 #include "kolo/nn/nn.h"
 #include "kolo/observe.h"
 #include "kolo/ops.h"
 #include "kolo/optim.h"
 #include "kolo/parallel/collectives.h"
 #include "kolo/parallel/distributed.h"
+#include "kolo/parallel/pipeline.h"
 #include "kolo/parallel/reducer.h"
 #include "kolo/parallel/replica_group.h"
 #include "kolo/parallel/strategy.h"

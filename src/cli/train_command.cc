@@ -10,6 +10,7 @@
 #include "cli/train_loop.h"
 #include "cli/train_timeline.h"
 #include "kolo/error.h"
+#include "kolo/memory.h"
 
 namespace kolo::cli {
 namespace {
@@ -38,13 +39,15 @@ Command registerTrain(CLI::App& root) {
   };
   auto raw = std::make_shared<Raw>();
   CLI::App* app = root.add_subcommand("train", "train a built-in model on Fashion-MNIST");
-  app->add_option("--model", config->model, "model: mlp or cnn")
-      ->check(oneOf({"mlp", "cnn"}))
+  app->add_option("--model", config->model,
+                  "model: mlp or cnn (Fashion-MNIST), lm (byte-level transformer on --data FILE)")
+      ->check(oneOf({"mlp", "cnn", "lm"}))
       ->capture_default_str();
   auto* epochs = app->add_option("--epochs", raw->epochs, "epochs (default 10)")->check(atLeast(1));
   app->add_option("--steps", config->steps, "total optimizer steps; stops early (0: all epochs)")
       ->check(atLeast(0));
-  app->add_option("--batch", config->batch, "batch size")->capture_default_str()->check(atLeast(1));
+  auto* batch =
+      app->add_option("--batch", config->batch, "batch size (lm: default 16)")->capture_default_str()->check(atLeast(1));
   auto* optimizer =
       app->add_option("--optimizer", raw->optimizer, "sgd, adam or adamw (default sgd)")
           ->check(oneOf({"sgd", "adam", "adamw"}));
@@ -61,8 +64,8 @@ Command registerTrain(CLI::App& root) {
   app->add_option(
          "--schedule", config->schedule,
          "lr schedule: auto (warm-up + cosine without --lr, constant with it), constant, cosine, "
-         "warmup-cosine, step")
-      ->check(oneOf({"auto", "constant", "cosine", "warmup-cosine", "step"}))
+         "warmup-cosine, step; or the pipeline schedule: gpipe, 1f1b")
+      ->check(oneOf({"auto", "constant", "cosine", "warmup-cosine", "step", "gpipe", "1f1b"}))
       ->capture_default_str();
   auto* warmup =
       app->add_option("--warmup-steps", raw->warmup, "warm-up steps (default half an epoch)")
@@ -86,10 +89,11 @@ Command registerTrain(CLI::App& root) {
       ->check(atLeast(1));
   app->add_option("--strategy", config->strategy,
                   "one-device, mirrored (--replicas threads), multi-worker-mirrored (one replica "
-                  "per rank, under kolo run or --workers), central-storage or parameter-server "
-                  "(under kolo run --ps P --workers W)")
+                  "per rank, under kolo run or --workers), central-storage, parameter-server "
+                  "(under kolo run --ps P --workers W), pipeline (--stages P ranks under kolo run -n P) or "
+                  "tensor (--tp T ranks under kolo run -n T)")
       ->check(oneOf({"one-device", "mirrored", "multi-worker-mirrored", "central-storage",
-                     "parameter-server"}))
+                     "parameter-server", "pipeline", "tensor"}))
       ->capture_default_str();
   app->add_option("--workers", raw->workers,
                   "run on N ranks of this machine: re-launches itself as kolo run -n N -- kolo "
@@ -183,6 +187,7 @@ Command registerTrain(CLI::App& root) {
                   "WORKER:FACTOR parameter-server worker WORKER takes FACTOR times as long per "
                   "step, for benchmarks")
       ->group("");
+  addModelParallelOptions(app, *config);
   app->add_flag("--progress", raw->bar, "always draw a progress bar");
   app->add_flag("--no-progress", raw->noBar, "plain progress lines even on a terminal");
   app->add_flag("--quiet", config->quiet, "no progress output");
@@ -190,7 +195,7 @@ Command registerTrain(CLI::App& root) {
   Command command;
   command.app = app;
   command.warnsAtStart = [raw] { return raw->workers == 0; };  // --workers re-launches kolo
-  command.run = [config, raw, epochs, optimizer, lr, momentum, weightDecay, warmup]() -> int {
+  command.run = [config, raw, epochs, batch, optimizer, lr, momentum, weightDecay, warmup]() -> int {
     if (raw->workers > 0) execWorkers(raw->workers);
     if (epochs->count()) config->epochs = raw->epochs;
     if (optimizer->count()) config->optimizer = raw->optimizer;
@@ -199,6 +204,11 @@ Command registerTrain(CLI::App& root) {
     if (weightDecay->count()) config->weightDecay = raw->weightDecay;
     if (warmup->count()) config->warmupSteps = raw->warmup;
     config->shuffle = !raw->noShuffle;
+    config->batchGiven = batch->count() > 0;
+    if (config->schedule == "gpipe" || config->schedule == "1f1b") {
+      config->pipelineSchedule = config->schedule;
+      config->schedule = "auto";
+    }
     if (raw->padLast) config->dropLast = false;
     if (config->resumeDir.size() && config->checkpointDir.empty())
       config->checkpointDir = config->resumeDir;
@@ -226,9 +236,12 @@ Command registerTrain(CLI::App& root) {
     }
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);
     keepFreedMemory();
+    if (!config->memoryLimit.empty()) setTensorMemoryLimit(parseByteSize(config->memoryLimit));
     observe::Logger logger(stderr);
     startTimeline(config->timelineDir);
     if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
+    if (config->model == "lm" || config->strategy == "pipeline" || config->strategy == "tensor")
+      return runModelParallel(*config, logger);
     Trainer trainer(*config, logger);
     const TrainSummary summary = trainer.run();
     if (!trainer.isPrimary()) return 0;
