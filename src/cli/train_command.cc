@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/train_federated.h"
 #include "cli/train_loop.h"
 #include "kolo/error.h"
 
@@ -82,10 +83,11 @@ Command registerTrain(CLI::App& root) {
       ->check(atLeast(1));
   app->add_option("--strategy", config->strategy,
                   "one-device, mirrored (--replicas threads), multi-worker-mirrored (one replica "
-                  "per rank, under kolo run or --workers), central-storage or parameter-server "
-                  "(under kolo run --ps P --workers W)")
+                  "per rank, under kolo run or --workers), central-storage, parameter-server "
+                  "(under kolo run --ps P --workers W) or federated (server and client hosts, "
+                  "under kolo run -n N or in one process)")
       ->check(oneOf({"one-device", "mirrored", "multi-worker-mirrored", "central-storage",
-                     "parameter-server"}))
+                     "parameter-server", "federated"}))
       ->capture_default_str();
   app->add_option("--workers", raw->workers,
                   "run on N ranks of this machine: re-launches itself as kolo run -n N -- kolo "
@@ -102,8 +104,9 @@ Command registerTrain(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--algo,--algorithm", config->algorithm,
                   "all-reduce algorithm of multi-worker-mirrored: auto, ring, hierarchical, tree, "
-                  "halving-doubling, reduce-broadcast")
-      ->check(oneOf({"auto", "ring", "hierarchical", "tree", "halving-doubling", "reduce-broadcast"}))
+                  "halving-doubling, reduce-broadcast; of federated: fedavg, fedprox")
+      ->check(oneOf({"auto", "ring", "hierarchical", "tree", "halving-doubling", "reduce-broadcast",
+                     "fedavg", "fedprox"}))
       ->capture_default_str();
   app->add_option("--bucket-mb", config->bucketMb, "gradient bucket capacity in MiB")
       ->capture_default_str()
@@ -179,6 +182,7 @@ Command registerTrain(CLI::App& root) {
                   "WORKER:FACTOR parameter-server worker WORKER takes FACTOR times as long per "
                   "step, for benchmarks")
       ->group("");
+  std::shared_ptr<FederatedFlags> federated = addFederatedOptions(app);
   app->add_flag("--progress", raw->bar, "always draw a progress bar");
   app->add_flag("--no-progress", raw->noBar, "plain progress lines even on a terminal");
   app->add_flag("--quiet", config->quiet, "no progress output");
@@ -186,7 +190,8 @@ Command registerTrain(CLI::App& root) {
   Command command;
   command.app = app;
   command.warnsAtStart = [raw] { return raw->workers == 0; };  // --workers re-launches kolo
-  command.run = [config, raw, epochs, optimizer, lr, momentum, weightDecay, warmup]() -> int {
+  command.run = [config, raw, federated, epochs, optimizer, lr, momentum, weightDecay,
+                 warmup]() -> int {
     if (raw->workers > 0) execWorkers(raw->workers);
     if (epochs->count()) config->epochs = raw->epochs;
     if (optimizer->count()) config->optimizer = raw->optimizer;
@@ -224,6 +229,7 @@ Command registerTrain(CLI::App& root) {
     keepFreedMemory();
     observe::Logger logger(stderr);
     if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
+    if (config->strategy == "federated") return runFederated(*config, *federated, logger);
     Trainer trainer(*config, logger);
     const TrainSummary summary = trainer.run();
     if (!trainer.isPrimary()) return 0;

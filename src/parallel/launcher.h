@@ -45,6 +45,9 @@ struct LauncherOptions {
   /// storeAddress (token required): it reads P and W there, takes the next worker index and
   /// starts one rank as that worker. Its failure is the launcher's exit status.
   bool psJoin = false;
+  /// A rank other than 0 that fails does not stop the job (federated client hosts: the
+  /// server on rank 0 leaves their clients out); rank 0's failure still does.
+  bool tolerateFailures = false;
   /// PROGRAM ARGS... (PROGRAM is looked up in PATH).
   std::vector<std::string> command;
 };
