@@ -11,6 +11,7 @@
 
 #include "kolo/error.h"
 #include "kolo/tensor.h"
+#include "parallel/federated/sa_wire.h"
 
 namespace kolo::parallel::fed::sa {
 namespace {
@@ -145,6 +146,27 @@ TEST(FederatedSecureAgg, TamperedSharesDoNotAuthenticate) {
     EXPECT_NE(std::string(e.what()).find("from client 0 to client 1"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(FederatedSecureAgg, BadMaskedInputsAreRefusedAndNamed) {
+  const comm::Bytes frame = encodeMasked(4, 7, {1, 2, 3});
+  EXPECT_EQ(decodeMasked(frame, 4, 7, 3), (std::vector<uint64_t>{1, 2, 3}));
+  auto refused = [&](int64_t round, int client, size_t length, const std::string& words) {
+    try {
+      decodeMasked(frame, round, client, length);
+      ADD_FAILURE() << "accepted";
+    } catch (const Mismatch& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  refused(5, 7, 3, "client 7 sent a masked input for round 4 in round 5 (stale)");
+  refused(4, 7, 4, "client 7 sent a masked input of 3 words, the model needs 4");
+  refused(4, 8, 3, "client 8 sent a masked input labelled client 7");
+  comm::Bytes cut(frame.begin(), frame.end() - 3);
+  EXPECT_THROW(decodeMasked(cut, 4, 7, 3), FormatError);
+  comm::Bytes boxes = encodeBoxes({{1, comm::Bytes(10, 0)}});
+  boxes[8] = 0xff;  // the box announces more bytes than the frame holds
+  EXPECT_THROW(decodeBoxes(boxes, "client 1"), FormatError);
 }
 
 }  // namespace
