@@ -33,6 +33,17 @@ inline std::shared_ptr<nn::Module> makeMlp(uint64_t seed = 7) {
   return nn::makeModel("mlp", generator);
 }
 
+/// A small net for the job tests, whose cost is the protocol's rather than the training's:
+/// Linear(784,32)-ReLU-Linear(32,10), 25,450 parameters.
+inline std::shared_ptr<nn::Module> makeSmall(uint64_t seed = 7) {
+  Generator generator(seed);
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(784, 32, generator), std::make_shared<nn::ReLU>(),
+      std::make_shared<nn::Linear>(32, 10, generator)});
+}
+
+using ModelFactory = std::function<std::shared_ptr<nn::Module>()>;
+
 /// Largest |a - b| / max(1, |b|) over the elements.
 inline double maxRelativeError(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
@@ -48,11 +59,12 @@ class Job {
  public:
   Job(const FederatedOptions& options, std::shared_ptr<data::TensorDataset> data,
       std::vector<std::vector<int64_t>> partition, int hosts, std::vector<int> silent = {},
-      const std::function<void(ClientHost&)>& configure = {})
-      : store_(comm::makeMemoryStore()), server_(store_, options, flattenParameters(*makeMlp())) {
+      const std::function<void(ClientHost&)>& configure = {},
+      const ModelFactory& model = [] { return makeMlp(); })
+      : store_(comm::makeMemoryStore()), server_(store_, options, flattenParameters(*model())) {
     for (int h = 0; h < hosts; ++h) {
       hosts_.push_back(
-          std::make_unique<ClientHost>(store_, options, h, hosts, makeMlp(), data, partition));
+          std::make_unique<ClientHost>(store_, options, h, hosts, model(), data, partition));
       if (configure) configure(*hosts_.back());
       errors_.emplace_back();
     }

@@ -14,7 +14,9 @@ namespace {
 
 using testing::firstSamples;
 using testing::Job;
-using testing::makeMlp;
+using testing::makeSmall;
+
+const testing::ModelFactory kSmall = [] { return makeSmall(); };
 using testing::maxRelativeError;
 
 std::vector<std::vector<int64_t>> iid(int64_t n, int clients) {
@@ -37,7 +39,7 @@ std::vector<float> expectedAfterOneRound(const FederatedOptions& options,
                                          const data::TensorDataset& data,
                                          const std::vector<std::vector<int64_t>>& partition,
                                          const std::vector<int>& clients) {
-  auto model = makeMlp();
+  auto model = makeSmall();
   const std::vector<float> global = flattenParameters(*model);
   ClientOptions client = options.client;
   client.seed = options.seed;
@@ -65,7 +67,8 @@ TEST(FederatedJob, SilentHostTimesOutAndTheRoundCompletesWithTheRest) {
   const auto partition = iid(600, 6);
   FederatedOptions options = smallJob(6, 6);
   options.roundTimeout = std::chrono::seconds(1);
-  Job job(options, data, partition, 2, /*silent=*/{1});  // host 1 (clients 1, 3, 5) never answers
+  Job job(options, data, partition, 2, /*silent=*/{1}, {},
+          kSmall);  // host 1 (clients 1, 3, 5) never answers
   const RoundReport report = job.round();
   EXPECT_EQ(report.clients, 3);
   EXPECT_EQ(report.dropped, 3);
@@ -82,7 +85,7 @@ TEST(FederatedJob, RandomDropOutsAreLeftOut) {
   FederatedOptions options = smallJob(20, 10);
   options.debugDropRate = 0.3;
   options.roundTimeout = std::chrono::seconds(1);
-  Job job(options, data, iid(1000, 20), 2);
+  Job job(options, data, iid(1000, 20), 2, {}, {}, kSmall);
   int dropped = 0;
   for (int r = 0; r < 2; ++r) {
     const RoundReport report = job.round();
@@ -99,13 +102,14 @@ TEST(FederatedJob, BadUpdatesAreRefusedAndNamedAndTheRoundGoesOn) {
   auto data = firstSamples(400);
   const auto partition = iid(400, 4);
   const FederatedOptions options = smallJob(4, 4);
-  Job job(options, data, partition, 1, {}, [](ClientHost& host) {
+  auto tamper = [](ClientHost& host) {
     host.setTamper([](Update& u) {
       if (u.client == 1) u.delta.resize(10);   // wrong shape
       if (u.client == 2) u.delta[1234] = NAN;  // NaN
       if (u.client == 3) u.round -= 1;         // stale round number
     });
-  });
+  };
+  Job job(options, data, partition, 1, {}, tamper, kSmall);
   const RoundReport report = job.round();
   EXPECT_EQ(report.clients, 1);
   EXPECT_EQ(report.dropped, 3);
@@ -134,7 +138,7 @@ TEST(FederatedJob, SecureAggregationWithThirtyPercentDroppingEqualsPlainFedAvg) 
   std::vector<float> plainWeights;
   RoundReport plain;
   {
-    Job job(options, data, partition, 2);
+    Job job(options, data, partition, 2, {}, {}, kSmall);
     plain = job.round();
     job.stop();
     plainWeights = job.server().weights();
@@ -142,7 +146,7 @@ TEST(FederatedJob, SecureAggregationWithThirtyPercentDroppingEqualsPlainFedAvg) 
   ASSERT_GT(plain.dropped, 0);
   ASSERT_GE(plain.clients, 6);  // the default threshold, a majority of 10
   options.secureAgg = true;
-  Job job(options, data, partition, 2);
+  Job job(options, data, partition, 2, {}, {}, kSmall);
   const RoundReport secure = job.round();
   EXPECT_EQ(secure.clients, plain.clients);
   EXPECT_EQ(secure.dropped, plain.dropped);
@@ -150,7 +154,7 @@ TEST(FederatedJob, SecureAggregationWithThirtyPercentDroppingEqualsPlainFedAvg) 
   job.stop();
   // The same clients' weighted mean; only the 2^-24 fixed point differs.
   EXPECT_LE(maxRelativeError(job.server().weights(), plainWeights), 1e-6);
-  EXPECT_GT(maxRelativeError(job.server().weights(), flattenParameters(*makeMlp())), 1e-4);
+  EXPECT_GT(maxRelativeError(job.server().weights(), flattenParameters(*makeSmall())), 1e-4);
   EXPECT_GT(secure.bytesUp, plain.bytesUp);  // u64 words and the protocol's keys and shares
 }
 
@@ -161,7 +165,7 @@ TEST(FederatedJob, DpFedAvgClipsAveragesOverKAndReportsEpsilon) {
   FederatedOptions options = smallJob(8, 4);
   options.dpClip = 0.05;
   options.dpNoise = 0.0;
-  Job job(options, data, partition, 2);
+  Job job(options, data, partition, 2, {}, {}, kSmall);
   const RoundReport report = job.round();
   EXPECT_TRUE(std::isinf(report.epsilon));  // no noise: no privacy
   job.stop();
@@ -171,7 +175,7 @@ TEST(FederatedJob, DpFedAvgClipsAveragesOverKAndReportsEpsilon) {
             1e-6);
 
   options.dpNoise = 1.0;
-  Job noisy(options, data, partition, 2);
+  Job noisy(options, data, partition, 2, {}, {}, kSmall);
   double previous = 0;
   for (int r = 0; r < 2; ++r) {
     const RoundReport rr = noisy.round();
