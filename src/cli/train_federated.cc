@@ -36,6 +36,10 @@ fed::FederatedOptions federatedOptions(const TrainConfig& config, const Federate
   KOLO_REQUIRE(
       !config.momentum || *config.momentum == 0.0,
       "--strategy federated trains the clients with plain SGD: --momentum is not available");
+  KOLO_REQUIRE(!config.epochs && config.steps == 0,
+               "--strategy federated counts --rounds and --local-epochs, not --epochs or --steps");
+  KOLO_REQUIRE(config.checkpointDir.empty() && config.resumeDir.empty(),
+               "--checkpoint-dir and --resume are not available with --strategy federated");
   const std::string algorithm = config.algorithm == "auto" ? "fedavg" : config.algorithm;
   fed::FederatedOptions options;
   options.clients = flags.clients;
