@@ -176,13 +176,23 @@ TEST(FederatedJob, DpFedAvgClipsAveragesOverKAndReportsEpsilon) {
 
   options.dpNoise = 1.0;
   Job noisy(options, data, partition, 2, {}, {}, kSmall);
-  double previous = 0;
-  for (int r = 0; r < 2; ++r) {
-    const RoundReport rr = noisy.round();
-    EXPECT_GT(rr.epsilon, previous);
-    EXPECT_TRUE(std::isfinite(rr.epsilon));
-    previous = rr.epsilon;
+  const RoundReport first = noisy.round();
+  EXPECT_TRUE(std::isfinite(first.epsilon));
+  EXPECT_GT(first.epsilon, 0.0);
+  // The server's weights less the noiseless mean: Gaussian noise of std sigma * clip / K.
+  const std::vector<float> clean =
+      expectedAfterOneRound(options, *data, partition, sampleClients(8, 4, 1, options.seed));
+  double sum = 0, squares = 0;
+  const std::vector<float>& noised = noisy.server().weights();
+  for (size_t i = 0; i < clean.size(); ++i) {
+    const double d = double(noised[i]) - clean[i];
+    sum += d;
+    squares += d * d;
   }
+  const double n = static_cast<double>(clean.size());
+  EXPECT_NEAR(sum / n, 0.0, 0.05 * 0.05 / 4);
+  EXPECT_NEAR(std::sqrt(squares / n), 1.0 * 0.05 / 4, 0.05 * 0.0125);
+  EXPECT_GT(noisy.round().epsilon, first.epsilon);
 }
 
 }  // namespace
