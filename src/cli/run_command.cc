@@ -32,6 +32,8 @@ Command registerRun(CLI::App& root) {
                 "HOST:PORT is given (with its KOLO_TOKEN)")
       ->excludes(servers)
       ->excludes(nproc);
+  app->add_flag("--tolerate-failures", options->tolerateFailures,
+                "a rank other than 0 that fails does not stop the job (federated client hosts)");
   app->add_option("--nnodes", options->nnodes,
                   "nodes in the job (each runs kolo run with the same -n)")
       ->capture_default_str()

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/train_federated.h"
 #include "cli/train_loop.h"
 #include "cli/train_timeline.h"
 #include "kolo/error.h"
@@ -90,10 +91,11 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--strategy", config->strategy,
                   "one-device, mirrored (--replicas threads), multi-worker-mirrored (one replica "
                   "per rank, under kolo run or --workers), central-storage, parameter-server "
-                  "(under kolo run --ps P --workers W), pipeline (--stages P ranks under kolo run -n P) or "
+                  "(under kolo run --ps P --workers W), federated (server and client hosts, under kolo run -n N or "
+                  "in one process), pipeline (--stages P ranks under kolo run -n P) or "
                   "tensor (--tp T ranks under kolo run -n T)")
       ->check(oneOf({"one-device", "mirrored", "multi-worker-mirrored", "central-storage",
-                     "parameter-server", "pipeline", "tensor"}))
+                     "parameter-server", "federated", "pipeline", "tensor"}))
       ->capture_default_str();
   app->add_option("--workers", raw->workers,
                   "run on N ranks of this machine: re-launches itself as kolo run -n N -- kolo "
@@ -110,8 +112,9 @@ Command registerTrain(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--algo,--algorithm", config->algorithm,
                   "all-reduce algorithm of multi-worker-mirrored: auto, ring, hierarchical, tree, "
-                  "halving-doubling, reduce-broadcast")
-      ->check(oneOf({"auto", "ring", "hierarchical", "tree", "halving-doubling", "reduce-broadcast"}))
+                  "halving-doubling, reduce-broadcast; of federated: fedavg, fedprox")
+      ->check(oneOf({"auto", "ring", "hierarchical", "tree", "halving-doubling", "reduce-broadcast",
+                     "fedavg", "fedprox"}))
       ->capture_default_str();
   app->add_option("--bucket-mb", config->bucketMb, "gradient bucket capacity in MiB")
       ->capture_default_str()
@@ -188,6 +191,7 @@ Command registerTrain(CLI::App& root) {
                   "step, for benchmarks")
       ->group("");
   addModelParallelOptions(app, *config);
+  std::shared_ptr<FederatedFlags> federated = addFederatedOptions(app);
   app->add_flag("--progress", raw->bar, "always draw a progress bar");
   app->add_flag("--no-progress", raw->noBar, "plain progress lines even on a terminal");
   app->add_flag("--quiet", config->quiet, "no progress output");
@@ -195,7 +199,8 @@ Command registerTrain(CLI::App& root) {
   Command command;
   command.app = app;
   command.warnsAtStart = [raw] { return raw->workers == 0; };  // --workers re-launches kolo
-  command.run = [config, raw, epochs, batch, optimizer, lr, momentum, weightDecay, warmup]() -> int {
+  command.run = [config, raw, federated, epochs, batch, optimizer, lr, momentum, weightDecay,
+                 warmup]() -> int {
     if (raw->workers > 0) execWorkers(raw->workers);
     if (epochs->count()) config->epochs = raw->epochs;
     if (optimizer->count()) config->optimizer = raw->optimizer;
@@ -240,6 +245,7 @@ Command registerTrain(CLI::App& root) {
     observe::Logger logger(stderr);
     startTimeline(config->timelineDir);
     if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
+    if (config->strategy == "federated") return runFederated(*config, *federated, logger);
     if (config->model == "lm" || config->strategy == "pipeline" || config->strategy == "tensor")
       return runModelParallel(*config, logger);
     Trainer trainer(*config, logger);

@@ -499,6 +499,11 @@ class Job {
       r.running = false;
       r.status = status;
       bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      if (failed && !stopping_ && options_.tolerateFailures && r.globalRank != 0) {
+        say("rank " + std::to_string(r.globalRank) + " (pid " + std::to_string(r.pid) + ") " +
+            describeStatus(status) + "; the job goes on without it");
+        continue;
+      }
       if (failed && !stopping_ && r.role == "worker" && !options_.psJoin) {
         // The chief hands a lost worker's data to the others: the job goes on.
         say("worker " + std::to_string(r.roleIndex) + " (rank " + std::to_string(r.globalRank) +

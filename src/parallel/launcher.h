@@ -53,6 +53,9 @@ struct LauncherOptions {
   /// Seconds without progress of any local rank's flight recorder after which the job is
   /// diagnosed and stopped; 0: never.
   double stallSeconds = 0;
+  /// A rank other than 0 that fails does not stop the job (federated client hosts: the
+  /// server on rank 0 leaves their clients out); rank 0's failure still does.
+  bool tolerateFailures = false;
   /// PROGRAM ARGS... (PROGRAM is looked up in PATH).
   std::vector<std::string> command;
 };
