@@ -13,6 +13,7 @@ packages=(
   libopenmpi-dev openmpi-bin # MPI backend and the Open MPI peer benchmark
   dataset-fashion-mnist      # the main job's data
   iproute2                   # network-namespace multi-host tests
+  gnuplot-nox                # kolo report: the plots (SVG terminal)
   clang libclang-rt-14-dev   # libFuzzer harnesses (fuzz/): clang 14 and its fuzzer/sanitizer runtimes
 )
 if [ "${KOLO_WITH_PEERS:-0}" = 1 ]; then

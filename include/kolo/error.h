@@ -54,6 +54,13 @@ class Mismatch : public Error {
   using Error::Error;
 };
 
+/// The replicas' weights, which data parallelism keeps equal on every rank, differ (found by
+/// a weight-sync check, `--check-sync`).
+class ReplicaMismatch : public Mismatch {
+ public:
+  using Mismatch::Mismatch;
+};
+
 /// Bytes on disk or on the wire do not follow the expected format (corrupt, truncated).
 class FormatError : public Error {
  public:

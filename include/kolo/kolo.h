@@ -18,6 +18,7 @@
 #include "kolo/hang_report.h"
 #include "kolo/memory.h"
 #include "kolo/nn/nn.h"
+#include "kolo/numerics.h"
 #include "kolo/observe.h"
 #include "kolo/ops.h"
 #include "kolo/optim.h"

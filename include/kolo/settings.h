@@ -49,7 +49,9 @@
   X(debugDir, "KOLO_DEBUG_DIR", Text, "", "",                                                      \
     "directory of the flight recorder's rings and dumps (set by kolo run --debug-dir)")         \
   X(flightRecorder, "KOLO_FLIGHT_RECORDER", Integer, "1024", "",                                  \
-    "collectives the flight recorder keeps per rank; 0: off")
+    "collectives the flight recorder keeps per rank; 0: off")                                      \
+  X(statusFile, "KOLO_STATUS_FILE", Text, "", "",                                                 \
+    "kolo train: each rank keeps its step and state in FILE.rank-N (set by kolo run --status-file; read by kolo status FILE)")
 
 namespace kolo::settings {
 

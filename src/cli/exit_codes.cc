@@ -22,6 +22,10 @@ constexpr ExitCodeRow kTable[] = {
      isAny<FileError, FormatError>},
     {kExitDiverged, "DivergedError", "training diverged: the loss is no longer finite",
      isAny<DivergedError>},
+    {kExitOutOfSync, "ReplicaMismatch",
+     "the replicas' weights differ between ranks (--check-sync names the ranks and the first "
+     "tensor)",
+     isAny<ReplicaMismatch>},
     {kExitJob, "PeerError, Timeout, Mismatch",
      "another rank failed or vanished, a collective passed its deadline, or ranks disagreed",
      isAny<PeerError, Timeout, Mismatch>},

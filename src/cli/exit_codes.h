@@ -15,6 +15,7 @@ enum ExitCode : int {
   kExitDiverged = 4,   // the loss or a gradient stopped being finite
   kExitJob = 5,        // another rank failed, timed out or disagreed
   kExitSystem = 6,     // an operating-system failure: disk, sockets, shared memory, fork
+  kExitOutOfSync = 7,  // the ranks' weights differ (--check-sync)
 };
 
 /// One row: the code, the exception kinds that end in it, and what it means.

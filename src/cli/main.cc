@@ -1,5 +1,5 @@
 // Entry point of the `kolo` command: parses the command line, checks the KOLO_* settings,
-// runs the chosen subcommand (train, run, bench, env) and turns what ended it into an exit
+// runs the chosen subcommand (train, run, bench, env, report, status) and turns what ended it into an exit
 // code through one table (exit_codes.h, docs/exit_codes.md).
 #include <cstdio>
 #include <exception>
@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
       kolo::cli::registerBench(app),
       kolo::cli::registerEnv(app),
       kolo::cli::registerReport(app),
+      kolo::cli::registerStatus(app),
   };
   try {
     app.parse(argc, argv);

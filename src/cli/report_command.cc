@@ -1,21 +1,65 @@
-// `kolo report`: the group of commands that read what a run left behind. `kolo report hang
+// `kolo report`: the group of commands that read what runs left behind. `kolo report
+// RUN_DIR [RUN_DIR...] [-o OUT]` writes OUT/index.html (self-contained: the plots inline)
+// and OUT/<plot>.svg from the runs' metrics, checkpoints and timelines; `kolo report hang
 // DIR` (report_hang.cc) explains a hang from the ranks' flight recorders.
+#include <filesystem>
+#include <fstream>
+
 #include "cli/commands.h"
+#include "cli/report_html.h"
+#include "cli/report_plots.h"
+#include "cli/report_runs.h"
 #include "kolo/error.h"
 
 namespace kolo::cli {
+namespace {
+
+int writeReport(const std::vector<std::string>& dirs, std::string out) {
+  KOLO_REQUIRE(!dirs.empty(), "kolo report: give one or more run directories (where kolo train "
+               "--metrics wrote its file), e.g. kolo report runs/a runs/b -o report");
+  std::vector<report::Run> runs;
+  for (const std::string& dir : dirs) runs.push_back(report::readRun(dir));
+  if (out.empty()) out = dirs.size() == 1 ? (std::filesystem::path(dirs[0]) / "report").string() : "report";
+  std::error_code error;
+  std::filesystem::create_directories(out, error);
+  if (error) KOLO_THROW(IoError, "kolo report: cannot create ", out, ": ", error.message());
+  const std::vector<report::Plot> plots = report::drawPlots(runs, out);
+  const std::string page = (std::filesystem::path(out) / "index.html").string();
+  std::ofstream html(page);
+  html << report::renderHtml(runs, plots);
+  html.close();
+  if (!html) KOLO_THROW(IoError, "kolo report: cannot write ", page);
+  int drawn = 0;
+  for (const report::Plot& plot : plots) drawn += plot.svg.empty() ? 0 : 1;
+  std::printf("wrote %s: %zu run(s), %d of %zu plots drawn\n", page.c_str(), runs.size(), drawn,
+              plots.size());
+  return 0;
+}
+
+// The subcommands of the group other than the page itself (`kolo report NAME ...`): each
+// registers on the group's node; the one chosen runs instead of the page.
+std::vector<Command> registerReportSubcommands(CLI::App& report) {
+  return {registerReportHang(report)};
+}
+
+}  // namespace
 
 Command registerReport(CLI::App& root) {
-  CLI::App* app = root.add_subcommand("report", "read what a run left behind: kolo report hang DIR");
-  app->require_subcommand(1);
-  auto entries = std::make_shared<std::vector<Command>>();
-  entries->push_back(registerReportHang(*app));
+  auto dirs = std::make_shared<std::vector<std::string>>();
+  auto out = std::make_shared<std::string>();
+  CLI::App* app = root.add_subcommand(
+      "report", "an HTML report with plots of one or more runs: kolo report RUN_DIR... [-o OUT]");
+  app->add_option("runs", *dirs, "run directories (each holding a kolo train --metrics file)");
+  app->add_option("-o,--output", *out,
+                  "directory for index.html and the SVG plots (default RUN_DIR/report for one "
+                  "run, ./report for several)");
+  auto subcommands = std::make_shared<std::vector<Command>>(registerReportSubcommands(*app));
   Command command;
   command.app = app;
-  command.run = [entries]() -> int {
-    for (auto& entry : *entries)
-      if (entry.app->parsed()) return entry.run();
-    KOLO_THROW(InvalidArgument, "kolo report: name what to report (hang)");
+  command.run = [dirs, out, subcommands] {
+    for (Command& sub : *subcommands)
+      if (sub.app->parsed()) return sub.run();
+    return writeReport(*dirs, *out);
   };
   return command;
 }

@@ -1,6 +1,8 @@
 // `kolo run`: the launcher's command line. Parses the options and PROGRAM ARGS... (after
 // `--` or the first non-option word) into parallel::LauncherOptions and runs the job; the
 // job token for several nodes comes from KOLO_TOKEN (kolo::settings::token()).
+#include <cstdlib>
+
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "kolo/error.h"
@@ -57,6 +59,10 @@ Command registerRun(CLI::App& root) {
                   "stop the job, with a hang diagnosis, when no rank finished or began a "
                   "collective for this many seconds (default: never)")
       ->check(above(0));
+  auto statusFile = std::make_shared<std::string>();
+  app->add_option("--status-file", *statusFile,
+                  "the ranks of kolo train keep their step and state in FILE.rank-N; another "
+                  "terminal shows them with kolo status FILE (sets KOLO_STATUS_FILE)");
   app->add_option("--grace", *graceSeconds,
                   "seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str()
@@ -73,7 +79,10 @@ Command registerRun(CLI::App& root) {
   app->positionals_at_end();
   Command command;
   command.app = app;
-  command.run = [options, graceSeconds, bind, nproc, bindOption]() -> int {
+  command.run = [options, graceSeconds, bind, nproc, bindOption, statusFile]() -> int {
+    // The ranks inherit the launcher's environment (rankEnvironment).
+    if (!statusFile->empty() && ::setenv("KOLO_STATUS_FILE", statusFile->c_str(), 1) != 0)
+      KOLO_THROW(IoError, "kolo run: cannot set KOLO_STATUS_FILE");
     if (options->psJoin) {
       options->procsPerNode = 1;
       options->token = settings::token();

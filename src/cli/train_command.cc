@@ -12,6 +12,7 @@
 #include "cli/train_timeline.h"
 #include "kolo/error.h"
 #include "kolo/memory.h"
+#include "kolo/settings.h"
 
 namespace kolo::cli {
 namespace {
@@ -187,8 +188,31 @@ Command registerTrain(CLI::App& root) {
                   "STEP[:RANK] inject a failure before STEP on RANK (default 0), for tests")
       ->group("");
   app->add_option("--debug-slow-worker", raw->slowWorker,
-                  "WORKER:FACTOR parameter-server worker WORKER takes FACTOR times as long per "
-                  "step, for benchmarks")
+                  "WORKER:FACTOR parameter-server worker WORKER (or rank WORKER of the other "
+                  "strategies) takes FACTOR times as long per step, for benchmarks")
+      ->group("");
+  app->add_flag("--detect-anomaly", config->detectAnomaly,
+                "check every module's output and gradient for NaN and infinity; stop at the "
+                "first, naming the rank, step and module (slower: a pass over every activation; "
+                "mirrored: replica 0)");
+  app->add_option("--check-sync", config->checkSync,
+                  "every N steps compare a hash of every rank's weights; stop naming the ranks "
+                  "that differ and the first tensor (0: off)")
+      ->check(atLeast(0));
+  app->add_option("--metrics-every", config->metricsEvery,
+                  "steps between the ranks' step-time exchange: an interval line in --metrics "
+                  "and the breakdown on the progress line")
+      ->capture_default_str()
+      ->check(atLeast(1));
+  app->add_option("--status-file", config->statusFile,
+                  "each rank keeps its step and state in FILE.rank-N (kolo status FILE); "
+                  "default KOLO_STATUS_FILE");
+  app->add_option("--debug-nan-at", config->debugNanAt,
+                  "STEP:RANK:MODULE[:grad] write a NaN into MODULE's output (or its gradient) at "
+                  "STEP on RANK, for tests")
+      ->group("");
+  app->add_option("--debug-perturb", config->debugPerturb,
+                  "STEP:RANK:TENSOR add 1e-3 to one weight of TENSOR before STEP on RANK, for tests")
       ->group("");
   addModelParallelOptions(app, *config);
   std::shared_ptr<FederatedFlags> federated = addFederatedOptions(app);
@@ -240,14 +264,20 @@ Command registerTrain(CLI::App& root) {
                    raw->slowWorker, "': the worker must be at least 0 and the factor at least 1");
     }
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);
+    if (config->statusFile.empty()) config->statusFile = settings::statusFile();
     keepFreedMemory();
     if (!config->memoryLimit.empty()) setTensorMemoryLimit(parseByteSize(config->memoryLimit));
     observe::Logger logger(stderr);
     startTimeline(config->timelineDir);
+    const bool modelParallel =
+        config->model == "lm" || config->strategy == "pipeline" || config->strategy == "tensor";
+    if (config->strategy == "parameter-server" || config->strategy == "federated" || modelParallel)
+      KOLO_REQUIRE(!config->detectAnomaly && config->checkSync == 0 && config->statusFile.empty(),
+                   "--detect-anomaly, --check-sync and --status-file are not available with "
+                   "--strategy ", config->strategy, modelParallel ? " or --model lm" : "");
     if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
     if (config->strategy == "federated") return runFederated(*config, *federated, logger);
-    if (config->model == "lm" || config->strategy == "pipeline" || config->strategy == "tensor")
-      return runModelParallel(*config, logger);
+    if (modelParallel) return runModelParallel(*config, logger);
     Trainer trainer(*config, logger);
     const TrainSummary summary = trainer.run();
     if (!trainer.isPrimary()) return 0;

@@ -100,6 +100,14 @@ struct TrainConfig {
   int64_t failStep = -1;
   int failRank = 0;
 
+  // Numeric checks and monitoring (train_checks.h, train_monitor.h).
+  bool detectAnomaly = false;   // name the first module/rank/step with a NaN or infinity
+  int64_t checkSync = 0;        // compare the ranks' weight hashes every N steps (0: off)
+  std::string debugNanAt;       // tests: STEP:RANK:MODULE[:grad] injects a NaN
+  std::string debugPerturb;     // tests: STEP:RANK:TENSOR changes one weight on one rank
+  int64_t metricsEvery = 50;    // steps between the ranks' timing exchange (metrics, progress)
+  std::string statusFile;       // each rank writes FILE.rank-N (KOLO_STATUS_FILE)
+
   /// -1: a bar if stderr is a terminal, plain lines otherwise; 0: plain lines; 1: bar.
   int progress = -1;
   bool quiet = false;

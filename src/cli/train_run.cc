@@ -1,12 +1,18 @@
 // The Trainer's loop: epochs of synchronous steps from the process's DataLoader, evaluation
 // after each epoch, metrics lines, progress, checkpoints every N steps and at the end,
 // resume from the newest good checkpoint, and the final weights on disk (rank 0 writes).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <functional>
+#include <optional>
+#include <thread>
 
+#include "cli/train_checks.h"
 #include "cli/train_loop.h"
+#include "cli/train_monitor.h"
 #include "cli/train_timeline.h"
 #include "kolo/checkpoint.h"
 #include "kolo/safetensors.h"
@@ -114,6 +120,40 @@ TrainSummary Trainer::run() {
     metrics = std::make_unique<observe::MetricsWriter>(config_.metricsPath, step > 0);
   }
   const int64_t epochs = (totalSteps_ + stepsPerEpoch_ - 1) / stepsPerEpoch_;
+  TrainChecks checks(config_, model(), comm_.get(),
+                     strategy_->kind() == parallel::StrategyKind::OneDevice);
+  StepMonitor monitor(comm_.get(), config_.metricsEvery, globalBatch / strategy_->dataWorldSize());
+  RankStatus status(config_.statusFile, rank(), totalSteps_);
+  // Events for `kolo report`: the run's start (or resume), its checkpoints, its end, and a
+  // failure when an exception leaves the loop.
+  auto event = [&](const char* name, int64_t at, observe::Fields extra = {}) {
+    if (!metrics) return;
+    observe::Fields fields{{"kind", "event"}, {"event", name}, {"step", at},
+                           {"wall_s", secondsSince(start)}};
+    metrics->write(fields.update(extra));
+  };
+  struct FailureEvent {
+    std::function<void()> write;
+    int uncaught = std::uncaught_exceptions();
+    ~FailureEvent() {
+      if (std::uncaught_exceptions() > uncaught) write();
+    }
+  } failureEvent{[&] {
+    try {
+      event("failed", step);
+    } catch (const std::exception&) {
+    }
+  }};
+  event(step > 0 ? "resume" : "start", step,
+        {{"ranks", comm_ ? comm_->size() : 1},
+         {"replicas", strategy_->replicas()},
+         {"strategy", strategy_->name()},
+         {"algorithm", config_.algorithm},
+         {"batch", globalBatch}});
+  std::string breakdown;  // the last interval's step-time breakdown, for the progress line
+  double slowSeconds = 0.0;
+  double intervalLoss = 0.0;
+  int64_t intervalSteps = 0;
   if (primary) {
     logger_.info("training", {{"model", config_.model},
                               {"optimizer", recipe_.optimizer},
@@ -152,11 +192,26 @@ TrainSummary Trainer::run() {
         trace::Scope dataSpan("data", "data");
         if (!loader.next(batch)) break;
       }
+      const double dataSeconds = secondsSince(stepStart);
+      checks.beforeStep(step);
       if (step == config_.failStep && rank() == config_.failRank)
         KOLO_THROW(Error, "rank ", rank(), ": failure injected before step ", step,
                    " (--fail-at-step)");
+      // --debug-slow-worker RANK:FACTOR (benchmarks, the slow-rank walk-through): that rank
+      // takes FACTOR times its compute time, sleeping the difference before each step.
+      if (slowSeconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(slowSeconds));
+      const auto computeStart = Clock::now();
       const double loss = trainStep(batch, schedule_->lrAt(step));
+      if (config_.slowWorker == rank()) {
+        double compute = secondsSince(computeStart);
+        if (const parallel::Reducer* reducer = strategy_->reducer())
+          compute -= std::chrono::duration<double>(reducer->timeline().finalizeEnd -
+                                                   reducer->timeline().finalizeStart).count();
+        slowSeconds = (config_.slowFactor - 1.0) * std::max(compute, 0.0);
+      }
       const double seconds = secondsSince(stepStart);
+      checks.afterStep(step);
+      monitor.record(dataSeconds, seconds, strategy_->reducer());
       if (!std::isfinite(loss))
         KOLO_THROW(DivergedError, "training diverged: loss ", loss, " at step ", step,
                    " (lr ", schedule_->lrAt(step), "); try a smaller --lr");
@@ -168,15 +223,32 @@ TrainSummary Trainer::run() {
       }
       lossSum += loss;
       ++lossCount;
+      intervalLoss += loss;
+      ++intervalSteps;
+      status.update("training", step, loss, seconds, globalBatch / std::max(seconds, 1e-9));
+      if (const std::optional<IntervalTimes> interval = monitor.endOfStep(step)) {
+        breakdown = "  " + interval->progressText();
+        if (metrics) {
+          observe::Fields fields = interval->fields(config_.algorithm);
+          fields.set("wall_s", secondsSince(start));
+          fields.set("train_loss", intervalLoss / std::max<int64_t>(intervalSteps, 1));
+          fields.set("lr", optimizer().lr());
+          metrics->write(fields);
+        }
+        intervalLoss = 0.0;
+        intervalSteps = 0;
+      }
       if (config_.checkpointEvery > 0 && step % config_.checkpointEvery == 0) {
+        status.update("checkpoint", step);
         saveCheckpoint(step, loader);
         lastCheckpoint = step;
+        event("checkpoint", step);
       }
       if (!quiet) {
         char suffix[96];
         std::snprintf(suffix, sizeof(suffix), "loss %.4f  %s samples/s", lossSum / lossCount,
                       formatRate(lossCount * globalBatch / std::max(epochSeconds, 1e-9)).c_str());
-        bar.update(at.batch + lossCount, suffix);
+        bar.update(at.batch + lossCount, suffix + breakdown);
       }
     }
     KOLO_CHECK(lossCount > 0, "the data loader gave no batch at epoch ", at.epoch, " batch ",
@@ -186,6 +258,7 @@ TrainSummary Trainer::run() {
     trainSeconds += epochSeconds;
     trainSteps += lossCount;
     summary.trainLoss = lossSum / lossCount;
+    status.update("evaluating", step);
     {
       trace::Scope span("evaluate", "train");
       summary.testAccuracy = evaluate();
@@ -218,7 +291,10 @@ TrainSummary Trainer::run() {
   summary.steadySamplesPerSecond = steadySteps > 0
                                        ? steadySteps * globalBatch / std::max(steadySeconds, 1e-9)
                                        : summary.samplesPerSecond;
-  if (lastCheckpoint != step && trainSteps > 0) saveCheckpoint(step, loader);
+  if (lastCheckpoint != step && trainSteps > 0) {
+    saveCheckpoint(step, loader);
+    if (!config_.checkpointDir.empty()) event("checkpoint", step);
+  }
   if (primary && !config_.savePath.empty()) {
     checkpoint::saveSafetensors(
         config_.savePath, model().stateDict(),
@@ -236,6 +312,7 @@ TrainSummary Trainer::run() {
                     {"wall_s", summary.wallSeconds},
                     {"final", true}});
   }
+  event("end", step);
   finishTimeline(comm_.get(), primary, logger_);
   return summary;
 }

@@ -146,7 +146,7 @@ std::string childSpanName(const std::string& name, const Module& child) {
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
   if (!trace::enabled()) {
-    for (const auto& [name, child] : children()) h = child->forward(h);
+    for (const auto& [name, child] : children()) h = (*child)(h);
     return h;
   }
   // The names are made once per child (and kept by the recorder), not on every call.
@@ -157,15 +157,16 @@ Tensor Sequential::forward(const Tensor& x) {
   for (size_t i = 0; i < children().size(); ++i) {
     trace::Scope span(traceNames_[i], "module");
     span.index(static_cast<int64_t>(i));
-    h = children()[i].second->forward(h);
+    h = (*children()[i].second)(h);
   }
   return h;
 }
 
 Tensor Sequential::forwardInputs(const std::vector<Tensor>& inputs) {
   if (children().empty() || inputs.size() == 1) return Module::forwardInputs(inputs);
+  // The first child's hooks do not run here: operator() takes a fixed argument list.
   Tensor h = children().front().second->forward(inputs);
-  for (size_t i = 1; i < children().size(); ++i) h = children()[i].second->forward(h);
+  for (size_t i = 1; i < children().size(); ++i) h = (*children()[i].second)(h);
   return h;
 }
 

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "kolo/autograd.h"
 #include "kolo/error.h"
 
 namespace kolo::nn {
@@ -11,6 +12,48 @@ namespace kolo::nn {
 Tensor Module::forwardInputs(const std::vector<Tensor>& inputs) {
   KOLO_REQUIRE(inputs.size() == 1, "this module takes one input, got ", inputs.size());
   return forward(inputs.front());
+}
+
+int Module::addForwardHook(ForwardHook hook) {
+  KOLO_CHECK(hook != nullptr, "addForwardHook with an empty function");
+  const int id = nextHookId_++;
+  forwardHooks_.emplace(id, std::move(hook));
+  return id;
+}
+
+void Module::removeForwardHook(int id) { forwardHooks_.erase(id); }
+
+int Module::addOutputGradHook(OutputGradHook hook) {
+  KOLO_CHECK(hook != nullptr, "addOutputGradHook with an empty function");
+  const int id = nextHookId_++;
+  outputGradHooks_.emplace(id, std::move(hook));
+  return id;
+}
+
+void Module::removeOutputGradHook(int id) { outputGradHooks_.erase(id); }
+
+Tensor Module::afterForward(Tensor output) {
+  for (auto& [id, hook] : forwardHooks_) hook(*this, output);
+  if (outputGradHooks_.empty() || !output.requiresGrad() || !autograd::isGradEnabled())
+    return output;
+  // The identity node holds copies of the hooks registered now, so a hook removed (or a
+  // module destroyed) before backward leaves no dangling reference but to the module.
+  std::vector<OutputGradHook> hooks;
+  for (auto& [id, hook] : outputGradHooks_) hooks.push_back(hook);
+  return autograd::record(output.detach(), {output}, "ModuleOutputHook",
+                          [this, hooks = std::move(hooks)](const Tensor& grad) {
+                            for (const OutputGradHook& hook : hooks) hook(*this, grad);
+                            return std::vector<Tensor>{grad};
+                          });
+}
+
+std::vector<std::pair<std::string, Module*>> Module::namedModules() {
+  std::vector<std::pair<std::string, Module*>> out{{"", this}};
+  for (const auto& [name, child] : children_) {
+    for (auto& [childName, module] : child->namedModules())
+      out.emplace_back(childName.empty() ? name : name + "." + childName, module);
+  }
+  return out;
 }
 
 void Module::checkNewName(const std::string& name) const {

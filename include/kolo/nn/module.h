@@ -6,6 +6,8 @@
 #pragma once
 
 #include <concepts>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -30,13 +32,36 @@ class Module {
   /// declares its own forward hides this overload unless it says `using Module::forward;`;
   /// operator() always reaches it.)
   Tensor forward(const std::vector<Tensor>& inputs) { return forwardInputs(inputs); }
-  Tensor operator()(const Tensor& x) { return forward(x); }
-  /// model(x, mask, ...): forward({x, mask, ...}).
+  /// forward(x), then this module's hooks (addForwardHook, addOutputGradHook). Containers
+  /// (Sequential) call their children this way; like PyTorch's hooks, which run from
+  /// __call__, they do not fire when forward() is called directly.
+  Tensor operator()(const Tensor& x) { return afterForward(forward(x)); }
+  /// model(x, mask, ...): forward({x, mask, ...}), then the hooks.
   template <class... More>
     requires(sizeof...(More) > 0 && (std::convertible_to<const More&, const Tensor&> && ...))
   Tensor operator()(const Tensor& x, const More&... more) {
-    return forwardInputs(std::vector<Tensor>{x, more...});
+    return afterForward(forwardInputs(std::vector<Tensor>{x, more...}));
   }
+
+  /// Called with the module and its output after each forward reached through operator().
+  using ForwardHook = std::function<void(Module& module, const Tensor& output)>;
+  /// Called during backward with the module and the gradient of its output.
+  using OutputGradHook = std::function<void(Module& module, const Tensor& gradOutput)>;
+  /// Registers `hook` (PyTorch's register_forward_hook); returns an id for removeForwardHook.
+  /// Hooks run in registration order, on the thread that runs forward. A hook may write into
+  /// the output (tests inject values that way) but must not keep it beyond the call.
+  int addForwardHook(ForwardHook hook);
+  void removeForwardHook(int id);
+  /// Registers `hook` on the gradient of this module's output (PyTorch's
+  /// register_full_backward_hook, output side): each forward through operator() that records
+  /// autograd passes its output through an identity node whose backward calls the hooks, in
+  /// registration order, on the thread that runs backward. Returns an id for
+  /// removeOutputGradHook. Hooks present at forward time are the ones that fire.
+  int addOutputGradHook(OutputGradHook hook);
+  void removeOutputGradHook(int id);
+  /// Every module of the tree, this one first (named ""), then its children depth first in
+  /// registration order, named as in namedParameters() ("0", "attn.qkv").
+  std::vector<std::pair<std::string, Module*>> namedModules();
 
   /// Every parameter of this module and its children, depth first in registration order,
   /// named as PyTorch's state_dict names them. The tensors are handles to the live
@@ -94,6 +119,9 @@ class Module {
 
  private:
   void addChild(const std::string& name, std::shared_ptr<Module> module);
+  /// Runs the forward hooks on `output` and, when there are output-gradient hooks and
+  /// autograd records, returns it through their identity node; otherwise returns it.
+  Tensor afterForward(Tensor output);
   enum class Entries { Parameters, Buffers, State };
   void collect(const std::string& prefix, Entries which,
                std::vector<std::pair<std::string, Tensor>>& out) const;
@@ -103,6 +131,9 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  std::map<int, ForwardHook> forwardHooks_;
+  std::map<int, OutputGradHook> outputGradHooks_;
+  int nextHookId_ = 0;
 };
 
 }  // namespace kolo::nn

@@ -1,0 +1,209 @@
+// StepMonitor (the ranks' step-time breakdown, exchanged every interval) and RankStatus
+// (each rank's step and state in a file that another terminal reads).
+#include "cli/train_monitor.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "kolo/error.h"
+
+namespace kolo::cli {
+namespace {
+
+enum Sum { kSteps, kData, kStep, kComm, kExposed, kBytes, kSums };
+
+double seconds(parallel::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string millis(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, s < 0.01 ? "%.2f" : "%.1f", s * 1e3);
+  return text;
+}
+
+}  // namespace
+
+StepMonitor::StepMonitor(comm::Communicator* comm, int64_t every, int64_t localBatch)
+    : comm_(comm), every_(std::max<int64_t>(every, 1)), localBatch_(localBatch) {}
+
+void StepMonitor::record(double dataSeconds, double stepSeconds, const parallel::Reducer* reducer) {
+  sums_[kSteps] += 1;
+  sums_[kData] += dataSeconds;
+  sums_[kStep] += stepSeconds;
+  if (!reducer) return;
+  const parallel::StepTimeline& t = reducer->timeline();
+  double comm = 0.0, bytes = 0.0;
+  for (size_t b = 0; b < t.bucketStart.size() && b < t.bucketFinish.size(); ++b) {
+    if (t.bucketStart[b] == parallel::Clock::time_point() || t.bucketFinish[b] < t.bucketStart[b])
+      continue;
+    comm += seconds(t.bucketFinish[b] - t.bucketStart[b]);
+  }
+  for (size_t b = 0; b < reducer->bucketCount(); ++b) bytes += static_cast<double>(reducer->bucketBytes(b));
+  // finalize() (or the sharded update) is what backward did not hide.
+  const double exposed = t.finalizeEnd > t.finalizeStart ? seconds(t.finalizeEnd - t.finalizeStart) : 0.0;
+  // The sharded update exchanges through shared memory without buckets: its time is the
+  // update's communication.
+  sums_[kComm] += comm > 0.0 ? comm : exposed;
+  sums_[kExposed] += std::min(exposed, stepSeconds);
+  sums_[kBytes] += bytes;
+}
+
+std::optional<IntervalTimes> StepMonitor::endOfStep(int64_t stepsDone) {
+  if (stepsDone % every_ != 0) return std::nullopt;
+  const int size = comm_ ? comm_->size() : 1;
+  std::vector<double> all(static_cast<size_t>(kSums) * size);
+  if (comm_ && size > 1) {
+    comm_->allgather(sums_, all.data(), kSums, DType::F64);
+  } else {
+    std::copy(sums_, sums_ + kSums, all.begin());
+  }
+  std::fill(sums_, sums_ + kSums, 0.0);
+
+  IntervalTimes interval;
+  interval.step = stepsDone;
+  double slowestBusy = -1.0;
+  for (int r = 0; r < size; ++r) {
+    const double* s = &all[static_cast<size_t>(r) * kSums];
+    RankTimes t;
+    t.rank = r;
+    t.steps = static_cast<int64_t>(s[kSteps]);
+    const double n = std::max(s[kSteps], 1.0);
+    t.data = s[kData] / n;
+    t.step = s[kStep] / n;
+    t.comm = s[kComm] / n;
+    t.exposed = s[kExposed] / n;
+    t.compute = std::max(t.step - t.data - t.exposed, 0.0);
+    t.commBytes = s[kBytes] / n;
+    const double busy = t.data + t.compute;
+    t.samplesPerSecond = busy > 0 ? localBatch_ / busy : 0.0;
+    if (busy > slowestBusy) {
+      slowestBusy = busy;
+      interval.slowest = r;
+    }
+    interval.ranks.push_back(t);
+  }
+  // A rank that arrives at the all-reduce before the slowest waits for it inside its
+  // exposed communication time.
+  for (RankTimes& t : interval.ranks) {
+    t.wait = std::clamp(slowestBusy - (t.data + t.compute), 0.0, t.exposed);
+    t.exposed -= t.wait;
+  }
+  return interval;
+}
+
+observe::Fields IntervalTimes::fields(const std::string& algorithm) const {
+  RankTimes mean;
+  double commSeconds = 0.0, bytes = 0.0;
+  observe::Value::Array perRank;
+  for (const RankTimes& t : ranks) {
+    mean.data += t.data / ranks.size();
+    mean.compute += t.compute / ranks.size();
+    mean.comm += t.comm / ranks.size();
+    mean.exposed += t.exposed / ranks.size();
+    mean.wait += t.wait / ranks.size();
+    mean.step += t.step / ranks.size();
+    // Time spent waiting for a slower rank moves no bytes: it is not the link's.
+    commSeconds += std::max(t.comm - t.wait, 0.0) * t.steps;
+    bytes += t.commBytes * t.steps;
+    perRank.push_back(observe::Fields{{"rank", t.rank},
+                                      {"samples_per_s", t.samplesPerSecond},
+                                      {"data_s", t.data},
+                                      {"compute_s", t.compute},
+                                      {"comm_s", t.comm},
+                                      {"exposed_comm_s", t.exposed},
+                                      {"wait_s", t.wait},
+                                      {"step_s", t.step}});
+  }
+  observe::Fields fields{{"kind", "interval"},
+                         {"step", step},
+                         {"data_s", mean.data},
+                         {"compute_s", mean.compute},
+                         {"comm_s", mean.comm},
+                         {"exposed_comm_s", mean.exposed},
+                         {"wait_s", mean.wait},
+                         {"step_s", mean.step},
+                         {"slowest_rank", slowest}};
+  if (bytes > 0) {
+    // Bytes every rank all-reduced over the seconds its all-reduces took, less waiting
+    // (algbw).
+    fields.set("comm_bytes", bytes / ranks.size());
+    fields.set("comm_gbps", commSeconds > 0 ? bytes / commSeconds / 1e9 : 0.0);
+    fields.set("algorithm", algorithm);
+  }
+  fields.set("ranks", perRank);
+  return fields;
+}
+
+std::string IntervalTimes::progressText() const {
+  if (ranks.empty()) return "";
+  const RankTimes& t = ranks.front();  // rank 0's view: its own wait is the others' lead
+  std::string text = "step " + millis(t.step) + " ms: data " + millis(t.data) + " compute " +
+                     millis(t.compute);
+  if (t.comm > 0) text += " comm " + millis(t.comm) + " exposed " + millis(t.exposed);
+  if (ranks.size() > 1) {
+    text += " wait " + millis(t.wait) + ", slowest rank " + std::to_string(slowest) + " (" +
+            millis(ranks[static_cast<size_t>(slowest)].data + ranks[static_cast<size_t>(slowest)].compute) +
+            " ms busy)";
+  }
+  return text;
+}
+
+RankStatus::RankStatus(std::string file, int rank, int64_t totalSteps)
+    : path_(file.empty() ? "" : file + ".rank-" + std::to_string(rank)),
+      rank_(rank),
+      totalSteps_(totalSteps),
+      uncaught_(std::uncaught_exceptions()) {
+  if (!path_.empty()) update("starting", 0);
+}
+
+RankStatus::~RankStatus() {
+  if (path_.empty()) return;
+  try {
+    write(std::uncaught_exceptions() > uncaught_ ? "failed" : "done");
+  } catch (const std::exception&) {
+    // A destructor reports nothing: the run's own error (or success) is what counts.
+  }
+}
+
+void RankStatus::update(const std::string& state, int64_t step, double loss, double stepSeconds,
+                        double samplesPerSecond) {
+  if (path_.empty()) return;
+  step_ = step;
+  if (loss != 0.0) loss_ = loss;
+  if (stepSeconds > 0.0) stepSeconds_ = stepSeconds;
+  if (samplesPerSecond > 0.0) samplesPerSecond_ = samplesPerSecond;
+  const auto now = std::chrono::steady_clock::now();
+  if (state == state_ && now - lastWrite_ < std::chrono::milliseconds(500)) return;
+  lastWrite_ = now;
+  write(state);
+}
+
+void RankStatus::write(const std::string& state) {
+  state_ = state;
+  const double unixSeconds =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::string line = observe::Fields{{"rank", rank_},
+                                           {"pid", static_cast<int64_t>(::getpid())},
+                                           {"state", state},
+                                           {"step", step_},
+                                           {"total_steps", totalSteps_},
+                                           {"loss", loss_},
+                                           {"step_s", stepSeconds_},
+                                           {"samples_per_s", samplesPerSecond_},
+                                           {"updated", unixSeconds}}
+                               .json() + "\n";
+  // Readers see the old line or the new one, never half of one.
+  const std::string temporary = path_ + ".tmp";
+  std::FILE* file = std::fopen(temporary.c_str(), "w");
+  if (!file) KOLO_THROW(IoError, "cannot write the status file ", temporary, ": ", std::strerror(errno));
+  const bool written = std::fwrite(line.data(), 1, line.size(), file) == line.size();
+  if (std::fclose(file) != 0 || !written || std::rename(temporary.c_str(), path_.c_str()) != 0)
+    KOLO_THROW(IoError, "cannot write the status file ", path_, ": ", std::strerror(errno));
+}
+
+}  // namespace kolo::cli
