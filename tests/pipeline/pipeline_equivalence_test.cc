@@ -50,6 +50,15 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(PipelineSchedule::GPipe, PipelineSchedule::OneFOneB),
                        ::testing::Bool()));
 
+TEST(PipelineEquivalenceSchedules, GPipeAndOneFOneBGiveBitIdenticalWeights) {
+  // Both run the backwards in micro-batch order, so gradients add up in the same order.
+  const PipeResult gpipe = trainPipelined({"lm", 4}, 4, {.microBatches = 8, .schedule = PipelineSchedule::GPipe});
+  const PipeResult oneFOneB =
+      trainPipelined({"lm", 4}, 4, {.microBatches = 8, .schedule = PipelineSchedule::OneFOneB, .recompute = true});
+  EXPECT_EQ(gpipe.losses, oneFOneB.losses);
+  EXPECT_EQ(stateValues(gpipe.state), stateValues(oneFOneB.state));
+}
+
 TEST(PipelineEquivalenceMlp, TwoAndThreeStagesMatchUnsplitModel) {
   const PipeResult reference = trainUnsplit({"mlp", 5});
   for (int stages : {2, 3}) {
