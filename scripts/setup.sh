@@ -9,6 +9,7 @@ packages=(
   libgtest-dev               # tests
   libcli11-dev               # command-line parsing
   nlohmann-json3-dev         # metrics, checkpoint metadata, safetensors headers
+  libsodium-dev              # federated secure aggregation: X25519, ChaCha20, secretbox
   libopenmpi-dev openmpi-bin # MPI backend and the Open MPI peer benchmark
   dataset-fashion-mnist      # the main job's data
   iproute2                   # network-namespace multi-host tests

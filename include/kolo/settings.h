@@ -43,7 +43,13 @@
   X(mpiBlocking, "KOLO_MPI_BLOCKING", Flag, "0", "",                                              \
     "MPI backend: blocking collectives call MPI's blocking functions (no deadline)")             \
   X(smallGemm, "KOLO_SMALL_GEMM", Flag, "1", "",                                                  \
-    "AVX-512 kernels for small f32 matrix products; 0: OpenBLAS for every product")              \
+    "AVX-512 kernels for small f32 matrix products; 0: OpenBLAS for every product")                 \
+  X(timeline, "KOLO_TIMELINE", Text, "", "",                                                       \
+    "directory: every rank records a timeline, merged into DIR/trace.json (Chrome trace)")      \
+  X(debugDir, "KOLO_DEBUG_DIR", Text, "", "",                                                      \
+    "directory of the flight recorder's rings and dumps (set by kolo run --debug-dir)")         \
+  X(flightRecorder, "KOLO_FLIGHT_RECORDER", Integer, "1024", "",                                  \
+    "collectives the flight recorder keeps per rank; 0: off")                                      \
   X(statusFile, "KOLO_STATUS_FILE", Text, "", "",                                                 \
     "kolo train: each rank keeps its step and state in FILE.rank-N (set by kolo run --status-file; read by kolo status FILE)")
 

@@ -21,7 +21,8 @@ Command registerTrain(CLI::App& root);  // train_command.cc
 Command registerRun(CLI::App& root);    // run_command.cc
 Command registerBench(CLI::App& root);  // bench_command.cc
 Command registerEnv(CLI::App& root);    // env_command.cc
-Command registerReport(CLI::App& root);  // report_command.cc
+Command registerReport(CLI::App& root);  // report_command.cc: kolo report RUN_DIR..., and its group
+Command registerReportHang(CLI::App& report);  // report_hang.cc: `kolo report hang DIR`
 Command registerStatus(CLI::App& root);  // status_command.cc
 
 }  // namespace kolo::cli

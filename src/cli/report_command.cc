@@ -1,7 +1,7 @@
 // `kolo report`: the group of commands that read what runs left behind. `kolo report
 // RUN_DIR [RUN_DIR...] [-o OUT]` writes OUT/index.html (self-contained: the plots inline)
-// and OUT/<plot>.svg from the runs' metrics, checkpoints and timelines; further
-// subcommands of the group (such as a hang diagnosis) register on the same node.
+// and OUT/<plot>.svg from the runs' metrics, checkpoints and timelines; `kolo report hang
+// DIR` (report_hang.cc) explains a hang from the ranks' flight recorders.
 #include <filesystem>
 #include <fstream>
 
@@ -39,8 +39,7 @@ int writeReport(const std::vector<std::string>& dirs, std::string out) {
 // The subcommands of the group other than the page itself (`kolo report NAME ...`): each
 // registers on the group's node; the one chosen runs instead of the page.
 std::vector<Command> registerReportSubcommands(CLI::App& report) {
-  (void)report;
-  return {};
+  return {registerReportHang(report)};
 }
 
 }  // namespace

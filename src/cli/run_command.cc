@@ -34,6 +34,8 @@ Command registerRun(CLI::App& root) {
                 "HOST:PORT is given (with its KOLO_TOKEN)")
       ->excludes(servers)
       ->excludes(nproc);
+  app->add_flag("--tolerate-failures", options->tolerateFailures,
+                "a rank other than 0 that fails does not stop the job (federated client hosts)");
   app->add_option("--nnodes", options->nnodes,
                   "nodes in the job (each runs kolo run with the same -n)")
       ->capture_default_str()
@@ -49,6 +51,13 @@ Command registerRun(CLI::App& root) {
   app->add_option("--timeout", options->timeoutSeconds,
                   "seconds: the ranks' default collective deadline (KOLO_TIMEOUT) and the nodes' "
                   "rendezvous limit")
+      ->check(above(0));
+  app->add_option("--debug-dir", options->debugDir,
+                  "directory of the ranks' flight recorders (KOLO_DEBUG_DIR): on a failure or a "
+                  "stall every rank dumps there and kolo run prints the hang diagnosis");
+  app->add_option("--stall-seconds", options->stallSeconds,
+                  "stop the job, with a hang diagnosis, when no rank finished or began a "
+                  "collective for this many seconds (default: never)")
       ->check(above(0));
   auto statusFile = std::make_shared<std::string>();
   app->add_option("--status-file", *statusFile,

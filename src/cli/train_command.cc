@@ -7,8 +7,11 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/train_federated.h"
 #include "cli/train_loop.h"
+#include "cli/train_timeline.h"
 #include "kolo/error.h"
+#include "kolo/memory.h"
 #include "kolo/settings.h"
 
 namespace kolo::cli {
@@ -38,13 +41,15 @@ Command registerTrain(CLI::App& root) {
   };
   auto raw = std::make_shared<Raw>();
   CLI::App* app = root.add_subcommand("train", "train a built-in model on Fashion-MNIST");
-  app->add_option("--model", config->model, "model: mlp or cnn")
-      ->check(oneOf({"mlp", "cnn"}))
+  app->add_option("--model", config->model,
+                  "model: mlp or cnn (Fashion-MNIST), lm (byte-level transformer on --data FILE)")
+      ->check(oneOf({"mlp", "cnn", "lm"}))
       ->capture_default_str();
   auto* epochs = app->add_option("--epochs", raw->epochs, "epochs (default 10)")->check(atLeast(1));
   app->add_option("--steps", config->steps, "total optimizer steps; stops early (0: all epochs)")
       ->check(atLeast(0));
-  app->add_option("--batch", config->batch, "batch size")->capture_default_str()->check(atLeast(1));
+  auto* batch =
+      app->add_option("--batch", config->batch, "batch size (lm: default 16)")->capture_default_str()->check(atLeast(1));
   auto* optimizer =
       app->add_option("--optimizer", raw->optimizer, "sgd, adam or adamw (default sgd)")
           ->check(oneOf({"sgd", "adam", "adamw"}));
@@ -61,8 +66,8 @@ Command registerTrain(CLI::App& root) {
   app->add_option(
          "--schedule", config->schedule,
          "lr schedule: auto (warm-up + cosine without --lr, constant with it), constant, cosine, "
-         "warmup-cosine, step")
-      ->check(oneOf({"auto", "constant", "cosine", "warmup-cosine", "step"}))
+         "warmup-cosine, step; or the pipeline schedule: gpipe, 1f1b")
+      ->check(oneOf({"auto", "constant", "cosine", "warmup-cosine", "step", "gpipe", "1f1b"}))
       ->capture_default_str();
   auto* warmup =
       app->add_option("--warmup-steps", raw->warmup, "warm-up steps (default half an epoch)")
@@ -78,15 +83,20 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--init", config->initPath, "start from these weights (safetensors)");
   app->add_option("--save", config->savePath, "write the final weights here (safetensors)");
   app->add_option("--metrics", config->metricsPath, "write metrics here (JSON lines)");
+  app->add_option("--timeline", config->timelineDir,
+                  "record every rank's timeline into DIR, merged into DIR/trace.json (Chrome "
+                  "trace; also KOLO_TIMELINE=DIR)");
   app->add_option("--threads", config->threads, "OpenBLAS threads")
       ->capture_default_str()
       ->check(atLeast(1));
   app->add_option("--strategy", config->strategy,
                   "one-device, mirrored (--replicas threads), multi-worker-mirrored (one replica "
-                  "per rank, under kolo run or --workers), central-storage or parameter-server "
-                  "(under kolo run --ps P --workers W)")
+                  "per rank, under kolo run or --workers), central-storage, parameter-server "
+                  "(under kolo run --ps P --workers W), federated (server and client hosts, under kolo run -n N or "
+                  "in one process), pipeline (--stages P ranks under kolo run -n P) or "
+                  "tensor (--tp T ranks under kolo run -n T)")
       ->check(oneOf({"one-device", "mirrored", "multi-worker-mirrored", "central-storage",
-                     "parameter-server"}))
+                     "parameter-server", "federated", "pipeline", "tensor"}))
       ->capture_default_str();
   app->add_option("--workers", raw->workers,
                   "run on N ranks of this machine: re-launches itself as kolo run -n N -- kolo "
@@ -103,8 +113,9 @@ Command registerTrain(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--algo,--algorithm", config->algorithm,
                   "all-reduce algorithm of multi-worker-mirrored: auto, ring, hierarchical, tree, "
-                  "halving-doubling, reduce-broadcast")
-      ->check(oneOf({"auto", "ring", "hierarchical", "tree", "halving-doubling", "reduce-broadcast"}))
+                  "halving-doubling, reduce-broadcast; of federated: fedavg, fedprox")
+      ->check(oneOf({"auto", "ring", "hierarchical", "tree", "halving-doubling", "reduce-broadcast",
+                     "fedavg", "fedprox"}))
       ->capture_default_str();
   app->add_option("--bucket-mb", config->bucketMb, "gradient bucket capacity in MiB")
       ->capture_default_str()
@@ -203,6 +214,8 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--debug-perturb", config->debugPerturb,
                   "STEP:RANK:TENSOR add 1e-3 to one weight of TENSOR before STEP on RANK, for tests")
       ->group("");
+  addModelParallelOptions(app, *config);
+  std::shared_ptr<FederatedFlags> federated = addFederatedOptions(app);
   app->add_flag("--progress", raw->bar, "always draw a progress bar");
   app->add_flag("--no-progress", raw->noBar, "plain progress lines even on a terminal");
   app->add_flag("--quiet", config->quiet, "no progress output");
@@ -210,7 +223,8 @@ Command registerTrain(CLI::App& root) {
   Command command;
   command.app = app;
   command.warnsAtStart = [raw] { return raw->workers == 0; };  // --workers re-launches kolo
-  command.run = [config, raw, epochs, optimizer, lr, momentum, weightDecay, warmup]() -> int {
+  command.run = [config, raw, federated, epochs, batch, optimizer, lr, momentum, weightDecay,
+                 warmup]() -> int {
     if (raw->workers > 0) execWorkers(raw->workers);
     KOLO_REQUIRE(config->checkSync == 0 || config->strategy == "multi-worker-mirrored",
                  "--check-sync compares the weights of several ranks: use it with --strategy "
@@ -222,6 +236,11 @@ Command registerTrain(CLI::App& root) {
     if (weightDecay->count()) config->weightDecay = raw->weightDecay;
     if (warmup->count()) config->warmupSteps = raw->warmup;
     config->shuffle = !raw->noShuffle;
+    config->batchGiven = batch->count() > 0;
+    if (config->schedule == "gpipe" || config->schedule == "1f1b") {
+      config->pipelineSchedule = config->schedule;
+      config->schedule = "auto";
+    }
     if (raw->padLast) config->dropLast = false;
     if (config->resumeDir.size() && config->checkpointDir.empty())
       config->checkpointDir = config->resumeDir;
@@ -250,13 +269,18 @@ Command registerTrain(CLI::App& root) {
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);
     if (config->statusFile.empty()) config->statusFile = settings::statusFile();
     keepFreedMemory();
+    if (!config->memoryLimit.empty()) setTensorMemoryLimit(parseByteSize(config->memoryLimit));
     observe::Logger logger(stderr);
-    if (config->strategy == "parameter-server") {
+    startTimeline(config->timelineDir);
+    const bool modelParallel =
+        config->model == "lm" || config->strategy == "pipeline" || config->strategy == "tensor";
+    if (config->strategy == "parameter-server" || config->strategy == "federated" || modelParallel)
       KOLO_REQUIRE(!config->detectAnomaly && config->checkSync == 0 && config->statusFile.empty(),
                    "--detect-anomaly, --check-sync and --status-file are not available with "
-                   "--strategy parameter-server");
-      return runParameterServerRole(*config, logger);
-    }
+                   "--strategy ", config->strategy, modelParallel ? " or --model lm" : "");
+    if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
+    if (config->strategy == "federated") return runFederated(*config, *federated, logger);
+    if (modelParallel) return runModelParallel(*config, logger);
     Trainer trainer(*config, logger);
     const TrainSummary summary = trainer.run();
     if (!trainer.isPrimary()) return 0;

@@ -19,8 +19,8 @@
 namespace kolo::cli {
 
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {
-  KOLO_REQUIRE(config.model == "mlp" || config.model == "cnn", "--model '", config.model,
-               "' is not accepted: use mlp or cnn");
+  KOLO_REQUIRE(config.model == "mlp" || config.model == "cnn" || config.model == "lm", "--model '",
+               config.model, "' is not accepted: use mlp, cnn or lm");
   KOLO_REQUIRE(config.batch > 0, "--batch must be at least 1, got ", config.batch);
   KOLO_REQUIRE(config.steps >= 0, "--steps must be at least 0, got ", config.steps);
   Recipe recipe;
@@ -137,7 +137,7 @@ bool onOrSpareCore(const std::string& choice, int localThreads) {
 // input-file error (exit code 3), like a malformed file.
 void loadInitialWeights(const std::string& path, nn::Module& model) {
   try {
-    checkpoint::loadSafetensorsInto(path, model.namedParameters());
+    checkpoint::loadSafetensorsInto(path, model.stateDict());
   } catch (const FileError&) {
     throw;
   } catch (const IoError& e) {

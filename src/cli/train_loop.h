@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "kolo/comm/communicator.h"
 #include "kolo/data.h"
 #include "kolo/observe.h"
@@ -47,6 +49,7 @@ struct TrainConfig {
   std::string initPath;
   std::string savePath;
   std::string metricsPath;
+  std::string timelineDir;  // --timeline: Chrome trace of every rank (kolo/trace.h)
   int threads = 1;
 
   // Distribution (see parallel::strategyOptionsFromNames).
@@ -71,6 +74,19 @@ struct TrainConfig {
   /// sleeps (factor - 1) times its compute time); -1: off.
   int slowWorker = -1;
   double slowFactor = 1.0;
+
+  // The `lm` model and pipeline parallelism (train_pipeline.cc, docs/model_parallel.md).
+  bool batchGiven = false;  // --batch was given (lm's default batch is smaller)
+  int64_t layers = 4, dModel = 128, heads = 4, seqLen = 64;
+  std::string pipelineSchedule = "1f1b";  // gpipe | 1f1b
+  int stages = 1;                         // --stages: one rank per stage
+  int tp = 1;                             // --tp: ranks of --strategy tensor
+  std::string mesh;                       // --mesh dp=D,pp=P | dp=D,tp=T (hybrids)
+  int microBatches = 1;
+  std::string splitAt;  // "i,j,...": first layer of stages 1..P-1 ("" = by measured cost)
+  bool recompute = false;
+  int64_t sampleBytes = 240;  // lm: bytes generated at the end
+  std::string memoryLimit;    // --memory-limit: tensor memory budget of each rank ("" = none)
 
   // Checkpoints.
   std::string checkpointDir;    // "" = none
@@ -201,6 +217,17 @@ class Trainer {
 /// KOLO_ROLE) of a job started by kolo run --ps P --workers W. The chief writes --metrics and
 /// --save and prints the summary line; returns the exit status.
 int runParameterServerRole(const TrainConfig& config, observe::Logger& logger);
+
+/// Registers --layers, --d-model, --heads, --seq-len, --stages, --micro-batches, --split-at,
+/// --recompute, --sample-bytes and --memory-limit on `kolo train` (train_pipeline_options.cc).
+void addModelParallelOptions(CLI::App* app, TrainConfig& config);
+
+/// `--model lm`, `--strategy pipeline` or `--strategy tensor` (the model's layers split over
+/// --tp ranks, the whole batch on each): trains the model split into --stages stages (one
+/// rank each, under kolo run -n P; one stage without it) with --micro-batches and the
+/// pipeline schedule; rank 0 prints progress, the per-stage timings and the summary, writes
+/// --save, and for lm prints a sample of generated text. Returns the exit status.
+int runModelParallel(const TrainConfig& config, observe::Logger& logger);
 
 /// `--workers N`: the command line that runs this `kolo train` under `kolo run -n N`:
 /// [self, "run", "-n", N, "--", self, "train", args without --workers...], adding

@@ -122,7 +122,7 @@ PsPlan makePlan(const TrainConfig& config, int64_t trainSize) {
   Generator generator(config.seed);
   plan.model = nn::makeModel(config.model, generator);
   if (!config.initPath.empty())
-    checkpoint::loadSafetensorsInto(config.initPath, plan.model->namedParameters());
+    checkpoint::loadSafetensorsInto(config.initPath, plan.model->stateDict());
   plan.parameters = plan.model->namedParameters();
   plan.placement = ps::placeParameters(plan.parameters, plan.role.servers, config.psShardBytes);
   if (const auto seconds = settings::timeout())
@@ -397,7 +397,7 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
   servers.shutdown();
   if (!config.savePath.empty()) {
     checkpoint::saveSafetensors(
-        config.savePath, plan.model->namedParameters(),
+        config.savePath, plan.model->stateDict(),
         {{"format", "pt"}, {"model", config.model}, {"step", std::to_string(updates)}});
   }
   const double samplesPerSecond = samples / std::max(seconds, 1e-9);

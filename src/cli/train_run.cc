@@ -13,8 +13,10 @@
 #include "cli/train_checks.h"
 #include "cli/train_loop.h"
 #include "cli/train_monitor.h"
+#include "cli/train_timeline.h"
 #include "kolo/checkpoint.h"
 #include "kolo/safetensors.h"
+#include "kolo/trace.h"
 
 namespace kolo::cli {
 namespace {
@@ -48,6 +50,8 @@ std::map<std::string, std::string> runIdentity(const TrainConfig& config) {
 
 void Trainer::saveCheckpoint(int64_t step, const data::DataLoader& loader) {
   if (config_.checkpointDir.empty()) return;
+  trace::Scope span("checkpoint", "checkpoint");
+  span.index(step);
   strategy_->consolidateState();
   if (!isPrimary()) return;
   checkpoint::CheckpointManager manager(config_.checkpointDir, config_.keepCheckpoints, true,
@@ -59,7 +63,7 @@ void Trainer::saveCheckpoint(int64_t step, const data::DataLoader& loader) {
   state.extra = runIdentity(config_);
   state.extra["strategy"] = strategy_->name();
   state.extra["replicas"] = std::to_string(strategy_->replicas());
-  const std::string path = manager.save(model().namedParameters(), &optimizer(), state);
+  const std::string path = manager.save(model().stateDict(), &optimizer(), state);
   logger_.debug("checkpoint written", {{"dir", path}, {"step", step}});
 }
 
@@ -76,7 +80,7 @@ int64_t Trainer::resume(data::DataLoader& loader) {
       const std::optional<checkpoint::CheckpointInfo> found = manager.latestGood();
       if (!found) KOLO_THROW(FileError, "--resume ", config_.resumeDir, ": no good checkpoint there");
       const checkpoint::TrainingState state =
-          checkpoint::CheckpointManager::load(found->path, model().namedParameters(), &optimizer());
+          checkpoint::CheckpointManager::load(found->path, model().stateDict(), &optimizer());
       for (const auto& [key, value] : runIdentity(config_)) {
         const auto it = state.extra.find(key);
         if (it != state.extra.end() && it->second != value)
@@ -182,7 +186,12 @@ TrainSummary Trainer::run() {
     data::Batch batch;
     while (step < totalSteps_) {
       const auto stepStart = Clock::now();
-      if (!loader.next(batch)) break;
+      trace::Scope stepSpan("step", "train");
+      stepSpan.index(step);
+      {
+        trace::Scope dataSpan("data", "data");
+        if (!loader.next(batch)) break;
+      }
       const double dataSeconds = secondsSince(stepStart);
       checks.beforeStep(step);
       if (step == config_.failStep && rank() == config_.failRank)
@@ -250,7 +259,10 @@ TrainSummary Trainer::run() {
     trainSteps += lossCount;
     summary.trainLoss = lossSum / lossCount;
     status.update("evaluating", step);
-    summary.testAccuracy = evaluate();
+    {
+      trace::Scope span("evaluate", "train");
+      summary.testAccuracy = evaluate();
+    }
     evaluated = true;
     summary.epochs = at.epoch + 1;
     const double rate = lossCount * globalBatch / std::max(epochSeconds, 1e-9);
@@ -285,7 +297,7 @@ TrainSummary Trainer::run() {
   }
   if (primary && !config_.savePath.empty()) {
     checkpoint::saveSafetensors(
-        config_.savePath, model().namedParameters(),
+        config_.savePath, model().stateDict(),
         {{"format", "pt"}, {"model", config_.model}, {"step", std::to_string(step)}});
     logger_.info("saved weights", {{"file", config_.savePath}});
   }
@@ -301,6 +313,7 @@ TrainSummary Trainer::run() {
                     {"final", true}});
   }
   event("end", step);
+  finishTimeline(comm_.get(), primary, logger_);
   return summary;
 }
 

@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
+#include <vector>
 
 #include "kolo/comm/stores.h"
 
@@ -93,13 +95,31 @@ std::string Transfer::reason() const {
 }
 
 Transfer sendFully(int fd, const void* data, size_t bytes, SocketClock::time_point deadline) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  size_t done = 0;
-  while (done < bytes) {
-    // MSG_DONTWAIT: a blocking descriptor must not outlast the deadline either.
-    const ssize_t n = ::send(fd, p + done, bytes - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+  iovec part{const_cast<void*>(data), bytes};
+  return sendFullyV(fd, &part, 1, deadline);
+}
+
+Transfer sendFullyV(int fd, const iovec* parts, int count, SocketClock::time_point deadline) {
+  std::vector<iovec> left(parts, parts + count);
+  size_t first = 0;
+  while (first < left.size()) {
+    if (left[first].iov_len == 0) {
+      ++first;
+      continue;
+    }
+    msghdr message{};
+    message.msg_iov = left.data() + first;
+    message.msg_iovlen = std::min<size_t>(left.size() - first, IOV_MAX);
+    const ssize_t n = ::sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
-      done += static_cast<size_t>(n);
+      // Drop what went out from the front.
+      for (size_t sent = static_cast<size_t>(n); sent > 0;) {
+        const size_t take = std::min(sent, left[first].iov_len);
+        left[first].iov_base = static_cast<char*>(left[first].iov_base) + take;
+        left[first].iov_len -= take;
+        sent -= take;
+        if (left[first].iov_len == 0) ++first;
+      }
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {

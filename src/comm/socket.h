@@ -5,6 +5,7 @@
 #pragma once
 
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <chrono>
 #include <cstddef>
@@ -36,6 +37,10 @@ struct Transfer {
 /// Sends all `bytes` before the deadline, waiting whenever the socket is full (a blocking
 /// or non-blocking descriptor). Never raises SIGPIPE.
 Transfer sendFully(int fd, const void* data, size_t bytes, SocketClock::time_point deadline);
+
+/// Sends every byte of `count` buffers in order (one sendmsg per wake-up, so a header and
+/// its payload leave together), with sendFully's waits and deadline.
+Transfer sendFullyV(int fd, const iovec* parts, int count, SocketClock::time_point deadline);
 
 /// Receives exactly `bytes` before the deadline; Closed when the peer closes first.
 Transfer recvFully(int fd, void* data, size_t bytes, SocketClock::time_point deadline);

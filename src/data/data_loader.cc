@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "kolo/data.h"
+#include "kolo/trace.h"
 
 namespace kolo::data {
 
@@ -62,6 +63,7 @@ void DataLoader::startPrefetch() {
   Prefetcher* p = prefetcher_.get();
   const LoaderState start = state_;
   p->worker = std::thread([this, p, start] {
+    trace::setThreadName("data loader");
     LoaderState position = start;
     const int64_t perEpoch = batchesPerEpoch();
     while (true) {
@@ -74,6 +76,8 @@ void DataLoader::startPrefetch() {
       Prefetcher::Item item;
       item.position = position;
       try {
+        trace::Scope span("gather batch", "data");
+        span.index(position.batch);
         item.batch = gatherAt(position.epoch, position.batch);
       } catch (...) {
         item.error = std::current_exception();

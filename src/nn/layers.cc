@@ -1,10 +1,15 @@
 // Standard layers: PyTorch layouts and default initialisation drawn from a Generator.
 #include "kolo/nn/layers.h"
 
+#include <cxxabi.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <typeinfo>
 
 #include "kolo/autograd.h"
 #include "kolo/ops.h"
+#include "kolo/trace.h"
 
 namespace kolo::nn {
 
@@ -121,9 +126,39 @@ Sequential& Sequential::add(std::shared_ptr<Module> module) {
   return *this;
 }
 
+namespace {
+
+// "forward 0 Linear": a child's span name in the timeline (its index and class).
+std::string childSpanName(const std::string& name, const Module& child) {
+  std::string type = typeid(child).name();
+  int status = 0;
+  if (char* readable = abi::__cxa_demangle(type.c_str(), nullptr, nullptr, &status)) {
+    type = readable;
+    std::free(readable);
+  }
+  const size_t colon = type.rfind("::");
+  if (colon != std::string::npos) type = type.substr(colon + 2);
+  return "forward " + name + " " + type;
+}
+
+}  // namespace
+
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (const auto& [name, child] : children()) h = (*child)(h);
+  if (!trace::enabled()) {
+    for (const auto& [name, child] : children()) h = (*child)(h);
+    return h;
+  }
+  // The names are made once per child (and kept by the recorder), not on every call.
+  if (traceNames_.size() != children().size()) {
+    traceNames_.clear();
+    for (const auto& [name, child] : children()) traceNames_.push_back(trace::intern(childSpanName(name, *child)));
+  }
+  for (size_t i = 0; i < children().size(); ++i) {
+    trace::Scope span(traceNames_[i], "module");
+    span.index(static_cast<int64_t>(i));
+    h = (*children()[i].second)(h);
+  }
   return h;
 }
 

@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -28,6 +29,9 @@
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
 #include "kolo/parallel/parameter_server.h"
+#include "kolo/settings.h"
+#include "kolo/timeline.h"
+#include "parallel/launcher_debug.h"
 #include "parallel/launcher_output.h"
 #include "parallel/launcher_signals.h"
 #include "parallel/launcher_spawn.h"
@@ -45,6 +49,10 @@ constexpr char kFailedKey[] = "kolo-run/failed";
 constexpr char kFinishedKey[] = "kolo-run/finished";
 constexpr auto kRemoteCheckInterval = 200ms;
 constexpr int kReapIntervalMs = 250;
+// How long the ranks get to write their flight recorders when asked, and how often the
+// launcher looks for them meanwhile.
+constexpr auto kDumpWait = 2s;
+constexpr int kDumpPollMs = 50;
 
 void say(const std::string& message) {
   std::string line = "kolo run: " + message + "\n";
@@ -152,6 +160,8 @@ class Job {
         {"KOLO_STORE", storeAddress},
         {"KOLO_TOKEN", token},
     };
+    setUpDebugDirectory(firstRank);
+    if (debug_) vars.emplace_back("KOLO_DEBUG_DIR", debug_->dir());
     if (options_.timeoutSeconds > 0) {
       char text[32];
       std::snprintf(text, sizeof text, "%g", options_.timeoutSeconds);
@@ -185,13 +195,87 @@ class Job {
       }
     }
     loop();
+    if (debug_ && debug_->collecting()) printDiagnosis();
     guard_->release();  // every rank is reaped: nothing is left for the guard to stop
     finishAcrossNodes(rendezvous);
+    mergeTimeline();
     if (!failure_.empty()) say("job failed: " + failure_);
     return exitCode_;
   }
 
  private:
+  /// --debug-dir / KOLO_DEBUG_DIR, or a new directory when only --stall-seconds is given.
+  void setUpDebugDirectory(int firstRank) {
+    std::string dir = options_.debugDir.empty() ? settings::debugDir() : options_.debugDir;
+    if (dir.empty() && options_.stallSeconds > 0) {
+      const char* tmp = std::getenv("TMPDIR");
+      std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/kolo-debug-XXXXXX";
+      if (::mkdtemp(pattern.data()) == nullptr)
+        KOLO_THROW(IoError, "kolo run: cannot create a debug directory ", pattern, ": ", std::strerror(errno));
+      dir = pattern;
+      say("flight recorders in " + dir);
+    }
+    if (dir.empty()) return;
+    std::vector<int> ranks;
+    for (int local = 0; local < options_.procsPerNode; ++local) ranks.push_back(firstRank + local);
+    debug_ = std::make_unique<detail::DebugWatch>(dir, options_.stallSeconds, ranks);
+  }
+
+  std::vector<detail::WatchedRank> watchedRanks() const {
+    std::vector<detail::WatchedRank> out;
+    for (const auto& r : ranks_) out.push_back({r.globalRank, r.pid, r.running});
+    return out;
+  }
+
+  /// Stops the job; with a debug directory, first has every rank dump its flight recorder
+  /// (the poll loop waits for the dumps, then prints the diagnosis and stops the ranks).
+  void stopAfterDumps(const std::string& reason) {
+    if (!debug_ || stopping_) return beginStop(SIGTERM);
+    if (debug_->collecting()) return;
+    collectReason_ = reason;
+    collectDeadline_ = Clock::now() + kDumpWait;
+    debug_->requestDumps(watchedRanks());
+  }
+
+  void printDiagnosis() {
+    say("hang diagnosis (flight recorders in " + debug_->dir() + "):");
+    for (const std::string& line : debug_->finish(watchedRanks(), options_.nnodes * options_.procsPerNode,
+                                                  collectReason_))
+      say("  " + line);
+  }
+
+  /// The poll loop's part of stopAfterDumps and of the stall watch.
+  void watchDebug() {
+    if (!debug_ || stopping_) return;
+    if (!debug_->collecting() && debug_->stalled(watchedRanks())) {
+      char text[64];
+      std::snprintf(text, sizeof text, "%g", debug_->stallSeconds());
+      say(std::string("no progress from any rank for ") + text +
+          " s (--stall-seconds); asking every rank for its flight recorder");
+      exitCode_ = 1;
+      failure_ = std::string("no progress for ") + text + " s";
+      publishFailure(failure_);
+      stopAfterDumps("stalled");
+    }
+    if (debug_->collecting() && (debug_->dumpsSettled(watchedRanks()) || Clock::now() >= collectDeadline_)) {
+      printDiagnosis();
+      beginStop(SIGTERM);
+      signalAll(SIGCONT);  // a stopped rank takes SIGTERM only once continued
+    }
+  }
+
+  /// KOLO_TIMELINE set for the job: node 0 merges the ranks' trace files once all ended.
+  void mergeTimeline() {
+    const std::string dir = settings::timeline();
+    if (dir.empty() || options_.nodeRank != 0) return;
+    try {
+      const observe::MergedTimeline merged = observe::mergeTimeline(dir);
+      say("timeline of " + std::to_string(merged.ranks.size()) + " rank(s) written to " + merged.path);
+    } catch (const Error& e) {
+      say(std::string("no timeline: ") + e.what());
+    }
+  }
+
   /// Publishes this node's rank count and checks that every node uses the same.
   void registerNode(std::chrono::milliseconds timeout) {
     store_->setString("kolo-run/nproc/" + std::to_string(options_.nodeRank),
@@ -321,11 +405,13 @@ class Job {
                                   : std::min(timeoutMs, remainingMs(nextRemoteCheck));
       // Ranks are also reaped on a timer, in case a SIGCHLD was merged or lost.
       timeoutMs = timeoutMs < 0 ? kReapIntervalMs : std::min(timeoutMs, kReapIntervalMs);
+      if (debug_ && debug_->collecting()) timeoutMs = std::min(timeoutMs, kDumpPollMs);
       ::poll(fds.data(), fds.size(), timeoutMs);
       for (size_t i = 1; i < fds.size(); ++i)
         if (fds[i].revents) readPipe(*owners[i - 1].first, owners[i - 1].second);
       if (fds[0].revents & POLLIN) handleSignals();
       reap();
+      watchDebug();
       if (stopping_ && !killed_ && Clock::now() >= killDeadline_) {
         say("ranks still running after the grace period; sending SIGKILL");
         signalAll(SIGKILL);
@@ -413,6 +499,11 @@ class Job {
       r.running = false;
       r.status = status;
       bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      if (failed && !stopping_ && options_.tolerateFailures && r.globalRank != 0) {
+        say("rank " + std::to_string(r.globalRank) + " (pid " + std::to_string(r.pid) + ") " +
+            describeStatus(status) + "; the job goes on without it");
+        continue;
+      }
       if (failed && !stopping_ && r.role == "worker" && !options_.psJoin) {
         // The chief hands a lost worker's data to the others: the job goes on.
         say("worker " + std::to_string(r.roleIndex) + " (rank " + std::to_string(r.globalRank) +
@@ -420,7 +511,7 @@ class Job {
             "; the job goes on without it");
         continue;
       }
-      if (failed && !stopping_ &&
+      if (failed && !stopping_ && !(debug_ && debug_->collecting()) &&
           (!blamed || (WIFSIGNALED(status) && !WIFSIGNALED(blamed->status))))
         blamed = &r;
     }
@@ -431,7 +522,7 @@ class Job {
       exitCode_ = exitCodeFor(blamed->status);
       failure_ = what;
       publishFailure(what);
-      beginStop(SIGTERM);
+      stopAfterDumps("a rank failed");
     }
   }
 
@@ -486,6 +577,9 @@ class Job {
   std::unique_ptr<comm::TcpStoreServer> server_;
   std::shared_ptr<comm::Store> store_;
   std::vector<Rank> ranks_;
+  std::unique_ptr<detail::DebugWatch> debug_;
+  std::string collectReason_;
+  Clock::time_point collectDeadline_;
   bool stopping_ = false;
   bool killed_ = false;
   Clock::time_point killDeadline_;
@@ -506,6 +600,8 @@ int runLauncher(const LauncherOptions& options) {
   if (options.nnodes > 1 && options.storeAddress.empty())
     KOLO_THROW(InvalidArgument, "kolo run: a job of ", options.nnodes,
                " nodes needs --store HOST:PORT (node 0's address)");
+  if (options.stallSeconds < 0)
+    KOLO_THROW(InvalidArgument, "kolo run: --stall-seconds must be at least 0, got ", options.stallSeconds);
   if (options.command.empty())
     KOLO_THROW(InvalidArgument, "kolo run: no program given (kolo run -n N -- PROGRAM ARGS...)");
   if (!options.storeAddress.empty()) comm::parseHostPort(options.storeAddress);

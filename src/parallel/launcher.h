@@ -45,6 +45,17 @@ struct LauncherOptions {
   /// storeAddress (token required): it reads P and W there, takes the next worker index and
   /// starts one rank as that worker. Its failure is the launcher's exit status.
   bool psJoin = false;
+  /// Directory of the ranks' flight recorders (their KOLO_DEBUG_DIR): when set, a failed
+  /// rank or a stall makes every rank dump its ring there (SIGUSR1) before the job is
+  /// stopped, and the launcher prints the hang diagnosis. Empty: KOLO_DEBUG_DIR as
+  /// inherited; with stallSeconds and neither, a new directory under TMPDIR.
+  std::string debugDir;
+  /// Seconds without progress of any local rank's flight recorder after which the job is
+  /// diagnosed and stopped; 0: never.
+  double stallSeconds = 0;
+  /// A rank other than 0 that fails does not stop the job (federated client hosts: the
+  /// server on rank 0 leaves their clients out); rank 0's failure still does.
+  bool tolerateFailures = false;
   /// PROGRAM ARGS... (PROGRAM is looked up in PATH).
   std::vector<std::string> command;
 };

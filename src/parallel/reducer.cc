@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "kolo/error.h"
+#include "kolo/trace.h"
 
 namespace kolo::parallel {
 namespace {
@@ -231,6 +232,7 @@ void Reducer::startBucket(size_t index) {
   const size_t count = b.numel + (index + 1 == buckets_.size() ? kExtraSlots : 0);
   timeline_.bucketStart[index] = Clock::now();
   b.started = true;
+  trace::instant("bucket ready", "comm", static_cast<int64_t>(index), static_cast<int64_t>(count * dtypeSize(dtype_)));
   if (comm_->size() == 1) return;  // the sum over one rank is the bucket itself
   b.work = comm_->iallreduce(b.flat.rawData(), b.flat.rawData(), count, dtype_, comm::ReduceOp::Sum,
                              options_.collective);
@@ -344,7 +346,11 @@ void Reducer::step(optim::Optimizer& optimizer) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!sync_) return;
   }
-  finalize();
+  {
+    trace::Scope span("gradient sync", "comm");
+    finalize();
+  }
+  trace::Scope span("optimizer", "compute");
   optimizer.step();
 }
 

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "kolo/error.h"
+#include "kolo/trace.h"
 #include "kolo/parallel/reducer.h"
 
 namespace kolo::parallel {
@@ -123,6 +124,7 @@ std::pair<int64_t, int64_t> Reducer::ownedPart(size_t k, int r) const {
 }
 
 void Reducer::shardedStep(optim::Optimizer& optimizer) {
+  trace::Scope span("sharded update", "comm");
   std::lock_guard<std::mutex> lock(mutex_);
   if (!sync_) return;
   timeline_.finalizeStart = Clock::now();

@@ -5,6 +5,7 @@
 
 #include "kolo/error.h"
 #include "kolo/ops.h"
+#include "kolo/trace.h"
 #include "kolo/parallel/distributed.h"
 #include "kolo/parallel/strategy.h"
 #include "parallel/replica_pool.h"
@@ -53,7 +54,14 @@ namespace {
 
 // The default LossFn: kolo::crossEntropy of model(inputs) against labels.
 Tensor crossEntropyOfModel(nn::Module& model, const Tensor& inputs, const Tensor& labels) {
+  trace::Scope span("forward", "compute");
   return crossEntropy(model.forward(inputs), labels);
+}
+
+// loss.backward() as a timeline span.
+void backward(Tensor& loss) {
+  trace::Scope span("backward", "compute");
+  loss.backward();
 }
 
 // Rows [r*b/k, (r+1)*b/k) of a batch, contiguous.
@@ -92,8 +100,11 @@ class OneDeviceStrategy : public Strategy {
     checkShardable(inputs, labels, 1, "one-device");
     optimizer_->zeroGrad();
     Tensor loss = loss_(*model_, inputs, labels);
-    loss.backward();
-    optimizer_->step();
+    backward(loss);
+    {
+      trace::Scope span("optimizer", "compute");
+      optimizer_->step();
+    }
     return {loss.item()};
   }
   nn::Module& model() override { return *model_; }
@@ -189,7 +200,7 @@ class MultiWorkerMirroredStrategy : public Strategy {
     reducer_->prepareForBackward();
     Tensor loss = loss_(*model_, inputs, labels);
     reducer_->setLocalLoss(loss.item());
-    loss.backward();
+    backward(loss);
     reducer_->step(*optimizer_);
     return {reducer_->globalLoss()};
   }

@@ -3,6 +3,8 @@
 // defined in the autograd layer because they may record a backward node.
 #include "kolo/tensor.h"
 
+#include "kolo/memory.h"
+
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -46,9 +48,12 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
   const size_t nbytes = static_cast<size_t>(shapeNumel(shape)) * dtypeSize(dtype);
   // 64-byte alignment keeps vector loads aligned and GEMM inputs cache-line friendly.
   const size_t alloc = nbytes == 0 ? 64 : (nbytes + 63) / 64 * 64;
+  detail::chargeTensorBytes(alloc, shape, dtype);  // throws MemoryLimitError past the budget
   impl->storage->bytes = std::shared_ptr<uint8_t[]>(
-      static_cast<uint8_t*>(::operator new[](alloc, std::align_val_t{64})),
-      [](uint8_t* p) { ::operator delete[](p, std::align_val_t{64}); });
+      static_cast<uint8_t*>(::operator new[](alloc, std::align_val_t{64})), [alloc](uint8_t* p) {
+        ::operator delete[](p, std::align_val_t{64});
+        detail::releaseTensorBytes(alloc);
+      });
   impl->storage->nbytes = nbytes;
   impl->shape = shape;
   impl->strides = contiguousStrides(shape);

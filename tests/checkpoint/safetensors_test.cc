@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/error_text.h"
+
 namespace kolo::checkpoint {
 namespace {
 
@@ -34,15 +36,7 @@ std::string withLength(const std::string& header) {
   return bytes + header;
 }
 
-template <class Fn>
-std::string errorOf(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using kolo::testing::errorOf;
 
 TEST(SafetensorsTest, LayoutMatchesHandAssembledFile) {
   const std::string path = tempPath("layout.safetensors");

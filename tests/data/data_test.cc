@@ -11,6 +11,7 @@
 #include <fstream>
 #include <set>
 
+#include "support/error_text.h"
 #include "support/fashion_mnist.h"
 
 namespace kolo::data {
@@ -55,15 +56,7 @@ void writeGzip(const std::string& path, const std::vector<uint8_t>& bytes) {
   gzclose(file);
 }
 
-template <class Fn>
-std::string errorOf(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using kolo::testing::errorOf;
 
 // A tiny labelled image set: n images of 2x3 pixels, pixel value = 10*i + k, label = i % 10.
 void writeTinySet(const TempDir& dir, const std::string& prefix, uint32_t n, uint32_t labelCount) {

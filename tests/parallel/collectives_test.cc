@@ -8,6 +8,7 @@
 
 #include "kolo/error.h"
 #include "native_ranks.h"
+#include "support/error_text.h"
 #include "toy_setup.h"
 
 namespace kolo::parallel {
@@ -142,12 +143,7 @@ TEST_P(TensorCollectives, SendAndRecvAroundARing) {
 INSTANTIATE_TEST_SUITE_P(Ranks, TensorCollectives, ::testing::Values(1, 2, 3, 4));
 
 std::string errorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "no error";
+  return kolo::testing::errorOf<InvalidArgument>(fn);
 }
 
 // Every rank passes the same bad tensors, so each throws before any message.

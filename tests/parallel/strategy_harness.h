@@ -3,6 +3,8 @@
 // for one-device, any in-process strategy, and multi-worker-mirrored with ranks as threads.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -102,5 +104,21 @@ inline std::vector<double> trainMultiWorker(
       ADD_FAILURE() << "rank " << r << " holds other weights than rank 0";
   return weights[0];
 }
+
+/// A test fixture (over ::testing::Test or a TestWithParam) whose suite trains the
+/// one-device reference once, when the dataset is there; each test skips without it.
+template <class Base>
+class OneDeviceReference : public Base {
+ protected:
+  static void SetUpTestSuite() {
+    if (kolo::testing::fashionMnistInstalled()) reference_ = new std::vector<double>(trainOneDevice(kSteps));
+  }
+  void SetUp() override { KOLO_SKIP_WITHOUT_FASHION_MNIST(); }
+  static void TearDownTestSuite() {
+    delete reference_;
+    reference_ = nullptr;
+  }
+  static inline std::vector<double>* reference_ = nullptr;
+};
 
 }  // namespace kolo::parallel::testing

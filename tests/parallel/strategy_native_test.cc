@@ -11,17 +11,7 @@ namespace kolo::parallel {
 namespace {
 using namespace testing;
 
-class NativeEquivalence : public ::testing::TestWithParam<std::tuple<int, comm::Algorithm>> {
- protected:
-  static void SetUpTestSuite() {
-    if (kolo::testing::fashionMnistInstalled())
-      reference_ = new std::vector<double>(trainOneDevice(kSteps));
-  }
-  void SetUp() override { KOLO_SKIP_WITHOUT_FASHION_MNIST(); }
-  static void TearDownTestSuite() { delete reference_; }
-  static std::vector<double>* reference_;
-};
-std::vector<double>* NativeEquivalence::reference_ = nullptr;
+class NativeEquivalence : public OneDeviceReference<::testing::TestWithParam<std::tuple<int, comm::Algorithm>>> {};
 
 TEST_P(NativeEquivalence, MultiWorkerMirroredMatchesOneDevice) {
   const auto [n, algorithm] = GetParam();

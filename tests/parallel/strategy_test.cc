@@ -35,17 +35,7 @@ TEST(Strategy, ParsesNames) {
   EXPECT_THROW(strategyOptionsFromNames("mirrored", 2, "nccl", "auto"), InvalidArgument);
 }
 
-class Equivalence : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (kolo::testing::fashionMnistInstalled())
-      reference_ = new std::vector<double>(trainOneDevice(kSteps));
-  }
-  void SetUp() override { KOLO_SKIP_WITHOUT_FASHION_MNIST(); }
-  static void TearDownTestSuite() { delete reference_; }
-  static std::vector<double>* reference_;
-};
-std::vector<double>* Equivalence::reference_ = nullptr;
+class Equivalence : public OneDeviceReference<::testing::Test> {};
 
 TEST_F(Equivalence, OneDeviceMovesTheWeights) {
   NamedTensors init = makeEquivalenceModel(0)->namedParameters();

@@ -21,6 +21,8 @@ class CausalSelfAttention : public Module {
   /// left with no key to attend to gets NaN, as in PyTorch. Throws InvalidArgument for
   /// another mask shape.
   Tensor forward(const Tensor& x, const Tensor& mask);
+  int64_t embedDim() const { return embedDim_; }
+  int64_t numHeads() const { return numHeads_; }
 
  protected:
   /// {x} or {x, mask}.

@@ -137,6 +137,9 @@ class Sequential : public Module {
   /// Gives every input to the first child and its output alone to the rest (a first layer
   /// that takes a mask, for instance).
   Tensor forwardInputs(const std::vector<Tensor>& inputs) override;
+
+ private:
+  std::vector<const char*> traceNames_;  // the children's timeline span names, made on first use
 };
 
 }  // namespace kolo::nn

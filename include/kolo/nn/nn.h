@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kolo/nn/attention.h"
+#include "kolo/nn/language_model.h"
 #include "kolo/nn/layers.h"
 #include "kolo/nn/models.h"
 #include "kolo/nn/module.h"

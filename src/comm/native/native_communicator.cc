@@ -2,6 +2,7 @@
 #include "comm/native/native_communicator.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <tuple>
 
@@ -10,6 +11,8 @@
 #include "comm/native/cma_allreduce.h"
 #include "comm/shared_window.h"
 #include "kolo/error.h"
+#include "kolo/flight_recorder.h"
+#include "kolo/trace.h"
 
 namespace kolo::comm::native {
 
@@ -23,16 +26,28 @@ struct NativeCommunicator::WorkState {
 struct NativeCommunicator::Task {
   Signature sig;
   uint64_t seq = 0;
+  uint64_t flightId = 0;  // its flight-recorder entry
   std::chrono::milliseconds budget{0};
   std::function<void()> body;
   std::shared_ptr<WorkState> state;
 };
 
+namespace {
+
+// Marks the entry failed and writes this rank's flight recorder (when KOLO_DEBUG_DIR is set).
+void dumpFlightRecorder(uint64_t flightId, const char* error, const char* reason) {
+  flight::failed(flightId, error);
+  const std::string path = flight::dump(reason);
+  if (!path.empty()) std::fprintf(stderr, "kolo: %s: flight recorder written to %s\n", reason, path.c_str());
+}
+
+}  // namespace
+
 /// Handle of a collective queued on the progress thread.
 class NativeCommunicator::TaskWork : public Work {
  public:
-  TaskWork(std::shared_ptr<WorkState> state, std::string what, std::chrono::milliseconds budget)
-      : state_(std::move(state)), what_(std::move(what)), budget_(budget) {}
+  TaskWork(std::shared_ptr<WorkState> state, std::string what, std::chrono::milliseconds budget, uint64_t flightId)
+      : state_(std::move(state)), what_(std::move(what)), budget_(budget), flightId_(flightId) {}
   ~TaskWork() override {
     // The progress thread still uses the caller's buffers: never abandon them silently.
     std::unique_lock<std::mutex> lock(state_->mutex);
@@ -41,8 +56,13 @@ class NativeCommunicator::TaskWork : public Work {
   void wait(std::chrono::milliseconds timeout) override {
     const auto limit = timeout.count() > 0 ? timeout : budget_;
     std::unique_lock<std::mutex> lock(state_->mutex);
-    if (!state_->cv.wait_for(lock, limit, [&] { return state_->done; }))
-      KOLO_THROW(Timeout, what_, ": not complete after ", static_cast<double>(limit.count()) / 1000.0, " s");
+    if (!state_->cv.wait_for(lock, limit, [&] { return state_->done; })) {
+      lock.unlock();
+      const Timeout error(::kolo::detail::concat(what_, ": not complete after ",
+                                         static_cast<double>(limit.count()) / 1000.0, " s"));
+      dumpFlightRecorder(flightId_, error.what(), "timeout");
+      throw error;
+    }
     if (state_->error) std::rethrow_exception(state_->error);
   }
   bool test() override {
@@ -54,6 +74,7 @@ class NativeCommunicator::TaskWork : public Work {
   std::shared_ptr<WorkState> state_;
   std::string what_;
   std::chrono::milliseconds budget_;
+  uint64_t flightId_;
 };
 
 NativeCommunicator::NativeCommunicator(std::shared_ptr<JobState> job, std::unique_ptr<GroupLinks> links,
@@ -163,23 +184,63 @@ detail::HierarchicalGroups& NativeCommunicator::hierarchicalGroups() {
 
 // ---- execution order ----
 
+uint64_t NativeCommunicator::recordIssued(const Signature& sig, uint64_t seq, bool startNow) const {
+  if (!flight::enabled()) return 0;
+  const bool reduces = sig.collective == CollectiveKind::Allreduce || sig.collective == CollectiveKind::Reduce ||
+                       sig.collective == CollectiveKind::ReduceScatter;
+  flight::Description d;
+  d.seq = static_cast<int64_t>(seq);
+  d.context = links_->context();
+  d.groupRank = rank();
+  d.groupSize = size();
+  d.op = collectiveName(sig.collective);
+  d.dtype = dtypeName(sig.dtype);
+  d.reduce = reduces ? reduceOpName(sig.op) : "";
+  d.algorithm = algorithmName(sig.algorithm);
+  d.count = static_cast<int64_t>(sig.count);
+  d.bytes = static_cast<int64_t>(sig.count * dtypeSize(sig.dtype));
+  d.root = sig.root;
+  return flight::begin(d, startNow);
+}
+
+void NativeCommunicator::runTask(Task& task, bool started) {
+  if (!started) flight::started(task.flightId);
+  trace::Scope span(collectiveName(task.sig.collective), "comm");
+  span.seq(static_cast<int64_t>(task.seq))
+      .bytes(static_cast<int64_t>(task.sig.count * dtypeSize(task.sig.dtype)))
+      .detail(algorithmName(task.sig.algorithm));
+  try {
+    links_->begin(task.sig, task.seq, task.budget);
+    task.body();
+  } catch (const Timeout& e) {
+    dumpFlightRecorder(task.flightId, e.what(), "timeout");
+    throw;
+  } catch (const Mismatch& e) {
+    dumpFlightRecorder(task.flightId, e.what(), "mismatch");
+    throw;
+  } catch (const std::exception& e) {
+    flight::failed(task.flightId, e.what());
+    throw;
+  }
+  flight::finished(task.flightId);
+}
+
 void NativeCommunicator::execute(Task& task) {
   std::lock_guard<std::mutex> run(runMutex_);
-  links_->begin(task.sig, task.seq, task.budget);
-  task.body();
+  runTask(task, false);
 }
 
 void NativeCommunicator::runBlocking(const Signature& sig, const CollectiveOptions& opts, std::function<void()> body) {
-  Task task{sig, 0, budget(opts), std::move(body), nullptr};
+  Task task{sig, 0, 0, budget(opts), std::move(body), nullptr};
   std::unique_lock<std::mutex> lock(queueMutex_);
   task.seq = nextSeq_++;
+  task.flightId = recordIssued(sig, task.seq, pending_ == 0);
   if (pending_ == 0) {
     // Nothing queued: run here. Taking runMutex_ before releasing the queue lock keeps
     // a concurrently started non-blocking operation behind us.
     std::unique_lock<std::mutex> run(runMutex_);
     lock.unlock();
-    links_->begin(task.sig, task.seq, task.budget);
-    task.body();
+    runTask(task, true);
     return;
   }
   auto state = std::make_shared<WorkState>();
@@ -205,14 +266,28 @@ std::unique_ptr<Work> NativeCommunicator::runAsync(const Signature& sig, const C
   {
     std::lock_guard<std::mutex> lock(queueMutex_);
     task->seq = nextSeq_++;
+    task->flightId = recordIssued(sig, task->seq, false);
     what = std::string(collectiveName(sig.collective)) + " #" + std::to_string(task->seq) + " on rank " +
            std::to_string(rank());
     queue_.push_back(task);
     ++pending_;
-    if (!progressThread_.joinable()) progressThread_ = std::thread([this] { progressLoop(); });
+    if (!progressThread_.joinable()) progressThread_ = std::thread([this] {
+      trace::setThreadName("comm progress");
+      progressLoop();
+    });
   }
   queueCv_.notify_all();
-  return std::make_unique<TaskWork>(task->state, what, task->budget);
+  if (trace::enabled()) {
+    trace::Span queued;
+    queued.name = "queued";
+    queued.category = "comm";
+    queued.begin = queued.end = trace::nowNs();
+    queued.seq = static_cast<int64_t>(task->seq);
+    queued.detail = collectiveName(sig.collective);
+    queued.instant = true;
+    trace::record(queued);
+  }
+  return std::make_unique<TaskWork>(task->state, what, task->budget, task->flightId);
 }
 
 void NativeCommunicator::progressLoop() {
@@ -244,12 +319,52 @@ void NativeCommunicator::progressLoop() {
 
 // ---- point to point ----
 
+namespace {
+
+// A blocking send or receive in the flight recorder and the timeline.
+template <class Transfer>
+void observedTransfer(const char* op, int rank, int size, uint32_t context, size_t count, DType dtype, int peer,
+                      Transfer transfer) {
+  uint64_t id = 0;
+  if (flight::enabled()) {
+    flight::Description d;
+    d.context = context;
+    d.groupRank = rank;
+    d.groupSize = size;
+    d.op = op;
+    d.dtype = dtypeName(dtype);
+    d.count = static_cast<int64_t>(count);
+    d.bytes = static_cast<int64_t>(count * dtypeSize(dtype));
+    d.peer = peer;
+    id = flight::begin(d, true);
+  }
+  trace::Scope span(op, "comm");
+  span.bytes(static_cast<int64_t>(count * dtypeSize(dtype))).peer(peer);
+  try {
+    transfer();
+  } catch (const Timeout& e) {
+    dumpFlightRecorder(id, e.what(), "timeout");
+    throw;
+  } catch (const Mismatch& e) {
+    dumpFlightRecorder(id, e.what(), "mismatch");
+    throw;
+  } catch (const std::exception& e) {
+    flight::failed(id, e.what());
+    throw;
+  }
+  flight::finished(id);
+}
+
+}  // namespace
+
 void NativeCommunicator::send(const void* buf, size_t count, DType dtype, int peer, int tag) {
-  isend(buf, count, dtype, peer, tag)->wait();
+  observedTransfer("send", rank(), size(), links_->context(), count, dtype, peer,
+                   [&] { isend(buf, count, dtype, peer, tag)->wait(); });
 }
 
 void NativeCommunicator::recv(void* buf, size_t count, DType dtype, int peer, int tag) {
-  irecv(buf, count, dtype, peer, tag)->wait();
+  observedTransfer("recv", rank(), size(), links_->context(), count, dtype, peer,
+                   [&] { irecv(buf, count, dtype, peer, tag)->wait(); });
 }
 
 std::unique_ptr<Work> NativeCommunicator::isend(const void* buf, size_t count, DType dtype, int peer, int tag) {
@@ -300,6 +415,13 @@ void NativeCommunicator::allreduceBody(const void* sendbuf, void* recvbuf, size_
                                        Algorithm algo) {
   const size_t bytes = count * dtypeSize(dtype);
   const Plan plan = planAllreduce(algo, bytes);
+  // The timeline names what ran: the plan, or the algorithm Auto chose.
+  trace::Scope span(plan.kind == PlanKind::Cma      ? "cma"
+                    : plan.kind == PlanKind::Direct ? "direct"
+                    : plan.kind == PlanKind::Copy   ? "copy"
+                                                    : algorithmName(plan.algorithm),
+                    "algorithm");
+  span.bytes(static_cast<int64_t>(bytes));
   if (plan.kind == PlanKind::Copy) {
     if (sendbuf != recvbuf) std::memcpy(recvbuf, sendbuf, bytes);
     return;

@@ -106,6 +106,13 @@ class NativeCommunicator : public Communicator {
   void runBlocking(const Signature& sig, const CollectiveOptions& opts, std::function<void()> body);
   std::unique_ptr<Work> runAsync(const Signature& sig, const CollectiveOptions& opts, std::function<void()> body);
   void execute(Task& task);
+  /// Runs a task's body on this thread with its flight-recorder entry and timeline span;
+  /// a Timeout or Mismatch also dumps the flight recorder (kolo/flight_recorder.h).
+  /// `started`: its flight-recorder entry already says so.
+  void runTask(Task& task, bool started);
+  /// Enters a collective in the flight recorder as queued (or started: `startNow`);
+  /// returns its entry's id.
+  uint64_t recordIssued(const Signature& sig, uint64_t seq, bool startNow) const;
   void progressLoop();
   std::chrono::milliseconds budget(const CollectiveOptions& opts) const;
   Algorithm requested(const CollectiveOptions& opts) const;

@@ -19,6 +19,7 @@
 #include "comm/native/cma_allreduce.h"
 #include "comm/native/native_communicator.h"
 #include "comm/native/rank_record.h"
+#include "comm/observers.h"
 #include "comm/shm_file.h"
 #include "comm/socket.h"
 #include "comm/token.h"
@@ -382,7 +383,9 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
     sameHost[r] = job->hostOf[r] == myHost;
   }
   auto links = std::make_unique<native::GroupLinks>(job->engine, std::move(members), rank, 1u, std::move(sameHost));
-  return std::make_shared<native::NativeCommunicator>(job, std::move(links), timeout);
+  auto communicator = std::make_shared<native::NativeCommunicator>(job, std::move(links), timeout);
+  detail::joinObservers(*store, prefix, rank, size, timeout);
+  return communicator;
 }
 
 }  // namespace kolo::comm

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kolo/error.h"
+#include "kolo/trace.h"
 #include "kolo/parallel/parameter_server.h"
 #include "parallel/ps/compress.h"
 #include "parallel/ps/socket.h"
@@ -187,8 +188,13 @@ ServerGroup::ServerGroup(ClientOptions options, Placement placement,
 ServerGroup::~ServerGroup() = default;
 ServerGroup::ServerGroup(ServerGroup&&) noexcept = default;
 ServerGroup& ServerGroup::operator=(ServerGroup&&) noexcept = default;
-int64_t ServerGroup::pull(const NamedTensors& parameters) { return impl_->pull(parameters); }
+int64_t ServerGroup::pull(const NamedTensors& parameters) {
+  trace::Scope span("ps pull", "ps");
+  return impl_->pull(parameters);
+}
 int64_t ServerGroup::pushPull(const NamedTensors& parameters, int64_t basedOn) {
+  trace::Scope span("ps push+pull", "ps");
+  span.index(basedOn);
   return impl_->pushPull(parameters, basedOn);
 }
 void ServerGroup::leave() { impl_->leave(); }

@@ -15,16 +15,10 @@
 
 namespace kolo::parallel::ps {
 
-using detail::Clock;
-using detail::Header;
-using detail::Op;
-using detail::Socket;
-using detail::Status;
+using namespace detail;
 
 namespace {
-constexpr auto kPollSlice = std::chrono::milliseconds(100);
 constexpr auto kRetryPause = std::chrono::milliseconds(2);
-constexpr uint32_t kMaxWorkers = 4096;
 }  // namespace
 
 class UnitDispatcher::Impl {

@@ -23,16 +23,10 @@
 
 namespace kolo::parallel::ps {
 
-using detail::Clock;
-using detail::Header;
-using detail::Op;
-using detail::Socket;
-using detail::Status;
+using namespace detail;
 
 namespace {
-constexpr auto kPollSlice = std::chrono::milliseconds(100);
 constexpr int64_t kStatsFields = 8;
-constexpr uint32_t kMaxWorkers = 4096;
 }  // namespace
 
 class ParameterServer::Impl {

@@ -1,6 +1,6 @@
-// A small TCP helper for the parameter-server connections: listen, accept and connect with
-// deadlines, and whole-message send/receive that wait with poll() until a deadline. The comm
-// layer's socket code is private to it; this one stays in the strategy's folder.
+// The parameter-server connections: an owned socket that names its peer, over the comm
+// layer's deadline-bounded calls (comm/socket.h), whose failures it raises as Timeout and
+// PeerError.
 #pragma once
 
 #include <sys/uio.h>

@@ -5,6 +5,7 @@
 // can carry before anything is allocated (the peer's bytes are untrusted).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -15,6 +16,11 @@ namespace kolo::parallel::ps::detail {
 inline constexpr uint32_t kMagic = 0x3153504b;  // "KPS1" read as little-endian u32
 inline constexpr uint64_t kMaxTokenBytes = 1024;
 inline constexpr uint64_t kMaxTextBytes = 64 * 1024;
+/// Worker indices a server and a dispatcher accept: 0 .. kMaxWorkers - 1.
+inline constexpr uint32_t kMaxWorkers = 4096;
+/// How long a server's or dispatcher's loop waits for a socket before it checks whether it
+/// should stop.
+inline constexpr auto kPollSlice = std::chrono::milliseconds(100);
 
 /// Requests. Hello: index = worker index, a = ClientRole (0 worker, 1 chief), payload = token.
 /// Pull: -. Push: a = the version the gradients were computed on, payload = gradients.

@@ -1,0 +1,63 @@
+// The `lm` model: a byte-level decoder-only transformer (GPT-2 style, pre-LayerNorm) built
+// from kolo's own layers as a Sequential, so that a pipeline can cut it between any two of
+// its children: token + position embedding, N transformer blocks, final LayerNorm, and an
+// untied output head.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kolo/nn/attention.h"
+#include "kolo/nn/layers.h"
+
+namespace kolo::nn {
+
+/// Sizes of the `lm` model (`kolo train --model lm --layers --d-model --heads --seq-len`).
+struct LanguageModelConfig {
+  int64_t vocab = 256;  // byte-level
+  int64_t layers = 4;
+  int64_t dModel = 128;
+  int64_t heads = 4;
+  int64_t seqLen = 64;  // the longest context (rows of the position table)
+};
+
+/// Token ids (B, T) of any integer dtype -> tok(ids) + pos(0..T-1), (B, T, C) in f32.
+/// Children "tok" [vocab, C] and "pos" [maxLen, C], both Embedding (N(0, 1)). Throws
+/// InvalidArgument for T above maxLen or an input that is not (B, T).
+class TokenPositionEmbedding : public Module {
+ public:
+  TokenPositionEmbedding(int64_t vocab, int64_t dim, int64_t maxLen, Generator& gen);
+  using Module::forward;
+  Tensor forward(const Tensor& ids) override;
+
+ private:
+  int64_t maxLen_;
+  std::shared_ptr<Embedding> tok_, pos_;
+};
+
+/// The `lm` model: children "0" TokenPositionEmbedding, "1" ... "L" TransformerBlock(dModel,
+/// heads), "L+1" LayerNorm(dModel), "L+2" Linear(dModel, vocab, no bias). Maps ids (B, T) to
+/// logits (B, T, vocab). Parameters are drawn from gen in registration order. Throws
+/// InvalidArgument for a size below 1 or dModel not divisible by heads.
+std::shared_ptr<Sequential> makeLanguageModel(const LanguageModelConfig& config, Generator& gen);
+
+/// The layers [keepBegin, keepEnd) of makeLanguageModel(config, gen) with the same values,
+/// the others replaced by empty Sequential placeholders: every layer is drawn from gen in
+/// order and those outside the range are dropped as soon as they are made, so a pipeline
+/// stage never holds the whole model. Throws as makeLanguageModel, and InvalidArgument for
+/// a range outside [0, layers + 3).
+std::shared_ptr<Sequential> makeLanguageModelPart(const LanguageModelConfig& config, Generator& gen,
+                                                  int64_t keepBegin, int64_t keepEnd);
+
+/// Next-token cross-entropy: the mean over all B*T positions of -log softmax(logits)[target].
+/// logits (B, T, V) (or (N, V)), targets (B, T) (or (N)) of i64.
+Tensor languageModelLoss(const Tensor& logits, const Tensor& targets);
+
+/// Continues `prompt` (bytes) by `count` bytes sampled from `model` (a makeLanguageModel
+/// model) at `temperature` (0: greedy), feeding it at most the last `context` bytes. No
+/// autograd is recorded; the model is left in eval mode.
+std::string generateText(Module& model, const std::string& prompt, int64_t count, int64_t context,
+                         double temperature, Generator& gen);
+
+}  // namespace kolo::nn

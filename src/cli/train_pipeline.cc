@@ -1,0 +1,525 @@
+// `kolo train --model lm`, `--strategy pipeline` and `--strategy tensor`: the model cut into
+// stages (one rank each; one stage on a lone rank), trained with micro-batches under the GPipe
+// or 1F1B schedule (parallel::PipelineStage), or its layers split over --tp ranks
+// (parallel::TensorParallelModel). Batches come from a byte-level text file (lm) or
+// Fashion-MNIST (mlp, cnn); every rank draws the same global batch, the first stage reads
+// its inputs and the last its labels. At the end rank 0 gathers the whole model, reports
+// per-stage timings against the schedule's ideal, evaluates, saves, and for lm samples text.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "cli/train_loop.h"
+#include "kolo/autograd.h"
+#include "kolo/byte_corpus.h"
+#include "kolo/memory.h"
+#include "kolo/nn/language_model.h"
+#include "kolo/nn/models.h"
+#include "kolo/ops.h"
+#include "kolo/parallel/distributed.h"
+#include "kolo/parallel/mesh.h"
+#include "kolo/parallel/pipeline.h"
+#include "kolo/parallel/tensor_parallel.h"
+#include "kolo/safetensors.h"
+#include "kolo/serialize.h"
+#include "kolo/threads.h"
+
+namespace kolo::cli {
+namespace {
+
+// The default text of `--model lm`: the GNU GPL version 3, which Debian's base-files package
+// installs on every system.
+constexpr const char* kDefaultText = "/usr/share/common-licenses/GPL-3";
+constexpr int64_t kDefaultLmSteps = 300;
+constexpr int64_t kDefaultLmBatch = 16;
+
+std::vector<int> parseSplits(const std::string& text) {
+  std::vector<int> splits;
+  std::stringstream in(text);
+  std::string word;
+  while (std::getline(in, word, ',')) {
+    try {
+      size_t used = 0;
+      splits.push_back(std::stoi(word, &used));
+      if (used != word.size()) throw std::invalid_argument(word);
+    } catch (const std::exception&) {
+      KOLO_THROW(InvalidArgument, "--split-at '", text, "' is not accepted: use layer indices such as 3,6");
+    }
+  }
+  return splits;
+}
+
+// Fashion-MNIST batches in an order that depends on the seed and the epoch only.
+class ImageBatches {
+ public:
+  ImageBatches(const TrainConfig& config) : seed_(config.seed), shuffle_(config.shuffle), batch_(config.batch) {
+    train_ = std::make_shared<data::FashionMnist>(config.dataDir, true);
+    if (config.trainLimit > 0 && config.trainLimit < train_->size()) {
+      train_ = std::make_shared<data::TensorDataset>(train_->inputs().slice(0, 0, config.trainLimit).contiguous(),
+                                                     train_->labels().slice(0, 0, config.trainLimit).contiguous());
+    }
+    test_ = std::make_shared<data::FashionMnist>(config.dataDir, false);
+    stepsPerEpoch_ = train_->size() / batch_;
+    KOLO_REQUIRE(stepsPerEpoch_ > 0, "--batch ", batch_, " is larger than the ", train_->size(),
+                 " training samples");
+  }
+  data::Batch at(int64_t step) {
+    const int64_t epoch = step / stepsPerEpoch_;
+    if (epoch != orderEpoch_) {
+      order_.resize(static_cast<size_t>(train_->size()));
+      std::iota(order_.begin(), order_.end(), int64_t{0});
+      if (shuffle_) {
+        Generator gen(seed_ * 1000003 + static_cast<uint64_t>(epoch));
+        for (size_t i = order_.size() - 1; i > 0; --i) std::swap(order_[i], order_[gen.nextU64() % (i + 1)]);
+      }
+      orderEpoch_ = epoch;
+    }
+    const auto first = order_.begin() + (step % stepsPerEpoch_) * batch_;
+    return train_->gather(std::vector<int64_t>(first, first + batch_));
+  }
+  int64_t stepsPerEpoch() const { return stepsPerEpoch_; }
+  const data::TensorDataset& test() const { return *test_; }
+
+ private:
+  uint64_t seed_;
+  bool shuffle_;
+  int64_t batch_;
+  std::shared_ptr<data::TensorDataset> train_, test_;
+  int64_t stepsPerEpoch_ = 0;
+  int64_t orderEpoch_ = -1;
+  std::vector<int64_t> order_;
+};
+
+// The model, or for lm only its layers [begin, end) (end < 0: all) with placeholders for the
+// others, so that a stage never holds the whole model; --init fills what it holds.
+std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin = 0, int end = -1) {
+  Generator gen(config.seed);
+  std::shared_ptr<nn::Sequential> model;
+  const bool part = config.model == "lm" && end >= 0;
+  if (config.model == "lm") {
+    const nn::LanguageModelConfig sizes{.vocab = 256, .layers = config.layers, .dModel = config.dModel,
+                                        .heads = config.heads, .seqLen = config.seqLen};
+    model = part ? nn::makeLanguageModelPart(sizes, gen, begin, end) : nn::makeLanguageModel(sizes, gen);
+  } else {
+    model = nn::makeModel(config.model, gen);
+  }
+  if (!config.initPath.empty()) {
+    if (!part) {
+      kolo::load(*model, config.initPath);
+    } else {
+      std::vector<std::pair<std::string, Tensor>> mine;
+      std::set<std::string> names;
+      for (const auto& entry : model->stateDict()) names.insert(entry.first);
+      for (auto& entry : checkpoint::loadSafetensors(config.initPath).tensors)
+        if (names.count(entry.first)) mine.push_back(std::move(entry));
+      model->loadStateDict(mine, config.initPath);
+    }
+  }
+  return model;
+}
+
+int64_t layerCount(const TrainConfig& config) {
+  if (config.model == "lm") return config.layers + 3;
+  Generator gen(0);
+  return static_cast<int64_t>(nn::makeModel(config.model, gen)->size());
+}
+
+std::string costsText(const std::vector<double>& costs) {
+  std::string text;
+  char one[32];
+  for (double c : costs) {
+    std::snprintf(one, sizeof(one), "%s%.2f", text.empty() ? "" : " ", 1000.0 * c);
+    text += one;
+  }
+  return text;
+}
+
+long peakRssKib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+// What the loop below drives: a pipeline stage, or a tensor-parallel shard of the model.
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual parallel::PipelineStepStats trainStep(const Tensor& inputs, const Tensor& labels) = 0;
+  virtual optim::Optimizer& optimizer() = 0;
+  virtual int64_t parameterCount() = 0;
+  /// Layer bounds of the stages ({0, n}: one part of every layer on each rank under tensor
+  /// parallelism).
+  virtual std::vector<int> bounds() const = 0;
+  virtual void gatherModel(nn::Module* whole) = 0;
+};
+
+// The loss averaged over the data group (the replicas' shares of the batch are equal).
+double meanOverReplicas(double loss, comm::Communicator* data) {
+  if (data && data->size() > 1) data->allreduce(&loss, &loss, 1, DType::F64, comm::ReduceOp::Avg);
+  return loss;
+}
+
+class PipelineRunner : public Runner {
+ public:
+  PipelineRunner(std::unique_ptr<parallel::PipelineStage> stage, std::shared_ptr<comm::Communicator> data)
+      : stage_(std::move(stage)), data_(std::move(data)) {}
+  parallel::PipelineStepStats trainStep(const Tensor& x, const Tensor& y) override {
+    if (!data_) return stage_->trainStep(x, y);
+    // A replica of a hybrid: its gradients are averaged with the same stage of the others.
+    const auto start = std::chrono::steady_clock::now();
+    stage_->optimizer().zeroGrad();
+    parallel::PipelineStepStats stats = stage_->forwardBackward(x, y);
+    const auto update = std::chrono::steady_clock::now();
+    parallel::averageGradients(stage_->module(), *data_);
+    stage_->optimizer().step();
+    stats.loss = meanOverReplicas(stats.loss, data_.get());
+    stats.computeSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - update).count();
+    stats.stepSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return stats;
+  }
+  optim::Optimizer& optimizer() override { return stage_->optimizer(); }
+  int64_t parameterCount() override { return stage_->module().parameterCount(); }
+  std::vector<int> bounds() const override { return stage_->bounds(); }
+  void gatherModel(nn::Module* whole) override { stage_->gatherModel(whole, 0); }
+
+ private:
+  std::unique_ptr<parallel::PipelineStage> stage_;
+  std::shared_ptr<comm::Communicator> data_;
+};
+
+// Every rank runs the whole batch through its shard of every split layer.
+class TensorRunner : public Runner {
+ public:
+  TensorRunner(std::shared_ptr<comm::Communicator> comm, const nn::Sequential& whole, parallel::StageLossFn loss,
+               const Recipe& recipe, std::shared_ptr<comm::Communicator> data)
+      : model_(std::make_unique<parallel::TensorParallelModel>(whole, std::move(comm))),
+        optimizer_(makeOptimizer(recipe, model_->namedParameters())),
+        loss_(std::move(loss)),
+        data_(std::move(data)),
+        layers_(static_cast<int>(whole.size())) {}
+  parallel::PipelineStepStats trainStep(const Tensor& x, const Tensor& y) override {
+    parallel::PipelineStepStats stats;
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t base = liveTensorBytes();
+    resetPeakTensorBytes();
+    optimizer_->zeroGrad();
+    Tensor loss = loss_(model_->forward(x), y);
+    loss.backward();
+    stats.peakStepBytes = peakTensorBytes() - base;
+    if (data_) parallel::averageGradients(*model_, *data_);
+    optimizer_->step();
+    stats.loss = meanOverReplicas(loss.item(), data_.get());
+    stats.peakMicroBatchesHeld = 1;
+    stats.stepSeconds = stats.computeSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return stats;
+  }
+  optim::Optimizer& optimizer() override { return *optimizer_; }
+  int64_t parameterCount() override { return model_->parameterCount(); }
+  std::vector<int> bounds() const override {
+    return {0, layers_};
+  }
+  void gatherModel(nn::Module* whole) override { model_->gatherInto(whole, 0); }
+
+ private:
+  std::unique_ptr<parallel::TensorParallelModel> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  parallel::StageLossFn loss_;
+  std::shared_ptr<comm::Communicator> data_;  // the data group of a hybrid, else null
+  int layers_;
+};
+
+}  // namespace
+
+int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
+  TrainConfig config = configIn;
+  parallel::MeshShape shape;
+  if (!config.mesh.empty()) {
+    // --mesh dp=D,pp=P / dp=D,tp=T sets the strategy and its size.
+    shape = parallel::parseMeshShape(config.mesh);
+    KOLO_REQUIRE(config.stages == 1 && config.tp == 1, "--mesh sets the stages and --tp; give one or the other");
+    if (shape.tp > 1) {
+      config.strategy = "tensor";
+      config.tp = shape.tp;
+    } else {
+      config.strategy = "pipeline";
+      config.stages = shape.pp;
+    }
+  }
+  const bool lm = config.model == "lm";
+  const bool pipeline = config.strategy == "pipeline";
+  const bool tensor = config.strategy == "tensor";
+  KOLO_REQUIRE(pipeline || tensor || config.strategy == "one-device", "--model lm trains with --strategy "
+               "one-device, pipeline or tensor, not ", config.strategy);
+  KOLO_REQUIRE(config.tp >= 1, "--tp must be at least 1, got ", config.tp);
+  KOLO_REQUIRE(tensor || config.tp == 1, "--tp ", config.tp, " needs --strategy tensor");
+  KOLO_REQUIRE(!tensor || (config.microBatches == 1 && config.stages == 1 && !config.recompute &&
+                           config.splitAt.empty()),
+               "--strategy tensor takes no --stages, --micro-batches, --split-at or --recompute");
+  KOLO_REQUIRE(config.checkpointDir.empty() && config.resumeDir.empty(), "--checkpoint-dir and --resume are not "
+               "available with --model lm or --strategy pipeline; --save and --init carry the weights");
+  KOLO_REQUIRE(config.clipNorm == 0.0, "--clip-norm is not available with --model lm or --strategy pipeline");
+  KOLO_REQUIRE(config.stages >= 1 && config.microBatches >= 1, "--stages and --micro-batches must be at least 1");
+  KOLO_REQUIRE(pipeline || config.stages == 1, "--stages ", config.stages, " needs --strategy pipeline");
+  const parallel::PipelineSchedule schedule = parallel::parsePipelineSchedule(config.pipelineSchedule);
+  if (lm && !config.batchGiven) config.batch = kDefaultLmBatch;
+  KOLO_REQUIRE(config.batch % (shape.dp * config.microBatches) == 0, "--batch ", config.batch,
+               " cannot be split into ", shape.dp * config.microBatches, " equal micro-batches (",
+               shape.dp, " replica(s) x ", config.microBatches, "): use a multiple of --micro-batches",
+               shape.dp > 1 ? " times the mesh's dp" : "");
+  setNumThreads(config.threads);
+
+  // The recipe. lm without --optimizer and --lr: AdamW at 2e-3, warm-up over a tenth of the
+  // run, then cosine decay.
+  std::unique_ptr<data::ByteCorpus> corpus;
+  std::unique_ptr<ImageBatches> images;
+  int64_t totalSteps = 0;
+  if (lm) {
+    const std::string path = config.dataDir == data::kFashionMnistDir ? kDefaultText : config.dataDir;
+    corpus = std::make_unique<data::ByteCorpus>(path, config.seqLen);
+    totalSteps = config.steps > 0 ? config.steps : kDefaultLmSteps;
+    if (!config.optimizer && !config.lr) {
+      config.optimizer = "adamw";
+      config.lr = 2e-3;
+      if (config.schedule == "auto") config.schedule = "warmup-cosine";
+      if (!config.warmupSteps) config.warmupSteps = totalSteps / 10;
+    }
+  } else {
+    images = std::make_unique<ImageBatches>(config);
+  }
+  const Recipe recipe = resolveRecipe(config, images ? images->stepsPerEpoch() : totalSteps);
+  if (images) {
+    totalSteps = recipe.epochs * images->stepsPerEpoch();
+    if (config.steps > 0) totalSteps = config.epochs ? std::min(totalSteps, config.steps) : config.steps;
+  }
+  const auto lrSchedule = makeSchedule(recipe, totalSteps);
+  // Every rank draws the global batch; a data-parallel replica keeps its rows.
+  int replica = 0;
+  auto batchAt = [&](int64_t step) {
+    data::Batch b = corpus ? corpus->batch(step, config.batch, config.seed) : images->at(step);
+    if (shape.dp == 1) return b;
+    const int64_t rows = config.batch / shape.dp;
+    b.inputs = b.inputs.slice(0, replica * rows, (replica + 1) * rows).contiguous();
+    b.labels = b.labels.slice(0, replica * rows, (replica + 1) * rows).contiguous();
+    return b;
+  };
+
+  std::shared_ptr<comm::Communicator> comm;  // the model group: the stages, or the tensor ranks
+  parallel::MeshGroups mesh;
+  int worldRank = 0;
+  if (!config.mesh.empty()) {
+    auto world = parallel::init();
+    mesh = parallel::makeMesh(*world, shape);
+    comm = mesh.model;
+    worldRank = world->rank();
+    replica = mesh.replica;
+  } else if (tensor) {
+    comm = parallel::init();
+    KOLO_REQUIRE(comm->size() == config.tp, "--tp ", config.tp, " needs ", config.tp,
+                 " ranks, this job has ", comm->size(), ": run it under kolo run -n ", config.tp);
+  } else if (config.stages > 1) {
+    comm = parallel::init();
+    KOLO_REQUIRE(comm->size() == config.stages, "--stages ", config.stages, " needs ", config.stages,
+                 " ranks (one per stage), this job has ", comm->size(), ": run it under kolo run -n ",
+                 config.stages);
+  }
+  const int rank = comm ? comm->rank() : 0;
+  if (config.mesh.empty()) worldRank = rank;
+  const bool primary = worldRank == 0;
+
+  // Every rank builds the model from the same seed (or --init file), only its own layers when
+  // the split points are given, and keeps its stage.
+  std::vector<int> splits;
+  std::vector<double> layerCosts;
+  {
+    std::shared_ptr<nn::Sequential> model;
+    if (!config.splitAt.empty()) {
+      splits = parseSplits(config.splitAt);
+      // Given split points: build only this rank's layers (the stage checks the points).
+      std::vector<int> bounds = {0};
+      bounds.insert(bounds.end(), splits.begin(), splits.end());
+      bounds.push_back(static_cast<int>(layerCount(config)));
+      const bool fits = static_cast<int>(splits.size()) == config.stages - 1 &&
+                        std::is_sorted(bounds.begin(), bounds.end()) &&
+                        std::adjacent_find(bounds.begin(), bounds.end()) == bounds.end();
+      model = fits ? buildModel(config, bounds[static_cast<size_t>(rank)], bounds[static_cast<size_t>(rank) + 1])
+                   : buildModel(config);
+    } else {
+      model = buildModel(config);
+    }
+    if (config.splitAt.empty() && comm && !tensor) {
+      const Tensor rows = batchAt(0).inputs;
+      const Tensor sample = rows.slice(0, 0, rows.shape()[0] / config.microBatches).contiguous();
+      splits = parallel::measuredSplit(*comm, *model, sample, 3, &layerCosts);
+    }
+    parallel::StageLossFn loss;
+    if (lm) {
+      loss = [](const Tensor& out, const Tensor& y) { return nn::languageModelLoss(out, y); };
+    } else {
+      loss = [](const Tensor& out, const Tensor& y) { return crossEntropy(out, y); };
+    }
+    parallel::PipelineOptions options{.microBatches = config.microBatches,
+                                      .schedule = schedule,
+                                      .recompute = config.recompute};
+    std::unique_ptr<Runner> stage;
+    if (tensor) {
+      stage = std::make_unique<TensorRunner>(comm, *model, loss, recipe, mesh.data);
+    } else {
+      stage = std::make_unique<PipelineRunner>(std::make_unique<parallel::PipelineStage>(
+          comm, *model, splits, options, loss,
+          [&recipe](const optim::NamedParameters& p) { return makeOptimizer(recipe, p); }),
+          mesh.data);
+    }
+    model.reset();  // the stage holds its own layers (or shards); the others go
+    std::vector<int> bounds = stage->bounds();
+    if (primary) {
+      std::string text;
+      for (size_t s = 0; s + 1 < bounds.size(); ++s)
+        text += (s ? " " : "") + std::to_string(bounds[s]) + "-" + std::to_string(bounds[s + 1] - 1);
+      logger.info("training", {{"model", config.model},
+                               {"rank_parameters", stage->parameterCount()},
+                               {"strategy", config.strategy},
+                               {"tp", config.tp},
+                               {"dp", shape.dp},
+                               {"stages", config.stages},
+                               {"micro_batches", config.microBatches},
+                               {"schedule", config.pipelineSchedule},
+                               {"recompute", config.recompute},
+                               {"stage_layers", text},
+                               {"split", config.splitAt.empty() && comm ? "measured" : "given"},
+                               {"layer_ms", costsText(layerCosts)},
+                               {"optimizer", recipe.optimizer},
+                               {"lr", recipe.lr},
+                               {"batch", config.batch},
+                               {"steps", totalSteps}});
+    }
+
+    // The loop. Timings leave out the first steps (allocation, first touches).
+    const int64_t skip = std::min<int64_t>(config.timingSkip, totalSteps / 4);
+    const int64_t every = std::max<int64_t>(1, totalSteps / 10);
+    double computeSum = 0.0, stepSum = 0.0, lossWindow = 0.0, lastLoss = 0.0;
+    int64_t timed = 0, windowCount = 0;
+    int64_t peakTensors = 0;  // the most tensor bytes alive at once during any step
+    parallel::PipelineStepStats peak;
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t step = 0; step < totalSteps; ++step) {
+      const data::Batch batch = batchAt(step);
+      if (step == config.failStep && worldRank == config.failRank)
+        KOLO_THROW(Error, "rank ", worldRank, ": failure injected before step ", step, " (--fail-at-step)");
+      stage->optimizer().setLr(lrSchedule->lrAt(step));
+      const int64_t before = liveTensorBytes();
+      const parallel::PipelineStepStats stats = stage->trainStep(batch.inputs, batch.labels);
+      peakTensors = std::max(peakTensors, before + stats.peakStepBytes);
+      peak.peakStepBytes = std::max(peak.peakStepBytes, stats.peakStepBytes);
+      if (!std::isfinite(stats.loss))
+        KOLO_THROW(DivergedError, "training diverged: loss ", stats.loss, " at step ", step, " (lr ",
+                   lrSchedule->lrAt(step), "); try a smaller --lr");
+      peak.peakMicroBatchesHeld = std::max(peak.peakMicroBatchesHeld, stats.peakMicroBatchesHeld);
+      peak.peakBoundaryBytes = std::max(peak.peakBoundaryBytes, stats.peakBoundaryBytes);
+      if (step >= skip) {
+        computeSum += stats.computeSeconds;
+        stepSum += stats.stepSeconds;
+        ++timed;
+      }
+      lossWindow += stats.loss;
+      ++windowCount;
+      lastLoss = stats.loss;
+      if (primary && !config.quiet && ((step + 1) % every == 0 || step + 1 == totalSteps)) {
+        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::fprintf(stderr, "step %lld/%lld  loss %.4f  %.1f ms/step  %.0f s\n", static_cast<long long>(step + 1),
+                     static_cast<long long>(totalSteps), lossWindow / windowCount,
+                     1000.0 * stats.stepSeconds, elapsed);
+        lossWindow = 0.0;
+        windowCount = 0;
+      }
+    }
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+    // Per-stage figures to rank 0: compute and step time per step, held micro-batches,
+    // boundary bytes, peak resident memory.
+    const int stages = tensor ? config.tp : config.stages;
+    std::vector<double> mine = {timed ? computeSum / timed : 0.0, timed ? stepSum / timed : 0.0,
+                                static_cast<double>(peak.peakMicroBatchesHeld),
+                                static_cast<double>(peak.peakBoundaryBytes), static_cast<double>(peakRssKib()),
+                                static_cast<double>(peak.peakStepBytes), static_cast<double>(peakTensors)};
+    std::vector<double> all(mine.size() * static_cast<size_t>(stages));
+    if (comm) {
+      comm->allgather(mine.data(), all.data(), mine.size(), DType::F64);
+    } else {
+      all = mine;
+    }
+    // Replica 0's model group gathers the model; the other replicas hold the same weights.
+    if (replica != 0) return 0;
+    // The budget covers training; rank 0 gathers the whole model outside it (--save, sample).
+    setTensorMemoryLimit(0);
+    auto whole = primary ? buildModel(config) : nullptr;
+    stage->gatherModel(whole.get());
+    stage.reset();
+    if (!primary) return 0;
+
+    double slowest = 0.0, stepTime = 0.0;
+    for (int s = 0; s < stages; ++s) {
+      const double* f = &all[static_cast<size_t>(s) * mine.size()];
+      slowest = std::max(slowest, f[0]);
+      stepTime = std::max(stepTime, f[1]);
+      if (!config.quiet)
+        std::fprintf(stderr,
+                     "%s %d: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %d  "
+                     "peak boundary activations %.2f MiB  peak step memory %.2f MiB  peak tensors %.2f MiB  "
+                     "peak rss %.1f MiB\n",
+                     tensor ? "rank" : "stage", s, tensor ? 0 : bounds[static_cast<size_t>(s)],
+                     tensor ? bounds.back() - 1 : bounds[static_cast<size_t>(s) + 1] - 1, 1000.0 * f[0],
+                     1000.0 * f[1], static_cast<int>(f[2]), f[3] / (1 << 20), f[5] / (1 << 20), f[6] / (1 << 20),
+                     f[4] / 1024.0);
+    }
+    const int m = config.microBatches;
+    const double ideal = slowest * (m + stages - 1) / m;
+    if (tensor) {
+      std::printf("tensor_parallel ranks %d step_ms %.2f\n", stages, 1000.0 * stepTime);
+    } else {
+      std::printf("pipeline stages %d micro_batches %d schedule %s step_ms %.2f ideal_ms %.2f measured_over_ideal %.3f\n",
+                  stages, m, config.pipelineSchedule.c_str(), 1000.0 * stepTime, 1000.0 * ideal,
+                  ideal > 0 ? stepTime / ideal : 0.0);
+    }
+
+    if (!config.savePath.empty()) {
+      checkpoint::saveSafetensors(config.savePath, whole->namedParameters(),
+                                  {{"format", "pt"}, {"model", config.model}, {"step", std::to_string(totalSteps)}});
+      logger.info("saved weights", {{"file", config.savePath}});
+    }
+    if (lm) {
+      // Held-out loss over 8 batches of the last tenth of the text, then a sample.
+      double heldOut = 0.0;
+      {
+        autograd::NoGradGuard noGrad;
+        whole->train(false);
+        for (int64_t i = 0; i < 8; ++i) {
+          const data::Batch b = corpus->batch(i, config.batch, config.seed, true);
+          heldOut += nn::languageModelLoss(whole->forward(b.inputs), b.labels).item() / 8;
+        }
+      }
+      std::printf("train_loss %.4f held_out_loss %.4f steps %lld wall_s %.1f\n", lastLoss, heldOut,
+                  static_cast<long long>(totalSteps), wall);
+      Generator gen(config.seed + 1);
+      // The prompt: the start of the held-out part, text the model did not train on.
+      const std::string prompt = corpus->text(corpus->trainBytes(), std::min<int64_t>(32, config.seqLen));
+      const std::string text = nn::generateText(*whole, prompt, config.sampleBytes, config.seqLen, 0.8, gen);
+      std::string shown;
+      for (char c : text) shown.push_back((c == '\n' || c == '\t' || (c >= 32 && c < 127)) ? c : '?');
+      std::printf("sample:\n%s\n", shown.c_str());
+    } else {
+      const double accuracy = evaluateAccuracy(*whole, images->test());
+      std::printf("test_accuracy %.4f train_loss %.4f steps %lld wall_s %.1f\n", accuracy, lastLoss,
+                  static_cast<long long>(totalSteps), wall);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace kolo::cli

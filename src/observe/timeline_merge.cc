@@ -1,0 +1,62 @@
+// mergeTimeline: the ranks' Chrome trace files into one DIR/trace.json.
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "kolo/error.h"
+#include "kolo/timeline.h"
+
+namespace kolo::observe {
+
+MergedTimeline mergeTimeline(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) KOLO_THROW(FileError, "timeline directory ", dir, " does not exist");
+  std::vector<std::pair<int, fs::path>> files;
+  const std::regex name(R"(trace\.rank([0-9]+)\.json)");
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch match;
+    const std::string file = entry.path().filename().string();
+    if (std::regex_match(file, match, name)) files.emplace_back(std::stoi(match[1]), entry.path());
+  }
+  if (files.empty()) KOLO_THROW(FileError, "timeline directory ", dir, " holds no trace.rank<R>.json");
+  std::sort(files.begin(), files.end());
+
+  MergedTimeline merged;
+  merged.path = (fs::path(dir) / "trace.json").string();
+  nlohmann::json events = nlohmann::json::array();
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& [rank, path] : files) {
+    std::ifstream in(path);
+    nlohmann::json trace = nlohmann::json::parse(in, nullptr, false);
+    if (trace.is_discarded() || !trace.is_object() || !trace.contains("traceEvents") ||
+        !trace["traceEvents"].is_array())
+      KOLO_THROW(FormatError, path.string(), " is not a rank's trace (a JSON object with traceEvents)");
+    for (auto& event : trace["traceEvents"]) events.push_back(std::move(event));
+    nlohmann::json info = trace.value("kolo", nlohmann::json::object());
+    info["rank"] = rank;
+    merged.dropped += info.value("dropped", int64_t{0});
+    ranks.push_back(std::move(info));
+    merged.ranks.push_back(rank);
+  }
+  merged.events = static_cast<int64_t>(events.size());
+  nlohmann::json out = {{"traceEvents", std::move(events)},
+                        {"displayTimeUnit", "ms"},
+                        {"kolo", {{"ranks", std::move(ranks)}}}};
+  const std::string temporary = merged.path + ".tmp";
+  {
+    std::ofstream file(temporary);
+    file << out.dump() << "\n";
+    if (!file) KOLO_THROW(IoError, "cannot write the timeline ", temporary, ": ", std::strerror(errno));
+  }
+  if (std::rename(temporary.c_str(), merged.path.c_str()) != 0)
+    KOLO_THROW(IoError, "cannot write the timeline ", merged.path, ": ", std::strerror(errno));
+  return merged;
+}
+
+}  // namespace kolo::observe

@@ -1,0 +1,114 @@
+// A federated client's local training: plain SGD (optionally FedProx's proximal term) from
+// the global weights over the client's own samples, returning the update (local - global),
+// clipped for DP-FedAvg. Weights travel as one flat f32 vector in namedParameters() order.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kolo/autograd.h"
+#include "kolo/error.h"
+#include "kolo/ops.h"
+#include "kolo/optim.h"
+#include "kolo/parallel/federated.h"
+#include "parallel/federated/detail.h"
+
+namespace kolo::parallel::fed {
+
+std::vector<float> flattenParameters(const nn::Module& model) {
+  std::vector<float> flat;
+  for (const auto& [name, parameter] : model.namedParameters()) {
+    const Tensor values = parameter.contiguous();
+    const float* p = values.data<float>();
+    flat.insert(flat.end(), p, p + values.numel());
+  }
+  return flat;
+}
+
+void loadParameters(nn::Module& model, const std::vector<float>& flat) {
+  auto named = model.namedParameters();
+  size_t total = 0;
+  for (const auto& [name, parameter] : named) total += static_cast<size_t>(parameter.numel());
+  KOLO_CHECK_EQ(flat.size(), total, "federated: weights of the wrong length for the model");
+  size_t offset = 0;
+  for (auto& [name, parameter] : named) {
+    KOLO_REQUIRE(parameter.isContiguous(), "federated: parameter ", name, " is not contiguous");
+    std::memcpy(parameter.data<float>(), flat.data() + offset, parameter.nbytes());
+    offset += static_cast<size_t>(parameter.numel());
+  }
+}
+
+Algorithm parseAlgorithm(const std::string& name) {
+  if (name == "fedavg") return Algorithm::FedAvg;
+  if (name == "fedprox") return Algorithm::FedProx;
+  KOLO_THROW(InvalidArgument, "--algorithm '", name, "' is not accepted: use fedavg or fedprox");
+}
+
+std::vector<int64_t> clientEpochOrder(const std::vector<int64_t>& indices,
+                                      const ClientOptions& options, int64_t round, int client,
+                                      int64_t epoch) {
+  std::vector<int64_t> order = indices;
+  if (!options.shuffle) return order;
+  Generator generator(
+      detail::mixSeed(options.seed, 0xc11e47 + static_cast<uint64_t>(client),
+                      static_cast<uint64_t>(round) * 1000003ULL + static_cast<uint64_t>(epoch)));
+  for (size_t i = order.size(); i > 1; --i) {
+    const size_t j = static_cast<size_t>(generator.nextU64() % i);
+    std::swap(order[i - 1], order[j]);
+  }
+  return order;
+}
+
+std::vector<float> trainClient(nn::Module& model, const std::vector<float>& global,
+                               const data::TensorDataset& data, const std::vector<int64_t>& indices,
+                               const ClientOptions& options, int64_t round, int client) {
+  KOLO_REQUIRE(!indices.empty(), "federated: client ", client, " holds no samples");
+  KOLO_REQUIRE(options.localEpochs >= 1, "federated: --local-epochs must be at least 1, got ",
+               options.localEpochs);
+  KOLO_REQUIRE(options.localBatch >= 0, "federated: --local-batch must be at least 0, got ",
+               options.localBatch);
+  loadParameters(model, global);
+  model.train(true);
+  optim::NamedParameters named = model.namedParameters();
+  optim::Sgd sgd(named, optim::SgdOptions{.lr = options.lr});
+  const bool prox = options.algorithm == Algorithm::FedProx && options.proxMu > 0.0;
+  const int64_t n = static_cast<int64_t>(indices.size());
+  const int64_t batch = options.localBatch == 0 ? n : std::min(options.localBatch, n);
+  for (int64_t epoch = 0; epoch < options.localEpochs; ++epoch) {
+    const std::vector<int64_t> order = clientEpochOrder(indices, options, round, client, epoch);
+    for (int64_t begin = 0; begin < n; begin += batch) {
+      const std::vector<int64_t> ids(order.begin() + begin,
+                                     order.begin() + std::min(n, begin + batch));
+      const data::Batch b = data.gather(ids);
+      sgd.zeroGrad();
+      Tensor loss = crossEntropy(model.forward(b.inputs), b.labels);
+      loss.backward();
+      if (prox) {
+        // FedProx: the gradient of mu/2 ||w - w_global||^2 is mu (w - w_global).
+        size_t offset = 0;
+        for (auto& [name, parameter] : named) {
+          Tensor grad = parameter.grad();
+          float* g = grad.data<float>();
+          const float* w = parameter.data<float>();
+          const float mu = static_cast<float>(options.proxMu);
+          for (int64_t i = 0; i < parameter.numel(); ++i) g[i] += mu * (w[i] - global[offset + i]);
+          offset += static_cast<size_t>(parameter.numel());
+        }
+      }
+      sgd.step();
+    }
+  }
+  std::vector<float> delta = flattenParameters(model);
+  for (size_t i = 0; i < delta.size(); ++i) delta[i] -= global[i];
+  if (options.dpClip > 0.0) {
+    double norm = 0.0;
+    for (float v : delta) norm += static_cast<double>(v) * v;
+    norm = std::sqrt(norm);
+    if (norm > options.dpClip) {
+      const float scale = static_cast<float>(options.dpClip / norm);
+      for (float& v : delta) v *= scale;
+    }
+  }
+  return delta;
+}
+
+}  // namespace kolo::parallel::fed

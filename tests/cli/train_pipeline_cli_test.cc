@@ -1,0 +1,161 @@
+// End-to-end tests of `kolo train --model lm`, `--strategy pipeline` and `--strategy tensor`
+// (real processes under `kolo run`): pipelined and tensor-parallel runs save the weights
+// one-rank training reaches, under the whole model's names; the file loads into one-rank training and back into a pipeline; the mlp
+// split into stages matches the data-parallel trainer's one-device run; an lm over the
+// --memory-limit of one rank trains in four stages; bad flags are named.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "kolo/safetensors.h"
+#include "run_kolo.h"
+#include "support/fashion_mnist.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using kolo::testing::RunResult;
+using kolo::testing::runKolo;
+
+using Weights = std::vector<std::pair<std::string, std::vector<float>>>;
+
+Weights loadWeights(const std::string& path) {
+  Weights weights;
+  for (const auto& [name, tensor] : kolo::checkpoint::loadSafetensors(path).tensors)
+    weights.emplace_back(name, tensor.toFloatVector());
+  std::sort(weights.begin(), weights.end());
+  return weights;
+}
+
+// Largest |a - b| over the largest |a|, over every tensor; names must agree.
+double weightsDifference(const Weights& a, const Weights& b) {
+  if (a.size() != b.size()) return 1e30;
+  double diff = 0.0, scale = 0.0;
+  for (size_t t = 0; t < a.size(); ++t) {
+    if (a[t].first != b[t].first || a[t].second.size() != b[t].second.size()) return 1e30;
+    for (size_t i = 0; i < a[t].second.size(); ++i) {
+      diff = std::max(diff, std::abs(static_cast<double>(a[t].second[i]) - b[t].second[i]));
+      scale = std::max(scale, std::abs(static_cast<double>(a[t].second[i])));
+    }
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+class TrainPipelineCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("kolo_pipeline_cli_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    std::ofstream text(file("text.txt"));
+    for (int i = 0; i < 40; ++i) text << "the quick brown fox jumps over the lazy dog " << i << "\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string file(const std::string& name) const { return (dir_ / name).string(); }
+  static std::string kolo() { return std::string(KOLO_BINARY_DIR) + "/src/cli/kolo"; }
+  // SGD: its update is linear in the gradient, so the rounding of gradients accumulated
+  // over micro-batches stays at float level (Adam divides by sqrt(v) and magnifies it where a
+  // gradient is near zero; see docs/model_parallel.md).
+  std::string lm(int steps, const std::string& data = "", const std::string& sizes = "") const {
+    return "train --model lm --data " + (data.empty() ? file("text.txt") : data) + " " +
+           (sizes.empty() ? "--layers 2 --d-model 16 --heads 2 --seq-len 8" : sizes) +
+           " --batch 8 --optimizer sgd --lr 0.1 --momentum 0.9 --sample-bytes 16 --quiet --steps " +
+           std::to_string(steps);
+  }
+  fs::path dir_;
+};
+
+TEST_F(TrainPipelineCliTest, PipelineSavesTheOneRankWeightsAndLoadsBothWays) {
+  const RunResult one = runKolo(lm(6) + " --save " + file("one.safetensors"));
+  ASSERT_EQ(one.exitCode, 0) << one.output;
+  EXPECT_NE(one.output.find("sample:"), std::string::npos) << one.output;
+  const RunResult piped = runKolo("run -n 2 -- " + kolo() + " " + lm(6) +
+                                  " --strategy pipeline --stages 2 --micro-batches 4 --schedule 1f1b --save " +
+                                  file("pipe.safetensors"));
+  ASSERT_EQ(piped.exitCode, 0) << piped.output;
+  EXPECT_NE(piped.output.find("measured_over_ideal"), std::string::npos) << piped.output;
+  const Weights expected = loadWeights(file("one.safetensors"));
+  ASSERT_EQ(expected.size(), 2u + 2 * 12 + 2 + 1);  // tok, pos; 2 blocks; ln; head
+  EXPECT_LT(weightsDifference(expected, loadWeights(file("pipe.safetensors"))), 1e-5);
+
+  // Tensor parallel on 2 ranks (attention by heads, MLP split) reaches the same weights.
+  const RunResult tensor = runKolo("run -n 2 -- " + kolo() + " " + lm(6) + " --strategy tensor --tp 2 --save " +
+                                   file("tp.safetensors"));
+  ASSERT_EQ(tensor.exitCode, 0) << tensor.output;
+  EXPECT_LT(weightsDifference(expected, loadWeights(file("tp.safetensors"))), 1e-5);
+
+  // Hybrids: 2 replicas of a 2-stage pipeline, and of a 2-rank tensor group.
+  for (const char* mesh : {"dp=2,pp=2 --micro-batches 2", "dp=2,tp=2"}) {
+    const RunResult hybrid = runKolo("run -n 4 -- " + kolo() + " " + lm(6) + " --mesh " + mesh + " --save " +
+                                     file("mesh.safetensors"));
+    ASSERT_EQ(hybrid.exitCode, 0) << hybrid.output;
+    EXPECT_LT(weightsDifference(expected, loadWeights(file("mesh.safetensors"))), 1e-5) << mesh;
+  }
+
+  // The pipeline's file continues on one rank, and one rank's file in a 3-stage GPipe run
+  // with recomputation and given split points: both reach the same weights.
+  const RunResult back = runKolo(lm(3) + " --init " + file("pipe.safetensors") + " --save " + file("back.safetensors"));
+  ASSERT_EQ(back.exitCode, 0) << back.output;
+  const RunResult again = runKolo("run -n 3 -- " + kolo() + " " + lm(3) + " --init " + file("one.safetensors") +
+                                  " --strategy pipeline --stages 3 --split-at 1,3 --micro-batches 2 --schedule gpipe "
+                                  "--recompute --save " + file("again.safetensors"));
+  ASSERT_EQ(again.exitCode, 0) << again.output;
+  EXPECT_LT(weightsDifference(loadWeights(file("back.safetensors")), loadWeights(file("again.safetensors"))), 1e-5);
+  EXPECT_GT(weightsDifference(loadWeights(file("back.safetensors")), expected), 1e-4) << "--init was not trained on";
+}
+
+TEST_F(TrainPipelineCliTest, MlpStagesMatchTheOneDeviceTrainer) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
+  const std::string common =
+      "train --model mlp --no-shuffle --batch 64 --optimizer sgd --lr 0.05 --quiet --train-limit 1024 --steps 8 ";
+  const RunResult one = runKolo(common + "--save " + file("mlp1.safetensors"));
+  ASSERT_EQ(one.exitCode, 0) << one.output;
+  const RunResult piped = runKolo("run -n 2 -- " + kolo() + " " + common +
+                                  "--strategy pipeline --stages 2 --micro-batches 4 --save " + file("mlp2.safetensors"));
+  ASSERT_EQ(piped.exitCode, 0) << piped.output;
+  EXPECT_NE(piped.output.find("test_accuracy"), std::string::npos) << piped.output;
+  EXPECT_LT(weightsDifference(loadWeights(file("mlp1.safetensors")), loadWeights(file("mlp2.safetensors"))), 1e-5);
+}
+
+TEST_F(TrainPipelineCliTest, MemoryLimitFailsOnOneRankAndTrainsInFourStages) {
+  // The whole lm needs about 5.5 MiB of tensors a step; four stages need under 2 MiB each.
+  const std::string sizes = "--layers 4 --d-model 64 --heads 4 --seq-len 16";
+  const RunResult one = runKolo(lm(2, "", sizes) + " --memory-limit 3M");
+  EXPECT_EQ(one.exitCode, 2) << one.output;
+  EXPECT_NE(one.output.find("tensor memory limit of 3.0 MiB exceeded: a f32 ["), std::string::npos) << one.output;
+  const RunResult four = runKolo("run -n 4 -- " + kolo() + " " + lm(2, "", sizes) +
+                                 " --memory-limit 3M --strategy pipeline --stages 4 --split-at 2,4,5 "
+                                 "--micro-batches 2 --recompute");
+  EXPECT_EQ(four.exitCode, 0) << four.output;
+  EXPECT_NE(four.output.find("held_out_loss"), std::string::npos) << four.output;
+}
+
+TEST_F(TrainPipelineCliTest, BadFlagsAreNamed) {
+  struct Case {
+    std::string args, expected;
+    int exitCode;
+  };
+  const std::vector<Case> cases = {
+      {lm(2) + " --strategy pipeline --stages 2", "--stages 2 needs 2 ranks", 2},
+      {lm(2) + " --micro-batches 3", "--batch 8 cannot be split into 3", 2},
+      {lm(2) + " --strategy pipeline --split-at 1,x", "--split-at '1,x' is not accepted", 2},
+      {lm(2, file("missing.txt")), "cannot open text file", 3},
+      {lm(2, "", "--layers 2 --d-model 16 --heads 3 --seq-len 8"), "--d-model 16 is not divisible by --heads 3", 2},
+      {lm(2, "", "--layers 2 --d-model 16 --heads 2 --seq-len 4000"), "too few for windows", 2},
+      {lm(2) + " --strategy mirrored", "one-device, pipeline or tensor", 2},
+      {lm(2) + " --strategy tensor --tp 2", "--tp 2 needs 2 ranks", 2},
+      {lm(2) + " --mesh dp=2,pp=2", "needs 4 ranks, this job has 1", 2},
+      {lm(2) + " --mesh dp=2,qq=2", "--mesh 'dp=2,qq=2' is not accepted", 2},
+      {lm(2) + " --memory-limit 12Q", "size '12Q' is not accepted", 2},
+  };
+  for (const Case& c : cases) {
+    const RunResult r = runKolo(c.args);
+    EXPECT_EQ(r.exitCode, c.exitCode) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,93 @@
+// `kolo train --strategy federated` end to end: a job of real processes under kolo run whose
+// client host dies (the server leaves its clients out and the job completes), the metrics
+// lines, secure aggregation with DP in one process, and bad flags named.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/run_kolo.h"
+#include "support/fashion_mnist.h"
+
+namespace {
+
+std::vector<nlohmann::json> readLines(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+std::string tempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("kolo-fed-" + std::to_string(::getpid()) + "-" + name))
+      .string();
+}
+
+TEST(FederatedCli, DeadClientHostIsLeftOutAndTheJobCompletes) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
+  const std::string metrics = tempPath("dead.jsonl");
+  const auto result =
+      kolo::testing::runKolo("run -n 3 --tolerate-failures -- " + std::string(KOLO_BINARY_DIR) +
+                             "/src/cli/kolo train --strategy federated --train-limit 1200 "
+                             "--clients 6 --clients-per-round 6 "
+                             "--rounds 3 --local-batch 20 --lr 0.1 --round-timeout 2 "
+                             "--fail-at-step 2:2 --quiet --metrics " +
+                             metrics);
+  ASSERT_EQ(result.exitCode, 0) << result.output;
+  EXPECT_NE(result.output.find("injected failure of client host rank 2 before round 2"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("the job goes on without it"), std::string::npos) << result.output;
+  const auto lines = readLines(metrics);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0]["clients"], 6);
+  EXPECT_EQ(lines[0]["dropped"], 0);
+  for (int r = 1; r < 3; ++r) {
+    EXPECT_EQ(lines[r]["round"], r + 1);
+    EXPECT_EQ(lines[r]["clients"], 3);  // rank 2 hosted clients 1, 3 and 5
+    EXPECT_EQ(lines[r]["dropped"], 3);
+  }
+  for (const auto& line : lines) {
+    for (const char* key : {"test_accuracy", "bytes_up", "bytes_down"})
+      EXPECT_TRUE(line.contains(key)) << line;
+    EXPECT_FALSE(line.contains("epsilon"));
+    EXPECT_GT(line["bytes_down"].get<int64_t>(), line["bytes_up"].get<int64_t>() / 2);
+  }
+  EXPECT_GT(lines[2]["test_accuracy"].get<double>(), 0.3);
+  std::filesystem::remove(metrics);
+}
+
+TEST(FederatedCli, SecureAggregationWithDpInOneProcess) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
+  const std::string metrics = tempPath("sa.jsonl");
+  const auto result = kolo::testing::runKolo(
+      "train --strategy federated --secure-agg --dp-clip 1 --dp-noise 0.5 --train-limit 1000 "
+      "--clients 10 "
+      "--clients-per-round 5 --rounds 2 --local-batch 0 --quiet --metrics " +
+      metrics);
+  ASSERT_EQ(result.exitCode, 0) << result.output;
+  const auto lines = readLines(metrics);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1]["clients"], 5);
+  EXPECT_GT(lines[1]["epsilon"].get<double>(), lines[0]["epsilon"].get<double>());
+  std::filesystem::remove(metrics);
+}
+
+TEST(FederatedCliFlags, BadFlagsAreNamed) {
+  for (const auto& [args, words] : std::vector<std::pair<std::string, std::string>>{
+           {"--partition zipf", "--partition 'zipf' is not accepted"},
+           {"--clients 10 --clients-per-round 11",
+            "--clients-per-round 11 is more than the 10 clients"},
+           {"--dp-noise 1", "--dp-noise needs --dp-clip"},
+           {"--prox-mu 0.1", "--prox-mu applies to --algorithm fedprox only"},
+           {"--algorithm ring", "--algorithm 'ring' is not accepted: use fedavg or fedprox"},
+           {"--epochs 3", "counts --rounds and --local-epochs, not --epochs or --steps"}}) {
+    const auto result = kolo::testing::runKolo("train --strategy federated --quiet " + args);
+    EXPECT_NE(result.exitCode, 0) << args;
+    EXPECT_NE(result.output.find(words), std::string::npos) << args << "\n" << result.output;
+  }
+}
+
+}  // namespace
