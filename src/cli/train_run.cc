@@ -302,6 +302,7 @@ TrainSummary Trainer::run() {
     logger_.info("saved weights", {{"file", config_.savePath}});
   }
   summary.wallSeconds = secondsSince(start);
+  event("end", step);  // before the final line, which stays the file's last
   if (metrics) {
     metrics->write({{"epoch", summary.epochs},
                     {"step", summary.steps},
@@ -312,7 +313,6 @@ TrainSummary Trainer::run() {
                     {"wall_s", summary.wallSeconds},
                     {"final", true}});
   }
-  event("end", step);
   finishTimeline(comm_.get(), primary, logger_);
   return summary;
 }

@@ -121,7 +121,7 @@ TEST_F(TrainDistributedTest, PaddedLastBatchIsTheSameOnTwoRanks) {
   int lines = 0;
   while (std::getline(metrics, line)) {
     last = nlohmann::json::parse(line);
-    ++lines;
+    lines += last.contains("kind") ? 0 : 1;  // event and interval lines aside
   }
   EXPECT_EQ(lines, 4);  // three epoch lines and the final line
   EXPECT_EQ(last["step"], 5);
