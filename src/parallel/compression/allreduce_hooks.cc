@@ -1,0 +1,73 @@
+// The lossless all-reduce hook and the fp16/bf16 cast hooks (kolo/parallel/compression.h).
+#include <cmath>
+#include <vector>
+
+#include "kolo/error.h"
+#include "kolo/parallel/compression.h"
+
+namespace kolo::parallel::compression {
+namespace {
+
+class AllreduceHook final : public CommHook {
+ public:
+  std::string name() const override { return "allreduce"; }
+  std::unique_ptr<comm::Work> run(const GradBucket& bucket) override {
+    const size_t count = static_cast<size_t>(bucket.buffer.numel());
+    countBytes(count * dtypeSize(bucket.buffer.dtype()));
+    Tensor buffer = bucket.buffer;  // a handle on the bucket's storage
+    void* data = buffer.rawData();
+    return bucket.comm->iallreduce(data, data, count, bucket.buffer.dtype(), comm::ReduceOp::Sum,
+                                   bucket.collective);
+  }
+};
+
+class CastHook final : public CommHook {
+ public:
+  explicit CastHook(DType wire) : wire_(wire) {
+    KOLO_CHECK(wire == DType::F16 || wire == DType::BF16,
+               "castHook: the wire dtype must be f16 or bf16, got ", dtypeName(wire));
+  }
+  std::string name() const override { return wire_ == DType::F16 ? "fp16" : "bf16"; }
+
+  std::unique_ptr<comm::Work> run(const GradBucket& bucket) override {
+    KOLO_CHECK(bucket.buffer.dtype() == DType::F32, "compression hook '", name(), "': bucket ",
+               bucket.index, " holds ", dtypeName(bucket.buffer.dtype()),
+               " gradients; only f32 is compressed");
+    const size_t n = static_cast<size_t>(bucket.buffer.numel());
+    const int size = bucket.comm->size();
+    // Divide before the cast: the sum of `size` values each below the 16-bit maximum may
+    // exceed it, their average does not.
+    const float down = 1.0f / static_cast<float>(size);
+    auto wireBuffer = std::make_shared<std::vector<uint16_t>>(n);
+    const float* in = bucket.buffer.data<float>();
+    uint16_t* w = wireBuffer->data();
+    if (wire_ == DType::F16)
+      for (size_t i = 0; i < n; ++i) w[i] = floatToHalf(in[i] * down);
+    else
+      for (size_t i = 0; i < n; ++i) w[i] = floatToBFloat16(in[i] * down);
+    countBytes(n * sizeof(uint16_t));
+    auto first = bucket.comm->iallreduce(w, w, n, wire_, comm::ReduceOp::Sum, bucket.collective);
+    Tensor out = bucket.buffer;
+    const DType wire = wire_;
+    return thenWork(std::move(first), [out, wireBuffer, wire, n, size]() mutable {
+      float* o = out.data<float>();
+      const uint16_t* v = wireBuffer->data();
+      const float up = static_cast<float>(size);
+      if (wire == DType::F16)
+        for (size_t i = 0; i < n; ++i) o[i] = halfToFloat(v[i]) * up;
+      else
+        for (size_t i = 0; i < n; ++i) o[i] = bfloat16ToFloat(v[i]) * up;
+    });
+  }
+
+ private:
+  DType wire_;
+};
+
+}  // namespace
+
+std::shared_ptr<CommHook> allreduceHook() { return std::make_shared<AllreduceHook>(); }
+
+std::shared_ptr<CommHook> castHook(DType wire) { return std::make_shared<CastHook>(wire); }
+
+}  // namespace kolo::parallel::compression
