@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "kolo/autograd.h"
 #include "kolo/error.h"
+#include "kolo/ops.h"
 #include "kolo/parallel/compression.h"
 
 namespace kolo::parallel::compression {
@@ -43,6 +45,26 @@ void orthonormalizeColumns(float* p, size_t n, size_t r) {
     for (size_t a = 0; a < n; ++a) column(c, a) *= scale;
   }
   for (size_t i = 0; i < n * r; ++i) p[i] = static_cast<float>(w[i]);
+}
+
+// A rows x cols tensor holding a copy of `data` (P and Q are small: (n + m) r elements).
+Tensor matrixOf(const float* data, size_t rows, size_t cols) {
+  return Tensor::fromVector({static_cast<int64_t>(rows), static_cast<int64_t>(cols)},
+                            std::vector<float>(data, data + rows * cols));
+}
+
+// The n x m view of a gradient in the bucket (no copy).
+Tensor gradientView(const Tensor& buffer, const MatrixView& v) {
+  const auto begin = static_cast<int64_t>(v.offset);
+  return buffer.slice(0, begin, begin + static_cast<int64_t>(v.n * v.m))
+      .view({static_cast<int64_t>(v.n), static_cast<int64_t>(v.m)});
+}
+
+// out = a b, through the tensor layer's GEMM, without recording autograd.
+void productInto(const Tensor& a, const Tensor& b, float* out) {
+  autograd::NoGradGuard noGrad;
+  const Tensor c = matmul(a, b).contiguous();
+  std::copy(c.data<float>(), c.data<float>() + c.numel(), out);
 }
 
 class PowerSgdHook final : public CommHook {
@@ -117,15 +139,7 @@ class PowerSgdHook final : public CommHook {
     size_t at = 0;
     for (const MatrixView& v : matrices) {
       std::vector<float>& q = qOf(state, bucket.index, v);
-      const float* mat = g + v.offset;
-      float* pj = p->data() + at;
-      for (size_t a = 0; a < v.n; ++a)
-        for (size_t c = 0; c < v.r; ++c) {
-          double s = 0.0;
-          for (size_t b = 0; b < v.m; ++b)
-            s += static_cast<double>(mat[a * v.m + b]) * q[b * v.r + c];
-          pj[a * v.r + c] = static_cast<float>(s);
-        }
+      productInto(gradientView(buffer, v), matrixOf(q.data(), v.m, v.r), p->data() + at);
       at += v.n * v.r;
     }
     std::shared_ptr<comm::Work> pWork;
@@ -251,15 +265,7 @@ class PowerSgdHook final : public CommHook {
     for (const MatrixView& v : matrices) {
       float* pj = p.data() + pAt;
       orthonormalizeColumns(pj, v.n, v.r);
-      const float* mat = g + v.offset;
-      float* qj = q.data() + qAt;
-      for (size_t b = 0; b < v.m; ++b)
-        for (size_t c = 0; c < v.r; ++c) {
-          double s = 0.0;
-          for (size_t a = 0; a < v.n; ++a)
-            s += static_cast<double>(mat[a * v.m + b]) * pj[a * v.r + c];
-          qj[b * v.r + c] = static_cast<float>(s);
-        }
+      productInto(gradientView(buffer, v).t(), matrixOf(pj, v.n, v.r), q.data() + qAt);
       pAt += v.n * v.r;
       qAt += v.m * v.r;
     }
@@ -272,16 +278,12 @@ class PowerSgdHook final : public CommHook {
       const float* pj = p.data() + pAt;
       const float* qj = q.data() + qAt;
       float* mat = g + v.offset;
-      for (size_t a = 0; a < v.n; ++a)
-        for (size_t b = 0; b < v.m; ++b) {
-          double s = 0.0;
-          for (size_t c = 0; c < v.r; ++c)
-            s += static_cast<double>(pj[a * v.r + c]) * qj[b * v.r + c];
-          const float approx = static_cast<float>(s);
-          if (options_.errorFeedback)
-            state.residual[v.offset + a * v.m + b] = mat[a * v.m + b] - approx / worldSize;
-          mat[a * v.m + b] = approx;
-        }
+      std::vector<float> approx(v.n * v.m);
+      productInto(matrixOf(pj, v.n, v.r), matrixOf(qj, v.m, v.r).t(), approx.data());
+      for (size_t i = 0; i < v.n * v.m; ++i) {
+        if (options_.errorFeedback) state.residual[v.offset + i] = mat[i] - approx[i] / worldSize;
+        mat[i] = approx[i];
+      }
       if (options_.warmStart) state.q[v.slot].assign(qj, qj + v.m * v.r);
       pAt += v.n * v.r;
       qAt += v.m * v.r;

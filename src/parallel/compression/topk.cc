@@ -2,6 +2,7 @@
 // the indices and values of its k largest-magnitude elements (kolo/parallel/compression.h).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -13,6 +14,34 @@
 
 namespace kolo::parallel::compression {
 namespace {
+
+// The k-th largest |x| of x[0, n). Selection over all n elements is the cost of the hook,
+// so a strided sample of 8192 first gives a bound below which at most a few k elements
+// lie above; the exact selection then runs over those candidates only (and over all of
+// them when the sample misjudged and fewer than k qualify).
+float kthLargestMagnitude(const float* x, size_t n, size_t k) {
+  std::vector<float> candidates;
+  constexpr size_t kSample = 8192;
+  if (n >= 4 * kSample && k <= n / 8) {
+    const size_t stride = n / kSample;
+    std::vector<float> sample(kSample);
+    for (size_t i = 0; i < kSample; ++i) sample[i] = std::fabs(x[i * stride]);
+    // The sample's quantile for 2k elements (with some slack), as a lower bound.
+    const size_t rank = std::min(kSample, (2 * k * kSample) / n + 8);
+    std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(rank - 1),
+                     sample.end(), std::greater<float>());
+    const float bound = sample[rank - 1];
+    for (size_t i = 0; i < n; ++i)
+      if (std::fabs(x[i]) >= bound) candidates.push_back(std::fabs(x[i]));
+  }
+  if (candidates.size() < k) {
+    candidates.resize(n);
+    for (size_t i = 0; i < n; ++i) candidates[i] = std::fabs(x[i]);
+  }
+  std::nth_element(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(k - 1),
+                   candidates.end(), std::greater<float>());
+  return candidates[k - 1];
+}
 
 class TopKHook final : public CommHook {
  public:
@@ -46,17 +75,19 @@ class TopKHook final : public CommHook {
     // k is the same on every rank (the buckets are), so a fixed-size all-gather suffices.
     const size_t k = std::clamp<size_t>(
         static_cast<size_t>(std::ceil(options_.fraction * static_cast<double>(n))), 1, n);
-    std::vector<int32_t> order(n);
-    std::iota(order.begin(), order.end(), 0);
-    auto larger = [g](int32_t a, int32_t b) {
-      const float x = std::fabs(g[a]), y = std::fabs(g[b]);
-      return x > y || (x == y && a < b);
-    };
-    if (k < n)
-      std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
-                       larger);
-    order.resize(k);
-    std::sort(order.begin(), order.end());
+    const float threshold = kthLargestMagnitude(g, n, k);
+    size_t above = 0;
+    for (size_t i = 0; i < n; ++i) above += std::fabs(g[i]) > threshold;
+    size_t ties = k - std::min(above, k);
+    std::vector<int32_t> order;
+    order.reserve(k);
+    for (size_t i = 0; i < n && order.size() < k; ++i) {
+      const float x = std::fabs(g[i]);
+      if (x > threshold || (x == threshold && ties > 0 && ties--))
+        order.push_back(static_cast<int32_t>(i));
+    }
+    KOLO_CHECK_EQ(order.size(), k, "top-k: selection of bucket ", bucket.index,
+                  " (a NaN gradient?)");
     std::vector<float> values(k);
     for (size_t t = 0; t < k; ++t) values[t] = g[order[t]];
     if (options_.errorFeedback) {
