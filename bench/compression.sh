@@ -44,6 +44,7 @@ i=0
 while [ $i -lt "$repeat" ]; do
   for m in $methods; do
     line=$(train "$m" "--steps $steps")
+    echo "throughput run $m: $(field "$line" steady_samples_per_s) samples/s" >&2
     rates="$rates
 $m $(field "$line" steady_samples_per_s)"
   done
@@ -59,7 +60,8 @@ echo "$accuracy$rates" | awk '
     b = order[1]
     for (i = 1; i <= n; i++) {
       m = order[i]
-      printf "%-12s %9s %16.0f %13.1fx %10.0f %9.2fx\n", m, acc[m], bytes[m],
-             bytes[m] > 0 ? bytes[b] / bytes[m] : 0, best[m], best[b] > 0 ? best[m] / best[b] : 0
+      ratio = (bytes[m] > 0) ? bytes[b] / bytes[m] : 0
+      speed = (best[b] > 0) ? best[m] / best[b] : 0
+      printf "%-12s %9s %16.0f %13.1fx %10.0f %9.2fx\n", m, acc[m], bytes[m], ratio, best[m], speed
     }
   }'

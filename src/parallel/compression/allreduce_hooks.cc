@@ -1,5 +1,6 @@
 // The lossless all-reduce hook and the fp16/bf16 cast hooks (kolo/parallel/compression.h).
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -59,6 +60,28 @@ void fromHalf(const uint16_t* in, float* out, size_t n, float scale) {
   for (size_t i = 0; i < n; ++i) out[i] = halfToFloat(in[i]) * scale;
 }
 
+// The same for bf16, as floatToBFloat16 / bfloat16ToFloat but inline, so that the loops
+// vectorise.
+void toBFloat16(const float* in, uint16_t* out, size_t n, float scale) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = in[i] * scale;
+    uint32_t x;
+    std::memcpy(&x, &v, sizeof x);
+    const bool nan = (x & 0x7fffffffu) > 0x7f800000u;
+    const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    out[i] = static_cast<uint16_t>(nan ? ((x >> 16) | 0x40u) : rounded);
+  }
+}
+
+void fromBFloat16(const uint16_t* in, float* out, size_t n, float scale) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t x = static_cast<uint32_t>(in[i]) << 16;
+    float v;
+    std::memcpy(&v, &x, sizeof v);
+    out[i] = v * scale;
+  }
+}
+
 class AllreduceHook final : public CommHook {
  public:
   std::string name() const override { return "allreduce"; }
@@ -95,7 +118,7 @@ class CastHook final : public CommHook {
     if (wire_ == DType::F16)
       toHalf(in, w, n, down);
     else
-      for (size_t i = 0; i < n; ++i) w[i] = floatToBFloat16(in[i] * down);
+      toBFloat16(in, w, n, down);
     countBytes(n * sizeof(uint16_t));
     auto first = bucket.comm->iallreduce(w, w, n, wire_, comm::ReduceOp::Sum, bucket.collective);
     Tensor out = bucket.buffer;
@@ -107,7 +130,7 @@ class CastHook final : public CommHook {
       if (wire == DType::F16)
         fromHalf(v, o, n, up);
       else
-        for (size_t i = 0; i < n; ++i) o[i] = bfloat16ToFloat(v[i]) * up;
+        fromBFloat16(v, o, n, up);
     });
   }
 
