@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "cli/train_compress.h"
 #include "kolo/autograd.h"
 #include "kolo/comm/init.h"
 #include "kolo/nn/models.h"
@@ -171,6 +172,10 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
                config_.keepCheckpoints);
   KOLO_REQUIRE(config_.trainLimit >= 0, "--train-limit must be at least 0, got ", config_.trainLimit);
   KOLO_REQUIRE(config_.timingSkip >= 0, "--timing-skip must be at least 0, got ", config_.timingSkip);
+  const bool compress = checkCompression(config_.compress, kind);
+  // A communication hook replaces the all-reduce that the sharded update reads around.
+  KOLO_REQUIRE(!compress || config_.shardOptimizer != "on", "--compress ", config_.compress,
+               " cannot be combined with --shard-optimizer on");
   setNumThreads(config_.threads);
   // Validate the flags before the (slow) data loading and before joining the job.
   recipe_ = resolveRecipe(config_, 1);
@@ -212,6 +217,7 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   options.reducer.shardOptimizer =
       config_.shardOptimizer == "on" ||
       (config_.shardOptimizer == "auto" && config_.algorithm == "auto" && !options.reducer.overlap);
+  if (compress) options.reducer.shardOptimizer = false;
   prefetch_ = onOrSpareCore(config_.prefetch, localReplicas * config_.threads) ? 2 : 0;
   // Every replica starts from the same seeded init (or --init file); the strategy also
   // copies replica 0's (rank 0's) weights to the others.
@@ -225,6 +231,7 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
     return makeOptimizer(recipe_, parameters);
   };
   strategy_ = parallel::makeStrategy(options, models, optimizers);
+  installCompression(config_.compress, *strategy_);
   if (!config_.initPath.empty() && isPrimary())
     logger_.info("loaded initial weights", {{"file", config_.initPath}});
   schedule_ = makeSchedule(recipe_, totalSteps_);

@@ -62,6 +62,7 @@ struct TrainConfig {
   std::string overlap = "auto";    // auto | on | off: bucket all-reduces during backward
   std::string shardOptimizer = "auto";  // auto | on | off: sharded update on one host
   std::string prefetch = "auto";   // auto | on | off: a loader thread gathers the next batches
+  std::string compress = "none";   // none | fp16 | bf16 | powersgd:RANK | topk:FRACTION
 
   // Parameter servers (--strategy parameter-server, under kolo run --ps P --workers W);
   // `batch` is then each worker's batch (one push).
@@ -147,6 +148,9 @@ struct TrainSummary {
   double samplesPerSecond = 0.0;        // global training samples per second of training time
   double steadySamplesPerSecond = 0.0;  // the same without the first --timing-skip steps
   double wallSeconds = 0.0;
+  /// Bytes this rank handed to gradient collectives per step (Reducer::bytesSent; 0 without
+  /// a reducer).
+  double gradBytesPerStep = 0.0;
 };
 
 /// Number of samples in [begin, end) of `dataset` that `model` classifies correctly (argmax
