@@ -256,7 +256,7 @@ void Reducer::startHook(size_t index) {
   GradBucket bucket;
   bucket.index = index;
   bucket.count = buckets_.size();
-  bucket.buffer = b.numel == b.flat.numel()
+  bucket.buffer = static_cast<int64_t>(b.numel) == b.flat.numel()
                       ? b.flat
                       : b.flat.slice(0, 0, static_cast<int64_t>(b.numel));
   for (size_t i = 0; i < b.params.size(); ++i) {
