@@ -19,6 +19,15 @@
 
 namespace kolo::cli {
 
+std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config) {
+  std::shared_ptr<data::TensorDataset> train = std::make_shared<data::FashionMnist>(config.dataDir, true);
+  if (config.trainLimit > 0 && config.trainLimit < train->size()) {
+    train = std::make_shared<data::TensorDataset>(train->inputs().slice(0, 0, config.trainLimit).contiguous(),
+                                                  train->labels().slice(0, 0, config.trainLimit).contiguous());
+  }
+  return train;
+}
+
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {
   KOLO_REQUIRE(config.model == "mlp" || config.model == "cnn" || config.model == "lm", "--model '",
                config.model, "' is not accepted: use mlp, cnn or lm");
@@ -183,14 +192,7 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
       kind == parallel::StrategyKind::Mirrored || kind == parallel::StrategyKind::CentralStorage;
   const int localReplicas = inProcessReplicas ? config_.replicas : 1;
 
-  std::shared_ptr<data::TensorDataset> train =
-      std::make_shared<data::FashionMnist>(config_.dataDir, true);
-  if (config_.trainLimit > 0 && config_.trainLimit < train->size()) {
-    train = std::make_shared<data::TensorDataset>(
-        train->inputs().slice(0, 0, config_.trainLimit).contiguous(),
-        train->labels().slice(0, 0, config_.trainLimit).contiguous());
-  }
-  train_ = std::move(train);
+  train_ = loadTrainingSet(config_);
   test_ = std::make_shared<data::FashionMnist>(config_.dataDir, false);
 
   if (kind == parallel::StrategyKind::MultiWorkerMirrored) comm_ = parallel::init();

@@ -133,6 +133,10 @@ struct Recipe {
 /// and constant when it was. Throws InvalidArgument for unknown names or bad values.
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch);
 
+/// The Fashion-MNIST training set of --data, cut to its first --train-limit samples when
+/// that is set. Throws FileError naming the directory when the files are missing.
+std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config);
+
 /// Builds the optimizer of a recipe over `parameters`.
 std::unique_ptr<optim::Optimizer> makeOptimizer(const Recipe& recipe,
                                                 const optim::NamedParameters& parameters);
