@@ -9,6 +9,7 @@
 
 #include "kolo/safetensors.h"
 #include "run_kolo.h"
+#include "weights.h"
 #include "support/fashion_mnist.h"
 
 namespace {
@@ -31,12 +32,8 @@ class TrainCompressTest : public ::testing::Test {
   fs::path dir_;
 };
 
-std::vector<std::pair<std::string, std::vector<float>>> loadWeights(const std::string& path) {
-  std::vector<std::pair<std::string, std::vector<float>>> weights;
-  for (const auto& [name, tensor] : kolo::checkpoint::loadSafetensors(path).tensors)
-    weights.emplace_back(name, tensor.toFloatVector());
-  return weights;
-}
+using kolo::testing::loadWeights;
+using kolo::testing::Weights;
 
 TEST_F(TrainCompressTest, PowerSgdResumedRunEndsWithTheUninterruptedWeights) {
   // PowerSGD starts compressing at step 10: the checkpoint at step 12 holds residuals and Q.
