@@ -19,7 +19,11 @@ int64_t nowNs();
 
 /// One recorded span. `name`, `category` and `detail` must point to storage that outlives
 /// the recorder (string literals, or intern()). `end == begin` with `instant` set is an
-/// instant event (Chrome "ph":"i"); a negative number field is absent.
+/// instant event (Chrome "ph":"i"); a negative number field is absent. A span with an
+/// `asyncId` (from nextAsyncId()) is an asynchronous one: an operation that began on this
+/// thread and whose end was seen later, perhaps after spans it does not enclose (a
+/// non-blocking send); it is written as a Chrome async pair ("ph":"b" and "e") and drawn on
+/// a track of its own instead of the thread's stack.
 struct Span {
   const char* name = nullptr;
   const char* category = nullptr;
@@ -31,6 +35,7 @@ struct Span {
   const char* detail = nullptr;  // the algorithm of a collective, or other short text
   int32_t peer = -1;
   bool instant = false;
+  int64_t asyncId = -1;
 };
 
 /// What start() is told.
@@ -77,6 +82,9 @@ void record(const Span& span);
 
 /// An instant event now.
 void instant(const char* name, const char* category, int64_t index = -1, int64_t bytes = -1);
+
+/// A new identifier for an asynchronous span (unique in this process).
+int64_t nextAsyncId();
 
 /// A string of storage that lives as long as the process, one per distinct text (takes a
 /// lock: call it once per name, not per event).

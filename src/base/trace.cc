@@ -183,6 +183,11 @@ void instant(const char* name, const char* category, int64_t index, int64_t byte
   record(span);
 }
 
+int64_t nextAsyncId() {
+  static std::atomic<int64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 const char* intern(const std::string& text) {
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -243,13 +248,17 @@ std::string rankJson() {
     });
     for (const Span& s : spans) {
       open();
-      out += s.instant ? "{\"ph\":\"i\",\"s\":\"t\",\"name\":\"" : "{\"ph\":\"X\",\"name\":\"";
+      const bool async = s.asyncId >= 0;
+      out += async        ? "{\"ph\":\"b\",\"name\":\""
+             : s.instant ? "{\"ph\":\"i\",\"s\":\"t\",\"name\":\""
+                         : "{\"ph\":\"X\",\"name\":\"";
       appendEscaped(out, s.name ? s.name : "?");
       out += "\",\"cat\":\"";
       appendEscaped(out, s.category ? s.category : "kolo");
       out += "\",\"ts\":";
       appendMicros(out, s.begin + offset);
-      if (!s.instant) {
+      if (async) out += ",\"id\":" + std::to_string(s.asyncId);
+      if (!s.instant && !async) {
         out += ",\"dur\":";
         appendMicros(out, s.end - s.begin);
       }
@@ -274,6 +283,16 @@ std::string rankJson() {
         out += "\"";
       }
       out += "}}";
+      if (async) {  // the pair's end: same name, category and id
+        open();
+        out += "{\"ph\":\"e\",\"name\":\"";
+        appendEscaped(out, s.name ? s.name : "?");
+        out += "\",\"cat\":\"";
+        appendEscaped(out, s.category ? s.category : "kolo");
+        out += "\",\"ts\":";
+        appendMicros(out, s.end + offset);
+        out += ",\"id\":" + std::to_string(s.asyncId) + ",\"pid\":" + pidText + ",\"tid\":" + tid + "}";
+      }
     }
   }
   out += "\n],\"displayTimeUnit\":\"ms\",\"kolo\":{\"rank\":" + pidText +

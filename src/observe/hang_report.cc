@@ -41,7 +41,7 @@ std::string describe(const FlightEntry& e) {
   std::ostringstream out;
   out << e.op;
   if (e.seq >= 0) out << " #" << e.seq;
-  if (e.peer >= 0) out << (e.op == "recv" ? " from rank " : " to rank ") << e.peer;
+  if (e.peer >= 0) out << (e.op == "recv" || e.op == "irecv" ? " from rank " : " to rank ") << e.peer;
   const std::string sig = e.signature();
   const size_t space = sig.find(' ');
   if (space != std::string::npos) out << " (" << sig.substr(space + 1) << ")";

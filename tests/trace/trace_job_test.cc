@@ -12,56 +12,15 @@
 
 #include "cli/run_kolo.h"
 #include "support/fashion_mnist.h"
+#include "trace_checks.h"
 
 namespace {
 
 using kolo::testing::runKolo;
 
-struct TempDir {
-  TempDir() {
-    char pattern[] = "/tmp/kolo-trace-test-XXXXXX";
-    path = ::mkdtemp(pattern);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string path;
-};
-
-nlohmann::json readJson(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << path;
-  return nlohmann::json::parse(in);
-}
-
-// Every event has the trace-event fields; complete events of one thread nest.
-void expectValidTrace(const nlohmann::json& trace) {
-  ASSERT_TRUE(trace["traceEvents"].is_array());
-  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> spans;  // (pid, tid) -> (ts, end)
-  for (const auto& e : trace["traceEvents"]) {
-    ASSERT_TRUE(e.contains("ph") && e.contains("name") && e.contains("pid") && e.contains("tid")) << e;
-    if (e["ph"] == "M") continue;
-    ASSERT_TRUE(e["ts"].is_number()) << e;
-    if (e["ph"] == "X") {
-      ASSERT_TRUE(e["dur"].is_number() && e["dur"].get<double>() >= 0) << e;
-      spans[{e["pid"], e["tid"]}].emplace_back(e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>());
-    } else {
-      ASSERT_EQ(e["ph"], "i") << e;
-    }
-  }
-  constexpr double kSlack = 0.002;  // microseconds: the decimal rounding of ts + dur
-  for (auto& [thread, list] : spans) {
-    std::sort(list.begin(), list.end(), [](auto a, auto b) { return a.first != b.first ? a.first < b.first : a.second > b.second; });
-    std::vector<std::pair<double, double>> open;
-    for (const auto& span : list) {
-      while (!open.empty() && open.back().second <= span.first + kSlack) open.pop_back();
-      if (!open.empty()) {
-        ASSERT_LE(span.second, open.back().second + kSlack)
-            << "pid " << thread.first << " tid " << thread.second << ": span [" << span.first << ", " << span.second
-            << "] overlaps its enclosing span [" << open.back().first << ", " << open.back().second << "]";
-      }
-      open.push_back(span);
-    }
-  }
-}
+using kolo::testing::expectValidTrace;
+using kolo::testing::readJson;
+using kolo::testing::TempDir;
 
 TEST(TraceJobTest, TrainTimelineIsOneChromeTraceOfEveryRank) {
   KOLO_SKIP_WITHOUT_FASHION_MNIST();

@@ -10,6 +10,7 @@
 
 #if KOLO_HAVE_MPI
 #include "comm/mpi/mpi_communicator.h"
+#include "comm/mpi/mpi_observers.h"
 #endif
 
 namespace kolo::comm {
@@ -70,7 +71,9 @@ std::shared_ptr<Communicator> createMpiCommunicator(const MpiOptions& options) {
   MPI_Comm world = MPI_COMM_NULL;
   const int rc = MPI_Comm_dup(MPI_COMM_WORLD, &world);
   if (rc != MPI_SUCCESS) detail::throwMpiError(rc, "MPI_Comm_dup(MPI_COMM_WORLD)");
-  return std::make_shared<detail::MpiCommunicator>(std::move(runtime), world, options);
+  auto communicator = std::make_shared<detail::MpiCommunicator>(std::move(runtime), world, options);
+  communicator->setContext(detail::joinMpiObservers(*communicator));
+  return communicator;
 }
 
 #else

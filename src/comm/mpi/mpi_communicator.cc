@@ -12,8 +12,10 @@
 
 #include "comm/algorithms/reduce_kernels.h"
 #include "comm/mpi/mpi_work.h"
+#include "comm/observed_ops.h"
 #include "comm/shared_window.h"
 #include "kolo/error.h"
+#include "kolo/trace.h"
 
 namespace kolo::comm::detail {
 namespace {
@@ -44,8 +46,9 @@ std::vector<char> copyOf(const void* src, size_t bytes) {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(std::shared_ptr<MpiRuntime> runtime, MPI_Comm comm, const MpiOptions& options)
-    : runtime_(std::move(runtime)), comm_(comm), options_(options) {
+MpiCommunicator::MpiCommunicator(std::shared_ptr<MpiRuntime> runtime, MPI_Comm comm, const MpiOptions& options,
+                                 uint32_t context)
+    : runtime_(std::move(runtime)), comm_(comm), options_(options), context_(context) {
   mpiCheck(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", -1);
   mpiCheck(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank", -1);
   mpiCheck(MPI_Comm_size(comm_, &size_), "MPI_Comm_size", rank_);
@@ -114,31 +117,71 @@ void MpiCommunicator::waitRequest(MPI_Request& request, MPI_Status* status, cons
   }
 }
 
-MpiSignature MpiCommunicator::beginCollective(int kind, DType dtype, size_t count, int root, int op,
-                                              const CollectiveOptions& opts) {
+flight::Description MpiCommunicator::describeForRecorder(const MpiSignature& sig) const {
+  flight::Description d;
+  d.seq = static_cast<int64_t>(sig.sequence);
+  d.context = context_;
+  d.groupRank = rank_;
+  d.groupSize = size_;
+  d.op = kKindNames[sig.kind];
+  d.dtype = sig.dtype >= 0 ? dtypeName(static_cast<DType>(sig.dtype)) : "";
+  d.reduce = sig.op >= 0 && sig.op < 5 ? kOpNames[sig.op] : "";
+  // What was asked of Open MPI (KOLO_ALGO applies to all-reduces only).
+  d.algorithm = sig.kind == kAllreduce ? algorithmName(options_.algorithm) : "auto";
+  d.count = sig.count;
+  d.bytes = sig.dtype >= 0 ? sig.count * static_cast<int64_t>(dtypeSize(static_cast<DType>(sig.dtype))) : 0;
+  d.root = sig.root;
+  return d;
+}
+
+void MpiCommunicator::endSpan(const MpiCall& call) const {
+  if (!trace::enabled() || call.beginNs == 0) return;
+  const flight::Description d = describeForRecorder(call);
+  trace::Span span;
+  span.name = d.op;
+  span.category = "comm";
+  span.begin = call.beginNs;
+  span.end = trace::nowNs();
+  span.seq = d.seq;
+  span.bytes = d.bytes;
+  span.detail = d.algorithm;
+  trace::record(span);
+}
+
+MpiCall MpiCommunicator::beginCollective(int kind, DType dtype, size_t count, int root, int op,
+                                         const CollectiveOptions& opts) {
   checkUsable(kKindNames[kind]);
-  MpiSignature sig;
+  MpiCall call;
+  MpiSignature& sig = call;
   sig.sequence = ++sequence_;
   sig.kind = kind;
   sig.dtype = kind == kBarrier ? -1 : static_cast<int32_t>(dtype);
   sig.count = static_cast<int64_t>(count);
   sig.root = root;
   sig.op = op;
-  if (!options_.checkSignatures || size_ == 1) return sig;
+  if (flight::enabled()) call.flightId = flight::begin(describeForRecorder(sig), true);
+  if (trace::enabled()) call.beginNs = trace::nowNs();
+  if (!options_.checkSignatures || size_ == 1) return call;
 
   std::vector<MpiSignature> all(static_cast<size_t>(size_));
-  MPI_Request request;
-  mpiCheck(MPI_Iallgather(&sig, sizeof sig, MPI_BYTE, all.data(), sizeof sig, MPI_BYTE, comm_, &request),
-           "MPI_Iallgather (signature check)", rank_);
-  waitRequest(request, nullptr, "signature check of " + describe(sig), timeoutFor(opts), true);
-  for (int r = 0; r < size_; ++r) {
-    const MpiSignature& other = all[static_cast<size_t>(r)];
-    if (std::memcmp(&other, &sig, sizeof sig) != 0) {
-      KOLO_THROW(Mismatch, "collective mismatch: rank ", rank_, " called ", describe(sig), " but rank ", r,
-                 " called ", describe(other));
+  try {
+    MPI_Request request;
+    mpiCheck(MPI_Iallgather(&sig, sizeof sig, MPI_BYTE, all.data(), sizeof sig, MPI_BYTE, comm_, &request),
+             "MPI_Iallgather (signature check)", rank_);
+    waitRequest(request, nullptr, "signature check of " + describe(sig), timeoutFor(opts), true);
+    for (int r = 0; r < size_; ++r) {
+      const MpiSignature& other = all[static_cast<size_t>(r)];
+      if (std::memcmp(&other, &sig, sizeof sig) != 0) {
+        KOLO_THROW(Mismatch, "collective mismatch: rank ", rank_, " called ", describe(sig), " but rank ", r,
+                   " called ", describe(other));
+      }
     }
+  } catch (const std::exception& e) {
+    recordFailure(call.flightId, e);
+    endSpan(call);
+    throw;
   }
-  return sig;
+  return call;
 }
 
 std::string MpiCommunicator::describe(const MpiSignature& sig) const {
@@ -164,26 +207,40 @@ std::string MpiCommunicator::describe(const MpiSignature& sig) const {
   return text + ")";
 }
 
-void MpiCommunicator::runCollective(const MpiSignature& sig, const CollectiveOptions& opts,
+void MpiCommunicator::runCollective(const MpiCall& call, const CollectiveOptions& opts,
                                     const std::function<int()>& blocking,
                                     const std::function<int(MPI_Request*)>& nonBlocking) {
-  if (options_.blockingCollectives) {
-    const int rc = blocking();
-    if (rc != MPI_SUCCESS) throwMpiError(rc, describe(sig) + " on rank " + std::to_string(rank_));
-    return;
+  try {
+    if (options_.blockingCollectives) {
+      const int rc = blocking();
+      if (rc != MPI_SUCCESS) throwMpiError(rc, describe(call) + " on rank " + std::to_string(rank_));
+    } else {
+      MPI_Request request;
+      const int rc = nonBlocking(&request);
+      if (rc != MPI_SUCCESS) throwMpiError(rc, describe(call) + " on rank " + std::to_string(rank_));
+      waitRequest(request, nullptr, describe(call), timeoutFor(opts), true);
+    }
+  } catch (const std::exception& e) {
+    recordFailure(call.flightId, e);
+    endSpan(call);
+    throw;
   }
-  MPI_Request request;
-  const int rc = nonBlocking(&request);
-  if (rc != MPI_SUCCESS) throwMpiError(rc, describe(sig) + " on rank " + std::to_string(rank_));
-  waitRequest(request, nullptr, describe(sig), timeoutFor(opts), true);
+  flight::finished(call.flightId);
+  endSpan(call);
 }
 
 std::shared_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   checkUsable("split");
   MPI_Comm child = MPI_COMM_NULL;
   mpiCheck(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child), "MPI_Comm_split", rank_);
+  // Every member of the child saw the same split() calls and color: its context is theirs.
+  const uint32_t index = ++splits_;
   if (child == MPI_COMM_NULL) return nullptr;
-  return std::make_shared<MpiCommunicator>(runtime_, child, options_);
+  uint64_t mixed = (static_cast<uint64_t>(context_) << 32) ^ (static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull) ^
+                   (static_cast<uint64_t>(static_cast<uint32_t>(color)) * 0xC2B2AE3D27D4EB4Full);
+  mixed ^= mixed >> 29;
+  const uint32_t context = static_cast<uint32_t>(mixed) | 2u;  // never 1 (the world)
+  return std::make_shared<MpiCommunicator>(runtime_, child, options_, context);
 }
 
 std::shared_ptr<SharedWindow> MpiCommunicator::allocateSharedWindow(size_t bytes) {
@@ -202,32 +259,59 @@ std::shared_ptr<SharedWindow> MpiCommunicator::allocateSharedWindow(size_t bytes
 
 // ---- point to point ----
 
+// Blocking sends and receives are one span each on the calling thread; non-blocking ones an
+// entry and an asynchronous span, finished by whichever wait() or test() sees them complete.
+
 void MpiCommunicator::send(const void* buf, size_t count, DType dtype, int peer, int tag) {
-  isend(buf, count, dtype, peer, tag)->wait(options_.timeout);
+  observedBlocking(pointToPoint("send", rank_, size_, context_, count, dtype, peer),
+                   [&] { startSend(buf, count, dtype, peer, tag, nullptr)->wait(options_.timeout); });
 }
 
 void MpiCommunicator::recv(void* buf, size_t count, DType dtype, int peer, int tag) {
-  irecv(buf, count, dtype, peer, tag)->wait(options_.timeout);
+  observedBlocking(pointToPoint("recv", rank_, size_, context_, count, dtype, peer),
+                   [&] { startRecv(buf, count, dtype, peer, tag, nullptr)->wait(options_.timeout); });
 }
 
 std::unique_ptr<Work> MpiCommunicator::isend(const void* buf, size_t count, DType dtype, int peer, int tag) {
-  checkUsable("send");
-  checkPeer(peer, tag, "send");
-  MPI_Request request;
-  mpiCheck(MPI_Isend(buf, mpiCount(count, "send"), mpiDatatype(dtype), peer, tag, comm_, &request), "MPI_Isend",
-           rank_);
-  return std::make_unique<MpiWork>(shared_from_this(), request,
-                                   "send of " + std::to_string(count) + " " + dtypeName(dtype) + " to peer " +
-                                       std::to_string(peer) + " tag " + std::to_string(tag),
-                                   nullptr, false);
+  return startSend(buf, count, dtype, peer, tag, "isend");
 }
 
 std::unique_ptr<Work> MpiCommunicator::irecv(void* buf, size_t count, DType dtype, int peer, int tag) {
+  return startRecv(buf, count, dtype, peer, tag, "irecv");
+}
+
+std::unique_ptr<Work> MpiCommunicator::startSend(const void* buf, size_t count, DType dtype, int peer, int tag,
+                                                 const char* op) {
+  checkUsable("send");
+  checkPeer(peer, tag, "send");
+  PendingOp record = op ? PendingOp(pointToPoint(op, rank_, size_, context_, count, dtype, peer)) : PendingOp();
+  MPI_Request request;
+  try {
+    mpiCheck(MPI_Isend(buf, mpiCount(count, "send"), mpiDatatype(dtype), peer, tag, comm_, &request), "MPI_Isend",
+             rank_);
+  } catch (const std::exception& e) {
+    record.fail(e, true);
+    throw;
+  }
+  return std::make_unique<MpiWork>(shared_from_this(), request,
+                                   "send of " + std::to_string(count) + " " + dtypeName(dtype) + " to peer " +
+                                       std::to_string(peer) + " tag " + std::to_string(tag),
+                                   nullptr, false, std::move(record));
+}
+
+std::unique_ptr<Work> MpiCommunicator::startRecv(void* buf, size_t count, DType dtype, int peer, int tag,
+                                                 const char* op) {
   checkUsable("recv");
   checkPeer(peer, tag, "recv");
+  PendingOp record = op ? PendingOp(pointToPoint(op, rank_, size_, context_, count, dtype, peer)) : PendingOp();
   MPI_Request request;
   const MPI_Datatype type = mpiDatatype(dtype);
-  mpiCheck(MPI_Irecv(buf, mpiCount(count, "recv"), type, peer, tag, comm_, &request), "MPI_Irecv", rank_);
+  try {
+    mpiCheck(MPI_Irecv(buf, mpiCount(count, "recv"), type, peer, tag, comm_, &request), "MPI_Irecv", rank_);
+  } catch (const std::exception& e) {
+    record.fail(e, true);
+    throw;
+  }
   std::string what = "recv of " + std::to_string(count) + " " + dtypeName(dtype) + " from peer " +
                      std::to_string(peer) + " tag " + std::to_string(tag);
   const int self = rank_;
@@ -238,7 +322,7 @@ std::unique_ptr<Work> MpiCommunicator::irecv(void* buf, size_t count, DType dtyp
       KOLO_THROW(Mismatch, what, " on rank ", self, ": the message held ", received, " elements, expected ", count);
     }
   };
-  return std::make_unique<MpiWork>(shared_from_this(), request, what, finish, false);
+  return std::make_unique<MpiWork>(shared_from_this(), request, what, finish, false, std::move(record));
 }
 
 // ---- collectives ----
@@ -261,15 +345,23 @@ std::unique_ptr<Work> MpiCommunicator::iallreduce(const void* sendbuf, void* rec
   const auto sig = beginCollective(kAllreduce, dtype, count, -1, static_cast<int>(op), opts);
   const int n = mpiCount(count, "iallreduce");
   MPI_Request request;
+  PendingOp record(describeForRecorder(sig), sig.flightId, sig.beginNs ? sig.beginNs : trace::nowNs());
   const int rc = MPI_Iallreduce(sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf, recvbuf, n, mpiDatatype(dtype),
                                 runtime_->reduceOp(dtype, op), comm_, &request);
-  if (rc != MPI_SUCCESS) throwMpiError(rc, describe(sig) + " on rank " + std::to_string(rank_));
+  if (rc != MPI_SUCCESS) {
+    try {
+      throwMpiError(rc, describe(sig) + " on rank " + std::to_string(rank_));
+    } catch (const std::exception& e) {
+      record.fail(e, true);
+      throw;
+    }
+  }
   MpiWork::Finish finish;
   if (op == ReduceOp::Avg) {
     const int divisor = size_;
     finish = [recvbuf, count, dtype, divisor](const MPI_Status&) { finishAvg(recvbuf, count, dtype, divisor); };
   }
-  return std::make_unique<MpiWork>(shared_from_this(), request, describe(sig), finish, true);
+  return std::make_unique<MpiWork>(shared_from_this(), request, describe(sig), finish, true, std::move(record));
 }
 
 void MpiCommunicator::reduce(const void* sendbuf, void* recvbuf, size_t count, DType dtype, ReduceOp op, int root,
@@ -303,9 +395,17 @@ std::unique_ptr<Work> MpiCommunicator::ibroadcast(void* buf, size_t count, DType
   checkRoot(root, "ibroadcast");
   const auto sig = beginCollective(kBroadcast, dtype, count, root, -1, opts);
   MPI_Request request;
+  PendingOp record(describeForRecorder(sig), sig.flightId, sig.beginNs ? sig.beginNs : trace::nowNs());
   const int rc = MPI_Ibcast(buf, mpiCount(count, "ibroadcast"), mpiDatatype(dtype), root, comm_, &request);
-  if (rc != MPI_SUCCESS) throwMpiError(rc, describe(sig) + " on rank " + std::to_string(rank_));
-  return std::make_unique<MpiWork>(shared_from_this(), request, describe(sig), nullptr, true);
+  if (rc != MPI_SUCCESS) {
+    try {
+      throwMpiError(rc, describe(sig) + " on rank " + std::to_string(rank_));
+    } catch (const std::exception& e) {
+      record.fail(e, true);
+      throw;
+    }
+  }
+  return std::make_unique<MpiWork>(shared_from_this(), request, describe(sig), nullptr, true, std::move(record));
 }
 
 void MpiCommunicator::allgather(const void* sendbuf, void* recvbuf, size_t count, DType dtype,

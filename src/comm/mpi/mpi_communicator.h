@@ -23,6 +23,7 @@
 #include "comm/mpi/mpi_runtime.h"
 #include "kolo/comm/communicator.h"
 #include "kolo/comm/mpi.h"
+#include "kolo/flight_recorder.h"
 
 namespace kolo::comm::detail {
 
@@ -37,10 +38,20 @@ struct MpiSignature {
   int32_t op = -1;
 };
 
+/// A collective as issued on this rank: its signature, and its flight-recorder entry and
+/// span start (kolo/flight_recorder.h, kolo/trace.h).
+struct MpiCall : MpiSignature {
+  uint64_t flightId = 0;
+  int64_t beginNs = 0;
+};
+
 class MpiCommunicator final : public Communicator, public std::enable_shared_from_this<MpiCommunicator> {
  public:
   /// Takes ownership of `comm` (freed in the destructor) and sets MPI_ERRORS_RETURN on it.
-  MpiCommunicator(std::shared_ptr<MpiRuntime> runtime, MPI_Comm comm, const MpiOptions& options);
+  /// `context` names the communicator in the flight recorder, equal on every member (1: the
+  /// first world communicator).
+  MpiCommunicator(std::shared_ptr<MpiRuntime> runtime, MPI_Comm comm, const MpiOptions& options,
+                  uint32_t context = 1);
   ~MpiCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -48,6 +59,8 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
   std::string backendName() const override { return "mpi"; }
   std::chrono::milliseconds timeout() const override { return options_.timeout; }
   void setTimeout(std::chrono::milliseconds timeout) override;
+  /// Names this communicator in the flight recorder (set once, before it is used).
+  void setContext(uint32_t context) { context_ = context; }
 
   std::shared_ptr<Communicator> split(int color, int key) override;
   /// POSIX shared memory when MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) finds the whole
@@ -93,12 +106,20 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
   std::chrono::milliseconds timeoutFor(const CollectiveOptions& opts) const;
   /// Throws if an earlier Timeout left this communicator unusable.
   void checkUsable(const char* call) const;
-  /// Advances the sequence number; with signature checks on, exchanges and compares.
-  MpiSignature beginCollective(int kind, DType dtype, size_t count, int root, int op,
-                               const CollectiveOptions& opts);
+  /// Advances the sequence number and enters the collective in the flight recorder; with
+  /// signature checks on, exchanges and compares.
+  MpiCall beginCollective(int kind, DType dtype, size_t count, int root, int op, const CollectiveOptions& opts);
+  /// The flight-recorder description of a collective.
+  flight::Description describeForRecorder(const MpiSignature& sig) const;
+  /// Ends a blocking collective's span (begun by beginCollective).
+  void endSpan(const MpiCall& call) const;
+  /// A non-blocking send or receive, recorded as `op` ("isend", "irecv"; nullptr: not
+  /// recorded, for the blocking calls, which record themselves).
+  std::unique_ptr<Work> startSend(const void* buf, size_t count, DType dtype, int peer, int tag, const char* op);
+  std::unique_ptr<Work> startRecv(void* buf, size_t count, DType dtype, int peer, int tag, const char* op);
   std::string describe(const MpiSignature& sig) const;
   /// Runs one collective: MPI's blocking call, or the non-blocking one polled to a deadline.
-  void runCollective(const MpiSignature& sig, const CollectiveOptions& opts, const std::function<int()>& blocking,
+  void runCollective(const MpiCall& call, const CollectiveOptions& opts, const std::function<int()>& blocking,
                      const std::function<int(MPI_Request*)>& nonBlocking);
   void checkRoot(int root, const char* call) const;
   void checkPeer(int peer, int tag, const char* call) const;
@@ -110,6 +131,8 @@ class MpiCommunicator final : public Communicator, public std::enable_shared_fro
   int size_ = 1;
   MpiOptions options_;
   uint64_t sequence_ = 0;
+  uint32_t context_ = 1;
+  uint32_t splits_ = 0;  // split() calls so far: with the color, names a child's context
   uint64_t windowCount_ = 0;  // names this communicator's shared windows apart
   std::string brokenBy_;  // non-empty after a Timeout
 };

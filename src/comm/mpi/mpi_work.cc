@@ -10,12 +10,13 @@
 namespace kolo::comm::detail {
 
 MpiWork::MpiWork(std::shared_ptr<MpiCommunicator> owner, MPI_Request request, std::string what, Finish finish,
-                 bool collective)
+                 bool collective, PendingOp record)
     : owner_(std::move(owner)),
       request_(request),
       what_(std::move(what)),
       finish_(std::move(finish)),
-      collective_(collective) {}
+      collective_(collective),
+      record_(std::move(record)) {}
 
 void MpiWork::wait(std::chrono::milliseconds timeout) {
   if (!done_) {
@@ -23,11 +24,13 @@ void MpiWork::wait(std::chrono::milliseconds timeout) {
     try {
       owner_->waitRequest(request_, &status, what_, timeout.count() > 0 ? timeout : owner_->timeout(),
                           collective_);
-    } catch (const Timeout&) {
+    } catch (const Timeout& e) {
+      record_.fail(e, false);
       throw;  // still pending: a later wait may succeed
-    } catch (...) {
+    } catch (const std::exception& e) {
       done_ = true;
       error_ = std::current_exception();
+      record_.fail(e, true);
       throw;
     }
     complete(status);
@@ -44,8 +47,9 @@ bool MpiWork::test() {
     done_ = true;
     try {
       throwMpiError(rc, what_);
-    } catch (...) {
+    } catch (const std::exception& e) {
       error_ = std::current_exception();
+      record_.fail(e, true);
     }
     return true;
   }
@@ -55,12 +59,16 @@ bool MpiWork::test() {
 
 void MpiWork::complete(const MPI_Status& status) {
   done_ = true;
-  if (!finish_) return;
-  try {
-    finish_(status);
-  } catch (...) {
-    error_ = std::current_exception();
+  if (finish_) {
+    try {
+      finish_(status);
+    } catch (const std::exception& e) {
+      error_ = std::current_exception();
+      record_.fail(e, true);
+      return;
+    }
   }
+  record_.done();
 }
 
 }  // namespace kolo::comm::detail

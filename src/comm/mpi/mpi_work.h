@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "comm/observed_ops.h"
 #include "kolo/comm/communicator.h"
 
 namespace kolo::comm::detail {
@@ -29,9 +30,10 @@ class MpiWork final : public Work {
  public:
   using Finish = std::function<void(const MPI_Status&)>;
   /// Keeps `owner` alive until the operation completes. `what` names the operation in errors;
-  /// `collective` says whether a Timeout leaves the communicator unusable.
+  /// `collective` says whether a Timeout leaves the communicator unusable. `record` is the
+  /// operation's flight-recorder entry and span, finished when completion is seen.
   MpiWork(std::shared_ptr<MpiCommunicator> owner, MPI_Request request, std::string what, Finish finish,
-          bool collective);
+          bool collective, PendingOp record = {});
 
   void wait(std::chrono::milliseconds timeout) override;
   bool test() override;
@@ -44,6 +46,7 @@ class MpiWork final : public Work {
   std::string what_;
   Finish finish_;
   bool collective_;
+  PendingOp record_;
   bool done_ = false;
   std::exception_ptr error_;
 };

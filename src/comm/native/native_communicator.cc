@@ -9,12 +9,19 @@
 #include "comm/algorithms/algorithms.h"
 #include "comm/native/basic_algorithms.h"
 #include "comm/native/cma_allreduce.h"
+#include "comm/observed_ops.h"
 #include "comm/shared_window.h"
 #include "kolo/error.h"
 #include "kolo/flight_recorder.h"
 #include "kolo/trace.h"
 
 namespace kolo::comm::native {
+
+using detail::dumpFlightRecorder;
+using detail::observeWork;
+using detail::observedBlocking;
+using detail::PendingOp;
+using detail::pointToPoint;
 
 struct NativeCommunicator::WorkState {
   std::mutex mutex;
@@ -31,17 +38,6 @@ struct NativeCommunicator::Task {
   std::function<void()> body;
   std::shared_ptr<WorkState> state;
 };
-
-namespace {
-
-// Marks the entry failed and writes this rank's flight recorder (when KOLO_DEBUG_DIR is set).
-void dumpFlightRecorder(uint64_t flightId, const char* error, const char* reason) {
-  flight::failed(flightId, error);
-  const std::string path = flight::dump(reason);
-  if (!path.empty()) std::fprintf(stderr, "kolo: %s: flight recorder written to %s\n", reason, path.c_str());
-}
-
-}  // namespace
 
 /// Handle of a collective queued on the progress thread.
 class NativeCommunicator::TaskWork : public Work {
@@ -319,62 +315,41 @@ void NativeCommunicator::progressLoop() {
 
 // ---- point to point ----
 
-namespace {
-
-// A blocking send or receive in the flight recorder and the timeline.
-template <class Transfer>
-void observedTransfer(const char* op, int rank, int size, uint32_t context, size_t count, DType dtype, int peer,
-                      Transfer transfer) {
-  uint64_t id = 0;
-  if (flight::enabled()) {
-    flight::Description d;
-    d.context = context;
-    d.groupRank = rank;
-    d.groupSize = size;
-    d.op = op;
-    d.dtype = dtypeName(dtype);
-    d.count = static_cast<int64_t>(count);
-    d.bytes = static_cast<int64_t>(count * dtypeSize(dtype));
-    d.peer = peer;
-    id = flight::begin(d, true);
-  }
-  trace::Scope span(op, "comm");
-  span.bytes(static_cast<int64_t>(count * dtypeSize(dtype))).peer(peer);
-  try {
-    transfer();
-  } catch (const Timeout& e) {
-    dumpFlightRecorder(id, e.what(), "timeout");
-    throw;
-  } catch (const Mismatch& e) {
-    dumpFlightRecorder(id, e.what(), "mismatch");
-    throw;
-  } catch (const std::exception& e) {
-    flight::failed(id, e.what());
-    throw;
-  }
-  flight::finished(id);
-}
-
-}  // namespace
+// Blocking sends and receives are one span each on the calling thread; non-blocking ones an
+// entry and an asynchronous span, finished by whichever wait() or test() sees them complete.
 
 void NativeCommunicator::send(const void* buf, size_t count, DType dtype, int peer, int tag) {
-  observedTransfer("send", rank(), size(), links_->context(), count, dtype, peer,
-                   [&] { isend(buf, count, dtype, peer, tag)->wait(); });
+  if (peer == rank()) KOLO_THROW(InvalidArgument, "send on rank ", rank(), ": sending to oneself is not supported");
+  observedBlocking(pointToPoint("send", rank(), size(), links_->context(), count, dtype, peer),
+                   [&] { links_->sendTagged(peer, tag, buf, count, dtype, timeout(), "send")->wait(); });
 }
 
 void NativeCommunicator::recv(void* buf, size_t count, DType dtype, int peer, int tag) {
-  observedTransfer("recv", rank(), size(), links_->context(), count, dtype, peer,
-                   [&] { irecv(buf, count, dtype, peer, tag)->wait(); });
+  if (peer == rank()) KOLO_THROW(InvalidArgument, "recv on rank ", rank(), ": receiving from oneself is not supported");
+  observedBlocking(pointToPoint("recv", rank(), size(), links_->context(), count, dtype, peer),
+                   [&] { links_->recvTagged(peer, tag, buf, count, dtype, timeout(), "recv")->wait(); });
 }
 
 std::unique_ptr<Work> NativeCommunicator::isend(const void* buf, size_t count, DType dtype, int peer, int tag) {
   if (peer == rank()) KOLO_THROW(InvalidArgument, "send on rank ", rank(), ": sending to oneself is not supported");
-  return links_->sendTagged(peer, tag, buf, count, dtype, timeout(), "send");
+  PendingOp op(pointToPoint("isend", rank(), size(), links_->context(), count, dtype, peer));
+  try {
+    return observeWork(links_->sendTagged(peer, tag, buf, count, dtype, timeout(), "send"), std::move(op));
+  } catch (const std::exception& e) {
+    op.fail(e, true);
+    throw;
+  }
 }
 
 std::unique_ptr<Work> NativeCommunicator::irecv(void* buf, size_t count, DType dtype, int peer, int tag) {
   if (peer == rank()) KOLO_THROW(InvalidArgument, "recv on rank ", rank(), ": receiving from oneself is not supported");
-  return links_->recvTagged(peer, tag, buf, count, dtype, timeout(), "recv");
+  PendingOp op(pointToPoint("irecv", rank(), size(), links_->context(), count, dtype, peer));
+  try {
+    return observeWork(links_->recvTagged(peer, tag, buf, count, dtype, timeout(), "recv"), std::move(op));
+  } catch (const std::exception& e) {
+    op.fail(e, true);
+    throw;
+  }
 }
 
 // ---- collectives ----
