@@ -14,6 +14,7 @@ packages=(
   dataset-fashion-mnist      # the main job's data
   iproute2                   # network-namespace multi-host tests
   gnuplot-nox                # kolo report: the plots (SVG terminal)
+  libdw-dev                  # flight-recorder dumps: names the frames of every thread's stack (elfutils)
   clang libclang-rt-14-dev   # libFuzzer harnesses (fuzz/): clang 14 and its fuzzer/sanitizer runtimes
 )
 if [ "${KOLO_WITH_PEERS:-0}" = 1 ]; then

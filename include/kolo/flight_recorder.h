@@ -95,14 +95,18 @@ void failed(uint64_t id, const char* error);
 // ---- dumping ----
 
 /// Writes the ring as JSON into KOLO_DEBUG_DIR/flight.rank<R>.json (through a temporary
-/// file) with `reason` ("timeout", "mismatch", "SIGUSR1"...) and returns the path, or "" when
-/// no debug directory is set or the recorder is off. Never throws (a dump runs on error paths).
+/// file) with `reason` ("timeout", "mismatch", "SIGUSR1"...) and the stack of every thread of
+/// the process (each asked through a signal, at most 100 ms each; a thread that does not
+/// answer is listed without frames), and returns the path, or "" when no debug directory is
+/// set or the recorder is off. Never throws (a dump runs on error paths).
 std::string dump(const std::string& reason);
 
 /// JSON of a ring (the format of dump()), for `kolo run`, which reads the ring files of its
-/// ranks. `note` is added as "note" (for instance, what the launcher saw of the process).
+/// ranks. `note` is added as "note" (for instance, what the launcher saw of the process);
+/// `stacks`, when not empty, as "stacks" (a JSON array: each thread's id, name and frames,
+/// innermost first).
 std::string ringJson(const RingHeader& header, const RingEntry* entries, const std::string& reason,
-                     const std::string& note);
+                     const std::string& note, const std::string& stacks = "");
 
 /// Reads the ring file `ringPath` (written by attach()) and writes its JSON to `jsonPath`
 /// with `reason` and `note`. Throws IoError or FormatError naming the file.

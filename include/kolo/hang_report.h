@@ -28,6 +28,14 @@ struct FlightEntry {
   std::string signature() const;
 };
 
+/// One thread's stack in a dump, innermost frame first ("function (module)").
+struct DumpedStack {
+  int tid = 0;
+  std::string name;
+  bool answered = false;
+  std::vector<std::string> frames;
+};
+
 /// One rank's dump.
 struct FlightDump {
   std::string path;
@@ -38,7 +46,12 @@ struct FlightDump {
   std::string note;    // what the launcher saw of the process, when it wrote the dump
   int64_t dumpNs = 0;
   std::vector<FlightEntry> entries;  // oldest first
+  std::vector<DumpedStack> stacks;   // every thread's, when the rank wrote the dump itself
 };
+
+/// "sleep < main < __libc_start_call_main": the first `frames` frames of a stack, innermost
+/// first, each without its argument list, symbol version and module.
+std::string shortStack(const DumpedStack& stack, size_t frames = 6);
 
 /// Reads every DIR/flight.rank<R>.json, sorted by rank. Throws FileError when DIR has none,
 /// FormatError naming a file that is not a dump.

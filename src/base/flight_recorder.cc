@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/json_text.h"
+#include "base/thread_stacks.h"
 #include "kolo/error.h"
 #include "kolo/settings.h"
 
@@ -208,6 +209,7 @@ void attach(int rank, int worldSize) {
   std::memcpy(header->magic, kRingMagic, sizeof kRingMagic);  // last: readers check it
   r.attached.store(true, std::memory_order_release);
   installSignalHandler(r);
+  if (!r.dir.empty()) detail::prepareStackCapture();  // dumps are written only with a directory
 }
 
 bool enabled() { return ring().attached.load(std::memory_order_acquire); }
@@ -273,7 +275,7 @@ void failed(uint64_t id, const char* error) {
 }
 
 std::string ringJson(const RingHeader& header, const RingEntry* entries, const std::string& reason,
-                     const std::string& note) {
+                     const std::string& note, const std::string& stacks) {
   std::string out = "{\"rank\":" + std::to_string(header.rank) +
                     ",\"world_size\":" + std::to_string(header.worldSize) +
                     ",\"pid\":" + std::to_string(header.pid) + ",\"reason\":";
@@ -321,7 +323,9 @@ std::string ringJson(const RingHeader& header, const RingEntry* entries, const s
     appendEscaped(out, copy.error, sizeof copy.error);
     out += "}";
   }
-  out += "\n]}\n";
+  out += "\n]";
+  if (!stacks.empty()) out += ",\"stacks\":" + stacks;
+  out += "}\n";
   return out;
 }
 
@@ -331,7 +335,8 @@ std::string dump(const std::string& reason) {
     std::lock_guard<std::mutex> lock(r.mutex);
     if (!r.attached.load(std::memory_order_acquire) || r.dir.empty()) return "";
     const std::string path = dumpPath(r.dir, r.header->rank);
-    writeFile(path, ringJson(*r.header, r.entries, reason, ""));
+    const std::string stacks = detail::stacksJson(detail::captureThreadStacks(std::chrono::milliseconds(100)));
+    writeFile(path, ringJson(*r.header, r.entries, reason, "", stacks));
     return path;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kolo: flight recorder not written: %s\n", e.what());

@@ -81,7 +81,53 @@ std::string stoppedHow(const FlightDump& d) {
   return d.note;
 }
 
+// "ns::f(int) [clone .cold] (lib.so)" -> "ns::f [clone .cold]"; "sleep@GLIBC_2.2.5 (libc.so.6)" -> "sleep".
+std::string shortFrame(std::string frame) {
+  if (frame.size() > 1 && frame.back() == ')') {  // the module
+    const size_t open = frame.rfind(" (");
+    if (open != std::string::npos) frame.erase(open);
+  }
+  const size_t at = frame.find('@');
+  if (at != std::string::npos) frame.erase(at);
+  // The argument list: the last balanced "(...)" that is not "(anonymous namespace)".
+  std::string suffix;
+  const size_t clone = frame.find(" [clone");
+  if (clone != std::string::npos) {
+    suffix = frame.substr(clone);
+    frame.erase(clone);
+  }
+  while (!frame.empty() && frame.back() == ' ') frame.pop_back();
+  if (!frame.empty() && frame.back() == ')') {
+    int depth = 0;
+    for (size_t i = frame.size(); i-- > 0;) {
+      if (frame[i] == ')') ++depth;
+      if (frame[i] == '(' && --depth == 0) {
+        if (frame.compare(i, 21, "(anonymous namespace)") != 0) frame.erase(i);
+        break;
+      }
+    }
+  }
+  return frame + suffix;
+}
+
+// The main thread's stack of a dump (tid == pid), or the first answered one.
+const DumpedStack* mainStack(const FlightDump& d) {
+  for (const DumpedStack& s : d.stacks)
+    if (s.tid == d.pid && s.answered) return &s;
+  return nullptr;
+}
+
 }  // namespace
+
+std::string shortStack(const DumpedStack& stack, size_t frames) {
+  std::string out;
+  for (size_t i = 0; i < stack.frames.size() && i < frames; ++i) {
+    if (i) out += " < ";
+    out += shortFrame(stack.frames[i]);
+  }
+  if (stack.frames.size() > frames) out += " < ...";
+  return out;
+}
 
 std::string FlightEntry::signature() const {
   std::ostringstream out;
@@ -137,6 +183,17 @@ std::vector<FlightDump> loadFlightDumps(const std::string& dir) {
         e.startedNs = x.value("started_ns", int64_t{0});
         e.finishedNs = x.value("finished_ns", int64_t{0});
         d.entries.push_back(std::move(e));
+      }
+      if (j.contains("stacks") && j["stacks"].is_array()) {
+        for (const auto& x : j["stacks"]) {
+          DumpedStack stack;
+          stack.tid = x.value("tid", 0);
+          stack.name = x.value("name", "");
+          stack.answered = x.value("answered", false);
+          if (x.contains("frames") && x["frames"].is_array())
+            for (const auto& frame : x["frames"]) stack.frames.push_back(frame.get<std::string>());
+          d.stacks.push_back(std::move(stack));
+        }
       }
       std::sort(d.entries.begin(), d.entries.end(),
                 [](const FlightEntry& a, const FlightEntry& b) { return a.id < b.id; });
@@ -291,6 +348,9 @@ std::vector<std::string> diagnoseHang(const std::vector<FlightDump>& dumps, int 
       }
       if (!d.note.empty()) line += " [" + d.note + "]";
       lines.push_back(line);
+      // What it was doing instead, from its own stack.
+      if (const DumpedStack* stack = mainStack(d))
+        lines.push_back("    its main thread (tid " + std::to_string(stack->tid) + ") was in: " + shortStack(*stack));
     }
 
     if (bySignature.size() > 1) {

@@ -64,6 +64,14 @@ TEST(HangReportTest, NamesTheRankThatNeverEnteredTheCollective) {
   EXPECT_NE(text.find("rank 2: never entered it; its last collective here is allreduce #2"), std::string::npos)
       << text;
   EXPECT_NE(text.find("since then: send to rank 0 (f32 count=4) (started)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("its main thread"), std::string::npos) << text;  // rank 2's dump has no stacks
+  dumps[2].pid = 42;
+  dumps[2].stacks = {{43, "worker", true, {"read (libc.so.6)"}},
+                     {42, "prog", true, {"nanosleep (libc.so.6)", "computeSomething(int) (prog)", "main (prog)"}}};
+  const std::string withStacks = joined(diagnoseHang(dumps));
+  EXPECT_NE(withStacks.find("    its main thread (tid 42) was in: nanosleep < computeSomething < main\n"),
+            std::string::npos)
+      << withStacks;
   EXPECT_NE(text.find("=> rank 2 never entered allreduce #3 (f32 sum count=1000); ranks 0 and 1 wait for it"),
             std::string::npos)
       << text;

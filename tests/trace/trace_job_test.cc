@@ -85,6 +85,9 @@ TEST(TraceJobTest, HangNamesTheRankThatSkippedACollective) {
   EXPECT_NE(report.output.find("rank 2: never entered it; its last collective here is allreduce #2"),
             std::string::npos)
       << report.output;
+  // What rank 2 was doing instead, from its own stack: sleeping in main.
+  EXPECT_NE(report.output.find("its main thread (tid "), std::string::npos) << report.output;
+  EXPECT_NE(report.output.find("sleep < main"), std::string::npos) << report.output;
 }
 
 TEST(TraceJobTest, HangNamesTheMismatchingPair) {
