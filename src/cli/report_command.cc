@@ -33,6 +33,16 @@ int writeReport(const std::vector<std::string>& dirs, std::string out) {
   for (const report::Plot& plot : plots) drawn += plot.svg.empty() ? 0 : 1;
   std::printf("wrote %s: %zu run(s), %d of %zu plots drawn\n", page.c_str(), runs.size(), drawn,
               plots.size());
+  // Fault events on the terminal too: a rank that failed is the first thing to know.
+  for (const report::Run& run : runs)
+    for (const nlohmann::json& e : run.events) {
+      if (e.value("event", "") != "failed" || !e.contains("rank")) continue;
+      std::string how = e.contains("signal") ? e.value("signal", "")
+                        : e.contains("exit_status") ? "exit status " + e["exit_status"].dump()
+                                                    : "";
+      std::printf("%s: rank %s failed: %s (%s) at %.1f s\n", run.name.c_str(), e["rank"].dump().c_str(),
+                  how.c_str(), e.value("cause", "").c_str(), e.value("wall_s", 0.0));
+    }
   return 0;
 }
 

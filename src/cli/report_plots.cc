@@ -202,7 +202,7 @@ std::string eventMarks(const std::vector<Run>& runs) {
   for (const Run& run : runs) {
     for (const nlohmann::json& e : run.events) {
       const std::string name = e.value("event", "");
-      if (name == "start" || name == "end") continue;
+      if (name == "start" || name == "end" || !e.contains("step")) continue;  // kolo run's have no step
       const double step = field(e, "step");
       out << "set arrow from " << number(step) << ", graph 0 to " << number(step)
           << ", graph 1 nohead dt 2 lc rgb '" << (name == "failed" ? "#cc0000" : "#999999") << "'\n";

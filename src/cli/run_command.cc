@@ -55,6 +55,10 @@ Command registerRun(CLI::App& root) {
   app->add_option("--debug-dir", options->debugDir,
                   "directory of the ranks' flight recorders (KOLO_DEBUG_DIR): on a failure or a "
                   "stall every rank dumps there and kolo run prints the hang diagnosis");
+  app->add_option("--events", options->eventsFile,
+                  "append the job's membership and fault events (launch, each rank that failed "
+                  "with its signal or exit status, the end) to this JSON-lines file; put it in "
+                  "the run directory and kolo report shows them");
   app->add_option("--stall-seconds", options->stallSeconds,
                   "stop the job, with a hang diagnosis, when no rank finished or began a "
                   "collective for this many seconds (default: never)")

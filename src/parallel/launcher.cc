@@ -33,6 +33,7 @@
 #include "kolo/timeline.h"
 #include "parallel/launcher_debug.h"
 #include "parallel/launcher_output.h"
+#include "parallel/launcher_events.h"
 #include "parallel/launcher_signals.h"
 #include "parallel/launcher_spawn.h"
 
@@ -168,6 +169,8 @@ class Job {
         {"KOLO_TOKEN", token},
     };
     setUpDebugDirectory(firstRank);
+    events_ = std::make_unique<detail::JobEvents>(options_.eventsFile);
+    events_->started(options_.nnodes * options_.procsPerNode, options_.procsPerNode, firstRank);
     if (debug_) vars.emplace_back("KOLO_DEBUG_DIR", debug_->dir());
     if (options_.timeoutSeconds > 0) {
       char text[32];
@@ -207,6 +210,7 @@ class Job {
     finishAcrossNodes(rendezvous);
     mergeTimeline();
     if (!failure_.empty()) say("job failed: " + failure_);
+    events_->ended(exitCode_, failure_);
     return exitCode_;
   }
 
@@ -507,6 +511,7 @@ class Job {
       r.running = false;
       r.status = status;
       bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      if (failed && events_) events_->rankFailed(r.globalRank, r.pid, status, stopping_, r.role);
       if (failed && !stopping_ && options_.tolerateFailures && r.globalRank != 0) {
         say("rank " + std::to_string(r.globalRank) + " (pid " + std::to_string(r.pid) + ") " +
             describeStatus(status) + "; the job goes on without it");
@@ -590,6 +595,7 @@ class Job {
   Clock::time_point collectDeadline_;
   bool stopping_ = false;
   bool killed_ = false;
+  std::unique_ptr<detail::JobEvents> events_;  // --events
   Clock::time_point killDeadline_;
   int exitCode_ = 0;
   std::string failure_;

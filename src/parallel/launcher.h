@@ -50,6 +50,10 @@ struct LauncherOptions {
   /// stopped, and the launcher prints the hang diagnosis. Empty: KOLO_DEBUG_DIR as
   /// inherited; with stallSeconds and neither, a new directory under TMPDIR.
   std::string debugDir;
+  /// JSON-lines file that this node's launcher appends its events to (the job's launch, each
+  /// rank that ended in failure with its signal or exit status, the job's end), for `kolo
+  /// report`; empty: none.
+  std::string eventsFile;
   /// Seconds without progress of any local rank's flight recorder after which the job is
   /// diagnosed and stopped; 0: never.
   double stallSeconds = 0;
