@@ -24,6 +24,7 @@
 #include "kolo/optim.h"
 #include "kolo/parallel/collectives.h"
 #include "kolo/parallel/distributed.h"
+#include "kolo/parallel/elastic.h"
 #include "kolo/parallel/mesh.h"
 #include "kolo/parallel/pipeline.h"
 #include "kolo/parallel/reducer.h"

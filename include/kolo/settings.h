@@ -32,6 +32,8 @@
     "parameter-server jobs: the number of servers P (set by kolo run --ps)")                    \
   X(psWorkers, "KOLO_PS_WORKERS", Integer, "", "",                                                \
     "parameter-server jobs: the number of workers W (set by kolo run --workers)")               \
+  X(elasticMinRanks, "KOLO_ELASTIC_MIN_RANKS", Integer, "", "",                                  \
+    "elastic jobs: the fewest ranks the job may shrink to (set by kolo run --elastic --min-ranks)") \
   X(timeout, "KOLO_TIMEOUT", Seconds, "", "",                                                     \
     "seconds before a collective or the rendezvous gives up (unset: the program's own, 300)")    \
   X(backend, "KOLO_BACKEND", Choice, "auto", "auto|native|mpi",                                   \

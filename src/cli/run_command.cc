@@ -36,6 +36,13 @@ Command registerRun(CLI::App& root) {
       ->excludes(nproc);
   app->add_flag("--tolerate-failures", options->tolerateFailures,
                 "a rank other than 0 that fails does not stop the job (federated client hosts)");
+  auto* elastic = app->add_flag("--elastic", options->elastic,
+                "survivors of a failed rank carry on (kolo train --strategy "
+                "multi-worker-mirrored; docs/elastic.md)");
+  app->add_option("--min-ranks", options->minRanks,
+                  "--elastic: the fewest ranks the job may shrink to (default 1)")
+      ->check(atLeast(1))
+      ->needs(elastic);
   app->add_option("--nnodes", options->nnodes,
                   "nodes in the job (each runs kolo run with the same -n)")
       ->capture_default_str()

@@ -11,6 +11,7 @@
 #include "cli/train_loop.h"
 #include "cli/train_timeline.h"
 #include "kolo/error.h"
+#include "kolo/parallel/elastic.h"
 #include "kolo/memory.h"
 #include "kolo/settings.h"
 
@@ -38,6 +39,7 @@ Command registerTrain(CLI::App& root) {
     int workers = 0;
     std::string failAt;
     std::string slowWorker;
+    std::string killRank;
   };
   auto raw = std::make_shared<Raw>();
   CLI::App* app = root.add_subcommand("train", "train a built-in model on Fashion-MNIST");
@@ -195,6 +197,13 @@ Command registerTrain(CLI::App& root) {
                   "WORKER:FACTOR parameter-server worker WORKER (or rank WORKER of the other "
                   "strategies) takes FACTOR times as long per step, for benchmarks")
       ->group("");
+  app->add_option("--debug-kill-rank", raw->killRank,
+                  "RANK:STEP under kolo run --elastic: that rank SIGKILLs itself before STEP, for tests")
+      ->group("");
+  app->add_option("--debug-sample-log", config->debugSampleLog,
+                  "under kolo run --elastic: each rank appends the sample ids of its completed "
+                  "steps to FILE.rank-N, for tests")
+      ->group("");
   app->add_flag("--detect-anomaly", config->detectAnomaly,
                 "check every module's output and gradient for NaN and infinity; stop at the "
                 "first, naming the rank, step and module (slower: a pass over every activation; "
@@ -270,6 +279,17 @@ Command registerTrain(CLI::App& root) {
       KOLO_REQUIRE(config->slowWorker >= 0 && config->slowFactor >= 1.0, "--debug-slow-worker '",
                    raw->slowWorker, "': the worker must be at least 0 and the factor at least 1");
     }
+    if (!raw->killRank.empty()) {
+      const size_t colon = raw->killRank.find(':');
+      try {
+        KOLO_REQUIRE(colon != std::string::npos, "");
+        config->debugKillRank = std::stoi(raw->killRank.substr(0, colon));
+        config->debugKillStep = std::stoll(raw->killRank.substr(colon + 1));
+      } catch (const std::exception&) {
+        KOLO_THROW(InvalidArgument, "--debug-kill-rank '", raw->killRank,
+                   "' is not accepted: use RANK:STEP, e.g. 3:5");
+      }
+    }
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);
     if (config->statusFile.empty()) config->statusFile = settings::statusFile();
     keepFreedMemory();
@@ -285,6 +305,7 @@ Command registerTrain(CLI::App& root) {
     if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
     if (config->strategy == "federated") return runFederated(*config, *federated, logger);
     if (modelParallel) return runModelParallel(*config, logger);
+    if (parallel::ElasticContext::launchedElastic()) return runElasticTraining(*config, logger);
     Trainer trainer(*config, logger);
     const TrainSummary summary = trainer.run();
     if (!trainer.isPrimary()) return 0;

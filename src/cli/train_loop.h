@@ -101,6 +101,13 @@ struct TrainConfig {
   int64_t failStep = -1;
   int failRank = 0;
 
+  // Elastic jobs (kolo run --elastic, train_elastic.cc). Tests: launch rank `debugKillRank`
+  // SIGKILLs itself before step `debugKillStep`; each rank appends "GENERATION STEP ID..."
+  // for every step it completes to debugSampleLog.rank-N.
+  int debugKillRank = -1;
+  int64_t debugKillStep = -1;
+  std::string debugSampleLog;
+
   // Numeric checks and monitoring (train_checks.h, train_monitor.h).
   bool detectAnomaly = false;   // name the first module/rank/step with a NaN or infinity
   int64_t checkSync = 0;        // compare the ranks' weight hashes every N steps (0: off)
@@ -225,6 +232,11 @@ class Trainer {
 /// KOLO_ROLE) of a job started by kolo run --ps P --workers W. The chief writes --metrics and
 /// --save and prints the summary line; returns the exit status.
 int runParameterServerRole(const TrainConfig& config, observe::Logger& logger);
+
+/// `kolo train --strategy multi-worker-mirrored` under `kolo run --elastic`: synchronous
+/// data parallelism whose survivors carry on when ranks die (parallel::ElasticContext,
+/// docs/elastic.md). Returns the exit status.
+int runElasticTraining(const TrainConfig& config, observe::Logger& logger);
 
 /// Registers --layers, --d-model, --heads, --seq-len, --stages, --micro-batches, --split-at,
 /// --recompute, --sample-bytes and --memory-limit on `kolo train` (train_pipeline_options.cc).

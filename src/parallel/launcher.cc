@@ -28,6 +28,7 @@
 #include "comm/token.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
+#include "kolo/parallel/elastic.h"
 #include "kolo/parallel/parameter_server.h"
 #include "kolo/settings.h"
 #include "kolo/timeline.h"
@@ -159,6 +160,8 @@ class Job {
       store_ = comm::connectTcpStore(storeAddress, token, rendezvous);
       registerNode(rendezvous);
     }
+    // Elastic jobs: the launcher marks lost ranks in the store for the survivors.
+    if (options_.elastic) store_ = comm::connectTcpStore(storeAddress, token, rendezvous);
 
     std::vector<std::pair<std::string, std::string>> vars = {
         {"KOLO_WORLD_SIZE", std::to_string(options_.nnodes * options_.procsPerNode)},
@@ -172,6 +175,7 @@ class Job {
     events_ = std::make_unique<detail::JobEvents>(options_.eventsFile);
     events_->started(options_.nnodes * options_.procsPerNode, options_.procsPerNode, firstRank);
     if (debug_) vars.emplace_back("KOLO_DEBUG_DIR", debug_->dir());
+    if (options_.elastic) vars.emplace_back("KOLO_ELASTIC_MIN_RANKS", std::to_string(options_.minRanks));
     if (options_.timeoutSeconds > 0) {
       char text[32];
       std::snprintf(text, sizeof text, "%g", options_.timeoutSeconds);
@@ -517,6 +521,11 @@ class Job {
             describeStatus(status) + "; the job goes on without it");
         continue;
       }
+      if (failed && !stopping_ && options_.elastic) {
+        if (loseElasticRank(r)) continue;
+        blamed = &r;
+        break;
+      }
       if (failed && !stopping_ && r.role == "worker" && !options_.psJoin) {
         // The chief hands a lost worker's data to the others: the job goes on.
         say("worker " + std::to_string(r.roleIndex) + " (rank " + std::to_string(r.globalRank) +
@@ -531,12 +540,37 @@ class Job {
     if (blamed) {
       std::string what = describeRank(*blamed) + " (pid " + std::to_string(blamed->pid) + ") " +
                          describeStatus(blamed->status);
+      if (options_.elastic)
+        what = "elastic job below --min-ranks " + std::to_string(options_.minRanks) +
+               " after " + what;
       say(what + "; stopping the other ranks");
       exitCode_ = exitCodeFor(blamed->status);
       failure_ = what;
       publishFailure(what);
       stopAfterDumps("a rank failed");
     }
+  }
+
+  /// --elastic: marks the failed rank lost for the survivors. True when enough ranks are
+  /// still running for the job to go on; otherwise says why the job stops.
+  bool loseElasticRank(const Rank& r) {
+    int left = 0;
+    for (const auto& other : ranks_) left += other.running ? 1 : 0;
+    const std::string what = "rank " + std::to_string(r.globalRank) + " (pid " +
+                             std::to_string(r.pid) + ") " + describeStatus(r.status);
+    try {
+      store_->setString(parallel::elasticLostKey(r.globalRank), what);
+    } catch (const Error& e) {
+      say(std::string("could not mark rank ") + std::to_string(r.globalRank) +
+          " lost in the store: " + e.what());
+    }
+    if (left >= options_.minRanks) {
+      say(what + "; the elastic job goes on with " + std::to_string(left) + " rank(s)");
+      return true;
+    }
+    say(what + "; " + std::to_string(left) + " rank(s) left, below --min-ranks " +
+        std::to_string(options_.minRanks));
+    return false;
   }
 
   /// Tells the other nodes' launchers to stop (multi-node only); best effort.
@@ -619,6 +653,11 @@ int runLauncher(const LauncherOptions& options) {
   if (options.command.empty())
     KOLO_THROW(InvalidArgument, "kolo run: no program given (kolo run -n N -- PROGRAM ARGS...)");
   if (!options.storeAddress.empty()) comm::parseHostPort(options.storeAddress);
+  if (options.elastic && (options.nnodes > 1 || options.psServers > 0 || options.psJoin))
+    KOLO_THROW(InvalidArgument, "kolo run --elastic runs the ranks of one node (no --nnodes, --ps or --join)");
+  if (options.elastic && (options.minRanks < 1 || options.minRanks > options.procsPerNode))
+    KOLO_THROW(InvalidArgument, "kolo run: --min-ranks ", options.minRanks, " must be within 1..",
+               options.procsPerNode, " (-n)");
   if (options.psJoin) {
     if (options.storeAddress.empty() || options.token.empty() || options.procsPerNode != 1)
       KOLO_THROW(InvalidArgument, "kolo run --join needs --store HOST:PORT and KOLO_TOKEN of the "

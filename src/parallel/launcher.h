@@ -60,6 +60,13 @@ struct LauncherOptions {
   /// A rank other than 0 that fails does not stop the job (federated client hosts: the
   /// server on rank 0 leaves their clients out); rank 0's failure still does.
   bool tolerateFailures = false;
+  /// kolo run --elastic: a rank that fails does not stop the job while at least minRanks
+  /// ranks are still running; the launcher marks it lost in the store
+  /// (parallel::elasticLostKey) so the survivors regroup without waiting for it, and gives
+  /// the ranks KOLO_ELASTIC_MIN_RANKS. Fewer than minRanks running ranks stop the job with
+  /// an error that says so. Single node only.
+  bool elastic = false;
+  int minRanks = 1;
   /// PROGRAM ARGS... (PROGRAM is looked up in PATH).
   std::vector<std::string> command;
 };

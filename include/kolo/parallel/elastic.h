@@ -1,0 +1,99 @@
+// Elastic membership for synchronous data parallelism: a job whose ranks may die keeps
+// going with the survivors. Every rank holds the whole model and optimizer state, so when
+// a collective fails (PeerError or Timeout) the survivors agree through the store on a new
+// generation (its members and the last step every member completed), build a communicator
+// over the members with a rendezvous of that generation's own keys, and continue. A rank
+// that comes back late, with an older generation, finds the new one formed without it and
+// is refused. See docs/elastic.md.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kolo/comm/communicator.h"
+#include "kolo/comm/native.h"
+#include "kolo/comm/store.h"
+
+namespace kolo::parallel {
+
+struct ElasticOptions {
+  /// The fewest members a generation may have; fewer ends the job (regroup() throws).
+  int minRanks = 1;
+  /// Options of every generation's native communicator (timeout: the detection deadline).
+  /// storePrefix is replaced by one per generation under `prefix`.
+  comm::NativeOptions native;
+  /// How long each generation's rendezvous may take (the ranks of generation 0 may start
+  /// far apart); the communicator's deadline afterwards is native.timeout.
+  std::chrono::milliseconds rendezvousTimeout{std::chrono::minutes(5)};
+  /// Key prefix of the membership records in the store.
+  std::string prefix = "kolo-elastic";
+};
+
+/// What one membership change decided.
+struct MembershipChange {
+  int64_t generation = 0;
+  /// Launch ranks (ids) of the members, ascending; this rank's new rank is its index.
+  std::vector<int> members;
+  /// Launch ranks of the previous generation that are not members any more.
+  std::vector<int> lost;
+  /// The last step every member completed: each member continues from the state after it.
+  int64_t step = 0;
+};
+
+/// The key under which the launcher (or anyone who knows) marks launch rank `id` as lost,
+/// so that the survivors need not wait for it.
+std::string elasticLostKey(int id, const std::string& prefix = "kolo-elastic");
+
+/// One rank's view of an elastic job. Generation 0 is every launched rank. Not thread-safe.
+class ElasticContext {
+ public:
+  /// Collective over the `size` launched ranks: builds generation 0's communicator.
+  /// `id` is this rank's launch rank (it never changes). Throws what
+  /// comm::createNativeCommunicator throws, InvalidArgument for a bad id, size or minRanks.
+  ElasticContext(std::shared_ptr<comm::Store> store, int id, int size, ElasticOptions options = {});
+  ~ElasticContext();
+
+  /// From `kolo run --elastic`'s variables (KOLO_RANK, KOLO_WORLD_SIZE, KOLO_STORE,
+  /// KOLO_TOKEN, KOLO_ELASTIC_MIN_RANKS, KOLO_TIMEOUT). Throws InvalidArgument outside
+  /// such a job.
+  static std::unique_ptr<ElasticContext> fromEnvironment();
+  /// True when this process was started by kolo run --elastic.
+  static bool launchedElastic();
+
+  int id() const { return id_; }
+  int64_t generation() const { return generation_; }
+  const std::vector<int>& members() const { return members_; }
+  /// This rank's index among the members, and their number.
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(members_.size()); }
+  int minRanks() const { return options_.minRanks; }
+  /// The current generation's communicator (null only while regroup() runs).
+  const std::shared_ptr<comm::Communicator>& communicator() const { return comm_; }
+
+  /// Called by every survivor after a collective failed; `completedStep` is the number of
+  /// steps this rank completed (applied). Drops this rank's reference to the old
+  /// communicator (the caller must drop its own first, so that peers still waiting on it
+  /// see it closed), then agrees on the next generation: its members are the previous
+  /// members that report here before the lost ones are all known (marked through
+  /// elasticLostKey) or twice the detection deadline passes; its step is the least
+  /// `completedStep` of its members. Builds the new communicator and returns the change.
+  /// Throws PeerError when the generation was formed without this rank (it came too
+  /// late), Error naming the lost ranks when fewer than minRanks members are left.
+  MembershipChange regroup(int64_t completedStep, const std::string& reason);
+
+ private:
+  void connect();
+
+  std::shared_ptr<comm::Store> store_;
+  int id_ = 0;
+  ElasticOptions options_;
+  int64_t generation_ = 0;
+  std::vector<int> members_;
+  int rank_ = 0;
+  std::shared_ptr<comm::Communicator> comm_;
+};
+
+}  // namespace kolo::parallel

@@ -1,0 +1,275 @@
+// `kolo train --strategy multi-worker-mirrored` under `kolo run --elastic`: the loop keeps
+// the state after each of the last two completed steps in memory; when a step fails with
+// PeerError or Timeout, the survivors regroup (parallel::ElasticContext), rebuild the
+// strategy over the new communicator from the state after the step every member completed,
+// and slice the same global batches over the new world: each global batch is still the
+// same samples in the same order, so the updates are those of one device.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "cli/train_loop.h"
+#include "kolo/comm/stores.h"
+#include "kolo/error.h"
+#include "kolo/nn/models.h"
+#include "kolo/observe.h"
+#include "kolo/parallel/distributed.h"
+#include "kolo/parallel/elastic.h"
+#include "kolo/safetensors.h"
+#include "kolo/settings.h"
+#include "kolo/threads.h"
+
+namespace kolo::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+int64_t wallNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+/// The model and optimizer state after some number of completed steps.
+struct Snapshot {
+  int64_t step = -1;
+  std::vector<std::pair<std::string, Tensor>> weights;
+  optim::StateDict optimizer;
+};
+
+Snapshot take(parallel::Strategy& strategy, int64_t step) {
+  Snapshot s;
+  s.step = step;
+  for (auto& [name, tensor] : strategy.model().stateDict()) s.weights.emplace_back(name, tensor.clone());
+  s.optimizer = strategy.optimizer().stateDict();
+  return s;
+}
+
+std::string idList(const std::vector<int>& ids) {
+  std::string text;
+  for (int id : ids) {
+    if (!text.empty()) text += ',';
+    text += std::to_string(id);
+  }
+  return text;
+}
+
+}  // namespace
+
+int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
+  KOLO_REQUIRE(config.strategy == "multi-worker-mirrored",
+               "kolo run --elastic trains with --strategy multi-worker-mirrored, not --strategy ",
+               config.strategy);
+  KOLO_REQUIRE(config.initPath.empty() && config.resumeDir.empty() && config.checkpointDir.empty() &&
+                   config.clipNorm == 0.0 && !config.detectAnomaly && config.checkSync == 0,
+               "--init, --resume, --checkpoint-dir, --clip-norm, --detect-anomaly and --check-sync "
+               "are not available under kolo run --elastic");
+  KOLO_REQUIRE(config.threads >= 1, "--threads must be at least 1, got ", config.threads);
+  setNumThreads(config.threads);
+  Recipe recipe = resolveRecipe(config, 1);
+  std::shared_ptr<data::TensorDataset> train = std::make_shared<data::FashionMnist>(config.dataDir, true);
+  if (config.trainLimit > 0 && config.trainLimit < train->size())
+    train = std::make_shared<data::TensorDataset>(
+        train->inputs().slice(0, 0, config.trainLimit).contiguous(),
+        train->labels().slice(0, 0, config.trainLimit).contiguous());
+  auto test = std::make_shared<data::FashionMnist>(config.dataDir, false);
+  const int64_t n = train->size();
+  const int64_t stepsPerEpoch = config.dropLast ? n / config.batch : (n + config.batch - 1) / config.batch;
+  KOLO_REQUIRE(stepsPerEpoch > 0, "--batch ", config.batch, " is larger than the ", n, " training samples");
+  recipe = resolveRecipe(config, stepsPerEpoch);
+  int64_t totalSteps = recipe.epochs * stepsPerEpoch;
+  if (config.steps > 0) totalSteps = config.epochs ? std::min(totalSteps, config.steps) : config.steps;
+  std::unique_ptr<optim::LrSchedule> schedule = makeSchedule(recipe, totalSteps);
+
+  std::unique_ptr<parallel::ElasticContext> elastic = parallel::ElasticContext::fromEnvironment();
+  const int id = elastic->id();
+  auto checkBatch = [&] {
+    KOLO_REQUIRE(config.batch % elastic->size() == 0, "elastic job: --batch ", config.batch,
+                 " does not split evenly over the ", elastic->size(), " rank(s) of generation ",
+                 elastic->generation(), "; use a batch that every world size from --min-ranks ",
+                 elastic->minRanks(), " up divides");
+  };
+  checkBatch();
+  auto makeStrategy = [&] {
+    parallel::StrategyOptions options = parallel::strategyOptionsFromNames(
+        config.strategy, 1, config.reduction, config.algorithm, elastic->communicator());
+    options.reducer.bucketCapBytes = static_cast<size_t>(config.bucketMb * (1 << 20));
+    options.reducer.firstBucketCapBytes = static_cast<size_t>(config.firstBucketMb * (1 << 20));
+    // A failed step must leave every rank's state whole: no update sharded across ranks,
+    // and the all-reduce after backward.
+    options.reducer.overlap = false;
+    options.reducer.shardOptimizer = false;
+    auto models = [&config]() -> std::shared_ptr<nn::Module> {
+      Generator generator(config.seed);
+      return nn::makeModel(config.model, generator);
+    };
+    auto optimizers = [&recipe](const parallel::NamedTensors& parameters) {
+      return makeOptimizer(recipe, parameters);
+    };
+    return parallel::makeStrategy(options, models, optimizers);
+  };
+  auto makeLoader = [&](int64_t step) {
+    auto sampler = std::make_shared<data::DistributedSampler>(
+        n, data::DistributedSamplerOptions{.globalBatch = config.batch,
+                                           .rank = elastic->rank(),
+                                           .worldSize = elastic->size(),
+                                           .shuffle = config.shuffle,
+                                           .seed = config.seed,
+                                           .dropLast = config.dropLast});
+    auto loader = std::make_unique<data::DataLoader>(
+        train, sampler, data::DataLoaderOptions{.batchSize = config.batch / elastic->size(), .prefetch = 0});
+    loader->setState({step / stepsPerEpoch, step % stepsPerEpoch});
+    return loader;
+  };
+
+  std::unique_ptr<parallel::Strategy> strategy = makeStrategy();
+  std::unique_ptr<data::DataLoader> loader = makeLoader(0);
+  std::unique_ptr<observe::MetricsWriter> metrics;
+  bool metricsOpened = false;
+  auto openMetrics = [&] {
+    // The primary (rank 0 of the current generation) writes; a new primary appends.
+    if (metrics || elastic->rank() != 0 || config.metricsPath.empty()) return;
+    metrics = std::make_unique<observe::MetricsWriter>(config.metricsPath, metricsOpened || elastic->generation() > 0);
+    metricsOpened = true;
+  };
+  openMetrics();
+  std::ofstream sampleLog;
+  if (!config.debugSampleLog.empty()) {
+    const std::string path = config.debugSampleLog + ".rank-" + std::to_string(id);
+    sampleLog.open(path, std::ios::trunc);
+    KOLO_REQUIRE(sampleLog.good(), "--debug-sample-log: cannot write ", path);
+    sampleLog << "pid " << ::getpid() << '\n' << std::flush;  // one process throughout
+  }
+  const auto start = Clock::now();
+  if (elastic->rank() == 0)
+    logger.info("elastic training", {{"model", config.model},
+                                     {"batch", config.batch},
+                                     {"steps", totalSteps},
+                                     {"world_size", elastic->size()},
+                                     {"min_ranks", elastic->minRanks()}});
+  auto event = [&](observe::Fields fields) {
+    if (!metrics) return;
+    fields.set("kind", "event");
+    fields.set("wall_s", secondsSince(start));
+    metrics->write(fields);
+  };
+  event({{"event", "start"}, {"step", int64_t{0}}, {"world_size", elastic->size()},
+         {"generation", elastic->generation()}, {"batch", config.batch}});
+
+  Snapshot before, last = take(*strategy, 0);  // the states after before.step and last.step
+  int64_t step = 0;
+  double lossSum = 0.0;
+  int64_t lossCount = 0;
+  // From the failure until the next step completes.
+  bool recovering = false;
+  Clock::time_point failedAt;
+  data::Batch batch;
+  while (step < totalSteps) {
+    if (!loader->next(batch)) continue;  // the end of an epoch: the loader moves on
+    if (id == config.debugKillRank && step == config.debugKillStep && elastic->generation() == 0) {
+      // Tests and benchmarks: the moment of the kill, for the recovery time.
+      std::fflush(nullptr);
+      auto store = comm::connectTcpStore(settings::store(), settings::token(), std::chrono::seconds(10));
+      store->setString("kolo-elastic/debug-kill-ns", std::to_string(wallNanos()));
+      ::raise(SIGKILL);
+    }
+    double loss = 0.0;
+    try {
+      strategy->setLr(schedule->lrAt(step));
+      loss = strategy->trainStep(batch.inputs, batch.labels).loss;
+    } catch (const Error& e) {
+      if (!dynamic_cast<const PeerError*>(&e) && !dynamic_cast<const Timeout*>(&e)) throw;
+      recovering = true;
+      failedAt = Clock::now();
+      logger.warn("elastic: step failed, regrouping",
+                  {{"rank", id}, {"step", step}, {"generation", elastic->generation()}, {"error", e.what()}});
+      // The state after `step` completed steps is `last`; one step behind is `before`.
+      strategy.reset();
+      loader.reset();
+      const parallel::MembershipChange change = elastic->regroup(step, e.what());
+      const Snapshot* from = change.step == last.step ? &last : change.step == before.step ? &before : nullptr;
+      KOLO_CHECK(from != nullptr, "elastic rank ", id, ": the members agreed on step ", change.step,
+                 " but this rank holds the states after steps ", before.step, " and ", last.step);
+      checkBatch();
+      strategy = makeStrategy();
+      strategy->model().loadStateDict(from->weights, "the elastic snapshot");
+      strategy->optimizer().loadStateDict(parallel::conformStateShapes(from->optimizer, strategy->optimizer()));
+      strategy->syncReplicas();
+      step = change.step;
+      last = take(*strategy, step);
+      before = Snapshot{};
+      loader = makeLoader(step);
+      metrics.reset();
+      openMetrics();
+      if (elastic->rank() == 0)
+        logger.warn("elastic: membership changed", {{"generation", change.generation},
+                                                    {"lost_ranks", idList(change.lost)},
+                                                    {"world_size", elastic->size()},
+                                                    {"members", idList(change.members)},
+                                                    {"step", step}});
+      event({{"event", "membership"}, {"step", step}, {"generation", change.generation},
+             {"world_size", elastic->size()}, {"lost", idList(change.lost)}});
+      continue;
+    }
+    if (!std::isfinite(loss))
+      KOLO_THROW(DivergedError, "training diverged: loss ", loss, " at step ", step, "; try a smaller --lr");
+    if (sampleLog.is_open()) {
+      sampleLog << elastic->generation() << ' ' << step;
+      for (int64_t index : batch.indices) sampleLog << ' ' << index;
+      sampleLog << '\n' << std::flush;
+    }
+    ++step;
+    before = std::move(last);
+    last = take(*strategy, step);
+    lossSum += loss;
+    ++lossCount;
+    if (recovering) {
+      const double recovery = secondsSince(failedAt);
+      observe::Fields fields{{"event", "recovered"}, {"step", step}, {"generation", elastic->generation()},
+                             {"world_size", elastic->size()}, {"recovery_s", recovery}};
+      if (elastic->rank() == 0) {
+        // Measured from the kill when a --debug-kill-rank rank recorded its moment.
+        auto store = comm::connectTcpStore(settings::store(), settings::token(), std::chrono::seconds(10));
+        if (store->check({"kolo-elastic/debug-kill-ns"})) {
+          const double sinceKill =
+              static_cast<double>(wallNanos() - std::stoll(store->getString("kolo-elastic/debug-kill-ns",
+                                                                            std::chrono::seconds(1)))) / 1e9;
+          fields.set("since_kill_s", sinceKill);
+        }
+        logger.info("elastic: recovered", fields);
+      }
+      event(fields);
+      recovering = false;
+    }
+    if (metrics && config.metricsEvery > 0 && step % config.metricsEvery == 0)
+      metrics->write({{"step", step}, {"train_loss", lossSum / lossCount}, {"world_size", elastic->size()},
+                      {"generation", elastic->generation()}, {"wall_s", secondsSince(start)}});
+  }
+  if (elastic->rank() != 0) return 0;
+  const double accuracy = evaluateAccuracy(strategy->model(), *test);
+  if (!config.savePath.empty()) {
+    checkpoint::saveSafetensors(config.savePath, strategy->model().stateDict(),
+                                {{"format", "pt"}, {"model", config.model}, {"step", std::to_string(step)}});
+    logger.info("saved weights", {{"file", config.savePath}});
+  }
+  const double wall = secondsSince(start);
+  if (metrics)
+    metrics->write({{"step", step}, {"train_loss", lossSum / std::max<int64_t>(lossCount, 1)},
+                    {"test_accuracy", accuracy}, {"world_size", elastic->size()},
+                    {"generation", elastic->generation()}, {"wall_s", wall}, {"final", true}});
+  std::printf("test_accuracy %.4f train_loss %.4f steps %lld world_size %d generation %lld wall_s %.1f\n",
+              accuracy, lossSum / std::max<int64_t>(lossCount, 1), static_cast<long long>(step),
+              elastic->size(), static_cast<long long>(elastic->generation()), wall);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace kolo::cli

@@ -1,0 +1,106 @@
+// ElasticContext with ranks as threads over one memory store: survivors agree on the next
+// generation (members, lost ranks, the least completed step) and their new communicator
+// works; a rank that comes back late, still in the old generation, is refused; fewer
+// members than the minimum is an error naming the lost rank.
+#include "kolo/parallel/elastic.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kolo/comm/stores.h"
+#include "kolo/error.h"
+
+namespace kolo::parallel {
+namespace {
+
+using namespace std::chrono_literals;
+
+/// Runs fn(rank) on `size` threads; rethrows the first failure.
+void onThreads(int size, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+ElasticOptions options(int minRanks) {
+  ElasticOptions o;
+  o.minRanks = minRanks;
+  o.native.timeout = 10s;
+  return o;
+}
+
+TEST(ElasticContext, SurvivorsFormTheNextGenerationAndALateRankIsRefused) {
+  auto store = comm::makeMemoryStore();
+  std::vector<std::unique_ptr<ElasticContext>> contexts(3);
+  onThreads(3, [&](int r) { contexts[static_cast<size_t>(r)] = std::make_unique<ElasticContext>(store, r, 3, options(1)); });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(contexts[static_cast<size_t>(r)]->generation(), 0);
+    EXPECT_EQ(contexts[static_cast<size_t>(r)]->communicator()->size(), 3);
+  }
+  // Rank 1 is lost (as the launcher marks it); ranks 0 and 2 completed 5 and 4 steps.
+  store->setString(elasticLostKey(1), "killed");
+  std::vector<MembershipChange> changes(3);
+  std::vector<float> sums(3, 0.0f);
+  onThreads(3, [&](int r) {
+    if (r == 1) return;
+    ElasticContext& e = *contexts[static_cast<size_t>(r)];
+    changes[static_cast<size_t>(r)] = e.regroup(r == 0 ? 5 : 4, "test");
+    float value = static_cast<float>(r + 1);
+    e.communicator()->allreduce(&value, &sums[static_cast<size_t>(r)], 1, DType::F32, comm::ReduceOp::Sum);
+  });
+  for (int r : {0, 2}) {
+    const MembershipChange& c = changes[static_cast<size_t>(r)];
+    EXPECT_EQ(c.generation, 1);
+    EXPECT_EQ(c.members, (std::vector<int>{0, 2}));
+    EXPECT_EQ(c.lost, (std::vector<int>{1}));
+    EXPECT_EQ(c.step, 4);
+    EXPECT_EQ(contexts[static_cast<size_t>(r)]->size(), 2);
+    EXPECT_EQ(contexts[static_cast<size_t>(r)]->rank(), r == 0 ? 0 : 1);
+    EXPECT_EQ(sums[static_cast<size_t>(r)], 4.0f);  // 1 + 3 over the new communicator
+  }
+  // Rank 1 comes back, still in generation 0: refused.
+  try {
+    contexts[1]->regroup(5, "late");
+    FAIL() << "a late rank was let in";
+  } catch (const PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("generation 1 was formed without it"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ElasticContext, FewerMembersThanTheMinimumIsAnError) {
+  auto store = comm::makeMemoryStore();
+  std::vector<std::unique_ptr<ElasticContext>> contexts(2);
+  onThreads(2, [&](int r) { contexts[static_cast<size_t>(r)] = std::make_unique<ElasticContext>(store, r, 2, options(2)); });
+  store->setString(elasticLostKey(1), "killed");
+  try {
+    contexts[0]->regroup(3, "peer gone");
+    FAIL() << "no error below the minimum";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("1 rank(s) left after losing rank(s) 1"), std::string::npos) << what;
+    EXPECT_NE(what.find("below --min-ranks 2"), std::string::npos) << what;
+  }
+}
+
+TEST(ElasticContext, BadArgumentsAreRefused) {
+  auto store = comm::makeMemoryStore();
+  EXPECT_THROW(ElasticContext(store, 2, 2, options(1)), InvalidArgument);
+  EXPECT_THROW(ElasticContext(store, 0, 2, options(3)), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace kolo::parallel
