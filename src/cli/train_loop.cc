@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <thread>
 
+#include "kolo/memory.h"
+#include "kolo/parallel/fsdp.h"
 #include "kolo/autograd.h"
 #include "kolo/comm/init.h"
 #include "kolo/nn/models.h"
@@ -188,7 +190,15 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   train_ = std::move(train);
   test_ = std::make_shared<data::FashionMnist>(config_.dataDir, false);
 
-  if (kind == parallel::StrategyKind::MultiWorkerMirrored) comm_ = parallel::init();
+  if (kind == parallel::StrategyKind::FullyShardedDataParallel)
+    KOLO_REQUIRE(config_.checkpointDir.empty() && config_.resumeDir.empty() &&
+                     config_.initPath.empty() && config_.checkSync == 0 &&
+                     config_.debugPerturb.empty(),
+                 "--checkpoint-dir, --resume, --init, --check-sync and --debug-perturb are not "
+                 "available with --strategy fsdp");
+  if (kind == parallel::StrategyKind::MultiWorkerMirrored ||
+      kind == parallel::StrategyKind::FullyShardedDataParallel)
+    comm_ = parallel::init();
   const int worldSize = comm_ ? comm_->size() : 1;
   KOLO_REQUIRE(config_.batch % (worldSize * localReplicas) == 0, "--batch ", config_.batch,
                " does not split evenly over ", worldSize * localReplicas, " replicas (", worldSize,
@@ -212,6 +222,7 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   options.reducer.shardOptimizer =
       config_.shardOptimizer == "on" ||
       (config_.shardOptimizer == "auto" && config_.algorithm == "auto" && !options.reducer.overlap);
+  options.shard = parallel::parseShardLevel(config_.shard);
   prefetch_ = onOrSpareCore(config_.prefetch, localReplicas * config_.threads) ? 2 : 0;
   // Every replica starts from the same seeded init (or --init file); the strategy also
   // copies replica 0's (rank 0's) weights to the others.
@@ -224,6 +235,7 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   auto optimizers = [this](const parallel::NamedTensors& parameters) {
     return makeOptimizer(recipe_, parameters);
   };
+  tensorBase_ = liveTensorBytes();
   strategy_ = parallel::makeStrategy(options, models, optimizers);
   if (!config_.initPath.empty() && isPrimary())
     logger_.info("loaded initial weights", {{"file", config_.initPath}});
@@ -266,6 +278,7 @@ double Trainer::evaluate() {
   const int size = comm_ ? comm_->size() : 1;
   const int64_t begin = n * rank() / size;
   const int64_t end = n * (rank() + 1) / size;
+  strategy_->gatherModel();  // fsdp: whole parameters for the forward passes below
   const double mine = static_cast<double>(countCorrect(model(), *test_, begin, end));
   double correct = mine;
   if (size > 1) comm_->allreduce(&mine, &correct, 1, DType::F64, comm::ReduceOp::Sum);

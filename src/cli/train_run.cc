@@ -14,6 +14,7 @@
 #include "cli/train_loop.h"
 #include "cli/train_monitor.h"
 #include "cli/train_timeline.h"
+#include "kolo/memory.h"
 #include "kolo/checkpoint.h"
 #include "kolo/safetensors.h"
 #include "kolo/trace.h"
@@ -176,6 +177,8 @@ TrainSummary Trainer::run() {
   int64_t trainSteps = 0, steadySteps = 0;
   int64_t lastCheckpoint = -1;
   bool evaluated = false;
+  // Tensor bytes beyond the data: the most alive during a step, and what a step leaves alive.
+  int64_t stepPeakBytes = 0, stateBytes = 0;
   while (step < totalSteps_) {
     const data::LoaderState at = loader.state();
     const int64_t epochSteps = std::min(stepsPerEpoch_ - at.batch, totalSteps_ - step);
@@ -201,7 +204,10 @@ TrainSummary Trainer::run() {
       // takes FACTOR times its compute time, sleeping the difference before each step.
       if (slowSeconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(slowSeconds));
       const auto computeStart = Clock::now();
+      resetPeakTensorBytes();
       const double loss = trainStep(batch, schedule_->lrAt(step));
+      stepPeakBytes = std::max(stepPeakBytes, peakTensorBytes());
+      stateBytes = liveTensorBytes();
       if (config_.slowWorker == rank()) {
         double compute = secondsSince(computeStart);
         if (const parallel::Reducer* reducer = strategy_->reducer())
@@ -282,6 +288,10 @@ TrainSummary Trainer::run() {
                       {"lr", optimizer().lr()}});
     }
   }
+  if (trainSteps > 0)
+    logger_.info("tensor memory", {{"rank", rank()},
+                                   {"state_bytes", stateBytes - tensorBase_},
+                                   {"step_peak_bytes", stepPeakBytes - tensorBase_}});
   if (!evaluated) {
     summary.testAccuracy = evaluate();
     summary.epochs = loader.state().epoch;
@@ -295,6 +305,7 @@ TrainSummary Trainer::run() {
     saveCheckpoint(step, loader);
     if (!config_.checkpointDir.empty()) event("checkpoint", step);
   }
+  if (!config_.savePath.empty()) strategy_->gatherModel();  // collective under fsdp
   if (primary && !config_.savePath.empty()) {
     checkpoint::saveSafetensors(
         config_.savePath, model().stateDict(),
