@@ -29,6 +29,9 @@ struct TrainingState {
   std::vector<uint64_t> rng;
   /// Free-form strings the caller wants back (model name, seed, strategy...).
   std::map<std::string, std::string> extra;
+  /// Further named tensors the caller wants back (a communication hook's per-rank state),
+  /// saved in extra.safetensors when not empty.
+  NamedTensors tensors;
 };
 
 /// One checkpoint directory found under the manager's root.
@@ -41,7 +44,8 @@ struct CheckpointInfo {
 using WarningSink = std::function<void(const std::string&)>;
 
 /// Manages the checkpoints under one directory: DIR/ckpt-<step, 9 digits>/ holding
-/// model.safetensors, optimizer.safetensors and meta.json.
+/// model.safetensors, optimizer.safetensors, extra.safetensors (TrainingState::tensors, if
+/// any) and meta.json.
 class CheckpointManager {
  public:
   /// `keepLast` >= 1 checkpoints are kept (older ones are deleted after each save).

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/json_text.h"
 #include "kolo/error.h"
 #include "kolo/settings.h"
 
@@ -75,19 +76,7 @@ void touch(int64_t now) {
 
 void appendEscaped(std::string& out, const char* text, size_t limit) {
   out += '"';
-  for (size_t i = 0; i < limit && text[i] != '\0'; ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char code[8];
-      std::snprintf(code, sizeof code, "\\u%04x", c);
-      out += code;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
+  kolo::detail::appendJsonEscaped(out, text, limit);
   out += '"';
 }
 

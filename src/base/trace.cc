@@ -16,6 +16,7 @@
 #include <mutex>
 #include <set>
 
+#include "base/json_text.h"
 #include "kolo/error.h"
 
 namespace kolo::trace {
@@ -75,21 +76,7 @@ ThreadBuffer* threadBuffer() {
   return tBuffer;
 }
 
-void appendEscaped(std::string& out, const char* text) {
-  for (const char* p = text; *p != '\0'; ++p) {
-    const unsigned char c = static_cast<unsigned char>(*p);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char code[8];
-      std::snprintf(code, sizeof code, "\\u%04x", c);
-      out += code;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-}
+void appendEscaped(std::string& out, const char* text) { kolo::detail::appendJsonEscaped(out, text); }
 
 void appendMicros(std::string& out, int64_t ns) {
   char text[40];

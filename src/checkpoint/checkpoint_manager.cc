@@ -30,6 +30,7 @@ constexpr const char* kPrefix = "ckpt-";
 constexpr const char* kManifest = "meta.json";
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kExtraFile = "extra.safetensors";
 
 std::string stepDirName(int64_t step) {
   char buf[32];
@@ -153,6 +154,10 @@ std::string CheckpointManager::save(const NamedTensors& weights, const optim::Op
     for (const auto& [k, v] : sd.scalars) scalars[k] = v;
     manifest["optimizer"] = {{"kind", optimizer->kind()}, {"scalars", scalars}};
   }
+  if (!state.tensors.empty()) {
+    saveSafetensors((tmpDir / kExtraFile).string(), state.tensors);
+    files.push_back(kExtraFile);
+  }
   json fileList = json::object();
   for (const auto& f : files) {
     const std::string p = (tmpDir / f).string();
@@ -212,8 +217,10 @@ TrainingState CheckpointManager::load(const std::string& path, const NamedTensor
                                       optim::Optimizer* optimizer) {
   const detail::Manifest manifest = readManifest(path);
   verifyFiles(path, manifest);
-  const TrainingState state = manifest.state;
+  TrainingState state = manifest.state;
   loadSafetensorsInto((fs::path(path) / kModelFile).string(), weights, true);
+  if (manifest.files.count(kExtraFile))
+    state.tensors = loadSafetensors((fs::path(path) / kExtraFile).string()).tensors;
   if (optimizer) {
     if (!manifest.optimizer)
       KOLO_THROW(InvalidArgument, "checkpoint '", path, "' holds no optimizer state, but a ",

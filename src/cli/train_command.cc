@@ -142,6 +142,10 @@ Command registerTrain(CLI::App& root) {
                   "buckets are not overlapped with backward")
       ->check(oneOf({"auto", "on", "off"}))
       ->capture_default_str();
+  app->add_option("--compress", config->compress,
+                  "gradient compression of multi-worker-mirrored: none, fp16, bf16, "
+                  "powersgd:RANK, topk:FRACTION (docs/efficiency.md)")
+      ->capture_default_str();
   app->add_option("--prefetch", config->prefetch,
                   "a loader thread gathers the next batches while a step runs: on, off, auto (on "
                   "when the node has a core to spare; off gathers on the training thread)")
@@ -232,6 +236,9 @@ Command registerTrain(CLI::App& root) {
   command.run = [config, raw, federated, epochs, batch, optimizer, lr, momentum, weightDecay,
                  warmup]() -> int {
     if (raw->workers > 0) execWorkers(raw->workers);
+    KOLO_REQUIRE(config->checkSync == 0 || config->strategy == "multi-worker-mirrored",
+                 "--check-sync compares the weights of several ranks: use it with --strategy "
+                 "multi-worker-mirrored under kolo run, or --workers N");
     if (epochs->count()) config->epochs = raw->epochs;
     if (optimizer->count()) config->optimizer = raw->optimizer;
     if (lr->count()) config->lr = raw->lr;
@@ -294,9 +301,10 @@ Command registerTrain(CLI::App& root) {
     }
     std::printf(
         "test_accuracy %.4f train_loss %.4f steps %lld samples_per_s %.1f steady_samples_per_s "
-        "%.1f wall_s %.1f\n",
+        "%.1f wall_s %.1f grad_bytes_per_step %.0f\n",
         summary.testAccuracy, summary.trainLoss, static_cast<long long>(summary.steps),
-        summary.samplesPerSecond, summary.steadySamplesPerSecond, summary.wallSeconds);
+        summary.samplesPerSecond, summary.steadySamplesPerSecond, summary.wallSeconds,
+        summary.gradBytesPerStep);
     std::fflush(stdout);
     return 0;
   };

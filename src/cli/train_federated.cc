@@ -73,16 +73,6 @@ fed::FederatedOptions federatedOptions(const TrainConfig& config, const Federate
   return options;
 }
 
-std::shared_ptr<data::TensorDataset> trainingSet(const TrainConfig& config) {
-  std::shared_ptr<data::TensorDataset> train =
-      std::make_shared<data::FashionMnist>(config.dataDir, true);
-  if (config.trainLimit > 0 && config.trainLimit < train->size()) {
-    train = std::make_shared<data::TensorDataset>(
-        train->inputs().slice(0, 0, config.trainLimit).contiguous(),
-        train->labels().slice(0, 0, config.trainLimit).contiguous());
-  }
-  return train;
-}
 
 std::shared_ptr<nn::Module> initialModel(const TrainConfig& config) {
   Generator generator(config.seed);
@@ -96,7 +86,7 @@ std::shared_ptr<fed::ClientHost> makeHost(const TrainConfig& config, const Feder
                                           const fed::FederatedOptions& options,
                                           std::shared_ptr<comm::Store> store, int index,
                                           int hosts) {
-  auto train = trainingSet(config);
+  auto train = loadTrainingSet(config);
   auto partition = fed::partitionClients(train->labels(), options.clients,
                                          fed::parsePartition(flags.partition), config.seed);
   return std::make_shared<fed::ClientHost>(std::move(store), options, index, hosts,

@@ -8,17 +8,27 @@
 #include <cstdio>
 #include <thread>
 
-#include "kolo/memory.h"
-#include "kolo/parallel/fsdp.h"
+#include "cli/train_compress.h"
 #include "kolo/autograd.h"
 #include "kolo/comm/init.h"
+#include "kolo/memory.h"
 #include "kolo/nn/models.h"
 #include "kolo/ops.h"
 #include "kolo/parallel/distributed.h"
+#include "kolo/parallel/fsdp.h"
 #include "kolo/safetensors.h"
 #include "kolo/threads.h"
 
 namespace kolo::cli {
+
+std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config) {
+  std::shared_ptr<data::TensorDataset> train = std::make_shared<data::FashionMnist>(config.dataDir, true);
+  if (config.trainLimit > 0 && config.trainLimit < train->size()) {
+    train = std::make_shared<data::TensorDataset>(train->inputs().slice(0, 0, config.trainLimit).contiguous(),
+                                                  train->labels().slice(0, 0, config.trainLimit).contiguous());
+  }
+  return train;
+}
 
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {
   KOLO_REQUIRE(config.model == "mlp" || config.model == "cnn" || config.model == "lm", "--model '",
@@ -173,6 +183,10 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
                config_.keepCheckpoints);
   KOLO_REQUIRE(config_.trainLimit >= 0, "--train-limit must be at least 0, got ", config_.trainLimit);
   KOLO_REQUIRE(config_.timingSkip >= 0, "--timing-skip must be at least 0, got ", config_.timingSkip);
+  const bool compress = checkCompression(config_.compress, kind);
+  // A communication hook replaces the all-reduce that the sharded update reads around.
+  KOLO_REQUIRE(!compress || config_.shardOptimizer != "on", "--compress ", config_.compress,
+               " cannot be combined with --shard-optimizer on");
   setNumThreads(config_.threads);
   // Validate the flags before the (slow) data loading and before joining the job.
   recipe_ = resolveRecipe(config_, 1);
@@ -180,14 +194,7 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
       kind == parallel::StrategyKind::Mirrored || kind == parallel::StrategyKind::CentralStorage;
   const int localReplicas = inProcessReplicas ? config_.replicas : 1;
 
-  std::shared_ptr<data::TensorDataset> train =
-      std::make_shared<data::FashionMnist>(config_.dataDir, true);
-  if (config_.trainLimit > 0 && config_.trainLimit < train->size()) {
-    train = std::make_shared<data::TensorDataset>(
-        train->inputs().slice(0, 0, config_.trainLimit).contiguous(),
-        train->labels().slice(0, 0, config_.trainLimit).contiguous());
-  }
-  train_ = std::move(train);
+  train_ = loadTrainingSet(config_);
   test_ = std::make_shared<data::FashionMnist>(config_.dataDir, false);
 
   if (kind == parallel::StrategyKind::FullyShardedDataParallel)
@@ -223,6 +230,7 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
       config_.shardOptimizer == "on" ||
       (config_.shardOptimizer == "auto" && config_.algorithm == "auto" && !options.reducer.overlap);
   options.shard = parallel::parseShardLevel(config_.shard);
+  if (compress) options.reducer.shardOptimizer = false;
   prefetch_ = onOrSpareCore(config_.prefetch, localReplicas * config_.threads) ? 2 : 0;
   // Every replica starts from the same seeded init (or --init file); the strategy also
   // copies replica 0's (rank 0's) weights to the others.
@@ -237,6 +245,7 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   };
   tensorBase_ = liveTensorBytes();
   strategy_ = parallel::makeStrategy(options, models, optimizers);
+  installCompression(config_.compress, *strategy_);
   if (!config_.initPath.empty() && isPrimary())
     logger_.info("loaded initial weights", {{"file", config_.initPath}});
   schedule_ = makeSchedule(recipe_, totalSteps_);

@@ -63,6 +63,7 @@ struct TrainConfig {
   std::string shardOptimizer = "auto";  // auto | on | off: sharded update on one host
   std::string prefetch = "auto";   // auto | on | off: a loader thread gathers the next batches
   std::string shard = "full";      // fsdp: grad (ZeRO-2) | full (ZeRO-3)
+  std::string compress = "none";   // none | fp16 | bf16 | powersgd:RANK | topk:FRACTION
 
   // Parameter servers (--strategy parameter-server, under kolo run --ps P --workers W);
   // `batch` is then each worker's batch (one push).
@@ -133,6 +134,10 @@ struct Recipe {
 /// and constant when it was. Throws InvalidArgument for unknown names or bad values.
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch);
 
+/// The Fashion-MNIST training set of --data, cut to its first --train-limit samples when
+/// that is set. Throws FileError naming the directory when the files are missing.
+std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config);
+
 /// Builds the optimizer of a recipe over `parameters`.
 std::unique_ptr<optim::Optimizer> makeOptimizer(const Recipe& recipe,
                                                 const optim::NamedParameters& parameters);
@@ -148,6 +153,9 @@ struct TrainSummary {
   double samplesPerSecond = 0.0;        // global training samples per second of training time
   double steadySamplesPerSecond = 0.0;  // the same without the first --timing-skip steps
   double wallSeconds = 0.0;
+  /// Bytes this rank handed to gradient collectives per step (Reducer::bytesSent; 0 without
+  /// a reducer).
+  double gradBytesPerStep = 0.0;
 };
 
 /// Number of samples in [begin, end) of `dataset` that `model` classifies correctly (argmax

@@ -154,16 +154,6 @@ std::vector<std::string> serverAddresses(comm::Store& store, const PsPlan& plan)
   return addresses;
 }
 
-std::shared_ptr<data::TensorDataset> loadTrain(const TrainConfig& config) {
-  std::shared_ptr<data::TensorDataset> train =
-      std::make_shared<data::FashionMnist>(config.dataDir, true);
-  if (config.trainLimit > 0 && config.trainLimit < train->size()) {
-    train = std::make_shared<data::TensorDataset>(
-        train->inputs().slice(0, 0, config.trainLimit).contiguous(),
-        train->labels().slice(0, 0, config.trainLimit).contiguous());
-  }
-  return train;
-}
 
 int runServer(const TrainConfig& config, const PsPlan& plan, comm::Store& store) {
   ps::ServerOptions options;
@@ -474,7 +464,7 @@ int runParameterServerRole(const TrainConfig& config, observe::Logger& logger) {
   // Only workers read training samples; the servers and the chief need their number, which
   // the labels file tells without the 47 MB of images.
   const bool worker = ps::roleFromEnvironment().role == ps::Role::Worker;
-  const std::shared_ptr<data::TensorDataset> train = worker ? loadTrain(config) : nullptr;
+  const std::shared_ptr<data::TensorDataset> train = worker ? loadTrainingSet(config) : nullptr;
   int64_t trainSize = train ? train->size() : 0;
   if (!worker) {
     trainSize = data::readIdx(config.dataDir + "/train-labels-idx1-ubyte.gz").dims.at(0);

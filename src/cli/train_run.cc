@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cli/train_checks.h"
+#include "cli/train_compress.h"
 #include "cli/train_loop.h"
 #include "cli/train_monitor.h"
 #include "cli/train_timeline.h"
@@ -54,6 +55,7 @@ void Trainer::saveCheckpoint(int64_t step, const data::DataLoader& loader) {
   trace::Scope span("checkpoint", "checkpoint");
   span.index(step);
   strategy_->consolidateState();
+  parallel::NamedTensors hookState = gatherCompressionState(comm_.get(), *strategy_);
   if (!isPrimary()) return;
   checkpoint::CheckpointManager manager(config_.checkpointDir, config_.keepCheckpoints, true,
                                         [this](const std::string& line) { logger_.warn(line); });
@@ -64,6 +66,7 @@ void Trainer::saveCheckpoint(int64_t step, const data::DataLoader& loader) {
   state.extra = runIdentity(config_);
   state.extra["strategy"] = strategy_->name();
   state.extra["replicas"] = std::to_string(strategy_->replicas());
+  state.tensors = std::move(hookState);
   const std::string path = manager.save(model().stateDict(), &optimizer(), state);
   logger_.debug("checkpoint written", {{"dir", path}, {"step", step}});
 }
@@ -73,6 +76,7 @@ int64_t Trainer::resume(data::DataLoader& loader) {
   // for a rank 0 that failed) and where the run stands.
   int64_t position[4] = {0, 0, 0, 0};  // ok, step, loader epoch, loader batch
   std::exception_ptr problem;
+  parallel::NamedTensors hookState;  // rank 0: the communication hooks' state, if saved
   if (isPrimary()) {
     try {
       checkpoint::CheckpointManager manager(
@@ -88,6 +92,7 @@ int64_t Trainer::resume(data::DataLoader& loader) {
           KOLO_THROW(Mismatch, "--resume ", found->path, ": the checkpoint was written with --",
                      key, " ", it->second, ", this run has ", value);
       }
+      hookState = state.tensors;
       position[0] = 1;
       position[1] = state.step;
       position[2] = state.loader.epoch;
@@ -103,6 +108,7 @@ int64_t Trainer::resume(data::DataLoader& loader) {
     KOLO_THROW(PeerError, "rank ", rank(), ": rank 0 could not resume from ", config_.resumeDir);
   }
   strategy_->syncReplicas();
+  scatterCompressionState(comm_.get(), *strategy_, hookState);
   loader.setState({position[2], position[3]});
   return position[1];
 }
@@ -301,6 +307,8 @@ TrainSummary Trainer::run() {
   summary.steadySamplesPerSecond = steadySteps > 0
                                        ? steadySteps * globalBatch / std::max(steadySeconds, 1e-9)
                                        : summary.samplesPerSecond;
+  if (const parallel::Reducer* reducer = strategy_->reducer(); reducer && trainSteps > 0)
+    summary.gradBytesPerStep = static_cast<double>(reducer->bytesSent()) / trainSteps;
   if (lastCheckpoint != step && trainSteps > 0) {
     saveCheckpoint(step, loader);
     if (!config_.checkpointDir.empty()) event("checkpoint", step);
@@ -313,6 +321,7 @@ TrainSummary Trainer::run() {
     logger_.info("saved weights", {{"file", config_.savePath}});
   }
   summary.wallSeconds = secondsSince(start);
+  event("end", step);  // before the final line, which stays the file's last
   if (metrics) {
     metrics->write({{"epoch", summary.epochs},
                     {"step", summary.steps},
@@ -320,10 +329,10 @@ TrainSummary Trainer::run() {
                     {"test_accuracy", summary.testAccuracy},
                     {"samples_per_s", summary.samplesPerSecond},
                     {"steady_samples_per_s", summary.steadySamplesPerSecond},
+                    {"grad_bytes_per_step", summary.gradBytesPerStep},
                     {"wall_s", summary.wallSeconds},
                     {"final", true}});
   }
-  event("end", step);
   finishTimeline(comm_.get(), primary, logger_);
   return summary;
 }

@@ -8,12 +8,12 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 #include <sstream>
 
 #include "kolo/error.h"
 #include "kolo/hang_report.h"
+#include "observe/rank_files.h"
 
 namespace kolo::observe {
 namespace {
@@ -99,11 +99,10 @@ std::vector<FlightDump> loadFlightDumps(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) KOLO_THROW(FileError, "debug directory ", dir, " does not exist");
-  const std::regex name(R"(flight\.rank([0-9]+)\.json)");
   std::vector<FlightDump> dumps;
   for (const auto& file : fs::directory_iterator(dir, ec)) {
     const std::string base = file.path().filename().string();
-    if (!std::regex_match(base, name)) continue;
+    if (!detail::rankOfFile(base, "flight.rank", ".json")) continue;
     std::ifstream in(file.path());
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("entries") || !j["entries"].is_array())

@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <regex>
 
 #include "kolo/error.h"
 #include "kolo/timeline.h"
+#include "observe/rank_files.h"
 
 namespace kolo::observe {
 
@@ -18,11 +18,9 @@ MergedTimeline mergeTimeline(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) KOLO_THROW(FileError, "timeline directory ", dir, " does not exist");
   std::vector<std::pair<int, fs::path>> files;
-  const std::regex name(R"(trace\.rank([0-9]+)\.json)");
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    std::smatch match;
-    const std::string file = entry.path().filename().string();
-    if (std::regex_match(file, match, name)) files.emplace_back(std::stoi(match[1]), entry.path());
+    if (const auto rank = detail::rankOfFile(entry.path().filename().string(), "trace.rank", ".json"))
+      files.emplace_back(*rank, entry.path());
   }
   if (files.empty()) KOLO_THROW(FileError, "timeline directory ", dir, " holds no trace.rank<R>.json");
   std::sort(files.begin(), files.end());

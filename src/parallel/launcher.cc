@@ -54,6 +54,13 @@ constexpr int kReapIntervalMs = 250;
 constexpr auto kDumpWait = 2s;
 constexpr int kDumpPollMs = 50;
 
+/// How likely a rank's end is the cause of a job's failure: killed by a signal (2), an
+/// error of its own (1), or kolo's exit code for "another rank failed or vanished" (0).
+int blamePriority(int status) {
+  if (WIFSIGNALED(status)) return 2;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 5 ? 0 : 1;
+}
+
 void say(const std::string& message) {
   std::string line = "kolo run: " + message + "\n";
   [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
@@ -489,7 +496,8 @@ class Job {
   void reap() {
     // Several ranks may have ended since the last pass: when one rank dies (say by SIGKILL)
     // its peers' collectives fail and they exit soon after. Blame a rank killed by a
-    // signal before ranks that exited with an error status, as that is the likelier cause.
+    // signal first, then one that exited with an error of its own, and last one whose
+    // status is kolo's "another rank failed" (5), as the likelier causes come first.
     Rank* blamed = nullptr;
     for (auto& r : ranks_) {
       if (!r.running) continue;
@@ -512,7 +520,7 @@ class Job {
         continue;
       }
       if (failed && !stopping_ && !(debug_ && debug_->collecting()) &&
-          (!blamed || (WIFSIGNALED(status) && !WIFSIGNALED(blamed->status))))
+          (!blamed || blamePriority(status) > blamePriority(blamed->status)))
         blamed = &r;
     }
     if (blamed) {

@@ -104,6 +104,12 @@ Reducer::~Reducer() {
       }
     }
   }
+  if (extrasWork_) {
+    try {
+      extrasWork_->wait();
+    } catch (...) {
+    }
+  }
 }
 
 size_t Reducer::bucketBytes(size_t bucket) const {
@@ -233,9 +239,51 @@ void Reducer::startBucket(size_t index) {
   timeline_.bucketStart[index] = Clock::now();
   b.started = true;
   trace::instant("bucket ready", "comm", static_cast<int64_t>(index), static_cast<int64_t>(count * dtypeSize(dtype_)));
+  if (hook_) {
+    startHook(index);
+    return;
+  }
   if (comm_->size() == 1) return;  // the sum over one rank is the bucket itself
+  bytesSent_ += count * dtypeSize(dtype_);
   b.work = comm_->iallreduce(b.flat.rawData(), b.flat.rawData(), count, dtype_, comm::ReduceOp::Sum,
                              options_.collective);
+}
+
+void Reducer::startHook(size_t index) {
+  // The hook runs on one rank too: a lossy hook changes the math the same way at every
+  // world size, and its state (residuals) evolves the same.
+  Bucket& b = buckets_[index];
+  GradBucket bucket;
+  bucket.index = index;
+  bucket.count = buckets_.size();
+  bucket.buffer = static_cast<int64_t>(b.numel) == b.flat.numel()
+                      ? b.flat
+                      : b.flat.slice(0, 0, static_cast<int64_t>(b.numel));
+  for (size_t i = 0; i < b.params.size(); ++i) {
+    bucket.names.push_back(params_[b.params[i]].first);
+    bucket.shapes.push_back(params_[b.params[i]].second.shape());
+  }
+  bucket.offsets = b.offsets;
+  bucket.comm = comm_.get();
+  bucket.collective = options_.collective;
+  b.work = hook_->run(bucket);
+  KOLO_CHECK(b.work != nullptr, "Reducer: communication hook '", hook_->name(),
+             "' returned no Work for bucket ", index);
+  if (index + 1 == buckets_.size() && comm_->size() > 1) {
+    void* extras = static_cast<uint8_t*>(b.flat.rawData()) + b.numel * dtypeSize(dtype_);
+    bytesSent_ += kExtraSlots * dtypeSize(dtype_);
+    extrasWork_ = comm_->iallreduce(extras, extras, kExtraSlots, dtype_, comm::ReduceOp::Sum,
+                                    options_.collective);
+  }
+}
+
+void Reducer::registerCommHook(std::shared_ptr<CommHook> hook) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  KOLO_CHECK(!window_, "Reducer::registerCommHook: not available with a sharded optimizer "
+                       "update (ReducerOptions::shardOptimizer)");
+  KOLO_CHECK(!inPass_, "Reducer::registerCommHook: called during a backward pass; register "
+                       "the hook before the first backward or after finalize()");
+  hook_ = std::move(hook);
 }
 
 std::string Reducer::unreadyNames() const {
@@ -282,6 +330,14 @@ void Reducer::finalize() {
     }
     buckets_[i].work.reset();
     timeline_.bucketFinish[i] = Clock::now();
+  }
+  if (extrasWork_) {
+    try {
+      extrasWork_->wait();
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+    extrasWork_.reset();
   }
   inPass_ = false;
   if (failure) std::rethrow_exception(failure);

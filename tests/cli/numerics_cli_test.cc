@@ -1,7 +1,8 @@
 // End-to-end numeric checks of `kolo train` on two ranks (real processes): a NaN injected
 // into one module's output on one rank stops the job naming that rank, step and module
 // (exit 4); one weight changed by hand on one rank is found by --check-sync, naming the
-// rank and the tensor (exit 7); the steps before each injection pass both checks.
+// rank and the tensor (exit 7); the steps before each injection pass the checks. (The
+// library tests in tests/observe cover gradients, more ranks and clean runs.)
 #include <gtest/gtest.h>
 
 #include <string>
@@ -30,12 +31,6 @@ TEST(NumericsCliTest, DetectAnomalyNamesTheRankStepAndModuleOfAnInjectedNan) {
   EXPECT_NE(run.output.find("[rank 0] " + expected), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("[rank 1] " + expected), std::string::npos) << run.output;
 
-  // A NaN in the gradient flowing into module 3 (ReLU) on rank 0: found in backward, at 3.
-  const RunResult grad = runKolo(kTrain + "--detect-anomaly --debug-nan-at 2:0:3:grad");
-  EXPECT_EQ(grad.exitCode, 4) << grad.output;
-  EXPECT_NE(grad.output.find("rank 0, step 2: the gradient of the output of module '3' (ReLU)"),
-            std::string::npos)
-      << grad.output;
 }
 
 TEST(NumericsCliTest, CheckSyncNamesTheRankWhoseWeightWasChangedByHand) {
@@ -52,22 +47,13 @@ TEST(NumericsCliTest, CheckSyncNamesTheRankWhoseWeightWasChangedByHand) {
   EXPECT_EQ(run.output.find("at step 5"), std::string::npos) << run.output;
 }
 
-TEST(NumericsCliTest, CleanRunPassesBothChecksAndBadInjectionsAreRejected) {
+TEST(NumericsCliTest, CheckSyncOnOneProcessIsRejected) {
   KOLO_SKIP_WITHOUT_FASHION_MNIST();
-  const RunResult clean = runKolo(kTrain + "--check-sync 4 --detect-anomaly");
-  EXPECT_EQ(clean.exitCode, 0) << clean.output;
   const RunResult oneRank = runKolo("train --model mlp --steps 2 --check-sync 1 --quiet");
   EXPECT_EQ(oneRank.exitCode, 2) << oneRank.output;
   EXPECT_NE(oneRank.output.find("--check-sync compares the weights of several ranks"),
             std::string::npos)
       << oneRank.output;
-  const RunResult noModule =
-      runKolo("train --model mlp --steps 2 --quiet --debug-nan-at 1:0:fc1 --train-limit 1024");
-  EXPECT_EQ(noModule.exitCode, 2) << noModule.output;
-  EXPECT_NE(noModule.output.find("the model has no module named 'fc1'; its modules are '0', '1', "
-                                 "'2', '3', '4'"),
-            std::string::npos)
-      << noModule.output;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "kolo/safetensors.h"
 #include "run_kolo.h"
+#include "weights.h"
 #include "support/fashion_mnist.h"
 
 namespace {
@@ -21,15 +22,8 @@ namespace fs = std::filesystem;
 using kolo::testing::RunResult;
 using kolo::testing::runKolo;
 
-using Weights = std::vector<std::pair<std::string, std::vector<float>>>;
-
-Weights loadWeights(const std::string& path) {
-  Weights weights;
-  for (const auto& [name, tensor] : kolo::checkpoint::loadSafetensors(path).tensors)
-    weights.emplace_back(name, tensor.toFloatVector());
-  std::sort(weights.begin(), weights.end());
-  return weights;
-}
+using kolo::testing::loadWeights;
+using kolo::testing::Weights;
 
 // Largest |a - b| over the largest |a|, over every tensor; names must agree.
 double weightsDifference(const Weights& a, const Weights& b) {

@@ -198,8 +198,10 @@ class FederatedServer {
   /// Waits until `hosts` client hosts have said they are ready (data loaded), or `timeout`
   /// passed; returns how many are. Keeps the first round's timeout from counting start-up.
   int awaitHosts(int hosts, std::chrono::milliseconds timeout);
-  /// Runs the next round; throws Timeout/Error only when the round cannot complete at all
-  /// (secure aggregation with fewer than the threshold of clients left).
+  /// Runs the next round and reports it. Missing, late and refused clients are left out;
+  /// a secure round with fewer than the threshold of clients left at some step is abandoned
+  /// (the weights stay, the reason is in `refused`). Throws only for store failures
+  /// (IoError when the store is gone).
   RoundReport runRound();
   /// Tells the client hosts to stop (after the last round).
   void finish();

@@ -15,6 +15,7 @@
 
 #include "kolo/comm/communicator.h"
 #include "kolo/nn/module.h"
+#include "kolo/parallel/comm_hook.h"
 #include "kolo/optim.h"
 #include "kolo/tensor.h"
 
@@ -82,6 +83,11 @@ struct StepTimeline {
 /// root's on every rank, as DDP's broadcast at the start of forward. While ranks have joined
 /// (uneven inputs) the buffers are left alone; join() ends with every rank taking them from
 /// the rank it takes the parameters from.
+///
+/// With a communication hook (registerCommHook, kolo/parallel/comm_hook.h) each bucket's
+/// gradients go through the hook instead of the plain all-reduce; the last bucket's three
+/// extra elements then travel in a small all-reduce of their own, started right after the
+/// hook's collectives for that bucket.
 ///
 /// Not copyable. Hooks are removed by the destructor. The parameters must all be of one
 /// floating dtype (f32 or f64) and outlive the reducer, as must the buffers (any dtype,
@@ -151,6 +157,15 @@ class Reducer {
   /// Not available with a sharded update (InvalidArgument).
   int64_t join();
 
+  /// Routes every bucket through `hook` from the next pass on (nullptr: back to the plain
+  /// all-reduce). Every rank must register the same kind of hook before the same pass.
+  /// Throws InvalidArgument with a sharded update (sharded()) or during a pass.
+  void registerCommHook(std::shared_ptr<CommHook> hook);
+  CommHook* commHook() const { return hook_.get(); }
+  /// Bytes this rank has handed to gradient collectives (payload, see
+  /// CommHook::bytesSent): the buckets, their extra elements, and what a hook sent.
+  uint64_t bytesSent() const { return bytesSent_ + (hook_ ? hook_->bytesSent() : 0); }
+
   /// Number of buckets and, per bucket, the parameter indices it holds (in hook order).
   size_t bucketCount() const { return buckets_.size(); }
   std::vector<size_t> bucketParameters(size_t bucket) const { return buckets_.at(bucket).params; }
@@ -179,6 +194,8 @@ class Reducer {
   void beginPass();
   void startReadyBuckets();
   void startBucket(size_t b);
+  // Hands bucket b to hook_ (and, for the last bucket, all-reduces the extras).
+  void startHook(size_t b);
   void writeExtras(double active, double missing, double loss);
   void broadcastFromRoot();
   // Root's buffers to every rank: one broadcast per dtype of a flat copy.
@@ -217,6 +234,9 @@ class Reducer {
   int activeRanks_ = 0;
   int64_t syncedSteps_ = 0;
   StepTimeline timeline_;
+  std::shared_ptr<CommHook> hook_;
+  std::unique_ptr<comm::Work> extrasWork_;  // the last bucket's extras, with a hook
+  uint64_t bytesSent_ = 0;                  // without the hook's own count
   std::mutex mutex_;  // hooks may fire on an autograd worker thread
   // Sharded update: the window holds, per rank, every bucket (gradients, from gradBase_)
   // and then the same layout again for the weights a rank publishes (from weightBase_).
