@@ -15,13 +15,20 @@
 #include "cli/train_loop.h"
 #include "cli/train_monitor.h"
 #include "cli/train_timeline.h"
-#include "kolo/memory.h"
 #include "kolo/checkpoint.h"
+#include "kolo/memory.h"
 #include "kolo/safetensors.h"
 #include "kolo/trace.h"
 
 namespace kolo::cli {
 namespace {
+
+// The bytes Tensor::empty charged for `t`'s storage (64-byte rounded; 0 when undefined).
+int64_t storageBytes(const Tensor& t) {
+  if (!t.defined() || !t.impl()->storage || !t.impl()->storage->bytes) return 0;
+  const auto n = static_cast<int64_t>(t.impl()->storage->nbytes);
+  return n == 0 ? 64 : (n + 63) / 64 * 64;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -183,7 +190,8 @@ TrainSummary Trainer::run() {
   int64_t trainSteps = 0, steadySteps = 0;
   int64_t lastCheckpoint = -1;
   bool evaluated = false;
-  // Tensor bytes beyond the data: the most alive during a step, and what a step leaves alive.
+  // Tensor bytes beyond the data set: the most alive during a step (its batch included), and
+  // what a step leaves alive besides its batch (parameters, gradients, optimizer state).
   int64_t stepPeakBytes = 0, stateBytes = 0;
   while (step < totalSteps_) {
     const data::LoaderState at = loader.state();
@@ -213,7 +221,7 @@ TrainSummary Trainer::run() {
       resetPeakTensorBytes();
       const double loss = trainStep(batch, schedule_->lrAt(step));
       stepPeakBytes = std::max(stepPeakBytes, peakTensorBytes());
-      stateBytes = liveTensorBytes();
+      stateBytes = liveTensorBytes() - storageBytes(batch.inputs) - storageBytes(batch.labels);
       if (config_.slowWorker == rank()) {
         double compute = secondsSince(computeStart);
         if (const parallel::Reducer* reducer = strategy_->reducer())

@@ -1,11 +1,12 @@
 // Fully sharded data parallelism over the native communicator, ranks as threads: ZeRO-2 and
-// ZeRO-3 reach one-device training's weights at the same global batch after 10 steps, with
-// SGD + momentum and AdamW, at 2, 3 and 4 ranks (the mlp's last layer has 2570 parameters,
-// so 4 ranks shard it unevenly, and 3 ranks every layer); ZeRO-3 holds no whole parameters
-// between steps; bad configurations are refused with a message.
+// ZeRO-3 reach the weights of plain data parallelism (multi-worker-mirrored) and of
+// one-device training at the same global batch after 10 steps, with SGD + momentum and
+// AdamW, at 2 and 4 ranks (the mlp's last layer has 2570 parameters, so 4 ranks shard it
+// unevenly); ZeRO-3 holds no whole parameters between steps;
+// bad configurations are refused with a message.
 #include <gtest/gtest.h>
 
-#include <map>
+#include <string>
 
 #include "kolo/parallel/fsdp.h"
 #include "native_ranks.h"
@@ -21,7 +22,8 @@ OptimizerFactory optimizerFor(Opt opt) {
   return [opt](const NamedTensors& params) -> std::unique_ptr<optim::Optimizer> {
     if (opt == Opt::SgdMomentum)
       return std::make_unique<optim::Sgd>(params, optim::SgdOptions{.lr = 0.05, .momentum = 0.9});
-    return optim::makeAdamW(params, optim::AdamOptions{.lr = 1e-3, .decoupled = true});
+    return optim::makeAdamW(params,
+                            optim::AdamOptions{.lr = 1e-3, .weightDecay = 0.01, .decoupled = true});
   };
 }
 
@@ -37,16 +39,17 @@ std::vector<double> oneDevice(Opt opt) {
   return modelValues(strategy->model());
 }
 
-// fsdp with n ranks as threads (rank r's model has another init: the broadcast must make
-// them agree); rank 0's whole weights after checking every rank gathers the same ones.
-std::vector<double> trainFsdp(int n, ShardLevel level, Opt opt) {
+// `kind` (fsdp or multi-worker-mirrored) with n ranks as threads (rank r's model has another
+// init: the broadcast must make them agree); rank 0's whole weights after checking every
+// rank gathers the same ones.
+std::vector<double> trainRanks(StrategyKind kind, int n, ShardLevel level, Opt opt) {
   const TrainData& d = trainData();
   data::TensorDataset dataset(d.x, d.y);
   auto connect = nativeRanks(n);
   std::vector<std::vector<double>> weights(n);
   runThreads(n, [&](int rank) {
     StrategyOptions options;
-    options.kind = StrategyKind::FullyShardedDataParallel;
+    options.kind = kind;
     options.communicator = connect(rank);
     options.shard = level;
     auto strategy = makeStrategy(options, [rank] { return makeEquivalenceModel(rank); },
@@ -61,7 +64,7 @@ std::vector<double> trainFsdp(int n, ShardLevel level, Opt opt) {
       std::vector<int64_t> idx(order.begin() + s * local, order.begin() + (s + 1) * local);
       data::Batch b = dataset.gather(idx);
       strategy->trainStep(b.inputs, b.labels);
-      if (level == ShardLevel::Full) {
+      if (kind == StrategyKind::FullyShardedDataParallel && level == ShardLevel::Full) {
         // Between steps ZeRO-3 keeps no whole parameter.
         for (auto& [name, p] : strategy->model().namedParameters())
           EXPECT_EQ(p.impl()->storage->bytes, nullptr) << name << " on rank " << rank;
@@ -75,32 +78,41 @@ std::vector<double> trainFsdp(int n, ShardLevel level, Opt opt) {
   return weights[0];
 }
 
-class FsdpEquivalence : public ::testing::TestWithParam<std::tuple<ShardLevel, Opt, int>> {
+class FsdpEquivalence : public ::testing::TestWithParam<Opt> {
  protected:
   void SetUp() override { KOLO_SKIP_WITHOUT_FASHION_MNIST(); }
 };
 
-TEST_P(FsdpEquivalence, MatchesOneDeviceAfterTenSteps) {
-  const auto [level, opt, n] = GetParam();
-  static std::map<Opt, std::vector<double>> references;
-  if (!references.count(opt)) references[opt] = oneDevice(opt);
-  const std::vector<double> w = trainFsdp(n, level, opt);
-  ASSERT_EQ(w.size(), references[opt].size());
-  EXPECT_LT(maxRelDiff(w, references[opt]), 1e-5);
+// ZeRO-2 and ZeRO-3 at 2 and 4 ranks against plain data parallelism at the same rank count
+// and against one device.
+TEST_P(FsdpEquivalence, MatchesDataParallelismAfterTenSteps) {
+  const Opt opt = GetParam();
+  const std::vector<double> oneDeviceWeights = oneDevice(opt);
+  // The updates moved the weights far more than the tolerances: the checks can fail.
+  EXPECT_GT(maxRelDiff(oneDeviceWeights, modelValues(*makeEquivalenceModel(0))), 1e-2);
+  for (int n : {2, 4}) {
+    const std::vector<double> dp =
+        trainRanks(StrategyKind::MultiWorkerMirrored, n, ShardLevel::Full, opt);
+    for (ShardLevel level : {ShardLevel::Gradients, ShardLevel::Full}) {
+      const std::vector<double> w = trainRanks(StrategyKind::FullyShardedDataParallel, n, level, opt);
+      const std::string what = std::string(shardLevelName(level)) + " on " + std::to_string(n) + " ranks";
+      ASSERT_EQ(w.size(), dp.size()) << what;
+      EXPECT_LT(maxRelDiff(w, dp), 1e-5) << what << " vs data parallelism";
+      // One device sums the batch's gradients in another order. SGD's update is linear in
+      // the gradient, so that moves the weights by rounding only; Adam divides by the
+      // gradient's magnitude, so where a gradient nearly cancels its sign follows the
+      // rounding, and plain data parallelism itself differs from one device by about 2e-4.
+      EXPECT_LT(maxRelDiff(w, oneDeviceWeights), opt == Opt::SgdMomentum ? 1e-5 : 1e-3)
+          << what << " vs one device";
+    }
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    LevelsOptimizersRanks, FsdpEquivalence,
-    ::testing::Values(std::tuple{ShardLevel::Gradients, Opt::SgdMomentum, 2},
-                      std::tuple{ShardLevel::Gradients, Opt::AdamW, 4},
-                      std::tuple{ShardLevel::Full, Opt::SgdMomentum, 4},
-                      std::tuple{ShardLevel::Full, Opt::AdamW, 2},
-                      std::tuple{ShardLevel::Full, Opt::AdamW, 3}),
-    [](const auto& info) {
-      return std::string(shardLevelName(std::get<0>(info.param))) + "_" +
-             (std::get<1>(info.param) == Opt::SgdMomentum ? "sgd" : "adamw") + "_n" +
-             std::to_string(std::get<2>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Optimizers, FsdpEquivalence,
+                         ::testing::Values(Opt::SgdMomentum, Opt::AdamW),
+                         [](const auto& info) {
+                           return std::string(info.param == Opt::SgdMomentum ? "SgdMomentum" : "AdamW");
+                         });
 
 TEST(Fsdp, RefusesBadConfigurations) {
   EXPECT_THROW(parseShardLevel("zero3"), InvalidArgument);
