@@ -187,6 +187,12 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   // A communication hook replaces the all-reduce that the sharded update reads around.
   KOLO_REQUIRE(!compress || config_.shardOptimizer != "on", "--compress ", config_.compress,
                " cannot be combined with --shard-optimizer on");
+  if (kind == parallel::StrategyKind::FullyShardedDataParallel)
+    KOLO_REQUIRE(config_.checkpointDir.empty() && config_.resumeDir.empty() &&
+                     config_.initPath.empty() && config_.checkSync == 0 &&
+                     config_.debugPerturb.empty(),
+                 "--checkpoint-dir, --resume, --init, --check-sync and --debug-perturb are not "
+                 "available with --strategy fsdp");
   setNumThreads(config_.threads);
   // Validate the flags before the (slow) data loading and before joining the job.
   recipe_ = resolveRecipe(config_, 1);
@@ -197,12 +203,6 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   train_ = loadTrainingSet(config_);
   test_ = std::make_shared<data::FashionMnist>(config_.dataDir, false);
 
-  if (kind == parallel::StrategyKind::FullyShardedDataParallel)
-    KOLO_REQUIRE(config_.checkpointDir.empty() && config_.resumeDir.empty() &&
-                     config_.initPath.empty() && config_.checkSync == 0 &&
-                     config_.debugPerturb.empty(),
-                 "--checkpoint-dir, --resume, --init, --check-sync and --debug-perturb are not "
-                 "available with --strategy fsdp");
   if (kind == parallel::StrategyKind::MultiWorkerMirrored ||
       kind == parallel::StrategyKind::FullyShardedDataParallel)
     comm_ = parallel::init();
