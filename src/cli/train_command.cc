@@ -95,10 +95,16 @@ Command registerTrain(CLI::App& root) {
                   "one-device, mirrored (--replicas threads), multi-worker-mirrored (one replica "
                   "per rank, under kolo run or --workers), central-storage, parameter-server "
                   "(under kolo run --ps P --workers W), federated (server and client hosts, under kolo run -n N or "
-                  "in one process), pipeline (--stages P ranks under kolo run -n P) or "
-                  "tensor (--tp T ranks under kolo run -n T)")
+                  "in one process), pipeline (--stages P ranks under kolo run -n P), "
+                  "tensor (--tp T ranks under kolo run -n T) or fsdp (fully sharded data "
+                  "parallelism, one replica per rank under kolo run, see --shard)")
       ->check(oneOf({"one-device", "mirrored", "multi-worker-mirrored", "central-storage",
-                     "parameter-server", "federated", "pipeline", "tensor"}))
+                     "parameter-server", "federated", "pipeline", "tensor", "fsdp"}))
+      ->capture_default_str();
+  app->add_option("--shard", config->shard,
+                  "fsdp: grad shards gradients and optimizer state (ZeRO-2), full shards the "
+                  "parameters too and gathers them per top-level layer (ZeRO-3)")
+      ->check(oneOf({"grad", "full"}))
       ->capture_default_str();
   app->add_option("--workers", raw->workers,
                   "run on N ranks of this machine: re-launches itself as kolo run -n N -- kolo "

@@ -11,9 +11,11 @@
 #include "cli/train_compress.h"
 #include "kolo/autograd.h"
 #include "kolo/comm/init.h"
+#include "kolo/memory.h"
 #include "kolo/nn/models.h"
 #include "kolo/ops.h"
 #include "kolo/parallel/distributed.h"
+#include "kolo/parallel/fsdp.h"
 #include "kolo/safetensors.h"
 #include "kolo/threads.h"
 
@@ -185,6 +187,12 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   // A communication hook replaces the all-reduce that the sharded update reads around.
   KOLO_REQUIRE(!compress || config_.shardOptimizer != "on", "--compress ", config_.compress,
                " cannot be combined with --shard-optimizer on");
+  if (kind == parallel::StrategyKind::FullyShardedDataParallel)
+    KOLO_REQUIRE(config_.checkpointDir.empty() && config_.resumeDir.empty() &&
+                     config_.initPath.empty() && config_.checkSync == 0 &&
+                     config_.debugPerturb.empty(),
+                 "--checkpoint-dir, --resume, --init, --check-sync and --debug-perturb are not "
+                 "available with --strategy fsdp");
   setNumThreads(config_.threads);
   // Validate the flags before the (slow) data loading and before joining the job.
   recipe_ = resolveRecipe(config_, 1);
@@ -195,7 +203,9 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   train_ = loadTrainingSet(config_);
   test_ = std::make_shared<data::FashionMnist>(config_.dataDir, false);
 
-  if (kind == parallel::StrategyKind::MultiWorkerMirrored) comm_ = parallel::init();
+  if (kind == parallel::StrategyKind::MultiWorkerMirrored ||
+      kind == parallel::StrategyKind::FullyShardedDataParallel)
+    comm_ = parallel::init();
   const int worldSize = comm_ ? comm_->size() : 1;
   KOLO_REQUIRE(config_.batch % (worldSize * localReplicas) == 0, "--batch ", config_.batch,
                " does not split evenly over ", worldSize * localReplicas, " replicas (", worldSize,
@@ -219,6 +229,7 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   options.reducer.shardOptimizer =
       config_.shardOptimizer == "on" ||
       (config_.shardOptimizer == "auto" && config_.algorithm == "auto" && !options.reducer.overlap);
+  options.shard = parallel::parseShardLevel(config_.shard);
   if (compress) options.reducer.shardOptimizer = false;
   prefetch_ = onOrSpareCore(config_.prefetch, localReplicas * config_.threads) ? 2 : 0;
   // Every replica starts from the same seeded init (or --init file); the strategy also
@@ -232,6 +243,7 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   auto optimizers = [this](const parallel::NamedTensors& parameters) {
     return makeOptimizer(recipe_, parameters);
   };
+  tensorBase_ = liveTensorBytes();
   strategy_ = parallel::makeStrategy(options, models, optimizers);
   installCompression(config_.compress, *strategy_);
   if (!config_.initPath.empty() && isPrimary())
@@ -275,6 +287,7 @@ double Trainer::evaluate() {
   const int size = comm_ ? comm_->size() : 1;
   const int64_t begin = n * rank() / size;
   const int64_t end = n * (rank() + 1) / size;
+  strategy_->gatherModel();  // fsdp: whole parameters for the forward passes below
   const double mine = static_cast<double>(countCorrect(model(), *test_, begin, end));
   double correct = mine;
   if (size > 1) comm_->allreduce(&mine, &correct, 1, DType::F64, comm::ReduceOp::Sum);

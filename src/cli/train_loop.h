@@ -62,6 +62,7 @@ struct TrainConfig {
   std::string overlap = "auto";    // auto | on | off: bucket all-reduces during backward
   std::string shardOptimizer = "auto";  // auto | on | off: sharded update on one host
   std::string prefetch = "auto";   // auto | on | off: a loader thread gathers the next batches
+  std::string shard = "full";      // fsdp: grad (ZeRO-2) | full (ZeRO-3)
   std::string compress = "none";   // none | fp16 | bf16 | powersgd:RANK | topk:FRACTION
 
   // Parameter servers (--strategy parameter-server, under kolo run --ps P --workers W);
@@ -225,6 +226,7 @@ class Trainer {
   Recipe recipe_;
   int64_t stepsPerEpoch_ = 0;
   int64_t totalSteps_ = 0;
+  int64_t tensorBase_ = 0;  // tensor bytes alive before the strategy was built (the data)
   int prefetch_ = 2;  // DataLoader prefetch depth (0: gather on the training thread)
 };
 

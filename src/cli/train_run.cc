@@ -16,11 +16,19 @@
 #include "cli/train_monitor.h"
 #include "cli/train_timeline.h"
 #include "kolo/checkpoint.h"
+#include "kolo/memory.h"
 #include "kolo/safetensors.h"
 #include "kolo/trace.h"
 
 namespace kolo::cli {
 namespace {
+
+// The bytes Tensor::empty charged for `t`'s storage (64-byte rounded; 0 when undefined).
+int64_t storageBytes(const Tensor& t) {
+  if (!t.defined() || !t.impl()->storage || !t.impl()->storage->bytes) return 0;
+  const auto n = static_cast<int64_t>(t.impl()->storage->nbytes);
+  return n == 0 ? 64 : (n + 63) / 64 * 64;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -182,6 +190,9 @@ TrainSummary Trainer::run() {
   int64_t trainSteps = 0, steadySteps = 0;
   int64_t lastCheckpoint = -1;
   bool evaluated = false;
+  // Tensor bytes beyond the data set: the most alive during a step (its batch included), and
+  // what a step leaves alive besides its batch (parameters, gradients, optimizer state).
+  int64_t stepPeakBytes = 0, stateBytes = 0;
   while (step < totalSteps_) {
     const data::LoaderState at = loader.state();
     const int64_t epochSteps = std::min(stepsPerEpoch_ - at.batch, totalSteps_ - step);
@@ -207,7 +218,10 @@ TrainSummary Trainer::run() {
       // takes FACTOR times its compute time, sleeping the difference before each step.
       if (slowSeconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(slowSeconds));
       const auto computeStart = Clock::now();
+      resetPeakTensorBytes();
       const double loss = trainStep(batch, schedule_->lrAt(step));
+      stepPeakBytes = std::max(stepPeakBytes, peakTensorBytes());
+      stateBytes = liveTensorBytes() - storageBytes(batch.inputs) - storageBytes(batch.labels);
       if (config_.slowWorker == rank()) {
         double compute = secondsSince(computeStart);
         if (const parallel::Reducer* reducer = strategy_->reducer())
@@ -288,6 +302,10 @@ TrainSummary Trainer::run() {
                       {"lr", optimizer().lr()}});
     }
   }
+  if (trainSteps > 0)
+    logger_.info("tensor memory", {{"rank", rank()},
+                                   {"state_bytes", stateBytes - tensorBase_},
+                                   {"step_peak_bytes", stepPeakBytes - tensorBase_}});
   if (!evaluated) {
     summary.testAccuracy = evaluate();
     summary.epochs = loader.state().epoch;
@@ -303,6 +321,7 @@ TrainSummary Trainer::run() {
     saveCheckpoint(step, loader);
     if (!config_.checkpointDir.empty()) event("checkpoint", step);
   }
+  if (!config_.savePath.empty()) strategy_->gatherModel();  // collective under fsdp
   if (primary && !config_.savePath.empty()) {
     checkpoint::saveSafetensors(
         config_.savePath, model().stateDict(),

@@ -31,8 +31,8 @@ std::vector<std::string> workersCommandLine(const std::string& self, int workers
     if (word == "--strategy" && i + 1 < trainArgs.size()) strategy = trainArgs[i + 1];
     if (word.rfind("--strategy=", 0) == 0) strategy = word.substr(11);
     if (!strategy.empty()) {
-      KOLO_REQUIRE(strategy == "multi-worker-mirrored", "--workers ", workers,
-                   " runs --strategy multi-worker-mirrored, not '", strategy, "'");
+      KOLO_REQUIRE(strategy == "multi-worker-mirrored" || strategy == "fsdp", "--workers ",
+                   workers, " runs --strategy multi-worker-mirrored or fsdp, not '", strategy, "'");
       strategyNamed = true;
     }
     args.push_back(word);

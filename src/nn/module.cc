@@ -14,6 +14,19 @@ Tensor Module::forwardInputs(const std::vector<Tensor>& inputs) {
   return forward(inputs.front());
 }
 
+int Module::addForwardPreHook(ForwardPreHook hook) {
+  KOLO_CHECK(hook != nullptr, "addForwardPreHook with an empty function");
+  const int id = nextHookId_++;
+  forwardPreHooks_.emplace(id, std::move(hook));
+  return id;
+}
+
+void Module::removeForwardPreHook(int id) { forwardPreHooks_.erase(id); }
+
+void Module::beforeForward() {
+  for (auto& [id, hook] : forwardPreHooks_) hook(*this);
+}
+
 int Module::addForwardHook(ForwardHook hook) {
   KOLO_CHECK(hook != nullptr, "addForwardHook with an empty function");
   const int id = nextHookId_++;

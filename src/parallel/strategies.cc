@@ -7,6 +7,7 @@
 #include "kolo/ops.h"
 #include "kolo/trace.h"
 #include "kolo/parallel/distributed.h"
+#include "kolo/parallel/fsdp.h"
 #include "kolo/parallel/strategy.h"
 #include "parallel/replica_pool.h"
 
@@ -22,6 +23,8 @@ const char* strategyKindName(StrategyKind kind) {
       return "multi-worker-mirrored";
     case StrategyKind::CentralStorage:
       return "central-storage";
+    case StrategyKind::FullyShardedDataParallel:
+      return "fsdp";
   }
   return "?";
 }
@@ -31,8 +34,9 @@ StrategyKind parseStrategyKind(const std::string& name) {
   if (name == "mirrored") return StrategyKind::Mirrored;
   if (name == "multi-worker-mirrored") return StrategyKind::MultiWorkerMirrored;
   if (name == "central-storage") return StrategyKind::CentralStorage;
+  if (name == "fsdp") return StrategyKind::FullyShardedDataParallel;
   KOLO_THROW(InvalidArgument, "unknown strategy '", name,
-             "' (expected one-device, mirrored, multi-worker-mirrored or central-storage)");
+             "' (expected one-device, mirrored, multi-worker-mirrored, central-storage or fsdp)");
 }
 
 StrategyOptions strategyOptionsFromNames(const std::string& strategy, int replicas,
@@ -44,8 +48,9 @@ StrategyOptions strategyOptionsFromNames(const std::string& strategy, int replic
   options.replicas = replicas;
   options.reduction = parseLocalReduction(reduction);
   options.reducer.collective.algorithm = comm::parseAlgorithm(algorithm);
-  if (options.kind == StrategyKind::MultiWorkerMirrored)
-    KOLO_CHECK(communicator != nullptr, "multi-worker-mirrored needs the job's communicator");
+  if (options.kind == StrategyKind::MultiWorkerMirrored ||
+      options.kind == StrategyKind::FullyShardedDataParallel)
+    KOLO_CHECK(communicator != nullptr, strategy, " needs the job's communicator");
   options.communicator = std::move(communicator);
   return options;
 }
@@ -338,6 +343,10 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, ModelFact
       KOLO_CHECK_GE(options.replicas, 1, "(central-storage replicas)");
       return std::make_unique<CentralStorageStrategy>(options, std::move(modelFactory),
                                                       std::move(optimizerFactory), std::move(loss));
+    case StrategyKind::FullyShardedDataParallel:
+      return makeFsdpStrategy(options.communicator,
+                              {.shard = options.shard, .collective = options.reducer.collective},
+                              std::move(modelFactory), std::move(optimizerFactory), std::move(loss));
   }
   KOLO_THROW(InvalidArgument, "makeStrategy: unknown strategy kind");
 }

@@ -35,14 +35,24 @@ class Module {
   /// forward(x), then this module's hooks (addForwardHook, addOutputGradHook). Containers
   /// (Sequential) call their children this way; like PyTorch's hooks, which run from
   /// __call__, they do not fire when forward() is called directly.
-  Tensor operator()(const Tensor& x) { return afterForward(forward(x)); }
+  Tensor operator()(const Tensor& x) {
+    beforeForward();
+    return afterForward(forward(x));
+  }
   /// model(x, mask, ...): forward({x, mask, ...}), then the hooks.
   template <class... More>
     requires(sizeof...(More) > 0 && (std::convertible_to<const More&, const Tensor&> && ...))
   Tensor operator()(const Tensor& x, const More&... more) {
+    beforeForward();
     return afterForward(forwardInputs(std::vector<Tensor>{x, more...}));
   }
 
+  /// Called with the module before each forward reached through operator().
+  using ForwardPreHook = std::function<void(Module& module)>;
+  /// Registers `hook` (PyTorch's register_forward_pre_hook); returns an id for
+  /// removeForwardPreHook. Hooks run in registration order, on the thread that runs forward.
+  int addForwardPreHook(ForwardPreHook hook);
+  void removeForwardPreHook(int id);
   /// Called with the module and its output after each forward reached through operator().
   using ForwardHook = std::function<void(Module& module, const Tensor& output)>;
   /// Called during backward with the module and the gradient of its output.
@@ -119,6 +129,8 @@ class Module {
 
  private:
   void addChild(const std::string& name, std::shared_ptr<Module> module);
+  /// Runs the forward pre-hooks.
+  void beforeForward();
   /// Runs the forward hooks on `output` and, when there are output-gradient hooks and
   /// autograd records, returns it through their identity node; otherwise returns it.
   Tensor afterForward(Tensor output);
@@ -131,6 +143,7 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
+  std::map<int, ForwardPreHook> forwardPreHooks_;
   std::map<int, ForwardHook> forwardHooks_;
   std::map<int, OutputGradHook> outputGradHooks_;
   int nextHookId_ = 0;

@@ -25,10 +25,22 @@ using OptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(const N
 /// The mean loss of `model` on a batch. Default: cross-entropy of model(inputs) vs labels.
 using LossFn = std::function<Tensor(nn::Module& model, const Tensor& inputs, const Tensor& labels)>;
 
-enum class StrategyKind { OneDevice, Mirrored, MultiWorkerMirrored, CentralStorage };
+enum class StrategyKind {
+  OneDevice,
+  Mirrored,
+  MultiWorkerMirrored,
+  CentralStorage,
+  FullyShardedDataParallel  // "fsdp" (kolo/parallel/fsdp.h)
+};
+
+/// What fsdp shards across the ranks besides the optimizer state.
+enum class ShardLevel {
+  Gradients,  // `grad`: ZeRO-2, parameters stay whole on every rank
+  Full,       // `full`: ZeRO-3, parameters are sharded too and gathered per unit
+};
 
 const char* strategyKindName(StrategyKind kind);
-/// Parses "one-device", "mirrored", "multi-worker-mirrored", "central-storage".
+/// Parses "one-device", "mirrored", "multi-worker-mirrored", "central-storage", "fsdp".
 StrategyKind parseStrategyKind(const std::string& name);
 
 struct StrategyOptions {
@@ -37,10 +49,12 @@ struct StrategyOptions {
   int replicas = 2;
   /// In-process reduction of mirrored.
   LocalReduction reduction = LocalReduction::Ring;
-  /// The job's communicator (multi-worker-mirrored); required there, ignored elsewhere.
+  /// The job's communicator (multi-worker-mirrored, fsdp); required there, ignored elsewhere.
   std::shared_ptr<comm::Communicator> communicator;
   /// Buckets and all-reduce algorithm (reducer.collective.algorithm) of the reducers.
   ReducerOptions reducer;
+  /// What fsdp shards besides the optimizer state.
+  ShardLevel shard = ShardLevel::Full;
 };
 
 /// Result of one synchronous step.
@@ -87,6 +101,9 @@ class Strategy {
   /// Collective for multi-worker-mirrored: makes optimizer()'s state whole on this process
   /// before it is read (checkpoints), where updates are sharded across ranks.
   virtual void consolidateState() {}
+  /// Collective for fsdp: makes model() hold every parameter whole until the next
+  /// trainStep(), for evaluation and saving. Nothing to do where parameters are never sharded.
+  virtual void gatherModel() {}
   /// The reducer of replica 0 (mirrored, multi-worker-mirrored), else null: for timelines.
   virtual Reducer* reducer() { return nullptr; }
 };

@@ -1,0 +1,49 @@
+// Fully sharded data parallelism (ZeRO stages 2 and 3, PyTorch FSDP's SHARD_GRAD_OP and
+// FULL_SHARD): one replica per rank, as multi-worker-mirrored, but each rank keeps only its
+// 1/N shard of the gradients and of the optimizer state (ZeRO-2), and with `full` of the
+// parameters too (ZeRO-3).
+//
+// The model is cut into units, one per top-level child module that holds parameters. A
+// unit's parameters live in one flat f32 buffer, padded to a multiple of N so that rank r
+// owns elements [r*S, (r+1)*S) with S = padded/N. A step:
+//  - ZeRO-3 only: before a unit's forward the ranks all-gather its parameters into the flat
+//    buffer and free it again after the forward; before the unit's backward (the gradient of
+//    its output arrives) they gather it again, and free it once its gradients are reduced.
+//  - as soon as the last gradient of a unit is ready during backward, the unit's gradients
+//    are reduce-scattered (summed, then divided by N) into this rank's gradient shard and
+//    the whole gradients are dropped;
+//  - the optimizer updates this rank's shard of every parameter with its shard of the state
+//    (an elementwise update, so the result is the one data parallelism computes);
+//  - ZeRO-2 only: the updated shards are all-gathered back into every unit's buffer.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kolo/comm/communicator.h"
+#include "kolo/parallel/strategy.h"
+
+namespace kolo::parallel {
+
+const char* shardLevelName(ShardLevel level);
+/// Parses "grad" or "full"; throws InvalidArgument naming anything else.
+ShardLevel parseShardLevel(const std::string& name);
+
+struct FsdpOptions {
+  ShardLevel shard = ShardLevel::Full;
+  /// Algorithm and deadline of the all-gathers and reduce-scatters.
+  comm::CollectiveOptions collective;
+};
+
+/// Builds the fully sharded strategy over `communicator` (collective: rank 0's parameters and
+/// buffers are broadcast, then each rank keeps its shards). model() is the model whose
+/// parameters the units gather; between steps under ZeRO-3 its parameters hold no storage
+/// until gatherModel() is called (evaluation, saving). optimizer() is the optimizer over this
+/// rank's shards, one tensor per parameter named as the parameter (absent where the rank owns
+/// none of it). Throws InvalidArgument for a missing communicator, a parameter that is not f32
+/// or that belongs to the root module instead of a child.
+std::unique_ptr<Strategy> makeFsdpStrategy(std::shared_ptr<comm::Communicator> communicator,
+                                           FsdpOptions options, ModelFactory modelFactory,
+                                           OptimizerFactory optimizerFactory, LossFn loss = nullptr);
+
+}  // namespace kolo::parallel

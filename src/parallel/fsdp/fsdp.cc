@@ -1,0 +1,261 @@
+// Fully sharded data parallelism: units (top-level children) with flat, padded parameter
+// buffers; per-unit gather before forward and backward (ZeRO-3), per-unit reduce-scatter of
+// the gradients as soon as backward finished them, and an optimizer over this rank's shards.
+#include "kolo/parallel/fsdp.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kolo/autograd.h"
+#include "kolo/error.h"
+#include "kolo/ops.h"
+#include "kolo/parallel/distributed.h"
+#include "kolo/trace.h"
+
+namespace kolo::parallel {
+
+const char* shardLevelName(ShardLevel level) {
+  return level == ShardLevel::Gradients ? "grad" : "full";
+}
+
+ShardLevel parseShardLevel(const std::string& name) {
+  if (name == "grad") return ShardLevel::Gradients;
+  if (name == "full") return ShardLevel::Full;
+  KOLO_THROW(InvalidArgument, "fsdp: shard level '", name, "' is not accepted: use grad or full");
+}
+
+namespace {
+
+Tensor crossEntropyOfModel(nn::Module& model, const Tensor& inputs, const Tensor& labels) {
+  trace::Scope span("forward", "compute");
+  return crossEntropy(model.forward(inputs), labels);
+}
+
+// One unit: a top-level child and its parameters in one flat buffer of `padded` floats.
+struct Unit {
+  std::string name;
+  nn::Module* module = nullptr;
+  NamedTensors parameters;       // full names, handles whose storage is `flat`
+  std::vector<int64_t> offsets;  // of each parameter in the flat buffer
+  int64_t numel = 0;             // the parameters' elements
+  int64_t padded = 0;            // numel rounded up to a multiple of the rank count
+  int64_t shardLength = 0;       // padded / ranks
+  std::shared_ptr<Storage> flat;  // shared by the parameters; bytes null while sharded
+  Tensor shard;                  // [shardLength]: this rank's parameter elements
+  Tensor gradShard;              // [shardLength]: their averaged gradient
+  bool gathered = true;
+  size_t ready = 0;   // gradients ready in this backward
+  bool reduced = false;  // reduce-scattered in this backward
+};
+
+class FsdpStrategy : public Strategy {
+ public:
+  FsdpStrategy(std::shared_ptr<comm::Communicator> comm, FsdpOptions options, ModelFactory models,
+               OptimizerFactory optimizers, LossFn loss)
+      : comm_(std::move(comm)), options_(options), loss_(std::move(loss)) {
+    KOLO_CHECK(comm_ != nullptr, "fsdp needs the job's communicator");
+    model_ = models();
+    KOLO_CHECK(model_ != nullptr, "fsdp: the model factory returned no model");
+    const int n = comm_->size();
+    const int rank = comm_->rank();
+    broadcastParameters(*model_, *comm_, 0);
+    size_t inUnits = 0;
+    for (const auto& [childName, child] : model_->children()) {
+      NamedTensors parameters = child->namedParameters();
+      if (parameters.empty()) continue;
+      Unit unit;
+      unit.name = childName;
+      unit.module = child.get();
+      for (auto& [name, p] : parameters) {
+        KOLO_CHECK(p.dtype() == DType::F32, "fsdp: parameter '", childName, ".", name,
+                   "' is ", dtypeName(p.dtype()), "; only f32 parameters can be sharded");
+        unit.offsets.push_back(unit.numel);
+        unit.numel += p.numel();
+        unit.parameters.emplace_back(childName + "." + name, p);
+      }
+      inUnits += parameters.size();
+      unit.padded = (unit.numel + n - 1) / n * n;
+      unit.shardLength = unit.padded / n;
+      // Move the parameters into the unit's flat buffer (padding zeroed).
+      Tensor flat = Tensor::zeros({unit.padded});
+      float* dst = flat.data<float>();
+      for (size_t i = 0; i < unit.parameters.size(); ++i) {
+        Tensor p = unit.parameters[i].second;
+        Tensor values = p.contiguous();
+        std::memcpy(dst + unit.offsets[i], values.data<float>(), sizeof(float) * p.numel());
+        p.impl()->storage = flat.impl()->storage;
+        p.impl()->offset = unit.offsets[i];
+        p.impl()->strides = contiguousStrides(p.shape());
+      }
+      unit.flat = flat.impl()->storage;
+      unit.shard = Tensor::empty({unit.shardLength});
+      std::memcpy(unit.shard.data<float>(), dst + rank * unit.shardLength,
+                  sizeof(float) * unit.shardLength);
+      unit.gradShard = Tensor::zeros({unit.shardLength});
+      units_.push_back(std::move(unit));
+    }
+    const NamedTensors all = model_->namedParameters();
+    KOLO_CHECK(inUnits == all.size(), "fsdp: ", all.size() - inUnits,
+               " parameter(s) belong to the root module itself; fsdp shards the parameters of "
+               "its top-level children (put them in a child module)");
+    KOLO_CHECK(!units_.empty(), "fsdp: the model has no parameters to shard");
+
+    // The optimizer sees, per parameter, the part of it that this rank owns: views of the
+    // shard (and of the gradient shard, set once as their gradient).
+    NamedTensors pieces;
+    for (Unit& unit : units_) {
+      const int64_t begin = rank * unit.shardLength;
+      const int64_t end = begin + unit.shardLength;
+      for (size_t i = 0; i < unit.parameters.size(); ++i) {
+        const int64_t lo = std::max(begin, unit.offsets[i]);
+        const int64_t hi = std::min(end, unit.offsets[i] + unit.parameters[i].second.numel());
+        if (lo >= hi) continue;
+        Tensor piece = unit.shard.slice(0, lo - begin, hi - begin);
+        piece.setGrad(unit.gradShard.slice(0, lo - begin, hi - begin));
+        pieces.emplace_back(unit.parameters[i].first, piece);
+      }
+    }
+    optimizer_ = optimizers(pieces);
+
+    for (size_t u = 0; u < units_.size(); ++u) {
+      Unit& unit = units_[u];
+      unit.module->addForwardPreHook([this, u](nn::Module&) { gather(units_[u]); });
+      unit.module->addForwardHook([this, u](nn::Module&, const Tensor&) {
+        if (!keepGathered_) release(units_[u]);
+      });
+      unit.module->addOutputGradHook([this, u](nn::Module&, const Tensor&) { gather(units_[u]); });
+      for (auto& [name, p] : unit.parameters) {
+        Tensor(p).addGradReadyHook([this, u](Tensor&) {
+          Unit& owner = units_[u];
+          if (++owner.ready == owner.parameters.size()) reduceScatter(owner);
+        });
+      }
+    }
+    keepGathered_ = false;
+    for (Unit& unit : units_) release(unit);
+  }
+
+  StrategyKind kind() const override { return StrategyKind::FullyShardedDataParallel; }
+  int localReplicas() const override { return 1; }
+  int dataRank() const override { return comm_->rank(); }
+  int dataWorldSize() const override { return comm_->size(); }
+
+  StepResult trainStep(const Tensor& inputs, const Tensor& labels) override {
+    KOLO_CHECK(inputs.defined() && labels.defined(), "fsdp: undefined batch");
+    KOLO_CHECK_EQ(inputs.size(0), labels.size(0), "fsdp: inputs and labels disagree on the batch size");
+    keepGathered_ = false;
+    for (Unit& unit : units_) {
+      release(unit);
+      unit.ready = 0;
+      unit.reduced = false;
+    }
+    Tensor loss = loss_(*model_, inputs, labels);
+    {
+      trace::Scope span("backward", "compute");
+      loss.backward();
+    }
+    // A unit some of whose parameters got no gradient: the missing ones count as zeros.
+    for (Unit& unit : units_)
+      if (!unit.reduced) reduceScatter(unit);
+    const double local = loss.item();
+    double sum = 0;
+    comm_->allreduce(&local, &sum, 1, DType::F64, comm::ReduceOp::Sum, options_.collective);
+    {
+      trace::Scope span("optimizer", "compute");
+      optimizer_->step();
+    }
+    if (options_.shard == ShardLevel::Gradients)
+      for (Unit& unit : units_) allGather(unit);
+    return {sum / comm_->size()};
+  }
+
+  nn::Module& model() override { return *model_; }
+  optim::Optimizer& optimizer() override { return *optimizer_; }
+  void syncReplicas() override {
+    KOLO_THROW(InvalidArgument, "fsdp: loading weights or optimizer state into a running fsdp "
+                                "strategy is not supported");
+  }
+  void gatherModel() override {
+    for (Unit& unit : units_) gather(unit);
+    keepGathered_ = true;
+  }
+
+ private:
+  // The unit's whole parameters into its flat buffer (allocated now under ZeRO-3).
+  void gather(Unit& unit) {
+    if (unit.gathered) return;
+    allGather(unit);
+  }
+
+  void allGather(Unit& unit) {
+    trace::Scope span("all-gather", "comm");
+    if (!unit.flat->bytes) {
+      Tensor flat = Tensor::empty({unit.padded});
+      unit.flat->bytes = flat.impl()->storage->bytes;
+      unit.flat->nbytes = flat.impl()->storage->nbytes;
+    }
+    comm_->allgather(unit.shard.data<float>(), unit.flat->bytes.get(),
+                     static_cast<size_t>(unit.shardLength), DType::F32, options_.collective);
+    unit.gathered = true;
+  }
+
+  // ZeRO-3: frees the unit's whole parameters (views saved for backward see the storage
+  // again once gather() refills it). Under ZeRO-2 parameters stay.
+  void release(Unit& unit) {
+    if (options_.shard != ShardLevel::Full || !unit.gathered) return;
+    unit.flat->bytes.reset();
+    unit.flat->nbytes = 0;
+    unit.gathered = false;
+  }
+
+  // Sums the unit's gradients over the ranks into this rank's gradient shard, divides by the
+  // rank count, drops the whole gradients and (ZeRO-3) the whole parameters.
+  void reduceScatter(Unit& unit) {
+    trace::Scope span("reduce-scatter", "comm");
+    Tensor send = Tensor::empty({unit.padded});
+    float* dst = send.data<float>();
+    for (size_t i = 0; i < unit.parameters.size(); ++i) {
+      Tensor p = unit.parameters[i].second;
+      const int64_t count = p.numel();
+      Tensor g = p.grad();
+      if (g.defined()) {
+        Tensor values = g.contiguous();
+        std::memcpy(dst + unit.offsets[i], values.data<float>(), sizeof(float) * count);
+        p.setGrad(Tensor());
+      } else {
+        std::fill(dst + unit.offsets[i], dst + unit.offsets[i] + count, 0.0f);
+      }
+    }
+    std::fill(dst + unit.numel, dst + unit.padded, 0.0f);
+    float* shard = unit.gradShard.data<float>();
+    comm_->reduceScatter(dst, shard, static_cast<size_t>(unit.shardLength), DType::F32,
+                         comm::ReduceOp::Sum, options_.collective);
+    const float scale = 1.0f / static_cast<float>(comm_->size());
+    for (int64_t j = 0; j < unit.shardLength; ++j) shard[j] *= scale;
+    unit.reduced = true;
+    release(unit);
+  }
+
+  std::shared_ptr<comm::Communicator> comm_;
+  FsdpOptions options_;
+  LossFn loss_;
+  std::shared_ptr<nn::Module> model_;
+  std::vector<Unit> units_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  bool keepGathered_ = true;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> makeFsdpStrategy(std::shared_ptr<comm::Communicator> communicator,
+                                           FsdpOptions options, ModelFactory modelFactory,
+                                           OptimizerFactory optimizerFactory, LossFn loss) {
+  KOLO_CHECK(communicator != nullptr, "fsdp needs the job's communicator");
+  KOLO_CHECK(modelFactory != nullptr, "fsdp: no model factory");
+  KOLO_CHECK(optimizerFactory != nullptr, "fsdp: no optimizer factory");
+  if (!loss) loss = crossEntropyOfModel;
+  return std::make_unique<FsdpStrategy>(std::move(communicator), options, std::move(modelFactory),
+                                        std::move(optimizerFactory), std::move(loss));
+}
+
+}  // namespace kolo::parallel
