@@ -157,6 +157,10 @@ std::vector<std::string> nameFrames(const Symbolizer& names, void* const* frames
     for (int i = 0; i < depth && i < 4; ++i)
       if (names.name(frames[i], false).rfind("__restore_rt", 0) == 0) first = i + 1;
     if (first == 0) first = std::min(depth, 2);  // the handler, then the trampoline
+    // A thread caught inside the recorder's own dump-signal handler (SIGUSR1 arriving just
+    // before the stack signal): what it was doing is below that handler and its trampoline.
+    for (int i = first; i < depth && i < first + 6; ++i)
+      if (names.name(frames[i], true).find("kolo::flight::") != std::string::npos) first = std::min(depth, i + 2);
   }
   for (int i = first; i < depth; ++i) {
     std::string frame = names.name(frames[i], i > first || !inHandler);
