@@ -44,6 +44,9 @@ struct Slot {
   void* frames[kMaxFrames] = {};
 };
 Slot gSlot;
+// glibc's signal trampoline (__restore_rt, the sa_restorer it installs): a frame there is
+// where a signal handler was entered. 0 when unknown.
+std::atomic<uintptr_t> gTrampoline{0};
 
 int stackSignal() { return SIGRTMIN + 4; }
 
@@ -148,19 +151,21 @@ class Symbolizer {
 #endif
 };
 
-// The frames below the signal trampoline (a handler's own frames are not the thread's), or
-// below this file's functions for the calling thread.
+// The frames below the last signal trampoline: a handler's own frames are not what the
+// thread was doing (ours, and any other it was running when ours came, such as the
+// recorder's SIGUSR1 handler); for the calling thread, below this file's functions.
 std::vector<std::string> nameFrames(const Symbolizer& names, void* const* frames, int depth, bool inHandler) {
   std::vector<std::string> out;
   int first = 0;
-  if (inHandler) {
+  const uintptr_t trampoline = gTrampoline.load(std::memory_order_relaxed);
+  for (int i = 0; i < depth; ++i) {
+    const auto pc = reinterpret_cast<uintptr_t>(frames[i]);
+    if (trampoline != 0 && pc >= trampoline && pc < trampoline + 16) first = i + 1;
+  }
+  if (inHandler && first == 0) {  // trampoline unknown: find it by name, else skip handler + trampoline
     for (int i = 0; i < depth && i < 4; ++i)
       if (names.name(frames[i], false).rfind("__restore_rt", 0) == 0) first = i + 1;
-    if (first == 0) first = std::min(depth, 2);  // the handler, then the trampoline
-    // A thread caught inside the recorder's own dump-signal handler (SIGUSR1 arriving just
-    // before the stack signal): what it was doing is below that handler and its trampoline.
-    for (int i = first; i < depth && i < first + 6; ++i)
-      if (names.name(frames[i], true).find("kolo::flight::") != std::string::npos) first = std::min(depth, i + 2);
+    if (first == 0) first = std::min(depth, 2);
   }
   for (int i = first; i < depth; ++i) {
     std::string frame = names.name(frames[i], i > first || !inHandler);
@@ -182,6 +187,9 @@ void prepareStackCapture() {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   ::sigaction(stackSignal(), &action, nullptr);
+  struct sigaction installed {};
+  if (::sigaction(stackSignal(), nullptr, &installed) == 0)
+    gTrampoline.store(reinterpret_cast<uintptr_t>(installed.sa_restorer), std::memory_order_relaxed);
 }
 
 std::vector<ThreadStack> captureThreadStacks(std::chrono::milliseconds perThread, int maxThreads) {

@@ -14,6 +14,7 @@
 #include <map>
 #include <sstream>
 
+#include "cli/report_timeline.h"
 #include "kolo/error.h"
 
 extern char** environ;
@@ -214,6 +215,18 @@ std::string eventMarks(const std::vector<Run>& runs) {
 }  // namespace
 
 std::vector<Plot> drawPlots(const std::vector<Run>& runs, const std::string& outDir) {
+  // The step-time breakdown from the timeline, when a run has one (read first: a bad trace
+  // file fails before anything is drawn): what each rank's stepping thread spent its steps
+  // on, and its communication on every thread.
+  std::vector<std::pair<std::string, std::vector<double>>> timelineSteps, timelineComm;
+  for (const Run& run : runs) {
+    if (run.traces.empty()) continue;
+    for (const RankTimeline& r : timelineBreakdown(run.traces)) {
+      const std::string label = run.name + " r" + std::to_string(r.rank);
+      timelineSteps.emplace_back(label, std::vector<double>{r.dataMs, r.computeMs, r.exposedMs, r.otherMs()});
+      timelineComm.emplace_back(label, std::vector<double>{r.commMs, r.exposedMs});
+    }
+  }
   Drawer drawer(outDir);
   std::vector<Plot> plots;
   std::vector<Series> lossStep, lossWall, accStep, accWall, rankRates;
@@ -303,6 +316,21 @@ std::vector<Plot> drawPlots(const std::vector<Run>& runs, const std::string& out
       {"data", "compute", "compute, communication overlapped", "exposed communication", "waiting"},
       breakdown, true,
       "no interval lines"));
+  if (!timelineSteps.empty()) {
+    plots.push_back(drawer.bars(
+        "timeline-breakdown", "Step-time breakdown per rank, from the timeline",
+        "Mean milliseconds per step span of the timeline: data spans, compute spans (forward, "
+        "backward, optimizer), communication the stepping thread waited for (gradient sync, "
+        "blocking collectives) and the rest of the step.",
+        "ms per step", {"data", "compute", "exposed communication", "other"}, timelineSteps, true,
+        "no step spans in the timeline"));
+    plots.push_back(drawer.bars(
+        "timeline-comm", "Communication per rank, from the timeline",
+        "Mean milliseconds per step during which any thread of the rank communicated (the union "
+        "of its comm spans), against the part its stepping thread waited for.",
+        "ms per step", {"communication (any thread)", "exposed communication"}, timelineComm, false,
+        "no step spans in the timeline"));
+  }
   std::vector<std::pair<std::string, std::vector<double>>> volume, bandwidth;
   for (const auto& [algorithm, a] : byAlgorithm) {
     volume.emplace_back(algorithm, std::vector<double>{a.first / 1e9});

@@ -209,6 +209,52 @@ TEST_F(ReportCliTest, PageHoldsEveryPlotAsWellFormedInlineSvgAndTheSummary) {
   EXPECT_NE(single.find("no communication (one process)"), std::string::npos);
 }
 
+// A run with a timeline: the breakdown per rank from its step spans. Rank 0's two steps of
+// 10 ms each hold 1 ms of data, 5 ms of compute (3 + 2; a compute span nested in another and a
+// module span are not counted again), 3 ms of gradient sync and 1 ms of nothing, while its
+// progress thread all-reduces from 5 to 7 ms: 4 ms of communication in all (the union with
+// the sync). Rank 1's one step is 8 ms of compute.
+TEST_F(ReportCliTest, TimelineBreakdownPerRankFromTheStepSpans) {
+  KOLO_SKIP_WITHOUT_GNUPLOT();
+  writeRun(dir_ / "timed", 1, 1.0);
+  std::ofstream trace(dir_ / "timed" / "trace.json");
+  auto x = [&](int pid, int tid, const char* name, const char* cat, double ts, double dur) {
+    trace << "{\"ph\":\"X\",\"name\":\"" << name << "\",\"cat\":\"" << cat << "\",\"ts\":" << ts
+          << ",\"dur\":" << dur << ",\"pid\":" << pid << ",\"tid\":" << tid << ",\"args\":{}},\n";
+  };
+  trace << "{\"traceEvents\":[\n";
+  for (double t0 : {0.0, 10000.0}) {
+    x(0, 1, "step", "train", t0, 10000);
+    x(0, 1, "data", "data", t0, 1000);
+    x(0, 1, "forward", "compute", t0 + 1000, 3000);
+    x(0, 1, "forward 0 Linear", "module", t0 + 1500, 1000);
+    x(0, 1, "backward", "compute", t0 + 4000, 2000);
+    x(0, 1, "inner", "compute", t0 + 4500, 500);
+    x(0, 1, "gradient sync", "comm", t0 + 6000, 3000);
+    x(0, 2, "allreduce", "comm", t0 + 5000, 2000);
+  }
+  x(1, 7, "step", "train", 0, 8000);
+  x(1, 7, "forward", "compute", 0, 8000);
+  trace << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"rank 0\"}}]}\n";
+  trace.close();
+  const RunResult report = runKolo("report " + (dir_ / "timed").string() + " -o " + (dir_ / "out").string());
+  ASSERT_EQ(report.exitCode, 0) << report.output;
+  EXPECT_NE(report.output.find("1 run(s), 9 of 11 plots drawn"), std::string::npos) << report.output;
+  const std::string steps = readFile(dir_ / "out" / "plots" / "timeline-breakdown.gp");
+  EXPECT_NE(steps.find("\"timed r0\" 1 5 3 1\n"), std::string::npos) << steps;
+  EXPECT_NE(steps.find("\"timed r1\" 0 8 0 0\n"), std::string::npos) << steps;
+  const std::string comm = readFile(dir_ / "out" / "plots" / "timeline-comm.gp");
+  EXPECT_NE(comm.find("\"timed r0\" 4 3\n"), std::string::npos) << comm;
+  const std::string html = readFile(dir_ / "out" / "index.html");
+  EXPECT_NE(html.find("Step-time breakdown per rank, from the timeline"), std::string::npos);
+
+  // A trace file that is not JSON is named.
+  std::ofstream(dir_ / "timed" / "trace.json") << "{\"traceEvents\": [";
+  const RunResult bad = runKolo("report " + (dir_ / "timed").string() + " -o " + (dir_ / "out2").string());
+  EXPECT_NE(bad.exitCode, 0) << bad.output;
+  EXPECT_NE(bad.output.find("trace.json is not a Chrome trace"), std::string::npos) << bad.output;
+}
+
 TEST_F(ReportCliTest, BadRunDirectoriesAreNamed) {
   const RunResult missing = runKolo("report " + (dir_ / "missing").string());
   EXPECT_EQ(missing.exitCode, 3) << missing.output;

@@ -1,6 +1,7 @@
 // The thread stacks of a flight-recorder dump: every thread of the process answers with its
 // own frames, named (static functions included), and the hang report shortens them.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <atomic>
 #include <chrono>
@@ -57,6 +58,44 @@ TEST(ThreadStacksTest, EveryThreadAnswersWithItsOwnNamedFrames) {
   ASSERT_EQ(json.size(), stacks.size());
   EXPECT_EQ(json[0]["tid"], stacks[0].tid);
   EXPECT_TRUE(json[0]["frames"].is_array());
+}
+
+std::atomic<bool> gInHandler{false};
+std::atomic<bool> gLeaveHandler{false};
+
+void busyInAHandler(int) {
+  gInHandler = true;
+  while (!gLeaveHandler) {
+  }
+}
+
+// A thread that runs another signal's handler when asked (as the flight recorder's SIGUSR1
+// handler may be): its stack is what it was doing beneath the handler.
+__attribute__((noinline)) void interruptedInAKnownFunction() {
+  ::raise(SIGUSR2);  // to this thread
+  asm volatile("" ::: "memory");
+}
+
+TEST(ThreadStacksTest, AThreadInsideAnotherHandlerShowsWhatItWasDoing) {
+  struct sigaction action {}, old {};
+  action.sa_handler = busyInAHandler;
+  sigemptyset(&action.sa_mask);
+  ASSERT_EQ(::sigaction(SIGUSR2, &action, &old), 0);
+  std::thread busy(interruptedInAKnownFunction);
+  while (!gInHandler) std::this_thread::yield();
+  const auto stacks = kolo::flight::detail::captureThreadStacks(std::chrono::milliseconds(2000));
+  gLeaveHandler = true;
+  busy.join();
+  ::sigaction(SIGUSR2, &old, nullptr);
+  bool found = false;
+  for (const auto& s : stacks) {
+    std::string all;
+    for (const auto& f : s.frames) all += f + "\n";
+    if (all.find("interruptedInAKnownFunction") == std::string::npos) continue;
+    found = true;
+    EXPECT_EQ(all.find("busyInAHandler"), std::string::npos) << all;
+  }
+  EXPECT_TRUE(found) << kolo::flight::detail::stacksJson(stacks);
 }
 
 TEST(ThreadStacksTest, ShortStackDropsArgumentsVersionsAndModules) {

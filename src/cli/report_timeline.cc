@@ -1,0 +1,104 @@
+// timelineBreakdown: for each rank, the thread that records "step" spans; inside each step,
+// its outermost data, compute and comm spans are summed by category (a span inside another
+// counted one, such as a module's forward inside "forward", is not counted again), and the
+// comm spans of every thread of the rank (the progress thread's all-reduces) are merged into
+// one union, clipped to the step.
+#include "cli/report_timeline.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "kolo/error.h"
+
+namespace kolo::cli::report {
+namespace {
+
+struct Interval {
+  double begin = 0, end = 0;  // microseconds
+  std::string category;
+};
+
+// Length of the union of `spans` clipped to [from, to].
+double unionWithin(std::vector<std::pair<double, double>> spans, double from, double to) {
+  for (auto& s : spans) s = {std::max(s.first, from), std::min(s.second, to)};
+  std::sort(spans.begin(), spans.end());
+  double total = 0, reach = from;
+  for (const auto& [b, e] : spans) {
+    if (e <= b) continue;
+    const double start = std::max(b, reach);
+    if (e > start) total += e - start;
+    reach = std::max(reach, e);
+  }
+  return total;
+}
+
+}  // namespace
+
+double RankTimeline::otherMs() const { return std::max(0.0, stepMs - dataMs - computeMs - exposedMs); }
+
+std::vector<RankTimeline> timelineBreakdown(const std::vector<std::string>& traceFiles) {
+  std::vector<std::string> files;
+  for (const std::string& f : traceFiles)
+    if (std::filesystem::path(f).filename() == "trace.json") files = {f};
+  if (files.empty()) files = traceFiles;
+
+  // pid -> tid -> spans; pid -> comm spans of every thread; pid -> the stepping thread's steps.
+  std::map<int, std::map<int64_t, std::vector<Interval>>> threads;
+  std::map<int, std::vector<std::pair<double, double>>> comm;
+  std::map<int, std::map<int64_t, std::vector<std::pair<double, double>>>> steps;
+  for (const std::string& file : files) {
+    std::ifstream in(file);
+    const nlohmann::json trace = nlohmann::json::parse(in, nullptr, false);
+    if (trace.is_discarded() || !trace.is_object() || !trace.contains("traceEvents") ||
+        !trace["traceEvents"].is_array())
+      KOLO_THROW(FormatError, "kolo report: ", file, " is not a Chrome trace (a JSON object with traceEvents)");
+    for (const nlohmann::json& e : trace["traceEvents"]) {
+      if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("ts") || !e.contains("dur") ||
+          !e["ts"].is_number() || !e["dur"].is_number() || !e.contains("pid") || !e["pid"].is_number())
+        continue;
+      const int pid = e["pid"].get<int>();
+      const int64_t tid = e.value("tid", int64_t{0});
+      const double begin = e["ts"].get<double>(), end = begin + e["dur"].get<double>();
+      const std::string category = e.value("cat", "");
+      const std::string name = e.value("name", "");
+      if (name == "step" && category == "train") steps[pid][tid].emplace_back(begin, end);
+      if (category == "comm") comm[pid].emplace_back(begin, end);
+      if (category == "data" || category == "compute" || category == "comm")
+        threads[pid][tid].push_back({begin, end, category});
+    }
+  }
+
+  std::vector<RankTimeline> out;
+  for (auto& [pid, byThread] : steps) {
+    // The stepping thread: the one with the most steps.
+    auto stepping = std::max_element(byThread.begin(), byThread.end(),
+                                     [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+    std::vector<Interval>& spans = threads[pid][stepping->first];
+    std::sort(spans.begin(), spans.end(), [](const Interval& a, const Interval& b) {
+      return a.begin != b.begin ? a.begin < b.begin : a.end > b.end;
+    });
+    RankTimeline r;
+    r.rank = pid;
+    for (const auto& [from, to] : stepping->second) {
+      ++r.steps;
+      r.stepMs += to - from;
+      double reach = from;  // the end of the last outermost span counted
+      for (const Interval& s : spans) {
+        if (s.begin < from || s.end > to || s.begin < reach) continue;
+        reach = s.end;
+        const double length = s.end - s.begin;
+        (s.category == "data" ? r.dataMs : s.category == "compute" ? r.computeMs : r.exposedMs) += length;
+      }
+      r.commMs += unionWithin(comm[pid], from, to);
+    }
+    if (r.steps == 0) continue;
+    for (double* v : {&r.stepMs, &r.dataMs, &r.computeMs, &r.exposedMs, &r.commMs}) *v /= 1e3 * r.steps;
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace kolo::cli::report
