@@ -108,7 +108,7 @@ Command registerTrain(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--workers", raw->workers,
                   "run on N ranks of this machine: re-launches itself as kolo run -n N -- kolo "
-                  "train --strategy multi-worker-mirrored ...")
+                  "train --strategy multi-worker-mirrored ... (or the --strategy fsdp given)")
       ->check(atLeast(1));
   app->add_option("--replicas", config->replicas,
                   "replicas in this process (mirrored, central-storage)")

@@ -33,6 +33,9 @@ struct FsdpOptions {
   ShardLevel shard = ShardLevel::Full;
   /// Algorithm and deadline of the all-gathers and reduce-scatters.
   comm::CollectiveOptions collective;
+  /// ZeRO-3: start gathering the next unit (in the order the first step's forward reached
+  /// the units; in reverse during backward) while the current one computes.
+  bool prefetch = true;
 };
 
 /// Builds the fully sharded strategy over `communicator` (collective: rank 0's parameters and

@@ -44,6 +44,7 @@ struct Unit {
   Tensor shard;                  // [shardLength]: this rank's parameter elements
   Tensor gradShard;              // [shardLength]: their averaged gradient
   bool gathered = true;
+  std::vector<std::unique_ptr<comm::Work>> pending;  // a prefetched gather in flight
   size_t ready = 0;   // gradients ready in this backward
   bool reduced = false;  // reduce-scattered in this backward
 };
@@ -119,11 +120,18 @@ class FsdpStrategy : public Strategy {
 
     for (size_t u = 0; u < units_.size(); ++u) {
       Unit& unit = units_[u];
-      unit.module->addForwardPreHook([this, u](nn::Module&) { gather(units_[u]); });
+      unit.module->addForwardPreHook([this, u](nn::Module&) {
+        gather(units_[u]);
+        if (recording_) forwardOrder_.push_back(u);
+        prefetchAfter(u, +1);
+      });
       unit.module->addForwardHook([this, u](nn::Module&, const Tensor&) {
         if (!keepGathered_) release(units_[u]);
       });
-      unit.module->addOutputGradHook([this, u](nn::Module&, const Tensor&) { gather(units_[u]); });
+      unit.module->addOutputGradHook([this, u](nn::Module&, const Tensor&) {
+        gather(units_[u]);
+        prefetchAfter(u, -1);  // backward runs the units in reverse
+      });
       for (auto& [name, p] : unit.parameters) {
         Tensor(p).addGradReadyHook([this, u](Tensor&) {
           Unit& owner = units_[u];
@@ -149,7 +157,17 @@ class FsdpStrategy : public Strategy {
       unit.ready = 0;
       unit.reduced = false;
     }
+    // The first step records the order in which forward reaches the units; later steps
+    // prefetch along it (PyTorch FSDP's forward-order recording).
+    recording_ = !orderKnown_;
     Tensor loss = loss_(*model_, inputs, labels);
+    if (recording_) {
+      orderKnown_ = true;
+      recording_ = false;
+      position_.assign(units_.size(), -1);
+      for (size_t i = 0; i < forwardOrder_.size(); ++i)
+        if (position_[forwardOrder_[i]] < 0) position_[forwardOrder_[i]] = static_cast<int>(i);
+    }
     {
       trace::Scope span("backward", "compute");
       loss.backward();
@@ -181,19 +199,53 @@ class FsdpStrategy : public Strategy {
   }
 
  private:
-  // The unit's whole parameters into its flat buffer (allocated now under ZeRO-3).
+  // The unit's whole parameters into its flat buffer (allocated now under ZeRO-3): waits for
+  // its prefetched gather, or gathers it now.
   void gather(Unit& unit) {
+    if (!unit.pending.empty()) {
+      trace::Scope span("all-gather wait", "comm");
+      for (auto& work : unit.pending) work->wait();
+      unit.pending.clear();
+      unit.gathered = true;
+      return;
+    }
     if (unit.gathered) return;
     allGather(unit);
   }
 
+  // ZeRO-3, from the second step on: starts gathering the unit that follows `u` in the
+  // recorded forward order (step +1) or precedes it (-1, for backward), so that its
+  // communication runs during u's compute. The all-gather is N broadcasts, one per rank's
+  // shard, started without waiting; the communicator runs them before any later collective.
+  void prefetchAfter(size_t u, int step) {
+    if (!options_.prefetch || options_.shard != ShardLevel::Full || !orderKnown_ ||
+        keepGathered_ || position_[u] < 0)
+      return;
+    const int next = position_[u] + step;
+    if (next < 0 || next >= static_cast<int>(forwardOrder_.size())) return;
+    Unit& unit = units_[forwardOrder_[static_cast<size_t>(next)]];
+    if (unit.gathered || !unit.pending.empty()) return;
+    allocateFlat(unit);
+    float* flat = reinterpret_cast<float*>(unit.flat->bytes.get());
+    const int rank = comm_->rank();
+    std::memcpy(flat + rank * unit.shardLength, unit.shard.data<float>(),
+                sizeof(float) * static_cast<size_t>(unit.shardLength));
+    for (int r = 0; r < comm_->size(); ++r)
+      unit.pending.push_back(comm_->ibroadcast(flat + r * unit.shardLength,
+                                               static_cast<size_t>(unit.shardLength), DType::F32,
+                                               r, options_.collective));
+  }
+
+  void allocateFlat(Unit& unit) {
+    if (unit.flat->bytes) return;
+    Tensor flat = Tensor::empty({unit.padded});
+    unit.flat->bytes = flat.impl()->storage->bytes;
+    unit.flat->nbytes = flat.impl()->storage->nbytes;
+  }
+
   void allGather(Unit& unit) {
     trace::Scope span("all-gather", "comm");
-    if (!unit.flat->bytes) {
-      Tensor flat = Tensor::empty({unit.padded});
-      unit.flat->bytes = flat.impl()->storage->bytes;
-      unit.flat->nbytes = flat.impl()->storage->nbytes;
-    }
+    allocateFlat(unit);
     comm_->allgather(unit.shard.data<float>(), unit.flat->bytes.get(),
                      static_cast<size_t>(unit.shardLength), DType::F32, options_.collective);
     unit.gathered = true;
@@ -202,7 +254,9 @@ class FsdpStrategy : public Strategy {
   // ZeRO-3: frees the unit's whole parameters (views saved for backward see the storage
   // again once gather() refills it). Under ZeRO-2 parameters stay.
   void release(Unit& unit) {
-    if (options_.shard != ShardLevel::Full || !unit.gathered) return;
+    if (options_.shard != ShardLevel::Full) return;
+    if (!unit.pending.empty()) gather(unit);  // a prefetch in flight writes into the buffer
+    if (!unit.gathered) return;
     unit.flat->bytes.reset();
     unit.flat->nbytes = 0;
     unit.gathered = false;
@@ -212,8 +266,19 @@ class FsdpStrategy : public Strategy {
   // rank count, drops the whole gradients and (ZeRO-3) the whole parameters.
   void reduceScatter(Unit& unit) {
     trace::Scope span("reduce-scatter", "comm");
-    Tensor send = Tensor::empty({unit.padded});
-    float* dst = send.data<float>();
+    Tensor send;
+    float* dst = nullptr;
+    if (options_.shard == ShardLevel::Full) {
+      // Once all of a unit's gradients exist, backward has run every node that read its
+      // parameters, and ZeRO-3 frees them right after: their buffer carries the gradients.
+      if (!unit.pending.empty()) gather(unit);
+      allocateFlat(unit);
+      unit.gathered = true;
+      dst = reinterpret_cast<float*>(unit.flat->bytes.get());
+    } else {
+      send = Tensor::empty({unit.padded});
+      dst = send.data<float>();
+    }
     for (size_t i = 0; i < unit.parameters.size(); ++i) {
       Tensor p = unit.parameters[i].second;
       const int64_t count = p.numel();
@@ -243,6 +308,10 @@ class FsdpStrategy : public Strategy {
   std::vector<Unit> units_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   bool keepGathered_ = true;
+  bool recording_ = false;           // this forward appends to forwardOrder_
+  bool orderKnown_ = false;          // forwardOrder_ holds the first step's order
+  std::vector<size_t> forwardOrder_;  // units in the order forward reached them
+  std::vector<int> position_;         // of each unit in forwardOrder_ (first visit; -1: none)
 };
 
 }  // namespace
