@@ -4,6 +4,7 @@
 #include <malloc.h>
 
 #include <cstdio>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -204,7 +205,12 @@ Command registerTrain(CLI::App& root) {
                   "strategies) takes FACTOR times as long per step, for benchmarks")
       ->group("");
   app->add_option("--debug-kill-rank", raw->killRank,
-                  "RANK:STEP under kolo run --elastic: that rank SIGKILLs itself before STEP, for tests")
+                  "RANK[,RANK...]:STEP under kolo run --elastic: those ranks SIGKILL themselves "
+                  "before STEP, for tests")
+      ->group("");
+  app->add_option("--debug-kill-in-regroup", config->debugKillInRegroup,
+                  "RANK under kolo run --elastic: that rank SIGKILLs itself in the first membership "
+                  "change (members agreed, communicator not built), for tests")
       ->group("");
   app->add_option("--debug-sample-log", config->debugSampleLog,
                   "under kolo run --elastic: each rank appends the sample ids of its completed "
@@ -289,11 +295,16 @@ Command registerTrain(CLI::App& root) {
       const size_t colon = raw->killRank.find(':');
       try {
         KOLO_REQUIRE(colon != std::string::npos, "");
-        config->debugKillRank = std::stoi(raw->killRank.substr(0, colon));
+        std::istringstream ranks(raw->killRank.substr(0, colon));
+        for (std::string rank; std::getline(ranks, rank, ',');) {
+          size_t used = 0;
+          config->debugKillRanks.push_back(std::stoi(rank, &used));
+          KOLO_REQUIRE(used == rank.size(), "");
+        }
         config->debugKillStep = std::stoll(raw->killRank.substr(colon + 1));
       } catch (const std::exception&) {
         KOLO_THROW(InvalidArgument, "--debug-kill-rank '", raw->killRank,
-                   "' is not accepted: use RANK:STEP, e.g. 3:5");
+                   "' is not accepted: use RANK[,RANK...]:STEP, e.g. 3:5 or 1,2:5");
       }
     }
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);

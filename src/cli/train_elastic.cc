@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -89,8 +90,23 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
   if (config.steps > 0) totalSteps = config.epochs ? std::min(totalSteps, config.steps) : config.steps;
   std::unique_ptr<optim::LrSchedule> schedule = makeSchedule(recipe, totalSteps);
 
-  std::unique_ptr<parallel::ElasticContext> elastic = parallel::ElasticContext::fromEnvironment();
+  parallel::ElasticOptions elasticOptions;
+  if (config.debugKillInRegroup >= 0)
+    elasticOptions.onAgreed = [&config](int64_t) {
+      if (settings::rank() == config.debugKillInRegroup) {
+        std::fflush(nullptr);
+        ::raise(SIGKILL);
+      }
+    };
+  std::unique_ptr<parallel::ElasticContext> elastic =
+      parallel::ElasticContext::fromEnvironment(std::move(elasticOptions));
   const int id = elastic->id();
+  // Generation 0's setup and first step may be slow on a loaded machine (rings are made on
+  // first use): they get the rendezvous's time, the detection deadline applies after them.
+  const std::chrono::milliseconds deadline = elastic->communicator()->timeout();
+  elastic->communicator()->setTimeout(std::max<std::chrono::milliseconds>(deadline, std::chrono::minutes(5)));
+  const bool killedHere = std::find(config.debugKillRanks.begin(), config.debugKillRanks.end(), id) !=
+                          config.debugKillRanks.end();
   auto checkBatch = [&] {
     KOLO_REQUIRE(config.batch % elastic->size() == 0, "elastic job: --batch ", config.batch,
                  " does not split evenly over the ", elastic->size(), " rank(s) of generation ",
@@ -174,7 +190,7 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
   data::Batch batch;
   while (step < totalSteps) {
     if (!loader->next(batch)) continue;  // the end of an epoch: the loader moves on
-    if (id == config.debugKillRank && step == config.debugKillStep && elastic->generation() == 0) {
+    if (killedHere && step == config.debugKillStep) {
       // Tests and benchmarks: the moment of the kill, for the recovery time.
       std::fflush(nullptr);
       auto store = comm::connectTcpStore(settings::store(), settings::token(), std::chrono::seconds(10));
@@ -227,6 +243,7 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
       sampleLog << '\n' << std::flush;
     }
     ++step;
+    if (elastic->generation() == 0 && step == 1) elastic->communicator()->setTimeout(deadline);
     before = std::move(last);
     last = take(*strategy, step);
     lossSum += loss;

@@ -102,11 +102,14 @@ struct TrainConfig {
   int64_t failStep = -1;
   int failRank = 0;
 
-  // Elastic jobs (kolo run --elastic, train_elastic.cc). Tests: launch rank `debugKillRank`
-  // SIGKILLs itself before step `debugKillStep`; each rank appends "GENERATION STEP ID..."
-  // for every step it completes to debugSampleLog.rank-N.
-  int debugKillRank = -1;
+  // Elastic jobs (kolo run --elastic, train_elastic.cc). Tests: launch ranks `debugKillRanks`
+  // SIGKILL themselves before step `debugKillStep`; launch rank `debugKillInRegroup` SIGKILLs
+  // itself in the first membership change, once the members are agreed and before their
+  // communicator is built; each rank appends "GENERATION STEP ID..." for every step it
+  // completes to debugSampleLog.rank-N.
+  std::vector<int> debugKillRanks;
   int64_t debugKillStep = -1;
+  int debugKillInRegroup = -1;
   std::string debugSampleLog;
 
   // Numeric checks and monitoring (train_checks.h, train_monitor.h).

@@ -53,7 +53,7 @@ bool ElasticContext::launchedElastic() {
   return settings::elasticMinRanks().has_value() && settings::rank().has_value();
 }
 
-std::unique_ptr<ElasticContext> ElasticContext::fromEnvironment() {
+std::unique_ptr<ElasticContext> ElasticContext::fromEnvironment(ElasticOptions options) {
   const std::optional<int64_t> minRanks = settings::elasticMinRanks();
   const std::optional<int64_t> rank = settings::rank(), size = settings::worldSize();
   const std::string address = settings::store();
@@ -61,7 +61,6 @@ std::unique_ptr<ElasticContext> ElasticContext::fromEnvironment() {
     KOLO_THROW(InvalidArgument,
                "ElasticContext::fromEnvironment: not in an elastic job (KOLO_ELASTIC_MIN_RANKS, "
                "KOLO_RANK, KOLO_WORLD_SIZE and KOLO_STORE are set by kolo run --elastic)");
-  ElasticOptions options;
   options.minRanks = static_cast<int>(*minRanks);
   if (const std::optional<double> seconds = settings::timeout())
     options.native.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(*seconds * 1000)));
@@ -73,13 +72,38 @@ std::unique_ptr<ElasticContext> ElasticContext::fromEnvironment() {
 void ElasticContext::connect() {
   comm::NativeOptions native = options_.native;
   native.storePrefix = options_.prefix + "/g" + std::to_string(generation_) + "/comm";
-  native.timeout = std::max(options_.rendezvousTimeout, options_.native.timeout);
+  // Generation 0's ranks may start far apart; a later generation's are running already.
+  native.timeout = generation_ == 0 ? std::max(options_.rendezvousTimeout, options_.native.timeout)
+                                    : options_.native.timeout;
   comm_ = comm::createNativeCommunicator(store_, rank_, size(), native);
   comm_->setTimeout(options_.native.timeout);
 }
 
 MembershipChange ElasticContext::regroup(int64_t completedStep, const std::string& reason) {
   comm_.reset();  // peers still waiting on this rank see its communicator closed
+  const std::vector<int> before = members_;
+  std::string why = reason;
+  for (;;) {
+    MembershipChange change = agree(completedStep, why);
+    if (options_.onAgreed) options_.onAgreed(change.generation);
+    try {
+      connect();
+    } catch (const Error& e) {
+      if (!dynamic_cast<const PeerError*>(&e) && !dynamic_cast<const Timeout*>(&e)) throw;
+      // A member failed during the change: the survivors form the next generation.
+      comm_.reset();
+      why = "the rendezvous of generation " + std::to_string(generation_) + " failed: " + e.what();
+      completedStep = change.step;
+      continue;
+    }
+    change.lost.clear();
+    for (int m : before)
+      if (std::find(members_.begin(), members_.end(), m) == members_.end()) change.lost.push_back(m);
+    return change;
+  }
+}
+
+MembershipChange ElasticContext::agree(int64_t completedStep, const std::string& reason) {
   const int64_t next = generation_ + 1;
   const std::string at = options_.prefix + "/g" + std::to_string(next);
   // A generation formed after this rank's (it missed one): refused at once.
@@ -141,7 +165,6 @@ MembershipChange ElasticContext::regroup(int64_t completedStep, const std::strin
   generation_ = next;
   members_ = change.members;
   rank_ = static_cast<int>(me - change.members.begin());
-  connect();
   return change;
 }
 

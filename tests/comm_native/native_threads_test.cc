@@ -198,6 +198,43 @@ TEST(NativeThreads, PerCallTimeoutNamesTheAbsentRank) {
   EXPECT_EQ(message, "allreduce #0 on rank 0: no data from rank 1 after 0.3 s");
 }
 
+// After a collective times out the ranks no longer agree on the sequence: the operations
+// queued behind it fail at once with a PeerError naming the first failure, instead of each
+// waiting out a deadline of its own (which made an elastic regroup wait twice the deadline).
+TEST(NativeThreads, CollectivesAfterATimeoutFailAtOnceNamingIt) {
+  auto store = makeMemoryStore();
+  std::string first, second;
+  std::atomic<bool> done{false};
+  std::thread absent([&] {
+    auto comm = createNativeCommunicator(store, 1, 2);
+    while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+  {
+    auto comm = createNativeCommunicator(store, 0, 2);
+    float a = 1.0f, b = 2.0f;
+    CollectiveOptions opts;
+    opts.timeout = std::chrono::milliseconds(300);
+    auto workA = comm->iallreduce(&a, &a, 1, DType::F32, ReduceOp::Sum, opts);
+    // A budget no test waits out: a second deadline would show as a Timeout, not PeerError.
+    opts.timeout = std::chrono::minutes(10);
+    auto workB = comm->iallreduce(&b, &b, 1, DType::F32, ReduceOp::Sum, opts);
+    try {
+      workA->wait();
+    } catch (const Timeout& e) {
+      first = e.what();
+    }
+    try {
+      workB->wait();
+    } catch (const PeerError& e) {
+      second = e.what();
+    }
+    done = true;
+    absent.join();
+  }
+  EXPECT_NE(first.find("allreduce #0 on rank 0"), std::string::npos) << first;
+  EXPECT_EQ(second, "allreduce #1 on rank 0: not run, an earlier collective failed (" + first + ")");
+}
+
 TEST(NativeThreads, ConnectionWithoutTokenIsRefusedAndJobCarriesOn) {
   NativeOptions options;
   options.sharedMemory = false;

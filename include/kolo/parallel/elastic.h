@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ struct ElasticOptions {
   std::chrono::milliseconds rendezvousTimeout{std::chrono::minutes(5)};
   /// Key prefix of the membership records in the store.
   std::string prefix = "kolo-elastic";
+  /// Called by regroup() once the members of a generation are agreed, before its
+  /// communicator is built (tests kill a rank here: a failure during the change itself).
+  std::function<void(int64_t generation)> onAgreed;
 };
 
 /// What one membership change decided.
@@ -59,7 +63,8 @@ class ElasticContext {
   /// From `kolo run --elastic`'s variables (KOLO_RANK, KOLO_WORLD_SIZE, KOLO_STORE,
   /// KOLO_TOKEN, KOLO_ELASTIC_MIN_RANKS, KOLO_TIMEOUT). Throws InvalidArgument outside
   /// such a job.
-  static std::unique_ptr<ElasticContext> fromEnvironment();
+  /// `options` gives the rest (minRanks and native.timeout are replaced by the variables').
+  static std::unique_ptr<ElasticContext> fromEnvironment(ElasticOptions options = {});
   /// True when this process was started by kolo run --elastic.
   static bool launchedElastic();
 
@@ -79,13 +84,18 @@ class ElasticContext {
   /// see it closed), then agrees on the next generation: its members are the previous
   /// members that report here before the lost ones are all known (marked through
   /// elasticLostKey) or twice the detection deadline passes; its step is the least
-  /// `completedStep` of its members. Builds the new communicator and returns the change.
+  /// `completedStep` of its members. Builds the new communicator (its rendezvous has the
+  /// detection deadline: the members are running already) and returns the change. When a
+  /// member fails during the change (the rendezvous fails with PeerError or Timeout), the
+  /// others agree on the generation after it in the same call: the change returned then
+  /// spans both, `lost` naming every rank lost since the previous generation.
   /// Throws PeerError when the generation was formed without this rank (it came too
   /// late), Error naming the lost ranks when fewer than minRanks members are left.
   MembershipChange regroup(int64_t completedStep, const std::string& reason);
 
  private:
   void connect();
+  MembershipChange agree(int64_t completedStep, const std::string& reason);
 
   std::shared_ptr<comm::Store> store_;
   int id_ = 0;

@@ -206,10 +206,18 @@ void NativeCommunicator::runTask(Task& task, bool started) {
       .bytes(static_cast<int64_t>(task.sig.count * dtypeSize(task.sig.dtype)))
       .detail(algorithmName(task.sig.algorithm));
   try {
+    if (!broken_.empty())
+      KOLO_THROW(PeerError, collectiveName(task.sig.collective), " #", task.seq, " on rank ", rank(),
+                 ": not run, an earlier collective failed (", broken_, ")");
     links_->begin(task.sig, task.seq, task.budget);
     task.body();
   } catch (const Timeout& e) {
+    if (broken_.empty()) broken_ = e.what();
     dumpFlightRecorder(task.flightId, e.what(), "timeout");
+    throw;
+  } catch (const PeerError& e) {
+    if (broken_.empty()) broken_ = e.what();
+    flight::failed(task.flightId, e.what());
     throw;
   } catch (const Mismatch& e) {
     dumpFlightRecorder(task.flightId, e.what(), "mismatch");

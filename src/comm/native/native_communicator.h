@@ -152,6 +152,10 @@ class NativeCommunicator : public Communicator {
   bool stopping_ = false;
   std::thread progressThread_;
   std::mutex runMutex_;  // held while a collective executes
+  // The first Timeout or PeerError of a collective (guarded by runMutex_): the ranks no
+  // longer agree on the sequence of operations, so every later one fails at once with it
+  // instead of waiting out a deadline of its own.
+  std::string broken_;
 };
 
 }  // namespace kolo::comm::native
