@@ -122,6 +122,44 @@ TEST_F(PsJob, KilledWorkerLosesItsUnitsToTheOthers) {
     EXPECT_TRUE(last.contains(key)) << key;
 }
 
+TEST_F(PsJob, StoppedWorkerIsLostAfterMissedHeartbeats) {
+  // SIGSTOP keeps the worker's sockets open: only the missed heartbeats tell. In sync mode
+  // every round waits for it until the chief declares it lost and tells the server.
+  Child job = start(1, 3, "sync", 3, {"--ps-heartbeat-seconds", "2"});
+  ASSERT_TRUE(waitFor([&] { return readFile(metrics_).find('\n') != std::string::npos; },
+                      std::chrono::seconds(120)))
+      << "no epoch finished";
+  pid_t victim = -1;
+  waitFor([&] {
+    for (pid_t child : childrenOf(job.pid))
+      if (rankOf(child) == 3) victim = child;  // worker 1
+    return victim > 0;
+  });
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+  struct Resume {  // whatever happens, the stopped worker runs on (and ends)
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{victim};
+  const bool finished = waitFor(
+      [&] { return readFile(metrics_).find("\"final\"") != std::string::npos; },
+      std::chrono::seconds(180));
+  ::kill(victim, SIGCONT);  // it finds its connections closed and ends with an error
+  const Result result = collect(job);
+  ASSERT_TRUE(finished) << result.out << result.err;
+  ASSERT_EQ(result.exitCode(), 0) << result.out << result.err;
+  EXPECT_NE(result.err.find("the job goes on without it"), std::string::npos) << result.err;
+  const nlohmann::json last = metricLines().back();
+  EXPECT_EQ(last["workers_alive"], 2);
+  ASSERT_EQ(last["workers_lost"].size(), 1u);
+  EXPECT_EQ(last["workers_lost"][0]["worker"], 1);
+  EXPECT_EQ(last["workers_lost"][0]["cause"], "heartbeat");
+  int64_t units = 0;
+  for (const auto& n : last["units_done"]) units += n.get<int64_t>();
+  EXPECT_EQ(units, 3 * 47);
+  EXPECT_GT(last["test_accuracy"].get<double>(), 0.7);
+}
+
 TEST_F(PsJob, KilledServerStopsTheJobAndResumeCompletesIt) {
   // One worker in sync mode is deterministic: the resumed job must end with the weights of
   // the job that ran through.
