@@ -107,6 +107,30 @@ TEST(UnitDispatcher, AWorkerWhoseHeartbeatsStopIsLostAndItsUnitGoesToTheOthers) 
   EXPECT_THROW(silent.next({held, 1.0, 1}, nullptr), Error);
 }
 
+TEST(UnitDispatcher, AWorkerBusyInALongStepKeepsBeating) {
+  // The heartbeats come from their own thread: a worker computing for six heartbeat periods
+  // without a word on its unit connection is not lost.
+  DispatchOptions o = options(1, 1);
+  o.heartbeat = std::chrono::milliseconds(500);
+  UnitDispatcher dispatcher(o);
+  UnitClient worker(address(dispatcher), 0, kToken, std::chrono::seconds(30), o.heartbeat);
+  UnitReport report;
+  bool first = true;
+  while (auto unit = worker.next(report, nullptr)) {
+    if (first) {  // the long step: the main thread busy, taking no lock of the client's
+      const auto until = std::chrono::steady_clock::now() + 6 * o.heartbeat;
+      volatile double sink = 0.0;
+      while (std::chrono::steady_clock::now() < until)
+        for (int i = 0; i < 1000; ++i) sink = sink + i * 1e-9;
+      first = false;
+    }
+    report = {unit->id, 0.5, 1};
+  }
+  EXPECT_TRUE(dispatcher.lost().empty());
+  EXPECT_EQ(dispatcher.workersAlive(), 1);
+  EXPECT_EQ(dispatcher.unitsDone(), std::vector<int64_t>{10});
+}
+
 TEST(UnitDispatcher, ALostWorkersUnitGoesToTheOthers) {
   UnitDispatcher dispatcher(options(2, 1));
   int64_t held = -1;

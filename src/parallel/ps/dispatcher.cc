@@ -128,6 +128,7 @@ class UnitDispatcher::Impl {
     int64_t units = 0;
     int fd = -1;             // its unit connection while served (shut down when it is lost)
     bool beating = false;    // it has a heartbeat connection
+    int beatFd = -1;         // that connection while served
     Clock::time_point beat;  // its last heartbeat
   };
 
@@ -153,16 +154,28 @@ class UnitDispatcher::Impl {
   }
 
   /// Declares workers lost whose heartbeats stopped; tells the chief outside the lock.
+  /// Silence counts only while the monitor watches: when the chief itself was not scheduled
+  /// (a loaded machine), the time it missed is not held against the workers, and a worker
+  /// whose heartbeat waits unread in its socket is alive.
   void monitorLoop() {
+    auto watched = Clock::now();
     while (!stopping_.load()) {
       std::this_thread::sleep_for(kPollSlice);
       std::vector<int> silent;
       {
         std::lock_guard lock(mutex_);
         const auto now = Clock::now();
+        const auto missed = now - watched - kPollSlice;
+        watched = now;
+        if (missed > kPollSlice)
+          for (Worker& w : workers_) w.beat += missed;
         for (size_t i = 0; i < workers_.size(); ++i) {
           Worker& w = workers_[i];
           if (!w.beating || w.lost || w.told || now - w.beat <= options_.heartbeat) continue;
+          if (w.beatFd >= 0 && detail::bytesWaiting(w.beatFd)) {
+            w.beat = now;
+            continue;
+          }
           markLost(static_cast<int>(i), true);
           if (w.fd >= 0) ::shutdown(w.fd, SHUT_RDWR);
           silent.push_back(static_cast<int>(i));
@@ -197,8 +210,17 @@ class UnitDispatcher::Impl {
       std::lock_guard lock(mutex_);
       Worker& w = workers_[static_cast<size_t>(worker)];
       w.beating = true;
+      w.beatFd = socket.fd();
       w.beat = Clock::now();
     }
+    struct Forget {  // the descriptor is closed with the socket, after this function
+      Impl* self;
+      int worker;
+      ~Forget() {
+        std::lock_guard lock(self->mutex_);
+        self->workers_[static_cast<size_t>(worker)].beatFd = -1;
+      }
+    } forget{this, worker};
     while (!stopping_.load()) {
       if (!socket.waitReadable(kPollSlice)) continue;
       const Header h =
@@ -248,6 +270,9 @@ class UnitDispatcher::Impl {
         workers_[h.index].connected = true;
         workers_[h.index].fd = socket.fd();
         everConnected_ = true;
+        // A worker connects once it has loaded its data (slow on a loaded machine): the
+        // chief's no-progress deadline counts from the newest connection on.
+        lastProgress_ = Clock::now();
       }
       socket.setPeer("worker " + std::to_string(worker));
       const Header ok = detail::reply(Status::Ok);
@@ -286,6 +311,7 @@ class UnitDispatcher::Impl {
     if (w.lost)
       KOLO_THROW(PeerError, "worker ", worker,
                  " was declared lost (no heartbeat): its units went to the others");
+    w.beat = std::max(w.beat, Clock::now());  // a request is as good as a heartbeat
     if (completed >= 0) {
       KOLO_CHECK_EQ(completed, w.held, "worker ", worker, " reported a unit it does not hold");
       const auto epoch = static_cast<size_t>(completed / unitsPerEpoch_);
