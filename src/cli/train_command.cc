@@ -175,9 +175,19 @@ Command registerTrain(CLI::App& root) {
       ->check(atLeast(1))
       ->capture_default_str();
   app->add_option("--ps-compress", config->psCompress,
-                  "parameter-server: none, or bf16 for the gradients workers push and the "
-                  "parameters they pull (half the bytes; the servers keep f32)")
-      ->check(oneOf({"none", "bf16"}))
+                  "parameter-server: none, or bf16 or fp16 for the gradients workers push and "
+                  "the parameters they pull (half the bytes; the servers keep f32)")
+      ->check(oneOf({"none", "bf16", "fp16"}))
+      ->capture_default_str();
+  app->add_option("--ps-heartbeat-seconds", config->psHeartbeatSeconds,
+                  "parameter-server: a worker that sends no heartbeat for this long (stopped, "
+                  "hung) is lost and its data goes to the others (0: off)")
+      ->check(atLeast(0))
+      ->capture_default_str();
+  app->add_option("--ps-staleness-lr", config->psStalenessLr,
+                  "parameter-server async/ssp: divide a gradient by its staleness (the updates "
+                  "since the version it was computed on), auto: on in async and ssp")
+      ->check(oneOf({"auto", "on", "off"}))
       ->capture_default_str();
   app->add_option("--ps-unit-batches", config->psUnitBatches,
                   "parameter-server: batches per unit of data the chief hands to a worker")

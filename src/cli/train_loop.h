@@ -72,6 +72,8 @@ struct TrainConfig {
   int64_t psShardBytes = 1 << 20;   // parameters above this are split over the servers
   int64_t psUnitBatches = 8;        // batches per unit of data the chief hands out
   std::string psCompress = "none";  // none | bf16: values on the workers' wire
+  double psHeartbeatSeconds = 10.0;  // a worker silent this long is lost (0: no heartbeats)
+  std::string psStalenessLr = "auto";  // auto (on in async/ssp) | on | off: gradient / staleness
   /// For benchmarks: worker `slowWorker` takes `slowFactor` times as long per step (it
   /// sleeps (factor - 1) times its compute time); -1: off.
   int slowWorker = -1;

@@ -155,12 +155,18 @@ std::vector<std::string> serverAddresses(comm::Store& store, const PsPlan& plan)
 }
 
 
+std::chrono::milliseconds heartbeatOf(const TrainConfig& config) {
+  return std::chrono::milliseconds(static_cast<int64_t>(config.psHeartbeatSeconds * 1000));
+}
+
 int runServer(const TrainConfig& config, const PsPlan& plan, comm::Store& store) {
   ps::ServerOptions options;
   options.index = plan.role.index;
   options.workers = plan.role.workers;
   options.mode = plan.mode;
   options.staleness = config.staleness;
+  options.stalenessLr = config.psStalenessLr == "on" ||
+                        (config.psStalenessLr == "auto" && plan.mode != ps::Mode::Sync);
   options.token = plan.role.token;
   options.host = ps::localHost(store);
   options.timeout = plan.timeout;
@@ -185,7 +191,7 @@ int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
                            ps::parseCompression(config.psCompress), plan.role.token, plan.timeout},
                           plan.placement, serverAddresses(store, plan));
   ps::UnitClient units(store.getString(ps::chiefAddressKey(), plan.timeout), plan.role.index,
-                       plan.role.token, plan.timeout);
+                       plan.role.token, plan.timeout, heartbeatOf(config));
   nn::Module& model = *plan.model;
   model.train(true);
   const parallel::NamedTensors& parameters = plan.parameters;
@@ -310,6 +316,17 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
   // wait until the servers' files are written.
   const bool checkpointing = !config.checkpointDir.empty();
   dispatch.pauseBetweenEpochs = checkpointing;
+  // A worker lost for missed heartbeats still holds its connections to the servers: the
+  // dispatcher's monitor thread tells them over connections of its own.
+  dispatch.heartbeat = heartbeatOf(config);
+  std::optional<ps::ServerGroup> drops;
+  if (dispatch.heartbeat.count() > 0) {
+    drops.emplace(
+        ps::ClientOptions{ps::ClientRole::Chief, 0, ps::Compression::None, plan.role.token,
+                          plan.timeout},
+        plan.placement, serverAddresses(store, plan));
+    dispatch.onLost = [&drops](int worker) { drops->drop(worker); };
+  }
   ps::UnitDispatcher dispatcher(dispatch);
   store.setString(ps::shapeKey(),
                   std::to_string(plan.role.servers) + " " + std::to_string(plan.role.workers));
@@ -341,7 +358,10 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
   auto lostFields = [&dispatcher] {
     observe::Value::Array list;
     for (const ps::LostWorker& lost : dispatcher.lost())
-      list.push_back(observe::Fields{{"worker", lost.index}, {"at_s", lost.atSeconds}, {"unit", lost.unit}});
+      list.push_back(observe::Fields{{"worker", lost.index},
+                                     {"at_s", lost.atSeconds},
+                                     {"unit", lost.unit},
+                                     {"cause", lost.heartbeat ? "heartbeat" : "connection"}});
     return list;
   };
   for (int64_t epoch = firstEpoch; epoch < plan.recipe.epochs; ++epoch) {

@@ -95,6 +95,7 @@ struct Rank {
   int status = 0;
   int outFd = -1;
   int errFd = -1;
+  bool killedAsLost = false;  // a parameter-server worker still running after the job
   std::unique_ptr<detail::LinePrefixer> out;
   std::unique_ptr<detail::LinePrefixer> err;
 };
@@ -426,6 +427,7 @@ class Job {
         if (fds[i].revents) readPipe(*owners[i - 1].first, owners[i - 1].second);
       if (fds[0].revents & POLLIN) handleSignals();
       reap();
+      endLostWorkers();
       watchDebug();
       if (stopping_ && !killed_ && Clock::now() >= killDeadline_) {
         say("ranks still running after the grace period; sending SIGKILL");
@@ -573,6 +575,40 @@ class Job {
     return false;
   }
 
+  /// Parameter-server jobs: once the chief and the servers have finished, the workers still
+  /// running are those the chief declared lost (a stopped or hung process); the others were
+  /// told the job is over and end by themselves. After the grace period the launcher ends
+  /// them with SIGKILL (which also ends a stopped process) and says so.
+  void endLostWorkers() {
+    if (stopping_ || psServers_ == 0) return;
+    bool workersLeft = false;
+    for (const auto& r : ranks_) {
+      if (!r.running) continue;
+      if (r.role != "worker") return;  // the chief or a server is still at work
+      workersLeft = true;
+    }
+    if (!workersLeft) return;
+    bool chiefDone = false;  // this launcher started the chief, and it succeeded
+    for (const auto& r : ranks_)
+      if (r.role == "chief") chiefDone = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
+    if (!chiefDone) return;
+    const auto now = Clock::now();
+    if (!lostWorkersDeadline_) {
+      lostWorkersDeadline_ = now + options_.gracePeriod;
+      return;
+    }
+    if (now < *lostWorkersDeadline_) return;
+    for (auto& r : ranks_) {
+      if (!r.running || r.role != "worker" || r.killedAsLost) continue;
+      say("worker " + std::to_string(r.roleIndex) + " (rank " + std::to_string(r.globalRank) +
+          ", pid " + std::to_string(r.pid) + ") still runs " +
+          std::to_string(options_.gracePeriod.count()) +
+          " ms after the chief finished the job without it; sending SIGKILL");
+      ::kill(-r.pid, SIGKILL);
+      r.killedAsLost = true;
+    }
+  }
+
   /// Tells the other nodes' launchers to stop (multi-node only); best effort.
   void publishFailure(const std::string& what) {
     if (!store_) return;
@@ -631,6 +667,7 @@ class Job {
   bool killed_ = false;
   std::unique_ptr<detail::JobEvents> events_;  // --events
   Clock::time_point killDeadline_;
+  std::optional<Clock::time_point> lostWorkersDeadline_;  // see endLostWorkers()
   int exitCode_ = 0;
   std::string failure_;
 };

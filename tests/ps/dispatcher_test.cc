@@ -8,7 +8,9 @@
 #include <set>
 #include <thread>
 
+#include "kolo/error.h"
 #include "kolo/parallel/parameter_server.h"
+#include "parallel/ps/wire.h"
 
 namespace kolo::parallel::ps {
 namespace {
@@ -59,6 +61,74 @@ TEST(UnitDispatcher, FasterWorkersTakeMoreAndEveryUnitIsDoneOnce) {
   EXPECT_GT(done[1], done[0]);
   EXPECT_TRUE(dispatcher.lost().empty());
   EXPECT_EQ(dispatcher.workersAlive(), 2);
+}
+
+TEST(UnitDispatcher, AWorkerWhoseHeartbeatsStopIsLostAndItsUnitGoesToTheOthers) {
+  DispatchOptions o = options(2, 1);
+  o.heartbeat = std::chrono::milliseconds(300);
+  std::mutex mutex;
+  std::vector<int> told;
+  o.onLost = [&](int worker) {
+    std::lock_guard lock(mutex);
+    told.push_back(worker);
+  };
+  UnitDispatcher dispatcher(o);
+  // Worker 1 holds a unit with its connection open; its heartbeat connection says nothing
+  // after the hello (a stopped process).
+  UnitClient silent(address(dispatcher), 1, kToken, std::chrono::seconds(30));
+  const int64_t held = silent.next({}, nullptr)->id;
+  detail::Socket beats =
+      detail::connectTo(address(dispatcher), detail::deadlineAfter(std::chrono::seconds(30)),
+                        "the chief");
+  detail::hello(beats, 1, detail::kHeartbeatHello, kToken,
+                detail::deadlineAfter(std::chrono::seconds(30)));
+  // Worker 0 beats (every 50 ms) and takes every unit, the lost one included.
+  UnitClient worker(address(dispatcher), 0, kToken, std::chrono::seconds(30),
+                    std::chrono::milliseconds(200));
+  std::set<int64_t> ids;
+  UnitReport report;
+  while (auto unit = worker.next(report, nullptr)) {
+    ids.insert(unit->id);
+    report = {unit->id, 0.5, 1};
+  }
+  EXPECT_EQ(ids.size(), 10u);
+  EXPECT_TRUE(ids.count(held));
+  const std::vector<LostWorker> lost = dispatcher.lost();
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].index, 1);
+  EXPECT_EQ(lost[0].unit, held);
+  EXPECT_TRUE(lost[0].heartbeat);
+  EXPECT_EQ(dispatcher.workersAlive(), 1);
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_EQ(told, std::vector<int>{1});
+  }
+  // Its connection was closed: it learns so when it asks again.
+  EXPECT_THROW(silent.next({held, 1.0, 1}, nullptr), Error);
+}
+
+TEST(UnitDispatcher, AWorkerBusyInALongStepKeepsBeating) {
+  // The heartbeats come from their own thread: a worker computing for six heartbeat periods
+  // without a word on its unit connection is not lost.
+  DispatchOptions o = options(1, 1);
+  o.heartbeat = std::chrono::milliseconds(500);
+  UnitDispatcher dispatcher(o);
+  UnitClient worker(address(dispatcher), 0, kToken, std::chrono::seconds(30), o.heartbeat);
+  UnitReport report;
+  bool first = true;
+  while (auto unit = worker.next(report, nullptr)) {
+    if (first) {  // the long step: the main thread busy, taking no lock of the client's
+      const auto until = std::chrono::steady_clock::now() + 6 * o.heartbeat;
+      volatile double sink = 0.0;
+      while (std::chrono::steady_clock::now() < until)
+        for (int i = 0; i < 1000; ++i) sink = sink + i * 1e-9;
+      first = false;
+    }
+    report = {unit->id, 0.5, 1};
+  }
+  EXPECT_TRUE(dispatcher.lost().empty());
+  EXPECT_EQ(dispatcher.workersAlive(), 1);
+  EXPECT_EQ(dispatcher.unitsDone(), std::vector<int64_t>{10});
 }
 
 TEST(UnitDispatcher, ALostWorkersUnitGoesToTheOthers) {

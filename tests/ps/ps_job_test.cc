@@ -55,8 +55,6 @@ class PsJob : public TempDirTest {
                                      "mlp",
                                      "--optimizer",
                                      "sgd",
-                                     "--lr",
-                                     "0.05",
                                      "--momentum",
                                      "0.5",
                                      "--batch",
@@ -69,6 +67,8 @@ class PsJob : public TempDirTest {
     args.insert(args.end(), extra.begin(), extra.end());
     if (std::find(extra.begin(), extra.end(), "--train-limit") == extra.end())
       args.insert(args.end(), {"--train-limit", "12000"});
+    if (std::find(extra.begin(), extra.end(), "--lr") == extra.end())
+      args.insert(args.end(), {"--lr", "0.05"});
     return args;
   }
 
@@ -120,6 +120,54 @@ TEST_F(PsJob, KilledWorkerLosesItsUnitsToTheOthers) {
   for (const char* key :
        {"updates", "staleness_max", "staleness_mean", "pushes_per_s", "bytes_per_s"})
     EXPECT_TRUE(last.contains(key)) << key;
+}
+
+TEST_F(PsJob, StoppedWorkerIsLostAfterMissedHeartbeats) {
+  // SIGSTOP keeps the worker's sockets open: only the missed heartbeats tell. In sync mode
+  // every round waits for it until the chief declares it lost and tells the server. The
+  // stopped worker never ends by itself: once the chief has finished, kolo run ends it.
+  // (--lr 0.1: sync rounds of three workers take a third of the async updates.)
+  Child job = start(1, 3, "sync", 3, {"--ps-heartbeat-seconds", "3", "--lr", "0.1"});
+  const auto ended = [&] {  // the job exited (a zombie until collected)
+    return readFile("/proc/" + std::to_string(job.pid) + "/stat").find(") Z ") !=
+           std::string::npos;
+  };
+  waitFor([&] { return readFile(metrics_).find('\n') != std::string::npos || ended(); },
+          std::chrono::seconds(300));
+  if (readFile(metrics_).find('\n') == std::string::npos) {
+    const Result early = collect(job);
+    FAIL() << "no epoch finished: " << early.out << early.err;
+  }
+  pid_t victim = -1;
+  waitFor([&] {
+    for (pid_t child : childrenOf(job.pid))
+      if (rankOf(child) == 3) victim = child;  // worker 1
+    return victim > 0;
+  });
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+  struct Resume {  // should the test fail early, the stopped worker runs on (and ends)
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{victim};
+  const Result result = collect(job);
+  ASSERT_EQ(result.exitCode(), 0) << result.out << result.err;
+  EXPECT_NE(result.err.find("worker 1 (rank 3, pid " + std::to_string(victim) +
+                            ") still runs"),
+            std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find("sending SIGKILL"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("the job goes on without it"), std::string::npos) << result.err;
+  const nlohmann::json last = metricLines().back();
+  EXPECT_TRUE(last["final"].get<bool>());
+  EXPECT_EQ(last["workers_alive"], 2);
+  ASSERT_EQ(last["workers_lost"].size(), 1u) << last.dump();
+  EXPECT_EQ(last["workers_lost"][0]["worker"], 1);
+  EXPECT_EQ(last["workers_lost"][0]["cause"], "heartbeat");
+  int64_t units = 0;
+  for (const auto& n : last["units_done"]) units += n.get<int64_t>();
+  EXPECT_EQ(units, 3 * 47);
+  EXPECT_GT(last["test_accuracy"].get<double>(), 0.7);
 }
 
 TEST_F(PsJob, KilledServerStopsTheJobAndResumeCompletesIt) {

@@ -4,6 +4,8 @@
 // are the server's.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "kolo/error.h"
 #include "ps_harness.h"
 
@@ -66,6 +68,31 @@ TEST(ParameterServer, ASyncRoundThatWaitsTooLongNamesTheMissingWorker) {
     EXPECT_NE(std::string(e.what()).find("waited 300 ms for worker(s) 1"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(ParameterServer, AWorkerTheChiefDropsLeavesTheRoundsAndIsRefused) {
+  // Worker 1 keeps its connection open but sends nothing (a stopped process): the round
+  // waits for it until the chief drops it, then goes on; a push it sends later is refused.
+  const Placement placement = placeParameters(makeMlp()->namedParameters(), 1, 1 << 20);
+  ServerThreads job(1, 2, Mode::Sync, 0, placement, sgd);
+  auto model = makeMlp();
+  const NamedTensors params = model->namedParameters();
+  ServerGroup silent(worker(1), placement, job.addresses());
+  silent.pull(params);
+  ServerGroup group(worker(0), placement, job.addresses());
+  int64_t version = group.pull(params);
+  onesGradients(*model);
+  std::thread pusher([&] { version = group.pushPull(params, version); });
+  ServerGroup chief({ClientRole::Chief, 0, Compression::None, kToken, std::chrono::seconds(30)},
+                    placement, job.addresses());
+  chief.drop(1);
+  pusher.join();
+  EXPECT_EQ(version, 1);
+  EXPECT_EQ(job.server(0).stats().workersLost, 1);
+  auto other = makeMlp();
+  onesGradients(*other);
+  EXPECT_THROW(silent.pushPull(other->namedParameters(), 0), PeerError);
+  EXPECT_EQ(job.server(0).stats().updates, 1);
 }
 
 TEST(ParameterServer, RefusesAWrongTokenAndAnotherPlacement) {

@@ -34,10 +34,11 @@ enum class Mode {
 };
 const char* modeName(Mode mode);
 
-/// How values cross the wire: f32 as they are, or bf16 (half the bytes; gradients and the
-/// parameters a worker computes with are rounded to bf16, the servers keep f32).
-enum class Compression : uint32_t { None = 0, Bf16 = 1 };
-/// Parses "none", "bf16"; InvalidArgument otherwise.
+/// How values cross the wire: f32 as they are, or bf16 or fp16 (half the bytes; gradients and
+/// the parameters a worker computes with are rounded to 16 bits, the servers keep f32; fp16
+/// messages are scaled by a power of two against overflow and underflow).
+enum class Compression : uint32_t { None = 0, Bf16 = 1, Fp16 = 2 };
+/// Parses "none", "bf16", "fp16"; InvalidArgument otherwise.
 Compression parseCompression(const std::string& name);
 /// Parses "sync", "async", "ssp"; InvalidArgument otherwise.
 Mode parseMode(const std::string& name);
@@ -85,6 +86,9 @@ struct ServerOptions {
   int workers = 1;  // W: the workers every sync round waits for (those that left excepted)
   Mode mode = Mode::Sync;
   int staleness = 2;               // S of Mode::Ssp
+  /// async/ssp: a gradient computed on a version tau updates old enters the update divided
+  /// by max(1, tau) (staleness-aware SGD, Zhang et al. 2016); sync ignores it.
+  bool stalenessLr = false;
   std::string token;               // every connection must present it first
   std::string host = "127.0.0.1";  // address to listen on
   uint16_t port = 0;               // 0: a free port (see ParameterServer::port())
@@ -182,6 +186,10 @@ class ServerGroup {
   std::vector<ServerStats> stats();
   /// Tells every server to stop (chief only); servers already gone are skipped.
   void shutdown();
+  /// Tells every server that worker `worker` is lost (chief only): it leaves the sync rounds
+  /// and SSP's slowest for good, its connection is closed and a push it still sends is
+  /// refused.
+  void drop(int worker);
   /// Every server writes its values, optimizer state and version to
   /// `directory`/server-<i>.safetensors (atomically) and answers once it is on disk; a
   /// consistent checkpoint needs the servers quiet (no pushes in flight). Chief only.
@@ -219,6 +227,13 @@ struct DispatchOptions {
   /// Units of an epoch are handed out only once releaseEpoch() allowed it (firstEpoch is
   /// allowed from the start): the chief checkpoints the quiet servers in between.
   bool pauseBetweenEpochs = false;
+  /// A worker that opened a heartbeat connection (UnitClient with a heartbeat) and sent
+  /// nothing on it for this long is lost, though its sockets are open (stopped, hung): its
+  /// unit goes to the others and its connection is closed. 0: no heartbeats.
+  Millis heartbeat{0};
+  /// Called (from the dispatcher's monitor thread, no lock held) with the index of a worker
+  /// declared lost for missed heartbeats: the chief tells the servers (ServerGroup::drop).
+  std::function<void(int)> onLost;
 };
 
 /// What a worker reports when it asks for its next unit.
@@ -233,6 +248,7 @@ struct LostWorker {
   int index = 0;
   double atSeconds = 0.0;  // since the dispatcher started
   int64_t unit = -1;       // the unit it held, handed to the others (-1: none)
+  bool heartbeat = false;  // declared lost for missed heartbeats (else: its connection dropped)
 };
 
 /// One finished epoch as the workers reported it.
@@ -274,7 +290,10 @@ class UnitDispatcher {
 /// A worker's connection to the dispatcher.
 class UnitClient {
  public:
-  UnitClient(const std::string& address, int worker, const std::string& token, Millis timeout);
+  /// With `heartbeat` > 0 a thread of its own sends a heartbeat to the chief every
+  /// `heartbeat` / 4 on a second connection, until the client is destroyed.
+  UnitClient(const std::string& address, int worker, const std::string& token, Millis timeout,
+             Millis heartbeat = Millis{0});
   ~UnitClient();
   /// Reports `report` and returns the next unit; nullopt when the job is finished. Waits
   /// (polling the dispatcher) while every remaining unit is held by another worker; calls

@@ -57,18 +57,28 @@ class ServerGroup::Impl {
     std::vector<iovec> parts;
     for (size_t s = 0; s < sockets_.size(); ++s) {
       const int64_t elements = placement_.elementsOf(static_cast<int>(s));
+      // fp16: one power-of-two scale for the whole message, from its largest gradient.
+      int exponent = 0;
+      if (options_.compression == Compression::Fp16) {
+        float largest = 0.0f;
+        for (const Slice& slice : slices_[s])
+          largest = std::max(largest, detail::maxAbs(gradientOf(parameters, slice).data<float>() +
+                                                         slice.begin,
+                                                     static_cast<size_t>(slice.size())));
+        exponent = detail::halfExponent(largest);
+      }
       headers_.resize(sockets_.size());
-      headers_[s] =
-          detail::request(Op::Push, basedOn, 0, static_cast<uint64_t>(elements) * elementBytes());
+      headers_[s] = detail::request(Op::Push, basedOn, exponent,
+                                    static_cast<uint64_t>(elements) * elementBytes());
       parts.clear();
       parts.push_back({&headers_[s], sizeof(Header)});
       int64_t at = 0;
       for (const Slice& slice : slices_[s]) {
-        Tensor grad = parameters[static_cast<size_t>(slice.parameter)].second.grad();
-        KOLO_CHECK(grad.defined() && grad.isContiguous(), "parameter ",
-                   parameters[static_cast<size_t>(slice.parameter)].first,
-                   " has no contiguous gradient to push");
-        if (compressed()) {
+        Tensor grad = gradientOf(parameters, slice);
+        if (options_.compression == Compression::Fp16) {
+          detail::packHalf(grad.data<float>() + slice.begin, packed_[s].data() + at,
+                           static_cast<size_t>(slice.size()), exponent);
+        } else if (compressed()) {
           detail::packBf16(grad.data<float>() + slice.begin, packed_[s].data() + at,
                            static_cast<size_t>(slice.size()));
         } else {
@@ -104,6 +114,16 @@ class ServerGroup::Impl {
 
   void shutdown() { simple(Op::Shutdown, "a shutdown request", true); }
 
+  void drop(int worker) {
+    const auto until = detail::deadlineAfter(options_.timeout);
+    for (Socket& socket : sockets_) {
+      Header h = detail::request(Op::Drop);
+      h.index = static_cast<uint32_t>(worker);
+      socket.sendAll(&h, sizeof h, until, "a drop request");
+      expectOk(socket, until, "the drop reply");
+    }
+  }
+
   void checkpoint(const std::string& directory) {
     const auto until = detail::deadlineAfter(options_.timeout);
     for (size_t s = 0; s < sockets_.size(); ++s) {
@@ -119,6 +139,14 @@ class ServerGroup::Impl {
   const Placement& placement() const { return placement_; }
 
  private:
+  static Tensor gradientOf(const NamedTensors& parameters, const Slice& slice) {
+    Tensor grad = parameters[static_cast<size_t>(slice.parameter)].second.grad();
+    KOLO_CHECK(grad.defined() && grad.isContiguous(), "parameter ",
+               parameters[static_cast<size_t>(slice.parameter)].first,
+               " has no contiguous gradient to push");
+    return grad;
+  }
+
   Header expectOk(Socket& socket, detail::Clock::time_point until, const char* what) {
     const Header answer = detail::recvHeader(socket, until, what);
     if (answer.op == static_cast<uint32_t>(Status::Error))
@@ -153,10 +181,16 @@ class ServerGroup::Impl {
                    " bytes of parameters instead of ", elements * elementBytes());
       if (compressed())
         socket.recvAll(packed_[s].data(), packed_[s].size() * 2, until, "the parameters");
+      const bool half = options_.compression == Compression::Fp16;
+      if (half && (answer.b < -120 || answer.b > 120))
+        KOLO_THROW(FormatError, socket.peer(), " sent fp16 values scaled by 2^", answer.b);
       int64_t at = 0;
       for (const Slice& slice : slices_[s]) {
         Tensor target = parameters[static_cast<size_t>(slice.parameter)].second;
-        if (compressed()) {
+        if (half) {
+          detail::unpackHalf(packed_[s].data() + at, target.data<float>() + slice.begin,
+                             static_cast<size_t>(slice.size()), static_cast<int>(answer.b));
+        } else if (compressed()) {
           detail::unpackBf16(packed_[s].data() + at, target.data<float>() + slice.begin,
                              static_cast<size_t>(slice.size()));
         } else {
@@ -170,12 +204,12 @@ class ServerGroup::Impl {
     return version;
   }
 
-  bool compressed() const { return options_.compression == Compression::Bf16; }
+  bool compressed() const { return options_.compression != Compression::None; }
   int64_t elementBytes() const { return compressed() ? 2 : 4; }
 
   ClientOptions options_;
   Placement placement_;
-  std::vector<std::vector<uint16_t>> packed_;  // bf16: one message per server
+  std::vector<std::vector<uint16_t>> packed_;  // bf16/fp16: one message per server
   std::vector<Socket> sockets_;
   std::vector<std::vector<Slice>> slices_;
   std::vector<Header> headers_;
@@ -200,6 +234,7 @@ int64_t ServerGroup::pushPull(const NamedTensors& parameters, int64_t basedOn) {
 void ServerGroup::leave() { impl_->leave(); }
 std::vector<ServerStats> ServerGroup::stats() { return impl_->stats(); }
 void ServerGroup::shutdown() { impl_->shutdown(); }
+void ServerGroup::drop(int worker) { impl_->drop(worker); }
 void ServerGroup::checkpoint(const std::string& directory) { impl_->checkpoint(directory); }
 const Placement& ServerGroup::placement() const { return impl_->placement(); }
 

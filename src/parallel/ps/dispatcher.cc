@@ -2,7 +2,12 @@
 // one at a time per worker, so a worker twice as fast takes twice as many. A worker reports
 // its unit done when it asks for the next one, after its last push of that unit has been
 // answered; a worker whose connection drops holding a unit is lost and the unit goes back to
-// the front of the queue, to whoever asks next.
+// the front of the queue, to whoever asks next. So is a worker that stops sending heartbeats
+// on its second connection (a stopped process or hung host keeps its sockets open): the
+// monitor thread closes its connection and tells the chief (which tells the servers).
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -45,10 +50,12 @@ class UnitDispatcher::Impl {
     listener_ = detail::listenOn(options_.host, options_.port, &port_);
     lastProgress_ = Clock::now();
     acceptor_ = std::thread([this] { acceptLoop(); });
+    if (options_.heartbeat.count() > 0) monitor_ = std::thread([this] { monitorLoop(); });
   }
 
   ~Impl() {
     stopping_ = true;
+    if (monitor_.joinable()) monitor_.join();
     if (acceptor_.joinable()) acceptor_.join();
     for (auto& t : threads_)
       if (t.joinable()) t.join();
@@ -119,6 +126,10 @@ class UnitDispatcher::Impl {
     bool told = false;  // was answered Finished
     int64_t held = -1;
     int64_t units = 0;
+    int fd = -1;             // its unit connection while served (shut down when it is lost)
+    bool beating = false;    // it has a heartbeat connection
+    int beatFd = -1;         // that connection while served
+    Clock::time_point beat;  // its last heartbeat
   };
 
   /// Workers not lost: the W the job started with, and those that joined.
@@ -142,11 +153,109 @@ class UnitDispatcher::Impl {
     }
   }
 
+  /// Declares workers lost whose heartbeats stopped; tells the chief outside the lock.
+  /// Silence counts only while the monitor watches: when the chief itself was not scheduled
+  /// (a loaded machine), the time it missed is not held against the workers, and a worker
+  /// whose heartbeat waits unread in its socket is alive.
+  void monitorLoop() {
+    auto watched = Clock::now();
+    while (!stopping_.load()) {
+      std::this_thread::sleep_for(kPollSlice);
+      std::vector<int> silent;
+      {
+        std::lock_guard lock(mutex_);
+        const auto now = Clock::now();
+        const auto missed = now - watched - kPollSlice;
+        watched = now;
+        if (missed > kPollSlice)
+          for (Worker& w : workers_) w.beat += missed;
+        for (size_t i = 0; i < workers_.size(); ++i) {
+          Worker& w = workers_[i];
+          if (!w.beating || w.lost || w.told || now - w.beat <= options_.heartbeat) continue;
+          if (w.beatFd >= 0 && detail::bytesWaiting(w.beatFd)) {
+            w.beat = now;
+            continue;
+          }
+          markLost(static_cast<int>(i), true);
+          if (w.fd >= 0) ::shutdown(w.fd, SHUT_RDWR);
+          silent.push_back(static_cast<int>(i));
+        }
+        if (!silent.empty()) changed_.notify_all();
+      }
+      for (int worker : silent) {
+        if (!options_.onLost) continue;
+        try {
+          options_.onLost(worker);
+        } catch (const Error&) {
+          // A server that cannot be told is gone: the job stops on that elsewhere.
+        }
+      }
+    }
+  }
+
+  /// Under the lock: `worker` is lost; the unit it held goes to the front of the queue.
+  void markLost(int worker, bool heartbeat) {
+    Worker& w = workers_[static_cast<size_t>(worker)];
+    w.lost = true;
+    lost_.push_back({worker, secondsSinceStart(), w.held, heartbeat});
+    if (w.held >= 0) queue_.push_front(w.held);
+    w.held = -1;
+  }
+
+  /// A worker's heartbeat connection: each message renews its deadline.
+  void serveHeartbeats(Socket& socket, int worker) {
+    const Header ok = detail::reply(Status::Ok);
+    socket.sendAll(&ok, sizeof ok, detail::deadlineAfter(options_.timeout), "the hello reply");
+    {
+      std::lock_guard lock(mutex_);
+      Worker& w = workers_[static_cast<size_t>(worker)];
+      w.beating = true;
+      w.beatFd = socket.fd();
+      w.beat = Clock::now();
+    }
+    struct Forget {  // the descriptor is closed with the socket, after this function
+      Impl* self;
+      int worker;
+      ~Forget() {
+        std::lock_guard lock(self->mutex_);
+        self->workers_[static_cast<size_t>(worker)].beatFd = -1;
+      }
+    } forget{this, worker};
+    while (!stopping_.load()) {
+      if (!socket.waitReadable(kPollSlice)) continue;
+      const Header h =
+          detail::recvHeader(socket, detail::deadlineAfter(options_.timeout), "a heartbeat");
+      if (h.op != static_cast<uint32_t>(Op::Heartbeat) || h.payload != 0)
+        KOLO_THROW(FormatError, socket.peer(), " sent request ", h.op,
+                   " on its heartbeat connection");
+      std::lock_guard lock(mutex_);
+      Worker& w = workers_[static_cast<size_t>(worker)];
+      if (w.lost) return;
+      w.beat = Clock::now();
+    }
+  }
+
   void serve(Socket& socket) {
     int worker = -1;
     const auto deadline = [this] { return detail::deadlineAfter(options_.timeout); };
     try {
       const Header h = detail::acceptHello(socket, options_.token, deadline());
+      if (h.a == kHeartbeatHello) {
+        {
+          std::lock_guard lock(mutex_);
+          while (h.index < kMaxWorkers && workers_.size() <= h.index) workers_.emplace_back();
+          if (h.index >= workers_.size() || workers_[h.index].beating ||
+              workers_[h.index].lost) {
+            detail::sendError(
+                socket, "the chief does not expect heartbeats of worker " + std::to_string(h.index),
+                deadline());
+            return;
+          }
+        }
+        socket.setPeer("worker " + std::to_string(h.index) + " (heartbeats)");
+        serveHeartbeats(socket, static_cast<int>(h.index));
+        return;
+      }
       {
         std::lock_guard lock(mutex_);
         // Workers beyond the W the job started with join later (kolo run --join); they get
@@ -159,7 +268,11 @@ class UnitDispatcher::Impl {
         }
         worker = static_cast<int>(h.index);
         workers_[h.index].connected = true;
+        workers_[h.index].fd = socket.fd();
         everConnected_ = true;
+        // A worker connects once it has loaded its data (slow on a loaded machine): the
+        // chief's no-progress deadline counts from the newest connection on.
+        lastProgress_ = Clock::now();
       }
       socket.setPeer("worker " + std::to_string(worker));
       const Header ok = detail::reply(Status::Ok);
@@ -187,18 +300,18 @@ class UnitDispatcher::Impl {
     if (worker < 0) return;
     std::lock_guard lock(mutex_);
     Worker& w = workers_[static_cast<size_t>(worker)];
-    if (!w.told && !stopping_.load()) {
-      w.lost = true;
-      lost_.push_back({worker, secondsSinceStart(), w.held});
-      if (w.held >= 0) queue_.push_front(w.held);
-      w.held = -1;
-    }
+    w.fd = -1;
+    if (!w.told && !w.lost && !stopping_.load()) markLost(worker, false);
     changed_.notify_all();
   }
 
   Header next(int worker, int64_t completed, int64_t batches, double lossSum) {
     std::lock_guard lock(mutex_);
     Worker& w = workers_[static_cast<size_t>(worker)];
+    if (w.lost)
+      KOLO_THROW(PeerError, "worker ", worker,
+                 " was declared lost (no heartbeat): its units went to the others");
+    w.beat = std::max(w.beat, Clock::now());  // a request is as good as a heartbeat
     if (completed >= 0) {
       KOLO_CHECK_EQ(completed, w.held, "worker ", worker, " reported a unit it does not hold");
       const auto epoch = static_cast<size_t>(completed / unitsPerEpoch_);
@@ -234,6 +347,7 @@ class UnitDispatcher::Impl {
   Socket listener_;
   uint16_t port_ = 0;
   std::thread acceptor_;
+  std::thread monitor_;
   std::vector<std::thread> threads_;  // touched by the acceptor only, joined after it
   std::atomic<bool> stopping_{false};
 
@@ -267,19 +381,48 @@ std::vector<int64_t> UnitDispatcher::unitsDone() const { return impl_->unitsDone
 struct UnitClient::State {
   Socket socket;
   Millis timeout;
+  // The heartbeat thread and its connection.
+  Socket beats;
+  std::thread beater;
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stopping = false;
 };
 
 UnitClient::UnitClient(const std::string& address, int worker, const std::string& token,
-                       Millis timeout)
+                       Millis timeout, Millis heartbeat)
     : state_(std::make_unique<State>()) {
   state_->timeout = timeout;
   const auto until = detail::deadlineAfter(timeout);
   state_->socket = detail::connectTo(address, until, "the chief (" + address + ")");
   detail::hello(state_->socket, static_cast<uint32_t>(worker),
                 static_cast<int64_t>(ClientRole::Worker), token, until);
+  if (heartbeat.count() <= 0) return;
+  state_->beats = detail::connectTo(address, until, "the chief (" + address + ")");
+  detail::hello(state_->beats, static_cast<uint32_t>(worker), kHeartbeatHello, token, until);
+  const Millis every = std::max(Millis{1}, heartbeat / 4);
+  state_->beater = std::thread([state = state_.get(), every] {
+    std::unique_lock lock(state->mutex);
+    while (!state->wake.wait_for(lock, every, [state] { return state->stopping; })) {
+      try {
+        const Header h = detail::request(Op::Heartbeat);
+        state->beats.sendAll(&h, sizeof h, detail::deadlineAfter(state->timeout), "a heartbeat");
+      } catch (const Error&) {
+        return;  // the chief is gone or dropped this worker: the unit connection says so
+      }
+    }
+  });
 }
 
-UnitClient::~UnitClient() = default;
+UnitClient::~UnitClient() {
+  if (!state_->beater.joinable()) return;
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->stopping = true;
+  }
+  state_->wake.notify_all();
+  state_->beater.join();
+}
 
 std::optional<Unit> UnitClient::next(const UnitReport& report, const std::function<void()>& idle) {
   Socket& socket = state_->socket;

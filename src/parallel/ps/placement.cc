@@ -31,7 +31,9 @@ Mode parseMode(const std::string& name) {
 Compression parseCompression(const std::string& name) {
   if (name == "none") return Compression::None;
   if (name == "bf16") return Compression::Bf16;
-  KOLO_THROW(InvalidArgument, "--ps-compress '", name, "' is not accepted: use none or bf16");
+  if (name == "fp16") return Compression::Fp16;
+  KOLO_THROW(InvalidArgument, "--ps-compress '", name,
+             "' is not accepted: use none, bf16 or fp16");
 }
 
 std::vector<Slice> Placement::slicesOf(int server) const {

@@ -7,6 +7,10 @@
 //   async: a push is applied at once and answered with the current values.
 //   ssp:   as async, but the answer waits while the worker's push count is more than S ahead
 //          of the slowest worker still in the job: the worker cannot start its next step.
+// A worker whose connection drops, or whom the chief drops (missed heartbeats), is lost: it
+// leaves the rounds and the slowest for good.
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
@@ -111,16 +115,19 @@ class ParameterServer::Impl {
     bool left = false;  // left the rounds (idle or finished) until its next push
     bool lost = false;  // its connection dropped without leaving
     bool connected = false;
+    int fd = -1;                   // its connection while served (shut down when dropped)
     bool parked = false;           // sync: its gradient waits for the round
     int64_t basis = 0;             // the version its parked gradient was computed on
     int64_t clock = 0;             // pushes so far (SSP)
     std::vector<float> gradient;   // the last push (owned by its connection until parked)
-    std::vector<uint16_t> packed;  // bf16: the push as it arrived
+    std::vector<uint16_t> packed;  // bf16/fp16: the push as it arrived
   };
 
   /// A connection's reply buffers; `data` points at the bytes to send.
   struct Reply {
-    bool bf16 = false;  // this connection exchanges bf16 values
+    bool bf16 = false;  // this connection exchanges 16-bit values (bf16 or fp16)
+    bool fp16 = false;  // ... fp16, scaled by 2^exponent
+    int exponent = 0;
     std::vector<float> values;
     std::vector<uint16_t> packed;
     const void* data = nullptr;
@@ -135,12 +142,13 @@ class ParameterServer::Impl {
     try {
       const Header h = detail::acceptHello(socket, options_.token, deadline());
       const bool chief = h.a == static_cast<int64_t>(ClientRole::Chief);
-      if (h.flags > static_cast<uint32_t>(Compression::Bf16)) {
+      if (h.flags > static_cast<uint32_t>(Compression::Fp16)) {
         detail::sendError(socket, name() + " does not know compression " + std::to_string(h.flags),
                           deadline());
         return;
       }
-      const bool bf16 = h.flags == static_cast<uint32_t>(Compression::Bf16);
+      const bool fp16 = h.flags == static_cast<uint32_t>(Compression::Fp16);
+      const bool bf16 = h.flags == static_cast<uint32_t>(Compression::Bf16) || fp16;
       if (!chief) {
         if (h.index >= kMaxWorkers) {
           detail::sendError(socket,
@@ -165,6 +173,7 @@ class ParameterServer::Impl {
           return;
         }
         w.connected = true;
+        w.fd = socket.fd();
         worker = static_cast<int>(h.index);
         w.gradient.resize(static_cast<size_t>(elements_));
         w.packed.resize(static_cast<size_t>(elements_));
@@ -174,6 +183,7 @@ class ParameterServer::Impl {
       socket.sendAll(&ok, sizeof ok, deadline(), "the hello reply");
       Reply out;
       out.bf16 = bf16;
+      out.fp16 = fp16;
       out.values.resize(static_cast<size_t>(elements_));
       if (bf16) out.packed.resize(static_cast<size_t>(elements_));
       while (!stopping_.load()) {
@@ -189,7 +199,8 @@ class ParameterServer::Impl {
     if (worker >= 0) {
       std::lock_guard lock(mutex_);
       Worker& w = workers_[static_cast<size_t>(worker)];
-      if (!w.left) {
+      w.fd = -1;
+      if (!w.left && !w.lost) {
         w.lost = true;
         ++stats_.workersLost;
       }
@@ -212,7 +223,7 @@ class ParameterServer::Impl {
           std::lock_guard lock(mutex_);
           version = snapshot(out);
         }
-        sendValues(socket, version, out.data, out.bf16);
+        sendValues(socket, version, out.data, out);
         return true;
       }
       case Op::Push: {
@@ -221,7 +232,14 @@ class ParameterServer::Impl {
           KOLO_THROW(FormatError, socket.peer(), " pushed ", request.payload, " bytes to ", name(),
                      ", which takes ", wireBytes(out.bf16));
         Worker& w = workers_[static_cast<size_t>(worker)];
-        if (out.bf16) {
+        if (out.fp16) {
+          if (request.b < -120 || request.b > 120)
+            KOLO_THROW(FormatError, socket.peer(), " pushed fp16 gradients scaled by 2^",
+                       request.b, " to ", name());
+          socket.recvAll(w.packed.data(), request.payload, deadline(), "the gradients");
+          detail::unpackHalf(w.packed.data(), w.gradient.data(), w.packed.size(),
+                             static_cast<int>(request.b));
+        } else if (out.bf16) {
           socket.recvAll(w.packed.data(), request.payload, deadline(), "the gradients");
           detail::unpackBf16(w.packed.data(), w.gradient.data(), w.packed.size());
         } else {
@@ -235,7 +253,7 @@ class ParameterServer::Impl {
           detail::sendError(socket, e.what(), deadline());
           throw;
         }
-        sendValues(socket, version, reply, out.bf16);
+        sendValues(socket, version, reply, out);
         return true;
       }
       case Op::Leave: {
@@ -276,6 +294,24 @@ class ParameterServer::Impl {
         }
         const Header ok = detail::reply(Status::Ok, version_);
         socket.sendAll(&ok, sizeof ok, deadline(), "the checkpoint reply");
+        return true;
+      }
+      case Op::Drop: {
+        if (worker >= 0) KOLO_THROW(FormatError, socket.peer(), " sent a drop request to ", name());
+        {
+          std::lock_guard lock(mutex_);
+          if (request.index < workers_.size()) {
+            Worker& w = workers_[request.index];
+            if (!w.lost) ++stats_.workersLost;
+            w.lost = true;
+            w.parked = false;
+            if (w.fd >= 0) ::shutdown(w.fd, SHUT_RDWR);
+            completeRoundIfReady();
+            changed_.notify_all();
+          }
+        }
+        const Header ok = detail::reply(Status::Ok);
+        socket.sendAll(&ok, sizeof ok, deadline(), "the drop reply");
         return true;
       }
       case Op::Shutdown: {
@@ -341,7 +377,12 @@ class ParameterServer::Impl {
   /// Copies (or packs) the values into `out` (under the lock), points out.data at the reply's
   /// bytes and returns the version.
   int64_t snapshot(Reply& out) {
-    if (out.bf16) {
+    if (out.fp16) {
+      const float* values = values_.data<float>();
+      out.exponent = detail::halfExponent(detail::maxAbs(values, out.packed.size()));
+      detail::packHalf(values, out.packed.data(), out.packed.size(), out.exponent);
+      out.data = out.packed.data();
+    } else if (out.bf16) {
       detail::packBf16(values_.data<float>(), out.packed.data(), out.packed.size());
       out.data = out.packed.data();
     } else {
@@ -354,9 +395,11 @@ class ParameterServer::Impl {
 
   int64_t wireBytes(bool bf16) const { return elements_ * (bf16 ? 2 : 4); }
 
-  void sendValues(Socket& socket, int64_t version, const void* bytes, bool bf16) {
-    const int64_t size = wireBytes(bf16);
-    const Header ok = detail::reply(Status::Ok, version, 0, static_cast<uint64_t>(size));
+  /// Sends `bytes`, the values as `out` packs them (f32 when `bytes` is the server's own).
+  void sendValues(Socket& socket, int64_t version, const void* bytes, const Reply& out) {
+    const int64_t size = wireBytes(out.bf16);
+    const Header ok = detail::reply(Status::Ok, version, out.fp16 ? out.exponent : 0,
+                                    static_cast<uint64_t>(size));
     iovec parts[2] = {{const_cast<Header*>(&ok), sizeof ok},
                       {const_cast<void*>(bytes), static_cast<size_t>(size)}};
     socket.sendAll(parts, 2, deadline(), "the parameters");
@@ -367,6 +410,7 @@ class ParameterServer::Impl {
   int64_t push(int worker, int64_t basis, Reply& out, const void** reply) {
     std::unique_lock lock(mutex_);
     Worker& w = workers_[static_cast<size_t>(worker)];
+    if (w.lost) KOLO_THROW(PeerError, name(), " dropped worker ", worker, " (no heartbeat)");
     if (w.left) {
       // Back from idling: in SSP it starts level with the slowest of the others, so that the
       // time it sat out does not hold everyone back.
@@ -387,6 +431,7 @@ class ParameterServer::Impl {
                      " ms for worker(s) ", missingWorkers());
       }
       if (stopping_.load()) KOLO_THROW(PeerError, name(), " is shutting down");
+      if (w.lost) KOLO_THROW(PeerError, name(), " dropped worker ", worker, " (no heartbeat)");
       if (out.bf16) {
         const int64_t version = snapshot(out);
         *reply = out.data;
@@ -399,14 +444,19 @@ class ParameterServer::Impl {
       *reply = values_.data<float>();
       return version_;
     }
-    noteStaleness(version_ - basis);
+    const int64_t staleness = version_ - basis;
+    noteStaleness(staleness);
+    if (options_.stalenessLr && staleness > 1) {
+      const float scale = 1.0f / static_cast<float>(staleness);
+      for (float& g : w.gradient) g *= scale;
+    }
     applyUpdate(w.gradient.data());
     if (options_.mode == Mode::Ssp) {
       ++w.clock;
       changed_.notify_all();
       // The worker's next step would be number `clock`; it may start it only while it is at
       // most S pushes ahead of the slowest worker still in the job.
-      while (w.clock - slowestClock(-1) > options_.staleness && !stopping_.load()) {
+      while (w.clock - slowestClock(-1) > options_.staleness && !stopping_.load() && !w.lost) {
         if (changed_.wait_until(lock, until) == std::cv_status::timeout)
           KOLO_THROW(Timeout, name(), ": worker ", worker, " waited ", options_.timeout.count(),
                      " ms for the slowest worker (staleness bound ", options_.staleness, ")");

@@ -4,6 +4,7 @@
 #include "parallel/ps/socket.h"
 
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -80,6 +81,11 @@ void Socket::recvAll(void* data, size_t size, Clock::time_point deadline, const 
 
 bool Socket::waitReadable(std::chrono::milliseconds timeout) const {
   return cs::waitForSocket(fd_, POLLIN, deadlineAfter(timeout));
+}
+
+bool bytesWaiting(int fd) {
+  int pending = 0;
+  return ::ioctl(fd, FIONREAD, &pending) == 0 && pending > 0;
 }
 
 Socket listenOn(const std::string& host, uint16_t port, uint16_t* bound) {

@@ -56,6 +56,9 @@ Socket acceptFor(const Socket& listener, std::chrono::milliseconds timeout);
 /// not listen yet). Throws PeerError naming `peer` when it cannot.
 Socket connectTo(const std::string& address, Clock::time_point deadline, const std::string& peer);
 
+/// True when bytes wait unread on socket descriptor `fd` (not at its end); does not wait.
+bool bytesWaiting(int fd);
+
 /// now + timeout, saturating.
 Clock::time_point deadlineAfter(std::chrono::milliseconds timeout);
 

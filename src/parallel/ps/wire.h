@@ -27,6 +27,8 @@ inline constexpr auto kPollSlice = std::chrono::milliseconds(100);
 /// Leave: -. Stats: -. Shutdown: -. Next (dispatcher): a = unit done (-1: none), b = its
 /// batches, payload = its loss sum (f64).
 /// Checkpoint: payload = the file to write.
+/// Heartbeat (worker to the chief, on a connection of its own whose Hello has a = 2): -.
+/// Drop (the chief to a server): index = a worker declared lost; it leaves the job for good.
 enum class Op : uint32_t {
   Hello = 1,
   Pull = 2,
@@ -35,8 +37,13 @@ enum class Op : uint32_t {
   Stats = 5,
   Shutdown = 6,
   Next = 7,
-  Checkpoint = 8
+  Checkpoint = 8,
+  Heartbeat = 9,
+  Drop = 10
 };
+
+/// Hello's `a` of a worker's heartbeat connection to the chief (0 and 1 are ClientRole).
+inline constexpr int64_t kHeartbeatHello = 2;
 
 /// Replies, in Header::op. Ok: a = version (servers) or unit id (Next), b = elements (Hello)
 /// or epoch (Next); payload = values, stats (8 x i64) or the unit's [begin, end) (2 x i64).
