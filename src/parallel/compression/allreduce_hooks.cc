@@ -3,65 +3,15 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "kolo/error.h"
 #include "kolo/parallel/compression.h"
+#include "parallel/half_pack.h"
 
 namespace kolo::parallel::compression {
 namespace {
 
-// out[i] = f16(in[i] * scale) and back, rounded to nearest even as floatToHalf; with F16C
-// (8 at a time) where the CPU has it: the scalar conversion's branches would cost more
-// than the 16-bit wire saves.
-#if defined(__x86_64__)
-__attribute__((target("avx2,f16c"))) void toHalfF16c(const float* in, uint16_t* out, size_t n,
-                                                     float scale) {
-  const __m256 s = _mm256_set1_ps(scale);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(in + i), s),
-                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
-  }
-  for (; i < n; ++i) out[i] = floatToHalf(in[i] * scale);
-}
-
-__attribute__((target("avx2,f16c"))) void fromHalfF16c(const uint16_t* in, float* out, size_t n,
-                                                       float scale) {
-  const __m256 s = _mm256_set1_ps(scale);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtph_ps(h), s));
-  }
-  for (; i < n; ++i) out[i] = halfToFloat(in[i]) * scale;
-}
-
-bool haveF16c() {
-  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  return have;
-}
-#endif
-
-void toHalf(const float* in, uint16_t* out, size_t n, float scale) {
-#if defined(__x86_64__)
-  if (haveF16c()) return toHalfF16c(in, out, n, scale);
-#endif
-  for (size_t i = 0; i < n; ++i) out[i] = floatToHalf(in[i] * scale);
-}
-
-void fromHalf(const uint16_t* in, float* out, size_t n, float scale) {
-#if defined(__x86_64__)
-  if (haveF16c()) return fromHalfF16c(in, out, n, scale);
-#endif
-  for (size_t i = 0; i < n; ++i) out[i] = halfToFloat(in[i]) * scale;
-}
-
-// The same for bf16, as floatToBFloat16 / bfloat16ToFloat but inline, so that the loops
-// vectorise.
+// out[i] = bf16(in[i] * scale) and back, as floatToBFloat16 / bfloat16ToFloat but inline, so
+// that the loops vectorise (fp16: parallel/half_pack.h).
 void toBFloat16(const float* in, uint16_t* out, size_t n, float scale) {
   for (size_t i = 0; i < n; ++i) {
     const float v = in[i] * scale;
@@ -116,7 +66,7 @@ class CastHook final : public CommHook {
     const float* in = bucket.buffer.data<float>();
     uint16_t* w = wireBuffer->data();
     if (wire_ == DType::F16)
-      toHalf(in, w, n, down);
+      parallel::detail::floatsToHalf(in, w, n, down);
     else
       toBFloat16(in, w, n, down);
     countBytes(n * sizeof(uint16_t));
@@ -128,7 +78,7 @@ class CastHook final : public CommHook {
       const uint16_t* v = wireBuffer->data();
       const float up = static_cast<float>(size);
       if (wire == DType::F16)
-        fromHalf(v, o, n, up);
+        parallel::detail::halvesToFloat(v, o, n, up);
       else
         fromBFloat16(v, o, n, up);
     });

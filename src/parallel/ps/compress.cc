@@ -1,20 +1,15 @@
 // 16-bit packing (compress.h): bf16 in branch-free loops that GCC vectorises, built for
-// AVX-512, AVX2 and the baseline, picked at load time; fp16 with F16C, 8 at a time, where the
-// CPU has it (floatToHalf otherwise).
+// AVX-512, AVX2 and the baseline, picked at load time; fp16 through half_pack.h with a
+// power-of-two scale.
 #include "parallel/ps/compress.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
-#include "kolo/dtype.h"
+#include "parallel/half_pack.h"
 
 namespace kolo::parallel::ps::detail {
-
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void packBf16(const float* in,
                                                                            uint16_t* out,
@@ -36,39 +31,6 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void unpackBf16(con
   }
 }
 
-namespace {
-
-#if defined(__x86_64__)
-__attribute__((target("avx2,f16c"))) void packHalfF16c(const float* in, uint16_t* out, size_t n,
-                                                       float scale) {
-  const __m256 s = _mm256_set1_ps(scale);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(in + i), s),
-                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
-  }
-  for (; i < n; ++i) out[i] = floatToHalf(in[i] * scale);
-}
-
-__attribute__((target("avx2,f16c"))) void unpackHalfF16c(const uint16_t* in, float* out, size_t n,
-                                                         float scale) {
-  const __m256 s = _mm256_set1_ps(scale);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_cvtph_ps(h), s));
-  }
-  for (; i < n; ++i) out[i] = halfToFloat(in[i]) * scale;
-}
-
-bool haveF16c() {
-  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  return have;
-}
-#endif
-
-}  // namespace
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) float maxAbs(const float* in,
                                                                           size_t n) {
@@ -89,19 +51,11 @@ int halfExponent(float largest) {
 }
 
 void packHalf(const float* in, uint16_t* out, size_t n, int k) {
-  const float scale = std::ldexp(1.0f, k);
-#if defined(__x86_64__)
-  if (haveF16c()) return packHalfF16c(in, out, n, scale);
-#endif
-  for (size_t i = 0; i < n; ++i) out[i] = floatToHalf(in[i] * scale);
+  parallel::detail::floatsToHalf(in, out, n, std::ldexp(1.0f, k));
 }
 
 void unpackHalf(const uint16_t* in, float* out, size_t n, int k) {
-  const float scale = std::ldexp(1.0f, -k);
-#if defined(__x86_64__)
-  if (haveF16c()) return unpackHalfF16c(in, out, n, scale);
-#endif
-  for (size_t i = 0; i < n; ++i) out[i] = halfToFloat(in[i]) * scale;
+  parallel::detail::halvesToFloat(in, out, n, std::ldexp(1.0f, -k));
 }
 
 }  // namespace kolo::parallel::ps::detail
