@@ -27,17 +27,8 @@ using kolo::testing::RunResult;
 using kolo::testing::runKolo;
 
 using kolo::testing::loadWeights;
+using kolo::testing::relativeDifference;
 using kolo::testing::Weights;
-
-// Largest |a - b| of a tensor over the largest |reference| of it.
-double relativeDifference(const std::vector<float>& reference, const std::vector<float>& other) {
-  double diff = 0.0, scale = 0.0;
-  for (size_t i = 0; i < reference.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(reference[i]) - other[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(reference[i])));
-  }
-  return diff / std::max(scale, 1e-30);
-}
 
 class TrainDistributedTest : public ::testing::Test {
  protected:

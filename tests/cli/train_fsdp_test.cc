@@ -19,18 +19,10 @@ namespace {
 namespace fs = std::filesystem;
 
 using kolo::testing::loadWeights;
+using kolo::testing::relativeDifference;
 using kolo::testing::RunResult;
 using kolo::testing::runKolo;
 using kolo::testing::Weights;
-
-double relativeDifference(const std::vector<float>& reference, const std::vector<float>& other) {
-  double diff = 0.0, scale = 0.0;
-  for (size_t i = 0; i < reference.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(reference[i]) - other[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(reference[i])));
-  }
-  return diff / std::max(scale, 1e-30);
-}
 
 // The value after `key ` in the summary line.
 double field(const std::string& output, const std::string& key) {

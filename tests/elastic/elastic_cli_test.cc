@@ -16,6 +16,7 @@
 
 #include "kolo/safetensors.h"
 #include "../cli/run_kolo.h"
+#include "../cli/weights.h"
 #include "support/fashion_mnist.h"
 
 namespace {
@@ -23,16 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 
 using kolo::testing::RunResult;
+using kolo::testing::relativeDifference;
 using kolo::testing::runKolo;
-
-double relativeDifference(const std::vector<float>& reference, const std::vector<float>& other) {
-  double diff = 0.0, scale = 0.0;
-  for (size_t i = 0; i < reference.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(reference[i]) - other[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(reference[i])));
-  }
-  return diff / std::max(scale, 1e-30);
-}
 
 class ElasticCliTest : public ::testing::Test {
  public:
