@@ -44,6 +44,18 @@ std::vector<char> copyOf(const void* src, size_t bytes) {
   return copy;
 }
 
+// Runs `start` (an MPI call that issues a non-blocking operation); when it throws, marks the
+// operation's record failed before the error goes on.
+template <class Start>
+void startRecorded(PendingOp& record, Start&& start) {
+  try {
+    start();
+  } catch (const std::exception& e) {
+    record.fail(e, true);
+    throw;
+  }
+}
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(std::shared_ptr<MpiRuntime> runtime, MPI_Comm comm, const MpiOptions& options,
@@ -286,13 +298,10 @@ std::unique_ptr<Work> MpiCommunicator::startSend(const void* buf, size_t count, 
   checkPeer(peer, tag, "send");
   PendingOp record = op ? PendingOp(pointToPoint(op, rank_, size_, context_, count, dtype, peer)) : PendingOp();
   MPI_Request request;
-  try {
+  startRecorded(record, [&] {
     mpiCheck(MPI_Isend(buf, mpiCount(count, "send"), mpiDatatype(dtype), peer, tag, comm_, &request), "MPI_Isend",
              rank_);
-  } catch (const std::exception& e) {
-    record.fail(e, true);
-    throw;
-  }
+  });
   return std::make_unique<MpiWork>(shared_from_this(), request,
                                    "send of " + std::to_string(count) + " " + dtypeName(dtype) + " to peer " +
                                        std::to_string(peer) + " tag " + std::to_string(tag),
@@ -306,12 +315,9 @@ std::unique_ptr<Work> MpiCommunicator::startRecv(void* buf, size_t count, DType 
   PendingOp record = op ? PendingOp(pointToPoint(op, rank_, size_, context_, count, dtype, peer)) : PendingOp();
   MPI_Request request;
   const MPI_Datatype type = mpiDatatype(dtype);
-  try {
+  startRecorded(record, [&] {
     mpiCheck(MPI_Irecv(buf, mpiCount(count, "recv"), type, peer, tag, comm_, &request), "MPI_Irecv", rank_);
-  } catch (const std::exception& e) {
-    record.fail(e, true);
-    throw;
-  }
+  });
   std::string what = "recv of " + std::to_string(count) + " " + dtypeName(dtype) + " from peer " +
                      std::to_string(peer) + " tag " + std::to_string(tag);
   const int self = rank_;
@@ -346,16 +352,11 @@ std::unique_ptr<Work> MpiCommunicator::iallreduce(const void* sendbuf, void* rec
   const int n = mpiCount(count, "iallreduce");
   MPI_Request request;
   PendingOp record(describeForRecorder(sig), sig.flightId, sig.beginNs ? sig.beginNs : trace::nowNs());
-  const int rc = MPI_Iallreduce(sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf, recvbuf, n, mpiDatatype(dtype),
-                                runtime_->reduceOp(dtype, op), comm_, &request);
-  if (rc != MPI_SUCCESS) {
-    try {
-      throwMpiError(rc, describe(sig) + " on rank " + std::to_string(rank_));
-    } catch (const std::exception& e) {
-      record.fail(e, true);
-      throw;
-    }
-  }
+  startRecorded(record, [&] {
+    const int rc = MPI_Iallreduce(sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf, recvbuf, n, mpiDatatype(dtype),
+                                  runtime_->reduceOp(dtype, op), comm_, &request);
+    if (rc != MPI_SUCCESS) throwMpiError(rc, describe(sig) + " on rank " + std::to_string(rank_));
+  });
   MpiWork::Finish finish;
   if (op == ReduceOp::Avg) {
     const int divisor = size_;
@@ -396,15 +397,10 @@ std::unique_ptr<Work> MpiCommunicator::ibroadcast(void* buf, size_t count, DType
   const auto sig = beginCollective(kBroadcast, dtype, count, root, -1, opts);
   MPI_Request request;
   PendingOp record(describeForRecorder(sig), sig.flightId, sig.beginNs ? sig.beginNs : trace::nowNs());
-  const int rc = MPI_Ibcast(buf, mpiCount(count, "ibroadcast"), mpiDatatype(dtype), root, comm_, &request);
-  if (rc != MPI_SUCCESS) {
-    try {
-      throwMpiError(rc, describe(sig) + " on rank " + std::to_string(rank_));
-    } catch (const std::exception& e) {
-      record.fail(e, true);
-      throw;
-    }
-  }
+  startRecorded(record, [&] {
+    const int rc = MPI_Ibcast(buf, mpiCount(count, "ibroadcast"), mpiDatatype(dtype), root, comm_, &request);
+    if (rc != MPI_SUCCESS) throwMpiError(rc, describe(sig) + " on rank " + std::to_string(rank_));
+  });
   return std::make_unique<MpiWork>(shared_from_this(), request, describe(sig), nullptr, true, std::move(record));
 }
 
