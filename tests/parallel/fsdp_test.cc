@@ -59,22 +59,13 @@ std::vector<double> trainRanks(StrategyKind kind, int n, ShardLevel level, Opt o
                                            {.shard = level, .collective = {}, .prefetch = prefetch}, model,
                                            optimizerFor(opt))
                         : makeStrategy(options, model, optimizerFor(opt));
-    data::DistributedSampler sampler(dataset.size(), {.globalBatch = kGlobalBatch,
-                                                      .rank = strategy->dataRank(),
-                                                      .worldSize = strategy->dataWorldSize(),
-                                                      .shuffle = false});
-    const std::vector<int64_t> order = sampler.indices(0);
-    const int64_t local = sampler.localBatch();
-    for (int s = 0; s < kSteps; ++s) {
-      std::vector<int64_t> idx(order.begin() + s * local, order.begin() + (s + 1) * local);
-      data::Batch b = dataset.gather(idx);
-      strategy->trainStep(b.inputs, b.labels);
+    trainOnSampledSlices(*strategy, dataset, kSteps, [&] {
       if (kind == StrategyKind::FullyShardedDataParallel && level == ShardLevel::Full) {
         // Between steps ZeRO-3 keeps no whole parameter.
         for (auto& [name, p] : strategy->model().namedParameters())
           EXPECT_EQ(p.impl()->storage->bytes, nullptr) << name << " on rank " << rank;
       }
-    }
+    });
     strategy->gatherModel();
     weights[rank] = modelValues(strategy->model());
   });

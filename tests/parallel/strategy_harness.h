@@ -69,6 +69,24 @@ inline std::vector<double> trainOneDevice(int steps) {
   return trainWithStrategy(options, steps);
 }
 
+/// `steps` steps of `strategy` on this rank's DistributedSampler slices of the first
+/// epoch in file order (global batch kGlobalBatch); `afterStep` runs after each.
+inline void trainOnSampledSlices(Strategy& strategy, const data::TensorDataset& dataset, int steps,
+                                 const std::function<void()>& afterStep = {}) {
+  data::DistributedSampler sampler(dataset.size(), {.globalBatch = kGlobalBatch,
+                                                    .rank = strategy.dataRank(),
+                                                    .worldSize = strategy.dataWorldSize(),
+                                                    .shuffle = false});
+  const std::vector<int64_t> order = sampler.indices(0);
+  const int64_t local = sampler.localBatch();
+  for (int s = 0; s < steps; ++s) {
+    std::vector<int64_t> idx(order.begin() + s * local, order.begin() + (s + 1) * local);
+    data::Batch b = dataset.gather(idx);
+    strategy.trainStep(b.inputs, b.labels);
+    if (afterStep) afterStep();
+  }
+}
+
 /// Multi-worker-mirrored with `n` ranks as threads; commFor(rank) is called on the rank's
 /// own thread (native communicators connect there). Every rank reads its DistributedSampler
 /// slice. Returns rank 0's weights after checking every rank holds the same ones.
@@ -86,17 +104,7 @@ inline std::vector<double> trainMultiWorker(
     options.reducer.collective.algorithm = algorithm;
     auto strategy = makeStrategy(
         options, [rank] { return makeEquivalenceModel(rank); }, equivalenceOptimizer);
-    data::DistributedSampler sampler(dataset.size(), {.globalBatch = kGlobalBatch,
-                                                      .rank = strategy->dataRank(),
-                                                      .worldSize = strategy->dataWorldSize(),
-                                                      .shuffle = false});
-    const std::vector<int64_t> order = sampler.indices(0);
-    const int64_t local = sampler.localBatch();
-    for (int s = 0; s < steps; ++s) {
-      std::vector<int64_t> idx(order.begin() + s * local, order.begin() + (s + 1) * local);
-      data::Batch b = dataset.gather(idx);
-      strategy->trainStep(b.inputs, b.labels);
-    }
+    trainOnSampledSlices(*strategy, dataset, steps);
     weights[rank] = modelValues(strategy->model());
   });
   for (int r = 1; r < n; ++r)
