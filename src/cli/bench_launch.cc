@@ -24,7 +24,7 @@
 #include "kolo/comm/native.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
-#include "parallel/launcher_affinity.h"
+#include "launch/affinity.h"
 
 namespace kolo::cli {
 namespace {

@@ -6,9 +6,9 @@
 #include <fstream>
 
 #include "cli/commands.h"
-#include "cli/report_html.h"
-#include "cli/report_plots.h"
-#include "cli/report_runs.h"
+#include "report/html.h"
+#include "report/plots.h"
+#include "report/runs.h"
 #include "kolo/error.h"
 
 namespace kolo::cli {

@@ -7,7 +7,7 @@
 #include "cli/options.h"
 #include "kolo/error.h"
 #include "kolo/settings.h"
-#include "parallel/launcher.h"
+#include "launch/launcher.h"
 
 namespace kolo::cli {
 

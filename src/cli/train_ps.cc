@@ -27,7 +27,7 @@
 #include "kolo/parallel/parameter_server.h"
 #include "kolo/safetensors.h"
 #include "kolo/settings.h"
-#include "parallel/launcher.h"
+#include "launch/launcher.h"
 
 namespace kolo::cli {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "kolo/error.h"
 #include "launcher/process_helpers.h"
-#include "parallel/launcher_affinity.h"
+#include "launch/affinity.h"
 
 namespace kolo {
 namespace {

@@ -2,7 +2,7 @@
 // the ranks' groups when the launcher dies). Code that runs in a forked child makes only
 // async-signal-safe calls: the launcher may have other threads (the TCP store server)
 // whose locks a forked child must never touch.
-#include "parallel/launcher_spawn.h"
+#include "launch/spawn.h"
 
 #include <fcntl.h>
 #include <pthread.h>

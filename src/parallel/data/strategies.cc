@@ -9,7 +9,7 @@
 #include "kolo/parallel/distributed.h"
 #include "kolo/parallel/fsdp.h"
 #include "kolo/parallel/strategy.h"
-#include "parallel/replica_pool.h"
+#include "parallel/data/replica_pool.h"
 
 namespace kolo::parallel {
 

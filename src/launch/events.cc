@@ -1,7 +1,7 @@
 // JobEvents: `kolo run`'s event lines. A rank killed by a signal is named with the signal
 // (SIGKILL, SIGSEGV...), and whether kolo run sent it while stopping the job or it came from
 // elsewhere (the OOM killer, a user's kill, a crash).
-#include "parallel/launcher_events.h"
+#include "launch/events.h"
 
 #include <signal.h>
 #include <string.h>

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/report_runs.h"
+#include "report/runs.h"
 
 namespace kolo::cli::report {
 

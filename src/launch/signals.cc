@@ -1,5 +1,5 @@
 // SignalScope: the launcher's signal handlers and the self-pipe they write to.
-#include "parallel/launcher_signals.h"
+#include "launch/signals.h"
 
 #include <fcntl.h>
 #include <pthread.h>

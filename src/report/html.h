@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/report_plots.h"
-#include "cli/report_runs.h"
+#include "report/plots.h"
+#include "report/runs.h"
 
 namespace kolo::cli::report {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/launcher_affinity.h"
+#include "launch/affinity.h"
 
 namespace kolo::parallel {
 

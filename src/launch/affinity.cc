@@ -1,6 +1,6 @@
 // CPU binding of local ranks: the launcher's allowed set, round-robin choice, and binding
 // of the calling thread (sched_setaffinity on thread id 0) so spawned children inherit it.
-#include "parallel/launcher_affinity.h"
+#include "launch/affinity.h"
 
 #include <sched.h>
 

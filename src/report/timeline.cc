@@ -3,7 +3,7 @@
 // counted one, such as a module's forward inside "forward", is not counted again), and the
 // comm spans of every thread of the rank (the progress thread's all-reduces) are merged into
 // one union, clipped to the step.
-#include "cli/report_timeline.h"
+#include "report/timeline.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,5 +1,5 @@
 // LinePrefixer: cuts rank output into lines and writes each with its rank prefix.
-#include "parallel/launcher_output.h"
+#include "launch/output.h"
 
 #include <unistd.h>
 

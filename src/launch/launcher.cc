@@ -2,11 +2,11 @@
 // their own process groups, one poll() loop over their output pipes and a signal pipe
 // (SIGCHLD, SIGINT, SIGTERM), and stopping every rank (SIGTERM, then SIGKILL after the
 // grace period) when one fails or the launcher is told to stop. Ranks die with the launcher
-// (launcher_spawn.h), and each starts bound to its CPU (launcher_affinity.h) unless binding
+// (spawn.h), and each starts bound to its CPU (affinity.h) unless binding
 // is off. Across nodes, launchers
 // agree through the store: each registers its rank count, a failure is published under
 // "kolo-run/failed", and node 0 keeps the store up until every node has finished.
-#include "parallel/launcher.h"
+#include "launch/launcher.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -32,11 +32,11 @@
 #include "kolo/parallel/parameter_server.h"
 #include "kolo/settings.h"
 #include "kolo/timeline.h"
-#include "parallel/launcher_debug.h"
-#include "parallel/launcher_output.h"
-#include "parallel/launcher_events.h"
-#include "parallel/launcher_signals.h"
-#include "parallel/launcher_spawn.h"
+#include "launch/debug.h"
+#include "launch/output.h"
+#include "launch/events.h"
+#include "launch/signals.h"
+#include "launch/spawn.h"
 
 extern char** environ;
 

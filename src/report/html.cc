@@ -1,5 +1,5 @@
 // renderHtml: the report page, built as text.
-#include "cli/report_html.h"
+#include "report/html.h"
 
 #include <cstdio>
 #include <map>

@@ -1,6 +1,6 @@
 // DebugWatch: the stall watch over the ranks' flight-recorder rings and the collection of
 // their dumps for `kolo run`.
-#include "parallel/launcher_debug.h"
+#include "launch/debug.h"
 
 #include <signal.h>
 

@@ -1,5 +1,5 @@
 // Reading a run directory for `kolo report`.
-#include "cli/report_runs.h"
+#include "report/runs.h"
 
 #include <algorithm>
 #include <filesystem>

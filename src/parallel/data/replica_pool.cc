@@ -1,5 +1,5 @@
 // ReplicaPool: persistent replica threads woken per step through a generation counter.
-#include "parallel/replica_pool.h"
+#include "parallel/data/replica_pool.h"
 
 namespace kolo::parallel::detail {
 

@@ -1,6 +1,6 @@
 // Plots of `kolo report`: gnuplot scripts built from the runs' metrics, run through
 // posix_spawn; the SVGs they write are read back for inlining into the page.
-#include "cli/report_plots.h"
+#include "report/plots.h"
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -14,7 +14,7 @@
 #include <map>
 #include <sstream>
 
-#include "cli/report_timeline.h"
+#include "report/timeline.h"
 #include "kolo/error.h"
 
 extern char** environ;
