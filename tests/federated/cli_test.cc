@@ -32,7 +32,7 @@ TEST(FederatedCli, DeadClientHostIsLeftOutAndTheJobCompletes) {
       kolo::testing::runKolo("run -n 3 --tolerate-failures -- " + std::string(KOLO_BINARY_DIR) +
                              "/src/cli/kolo train --strategy federated --train-limit 1200 "
                              "--clients 6 --clients-per-round 6 "
-                             "--rounds 3 --local-batch 20 --lr 0.1 --round-timeout 2 "
+                             "--rounds 3 --local-batch 20 --lr 0.1 --round-timeout 8 "
                              "--fail-at-step 2:2 --quiet --metrics " +
                              metrics);
   ASSERT_EQ(result.exitCode, 0) << result.output;

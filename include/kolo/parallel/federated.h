@@ -165,6 +165,8 @@ struct FederatedOptions {
   std::chrono::milliseconds roundTimeout{std::chrono::seconds(120)};
   /// For tests: each selected client drops out with this probability (seeded), after it has
   /// received the model (and, with secureAgg, after the key exchange) and before it sends.
+  /// Its host, the simulator, tells the server at once (an empty value under the client's
+  /// key), so simulated drop-outs do not cost the round timeout; a silent host still does.
   double debugDropRate = 0.0;
   bool secureAgg = false;
   /// Secure aggregation: shares needed to recover a seed; 0: a majority of the round's

@@ -106,9 +106,13 @@ void ClientHost::plainRound(int64_t round, const std::vector<int>& mine,
     update.client = c;
     update.samples = static_cast<int64_t>(partition_[c].size());
     update.delta = trainClient(*model_, global, *data_, partition_[c], options_.client, round, c);
-    if (drops(round, c)) continue;
+    const std::string key = roundKey(round, "update/" + std::to_string(c));
+    if (drops(round, c)) {
+      detail::announceLeave(*store_, key);
+      continue;
+    }
     if (tamper_) tamper_(update);
-    store_->set(roundKey(round, "update/" + std::to_string(c)), encodeUpdate(update));
+    store_->set(key, encodeUpdate(update));
   }
 }
 
@@ -144,9 +148,12 @@ void ClientHost::secureRound(int64_t round, const std::vector<int>& mine,
         sa::decodeBoxes(store_->get(roundKey(round, "sa/inbox/" + std::to_string(c)), wait),
                         "the server's relay to client " + std::to_string(c));
     // A dropping client leaves after the key exchange: its pairwise masks must be recovered.
-    if (drops(round, c)) continue;
-    store_->set(roundKey(round, "sa/masked/" + std::to_string(c)),
-                sa::encodeMasked(round, c, parties[c]->maskInput(inputs[c], u2)));
+    const std::string key = roundKey(round, "sa/masked/" + std::to_string(c));
+    if (drops(round, c)) {
+      detail::announceLeave(*store_, key);
+      continue;
+    }
+    store_->set(key, sa::encodeMasked(round, c, parties[c]->maskInput(inputs[c], u2)));
   }
   const std::vector<int> u3 =
       sa::decodeIds(store_->get(roundKey(round, "sa/u3"), wait), "the server's list u3");

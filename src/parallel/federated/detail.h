@@ -20,10 +20,14 @@ uint64_t mixSeed(uint64_t seed, uint64_t a, uint64_t b = 0);
 std::string roundKey(int64_t round, const std::string& what);
 
 /// Waits until `prefix + id` exists for every id or `deadline` passes, whichever is first;
-/// returns the values of the keys that were set (and removes them from the store).
+/// returns the values of the keys that were set (and removes them from the store). An empty
+/// value says that client left (`announceLeave`): its id is settled and not returned.
 std::map<int, comm::Bytes> collect(comm::Store& store, const std::string& prefix,
                                    const std::vector<int>& ids,
                                    std::chrono::steady_clock::time_point deadline);
+
+/// Tells the server, waiting in `collect` on `key`, that the client will not send it.
+void announceLeave(comm::Store& store, const std::string& key);
 
 /// Little-endian writing and bounds-checked reading of a frame.
 class Writer {

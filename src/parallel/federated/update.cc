@@ -33,6 +33,9 @@ std::map<int, comm::Bytes> collect(comm::Store& store, const std::string& prefix
   constexpr auto kSlice = std::chrono::milliseconds(20);
   std::map<int, comm::Bytes> got;
   std::vector<int> pending = ids;
+  auto take = [&](int id, comm::Bytes bytes) {
+    if (!bytes.empty()) got[id] = std::move(bytes);  // empty: the client left
+  };
   for (bool first = true; !pending.empty(); first = false) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -42,7 +45,7 @@ std::map<int, comm::Bytes> collect(comm::Store& store, const std::string& prefix
       const std::string key = prefix + std::to_string(id);
       try {
         if (store.check({key})) {
-          got[id] = store.get(key, std::chrono::seconds(10));
+          take(id, store.get(key, std::chrono::seconds(10)));
         } else {
           const auto now = std::chrono::steady_clock::now();
           const auto wait = std::min<std::chrono::milliseconds>(
@@ -51,7 +54,7 @@ std::map<int, comm::Bytes> collect(comm::Store& store, const std::string& prefix
             still.push_back(id);
             continue;
           }
-          got[id] = store.get(key, wait);
+          take(id, store.get(key, wait));
         }
         store.remove(key);
       } catch (const Timeout&) {
@@ -62,6 +65,8 @@ std::map<int, comm::Bytes> collect(comm::Store& store, const std::string& prefix
   }
   return got;
 }
+
+void announceLeave(comm::Store& store, const std::string& key) { store.set(key, comm::Bytes{}); }
 
 void Reader::take(void* out, size_t size) {
   if (left() < size)
