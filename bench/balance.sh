@@ -30,7 +30,7 @@ kolo_rate() {
 
 best() { printf '%s\n' "$@" | sort -g | tail -n 1; }
 
-echo "# load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores"
+echo "# load average: $(cut -d' ' -f1-3 /proc/loadavg), $(getconf _NPROCESSORS_ONLN) cores"
 printf "%-6s %9s %9s %9s %9s %9s %14s %12s %15s\n" ranks even ideal plain balanced torch \
   balanced/ideal plain/ideal balanced/torch
 for n in ${RANKS:-2 4}; do

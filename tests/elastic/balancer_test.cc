@@ -63,11 +63,12 @@ TEST(Balancer, SharesFollowSpeedInWholeGranules) {
   EXPECT_DOUBLE_EQ(Balancer::predictedStepSeconds({3, 9}, {0.3, 0.1}), 0.9);
 }
 
-// Rank r reports `secondsPerSample[r]` for `steps` steps (plus the first, left out), then
-// every rank re-plans over a native communicator of ranks as threads.
-std::vector<Balancer> replanned(int64_t batch, const std::vector<double>& secondsPerSample,
+// Rank r reports `windows[w][r]` seconds per sample for `steps` steps (plus, in the first
+// window, the first step, left out), then every rank re-plans over a native communicator of
+// ranks as threads, once per window.
+std::vector<Balancer> replanned(int64_t batch, const std::vector<std::vector<double>>& windows,
                                 int64_t steps, std::vector<bool>* changed = nullptr) {
-  const int n = static_cast<int>(secondsPerSample.size());
+  const int n = static_cast<int>(windows.front().size());
   auto ranks = testing::nativeRanks(n);
   std::vector<Balancer> balancers;
   for (int r = 0; r < n; ++r) balancers.emplace_back(batch, r, n, BalancerOptions{.replanEvery = steps});
@@ -75,13 +76,15 @@ std::vector<Balancer> replanned(int64_t batch, const std::vector<double>& second
   onThreads(n, [&](int r) {
     auto comm = ranks(r);
     Balancer& b = balancers[static_cast<size_t>(r)];
-    for (int64_t s = 0; s <= steps; ++s) {
+    for (size_t w = 0; w < windows.size(); ++w) {
+      for (int64_t s = w == 0 ? 0 : 1; s <= steps; ++s) {
+        EXPECT_FALSE(b.replanDue());
+        b.record(static_cast<double>(b.share()) * windows[w][static_cast<size_t>(r)]);
+      }
+      EXPECT_TRUE(b.replanDue());
+      results[static_cast<size_t>(r)] = b.replan(*comm);
       EXPECT_FALSE(b.replanDue());
-      b.record(static_cast<double>(b.share()) * secondsPerSample[static_cast<size_t>(r)]);
     }
-    EXPECT_TRUE(b.replanDue());
-    results[static_cast<size_t>(r)] = b.replan(*comm);
-    EXPECT_FALSE(b.replanDue());
   });
   if (changed) *changed = results;
   return balancers;
@@ -89,7 +92,7 @@ std::vector<Balancer> replanned(int64_t batch, const std::vector<double>& second
 
 TEST(Balancer, ARankThreeTimesSlowerTakesAThirdOfTheOthersShare) {
   std::vector<bool> changed;
-  const std::vector<Balancer> balancers = replanned(12, {0.003, 0.001}, 3, &changed);
+  const std::vector<Balancer> balancers = replanned(12, {{0.003, 0.001}}, 3, &changed);
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(changed[static_cast<size_t>(r)]);
     EXPECT_EQ(balancers[static_cast<size_t>(r)].shares(), (std::vector<int64_t>{3, 9}));
@@ -100,12 +103,21 @@ TEST(Balancer, ARankThreeTimesSlowerTakesAThirdOfTheOthersShare) {
   EXPECT_EQ(balancers[1].offset(), 3);
 }
 
+// The estimate is the mean of the window and the previous estimate: rank 0 measured 5x,
+// then 1x rank 1's time per sample, is taken as 3x (shares 3 and 9 of 12).
+TEST(Balancer, OneWindowMovesTheEstimateHalfway) {
+  const std::vector<Balancer> balancers = replanned(12, {{0.005, 0.001}, {0.001, 0.001}}, 2);
+  EXPECT_DOUBLE_EQ(balancers[1].secondsPerSample()[0], 0.003);
+  EXPECT_DOUBLE_EQ(balancers[1].secondsPerSample()[1], 0.001);
+  EXPECT_EQ(balancers[1].shares(), (std::vector<int64_t>{3, 9}));
+}
+
 TEST(Balancer, SmallDifferencesLeaveTheSplitAlone) {
   // 10% apart: the proportional split of 40 is 19 and 21, predicted 4.5% faster than 20
   // and 20, within the 5% hysteresis.
   EXPECT_EQ(Balancer::proportionalShares(40, {1 / 0.0011, 1 / 0.001}), (std::vector<int64_t>{19, 21}));
   std::vector<bool> changed;
-  const std::vector<Balancer> balancers = replanned(40, {0.0011, 0.001}, 2, &changed);
+  const std::vector<Balancer> balancers = replanned(40, {{0.0011, 0.001}}, 2, &changed);
   EXPECT_FALSE(changed[0]);
   EXPECT_FALSE(changed[1]);
   EXPECT_EQ(balancers[0].shares(), (std::vector<int64_t>{20, 20}));
@@ -134,7 +146,7 @@ TEST(Balancer, WeightedUnevenSharesGiveTheUpdateOfOneDevice) {
   auto one = makeStrategy({}, models, optimizers);
   for (int step = 0; step < 2; ++step) one->trainStep(inputs, labels);
 
-  std::vector<Balancer> balancers = replanned(kBatch, {0.003, 0.001}, 1);
+  std::vector<Balancer> balancers = replanned(kBatch, {{0.003, 0.001}}, 1);
   ASSERT_EQ(balancers[0].shares(), (std::vector<int64_t>{3, 9}));
   auto ranks = testing::nativeRanks(2);
   std::vector<NamedTensors> weights(2);

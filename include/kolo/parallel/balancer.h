@@ -59,13 +59,14 @@ class Balancer {
   /// True once replanEvery steps were recorded since the last re-plan.
   bool replanDue() const { return recorded_ >= options_.replanEvery; }
   /// Collective over `comm` (this balancer's rank of as many ranks): exchanges each rank's
-  /// seconds per sample since the last re-plan and takes the split proportional to speed
+  /// seconds per sample since the last re-plan, averages them with the previous estimate
+  /// (half each), and takes the split proportional to the estimated speed
   /// (proportionalShares) when it is predicted to be faster by more than the hysteresis.
   /// Starts a new measuring window either way. Returns true when the split changed; every
   /// rank decides the same from the same exchanged numbers. Throws what the all-reduce
   /// throws (PeerError, Timeout) and InvalidArgument for a communicator of another size.
   bool replan(comm::Communicator& comm);
-  /// Each rank's seconds per sample exchanged at the last re-plan (empty before one).
+  /// Each rank's estimated seconds per sample after the last re-plan (empty before one).
   const std::vector<double>& secondsPerSample() const { return secondsPerSample_; }
 
   /// The split of `globalBatch` proportional to `speeds` (samples per second, > 0): each

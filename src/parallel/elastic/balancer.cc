@@ -63,9 +63,13 @@ bool Balancer::replan(comm::Communicator& comm) {
   recorded_ = 0;
   busySeconds_ = 0.0;
   busySamples_ = 0;
-  secondsPerSample_ = all;
   if (std::any_of(all.begin(), all.end(), [](double s) { return !(s > 0.0) || !std::isfinite(s); }))
     return false;  // a rank has no measurement yet
+  // The estimate is the mean of this window's and the previous estimate (an exponential
+  // average): one noisy window (a preempted rank) moves the split half as far.
+  if (secondsPerSample_.size() == all.size())
+    for (size_t r = 0; r < all.size(); ++r) all[r] = 0.5 * (all[r] + secondsPerSample_[r]);
+  secondsPerSample_ = all;
   std::vector<double> speeds;
   for (double s : all) speeds.push_back(1.0 / s);
   std::vector<int64_t> proposed = proportionalShares(globalBatch_, speeds, options_.granularity);
