@@ -4,6 +4,8 @@ Fashion-MNIST with global batch 128 split over --nprocs processes, one thread ea
 prints one JSON line with the steady-state global throughput (samples/s, first 20 steps
 skipped) and, with --epochs, the test accuracy. Same recipe as kolo's peers' recipe:
 SGD momentum 0.9, lr 0.05 (mlp) / 0.02 (cnn), per-epoch permutation seeded 1000+epoch.
+--slow-rank R:F (bench/balance.sh) makes rank R take F times its compute per step, as kolo's
+--debug-slow-rank: it sleeps (F - 1) times its last step's time before each step.
 """
 import argparse
 import gzip
@@ -66,6 +68,9 @@ def worker(rank, world, port, a, q):
     local_b = GLOBAL_BATCH // world
     steps_per_epoch = X.shape[0] // GLOBAL_BATCH
     total = a.steps if a.steps else steps_per_epoch * a.epochs
+    slow_rank, slow_factor = (int(a.slow_rank.split(":")[0]), float(a.slow_rank.split(":")[1])) \
+        if a.slow_rank else (-1, 1.0)
+    sleep = 0.0
     step, t_mark, epoch = 0, None, 0
     dist.barrier()
     while step < total:
@@ -77,9 +82,14 @@ def worker(rank, world, port, a, q):
             if step == SKIP:
                 t_mark = time.perf_counter()
             idx = perm[s * GLOBAL_BATCH + rank * local_b:s * GLOBAL_BATCH + (rank + 1) * local_b]
+            if rank == slow_rank:
+                time.sleep(sleep)
+            t_compute = time.perf_counter()
             opt.zero_grad()
             lossf(model(X[idx]), Y[idx]).backward()
             opt.step()
+            # The slow rank is the last to reach each all-reduce: its step is its compute.
+            sleep = (slow_factor - 1.0) * (time.perf_counter() - t_compute)
             step += 1
     elapsed = time.perf_counter() - t_mark
     if rank == 0:
@@ -101,6 +111,7 @@ def main():
     ap.add_argument("--nprocs", type=int, default=1)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--epochs", type=int, default=0)
+    ap.add_argument("--slow-rank", default="", help="R:F rank R takes F times its compute")
     ap.add_argument("--data", default=os.environ.get("FMNIST_DIR",
                                                       "/usr/share/datasets/fashion-mnist"))
     a = ap.parse_args()

@@ -23,6 +23,7 @@
 #include "kolo/ops.h"
 #include "kolo/optim.h"
 #include "kolo/parallel/collectives.h"
+#include "kolo/parallel/balancer.h"
 #include "kolo/parallel/distributed.h"
 #include "kolo/parallel/elastic.h"
 #include "kolo/parallel/mesh.h"

@@ -210,10 +210,20 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--fail-at-step", raw->failAt,
                   "STEP[:RANK] inject a failure before STEP on RANK (default 0), for tests")
       ->group("");
-  app->add_option("--debug-slow-worker", raw->slowWorker,
+  app->add_option("--debug-slow-worker,--debug-slow-rank", raw->slowWorker,
                   "WORKER:FACTOR parameter-server worker WORKER (or rank WORKER of the other "
-                  "strategies) takes FACTOR times as long per step, for benchmarks")
+                  "strategies, the launch rank under kolo run --elastic) takes FACTOR times as "
+                  "long per step, for benchmarks and tests")
       ->group("");
+  auto* balance = app->add_flag("--balance", config->balance,
+                                "multi-worker-mirrored: split each global batch over the ranks in "
+                                "proportion to their measured speed, the losses weighted by the "
+                                "shares (docs/elastic.md)");
+  app->add_option("--balance-every", config->balanceEvery,
+                  "--balance: steps between re-plans of the split")
+      ->capture_default_str()
+      ->check(atLeast(1))
+      ->needs(balance);
   app->add_option("--debug-kill-rank", raw->killRank,
                   "RANK[,RANK...]:STEP under kolo run --elastic: those ranks SIGKILL themselves "
                   "before STEP, for tests")

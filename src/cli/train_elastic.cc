@@ -3,7 +3,8 @@
 // PeerError or Timeout, the survivors regroup (parallel::ElasticContext), rebuild the
 // strategy over the new communicator from the state after the step every member completed,
 // and slice the same global batches over the new world: each global batch is still the
-// same samples in the same order, so the updates are those of one device.
+// same samples in the same order, so the updates are those of one device. With --balance
+// each generation splits the global batch by its members' speed (parallel::Balancer).
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,8 +14,10 @@
 #include <cstdio>
 #include <fstream>
 
+#include "cli/train_balance.h"
 #include "cli/train_loop.h"
 #include "kolo/comm/stores.h"
+#include "kolo/checkpoint.h"
 #include "kolo/error.h"
 #include "kolo/nn/models.h"
 #include "kolo/observe.h"
@@ -54,6 +57,35 @@ Snapshot take(parallel::Strategy& strategy, int64_t step) {
   return s;
 }
 
+// The job fell below --min-ranks after `change.step` steps: the first member writes the
+// state after that step as a checkpoint that `kolo train --resume` continues, then every
+// member stops with the error. A model and optimizer of this process take the snapshot
+// (the strategy is gone with its communicator).
+void saveBeforeStopping(const TrainConfig& config, const Recipe& recipe, int64_t stepsPerEpoch,
+                        const parallel::MembershipChange& change, int id, const Snapshot& last,
+                        const Snapshot& before, observe::Logger& logger) {
+  if (config.checkpointDir.empty() || change.members.empty() || change.members.front() != id) return;
+  const Snapshot* from = change.step == last.step ? &last : change.step == before.step ? &before : nullptr;
+  KOLO_CHECK(from != nullptr, "elastic rank ", id, ": no state after step ", change.step,
+             " to checkpoint (it holds steps ", before.step, " and ", last.step, ")");
+  Generator generator(config.seed);
+  std::shared_ptr<nn::Module> model = nn::makeModel(config.model, generator);
+  model->loadStateDict(from->weights, "the elastic snapshot");
+  std::unique_ptr<optim::Optimizer> optimizer = makeOptimizer(recipe, model->namedParameters());
+  optimizer->loadStateDict(parallel::conformStateShapes(from->optimizer, *optimizer));
+  checkpoint::TrainingState state;
+  state.step = change.step;
+  state.epoch = change.step / stepsPerEpoch;
+  state.loader = {change.step / stepsPerEpoch, change.step % stepsPerEpoch};
+  state.extra = runIdentity(config);
+  state.extra["strategy"] = config.strategy;
+  state.extra["replicas"] = std::to_string(change.members.size());
+  checkpoint::CheckpointManager manager(config.checkpointDir, config.keepCheckpoints, true,
+                                        [&logger](const std::string& line) { logger.warn(line); });
+  const std::string path = manager.save(model->stateDict(), optimizer.get(), state);
+  logger.warn("elastic: checkpoint written before stopping", {{"dir", path}, {"step", change.step}});
+}
+
 std::string idList(const std::vector<int>& ids) {
   std::string text;
   for (int id : ids) {
@@ -69,10 +101,11 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
   KOLO_REQUIRE(config.strategy == "multi-worker-mirrored",
                "kolo run --elastic trains with --strategy multi-worker-mirrored, not --strategy ",
                config.strategy);
-  KOLO_REQUIRE(config.initPath.empty() && config.resumeDir.empty() && config.checkpointDir.empty() &&
+  KOLO_REQUIRE(config.initPath.empty() && config.resumeDir.empty() && config.checkpointEvery == 0 &&
                    config.clipNorm == 0.0 && !config.detectAnomaly && config.checkSync == 0,
-               "--init, --resume, --checkpoint-dir, --clip-norm, --detect-anomaly and --check-sync "
-               "are not available under kolo run --elastic");
+               "--init, --resume, --checkpoint-every, --clip-norm, --detect-anomaly and --check-sync "
+               "are not available under kolo run --elastic (--checkpoint-dir is written when the "
+               "job falls below --min-ranks)");
   KOLO_REQUIRE(config.threads >= 1, "--threads must be at least 1, got ", config.threads);
   setNumThreads(config.threads);
   Recipe recipe = resolveRecipe(config, 1);
@@ -107,13 +140,22 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
   elastic->communicator()->setTimeout(std::max<std::chrono::milliseconds>(deadline, std::chrono::minutes(5)));
   const bool killedHere = std::find(config.debugKillRanks.begin(), config.debugKillRanks.end(), id) !=
                           config.debugKillRanks.end();
-  auto checkBatch = [&] {
+  // --balance: each generation splits the global batch by its members' measured speed (any
+  // batch of at least one sample per rank); without it, evenly.
+  std::unique_ptr<parallel::Balancer> balancer;
+  auto startGeneration = [&] {
+    if (config.balance) {
+      balancer = std::make_unique<parallel::Balancer>(
+          config.batch, elastic->rank(), elastic->size(),
+          parallel::BalancerOptions{.replanEvery = config.balanceEvery});
+      return;
+    }
     KOLO_REQUIRE(config.batch % elastic->size() == 0, "elastic job: --batch ", config.batch,
                  " does not split evenly over the ", elastic->size(), " rank(s) of generation ",
                  elastic->generation(), "; use a batch that every world size from --min-ranks ",
-                 elastic->minRanks(), " up divides");
+                 elastic->minRanks(), " up divides (or --balance)");
   };
-  checkBatch();
+  startGeneration();
   auto makeStrategy = [&] {
     parallel::StrategyOptions options = parallel::strategyOptionsFromNames(
         config.strategy, 1, config.reduction, config.algorithm, elastic->communicator());
@@ -130,18 +172,21 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     auto optimizers = [&recipe](const parallel::NamedTensors& parameters) {
       return makeOptimizer(recipe, parameters);
     };
-    return parallel::makeStrategy(options, models, optimizers);
+    return parallel::makeStrategy(options, models, optimizers,
+                                  balancer ? balancer->weightedLoss() : parallel::LossFn());
   };
   auto makeLoader = [&](int64_t step) {
+    // With --balance every rank reads the whole global batch and trains on its share.
     auto sampler = std::make_shared<data::DistributedSampler>(
         n, data::DistributedSamplerOptions{.globalBatch = config.batch,
-                                           .rank = elastic->rank(),
-                                           .worldSize = elastic->size(),
+                                           .rank = balancer ? 0 : elastic->rank(),
+                                           .worldSize = balancer ? 1 : elastic->size(),
                                            .shuffle = config.shuffle,
                                            .seed = config.seed,
                                            .dropLast = config.dropLast});
     auto loader = std::make_unique<data::DataLoader>(
-        train, sampler, data::DataLoaderOptions{.batchSize = config.batch / elastic->size(), .prefetch = 0});
+        train, sampler, data::DataLoaderOptions{.batchSize = balancer ? config.batch : config.batch / elastic->size(),
+                                              .prefetch = 0});
     loader->setState({step / stepsPerEpoch, step % stepsPerEpoch});
     return loader;
   };
@@ -187,7 +232,8 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
   // From the failure until the next step completes.
   bool recovering = false;
   Clock::time_point failedAt;
-  data::Batch batch;
+  SlowRank slowRank(config.slowWorker, id, config.slowFactor);
+  data::Batch batch, share;  // the loader's batch, and this rank's share of it
   while (step < totalSteps) {
     if (!loader->next(batch)) continue;  // the end of an epoch: the loader moves on
     if (killedHere && step == config.debugKillStep) {
@@ -197,10 +243,19 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
       store->setString("kolo-elastic/debug-kill-ns", std::to_string(wallNanos()));
       ::raise(SIGKILL);
     }
-    double loss = 0.0;
+    double loss = 0.0, slept = 0.0, compute = 0.0;
     try {
+      if (balancer) {
+        replanWhenDue(*balancer, *elastic->communicator(), step, elastic->rank() == 0, logger, metrics.get());
+        share = shareOf(batch, balancer->offset(), balancer->share());
+      } else {
+        share = batch;
+      }
+      slept = slowRank.sleepBeforeStep();
+      const auto computeStart = Clock::now();
       strategy->setLr(schedule->lrAt(step));
-      loss = strategy->trainStep(batch.inputs, batch.labels).loss;
+      loss = strategy->trainStep(share.inputs, share.labels).loss;
+      compute = computeSeconds(secondsSince(computeStart), strategy->reducer());
     } catch (const Error& e) {
       if (!dynamic_cast<const PeerError*>(&e) && !dynamic_cast<const Timeout*>(&e)) throw;
       recovering = true;
@@ -208,13 +263,20 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
       logger.warn("elastic: step failed, regrouping",
                   {{"rank", id}, {"step", step}, {"generation", elastic->generation()}, {"error", e.what()}});
       // The state after `step` completed steps is `last`; one step behind is `before`.
-      strategy.reset();
+      strategy.reset();  // its loss refers to the balancer
+      balancer.reset();
       loader.reset();
-      const parallel::MembershipChange change = elastic->regroup(step, e.what());
+      parallel::MembershipChange change;
+      try {
+        change = elastic->regroup(step, e.what());
+      } catch (const parallel::BelowMinRanksError& stop) {
+        saveBeforeStopping(config, recipe, stepsPerEpoch, stop.change(), id, last, before, logger);
+        throw;
+      }
       const Snapshot* from = change.step == last.step ? &last : change.step == before.step ? &before : nullptr;
       KOLO_CHECK(from != nullptr, "elastic rank ", id, ": the members agreed on step ", change.step,
                  " but this rank holds the states after steps ", before.step, " and ", last.step);
-      checkBatch();
+      startGeneration();
       strategy = makeStrategy();
       strategy->model().loadStateDict(from->weights, "the elastic snapshot");
       strategy->optimizer().loadStateDict(parallel::conformStateShapes(from->optimizer, strategy->optimizer()));
@@ -239,9 +301,11 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
       KOLO_THROW(DivergedError, "training diverged: loss ", loss, " at step ", step, "; try a smaller --lr");
     if (sampleLog.is_open()) {
       sampleLog << elastic->generation() << ' ' << step;
-      for (int64_t index : batch.indices) sampleLog << ' ' << index;
+      for (int64_t index : share.indices) sampleLog << ' ' << index;
       sampleLog << '\n' << std::flush;
     }
+    slowRank.computed(compute);
+    if (balancer) balancer->record(slept + compute);
     ++step;
     if (elastic->generation() == 0 && step == 1) elastic->communicator()->setTimeout(deadline);
     before = std::move(last);

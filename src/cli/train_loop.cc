@@ -207,10 +207,17 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
       kind == parallel::StrategyKind::FullyShardedDataParallel)
     comm_ = parallel::init();
   const int worldSize = comm_ ? comm_->size() : 1;
-  KOLO_REQUIRE(config_.batch % (worldSize * localReplicas) == 0, "--batch ", config_.batch,
-               " does not split evenly over ", worldSize * localReplicas, " replicas (", worldSize,
-               " rank(s) x ", localReplicas, " per rank): use a multiple of ",
-               worldSize * localReplicas);
+  if (config_.balance) {
+    KOLO_REQUIRE(kind == parallel::StrategyKind::MultiWorkerMirrored,
+                 "--balance is available with --strategy multi-worker-mirrored, not ", config_.strategy);
+    balancer_ = std::make_unique<parallel::Balancer>(
+        config_.batch, comm_->rank(), worldSize, parallel::BalancerOptions{.replanEvery = config_.balanceEvery});
+  } else {
+    KOLO_REQUIRE(config_.batch % (worldSize * localReplicas) == 0, "--batch ", config_.batch,
+                 " does not split evenly over ", worldSize * localReplicas, " replicas (", worldSize,
+                 " rank(s) x ", localReplicas, " per rank): use a multiple of ",
+                 worldSize * localReplicas);
+  }
   const int64_t n = train_->size();
   stepsPerEpoch_ = config_.dropLast ? n / config_.batch : (n + config_.batch - 1) / config_.batch;
   KOLO_REQUIRE(stepsPerEpoch_ > 0, "--batch ", config_.batch, " is larger than the ", n,
@@ -244,7 +251,8 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
     return makeOptimizer(recipe_, parameters);
   };
   tensorBase_ = liveTensorBytes();
-  strategy_ = parallel::makeStrategy(options, models, optimizers);
+  strategy_ = parallel::makeStrategy(options, models, optimizers,
+                                     balancer_ ? balancer_->weightedLoss() : parallel::LossFn());
   installCompression(config_.compress, *strategy_);
   if (!config_.initPath.empty() && isPrimary())
     logger_.info("loaded initial weights", {{"file", config_.initPath}});
@@ -254,10 +262,11 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
 Trainer::~Trainer() = default;
 
 std::shared_ptr<data::Sampler> Trainer::makeSampler(int64_t trainSize) const {
+  // --balance: every rank reads the whole global batch and trains on its share of it.
   return std::make_shared<data::DistributedSampler>(
       trainSize, data::DistributedSamplerOptions{.globalBatch = config_.batch,
-                                                 .rank = strategy_->dataRank(),
-                                                 .worldSize = strategy_->dataWorldSize(),
+                                                 .rank = balancer_ ? 0 : strategy_->dataRank(),
+                                                 .worldSize = balancer_ ? 1 : strategy_->dataWorldSize(),
                                                  .shuffle = config_.shuffle,
                                                  .seed = config_.seed,
                                                  .dropLast = config_.dropLast});

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 #include "kolo/data.h"
 #include "kolo/observe.h"
 #include "kolo/optim.h"
+#include "kolo/parallel/balancer.h"
 #include "kolo/parallel/strategy.h"
 
 namespace kolo::nn {
@@ -78,6 +80,11 @@ struct TrainConfig {
   /// sleeps (factor - 1) times its compute time); -1: off.
   int slowWorker = -1;
   double slowFactor = 1.0;
+  /// --balance (multi-worker-mirrored, elastic jobs too): each global batch is split over the
+  /// ranks in proportion to their measured speed, re-planned every `balanceEvery` steps
+  /// (parallel::Balancer, train_balance.h).
+  bool balance = false;
+  int64_t balanceEvery = 10;
 
   // The `lm` model and pipeline parallelism (train_pipeline.cc, docs/model_parallel.md).
   bool batchGiven = false;  // --batch was given (lm's default batch is smaller)
@@ -156,6 +163,11 @@ std::unique_ptr<optim::Optimizer> makeOptimizer(const Recipe& recipe,
 /// Builds the learning-rate schedule of a recipe for `totalSteps` optimizer steps.
 std::unique_ptr<optim::LrSchedule> makeSchedule(const Recipe& recipe, int64_t totalSteps);
 
+/// What fixes the weights' shapes and the data order (model, batch, seed), stored in every
+/// checkpoint; a resume with other values is refused. The strategy and the rank count may
+/// change on resume: the loader position counts global batches.
+std::map<std::string, std::string> runIdentity(const TrainConfig& config);
+
 /// What a finished run reports.
 struct TrainSummary {
   int64_t steps = 0;       // the global step count reached (resumed runs included)
@@ -208,7 +220,8 @@ class Trainer {
   bool isPrimary() const { return strategy_->isPrimary(); }
 
  protected:
-  /// The sampler of the training split: this process's slice of every global batch.
+  /// The sampler of the training split: this process's slice of every global batch (with
+  /// --balance, the whole global batch: run() takes the balancer's share of it).
   virtual std::shared_ptr<data::Sampler> makeSampler(int64_t trainSize) const;
 
  private:
@@ -226,6 +239,7 @@ class Trainer {
   std::shared_ptr<data::TensorDataset> train_;
   std::shared_ptr<data::TensorDataset> test_;
   std::shared_ptr<comm::Communicator> comm_;  // multi-worker-mirrored only
+  std::unique_ptr<parallel::Balancer> balancer_;  // --balance (outlives the strategy's loss)
   std::unique_ptr<parallel::Strategy> strategy_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   Recipe recipe_;

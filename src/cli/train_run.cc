@@ -8,8 +8,8 @@
 #include <exception>
 #include <functional>
 #include <optional>
-#include <thread>
 
+#include "cli/train_balance.h"
 #include "cli/train_checks.h"
 #include "cli/train_compress.h"
 #include "cli/train_loop.h"
@@ -46,16 +46,13 @@ std::string formatRate(double samplesPerSecond) {
   return text;
 }
 
-// What fixes the weights' shapes and the data order, stored in every checkpoint; a resume
-// with other values is refused. The strategy and the rank count may change on resume: the
-// loader position counts global batches.
+}  // namespace
+
 std::map<std::string, std::string> runIdentity(const TrainConfig& config) {
   return {{"model", config.model},
           {"batch", std::to_string(config.batch)},
           {"seed", std::to_string(config.seed)}};
 }
-
-}  // namespace
 
 void Trainer::saveCheckpoint(int64_t step, const data::DataLoader& loader) {
   if (config_.checkpointDir.empty()) return;
@@ -125,8 +122,9 @@ TrainSummary Trainer::run() {
   const bool primary = isPrimary();
   const bool quiet = config_.quiet || !primary;
   const int64_t globalBatch = config_.batch;
-  data::DataLoader loader(train_, makeSampler(train_->size()),
-                          {.batchSize = globalBatch / strategy_->dataWorldSize(), .prefetch = prefetch_});
+  data::DataLoader loader(
+      train_, makeSampler(train_->size()),
+      {.batchSize = balancer_ ? globalBatch : globalBatch / strategy_->dataWorldSize(), .prefetch = prefetch_});
   int64_t step = config_.resumeDir.empty() ? 0 : resume(loader);
   std::unique_ptr<observe::MetricsWriter> metrics;
   if (primary && !config_.metricsPath.empty()) {
@@ -165,7 +163,7 @@ TrainSummary Trainer::run() {
          {"algorithm", config_.algorithm},
          {"batch", globalBatch}});
   std::string breakdown;  // the last interval's step-time breakdown, for the progress line
-  double slowSeconds = 0.0;
+  SlowRank slowRank(config_.slowWorker, rank(), config_.slowFactor);
   double intervalLoss = 0.0;
   int64_t intervalSteps = 0;
   if (primary) {
@@ -208,27 +206,23 @@ TrainSummary Trainer::run() {
       {
         trace::Scope dataSpan("data", "data");
         if (!loader.next(batch)) break;
+        if (balancer_) batch = shareOf(batch, balancer_->offset(), balancer_->share());
       }
       const double dataSeconds = secondsSince(stepStart);
       checks.beforeStep(step);
       if (step == config_.failStep && rank() == config_.failRank)
         KOLO_THROW(Error, "rank ", rank(), ": failure injected before step ", step,
                    " (--fail-at-step)");
-      // --debug-slow-worker RANK:FACTOR (benchmarks, the slow-rank walk-through): that rank
+      // --debug-slow-rank RANK:FACTOR (benchmarks, the slow-rank walk-through): that rank
       // takes FACTOR times its compute time, sleeping the difference before each step.
-      if (slowSeconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(slowSeconds));
+      const double slept = slowRank.sleepBeforeStep();
       const auto computeStart = Clock::now();
       resetPeakTensorBytes();
       const double loss = trainStep(batch, schedule_->lrAt(step));
       stepPeakBytes = std::max(stepPeakBytes, peakTensorBytes());
       stateBytes = liveTensorBytes() - storageBytes(batch.inputs) - storageBytes(batch.labels);
-      if (config_.slowWorker == rank()) {
-        double compute = secondsSince(computeStart);
-        if (const parallel::Reducer* reducer = strategy_->reducer())
-          compute -= std::chrono::duration<double>(reducer->timeline().finalizeEnd -
-                                                   reducer->timeline().finalizeStart).count();
-        slowSeconds = (config_.slowFactor - 1.0) * std::max(compute, 0.0);
-      }
+      const double compute = computeSeconds(secondsSince(computeStart), strategy_->reducer());
+      slowRank.computed(compute);
       const double seconds = secondsSince(stepStart);
       checks.afterStep(step);
       monitor.record(dataSeconds, seconds, strategy_->reducer());
@@ -236,6 +230,10 @@ TrainSummary Trainer::run() {
         KOLO_THROW(DivergedError, "training diverged: loss ", loss, " at step ", step,
                    " (lr ", schedule_->lrAt(step), "); try a smaller --lr");
       ++step;
+      if (balancer_) {
+        balancer_->record(slept + compute);
+        replanWhenDue(*balancer_, *comm_, step, primary, logger_, metrics.get());
+      }
       epochSeconds += seconds;
       if (trainSteps + lossCount >= config_.timingSkip) {
         steadySeconds += seconds;

@@ -419,6 +419,9 @@ class Job {
       if (store_ && !stopping_)
         timeoutMs = timeoutMs < 0 ? remainingMs(nextRemoteCheck)
                                   : std::min(timeoutMs, remainingMs(nextRemoteCheck));
+      if (survivorsDeadline_ && !stopping_)
+        timeoutMs = timeoutMs < 0 ? remainingMs(*survivorsDeadline_)
+                                  : std::min(timeoutMs, remainingMs(*survivorsDeadline_));
       // Ranks are also reaped on a timer, in case a SIGCHLD was merged or lost.
       timeoutMs = timeoutMs < 0 ? kReapIntervalMs : std::min(timeoutMs, kReapIntervalMs);
       if (debug_ && debug_->collecting()) timeoutMs = std::min(timeoutMs, kDumpPollMs);
@@ -427,6 +430,7 @@ class Job {
         if (fds[i].revents) readPipe(*owners[i - 1].first, owners[i - 1].second);
       if (fds[0].revents & POLLIN) handleSignals();
       reap();
+      stopLateSurvivors();
       endLostWorkers();
       watchDebug();
       if (stopping_ && !killed_ && Clock::now() >= killDeadline_) {
@@ -524,7 +528,9 @@ class Job {
         continue;
       }
       if (failed && !stopping_ && options_.elastic) {
-        if (loseElasticRank(r)) continue;
+        // Below --min-ranks the survivors stop by themselves (see loseElasticRank): their
+        // errors are the expected end, not new failures.
+        if (survivorsDeadline_ || loseElasticRank(r)) continue;
         blamed = &r;
         break;
       }
@@ -554,7 +560,11 @@ class Job {
   }
 
   /// --elastic: marks the failed rank lost for the survivors. True when enough ranks are
-  /// still running for the job to go on; otherwise says why the job stops.
+  /// still running for the job to go on, or when too few are but they may still end by
+  /// themselves: they see the failure, agree that they are below --min-ranks, write a
+  /// checkpoint (with --checkpoint-dir) and exit with that error, so the launcher gives them
+  /// three detection deadlines plus the grace period before it stops them
+  /// (stopLateSurvivors). False (stop now) when none is left to write anything.
   bool loseElasticRank(const Rank& r) {
     int left = 0;
     for (const auto& other : ranks_) left += other.running ? 1 : 0;
@@ -572,7 +582,25 @@ class Job {
     }
     say(what + "; " + std::to_string(left) + " rank(s) left, below --min-ranks " +
         std::to_string(options_.minRanks));
-    return false;
+    if (left == 0) return false;
+    const double detection = options_.timeoutSeconds > 0 ? options_.timeoutSeconds : 300.0;
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::duration<double>(3 * detection)) +
+                      options_.gracePeriod;
+    failure_ = "elastic job below --min-ranks " + std::to_string(options_.minRanks) + " after " + what;
+    exitCode_ = exitCodeFor(r.status);
+    survivorsDeadline_ = Clock::now() + wait;
+    say("waiting up to " + std::to_string(wait.count() / 1000) +
+        " s for the other rank(s) to stop by themselves (after a checkpoint, with --checkpoint-dir)");
+    return true;
+  }
+
+  /// The poll loop's part of loseElasticRank: survivors still running at the deadline are
+  /// stopped.
+  void stopLateSurvivors() {
+    if (!survivorsDeadline_ || stopping_ || Clock::now() < *survivorsDeadline_) return;
+    say(failure_ + "; the other rank(s) did not stop by themselves; stopping them");
+    stopAfterDumps("a rank failed");
   }
 
   /// Parameter-server jobs: once the chief and the servers have finished, the workers still
@@ -668,6 +696,7 @@ class Job {
   std::unique_ptr<detail::JobEvents> events_;  // --events
   Clock::time_point killDeadline_;
   std::optional<Clock::time_point> lostWorkersDeadline_;  // see endLostWorkers()
+  std::optional<Clock::time_point> survivorsDeadline_;   // see loseElasticRank()
   int exitCode_ = 0;
   std::string failure_;
 };

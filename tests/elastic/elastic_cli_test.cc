@@ -180,14 +180,44 @@ TEST_F(ElasticCliTest, RankKilledDuringTheMembershipChange) {
   expectElasticRun(*this, {1, 2}, 7, 2);
 }
 
-TEST_F(ElasticCliTest, FallingBelowMinRanksIsAClearError) {
+// --balance under --elastic: launch rank 2 is slowed 3x, so the split is uneven before and
+// after rank 1 dies; every sample is still used once and the weights are one device's.
+TEST_F(ElasticCliTest, BalancedSurvivorsOfASigkillFinishWithOneDeviceWeights) {
+  const RunResult run =
+      runElastic(*this, "--balance --balance-every 2 --debug-slow-rank 2:3 --debug-kill-rank 1:7");
+  ASSERT_EQ(run.exitCode, 0) << run.output;
+  EXPECT_NE(run.output.find("balance: new split"), std::string::npos) << run.output;
+  expectElasticRun(*this, {1}, 7, 1);
+}
+
+// Falling below --min-ranks stops the job with an error that says so, after the survivor
+// wrote a checkpoint of the last step every member completed; `kolo train --resume` on one
+// device continues it to the weights of an uninterrupted one-device run.
+TEST_F(ElasticCliTest, FallingBelowMinRanksWritesACheckpointThatResumes) {
+  const RunResult reference = runKolo(kCommon + " --save " + file("one.safetensors"));
+  ASSERT_EQ(reference.exitCode, 0) << reference.output;
   const RunResult run = runKolo("run --elastic --min-ranks 2 -n 2 --timeout 3 -- " + kolo() + " " +
-                                kCommon + " --strategy multi-worker-mirrored --debug-kill-rank 1:2");
+                                kCommon + " --strategy multi-worker-mirrored --debug-kill-rank 1:7 " +
+                                "--checkpoint-dir " + file("checkpoints"));
   EXPECT_NE(run.exitCode, 0) << run.output;
   EXPECT_NE(run.output.find("rank 1 (pid"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("killed by signal 9 (SIGKILL); 1 rank(s) left, below --min-ranks 2"),
             std::string::npos)
       << run.output;
+  EXPECT_NE(run.output.find("1 rank(s) left after losing rank(s) 1"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("checkpoint written before stopping"), std::string::npos) << run.output;
+
+  const RunResult resumed =
+      runKolo(kCommon + " --resume " + file("checkpoints") + " --save " + file("resumed.safetensors"));
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("step=7"), std::string::npos) << resumed.output;
+  const auto expected = kolo::checkpoint::loadSafetensors(file("one.safetensors")).tensors;
+  const auto got = kolo::checkpoint::loadSafetensors(file("resumed.safetensors")).tensors;
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_LE(relativeDifference(expected[i].second.toFloatVector(), got[i].second.toFloatVector()),
+              1e-5)
+        << got[i].first;
 }
 
 TEST_F(ElasticCliTest, MinRanksAboveTheRankCountIsRefused) {

@@ -89,10 +89,14 @@ TEST(ElasticContext, FewerMembersThanTheMinimumIsAnError) {
   try {
     contexts[0]->regroup(3, "peer gone");
     FAIL() << "no error below the minimum";
-  } catch (const Error& e) {
+  } catch (const BelowMinRanksError& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("1 rank(s) left after losing rank(s) 1"), std::string::npos) << what;
     EXPECT_NE(what.find("below --min-ranks 2"), std::string::npos) << what;
+    // What was agreed, for the checkpoint the survivor writes before it stops.
+    EXPECT_EQ(e.change().members, std::vector<int>{0});
+    EXPECT_EQ(e.change().lost, std::vector<int>{1});
+    EXPECT_EQ(e.change().step, 3);
   }
 }
 

@@ -17,6 +17,7 @@
 #include "kolo/comm/communicator.h"
 #include "kolo/comm/native.h"
 #include "kolo/comm/store.h"
+#include "kolo/error.h"
 
 namespace kolo::parallel {
 
@@ -45,6 +46,19 @@ struct MembershipChange {
   std::vector<int> lost;
   /// The last step every member completed: each member continues from the state after it.
   int64_t step = 0;
+};
+
+/// regroup()'s error when fewer than minRanks members are left: `change` is what was agreed
+/// (its members and their common step), so that a member can save the state after
+/// change.step (a checkpoint) before the job stops.
+class BelowMinRanksError : public Error {
+ public:
+  BelowMinRanksError(const std::string& what, MembershipChange change)
+      : Error(what), change_(std::move(change)) {}
+  const MembershipChange& change() const { return change_; }
+
+ private:
+  MembershipChange change_;
 };
 
 /// The key under which the launcher (or anyone who knows) marks launch rank `id` as lost,
@@ -90,7 +104,8 @@ class ElasticContext {
   /// others agree on the generation after it in the same call: the change returned then
   /// spans both, `lost` naming every rank lost since the previous generation.
   /// Throws PeerError when the generation was formed without this rank (it came too
-  /// late), Error naming the lost ranks when fewer than minRanks members are left.
+  /// late), BelowMinRanksError naming the lost ranks when fewer than minRanks members are
+  /// left.
   MembershipChange regroup(int64_t completedStep, const std::string& reason);
 
  private:

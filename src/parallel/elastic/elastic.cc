@@ -159,9 +159,11 @@ MembershipChange ElasticContext::agree(int64_t completedStep, const std::string&
                " was formed without it (it came back late, still in generation ", generation_,
                ")");
   if (static_cast<int>(change.members.size()) < options_.minRanks)
-    KOLO_THROW(Error, "elastic job: ", change.members.size(), " rank(s) left after losing rank(s) ",
-               joinIds(change.lost), " (", reason, "), below --min-ranks ", options_.minRanks,
-               "; stopping");
+    throw BelowMinRanksError(
+        detail::concat("elastic job: ", change.members.size(), " rank(s) left after losing rank(s) ",
+                       joinIds(change.lost), " (", reason, "), below --min-ranks ", options_.minRanks,
+                       "; stopping"),
+        change);
   generation_ = next;
   members_ = change.members;
   rank_ = static_cast<int>(me - change.members.begin());
