@@ -75,7 +75,8 @@ Command registerTrain(CLI::App& root) {
   auto* warmup =
       app->add_option("--warmup-steps", raw->warmup, "warm-up steps (default half an epoch)")
           ->check(atLeast(0));
-  app->add_option("--clip-norm", config->clipNorm, "clip the gradient norm to this (0: off)")
+  app->add_option("--clip-norm", config->clipNorm,
+                  "clip the gradient's global norm to this (0: off; one-device and fsdp)")
       ->check(notBelow(0));
   app->add_option("--seed", config->seed, "seed of initialisation and shuffling")
       ->capture_default_str();
@@ -107,6 +108,14 @@ Command registerTrain(CLI::App& root) {
                   "parameters too and gathers them per top-level layer (ZeRO-3)")
       ->check(oneOf({"grad", "full"}))
       ->capture_default_str();
+  app->add_option("--shard-group", config->shardGroup,
+                  "fsdp: shard over groups of N consecutive ranks and replicate across the "
+                  "groups (HSDP: gradients reduce-scattered in the group, then all-reduced "
+                  "across); 0: one group of every rank")
+      ->check(atLeast(0));
+  app->add_flag("--hsdp", config->hsdp,
+                "fsdp: shard within each host, replicate across hosts (--shard-group of the "
+                "ranks per host)");
   app->add_option("--workers", raw->workers,
                   "run on N ranks of this machine: re-launches itself as kolo run -n N -- kolo "
                   "train --strategy multi-worker-mirrored ... (or the --strategy fsdp given)")

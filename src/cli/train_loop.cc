@@ -161,12 +161,24 @@ void loadInitialWeights(const std::string& path, nn::Module& model) {
 
 }  // namespace
 
+int shardGroupSize(const TrainConfig& config, int worldSize) {
+  KOLO_REQUIRE(!config.hsdp || config.shardGroup == 0, "--hsdp sets the shard group to the ranks "
+               "of one host; give it or --shard-group ", config.shardGroup, ", not both");
+  const int group = config.hsdp ? std::max(1, comm::detectLaunch().localSize) : config.shardGroup;
+  KOLO_REQUIRE(group == 0 || worldSize % group == 0, config.hsdp ? "--hsdp: " : "",
+               "a shard group of ", group, " ranks does not divide the job's ", worldSize,
+               " ranks");
+  return group;
+}
+
 Trainer::Trainer(TrainConfig config, observe::Logger& logger)
     : config_(std::move(config)), logger_(logger) {
   const parallel::StrategyKind kind = parallel::parseStrategyKind(config_.strategy);
   KOLO_REQUIRE(config_.threads >= 1, "--threads must be at least 1, got ", config_.threads);
-  KOLO_REQUIRE(config_.clipNorm == 0.0 || kind == parallel::StrategyKind::OneDevice,
-               "--clip-norm is available with --strategy one-device only, not ", config_.strategy);
+  KOLO_REQUIRE(config_.clipNorm == 0.0 || kind == parallel::StrategyKind::OneDevice ||
+                   kind == parallel::StrategyKind::FullyShardedDataParallel,
+               "--clip-norm is available with --strategy one-device and fsdp only, not ",
+               config_.strategy);
   KOLO_REQUIRE(config_.replicas >= 1, "--replicas must be at least 1, got ", config_.replicas);
   KOLO_REQUIRE(config_.bucketMb > 0 && config_.firstBucketMb > 0,
                "--bucket-mb and --first-bucket-mb must be above 0, got ", config_.bucketMb, " and ",
@@ -188,11 +200,11 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   KOLO_REQUIRE(!compress || config_.shardOptimizer != "on", "--compress ", config_.compress,
                " cannot be combined with --shard-optimizer on");
   if (kind == parallel::StrategyKind::FullyShardedDataParallel)
-    KOLO_REQUIRE(config_.checkpointDir.empty() && config_.resumeDir.empty() &&
-                     config_.initPath.empty() && config_.checkSync == 0 &&
-                     config_.debugPerturb.empty(),
-                 "--checkpoint-dir, --resume, --init, --check-sync and --debug-perturb are not "
-                 "available with --strategy fsdp");
+    KOLO_REQUIRE(config_.checkSync == 0 && config_.debugPerturb.empty(),
+                 "--check-sync and --debug-perturb are not available with --strategy fsdp");
+  else
+    KOLO_REQUIRE(config_.shardGroup == 0 && !config_.hsdp,
+                 "--shard-group and --hsdp need --strategy fsdp, not ", config_.strategy);
   setNumThreads(config_.threads);
   // Validate the flags before the (slow) data loading and before joining the job.
   recipe_ = resolveRecipe(config_, 1);
@@ -237,6 +249,10 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
       config_.shardOptimizer == "on" ||
       (config_.shardOptimizer == "auto" && config_.algorithm == "auto" && !options.reducer.overlap);
   options.shard = parallel::parseShardLevel(config_.shard);
+  if (kind == parallel::StrategyKind::FullyShardedDataParallel) {
+    options.shardGroup = shardGroupSize(config_, worldSize);
+    options.clipNorm = config_.clipNorm;
+  }
   if (compress) options.reducer.shardOptimizer = false;
   prefetch_ = onOrSpareCore(config_.prefetch, localReplicas * config_.threads) ? 2 : 0;
   // Every replica starts from the same seeded init (or --init file); the strategy also
@@ -273,8 +289,8 @@ std::shared_ptr<data::Sampler> Trainer::makeSampler(int64_t trainSize) const {
 }
 
 double Trainer::trainStep(const data::Batch& batch, double lr) {
-  if (config_.clipNorm > 0.0) {
-    // One device (checked in the constructor): the update needs the clipped gradients.
+  if (config_.clipNorm > 0.0 && strategy_->kind() == parallel::StrategyKind::OneDevice) {
+    // The update needs the clipped gradients (fsdp clips inside its step).
     nn::Module& net = model();
     net.train(true);
     Tensor loss = crossEntropy(net.forward(batch.inputs), batch.labels);

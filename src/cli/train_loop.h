@@ -29,7 +29,7 @@ namespace kolo::cli {
 /// Everything `kolo train` can be told. Unset optionals take the recipe's defaults
 /// (see resolveRecipe).
 struct TrainConfig {
-  std::string model = "mlp";             // mlp | cnn
+  std::string model = "mlp";             // mlp | cnn | lm
   std::optional<int64_t> epochs;         // default: the recipe's
   int64_t steps = 0;                     // total optimizer steps; 0 = all epochs
   int64_t batch = 128;                   // the global batch (over every replica of the job)
@@ -40,7 +40,7 @@ struct TrainConfig {
   bool nesterov = false;
   std::string schedule = "auto";       // auto | constant | cosine | warmup-cosine | step
   std::optional<int64_t> warmupSteps;  // default: half an epoch (warmup-cosine)
-  double clipNorm = 0.0;               // 0: no clipping (one-device only)
+  double clipNorm = 0.0;               // 0: no clipping (one-device and fsdp)
   uint64_t seed = 0;
   bool shuffle = true;
   /// A last global batch shorter than --batch is dropped (true) or padded (false).
@@ -65,6 +65,8 @@ struct TrainConfig {
   std::string shardOptimizer = "auto";  // auto | on | off: sharded update on one host
   std::string prefetch = "auto";   // auto | on | off: a loader thread gathers the next batches
   std::string shard = "full";      // fsdp: grad (ZeRO-2) | full (ZeRO-3)
+  int shardGroup = 0;              // fsdp: ranks per shard group (HSDP); 0: every rank
+  bool hsdp = false;               // fsdp: shard groups of the ranks of one host
   std::string compress = "none";   // none | fp16 | bf16 | powersgd:RANK | topk:FRACTION
 
   // Parameter servers (--strategy parameter-server, under kolo run --ps P --workers W);
@@ -167,6 +169,11 @@ std::unique_ptr<optim::LrSchedule> makeSchedule(const Recipe& recipe, int64_t to
 /// checkpoint; a resume with other values is refused. The strategy and the rank count may
 /// change on resume: the loader position counts global batches.
 std::map<std::string, std::string> runIdentity(const TrainConfig& config);
+
+/// fsdp's ranks per shard group: --shard-group, or with --hsdp the ranks of one host (from
+/// the launch); 0 for one group of all `worldSize` ranks. Throws InvalidArgument for both
+/// flags, or a group that does not divide `worldSize`.
+int shardGroupSize(const TrainConfig& config, int worldSize);
 
 /// What a finished run reports.
 struct TrainSummary {

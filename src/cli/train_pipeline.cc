@@ -1,7 +1,8 @@
 // `kolo train --model lm`, `--strategy pipeline` and `--strategy tensor`: the model cut into
 // stages (one rank each; one stage on a lone rank), trained with micro-batches under the GPipe
 // or 1F1B schedule (parallel::PipelineStage), or its layers split over --tp ranks
-// (parallel::TensorParallelModel). Batches come from a byte-level text file (lm) or
+// (parallel::TensorParallelModel); `--model lm --strategy fsdp` shards it over the ranks
+// (parallel::makeFsdpStrategy). Batches come from a byte-level text file (lm) or
 // Fashion-MNIST (mlp, cnn); every rank draws the same global batch, the first stage reads
 // its inputs and the last its labels. At the end rank 0 gathers the whole model, reports
 // per-stage timings against the schedule's ideal, evaluates, saves, and for lm samples text.
@@ -22,6 +23,7 @@
 #include "kolo/nn/models.h"
 #include "kolo/ops.h"
 #include "kolo/parallel/distributed.h"
+#include "kolo/parallel/fsdp.h"
 #include "kolo/parallel/mesh.h"
 #include "kolo/parallel/pipeline.h"
 #include "kolo/parallel/tensor_parallel.h"
@@ -234,6 +236,54 @@ class TensorRunner : public Runner {
   int layers_;
 };
 
+// Fully sharded data parallelism over every rank of the job: each rank trains on its rows of
+// the global batch.
+class FsdpRunner : public Runner {
+ public:
+  FsdpRunner(std::shared_ptr<comm::Communicator> comm, std::shared_ptr<nn::Sequential> model,
+             parallel::StageLossFn loss, const Recipe& recipe, parallel::FsdpOptions options)
+      : comm_(comm), layers_(static_cast<int>(model->size())) {
+    KOLO_CHECK(model != nullptr, "fsdp: no model");
+    strategy_ = parallel::makeFsdpStrategy(
+        std::move(comm), options, [model] { return model; },
+        [recipe](const parallel::NamedTensors& p) { return makeOptimizer(recipe, p); },
+        [loss](nn::Module& m, const Tensor& x, const Tensor& y) { return loss(m.forward(x), y); });
+  }
+  parallel::PipelineStepStats trainStep(const Tensor& x, const Tensor& y) override {
+    parallel::PipelineStepStats stats;
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t rows = x.size(0) / comm_->size();
+    const int64_t from = rows * comm_->rank();
+    const int64_t base = liveTensorBytes();
+    resetPeakTensorBytes();
+    stats.loss = strategy_->trainStep(x.slice(0, from, from + rows).contiguous(),
+                                      y.slice(0, from, from + rows).contiguous())
+                     .loss;
+    stats.peakStepBytes = peakTensorBytes() - base;
+    stats.peakMicroBatchesHeld = 1;
+    stats.stepSeconds = stats.computeSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return stats;
+  }
+  optim::Optimizer& optimizer() override { return strategy_->optimizer(); }
+  int64_t parameterCount() override {
+    int64_t count = 0;  // the elements of this rank's shards
+    for (const auto& [name, piece] : strategy_->optimizer().parameters()) count += piece.numel();
+    return count;
+  }
+  std::vector<int> bounds() const override { return {0, layers_}; }
+  // Collective: every rank gathers, rank 0 copies into `whole`.
+  void gatherModel(nn::Module* whole) override {
+    strategy_->gatherModel();
+    if (whole) whole->loadStateDict(strategy_->model().stateDict(), "the fsdp model");
+  }
+
+ private:
+  std::shared_ptr<comm::Communicator> comm_;
+  std::unique_ptr<parallel::Strategy> strategy_;
+  int layers_;
+};
+
 }  // namespace
 
 int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
@@ -254,16 +304,18 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
   const bool lm = config.model == "lm";
   const bool pipeline = config.strategy == "pipeline";
   const bool tensor = config.strategy == "tensor";
-  KOLO_REQUIRE(pipeline || tensor || config.strategy == "one-device", "--model lm trains with --strategy "
-               "one-device, pipeline or tensor, not ", config.strategy);
+  const bool fsdp = config.strategy == "fsdp";
+  KOLO_REQUIRE(pipeline || tensor || fsdp || config.strategy == "one-device", "--model lm trains with "
+               "--strategy one-device, pipeline, tensor or fsdp, not ", config.strategy);
   KOLO_REQUIRE(config.tp >= 1, "--tp must be at least 1, got ", config.tp);
   KOLO_REQUIRE(tensor || config.tp == 1, "--tp ", config.tp, " needs --strategy tensor");
-  KOLO_REQUIRE(!tensor || (config.microBatches == 1 && config.stages == 1 && !config.recompute &&
+  KOLO_REQUIRE(!(tensor || fsdp) || (config.microBatches == 1 && config.stages == 1 && !config.recompute &&
                            config.splitAt.empty()),
-               "--strategy tensor takes no --stages, --micro-batches, --split-at or --recompute");
+               "--strategy ", config.strategy, " takes no --stages, --micro-batches, --split-at or --recompute");
   KOLO_REQUIRE(config.checkpointDir.empty() && config.resumeDir.empty(), "--checkpoint-dir and --resume are not "
                "available with --model lm or --strategy pipeline; --save and --init carry the weights");
-  KOLO_REQUIRE(config.clipNorm == 0.0, "--clip-norm is not available with --model lm or --strategy pipeline");
+  KOLO_REQUIRE(config.clipNorm == 0.0 || fsdp, "--clip-norm is not available with --model lm or "
+               "--strategy pipeline, except under --strategy fsdp");
   KOLO_REQUIRE(config.stages >= 1 && config.microBatches >= 1, "--stages and --micro-batches must be at least 1");
   KOLO_REQUIRE(pipeline || config.stages == 1, "--stages ", config.stages, " needs --strategy pipeline");
   const parallel::PipelineSchedule schedule = parallel::parsePipelineSchedule(config.pipelineSchedule);
@@ -318,6 +370,10 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
     comm = mesh.model;
     worldRank = world->rank();
     replica = mesh.replica;
+  } else if (fsdp) {
+    comm = parallel::init();
+    KOLO_REQUIRE(config.batch % comm->size() == 0, "--batch ", config.batch, " does not split evenly over ",
+                 comm->size(), " fsdp ranks: use a multiple of ", comm->size());
   } else if (tensor) {
     comm = parallel::init();
     KOLO_REQUIRE(comm->size() == config.tp, "--tp ", config.tp, " needs ", config.tp,
@@ -352,7 +408,7 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
     } else {
       model = buildModel(config);
     }
-    if (config.splitAt.empty() && comm && !tensor) {
+    if (config.splitAt.empty() && comm && !tensor && !fsdp) {
       const Tensor rows = batchAt(0).inputs;
       const Tensor sample = rows.slice(0, 0, rows.shape()[0] / config.microBatches).contiguous();
       splits = parallel::measuredSplit(*comm, *model, sample, 3, &layerCosts);
@@ -367,7 +423,13 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
                                       .schedule = schedule,
                                       .recompute = config.recompute};
     std::unique_ptr<Runner> stage;
-    if (tensor) {
+    if (fsdp) {
+      stage = std::make_unique<FsdpRunner>(
+          comm, model, loss, recipe,
+          parallel::FsdpOptions{.shard = parallel::parseShardLevel(config.shard),
+                                .shardGroup = shardGroupSize(config, comm->size()),
+                                .clipNorm = config.clipNorm});
+    } else if (tensor) {
       stage = std::make_unique<TensorRunner>(comm, *model, loss, recipe, mesh.data);
     } else {
       stage = std::make_unique<PipelineRunner>(std::make_unique<parallel::PipelineStage>(
@@ -442,7 +504,7 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
 
     // Per-stage figures to rank 0: compute and step time per step, held micro-batches,
     // boundary bytes, peak resident memory.
-    const int stages = tensor ? config.tp : config.stages;
+    const int stages = tensor || fsdp ? comm->size() : config.stages;
     std::vector<double> mine = {timed ? computeSum / timed : 0.0, timed ? stepSum / timed : 0.0,
                                 static_cast<double>(peak.peakMicroBatchesHeld),
                                 static_cast<double>(peak.peakBoundaryBytes), static_cast<double>(peakRssKib()),
@@ -472,15 +534,15 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
                      "%s %d: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %d  "
                      "peak boundary activations %.2f MiB  peak step memory %.2f MiB  peak tensors %.2f MiB  "
                      "peak rss %.1f MiB\n",
-                     tensor ? "rank" : "stage", s, tensor ? 0 : bounds[static_cast<size_t>(s)],
-                     tensor ? bounds.back() - 1 : bounds[static_cast<size_t>(s) + 1] - 1, 1000.0 * f[0],
+                     tensor || fsdp ? "rank" : "stage", s, tensor || fsdp ? 0 : bounds[static_cast<size_t>(s)],
+                     tensor || fsdp ? bounds.back() - 1 : bounds[static_cast<size_t>(s) + 1] - 1, 1000.0 * f[0],
                      1000.0 * f[1], static_cast<int>(f[2]), f[3] / (1 << 20), f[5] / (1 << 20), f[6] / (1 << 20),
                      f[4] / 1024.0);
     }
     const int m = config.microBatches;
     const double ideal = slowest * (m + stages - 1) / m;
-    if (tensor) {
-      std::printf("tensor_parallel ranks %d step_ms %.2f\n", stages, 1000.0 * stepTime);
+    if (tensor || fsdp) {
+      std::printf("%s ranks %d step_ms %.2f\n", fsdp ? "fsdp" : "tensor_parallel", stages, 1000.0 * stepTime);
     } else {
       std::printf("pipeline stages %d micro_batches %d schedule %s step_ms %.2f ideal_ms %.2f measured_over_ideal %.3f\n",
                   stages, m, config.pipelineSchedule.c_str(), 1000.0 * stepTime, 1000.0 * ideal,

@@ -71,7 +71,7 @@ void Trainer::saveCheckpoint(int64_t step, const data::DataLoader& loader) {
   state.extra["strategy"] = strategy_->name();
   state.extra["replicas"] = std::to_string(strategy_->replicas());
   state.tensors = std::move(hookState);
-  const std::string path = manager.save(model().stateDict(), &optimizer(), state);
+  const std::string path = manager.save(model().stateDict(), &strategy_->checkpointOptimizer(), state);
   logger_.debug("checkpoint written", {{"dir", path}, {"step", step}});
 }
 
@@ -81,6 +81,7 @@ int64_t Trainer::resume(data::DataLoader& loader) {
   int64_t position[4] = {0, 0, 0, 0};  // ok, step, loader epoch, loader batch
   std::exception_ptr problem;
   parallel::NamedTensors hookState;  // rank 0: the communication hooks' state, if saved
+  strategy_->gatherModel();  // fsdp: whole parameters to load into (collective)
   if (isPrimary()) {
     try {
       checkpoint::CheckpointManager manager(
@@ -89,7 +90,8 @@ int64_t Trainer::resume(data::DataLoader& loader) {
       const std::optional<checkpoint::CheckpointInfo> found = manager.latestGood();
       if (!found) KOLO_THROW(FileError, "--resume ", config_.resumeDir, ": no good checkpoint there");
       const checkpoint::TrainingState state =
-          checkpoint::CheckpointManager::load(found->path, model().stateDict(), &optimizer());
+          checkpoint::CheckpointManager::load(found->path, model().stateDict(),
+                                              &strategy_->checkpointOptimizer());
       for (const auto& [key, value] : runIdentity(config_)) {
         const auto it = state.extra.find(key);
         if (it != state.extra.end() && it->second != value)

@@ -119,10 +119,13 @@ void Optimizer::loadStateDict(const StateDict& state) {
     for (const auto& [slot, tensor] : saved) {
       KOLO_CHECK(std::find(slots.begin(), slots.end(), slot) != slots.end(),
                  "optimizer state slot ", name, "/", slot, " is not one of ", kind(), "'s");
+      // A per-element slot comes in the parameter's shape, or flat as update() creates it.
       if (slot != "step") {
-        KOLO_CHECK(tensor.shape() == found->second->shape(), "optimizer state ", name, "/", slot,
-                   " has shape ", shapeString(tensor.shape()), ", parameter ",
-                   shapeString(found->second->shape()));
+        const Tensor& parameter = *found->second;
+        KOLO_CHECK(tensor.shape() == parameter.shape() ||
+                       (tensor.dim() == 1 && tensor.numel() == parameter.numel()),
+                   "optimizer state ", name, "/", slot, " has shape ", shapeString(tensor.shape()),
+                   ", parameter ", shapeString(parameter.shape()));
       }
       restored[name][slot] = tensor.clone();
     }

@@ -1,13 +1,17 @@
 // End-to-end `kolo train --strategy fsdp` (real processes under kolo run): ZeRO-3 on 2 ranks
 // and ZeRO-2 on 4 save the file one-device training saves (the same names and shapes, whole
 // tensors, values within 1e-5) and report its test accuracy; that file starts a one-device
-// run (--init); the options fsdp does not take are refused by name.
+// run (--init); fsdp checkpoints resume exactly on the same ranks and within rounding on 4
+// ranks, on one device, and from one device's; --clip-norm (also under HSDP) clips as one
+// device does; the lm trains to data parallelism's weights; the options fsdp does not take
+// are refused by name.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "run_kolo.h"
@@ -42,6 +46,22 @@ class TrainFsdpTest : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
   std::string file(const std::string& name) const { return (dir_ / name).string(); }
+  static std::string kolo() { return std::string(KOLO_BINARY_DIR) + "/src/cli/kolo"; }
+  // Every tensor of `got` within `tolerance` of `expected`'s, under the same names.
+  static void expectClose(const std::string& expectedFile, const std::string& gotFile, double tolerance,
+                          const std::string& what) {
+    const Weights expected = loadWeights(expectedFile);
+    const Weights got = loadWeights(gotFile);
+    ASSERT_EQ(got.size(), expected.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].first, expected[i].first) << what;
+      ASSERT_EQ(got[i].second.size(), expected[i].second.size()) << what << " " << got[i].first;
+      if (tolerance == 0.0)
+        EXPECT_EQ(got[i].second, expected[i].second) << what << " " << got[i].first;
+      else
+        EXPECT_LE(relativeDifference(expected[i].second, got[i].second), tolerance) << what << " " << got[i].first;
+    }
+  }
   fs::path dir_;
 };
 
@@ -78,12 +98,87 @@ TEST_F(TrainFsdpTest, SavesTheOneDeviceFile) {
   EXPECT_NE(init.output.find("loaded initial weights"), std::string::npos) << init.output;
 }
 
+TEST_F(TrainFsdpTest, ResumesFromItsCheckpointsOnAnyRankCount) {
+  // SGD at a constant rate: the schedule does not depend on the run's length, and the update
+  // is linear in the gradient, so another rank count changes the weights by rounding only.
+  const std::string common =
+      "train --model mlp --train-limit 640 --batch 64 --optimizer sgd --lr 0.05 --threads 1 --quiet ";
+  const std::string fsdp2 = "--workers 2 --strategy fsdp ";
+  const RunResult straight = runKolo(common + fsdp2 + "--steps 14 --save " + file("straight.safetensors"));
+  ASSERT_EQ(straight.exitCode, 0) << straight.output;
+  const std::string checkpoints = file("ckpt");
+  const RunResult first =
+      runKolo(common + fsdp2 + "--steps 8 --checkpoint-every 4 --checkpoint-dir " + checkpoints);
+  ASSERT_EQ(first.exitCode, 0) << first.output;
+  // Whole tensors under the model's names, as one device writes them.
+  const Weights saved = loadWeights(checkpoints + "/ckpt-000000008/model.safetensors");
+  const Weights names = loadWeights(file("straight.safetensors"));
+  ASSERT_EQ(saved.size(), names.size());
+  for (size_t i = 0; i < saved.size(); ++i) {
+    EXPECT_EQ(saved[i].first, names[i].first);
+    EXPECT_EQ(saved[i].second.size(), names[i].second.size()) << saved[i].first;
+  }
+
+  const std::string resume = "--steps 14 --resume " + checkpoints + " --save " + file("resumed.safetensors");
+  const RunResult same = runKolo(common + fsdp2 + resume);
+  ASSERT_EQ(same.exitCode, 0) << same.output;
+  expectClose(file("straight.safetensors"), file("resumed.safetensors"), 0.0, "fsdp 2 -> 2 ranks");
+  const RunResult four = runKolo(common + "--workers 4 --strategy fsdp --shard grad " + resume);
+  ASSERT_EQ(four.exitCode, 0) << four.output;
+  expectClose(file("straight.safetensors"), file("resumed.safetensors"), 1e-5, "fsdp 2 -> 4 ranks");
+  const RunResult one = runKolo(common + resume);
+  ASSERT_EQ(one.exitCode, 0) << one.output;
+  expectClose(file("straight.safetensors"), file("resumed.safetensors"), 1e-5, "fsdp 2 ranks -> one device");
+
+  const std::string oneDevice = file("one-device");
+  ASSERT_EQ(runKolo(common + "--steps 8 --checkpoint-dir " + oneDevice).exitCode, 0);
+  const RunResult fromOne =
+      runKolo(common + fsdp2 + "--steps 14 --resume " + oneDevice + " --save " + file("resumed.safetensors"));
+  ASSERT_EQ(fromOne.exitCode, 0) << fromOne.output;
+  expectClose(file("straight.safetensors"), file("resumed.safetensors"), 1e-5, "one device -> fsdp 2 ranks");
+}
+
+TEST_F(TrainFsdpTest, ClipNormClipsAsOneDeviceDoes) {
+  const std::string common =
+      "train --model mlp --no-shuffle --train-limit 640 --batch 64 --optimizer sgd --lr 0.05 "
+      "--threads 1 --quiet --steps 10 --clip-norm 0.2 --save ";
+  const RunResult reference = runKolo(common + file("one.safetensors"));
+  ASSERT_EQ(reference.exitCode, 0) << reference.output;
+  for (const std::string& variant : {std::string("--workers 2 --strategy fsdp"),
+                                     std::string("--workers 4 --strategy fsdp --shard-group 2")}) {
+    const RunResult run = runKolo(common + file("fsdp.safetensors") + " " + variant);
+    ASSERT_EQ(run.exitCode, 0) << variant << ":\n" << run.output;
+    expectClose(file("one.safetensors"), file("fsdp.safetensors"), 1e-5, variant);
+  }
+}
+
+TEST_F(TrainFsdpTest, LanguageModelMatchesDataParallelism) {
+  {
+    std::ofstream text(file("text.txt"));
+    for (int i = 0; i < 40; ++i) text << "the quick brown fox jumps over the lazy dog " << i << "\n";
+  }
+  const std::string lm = " train --model lm --data " + file("text.txt") +
+                         " --layers 2 --d-model 16 --heads 2 --seq-len 8 --batch 8 --optimizer adamw "
+                         "--sample-bytes 16 --threads 1 --quiet --steps 6 --save ";
+  const RunResult dp = runKolo("run -n 2 -- " + kolo() + lm + file("dp.safetensors") + " --mesh dp=2");
+  ASSERT_EQ(dp.exitCode, 0) << dp.output;
+  for (const char* shard : {"full", "grad"}) {
+    const RunResult run =
+        runKolo("run -n 2 -- " + kolo() + lm + file("fsdp.safetensors") + " --strategy fsdp --shard " + shard);
+    ASSERT_EQ(run.exitCode, 0) << run.output;
+    EXPECT_NE(run.output.find("fsdp ranks 2"), std::string::npos) << run.output;
+    expectClose(file("dp.safetensors"), file("fsdp.safetensors"), 1e-5, std::string("--shard ") + shard);
+  }
+}
+
 TEST_F(TrainFsdpTest, RefusesWhatFsdpDoesNotTake) {
-  const RunResult resume =
-      runKolo("train --model mlp --strategy fsdp --steps 1 --resume " + file("none"));
-  EXPECT_NE(resume.exitCode, 0);
-  EXPECT_NE(resume.output.find("not available with --strategy fsdp"), std::string::npos)
-      << resume.output;
+  const RunResult sync = runKolo("train --model mlp --workers 2 --strategy fsdp --steps 1 --check-sync 2");
+  EXPECT_NE(sync.exitCode, 0);
+  EXPECT_NE(sync.output.find("--check-sync"), std::string::npos) << sync.output;
+  const RunResult group = runKolo("train --model mlp --shard-group 2 --steps 1");
+  EXPECT_NE(group.exitCode, 0);
+  EXPECT_NE(group.output.find("--shard-group and --hsdp need --strategy fsdp"), std::string::npos)
+      << group.output;
   const RunResult shard = runKolo("train --model mlp --strategy fsdp --shard zero3 --steps 1");
   EXPECT_NE(shard.exitCode, 0);
   EXPECT_NE(shard.output.find("--shard"), std::string::npos) << shard.output;

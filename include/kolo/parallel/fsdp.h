@@ -15,6 +15,17 @@
 //  - the optimizer updates this rank's shard of every parameter with its shard of the state
 //    (an elementwise update, so the result is the one data parallelism computes);
 //  - ZeRO-2 only: the updated shards are all-gathered back into every unit's buffer.
+//
+// HSDP (shardGroup G < N): the ranks form N/G shard groups of G consecutive ranks (one host's
+// ranks, say); the units are sharded over a group's G ranks, and each group holds a replica of
+// the whole sharded state. The gradients are reduce-scattered inside the group, then each
+// shard is all-reduced with the same shard of the other groups: the slow links between
+// groups carry 1/G of the gradients, and the parameters' gathers stay inside the group.
+//
+// Checkpoints hold whole tensors under the model's names (the file one-device training
+// writes): consolidateState() gathers the parameters and assembles an optimizer of the same
+// kind over them (checkpointOptimizer()); after loading into both, syncReplicas() broadcasts
+// them from rank 0 and every rank keeps its shards, whatever the rank count was at saving.
 #pragma once
 
 #include <memory>
@@ -32,10 +43,16 @@ ShardLevel parseShardLevel(const std::string& name);
 struct FsdpOptions {
   ShardLevel shard = ShardLevel::Full;
   /// Algorithm and deadline of the all-gathers and reduce-scatters.
-  comm::CollectiveOptions collective;
+  comm::CollectiveOptions collective = {};
   /// ZeRO-3: start gathering the next unit (in the order the first step's forward reached
   /// the units; in reverse during backward) while the current one computes.
   bool prefetch = true;
+  /// Ranks per shard group (HSDP); 0 or the rank count: one group of every rank. Must divide
+  /// the rank count.
+  int shardGroup = 0;
+  /// Clips the global norm of the averaged gradient to this before each update, as
+  /// optim::clipGradNorm on one device (0: off).
+  double clipNorm = 0.0;
 };
 
 /// Builds the fully sharded strategy over `communicator` (collective: rank 0's parameters and
@@ -44,7 +61,8 @@ struct FsdpOptions {
 /// until gatherModel() is called (evaluation, saving). optimizer() is the optimizer over this
 /// rank's shards, one tensor per parameter named as the parameter (absent where the rank owns
 /// none of it). Throws InvalidArgument for a missing communicator, a parameter that is not f32
-/// or that belongs to the root module instead of a child.
+/// or that belongs to the root module instead of a child, or a shard group that does not
+/// divide the rank count (construction then splits the communicator, collectively).
 std::unique_ptr<Strategy> makeFsdpStrategy(std::shared_ptr<comm::Communicator> communicator,
                                            FsdpOptions options, ModelFactory modelFactory,
                                            OptimizerFactory optimizerFactory, LossFn loss = nullptr);

@@ -55,6 +55,11 @@ struct StrategyOptions {
   ReducerOptions reducer;
   /// What fsdp shards besides the optimizer state.
   ShardLevel shard = ShardLevel::Full;
+  /// fsdp: ranks per shard group (HSDP: shard inside a group, replicate across the groups);
+  /// 0 shards over every rank.
+  int shardGroup = 0;
+  /// fsdp: the gradient's global norm is clipped to this before each update (0: off).
+  double clipNorm = 0.0;
 };
 
 /// Result of one synchronous step.
@@ -90,16 +95,22 @@ class Strategy {
   /// The model holding the trained weights (replica 0, or the central variables): use it
   /// for evaluation, saving and checkpoints.
   virtual nn::Module& model() = 0;
-  /// The optimizer of model() (its state is what checkpoints save).
+  /// The optimizer of model().
   virtual optim::Optimizer& optimizer() = 0;
+  /// The optimizer whose state checkpoints save and load: optimizer(), except under fsdp,
+  /// where it is an optimizer of the same kind over model()'s whole parameters, whose state
+  /// consolidateState() assembles from the shards and syncReplicas() hands back to them.
+  virtual optim::Optimizer& checkpointOptimizer() { return optimizer(); }
   /// Sets the learning rate of every replica's optimizer (schedules call it per step).
   virtual void setLr(double lr) { optimizer().setLr(lr); }
-  /// After model() and optimizer() were changed from outside (loaded from a checkpoint),
-  /// makes every replica (and, for multi-worker, every rank from rank 0) agree with them.
-  /// Collective for multi-worker-mirrored.
+  /// After model() and checkpointOptimizer() were changed from outside (loaded from a
+  /// checkpoint), makes every replica (and, for multi-worker and fsdp, every rank from rank 0)
+  /// agree with them. Collective for multi-worker-mirrored and fsdp; fsdp needs gatherModel()
+  /// before the loading.
   virtual void syncReplicas() = 0;
-  /// Collective for multi-worker-mirrored: makes optimizer()'s state whole on this process
-  /// before it is read (checkpoints), where updates are sharded across ranks.
+  /// Collective for multi-worker-mirrored and fsdp: makes checkpointOptimizer()'s state (and
+  /// under fsdp model()'s parameters) whole on this process before it is read (checkpoints),
+  /// where updates are sharded across ranks.
   virtual void consolidateState() {}
   /// Collective for fsdp: makes model() hold every parameter whole until the next
   /// trainStep(), for evaluation and saving. Nothing to do where parameters are never sharded.

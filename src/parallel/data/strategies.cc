@@ -345,7 +345,10 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, ModelFact
                                                       std::move(optimizerFactory), std::move(loss));
     case StrategyKind::FullyShardedDataParallel:
       return makeFsdpStrategy(options.communicator,
-                              {.shard = options.shard, .collective = options.reducer.collective},
+                              {.shard = options.shard,
+                               .collective = options.reducer.collective,
+                               .shardGroup = options.shardGroup,
+                               .clipNorm = options.clipNorm},
                               std::move(modelFactory), std::move(optimizerFactory), std::move(loss));
   }
   KOLO_THROW(InvalidArgument, "makeStrategy: unknown strategy kind");

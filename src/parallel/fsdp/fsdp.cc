@@ -1,11 +1,14 @@
 // Fully sharded data parallelism: units (top-level children) with flat, padded parameter
 // buffers; per-unit gather before forward and backward (ZeRO-3), per-unit reduce-scatter of
-// the gradients as soon as backward finished them, and an optimizer over this rank's shards.
+// the gradients as soon as backward finished them (then, under HSDP, an all-reduce across the
+// shard groups), and an optimizer over this rank's shards.
 #include "kolo/parallel/fsdp.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
+#include "fsdp_unit.h"
 #include "kolo/autograd.h"
 #include "kolo/error.h"
 #include "kolo/ops.h"
@@ -31,127 +34,40 @@ Tensor crossEntropyOfModel(nn::Module& model, const Tensor& inputs, const Tensor
   return crossEntropy(model.forward(inputs), labels);
 }
 
-// One unit: a top-level child and its parameters in one flat buffer of `padded` floats.
-struct Unit {
-  std::string name;
-  nn::Module* module = nullptr;
-  NamedTensors parameters;       // full names, handles whose storage is `flat`
-  std::vector<int64_t> offsets;  // of each parameter in the flat buffer
-  int64_t numel = 0;             // the parameters' elements
-  int64_t padded = 0;            // numel rounded up to a multiple of the rank count
-  int64_t shardLength = 0;       // padded / ranks
-  std::shared_ptr<Storage> flat;  // shared by the parameters; bytes null while sharded
-  Tensor shard;                  // [shardLength]: this rank's parameter elements
-  Tensor gradShard;              // [shardLength]: their averaged gradient
-  bool gathered = true;
-  std::vector<std::unique_ptr<comm::Work>> pending;  // a prefetched gather in flight
-  size_t ready = 0;   // gradients ready in this backward
-  bool reduced = false;  // reduce-scattered in this backward
-};
+using Unit = detail::FsdpUnit;
+using Piece = detail::FsdpPiece;
 
 class FsdpStrategy : public Strategy {
  public:
-  FsdpStrategy(std::shared_ptr<comm::Communicator> comm, FsdpOptions options, ModelFactory models,
+  FsdpStrategy(std::shared_ptr<comm::Communicator> world, FsdpOptions options, ModelFactory models,
                OptimizerFactory optimizers, LossFn loss)
-      : comm_(std::move(comm)), options_(options), loss_(std::move(loss)) {
-    KOLO_CHECK(comm_ != nullptr, "fsdp needs the job's communicator");
+      : world_(std::move(world)),
+        options_(options),
+        optimizers_(std::move(optimizers)),
+        loss_(std::move(loss)) {
+    KOLO_CHECK(world_ != nullptr, "fsdp needs the job's communicator");
+    KOLO_CHECK(options_.clipNorm >= 0.0, "fsdp: clip norm ", options_.clipNorm, " is negative");
     model_ = models();
     KOLO_CHECK(model_ != nullptr, "fsdp: the model factory returned no model");
-    const int n = comm_->size();
-    const int rank = comm_->rank();
-    broadcastParameters(*model_, *comm_, 0);
-    size_t inUnits = 0;
-    for (const auto& [childName, child] : model_->children()) {
-      NamedTensors parameters = child->namedParameters();
-      if (parameters.empty()) continue;
-      Unit unit;
-      unit.name = childName;
-      unit.module = child.get();
-      for (auto& [name, p] : parameters) {
-        KOLO_CHECK(p.dtype() == DType::F32, "fsdp: parameter '", childName, ".", name,
-                   "' is ", dtypeName(p.dtype()), "; only f32 parameters can be sharded");
-        unit.offsets.push_back(unit.numel);
-        unit.numel += p.numel();
-        unit.parameters.emplace_back(childName + "." + name, p);
-      }
-      inUnits += parameters.size();
-      unit.padded = (unit.numel + n - 1) / n * n;
-      unit.shardLength = unit.padded / n;
-      // Move the parameters into the unit's flat buffer (padding zeroed).
-      Tensor flat = Tensor::zeros({unit.padded});
-      float* dst = flat.data<float>();
-      for (size_t i = 0; i < unit.parameters.size(); ++i) {
-        Tensor p = unit.parameters[i].second;
-        Tensor values = p.contiguous();
-        std::memcpy(dst + unit.offsets[i], values.data<float>(), sizeof(float) * p.numel());
-        p.impl()->storage = flat.impl()->storage;
-        p.impl()->offset = unit.offsets[i];
-        p.impl()->strides = contiguousStrides(p.shape());
-      }
-      unit.flat = flat.impl()->storage;
-      unit.shard = Tensor::empty({unit.shardLength});
-      std::memcpy(unit.shard.data<float>(), dst + rank * unit.shardLength,
-                  sizeof(float) * unit.shardLength);
-      unit.gradShard = Tensor::zeros({unit.shardLength});
-      units_.push_back(std::move(unit));
-    }
-    const NamedTensors all = model_->namedParameters();
-    KOLO_CHECK(inUnits == all.size(), "fsdp: ", all.size() - inUnits,
-               " parameter(s) belong to the root module itself; fsdp shards the parameters of "
-               "its top-level children (put them in a child module)");
-    KOLO_CHECK(!units_.empty(), "fsdp: the model has no parameters to shard");
-
-    // The optimizer sees, per parameter, the part of it that this rank owns: views of the
-    // shard (and of the gradient shard, set once as their gradient).
-    NamedTensors pieces;
-    for (Unit& unit : units_) {
-      const int64_t begin = rank * unit.shardLength;
-      const int64_t end = begin + unit.shardLength;
-      for (size_t i = 0; i < unit.parameters.size(); ++i) {
-        const int64_t lo = std::max(begin, unit.offsets[i]);
-        const int64_t hi = std::min(end, unit.offsets[i] + unit.parameters[i].second.numel());
-        if (lo >= hi) continue;
-        Tensor piece = unit.shard.slice(0, lo - begin, hi - begin);
-        piece.setGrad(unit.gradShard.slice(0, lo - begin, hi - begin));
-        pieces.emplace_back(unit.parameters[i].first, piece);
-      }
-    }
-    optimizer_ = optimizers(pieces);
-
-    for (size_t u = 0; u < units_.size(); ++u) {
-      Unit& unit = units_[u];
-      unit.module->addForwardPreHook([this, u](nn::Module&) {
-        gather(units_[u]);
-        if (recording_) forwardOrder_.push_back(u);
-        prefetchAfter(u, +1);
-      });
-      unit.module->addForwardHook([this, u](nn::Module&, const Tensor&) {
-        if (!keepGathered_) release(units_[u]);
-      });
-      unit.module->addOutputGradHook([this, u](nn::Module&, const Tensor&) {
-        gather(units_[u]);
-        prefetchAfter(u, -1);  // backward runs the units in reverse
-      });
-      for (auto& [name, p] : unit.parameters) {
-        Tensor(p).addGradReadyHook([this, u](Tensor&) {
-          Unit& owner = units_[u];
-          if (++owner.ready == owner.parameters.size()) reduceScatter(owner);
-        });
-      }
-    }
+    splitGroups();
+    broadcastParameters(*model_, *world_, 0);
+    buildUnits();
+    buildShardOptimizer();
+    installHooks();
     keepGathered_ = false;
     for (Unit& unit : units_) release(unit);
   }
 
   StrategyKind kind() const override { return StrategyKind::FullyShardedDataParallel; }
   int localReplicas() const override { return 1; }
-  int dataRank() const override { return comm_->rank(); }
-  int dataWorldSize() const override { return comm_->size(); }
+  int dataRank() const override { return world_->rank(); }
+  int dataWorldSize() const override { return world_->size(); }
 
   StepResult trainStep(const Tensor& inputs, const Tensor& labels) override {
     KOLO_CHECK(inputs.defined() && labels.defined(), "fsdp: undefined batch");
     KOLO_CHECK_EQ(inputs.size(0), labels.size(0), "fsdp: inputs and labels disagree on the batch size");
     keepGathered_ = false;
+    whole_.reset();  // a checkpoint's whole optimizer state is not kept between steps
     for (Unit& unit : units_) {
       release(unit);
       unit.ready = 0;
@@ -175,23 +91,40 @@ class FsdpStrategy : public Strategy {
     // A unit some of whose parameters got no gradient: the missing ones count as zeros.
     for (Unit& unit : units_)
       if (!unit.reduced) reduceScatter(unit);
+    if (options_.clipNorm > 0.0) clipGradients();
     const double local = loss.item();
     double sum = 0;
-    comm_->allreduce(&local, &sum, 1, DType::F64, comm::ReduceOp::Sum, options_.collective);
+    world_->allreduce(&local, &sum, 1, DType::F64, comm::ReduceOp::Sum, options_.collective);
     {
       trace::Scope span("optimizer", "compute");
       optimizer_->step();
     }
     if (options_.shard == ShardLevel::Gradients)
       for (Unit& unit : units_) allGather(unit);
-    return {sum / comm_->size()};
+    return {sum / world_->size()};
   }
 
   nn::Module& model() override { return *model_; }
   optim::Optimizer& optimizer() override { return *optimizer_; }
+  optim::Optimizer& checkpointOptimizer() override {
+    if (!whole_) whole_ = optimizers_(model_->namedParameters());
+    return *whole_;
+  }
+  void consolidateState() override {
+    gatherModel();
+    detail::assembleWholeState(units_, pieces_, *optimizer_, checkpointOptimizer(), *shard_,
+                               options_.collective);
+  }
+  // Rank 0 loaded whole parameters (into the gathered model) and whole optimizer state: every
+  // rank takes them, then keeps its shards of both.
   void syncReplicas() override {
-    KOLO_THROW(InvalidArgument, "fsdp: loading weights or optimizer state into a running fsdp "
-                                "strategy is not supported");
+    for (const Unit& unit : units_)
+      KOLO_CHECK(unit.gathered && unit.pending.empty(), "fsdp: unit '", unit.name,
+                 "' is not gathered; call gatherModel() before loading into the model");
+    broadcastParameters(*model_, *world_, 0);
+    broadcastOptimizerState(checkpointOptimizer(), *world_, 0);
+    detail::takeShardState(units_, pieces_, *whole_, *optimizer_, shard_->rank());
+    whole_.reset();
   }
   void gatherModel() override {
     for (Unit& unit : units_) gather(unit);
@@ -199,6 +132,133 @@ class FsdpStrategy : public Strategy {
   }
 
  private:
+  // HSDP: shard groups of consecutive ranks, and the replica groups that join each group's
+  // rank r; without it the shard group is the whole job.
+  void splitGroups() {
+    const int n = world_->size();
+    const int group = options_.shardGroup == 0 ? n : options_.shardGroup;
+    KOLO_CHECK(group >= 1 && n % group == 0, "fsdp: a shard group of ", group,
+               " ranks does not divide the job's ", n, " ranks");
+    if (group == n) {
+      shard_ = world_;
+      return;
+    }
+    const int rank = world_->rank();
+    shard_ = world_->split(rank / group, rank);
+    replicas_ = world_->split(rank % group, rank);
+  }
+
+  // Moves every top-level child's parameters into its unit's flat buffer (padding zeroed) and
+  // keeps this rank's shard of it.
+  void buildUnits() {
+    const int n = shard_->size();
+    const int rank = shard_->rank();
+    size_t inUnits = 0;
+    for (const auto& [childName, child] : model_->children()) {
+      NamedTensors parameters = child->namedParameters();
+      if (parameters.empty()) continue;
+      Unit unit;
+      unit.name = childName;
+      unit.module = child.get();
+      for (auto& [name, p] : parameters) {
+        KOLO_CHECK(p.dtype() == DType::F32, "fsdp: parameter '", childName, ".", name,
+                   "' is ", dtypeName(p.dtype()), "; only f32 parameters can be sharded");
+        unit.offsets.push_back(unit.numel);
+        unit.numel += p.numel();
+        unit.parameters.emplace_back(childName + "." + name, p);
+      }
+      inUnits += parameters.size();
+      unit.padded = (unit.numel + n - 1) / n * n;
+      unit.shardLength = unit.padded / n;
+      Tensor flat = Tensor::zeros({unit.padded});
+      float* dst = flat.data<float>();
+      for (size_t i = 0; i < unit.parameters.size(); ++i) {
+        Tensor p = unit.parameters[i].second;
+        Tensor values = p.contiguous();
+        std::memcpy(dst + unit.offsets[i], values.data<float>(), sizeof(float) * p.numel());
+        p.impl()->storage = flat.impl()->storage;
+        p.impl()->offset = unit.offsets[i];
+        p.impl()->strides = contiguousStrides(p.shape());
+      }
+      unit.flat = flat.impl()->storage;
+      unit.shard = Tensor::empty({unit.shardLength});
+      std::memcpy(unit.shard.data<float>(), dst + rank * unit.shardLength,
+                  sizeof(float) * unit.shardLength);
+      unit.gradShard = Tensor::zeros({unit.shardLength});
+      units_.push_back(std::move(unit));
+    }
+    const NamedTensors all = model_->namedParameters();
+    KOLO_CHECK(inUnits == all.size(), "fsdp: ", all.size() - inUnits,
+               " parameter(s) belong to the root module itself; fsdp shards the parameters of "
+               "its top-level children (put them in a child module)");
+    KOLO_CHECK(!units_.empty(), "fsdp: the model has no parameters to shard");
+  }
+
+  // The optimizer sees, per parameter, the part of it that this rank owns: views of the
+  // shard (and of the gradient shard, set once as their gradient).
+  void buildShardOptimizer() {
+    const int rank = shard_->rank();
+    NamedTensors views;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      Unit& unit = units_[u];
+      const int64_t begin = rank * unit.shardLength;
+      const int64_t end = begin + unit.shardLength;
+      for (size_t i = 0; i < unit.parameters.size(); ++i) {
+        const int64_t lo = std::max(begin, unit.offsets[i]);
+        const int64_t hi = std::min(end, unit.offsets[i] + unit.parameters[i].second.numel());
+        if (lo >= hi) continue;
+        Tensor piece = unit.shard.slice(0, lo - begin, hi - begin);
+        piece.setGrad(unit.gradShard.slice(0, lo - begin, hi - begin));
+        views.emplace_back(unit.parameters[i].first, piece);
+        pieces_.push_back({.unit = u, .parameter = i, .lo = lo, .hi = hi});
+      }
+    }
+    optimizer_ = optimizers_(views);
+  }
+
+  void installHooks() {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      Unit& unit = units_[u];
+      unit.module->addForwardPreHook([this, u](nn::Module&) {
+        gather(units_[u]);
+        if (recording_) forwardOrder_.push_back(u);
+        prefetchAfter(u, +1);
+      });
+      unit.module->addForwardHook([this, u](nn::Module&, const Tensor&) {
+        if (!keepGathered_) release(units_[u]);
+      });
+      unit.module->addOutputGradHook([this, u](nn::Module&, const Tensor&) {
+        gather(units_[u]);
+        prefetchAfter(u, -1);  // backward runs the units in reverse
+      });
+      for (auto& [name, p] : unit.parameters) {
+        Tensor(p).addGradReadyHook([this, u](Tensor&) {
+          Unit& owner = units_[u];
+          if (++owner.ready == owner.parameters.size()) reduceScatter(owner);
+        });
+      }
+    }
+  }
+
+  // optim::clipGradNorm over the sharded gradient: each element of the averaged gradient
+  // lives in exactly one shard of the group (the other groups hold the same shards), so the
+  // squared norm is the group's sum of the shards' squares. Padding is zero.
+  void clipGradients() {
+    double squares = 0.0;
+    for (const Unit& unit : units_) {
+      const float* g = unit.gradShard.data<float>();
+      for (int64_t j = 0; j < unit.shardLength; ++j) squares += static_cast<double>(g[j]) * g[j];
+    }
+    shard_->allreduce(&squares, &squares, 1, DType::F64, comm::ReduceOp::Sum, options_.collective);
+    const double coefficient = options_.clipNorm / (std::sqrt(squares) + 1e-6);
+    if (coefficient >= 1.0) return;
+    const auto scale = static_cast<float>(coefficient);
+    for (Unit& unit : units_) {
+      float* g = unit.gradShard.data<float>();
+      for (int64_t j = 0; j < unit.shardLength; ++j) g[j] *= scale;
+    }
+  }
+
   // The unit's whole parameters into its flat buffer (allocated now under ZeRO-3): waits for
   // its prefetched gather, or gathers it now.
   void gather(Unit& unit) {
@@ -227,11 +287,11 @@ class FsdpStrategy : public Strategy {
     if (unit.gathered || !unit.pending.empty()) return;
     allocateFlat(unit);
     float* flat = reinterpret_cast<float*>(unit.flat->bytes.get());
-    const int rank = comm_->rank();
+    const int rank = shard_->rank();
     std::memcpy(flat + rank * unit.shardLength, unit.shard.data<float>(),
                 sizeof(float) * static_cast<size_t>(unit.shardLength));
-    for (int r = 0; r < comm_->size(); ++r)
-      unit.pending.push_back(comm_->ibroadcast(flat + r * unit.shardLength,
+    for (int r = 0; r < shard_->size(); ++r)
+      unit.pending.push_back(shard_->ibroadcast(flat + r * unit.shardLength,
                                                static_cast<size_t>(unit.shardLength), DType::F32,
                                                r, options_.collective));
   }
@@ -246,7 +306,7 @@ class FsdpStrategy : public Strategy {
   void allGather(Unit& unit) {
     trace::Scope span("all-gather", "comm");
     allocateFlat(unit);
-    comm_->allgather(unit.shard.data<float>(), unit.flat->bytes.get(),
+    shard_->allgather(unit.shard.data<float>(), unit.flat->bytes.get(),
                      static_cast<size_t>(unit.shardLength), DType::F32, options_.collective);
     unit.gathered = true;
   }
@@ -293,20 +353,29 @@ class FsdpStrategy : public Strategy {
     }
     std::fill(dst + unit.numel, dst + unit.padded, 0.0f);
     float* shard = unit.gradShard.data<float>();
-    comm_->reduceScatter(dst, shard, static_cast<size_t>(unit.shardLength), DType::F32,
-                         comm::ReduceOp::Sum, options_.collective);
-    const float scale = 1.0f / static_cast<float>(comm_->size());
+    shard_->reduceScatter(dst, shard, static_cast<size_t>(unit.shardLength), DType::F32,
+                          comm::ReduceOp::Sum, options_.collective);
+    // HSDP: the other groups summed the same shard over their own ranks.
+    if (replicas_)
+      replicas_->allreduce(shard, shard, static_cast<size_t>(unit.shardLength), DType::F32,
+                           comm::ReduceOp::Sum, options_.collective);
+    const float scale = 1.0f / static_cast<float>(world_->size());
     for (int64_t j = 0; j < unit.shardLength; ++j) shard[j] *= scale;
     unit.reduced = true;
     release(unit);
   }
 
-  std::shared_ptr<comm::Communicator> comm_;
+  std::shared_ptr<comm::Communicator> world_;     // the job: data, loss, broadcasts
+  std::shared_ptr<comm::Communicator> shard_;     // the ranks the units are sharded over
+  std::shared_ptr<comm::Communicator> replicas_;  // HSDP: this shard's replicas; else null
   FsdpOptions options_;
+  OptimizerFactory optimizers_;
   LossFn loss_;
   std::shared_ptr<nn::Module> model_;
   std::vector<Unit> units_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::vector<Piece> pieces_;  // the shard optimizer's parameters, in its order
+  std::unique_ptr<optim::Optimizer> optimizer_;  // over this rank's pieces
+  std::unique_ptr<optim::Optimizer> whole_;      // checkpoints: over the whole parameters
   bool keepGathered_ = true;
   bool recording_ = false;           // this forward appends to forwardOrder_
   bool orderKnown_ = false;          // forwardOrder_ holds the first step's order
