@@ -40,6 +40,18 @@ struct CheckpointInfo {
   int64_t step = 0;
 };
 
+/// A checkpoint's contents as stored: for callers that hold parts of the model (pipeline
+/// stages, tensor-parallel shards) and cut their own from the whole tensors.
+struct CheckpointContents {
+  NamedTensors weights;
+  /// The optimizer state's kind ("sgd", "adam", "adamw"; empty when none was saved) and its
+  /// tensors under "<parameter>/<slot>" names (optim::StateDict::fromFlat) and scalars.
+  std::string optimizerKind;
+  NamedTensors optimizerTensors;
+  std::map<std::string, double> optimizerScalars;
+  TrainingState state;
+};
+
 /// Receives one warning line (a checkpoint that was skipped and why).
 using WarningSink = std::function<void(const std::string&)>;
 
@@ -78,6 +90,8 @@ class CheckpointManager {
   /// state into `optimizer` (if not null; its kind must match), and returns the rest.
   static TrainingState load(const std::string& path, const NamedTensors& weights,
                             optim::Optimizer* optimizer);
+  /// Verifies, then reads every file of the checkpoint at `path` whole. Throws as verify().
+  static CheckpointContents read(const std::string& path);
 
   const std::string& directory() const { return dir_; }
 

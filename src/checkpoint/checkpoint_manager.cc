@@ -245,6 +245,22 @@ TrainingState CheckpointManager::load(const std::string& path, const NamedTensor
   return state;
 }
 
+CheckpointContents CheckpointManager::read(const std::string& path) {
+  const detail::Manifest manifest = readManifest(path);
+  verifyFiles(path, manifest);
+  CheckpointContents contents;
+  contents.state = manifest.state;
+  contents.weights = loadSafetensors((fs::path(path) / kModelFile).string()).tensors;
+  if (manifest.files.count(kExtraFile))
+    contents.state.tensors = loadSafetensors((fs::path(path) / kExtraFile).string()).tensors;
+  if (manifest.optimizer) {
+    contents.optimizerKind = manifest.optimizer->kind;
+    contents.optimizerScalars = manifest.optimizer->scalars;
+    contents.optimizerTensors = loadSafetensors((fs::path(path) / kOptimizerFile).string()).tensors;
+  }
+  return contents;
+}
+
 std::optional<CheckpointInfo> CheckpointManager::latestGood() const {
   auto all = list();
   for (auto it = all.rbegin(); it != all.rend(); ++it) {

@@ -94,6 +94,7 @@ struct TrainConfig {
   std::string pipelineSchedule = "1f1b";  // gpipe | 1f1b
   int stages = 1;                         // --stages: one rank per stage
   int tp = 1;                             // --tp: ranks of --strategy tensor
+  bool sequenceParallel = false;          // --sequence-parallel: norms on seq/tp tokens
   std::string mesh;                       // --mesh dp=D,pp=P | dp=D,tp=T (hybrids)
   int microBatches = 1;
   std::string splitAt;  // "i,j,...": first layer of stages 1..P-1 ("" = by measured cost)

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "cli/train_loop.h"
+#include "cli/train_model_state.h"
 #include "kolo/autograd.h"
 #include "kolo/byte_corpus.h"
 #include "kolo/memory.h"
@@ -147,18 +148,61 @@ long peakRssKib() {
   return usage.ru_maxrss;
 }
 
-// What the loop below drives: a pipeline stage, or a tensor-parallel shard of the model.
+// --metrics FILE of a model-parallel run (rank 0; no file elsewhere): events (start or
+// resume, end), one line per progress interval and the final line, in the records `kolo
+// report` reads. A resumed run continues the file.
+class RunMetrics {
+ public:
+  RunMetrics(const std::string& path, int64_t firstStep) {
+    if (!path.empty()) writer_ = std::make_unique<observe::MetricsWriter>(path, firstStep > 0);
+  }
+  void event(const char* name, int64_t step, const observe::Fields& extra = {}) {
+    write({{"kind", "event"}, {"event", name}, {"step", step}}, extra);
+  }
+  void interval(int64_t step, const observe::Fields& values) {
+    write({{"kind", "interval"}, {"step", step}}, values);
+  }
+  void final(int64_t step, const observe::Fields& values) {
+    write({{"step", step}, {"final", true}}, values);
+  }
+
+ private:
+  void write(observe::Fields fields, const observe::Fields& more) {
+    if (writer_) writer_->write(fields.update(more));
+  }
+  std::unique_ptr<observe::MetricsWriter> writer_;
+};
+
+// What the loop below drives: a pipeline stage (its layers possibly split over a tensor
+// group), or a tensor-parallel shard of the model.
 class Runner {
  public:
   virtual ~Runner() = default;
   virtual parallel::PipelineStepStats trainStep(const Tensor& inputs, const Tensor& labels) = 0;
   virtual optim::Optimizer& optimizer() = 0;
-  virtual int64_t parameterCount() = 0;
   /// Layer bounds of the stages ({0, n}: one part of every layer on each rank under tensor
   /// parallelism).
   virtual std::vector<int> bounds() const = 0;
-  virtual void gatherModel(nn::Module* whole) = 0;
+  /// What this rank holds (checkpoints, resume, the final gather).
+  virtual ModelPart part() = 0;
+  virtual int64_t parameterCount() { return part().module->parameterCount(); }
+  /// Collective over the job, before the final gather: makes part() hold whole tensors where
+  /// this rank's state is sharded (fsdp).
+  virtual void gatherWhole() {}
 };
+
+ModelPart partOf(nn::Module& module, optim::Optimizer& optimizer,
+                 const parallel::TensorParallelModel* tp) {
+  ModelPart part;
+  part.module = &module;
+  part.optimizer = &optimizer;
+  if (tp) {
+    part.specs = tp->shardSpecs();
+    part.tensorRank = tp->communicator()->rank();
+    part.tensorSize = tp->communicator()->size();
+  }
+  return part;
+}
 
 // The loss averaged over the data group (the replicas' shares of the batch are equal).
 double meanOverReplicas(double loss, comm::Communicator* data) {
@@ -168,8 +212,11 @@ double meanOverReplicas(double loss, comm::Communicator* data) {
 
 class PipelineRunner : public Runner {
  public:
-  PipelineRunner(std::unique_ptr<parallel::PipelineStage> stage, std::shared_ptr<comm::Communicator> data)
-      : stage_(std::move(stage)), data_(std::move(data)) {}
+  /// `tp`: the tensor-parallel model the stage was cut from (a mesh with tp > 1), or null.
+  PipelineRunner(std::unique_ptr<parallel::PipelineStage> stage,
+                 std::shared_ptr<comm::Communicator> data,
+                 std::shared_ptr<parallel::TensorParallelModel> tp)
+      : stage_(std::move(stage)), data_(std::move(data)), tp_(std::move(tp)) {}
   parallel::PipelineStepStats trainStep(const Tensor& x, const Tensor& y) override {
     if (!data_) return stage_->trainStep(x, y);
     // A replica of a hybrid: its gradients are averaged with the same stage of the others.
@@ -185,23 +232,23 @@ class PipelineRunner : public Runner {
     return stats;
   }
   optim::Optimizer& optimizer() override { return stage_->optimizer(); }
-  int64_t parameterCount() override { return stage_->module().parameterCount(); }
   std::vector<int> bounds() const override { return stage_->bounds(); }
-  void gatherModel(nn::Module* whole) override { stage_->gatherModel(whole, 0); }
+  ModelPart part() override { return partOf(stage_->module(), stage_->optimizer(), tp_.get()); }
 
  private:
   std::unique_ptr<parallel::PipelineStage> stage_;
   std::shared_ptr<comm::Communicator> data_;
+  std::shared_ptr<parallel::TensorParallelModel> tp_;
 };
 
 // Every rank runs the whole batch through its shard of every split layer.
 class TensorRunner : public Runner {
  public:
-  TensorRunner(std::shared_ptr<comm::Communicator> comm, const nn::Sequential& whole, parallel::StageLossFn loss,
-               const Recipe& recipe, std::shared_ptr<comm::Communicator> data)
-      : model_(std::make_unique<parallel::TensorParallelModel>(whole, std::move(comm))),
+  TensorRunner(std::shared_ptr<comm::Communicator> comm, const nn::Sequential& whole,
+               parallel::TensorParallelOptions options, const Recipe& recipe,
+               std::shared_ptr<comm::Communicator> data)
+      : model_(std::make_unique<parallel::TensorParallelModel>(whole, std::move(comm), options)),
         optimizer_(makeOptimizer(recipe, model_->namedParameters())),
-        loss_(std::move(loss)),
         data_(std::move(data)),
         layers_(static_cast<int>(whole.size())) {}
   parallel::PipelineStepStats trainStep(const Tensor& x, const Tensor& y) override {
@@ -210,7 +257,7 @@ class TensorRunner : public Runner {
     const int64_t base = liveTensorBytes();
     resetPeakTensorBytes();
     optimizer_->zeroGrad();
-    Tensor loss = loss_(model_->forward(x), y);
+    Tensor loss = model_->loss(model_->forward(x), y);
     loss.backward();
     stats.peakStepBytes = peakTensorBytes() - base;
     if (data_) parallel::averageGradients(*model_, *data_);
@@ -222,16 +269,12 @@ class TensorRunner : public Runner {
     return stats;
   }
   optim::Optimizer& optimizer() override { return *optimizer_; }
-  int64_t parameterCount() override { return model_->parameterCount(); }
-  std::vector<int> bounds() const override {
-    return {0, layers_};
-  }
-  void gatherModel(nn::Module* whole) override { model_->gatherInto(whole, 0); }
+  std::vector<int> bounds() const override { return {0, layers_}; }
+  ModelPart part() override { return partOf(*model_, *optimizer_, model_.get()); }
 
  private:
   std::unique_ptr<parallel::TensorParallelModel> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  parallel::StageLossFn loss_;
   std::shared_ptr<comm::Communicator> data_;  // the data group of a hybrid, else null
   int layers_;
 };
@@ -272,11 +315,9 @@ class FsdpRunner : public Runner {
     return count;
   }
   std::vector<int> bounds() const override { return {0, layers_}; }
-  // Collective: every rank gathers, rank 0 copies into `whole`.
-  void gatherModel(nn::Module* whole) override {
-    strategy_->gatherModel();
-    if (whole) whole->loadStateDict(strategy_->model().stateDict(), "the fsdp model");
-  }
+  // Every rank holds the whole model once gathered (gatherWhole).
+  ModelPart part() override { return {&strategy_->model(), {}, &strategy_->optimizer()}; }
+  void gatherWhole() override { strategy_->gatherModel(); }
 
  private:
   std::shared_ptr<comm::Communicator> comm_;
@@ -290,16 +331,13 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
   TrainConfig config = configIn;
   parallel::MeshShape shape;
   if (!config.mesh.empty()) {
-    // --mesh dp=D,pp=P / dp=D,tp=T sets the strategy and its size.
+    // --mesh dp=D,pp=P,tp=T sets the strategy and its sizes: pipeline stages (split over
+    // tensor groups when tp > 1), or tensor parallelism alone when pp = 1.
     shape = parallel::parseMeshShape(config.mesh);
     KOLO_REQUIRE(config.stages == 1 && config.tp == 1, "--mesh sets the stages and --tp; give one or the other");
-    if (shape.tp > 1) {
-      config.strategy = "tensor";
-      config.tp = shape.tp;
-    } else {
-      config.strategy = "pipeline";
-      config.stages = shape.pp;
-    }
+    config.strategy = shape.pp == 1 && shape.tp > 1 ? "tensor" : "pipeline";
+    config.stages = shape.pp;
+    config.tp = shape.tp;
   }
   const bool lm = config.model == "lm";
   const bool pipeline = config.strategy == "pipeline";
@@ -308,14 +346,21 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
   KOLO_REQUIRE(pipeline || tensor || fsdp || config.strategy == "one-device", "--model lm trains with "
                "--strategy one-device, pipeline, tensor or fsdp, not ", config.strategy);
   KOLO_REQUIRE(config.tp >= 1, "--tp must be at least 1, got ", config.tp);
-  KOLO_REQUIRE(tensor || config.tp == 1, "--tp ", config.tp, " needs --strategy tensor");
+  KOLO_REQUIRE(
+      tensor || config.tp == 1 || !config.mesh.empty(), "--tp ", config.tp,
+      " needs --strategy tensor (pipeline stages split over tensor groups: --mesh dp=1,pp=P,tp=T)");
   KOLO_REQUIRE(!(tensor || fsdp) || (config.microBatches == 1 && config.stages == 1 && !config.recompute &&
-                           config.splitAt.empty()),
+                                     config.splitAt.empty()),
                "--strategy ", config.strategy, " takes no --stages, --micro-batches, --split-at or --recompute");
-  KOLO_REQUIRE(config.checkpointDir.empty() && config.resumeDir.empty(), "--checkpoint-dir and --resume are not "
-               "available with --model lm or --strategy pipeline; --save and --init carry the weights");
+  KOLO_REQUIRE(tensor || config.tp > 1 || !config.sequenceParallel,
+               "--sequence-parallel needs --strategy tensor (or a mesh with tp)");
+  KOLO_REQUIRE(lm || !config.sequenceParallel, "--sequence-parallel works with --model lm only");
+  KOLO_REQUIRE(config.checkpointEvery >= 0, "--checkpoint-every must be at least 0, got ",
+               config.checkpointEvery);
+  KOLO_REQUIRE(!fsdp || (config.checkpointDir.empty() && config.resumeDir.empty()), "--checkpoint-dir and "
+               "--resume are not available with --model lm under --strategy fsdp; --save and --init carry the weights");
   KOLO_REQUIRE(config.clipNorm == 0.0 || fsdp, "--clip-norm is not available with --model lm or "
-               "--strategy pipeline, except under --strategy fsdp");
+               "--strategy pipeline or tensor, except under --strategy fsdp");
   KOLO_REQUIRE(config.stages >= 1 && config.microBatches >= 1, "--stages and --micro-batches must be at least 1");
   KOLO_REQUIRE(pipeline || config.stages == 1, "--stages ", config.stages, " needs --strategy pipeline");
   const parallel::PipelineSchedule schedule = parallel::parsePipelineSchedule(config.pipelineSchedule);
@@ -361,32 +406,33 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
     return b;
   };
 
-  std::shared_ptr<comm::Communicator> comm;  // the model group: the stages, or the tensor ranks
+  // The job's ranks; the model group (one replica: its stages, its tensor ranks, or both);
+  // the stages of this rank's tensor rank; the tensor ranks of this rank's stage.
+  std::shared_ptr<comm::Communicator> world, group, pipelineComm, tensorComm;
   parallel::MeshGroups mesh;
-  int worldRank = 0;
   if (!config.mesh.empty()) {
-    auto world = parallel::init();
+    world = parallel::init();
     mesh = parallel::makeMesh(*world, shape);
-    comm = mesh.model;
-    worldRank = world->rank();
+    group = mesh.model;
+    pipelineComm = mesh.pipeline;
+    tensorComm = mesh.tensor;
     replica = mesh.replica;
   } else if (fsdp) {
-    comm = parallel::init();
-    KOLO_REQUIRE(config.batch % comm->size() == 0, "--batch ", config.batch, " does not split evenly over ",
-                 comm->size(), " fsdp ranks: use a multiple of ", comm->size());
+    world = group = parallel::init();
+    KOLO_REQUIRE(config.batch % world->size() == 0, "--batch ", config.batch, " does not split evenly over ",
+                 world->size(), " fsdp ranks: use a multiple of ", world->size());
   } else if (tensor) {
-    comm = parallel::init();
-    KOLO_REQUIRE(comm->size() == config.tp, "--tp ", config.tp, " needs ", config.tp,
-                 " ranks, this job has ", comm->size(), ": run it under kolo run -n ", config.tp);
+    world = group = tensorComm = parallel::init();
+    KOLO_REQUIRE(world->size() == config.tp, "--tp ", config.tp, " needs ", config.tp,
+                 " ranks, this job has ", world->size(), ": run it under kolo run -n ", config.tp);
   } else if (config.stages > 1) {
-    comm = parallel::init();
-    KOLO_REQUIRE(comm->size() == config.stages, "--stages ", config.stages, " needs ", config.stages,
-                 " ranks (one per stage), this job has ", comm->size(), ": run it under kolo run -n ",
-                 config.stages);
+    world = group = pipelineComm = parallel::init();
+    KOLO_REQUIRE(world->size() == config.stages, "--stages ", config.stages, " needs ",
+                 config.stages, " ranks (one per stage), this job has ", world->size(),
+                 ": run it under kolo run -n ", config.stages);
   }
-  const int rank = comm ? comm->rank() : 0;
-  if (config.mesh.empty()) worldRank = rank;
-  const bool primary = worldRank == 0;
+  const int stageIndex = pipelineComm ? pipelineComm->rank() : 0;
+  const bool primary = !world || world->rank() == 0;
 
   // Every rank builds the model from the same seed (or --init file), only its own layers when
   // the split points are given, and keeps its stage.
@@ -403,15 +449,17 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
       const bool fits = static_cast<int>(splits.size()) == config.stages - 1 &&
                         std::is_sorted(bounds.begin(), bounds.end()) &&
                         std::adjacent_find(bounds.begin(), bounds.end()) == bounds.end();
-      model = fits ? buildModel(config, bounds[static_cast<size_t>(rank)], bounds[static_cast<size_t>(rank) + 1])
+      model = fits ? buildModel(config, bounds[static_cast<size_t>(stageIndex)],
+                                bounds[static_cast<size_t>(stageIndex) + 1])
                    : buildModel(config);
     } else {
       model = buildModel(config);
     }
-    if (config.splitAt.empty() && comm && !tensor && !fsdp) {
+    if (config.splitAt.empty() && config.stages > 1) {
+      // World rank 0 measures, so that every replica and tensor rank cuts alike.
       const Tensor rows = batchAt(0).inputs;
       const Tensor sample = rows.slice(0, 0, rows.shape()[0] / config.microBatches).contiguous();
-      splits = parallel::measuredSplit(*comm, *model, sample, 3, &layerCosts);
+      splits = parallel::measuredSplit(*world, *model, sample, 3, &layerCosts, config.stages);
     }
     parallel::StageLossFn loss;
     if (lm) {
@@ -422,20 +470,30 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
     parallel::PipelineOptions options{.microBatches = config.microBatches,
                                       .schedule = schedule,
                                       .recompute = config.recompute};
+    const parallel::TensorParallelOptions tpOptions{.sequenceParallel = config.sequenceParallel};
     std::unique_ptr<Runner> stage;
     if (fsdp) {
       stage = std::make_unique<FsdpRunner>(
-          comm, model, loss, recipe,
+          group, model, loss, recipe,
           parallel::FsdpOptions{.shard = parallel::parseShardLevel(config.shard),
-                                .shardGroup = shardGroupSize(config, comm->size()),
+                                .shardGroup = shardGroupSize(config, group->size()),
                                 .clipNorm = config.clipNorm});
     } else if (tensor) {
-      stage = std::make_unique<TensorRunner>(comm, *model, loss, recipe, mesh.data);
+      stage = std::make_unique<TensorRunner>(tensorComm, *model, tpOptions, recipe, mesh.data);
     } else {
-      stage = std::make_unique<PipelineRunner>(std::make_unique<parallel::PipelineStage>(
-          comm, *model, splits, options, loss,
-          [&recipe](const optim::NamedParameters& p) { return makeOptimizer(recipe, p); }),
-          mesh.data);
+      // Stages of a mesh with tp > 1 are cut from the tensor-parallel model, whose loss
+      // takes logits split by vocabulary.
+      std::shared_ptr<parallel::TensorParallelModel> tp;
+      if (config.tp > 1) {
+        tp = std::make_shared<parallel::TensorParallelModel>(*model, tensorComm, tpOptions);
+        loss = [tp](const Tensor& out, const Tensor& y) { return tp->loss(out, y); };
+      }
+      stage = std::make_unique<PipelineRunner>(
+          std::make_unique<parallel::PipelineStage>(
+              pipelineComm, tp ? static_cast<const nn::Sequential&>(*tp) : *model, splits, options,
+              loss,
+              [&recipe](const optim::NamedParameters& p) { return makeOptimizer(recipe, p); }),
+          mesh.data, tp);
     }
     model.reset();  // the stage holds its own layers (or shards); the others go
     std::vector<int> bounds = stage->bounds();
@@ -443,36 +501,55 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
       std::string text;
       for (size_t s = 0; s + 1 < bounds.size(); ++s)
         text += (s ? " " : "") + std::to_string(bounds[s]) + "-" + std::to_string(bounds[s + 1] - 1);
-      logger.info("training", {{"model", config.model},
-                               {"rank_parameters", stage->parameterCount()},
-                               {"strategy", config.strategy},
-                               {"tp", config.tp},
-                               {"dp", shape.dp},
-                               {"stages", config.stages},
-                               {"micro_batches", config.microBatches},
-                               {"schedule", config.pipelineSchedule},
-                               {"recompute", config.recompute},
-                               {"stage_layers", text},
-                               {"split", config.splitAt.empty() && comm ? "measured" : "given"},
-                               {"layer_ms", costsText(layerCosts)},
-                               {"optimizer", recipe.optimizer},
-                               {"lr", recipe.lr},
-                               {"batch", config.batch},
-                               {"steps", totalSteps}});
+      logger.info("training",
+                  {{"model", config.model},
+                   {"rank_parameters", stage->parameterCount()},
+                   {"strategy", config.strategy},
+                   {"tp", config.tp},
+                   {"sequence_parallel", config.sequenceParallel},
+                   {"dp", shape.dp},
+                   {"stages", config.stages},
+                   {"micro_batches", config.microBatches},
+                   {"schedule", config.pipelineSchedule},
+                   {"recompute", config.recompute},
+                   {"stage_layers", text},
+                   {"split", config.splitAt.empty() && config.stages > 1 ? "measured" : "given"},
+                   {"layer_ms", costsText(layerCosts)},
+                   {"optimizer", recipe.optimizer},
+                   {"lr", recipe.lr},
+                   {"batch", config.batch},
+                   {"steps", totalSteps}});
     }
+
+    // --resume: every rank continues from its part of the newest good checkpoint.
+    const int64_t firstStep =
+        config.resumeDir.empty() ? 0 : resumeModelPart(config, world.get(), stage->part(), logger);
+    // Only replica 0's model group writes checkpoints (the others hold the same weights).
+    auto checkpointAt = [&](int64_t step) {
+      if (!config.checkpointDir.empty() && replica == 0)
+        saveModelCheckpoint(config, recipe, group.get(), stage->part(), step, logger);
+    };
+    RunMetrics metrics(primary ? config.metricsPath : "", firstStep);
+    metrics.event(firstStep > 0 ? "resume" : "start", firstStep,
+                  {{"ranks", world ? world->size() : 1},
+                   {"strategy", config.strategy},
+                   {"mesh", config.mesh},
+                   {"batch", config.batch}});
 
     // The loop. Timings leave out the first steps (allocation, first touches).
     const int64_t skip = std::min<int64_t>(config.timingSkip, totalSteps / 4);
     const int64_t every = std::max<int64_t>(1, totalSteps / 10);
     double computeSum = 0.0, stepSum = 0.0, lossWindow = 0.0, lastLoss = 0.0;
+    double intervalCompute = 0.0, intervalStep = 0.0;
     int64_t timed = 0, windowCount = 0;
     int64_t peakTensors = 0;  // the most tensor bytes alive at once during any step
     parallel::PipelineStepStats peak;
     const auto start = std::chrono::steady_clock::now();
-    for (int64_t step = 0; step < totalSteps; ++step) {
+    for (int64_t step = firstStep; step < totalSteps; ++step) {
       const data::Batch batch = batchAt(step);
-      if (step == config.failStep && worldRank == config.failRank)
-        KOLO_THROW(Error, "rank ", worldRank, ": failure injected before step ", step, " (--fail-at-step)");
+      if (step == config.failStep && (world ? world->rank() : 0) == config.failRank)
+        KOLO_THROW(Error, "rank ", config.failRank, ": failure injected before step ", step,
+                   " (--fail-at-step)");
       stage->optimizer().setLr(lrSchedule->lrAt(step));
       const int64_t before = liveTensorBytes();
       const parallel::PipelineStepStats stats = stage->trainStep(batch.inputs, batch.labels);
@@ -489,29 +566,41 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
         ++timed;
       }
       lossWindow += stats.loss;
+      intervalCompute += stats.computeSeconds;
+      intervalStep += stats.stepSeconds;
       ++windowCount;
       lastLoss = stats.loss;
-      if (primary && !config.quiet && ((step + 1) % every == 0 || step + 1 == totalSteps)) {
+      if ((step + 1) % every == 0 || step + 1 == totalSteps) {
         const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        std::fprintf(stderr, "step %lld/%lld  loss %.4f  %.1f ms/step  %.0f s\n", static_cast<long long>(step + 1),
-                     static_cast<long long>(totalSteps), lossWindow / windowCount,
-                     1000.0 * stats.stepSeconds, elapsed);
-        lossWindow = 0.0;
+        if (primary && !config.quiet)
+          std::fprintf(stderr, "step %lld/%lld  loss %.4f  %.1f ms/step  %.0f s\n",
+                       static_cast<long long>(step + 1), static_cast<long long>(totalSteps),
+                       lossWindow / windowCount, 1000.0 * stats.stepSeconds, elapsed);
+        metrics.interval(step + 1, {{"train_loss", lossWindow / windowCount},
+                                    {"step_s", intervalStep / windowCount},
+                                    {"compute_s", intervalCompute / windowCount},
+                                    {"lr", stage->optimizer().lr()},
+                                    {"wall_s", elapsed}});
+        lossWindow = intervalCompute = intervalStep = 0.0;
         windowCount = 0;
       }
+      if (config.checkpointEvery > 0 && (step + 1) % config.checkpointEvery == 0 &&
+          step + 1 < totalSteps)
+        checkpointAt(step + 1);
     }
+    if (firstStep < totalSteps) checkpointAt(totalSteps);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
     // Per-stage figures to rank 0: compute and step time per step, held micro-batches,
     // boundary bytes, peak resident memory.
-    const int stages = tensor || fsdp ? comm->size() : config.stages;
+    const int parts = group ? group->size() : 1;  // ranks of the model group, s·tp + t
     std::vector<double> mine = {timed ? computeSum / timed : 0.0, timed ? stepSum / timed : 0.0,
                                 static_cast<double>(peak.peakMicroBatchesHeld),
                                 static_cast<double>(peak.peakBoundaryBytes), static_cast<double>(peakRssKib()),
                                 static_cast<double>(peak.peakStepBytes), static_cast<double>(peakTensors)};
-    std::vector<double> all(mine.size() * static_cast<size_t>(stages));
-    if (comm) {
-      comm->allgather(mine.data(), all.data(), mine.size(), DType::F64);
+    std::vector<double> all(mine.size() * static_cast<size_t>(parts));
+    if (group) {
+      group->allgather(mine.data(), all.data(), mine.size(), DType::F64);
     } else {
       all = mine;
     }
@@ -519,30 +608,39 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
     if (replica != 0) return 0;
     // The budget covers training; rank 0 gathers the whole model outside it (--save, sample).
     setTensorMemoryLimit(0);
-    auto whole = primary ? buildModel(config) : nullptr;
-    stage->gatherModel(whole.get());
+    stage->gatherWhole();
+    const checkpoint::NamedTensors gathered = gatherWholeWeights(fsdp ? nullptr : group.get(), stage->part());
     stage.reset();
     if (!primary) return 0;
+    auto whole = buildModel(config);
+    checkpoint::copyIntoTensors({gathered, {}}, whole->stateDict(), true, "the gathered model");
 
     double slowest = 0.0, stepTime = 0.0;
-    for (int s = 0; s < stages; ++s) {
-      const double* f = &all[static_cast<size_t>(s) * mine.size()];
+    for (int r = 0; r < parts; ++r) {
+      const double* f = &all[static_cast<size_t>(r) * mine.size()];
       slowest = std::max(slowest, f[0]);
       stepTime = std::max(stepTime, f[1]);
+      // Model group rank r = s·tp + t holds stage s (all layers under tensor parallelism).
+      const size_t s = tensor || fsdp ? 0 : static_cast<size_t>(r / config.tp);
+      char who[48];
+      if (config.tp > 1 && !tensor) {
+        std::snprintf(who, sizeof who, "stage %zu rank %d", s, r % config.tp);
+      } else {
+        std::snprintf(who, sizeof who, "%s %d", tensor || fsdp ? "rank" : "stage", r);
+      }
       if (!config.quiet)
-        std::fprintf(stderr,
-                     "%s %d: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %d  "
-                     "peak boundary activations %.2f MiB  peak step memory %.2f MiB  peak tensors %.2f MiB  "
-                     "peak rss %.1f MiB\n",
-                     tensor || fsdp ? "rank" : "stage", s, tensor || fsdp ? 0 : bounds[static_cast<size_t>(s)],
-                     tensor || fsdp ? bounds.back() - 1 : bounds[static_cast<size_t>(s) + 1] - 1, 1000.0 * f[0],
-                     1000.0 * f[1], static_cast<int>(f[2]), f[3] / (1 << 20), f[5] / (1 << 20), f[6] / (1 << 20),
-                     f[4] / 1024.0);
+        std::fprintf(
+            stderr,
+            "%s: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %d  "
+            "peak boundary activations %.2f MiB  peak step memory %.2f MiB  peak tensors %.2f MiB  "
+            "peak rss %.1f MiB\n",
+            who, bounds[s], bounds[s + 1] - 1, 1000.0 * f[0], 1000.0 * f[1], static_cast<int>(f[2]),
+            f[3] / (1 << 20), f[5] / (1 << 20), f[6] / (1 << 20), f[4] / 1024.0);
     }
-    const int m = config.microBatches;
+    const int m = config.microBatches, stages = config.stages;
     const double ideal = slowest * (m + stages - 1) / m;
     if (tensor || fsdp) {
-      std::printf("%s ranks %d step_ms %.2f\n", fsdp ? "fsdp" : "tensor_parallel", stages, 1000.0 * stepTime);
+      std::printf("%s ranks %d step_ms %.2f\n", fsdp ? "fsdp" : "tensor_parallel", parts, 1000.0 * stepTime);
     } else {
       std::printf("pipeline stages %d micro_batches %d schedule %s step_ms %.2f ideal_ms %.2f measured_over_ideal %.3f\n",
                   stages, m, config.pipelineSchedule.c_str(), 1000.0 * stepTime, 1000.0 * ideal,
@@ -567,6 +665,9 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
       }
       std::printf("train_loss %.4f held_out_loss %.4f steps %lld wall_s %.1f\n", lastLoss, heldOut,
                   static_cast<long long>(totalSteps), wall);
+      metrics.event("end", totalSteps);
+      metrics.final(totalSteps,
+                    {{"train_loss", lastLoss}, {"held_out_loss", heldOut}, {"wall_s", wall}});
       Generator gen(config.seed + 1);
       // The prompt: the start of the held-out part, text the model did not train on.
       const std::string prompt = corpus->text(corpus->trainBytes(), std::min<int64_t>(32, config.seqLen));
@@ -578,6 +679,9 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
       const double accuracy = evaluateAccuracy(*whole, images->test());
       std::printf("test_accuracy %.4f train_loss %.4f steps %lld wall_s %.1f\n", accuracy, lastLoss,
                   static_cast<long long>(totalSteps), wall);
+      metrics.event("end", totalSteps);
+      metrics.final(totalSteps,
+                    {{"train_loss", lastLoss}, {"test_accuracy", accuracy}, {"wall_s", wall}});
     }
     std::fflush(stdout);
   }

@@ -22,6 +22,10 @@ void addModelParallelOptions(CLI::App* app, TrainConfig& config) {
                   "tensor: ranks the split layers are spread over (run under kolo run -n TP)")
       ->capture_default_str()
       ->check(atLeast(1));
+  app->add_flag(
+      "--sequence-parallel", config.sequenceParallel,
+      "tensor, lm: LayerNorms and residuals hold seq-len/tp of the tokens on each rank (all-gather "
+      "before the column-parallel layers, reduce-scatter after the row-parallel ones)");
   app->add_option("--mesh", config.mesh,
                   "hybrid: dp=D,pp=P (D replicas of a P-stage pipeline) or dp=D,tp=T; gradients are "
                   "averaged between replicas; run under kolo run -n D*P (or D*T)");

@@ -52,7 +52,7 @@ std::shared_ptr<Sequential> makeLanguageModelPart(const LanguageModelConfig& con
   for (int64_t i = 0; i < config.layers; ++i)
     keep(std::make_shared<TransformerBlock>(config.dModel, config.heads, gen));
   keep(std::make_shared<LayerNorm>(Shape{config.dModel}));
-  keep(std::make_shared<Linear>(config.dModel, config.vocab, gen, false));
+  keep(std::make_shared<LanguageModelHead>(config.dModel, config.vocab, gen));
   return model;
 }
 

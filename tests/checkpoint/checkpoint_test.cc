@@ -113,6 +113,29 @@ TEST(Checkpoint, KeepsOnlyTheLastK) {
     EXPECT_EQ(e.path().filename().string().rfind(".tmp", 0), std::string::npos);
 }
 
+// read() gives the stored tensors whole, for callers that cut their own parts.
+TEST(Checkpoint, ReadGivesEveryFileWhole) {
+  TempDir dir;
+  NamedTensors w = makeWeights(3);
+  optim::Sgd opt(w, {.lr = 0.1, .momentum = 0.9});
+  fakeStep(w, opt, 0);
+  CheckpointManager mgr(dir.path.string());
+  const std::string path = mgr.save(w, &opt, atStep(7));
+  const CheckpointContents contents = CheckpointManager::read(path);
+  EXPECT_EQ(contents.state.step, 7);
+  EXPECT_EQ(flat(contents.weights), flat(w));
+  EXPECT_EQ(contents.optimizerKind, "sgd");
+  EXPECT_EQ(contents.optimizerScalars.at("step"), 1.0);
+  ASSERT_EQ(contents.optimizerTensors.size(), 2u);
+  const optim::StateDict state =
+      optim::StateDict::fromFlat(contents.optimizerTensors, contents.optimizerScalars);
+  EXPECT_EQ(state.perParameter.at("0.weight").at("momentum_buffer").toFloatVector(),
+            opt.stateDict().perParameter.at("0.weight").at("momentum_buffer").toFloatVector());
+  // A damaged file is refused as by load().
+  std::ofstream(fs::path(path) / "model.safetensors", std::ios::app) << "x";
+  EXPECT_THROW(CheckpointManager::read(path), FormatError);
+}
+
 TEST(Checkpoint, NonWriterRanksWriteNothing) {
   TempDir dir;
   CheckpointManager mgr(dir.path.string(), 2, /*writer=*/false);

@@ -1,8 +1,12 @@
-// End-to-end tests of `kolo train --model lm`, `--strategy pipeline` and `--strategy tensor`
-// (real processes under `kolo run`): pipelined and tensor-parallel runs save the weights
-// one-rank training reaches, under the whole model's names; the file loads into one-rank training and back into a pipeline; the mlp
-// split into stages matches the data-parallel trainer's one-device run; an lm over the
-// --memory-limit of one rank trains in four stages; bad flags are named.
+// End-to-end tests of `kolo train --model lm`, `--strategy pipeline`, `--strategy tensor` and
+// `--mesh` (real processes under `kolo run`): pipelined, tensor-parallel (also sequence-
+// parallel) and hybrid runs (up to data x pipeline x tensor on 8 ranks) save the weights
+// one-rank training reaches, under the whole model's names; the file loads into one-rank
+// training and back into a pipeline; checkpoints written by one layout resume in another
+// (one rank, stages, tensor ranks, a 3-way mesh) to the weights of an uninterrupted run, and
+// --metrics records the run; the mlp split into stages matches the data-parallel trainer's
+// one-device run; an lm over the --memory-limit of one rank trains in four stages; bad flags
+// are named.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -75,14 +79,20 @@ TEST_F(TrainPipelineCliTest, PipelineSavesTheOneRankWeightsAndLoadsBothWays) {
   ASSERT_EQ(expected.size(), 2u + 2 * 12 + 2 + 1);  // tok, pos; 2 blocks; ln; head
   EXPECT_LT(weightsDifference(expected, loadWeights(file("pipe.safetensors"))), 1e-5);
 
-  // Tensor parallel on 2 ranks (attention by heads, MLP split) reaches the same weights.
-  const RunResult tensor = runKolo("run -n 2 -- " + kolo() + " " + lm(6) + " --strategy tensor --tp 2 --save " +
-                                   file("tp.safetensors"));
-  ASSERT_EQ(tensor.exitCode, 0) << tensor.output;
-  EXPECT_LT(weightsDifference(expected, loadWeights(file("tp.safetensors"))), 1e-5);
+  // Tensor parallel on 2 ranks (embedding and head by vocabulary, attention by heads, MLP
+  // split; with sequence-parallel norms too) reaches the same weights.
+  for (const char* flags : {"", " --sequence-parallel"}) {
+    const RunResult tensor =
+        runKolo("run -n 2 -- " + kolo() + " " + lm(6) + " --strategy tensor --tp 2 --save " +
+                file("tp.safetensors") + flags);
+    ASSERT_EQ(tensor.exitCode, 0) << tensor.output;
+    EXPECT_LT(weightsDifference(expected, loadWeights(file("tp.safetensors"))), 1e-5) << flags;
+  }
 
-  // Hybrids: 2 replicas of a 2-stage pipeline, and of a 2-rank tensor group.
-  for (const char* mesh : {"dp=2,pp=2 --micro-batches 2", "dp=2,tp=2"}) {
+  // Hybrids: 2 replicas of a 2-stage pipeline, and of a 2-rank tensor group; 2 stages each
+  // split over 2 tensor ranks.
+  for (const char* mesh :
+       {"dp=2,pp=2 --micro-batches 2", "dp=2,tp=2", "dp=1,pp=2,tp=2 --micro-batches 2"}) {
     const RunResult hybrid = runKolo("run -n 4 -- " + kolo() + " " + lm(6) + " --mesh " + mesh + " --save " +
                                      file("mesh.safetensors"));
     ASSERT_EQ(hybrid.exitCode, 0) << hybrid.output;
@@ -99,6 +109,88 @@ TEST_F(TrainPipelineCliTest, PipelineSavesTheOneRankWeightsAndLoadsBothWays) {
   ASSERT_EQ(again.exitCode, 0) << again.output;
   EXPECT_LT(weightsDifference(loadWeights(file("back.safetensors")), loadWeights(file("again.safetensors"))), 1e-5);
   EXPECT_GT(weightsDifference(loadWeights(file("back.safetensors")), expected), 1e-4) << "--init was not trained on";
+}
+
+// 8 ranks: 2 replicas of 2 stages, each split over 2 tensor ranks, with sequence parallelism.
+TEST_F(TrainPipelineCliTest, ThreeWayMeshMatchesOneRank) {
+  const RunResult one = runKolo(lm(6) + " --save " + file("one.safetensors"));
+  ASSERT_EQ(one.exitCode, 0) << one.output;
+  const RunResult mesh =
+      runKolo("run -n 8 -- " + kolo() + " " + lm(6) +
+              " --mesh dp=2,pp=2,tp=2 --micro-batches 2 --sequence-parallel --save " +
+              file("mesh.safetensors"));
+  ASSERT_EQ(mesh.exitCode, 0) << mesh.output;
+  EXPECT_NE(mesh.output.find("pipeline stages 2 micro_batches 2"), std::string::npos)
+      << mesh.output;
+  EXPECT_LT(weightsDifference(loadWeights(file("one.safetensors")),
+                              loadWeights(file("mesh.safetensors"))),
+            1e-5);
+}
+
+// A run stopped after its checkpoint of step 3 continues in other layouts to the weights of
+// an uninterrupted 6-step run: the checkpoints hold whole tensors (momentum included) under
+// the model's names.
+TEST_F(TrainPipelineCliTest, CheckpointsResumeInAnyLayout) {
+  const RunResult whole = runKolo(lm(6) + " --save " + file("whole.safetensors"));
+  ASSERT_EQ(whole.exitCode, 0) << whole.output;
+  const Weights expected = loadWeights(file("whole.safetensors"));
+  const std::string run2 = "run -n 2 -- " + kolo() + " ";
+  const std::string run4 = "run -n 4 -- " + kolo() + " ";
+  struct Case {
+    std::string name, writer, reader;
+  };
+  const std::vector<Case> cases = {
+      {"pipeline to one rank", run2 + lm(6) + " --strategy pipeline --stages 2 --micro-batches 2",
+       lm(6)},
+      {"pipeline to tensor", run2 + lm(6) + " --strategy pipeline --stages 2 --micro-batches 2",
+       run2 + lm(6) + " --strategy tensor --tp 2"},
+      {"one rank to a 3-way mesh", lm(6),
+       run4 + lm(6) + " --mesh dp=1,pp=2,tp=2 --micro-batches 2"},
+      {"3-way mesh to pipeline", run4 + lm(6) + " --mesh dp=1,pp=2,tp=2 --sequence-parallel",
+       run2 + lm(6) + " --strategy pipeline --stages 2 --split-at 2"},
+  };
+  int index = 0;
+  for (const Case& c : cases) {
+    const std::string dir = file("ck" + std::to_string(index++));
+    const RunResult first =
+        runKolo(c.writer + " --checkpoint-dir " + dir +
+                " --checkpoint-every 3 --fail-at-step 4 --metrics " + file("metrics.jsonl"));
+    EXPECT_NE(first.exitCode, 0) << c.name << "\n" << first.output;
+    ASSERT_TRUE(fs::exists(fs::path(dir) / "ckpt-000000003")) << c.name << "\n" << first.output;
+    const RunResult resumed =
+        runKolo(c.reader + " --resume " + dir + " --metrics " + file("metrics.jsonl") + " --save " +
+                file("resumed.safetensors"));
+    ASSERT_EQ(resumed.exitCode, 0) << c.name << "\n" << resumed.output;
+    EXPECT_NE(resumed.output.find("ckpt-000000003 step=3"), std::string::npos) << c.name << "\n"
+                                                                               << resumed.output;
+    EXPECT_LT(weightsDifference(expected, loadWeights(file("resumed.safetensors"))), 1e-5)
+        << c.name;
+  }
+  // AdamW's moments, split with their parameters over 2 tensor ranks, resume exactly. (Across
+  // layouts Adam magnifies the rounding of other sum orders; see the top of this page's doc.)
+  std::string adamLm = lm(6);
+  adamLm.replace(adamLm.find("--optimizer sgd --lr 0.1 --momentum 0.9"), 39,
+                 "--optimizer adamw --lr 0.01");
+  const std::string adam = run2 + adamLm + " --strategy tensor --tp 2";
+  const RunResult straight = runKolo(adam + " --save " + file("adam.safetensors"));
+  ASSERT_EQ(straight.exitCode, 0) << straight.output;
+  const RunResult stopped = runKolo(adam + " --checkpoint-dir " + file("ck-adam") +
+                                    " --checkpoint-every 3 --fail-at-step 4");
+  EXPECT_NE(stopped.exitCode, 0) << stopped.output;
+  const RunResult continued =
+      runKolo(adam + " --resume " + file("ck-adam") + " --save " + file("adam2.safetensors"));
+  ASSERT_EQ(continued.exitCode, 0) << continued.output;
+  EXPECT_EQ(weightsDifference(loadWeights(file("adam.safetensors")),
+                              loadWeights(file("adam2.safetensors"))),
+            0.0);
+
+  // The last metrics file: the first run's start and interval lines, then the resumed run's.
+  std::ifstream in(file("metrics.jsonl"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const char* record : {"\"event\":\"start\"", "\"event\":\"resume\"", "\"kind\":\"interval\"",
+                             "\"final\":true", "\"held_out_loss\""})
+    EXPECT_NE(text.find(record), std::string::npos) << record << " in\n" << text;
+  EXPECT_LT(text.find("\"event\":\"start\""), text.find("\"event\":\"resume\"")) << text;
 }
 
 TEST_F(TrainPipelineCliTest, MlpStagesMatchTheOneDeviceTrainer) {
@@ -137,12 +229,15 @@ TEST_F(TrainPipelineCliTest, BadFlagsAreNamed) {
       {lm(2) + " --micro-batches 3", "--batch 8 cannot be split into 3", 2},
       {lm(2) + " --strategy pipeline --split-at 1,x", "--split-at '1,x' is not accepted", 2},
       {lm(2, file("missing.txt")), "cannot open text file", 3},
-      {lm(2, "", "--layers 2 --d-model 16 --heads 3 --seq-len 8"), "--d-model 16 is not divisible by --heads 3", 2},
+      {lm(2, "", "--layers 2 --d-model 16 --heads 3 --seq-len 8"),
+       "--d-model 16 is not divisible by --heads 3", 2},
       {lm(2, "", "--layers 2 --d-model 16 --heads 2 --seq-len 4000"), "too few for windows", 2},
       {lm(2) + " --strategy mirrored", "one-device, pipeline or tensor", 2},
       {lm(2) + " --strategy tensor --tp 2", "--tp 2 needs 2 ranks", 2},
       {lm(2) + " --mesh dp=2,pp=2", "needs 4 ranks, this job has 1", 2},
       {lm(2) + " --mesh dp=2,qq=2", "--mesh 'dp=2,qq=2' is not accepted", 2},
+      {lm(2) + " --sequence-parallel", "--sequence-parallel needs --strategy tensor", 2},
+      {lm(2) + " --resume " + file("nothing"), "no good checkpoint there", 3},
       {lm(2) + " --memory-limit 12Q", "size '12Q' is not accepted", 2},
   };
   for (const Case& c : cases) {

@@ -34,10 +34,10 @@ inline StageLossFn pipeLoss(const std::string& model) {
   return [](const Tensor& out, const Tensor& y) { return nn::languageModelLoss(out, y); };
 }
 
-/// Batch of step `step`: lm token ids (B, 6) and next tokens; mlp and cnn pixels (B, 784) and
-/// classes.
+/// Batch of step `step`: lm token ids (B, length) and next tokens; mlp and cnn pixels (B, 784)
+/// and classes.
 /// Steps alternate between two fixed batches, so ten steps visibly lower the loss.
-inline std::pair<Tensor, Tensor> pipeBatch(const std::string& model, int step) {
+inline std::pair<Tensor, Tensor> pipeBatch(const std::string& model, int step, int64_t length = 6) {
   Generator gen(77 + static_cast<uint64_t>(step % 2));
   std::vector<int64_t> labels;
   if (model != "lm") {
@@ -48,15 +48,15 @@ inline std::pair<Tensor, Tensor> pipeBatch(const std::string& model, int step) {
   // Each row counts up in steps of 5 (mod 24) from a random start: a pattern to learn.
   for (int64_t b = 0; b < kPipeBatch; ++b) {
     const int64_t start = static_cast<int64_t>(gen.nextU64() % 24);
-    for (int64_t t = 0; t < 7; ++t) ids.push_back((start + 5 * t) % 24);
+    for (int64_t t = 0; t <= length; ++t) ids.push_back((start + 5 * t) % 24);
   }
   std::vector<int64_t> x, y;
   for (int64_t b = 0; b < kPipeBatch; ++b)
-    for (int64_t t = 0; t < 6; ++t) {
-      x.push_back(ids[static_cast<size_t>(b * 7 + t)]);
-      y.push_back(ids[static_cast<size_t>(b * 7 + t + 1)]);
+    for (int64_t t = 0; t < length; ++t) {
+      x.push_back(ids[static_cast<size_t>(b * (length + 1) + t)]);
+      y.push_back(ids[static_cast<size_t>(b * (length + 1) + t + 1)]);
     }
-  return {Tensor::fromVector({kPipeBatch, 6}, x), Tensor::fromVector({kPipeBatch, 6}, y)};
+  return {Tensor::fromVector({kPipeBatch, length}, x), Tensor::fromVector({kPipeBatch, length}, y)};
 }
 
 inline std::unique_ptr<optim::Optimizer> pipeOptimizer(const optim::NamedParameters& params) {

@@ -1,7 +1,9 @@
-// Tensor parallelism = the unsplit model: the lm (attention split by heads, MLP column- then
-// row-parallel) and the mlp (Linear pairs) on T = 2 and 4 ranks as threads over the native
-// communicator train 10 SGD steps to the one-rank losses and weights (1e-5 of the largest);
-// shards cut and reassemble any block layout; sizes that do not divide are named.
+// Tensor parallelism = the unsplit model: the lm (embedding and head split by vocabulary,
+// attention by heads, MLP column- then row-parallel; with and without sequence-parallel norms)
+// and the mlp (Linear pairs) on T = 2 and 4 ranks as threads over the native communicator
+// train 10 SGD steps to the one-rank losses and weights (1e-5 of the largest); the
+// vocabulary-parallel cross-entropy and its gradient equal the whole one; shards cut and
+// reassemble any block layout; sizes that do not divide are named.
 #include <gtest/gtest.h>
 
 #include "kolo/parallel/tensor_parallel.h"
@@ -11,26 +13,37 @@ namespace kolo::parallel {
 namespace {
 using namespace testing;
 
+// Prints a measured difference (the figures docs/model_parallel.md quotes) and returns it.
+double report(double difference, const char* what) {
+  std::printf("    largest relative difference of the %s: %.2g\n", what, difference);
+  return difference;
+}
+
+// Sequence-parallel runs use 8 tokens (divisible by T = 2 and 4), the others 6.
+constexpr int64_t kSpTokens = 8;
+
 std::shared_ptr<nn::Sequential> tpModel(const std::string& model) {
   Generator gen(99);
   if (model == "mlp") return nn::makeModel("mlp", gen);
-  // 4 heads of width 4, MLP 64: divisible by T = 2 and 4.
-  return nn::makeLanguageModel({.vocab = 24, .layers = 2, .dModel = 16, .heads = 4, .seqLen = 6}, gen);
+  // 4 heads of width 4, MLP 64, vocabulary 24: divisible by T = 2 and 4.
+  return nn::makeLanguageModel(
+      {.vocab = 24, .layers = 2, .dModel = 16, .heads = 4, .seqLen = kSpTokens}, gen);
 }
 
-PipeResult trainTp(const std::string& model, int parts, int steps) {
+PipeResult trainTp(const std::string& model, int parts, int steps, bool sequenceParallel = false) {
+  const int64_t tokens = sequenceParallel ? kSpTokens : 6;
   PipeResult result;
   std::vector<std::vector<double>> losses(static_cast<size_t>(parts));
   auto commFor = nativeRanks(parts);
   auto whole = tpModel(model);
   runThreads(parts, [&](int rank) {
     auto comm = commFor(rank);
-    TensorParallelModel tp(*tpModel(model), comm);
+    TensorParallelModel tp(*tpModel(model), comm, {.sequenceParallel = sequenceParallel});
     auto optimizer = pipeOptimizer(tp.namedParameters());
     for (int s = 0; s < steps; ++s) {
-      auto [x, y] = pipeBatch(model, s);
+      auto [x, y] = pipeBatch(model, s, tokens);
       optimizer->zeroGrad();
-      Tensor l = pipeLoss(model)(tp.forward(x), y);
+      Tensor l = tp.loss(tp.forward(x), y);
       l.backward();
       optimizer->step();
       losses[static_cast<size_t>(rank)].push_back(l.item());
@@ -44,12 +57,12 @@ PipeResult trainTp(const std::string& model, int parts, int steps) {
   return result;
 }
 
-PipeResult trainWhole(const std::string& model, int steps) {
+PipeResult trainWhole(const std::string& model, int steps, int64_t tokens = 6) {
   auto m = tpModel(model);
   auto optimizer = pipeOptimizer(m->namedParameters());
   PipeResult result;
   for (int s = 0; s < steps; ++s) {
-    auto [x, y] = pipeBatch(model, s);
+    auto [x, y] = pipeBatch(model, s, tokens);
     optimizer->zeroGrad();
     Tensor l = pipeLoss(model)(m->forward(x), y);
     l.backward();
@@ -67,13 +80,72 @@ TEST_P(TensorParallelEquivalence, MatchesUnsplitModel) {
   const int steps = model == "lm" ? 10 : 5;
   const PipeResult want = trainWhole(model, steps);
   const PipeResult got = trainTp(model, parts, steps);
-  EXPECT_LT(maxRelDiff(got.losses, want.losses), 1e-5);
-  EXPECT_LT(maxRelDiff(stateValues(got.state), stateValues(want.state)), 1e-5);
+  EXPECT_LT(report(maxRelDiff(got.losses, want.losses), "losses"), 1e-5);
+  EXPECT_LT(report(maxRelDiff(stateValues(got.state), stateValues(want.state)), "weights"), 1e-5);
   EXPECT_GT(want.losses[0] - want.losses[(want.losses.size() - 1) & ~size_t{1}], 0.02) << "the reference does not learn";
 }
 
 INSTANTIATE_TEST_SUITE_P(ModelsAndRanks, TensorParallelEquivalence,
                          ::testing::Combine(::testing::Values("lm", "mlp"), ::testing::Values(2, 4)));
+
+class SequenceParallelEquivalence : public ::testing::TestWithParam<int> {};
+
+TEST_P(SequenceParallelEquivalence, MatchesUnsplitModel) {
+  const int parts = GetParam();
+  const PipeResult want = trainWhole("lm", 10, kSpTokens);
+  const PipeResult got = trainTp("lm", parts, 10, true);
+  EXPECT_LT(report(maxRelDiff(got.losses, want.losses), "losses"), 1e-5);
+  EXPECT_LT(report(maxRelDiff(stateValues(got.state), stateValues(want.state)), "weights"), 1e-5);
+  EXPECT_GT(want.losses[0] - want.losses[8], 0.02) << "the reference does not learn";
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, SequenceParallelEquivalence, ::testing::Values(2, 4));
+
+TEST(TensorParallelLayers, EmbeddingAndHeadAreSplitByVocabulary) {
+  auto commFor = nativeRanks(2);
+  const auto whole = tpModel("lm");
+  runThreads(2, [&](int rank) {
+    TensorParallelModel tp(*tpModel("lm"), commFor(rank));
+    EXPECT_TRUE(tp.outputSplitByVocabulary());
+    std::map<std::string, Shape> shapes;
+    for (const auto& [name, t] : tp.namedParameters()) shapes[name] = t.shape();
+    EXPECT_EQ(shapes.at("0.tok.weight"), (Shape{12, 16}));
+    EXPECT_EQ(shapes.at("0.pos.weight"), (Shape{kSpTokens, 16}));
+    EXPECT_EQ(shapes.at("4.weight"), (Shape{12, 16}));  // the head: 24 classes over 2 ranks
+    EXPECT_EQ(shapes.size(), whole->namedParameters().size()) << "the whole model's names";
+    auto [x, y] = pipeBatch("lm", 0);
+    EXPECT_EQ(tp.forward(x).shape(), (Shape{kPipeBatch, 6, 12}));
+  });
+}
+
+// Split logits (N, V/T) on T ranks give the whole cross-entropy and, per rank, its columns
+// of the whole gradient.
+TEST(TensorParallelLayers, VocabParallelCrossEntropyEqualsTheWholeOne) {
+  for (int parts : {1, 2, 3, 4}) {
+    Generator gen(5);
+    const Tensor logits = Tensor::randn({10, 24}, gen) * 3.0;
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 10; ++i) ids.push_back(static_cast<int64_t>(gen.nextU64() % 24));
+    const Tensor targets = Tensor::fromVector({10}, ids);
+    Tensor whole = logits.clone();
+    whole.setRequiresGrad(true);
+    Tensor wantLoss = crossEntropy(whole, targets);
+    wantLoss.backward();
+    auto commFor = nativeRanks(parts);
+    runThreads(parts, [&](int rank) {
+      Tensor mine = shardTensor(logits, 1, 1, rank, parts);
+      mine.setRequiresGrad(true);
+      Tensor loss = vocabParallelCrossEntropy(mine, targets, commFor(rank));
+      loss.backward();
+      EXPECT_NEAR(loss.item(), wantLoss.item(), 1e-5 * std::abs(wantLoss.item()))
+          << parts << " ranks";
+      EXPECT_LT(maxRelDiff(mine.grad().toDoubleVector(),
+                           shardTensor(whole.grad(), 1, 1, rank, parts).toDoubleVector()),
+                1e-5)
+          << "rank " << rank << " of " << parts;
+    });
+  }
+}
 
 TEST(TensorParallelShards, ShardsOfBlocksReassemble) {
   const Tensor full = Tensor::arange(24).reshape({12, 2});
@@ -83,6 +155,12 @@ TEST(TensorParallelShards, ShardsOfBlocksReassemble) {
   EXPECT_EQ(shardTensor(full, 1, 1, 0, 2).toFloatVector(),
             (std::vector<float>{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22}));
   EXPECT_THROW(shardTensor(full, 0, 3, 0, 3), InvalidArgument);
+  for (int blocks : {1, 3}) {
+    std::vector<Tensor> parts;
+    for (int r = 0; r < 2; ++r) parts.push_back(shardTensor(full, 0, blocks, r, 2));
+    EXPECT_EQ(unshardTensor(parts, 0, blocks).toFloatVector(), full.toFloatVector())
+        << blocks << " blocks";
+  }
 }
 
 TEST(TensorParallelShards, HeadsThatDoNotDivideAreNamed) {
@@ -94,6 +172,34 @@ TEST(TensorParallelShards, HeadsThatDoNotDivideAreNamed) {
       ADD_FAILURE() << "4 heads were split over 3 ranks";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("4 attention heads cannot be split over 3 ranks"), std::string::npos)
+          << e.what();
+    }
+  });
+  // A vocabulary of 24 over 5 ranks; a sequence of 6 tokens over 4 ranks.
+  Generator gen(1);
+  const auto odd =
+      nn::makeLanguageModel({.vocab = 24, .layers = 1, .dModel = 20, .heads = 5, .seqLen = 6}, gen);
+  auto five = nativeRanks(5);
+  runThreads(5, [&](int rank) {
+    try {
+      TensorParallelModel tp(*odd, five(rank));
+      ADD_FAILURE() << "a vocabulary of 24 was split over 5 ranks";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("vocabulary of 24 tokens cannot be split over 5 ranks"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+  auto four = nativeRanks(4);
+  runThreads(4, [&](int rank) {
+    TensorParallelModel tp(*tpModel("lm"), four(rank), {.sequenceParallel = true});
+    auto [x, y] = pipeBatch("lm", 0, 6);
+    try {
+      tp.forward(x);
+      ADD_FAILURE() << "6 tokens were split over 4 ranks";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("6 tokens cannot be split over 4 ranks"),
+                std::string::npos)
           << e.what();
     }
   });

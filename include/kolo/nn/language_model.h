@@ -30,14 +30,24 @@ class TokenPositionEmbedding : public Module {
   TokenPositionEmbedding(int64_t vocab, int64_t dim, int64_t maxLen, Generator& gen);
   using Module::forward;
   Tensor forward(const Tensor& ids) override;
+  const std::shared_ptr<Embedding>& tokens() const { return tok_; }
+  const std::shared_ptr<Embedding>& positions() const { return pos_; }
 
  private:
   int64_t maxLen_;
   std::shared_ptr<Embedding> tok_, pos_;
 };
 
+/// The output head of the `lm`: Linear(dModel, vocab) without bias, a type of its own so that
+/// tensor parallelism finds it and splits it by vocabulary (parallel::TensorParallelModel).
+class LanguageModelHead : public Linear {
+ public:
+  LanguageModelHead(int64_t dModel, int64_t vocab, Generator& gen)
+      : Linear(dModel, vocab, gen, false) {}
+};
+
 /// The `lm` model: children "0" TokenPositionEmbedding, "1" ... "L" TransformerBlock(dModel,
-/// heads), "L+1" LayerNorm(dModel), "L+2" Linear(dModel, vocab, no bias). Maps ids (B, T) to
+/// heads), "L+1" LayerNorm(dModel), "L+2" LanguageModelHead(dModel, vocab). Maps ids (B, T) to
 /// logits (B, T, vocab). Parameters are drawn from gen in registration order. Throws
 /// InvalidArgument for a size below 1 or dModel not divisible by heads.
 std::shared_ptr<Sequential> makeLanguageModel(const LanguageModelConfig& config, Generator& gen);

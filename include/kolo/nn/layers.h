@@ -87,6 +87,8 @@ class LayerNorm : public Module {
  public:
   explicit LayerNorm(Shape normalizedShape, double eps = 1e-5);
   Tensor forward(const Tensor& x) override;
+  const Shape& normalizedShape() const { return normalizedShape_; }
+  double eps() const { return eps_; }
   Tensor weight, bias;
 
  private:

@@ -64,11 +64,13 @@ double slowestStageCost(const std::vector<double>& costs, const std::vector<int>
 std::vector<double> measureLayerCosts(nn::Sequential& model, const Tensor& input, int repeats = 3);
 
 /// Collective over `comm`: rank 0 measures `model` on `input` (measureLayerCosts) and
-/// partitions it into comm->size() stages; every rank returns rank 0's split points (timings
-/// differ between ranks, so only one rank may decide). `costs`, when given, receives rank 0's
-/// measurements on every rank.
+/// partitions it into `stages` stages (0: comm->size()); every rank returns rank 0's split
+/// points (timings differ between ranks, so only one rank may decide: in a mesh, pass the
+/// whole job's communicator, so that every replica cuts alike). `costs`, when given, receives
+/// rank 0's measurements on every rank.
 std::vector<int> measuredSplit(comm::Communicator& comm, nn::Sequential& model, const Tensor& input,
-                               int repeats = 3, std::vector<double>* costs = nullptr);
+                               int repeats = 3, std::vector<double>* costs = nullptr,
+                               int stages = 0);
 
 /// The layers [begin, end) of a Sequential under their names in the whole model ("3.ln1.weight"),
 /// so that a stage's namedParameters() and stateDict() are slices of the whole model's.

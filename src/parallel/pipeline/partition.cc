@@ -92,13 +92,13 @@ std::vector<double> measureLayerCosts(nn::Sequential& model, const Tensor& input
 }
 
 std::vector<int> measuredSplit(comm::Communicator& comm, nn::Sequential& model, const Tensor& input,
-                               int repeats, std::vector<double>* costs) {
-  const int stages = comm.size();
+                               int repeats, std::vector<double>* costs, int stages) {
+  if (stages <= 0) stages = comm.size();
   const int n = static_cast<int>(model.size());
   KOLO_REQUIRE(n >= stages, "pipeline: the model has ", n, " layers, too few for ", stages, " stages");
   std::vector<double> measured(static_cast<size_t>(n), 0.0);
   if (comm.rank() == 0) measured = measureLayerCosts(model, input, repeats);
-  if (stages > 1) comm.broadcast(measured.data(), measured.size(), DType::F64, 0);
+  if (comm.size() > 1) comm.broadcast(measured.data(), measured.size(), DType::F64, 0);
   if (costs) *costs = measured;
   // Every rank partitions the same numbers with the same pure function.
   return partitionByCost(measured, stages);
