@@ -40,7 +40,8 @@ class WorkerExchange::Impl {
 
   void pull() {
     settle();
-    versions_[static_cast<size_t>(current_)] = servers_.pull(replicas_[static_cast<size_t>(current_)]);
+    versions_[static_cast<size_t>(current_)] =
+        servers_.pull(replicas_[static_cast<size_t>(current_)]);
   }
 
   void pushAndSwap() {
