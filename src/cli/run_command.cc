@@ -98,7 +98,9 @@ Command registerRun(CLI::App& root) {
       options->procsPerNode = 1;
       options->token = settings::token();
     } else if (options->psServers > 0) {
-      options->procsPerNode = options->psServers + 1 + options->psWorkers;
+      options->procsPerNode = parallel::psNodeRanks(options->psServers + 1 + options->psWorkers,
+                                                    options->nnodes, options->nodeRank)
+                                  .count;
       // Joinable (kolo run --join) when started with --store and KOLO_TOKEN.
       if (!options->storeAddress.empty()) options->token = settings::token();
       // A server serves every worker from threads of its own and the processes of the job

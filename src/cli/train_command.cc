@@ -198,6 +198,12 @@ Command registerTrain(CLI::App& root) {
                   "since the version it was computed on), auto: on in async and ssp")
       ->check(oneOf({"auto", "on", "off"}))
       ->capture_default_str();
+  app->add_option("--ps-overlap", config->psOverlap,
+                  "parameter-server async/ssp: a worker computes its next step while the "
+                  "previous push and pull are in flight (on two replicas of the model); auto: "
+                  "on in async and ssp")
+      ->check(oneOf({"auto", "on", "off"}))
+      ->capture_default_str();
   app->add_option("--ps-unit-batches", config->psUnitBatches,
                   "parameter-server: batches per unit of data the chief hands to a worker")
       ->check(atLeast(1))

@@ -78,6 +78,7 @@ struct TrainConfig {
   std::string psCompress = "none";  // none | bf16: values on the workers' wire
   double psHeartbeatSeconds = 10.0;  // a worker silent this long is lost (0: no heartbeats)
   std::string psStalenessLr = "auto";  // auto (on in async/ssp) | on | off: gradient / staleness
+  std::string psOverlap = "auto";  // auto (on in async/ssp) | on | off: exchange during compute
   /// For benchmarks: worker `slowWorker` takes `slowFactor` times as long per step (it
   /// sleeps (factor - 1) times its compute time); -1: off.
   int slowWorker = -1;

@@ -185,6 +185,16 @@ int runServer(const TrainConfig& config, const PsPlan& plan, comm::Store& store)
   return 0;
 }
 
+/// Whether workers overlap their exchange with the next step's compute: --ps-overlap, auto
+/// meaning in async and ssp (sync keeps synchronous training's math).
+bool overlapOf(const TrainConfig& config, ps::Mode mode) {
+  if (config.psOverlap == "auto") return mode != ps::Mode::Sync;
+  KOLO_REQUIRE(config.psOverlap == "off" || mode != ps::Mode::Sync,
+               "--ps-overlap on is not available with --ps-mode sync: a round's mean must be of "
+               "gradients computed on the same parameters");
+  return config.psOverlap == "on";
+}
+
 int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
               const data::TensorDataset& train) {
   ps::ServerGroup servers({ps::ClientRole::Worker, plan.role.index,
@@ -192,10 +202,17 @@ int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
                           plan.placement, serverAddresses(store, plan));
   ps::UnitClient units(store.getString(ps::chiefAddressKey(), plan.timeout), plan.role.index,
                        plan.role.token, plan.timeout, heartbeatOf(config));
-  nn::Module& model = *plan.model;
-  model.train(true);
-  const parallel::NamedTensors& parameters = plan.parameters;
-  int64_t version = servers.pull(parameters);
+  // Overlapped, a second replica of the model computes while the first one's exchange runs.
+  std::vector<std::shared_ptr<nn::Module>> models = {plan.model};
+  std::vector<parallel::NamedTensors> replicas = {plan.parameters};
+  if (overlapOf(config, plan.mode)) {
+    Generator generator(config.seed);
+    models.push_back(nn::makeModel(config.model, generator));
+    replicas.push_back(models.back()->namedParameters());
+  }
+  for (const auto& model : models) model->train(true);
+  ps::WorkerExchange exchange(servers, replicas);
+  exchange.pull();
   bool idle = false;
   int64_t orderEpoch = -1;
   std::vector<int64_t> order;
@@ -208,7 +225,7 @@ int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
       idle = true;
     });
     if (!unit) break;
-    if (idle) version = servers.pull(parameters);
+    if (idle) exchange.pull();
     idle = false;
     if (unit->epoch != orderEpoch) {
       orderEpoch = unit->epoch;
@@ -225,7 +242,8 @@ int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
                                          order.begin() + std::min(at + config.batch, unit->end));
       const auto stepStart = Clock::now();
       const data::Batch batch = train.gather(indices);
-      for (auto& [name, p] : parameters) {
+      nn::Module& model = *models[static_cast<size_t>(exchange.current())];
+      for (auto& [name, p] : replicas[static_cast<size_t>(exchange.current())]) {
         Tensor handle = p;
         handle.zeroGrad();
       }
@@ -237,10 +255,13 @@ int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
                    unit->epoch + 1, "; try a smaller --lr");
       if (plan.role.index == config.slowWorker)
         std::this_thread::sleep_for((Clock::now() - stepStart) * (config.slowFactor - 1.0));
-      version = servers.pushPull(parameters, version);
+      exchange.pushAndSwap();
       report.lossSum += value;
       ++report.batches;
     }
+    // A unit reported done has every push answered: the chief evaluates, checkpoints and
+    // ends the job on that.
+    exchange.settle();
   }
   // The chief stops the servers once every worker has been told the job is over, so they
   // may already be gone: leaving is a courtesy.

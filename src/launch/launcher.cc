@@ -145,6 +145,12 @@ class Job {
     psServers_ = options_.psServers;
     psWorkers_ = options_.psWorkers;
     int firstRank = options_.nodeRank * options_.procsPerNode;
+    worldSize_ = options_.nnodes * options_.procsPerNode;
+    if (psServers_ > 0 && !options_.psJoin) {
+      const int ranks = psServers_ + 1 + psWorkers_;
+      firstRank = psNodeRanks(ranks, options_.nnodes, options_.nodeRank).first;
+      worldSize_ = ranks;
+    }
     if (options_.psJoin) firstRank = joinParameterServerJob(storeAddress, token, rendezvous);
     if (options_.nodeRank == 0 && !options_.psJoin) {
       comm::TcpStoreServerOptions serverOptions;
@@ -165,7 +171,7 @@ class Job {
     if (options_.elastic) store_ = comm::connectTcpStore(storeAddress, token, rendezvous);
 
     std::vector<std::pair<std::string, std::string>> vars = {
-        {"KOLO_WORLD_SIZE", std::to_string(options_.nnodes * options_.procsPerNode)},
+        {"KOLO_WORLD_SIZE", std::to_string(worldSize_)},
         {"KOLO_LOCAL_SIZE", std::to_string(options_.procsPerNode)},
         {"KOLO_NODE_RANK", std::to_string(options_.nodeRank)},
         {"KOLO_NNODES", std::to_string(options_.nnodes)},
@@ -174,7 +180,7 @@ class Job {
     };
     setUpDebugDirectory(firstRank);
     events_ = std::make_unique<detail::JobEvents>(options_.eventsFile);
-    events_->started(options_.nnodes * options_.procsPerNode, options_.procsPerNode, firstRank);
+    events_->started(worldSize_, options_.procsPerNode, firstRank);
     if (debug_) vars.emplace_back("KOLO_DEBUG_DIR", debug_->dir());
     if (options_.elastic) vars.emplace_back("KOLO_ELASTIC_MIN_RANKS", std::to_string(options_.minRanks));
     if (options_.timeoutSeconds > 0) {
@@ -255,8 +261,7 @@ class Job {
 
   void printDiagnosis() {
     say("hang diagnosis (flight recorders in " + debug_->dir() + "):");
-    for (const std::string& line : debug_->finish(watchedRanks(), options_.nnodes * options_.procsPerNode,
-                                                  collectReason_))
+    for (const std::string& line : debug_->finish(watchedRanks(), worldSize_, collectReason_))
       say("  " + line);
   }
 
@@ -292,20 +297,22 @@ class Job {
     }
   }
 
-  /// Publishes this node's rank count and checks that every node uses the same.
+  /// Publishes this node's shape of the job (-n N, or --ps P --workers W) and checks that
+  /// every node uses the same.
   void registerNode(std::chrono::milliseconds timeout) {
-    store_->setString("kolo-run/nproc/" + std::to_string(options_.nodeRank),
-                      std::to_string(options_.procsPerNode));
+    const std::string shape = psServers_ > 0 ? "--ps " + std::to_string(psServers_) +
+                                                   " --workers " + std::to_string(psWorkers_)
+                                             : "-n " + std::to_string(options_.procsPerNode);
+    store_->setString("kolo-run/nproc/" + std::to_string(options_.nodeRank), shape);
     std::vector<std::string> keys;
     for (int node = 0; node < options_.nnodes; ++node)
       keys.push_back("kolo-run/nproc/" + std::to_string(node));
     store_->wait(keys, timeout);
     for (int node = 0; node < options_.nnodes; ++node) {
-      std::string count = store_->getString(keys[static_cast<size_t>(node)], timeout);
-      if (count != std::to_string(options_.procsPerNode))
-        KOLO_THROW(InvalidArgument, "kolo run: node ", node, " runs ", count, " ranks but node ",
-                   options_.nodeRank, " runs ", options_.procsPerNode,
-                   "; every node must use the same -n");
+      const std::string other = store_->getString(keys[static_cast<size_t>(node)], timeout);
+      if (other != shape)
+        KOLO_THROW(InvalidArgument, "kolo run: node ", node, " runs ", other, " but node ",
+                   options_.nodeRank, " runs ", shape, "; every node must use the same");
     }
   }
 
@@ -684,6 +691,7 @@ class Job {
   const detail::SignalScope& signals_;
   int psServers_ = 0;  // parameter-server jobs: P and W (read from the job's store with --join)
   int psWorkers_ = 0;
+  int worldSize_ = 0;  // ranks of the whole job (KOLO_WORLD_SIZE)
   std::unique_ptr<detail::JobGuard> guard_;
   std::unique_ptr<comm::TcpStoreServer> server_;
   std::shared_ptr<comm::Store> store_;
@@ -702,6 +710,11 @@ class Job {
 };
 
 }  // namespace
+
+NodeRanks psNodeRanks(int ranks, int nnodes, int nodeRank) {
+  const int each = ranks / nnodes, extra = ranks % nnodes;
+  return {nodeRank * each + std::min(nodeRank, extra), each + (nodeRank < extra ? 1 : 0)};
+}
 
 int runLauncher(const LauncherOptions& options) {
   if (options.procsPerNode < 1)
@@ -731,12 +744,16 @@ int runLauncher(const LauncherOptions& options) {
   } else if (options.psServers > 0) {
     if (options.psWorkers < 1)
       KOLO_THROW(InvalidArgument, "kolo run: --ps needs --workers W (at least 1)");
-    if (options.nnodes > 1)
-      KOLO_THROW(InvalidArgument, "kolo run: --ps runs on one node");
-    if (options.procsPerNode != options.psServers + 1 + options.psWorkers)
+    const int ranks = options.psServers + 1 + options.psWorkers;
+    if (ranks < options.nnodes)
       KOLO_THROW(InvalidArgument, "kolo run: --ps ", options.psServers, " --workers ",
-                 options.psWorkers, " starts ", options.psServers + 1 + options.psWorkers,
-                 " processes, not -n ", options.procsPerNode);
+                 options.psWorkers, " starts ", ranks, " processes, fewer than --nnodes ",
+                 options.nnodes);
+    const int here = psNodeRanks(ranks, options.nnodes, options.nodeRank).count;
+    if (options.procsPerNode != here)
+      KOLO_THROW(InvalidArgument, "kolo run: --ps ", options.psServers, " --workers ",
+                 options.psWorkers, " starts ", here, " processes on node ", options.nodeRank,
+                 ", not -n ", options.procsPerNode);
   }
   detail::SignalScope signals;
   Job job(options, signals);

@@ -34,11 +34,12 @@ struct LauncherOptions {
   /// launcher may use, as mpirun binds its ranks; None: ranks inherit the launcher's mask.
   /// A single local rank (procsPerNode 1) is never bound.
   CpuBinding bind = CpuBinding::Core;
-  /// A parameter-server job (kolo run --ps P --workers W) when psServers > 0: procsPerNode
-  /// must be P + 1 + W; ranks 0..P-1 are servers, rank P the chief, the others workers, and
-  /// each gets KOLO_ROLE (ps, chief, worker), KOLO_ROLE_INDEX, KOLO_PS_SERVERS and
-  /// KOLO_PS_WORKERS. A worker that fails does not stop the job (the chief hands its data to
-  /// the others); a server or the chief that fails does. Single node only.
+  /// A parameter-server job (kolo run --ps P --workers W) when psServers > 0: the job has
+  /// P + 1 + W ranks, of which this node runs psNodeRanks(...).count (procsPerNode must be
+  /// that); ranks 0..P-1 are servers, rank P the chief, the others workers, and each gets
+  /// KOLO_ROLE (ps, chief, worker), KOLO_ROLE_INDEX, KOLO_PS_SERVERS and KOLO_PS_WORKERS. A
+  /// worker that fails does not stop the job (the chief hands its data to the others); a
+  /// server or the chief that fails does, on every node.
   int psServers = 0;
   int psWorkers = 0;
   /// kolo run --join: one more worker for the parameter-server job whose store is at
@@ -70,6 +71,16 @@ struct LauncherOptions {
   /// PROGRAM ARGS... (PROGRAM is looked up in PATH).
   std::vector<std::string> command;
 };
+
+/// The ranks node `nodeRank` of `nnodes` runs in a parameter-server job of `ranks` ranks:
+/// the ranks in their order (servers, the chief, workers) in nearly equal contiguous blocks,
+/// the larger ones first, as mpirun places ranks by slot. With --ps 1 --workers 2 on two
+/// nodes node 0 runs the server and the chief, node 1 the two workers.
+struct NodeRanks {
+  int first = 0;
+  int count = 0;
+};
+NodeRanks psNodeRanks(int ranks, int nnodes, int nodeRank);
 
 /// Runs the job to its end and returns the launcher's exit status: 0 when every rank
 /// exited 0; the first failing rank's exit status (128 + signal for a rank killed by a

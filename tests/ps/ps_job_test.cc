@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "launcher/process_helpers.h"
@@ -212,24 +213,73 @@ TEST_F(PsJob, ResumeRefusesAnotherJobsCheckpoint) {
       << result.err;
 }
 
+/// A one-worker job of 8 epochs, joinable at a reserved store port, takes a second worker
+/// once its first epoch is done: in sync mode and in async mode (overlapped workers).
 TEST_F(PsJob, AWorkerJoinsARunningJob) {
-  const ReservedPort port;
-  Child job = start(1, 1, "sync", 8, {}, {"--store", port.address()});
-  ASSERT_TRUE(waitFor([&] { return readFile(metrics_).find('\n') != std::string::npos; },
-                      std::chrono::seconds(120)));
-  std::vector<std::string> join = {kKolo, "run", "--join", "--store", port.address()};
-  const std::vector<std::string> train = trainArgs("sync", 8, {});
-  join.insert(join.end(), train.begin(), train.end());
-  const Result joined = runProgram(join, cleanEnvironment({{"KOLO_TOKEN", "ps-job-test"}}));
-  EXPECT_EQ(joined.exitCode(), 0) << joined.out << joined.err;
-  EXPECT_NE(joined.err.find("as worker 1"), std::string::npos) << joined.err;
-  const Result result = collect(job);
-  ASSERT_EQ(result.exitCode(), 0) << result.out << result.err;
-  const nlohmann::json last = metricLines().back();
-  EXPECT_EQ(last["workers_alive"], 2);
-  ASSERT_EQ(last["units_done"].size(), 2u);
-  EXPECT_GT(last["units_done"][1].get<int64_t>(), 0);
-  EXPECT_EQ(last["units_done"][0].get<int64_t>() + last["units_done"][1].get<int64_t>(), 8 * 47);
+  for (const std::string mode : {"sync", "async"}) {
+    SCOPED_TRACE(mode);
+    const ReservedPort port;
+    Child job = start(1, 1, mode, 8, {}, {"--store", port.address()});
+    ASSERT_TRUE(waitFor([&] { return readFile(metrics_).find('\n') != std::string::npos; },
+                        std::chrono::seconds(120)));
+    std::vector<std::string> join = {kKolo, "run", "--join", "--store", port.address()};
+    const std::vector<std::string> train = trainArgs(mode, 8, {});
+    join.insert(join.end(), train.begin(), train.end());
+    const Result joined = runProgram(join, cleanEnvironment({{"KOLO_TOKEN", "ps-job-test"}}));
+    EXPECT_EQ(joined.exitCode(), 0) << joined.out << joined.err;
+    EXPECT_NE(joined.err.find("as worker 1"), std::string::npos) << joined.err;
+    const Result result = collect(job);
+    ASSERT_EQ(result.exitCode(), 0) << result.out << result.err;
+    const nlohmann::json last = metricLines().back();
+    EXPECT_EQ(last["workers_alive"], 2);
+    ASSERT_EQ(last["units_done"].size(), 2u);
+    EXPECT_GT(last["units_done"][1].get<int64_t>(), 0);
+    EXPECT_EQ(last["units_done"][0].get<int64_t>() + last["units_done"][1].get<int64_t>(), 8 * 47);
+    std::filesystem::remove(metrics_);
+  }
+}
+
+/// Two launchers on loopback as two nodes: node 0 hosts the store and runs the servers and
+/// the chief, node 1 the workers (the ranks in order, in equal blocks), which reach the
+/// servers through the addresses published in node 0's store.
+TEST_F(PsJob, TwoNodesSplitTheRoles) {
+  for (const std::string mode : {"sync", "async"}) {
+    SCOPED_TRACE(mode);
+    const ReservedPort port;
+    auto node = [&](int rank) {
+      std::vector<std::string> args = {kKolo,         "run",
+                                       "--nnodes",    "2",
+                                       "--node-rank", std::to_string(rank),
+                                       "--store",     port.address(),
+                                       "--ps",        "2",
+                                       "--workers",   "2",
+                                       "--timeout",   "60"};
+      const std::vector<std::string> train = trainArgs(
+          mode, 1,
+          {"--train-limit", "12000", "--lr", "0.1", "--metrics", dir_ + "/two-nodes.jsonl"});
+      args.insert(args.end(), train.begin(), train.end());
+      return spawnChild(args, cleanEnvironment({{"KOLO_TOKEN", "ps-two-nodes"}}));
+    };
+    Child node0 = node(0);
+    Child node1 = node(1);
+    const Result r1 = collect(node1);
+    const Result r0 = collect(node0);
+    ASSERT_EQ(r0.exitCode(), 0) << r0.out << r0.err;
+    ASSERT_EQ(r1.exitCode(), 0) << r1.out << r1.err;
+    // 5 ranks: ps 0, ps 1 and the chief on node 0; workers 0 and 1 on node 1.
+    EXPECT_NE(r0.out.find("[chief] test_accuracy"), std::string::npos) << r0.out;
+    EXPECT_EQ(r1.out.find("[chief]"), std::string::npos) << r1.out;
+    // Neither worker failed (a lost worker would not stop the job).
+    EXPECT_EQ(r1.err.find("without it"), std::string::npos) << r1.err;
+    const nlohmann::json last =
+        nlohmann::json::parse(splitLines(readFile(dir_ + "/two-nodes.jsonl")).back());
+    EXPECT_EQ(last["workers_alive"], 2);
+    ASSERT_EQ(last["units_done"].size(), 2u);
+    // 187 batches of 64 in units of 4.
+    EXPECT_EQ(last["units_done"][0].get<int64_t>() + last["units_done"][1].get<int64_t>(), 47);
+    EXPECT_GT(last["test_accuracy"].get<double>(), 0.5);
+    std::filesystem::remove(dir_ + "/two-nodes.jsonl");
+  }
 }
 
 }  // namespace

@@ -94,13 +94,17 @@ std::vector<double> trainParameterServer(int servers, int workers, int64_t shard
     const NamedTensors params = model->namedParameters();
     ServerGroup group({ClientRole::Worker, w, compression, kToken, std::chrono::seconds(60)},
                       placement, job.addresses());
-    int64_t version = group.pull(params);
-    for (int s = 0; s < kSteps; ++s) {
-      const int64_t begin = s * kGlobalBatch + w * local;
-      lossAndGradients(*model, data, begin, begin + local);
-      version = group.pushPull(params, version);
+    {
+      // The workers' exchange of kolo train, not overlapped in sync mode.
+      WorkerExchange exchange(group, {params});
+      exchange.pull();
+      for (int s = 0; s < kSteps; ++s) {
+        const int64_t begin = s * kGlobalBatch + w * local;
+        lossAndGradients(*model, data, begin, begin + local);
+        exchange.pushAndSwap();
+      }
+      EXPECT_EQ(exchange.version(), kSteps);
     }
-    EXPECT_EQ(version, kSteps);
     group.leave();
   });
   auto model = makeMlp();

@@ -202,6 +202,49 @@ class ServerGroup {
   std::unique_ptr<Impl> impl_;
 };
 
+/// A worker's step exchange with the servers, optionally overlapped with its compute.
+///
+/// Not overlapped (sync, where the math must be synchronous training's): pushAndSwap() pushes
+/// the gradients of current() and waits for the values to use next, in place.
+///
+/// Overlapped (async, ssp): the worker keeps two replicas of the parameters and computes on
+/// current() while the other replica's exchange (its gradients pushed, the servers' newest
+/// values received into it) runs on a thread of this object. pushAndSwap() waits for that
+/// exchange, starts current()'s and makes the other replica current, so a step computes on
+/// the values of the exchange before the previous one: its gradient misses the worker's own
+/// last update (one more update of staleness) but no step waits for a round trip. Pushes
+/// still leave one at a time, each after the previous reply, so SSP's bound on pushes holds.
+class WorkerExchange {
+ public:
+  /// `replicas`: the parameters of one model (not overlapped) or of two identical models
+  /// (overlapped), in placement order; they must outlive this object, as must `servers`.
+  WorkerExchange(ServerGroup& servers, std::vector<NamedTensors> replicas);
+  /// Waits for the exchange in flight (its error is dropped) and ends the thread.
+  ~WorkerExchange();
+  WorkerExchange(const WorkerExchange&) = delete;
+  WorkerExchange& operator=(const WorkerExchange&) = delete;
+
+  bool overlapped() const;
+  /// The replica to compute the next gradients on (0 or 1).
+  int current() const;
+  /// The version of the servers' values current() holds.
+  int64_t version() const;
+  /// Pulls the servers' values into current(), after settle().
+  void pull();
+  /// Pushes the gradients of current(), computed on version(), and makes current() a replica
+  /// with values to go on with (see the class comment). Rethrows an error of the exchange
+  /// thread (PeerError, Timeout) here.
+  void pushAndSwap();
+  /// Waits for the exchange in flight, if any, and makes its replica current (the newest
+  /// values this worker has). Call before using the ServerGroup directly (leave, pull).
+  void settle();
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 // ---------------------------------------------------------------------------------------
 // Data units (the chief's dispatcher and the workers' client)
 

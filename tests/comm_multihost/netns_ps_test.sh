@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# A parameter-server job over two hosts on one machine (two network namespaces joined
+# through a bridge): `kolo run --nnodes 2 --ps P --workers W` on each, node 0 hosting the
+# store. The ranks are dealt out in order, so the servers and the chief run on host 1 and
+# the workers on host 2 (with P = 1, W = 3 worker 0 stays on host 1): every push and pull of
+# a host-2 worker crosses the bridge. Sync and async jobs must finish with every worker
+# alive, every unit done and a trained model.
+# Exit 77 (ctest SKIP) with a message where namespaces are forbidden or the data is missing.
+# Usage: netns_ps_test.sh KOLO_BINARY
+set -u
+kolo="$1"
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=netns_hosts.sh
+. "$here/netns_hosts.sh"
+
+if ! why="$(netns_supported)"; then
+  echo "SKIPPED: multi-host parameter-server test: $why"
+  exit 77
+fi
+if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  echo "SKIPPED: multi-host parameter-server test: Fashion-MNIST is not installed"
+  exit 77
+fi
+
+dir=""
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+  netns_destroy
+  [ -n "$dir" ] && rm -rf "$dir"
+}
+trap cleanup EXIT
+netns_create
+dir="$(mktemp -d /tmp/kolo-netns-ps.XXXXXX)"
+store="$NETNS_ADDR1:29500"
+
+failures=0
+# run_job NAME P W MODE: one epoch of 12,000 images (47 units of 4 batches); node 0 on
+# host 1, node 1 on host 2.
+run_job() {
+  local name="$1" servers="$2" workers="$3" mode="$4"
+  local node ns rc=0 pid
+  pids=()
+  for node in 0 1; do
+    if [ $node = 0 ]; then ns="$NETNS_H1"; else ns="$NETNS_H2"; fi
+    ip netns exec "$ns" env KOLO_TOKEN=netns-ps timeout 180 "$kolo" run --nnodes 2 \
+      --node-rank $node --store "$store" --ps "$servers" --workers "$workers" --timeout 60 \
+      -- "$kolo" train --strategy parameter-server --ps-mode "$mode" --model mlp \
+      --optimizer sgd --lr 0.1 --momentum 0.5 --batch 64 --epochs 1 --train-limit 12000 \
+      --ps-unit-batches 4 --quiet --metrics "$dir/$name.jsonl" \
+      >"$dir/$name.node$node.out" 2>"$dir/$name.node$node.err" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+  pids=()
+  # No worker failed (a lost worker would not stop the job; the workers of host 2 reach the
+  # servers only through the bridge), every unit was done and the model trained.
+  if [ $rc -ne 0 ] || grep -q 'without it' "$dir/$name".node*.err ||
+    ! python3 - "$dir/$name.jsonl" "$workers" <<'EOF'
+import json, sys
+last = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+workers = int(sys.argv[2])
+ok = (last.get("final") and last["workers_alive"] == workers
+      and len(last["units_done"]) == workers and sum(last["units_done"]) == 47
+      and last["test_accuracy"] > 0.5)
+sys.exit(0 if ok else 1)
+EOF
+  then
+    echo "FAIL $name: exit status $rc"
+    tail -n 1 "$dir/$name.jsonl" 2>/dev/null
+    cat "$dir/$name".node*.out "$dir/$name".node*.err
+    failures=$((failures + 1))
+  else
+    echo "ok   $name: $(grep -o 'test_accuracy [0-9.]*' "$dir/$name.node0.out") across 2 hosts"
+  fi
+}
+
+run_job sync-p2-w2 2 2 sync
+run_job async-p1-w3 1 3 async
+
+[ $failures -eq 0 ] && echo "multi-host parameter-server test passed"
+exit $((failures > 0))
