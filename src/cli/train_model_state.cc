@@ -54,20 +54,6 @@ checkpoint::NamedTensors gatherPieces(comm::Communicator* group,
   return whole;
 }
 
-// What fixes the weights' shapes and the data order; a resume with other values is refused.
-// The strategy and the layout may change on resume.
-std::map<std::string, std::string> runIdentity(const TrainConfig& config) {
-  std::map<std::string, std::string> identity = {{"model", config.model},
-                                                 {"batch", std::to_string(config.batch)},
-                                                 {"seed", std::to_string(config.seed)}};
-  if (config.model == "lm") {
-    identity["layers"] = std::to_string(config.layers);
-    identity["d_model"] = std::to_string(config.dModel);
-    identity["seq_len"] = std::to_string(config.seqLen);
-  }
-  return identity;
-}
-
 Tensor wholeTensor(const checkpoint::NamedTensors& tensors, const std::string& name,
                    const std::string& path) {
   for (const auto& entry : tensors)

@@ -49,9 +49,15 @@ std::string formatRate(double samplesPerSecond) {
 }  // namespace
 
 std::map<std::string, std::string> runIdentity(const TrainConfig& config) {
-  return {{"model", config.model},
-          {"batch", std::to_string(config.batch)},
-          {"seed", std::to_string(config.seed)}};
+  std::map<std::string, std::string> identity = {{"model", config.model},
+                                                 {"batch", std::to_string(config.batch)},
+                                                 {"seed", std::to_string(config.seed)}};
+  if (config.model == "lm") {
+    identity["layers"] = std::to_string(config.layers);
+    identity["d_model"] = std::to_string(config.dModel);
+    identity["seq_len"] = std::to_string(config.seqLen);
+  }
+  return identity;
 }
 
 void Trainer::saveCheckpoint(int64_t step, const data::DataLoader& loader) {
