@@ -1,4 +1,5 @@
-// Checkpoints, resume and the whole model of the model-parallel runs (train_pipeline.cc): what
+// Checkpoints, resume, metrics and the whole model of the model-parallel runs
+// (train_pipeline.cc): what
 // each rank holds (a pipeline stage, a tensor-parallel shard, or a stage's shard) gathered into
 // whole tensors under the model's names, so that a checkpoint is the one one-rank training
 // writes, and cut back into each rank's part when a run resumes, whatever its layout.
@@ -6,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "cli/train_loop.h"
@@ -44,5 +46,31 @@ void saveModelCheckpoint(const TrainConfig& config, const Recipe& recipe, comm::
 /// InvalidArgument when a tensor or the optimizer's kind does not fit.
 int64_t resumeModelPart(const TrainConfig& config, comm::Communicator* world, const ModelPart& part,
                         observe::Logger& logger);
+
+// --metrics FILE of a model-parallel run (rank 0; no file elsewhere): events (start or
+// resume, end), one line per progress interval and the final line, in the records `kolo
+// report` reads. A resumed run continues the file.
+class RunMetrics {
+ public:
+  /// No file when `path` is empty; a run resumed at `firstStep` > 0 appends.
+  RunMetrics(const std::string& path, int64_t firstStep) {
+    if (!path.empty()) writer_ = std::make_unique<observe::MetricsWriter>(path, firstStep > 0);
+  }
+  void event(const char* name, int64_t step, const observe::Fields& extra = {}) {
+    write({{"kind", "event"}, {"event", name}, {"step", step}}, extra);
+  }
+  void interval(int64_t step, const observe::Fields& values) {
+    write({{"kind", "interval"}, {"step", step}}, values);
+  }
+  void final(int64_t step, const observe::Fields& values) {
+    write({{"step", step}, {"final", true}}, values);
+  }
+
+ private:
+  void write(observe::Fields fields, const observe::Fields& more) {
+    if (writer_) writer_->write(fields.update(more));
+  }
+  std::unique_ptr<observe::MetricsWriter> writer_;
+};
 
 }  // namespace kolo::cli

@@ -17,6 +17,7 @@
 
 #include "cli/train_loop.h"
 #include "cli/train_model_state.h"
+#include "cli/train_runners.h"
 #include "kolo/autograd.h"
 #include "kolo/byte_corpus.h"
 #include "kolo/memory.h"
@@ -147,183 +148,6 @@ long peakRssKib() {
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_maxrss;
 }
-
-// --metrics FILE of a model-parallel run (rank 0; no file elsewhere): events (start or
-// resume, end), one line per progress interval and the final line, in the records `kolo
-// report` reads. A resumed run continues the file.
-class RunMetrics {
- public:
-  RunMetrics(const std::string& path, int64_t firstStep) {
-    if (!path.empty()) writer_ = std::make_unique<observe::MetricsWriter>(path, firstStep > 0);
-  }
-  void event(const char* name, int64_t step, const observe::Fields& extra = {}) {
-    write({{"kind", "event"}, {"event", name}, {"step", step}}, extra);
-  }
-  void interval(int64_t step, const observe::Fields& values) {
-    write({{"kind", "interval"}, {"step", step}}, values);
-  }
-  void final(int64_t step, const observe::Fields& values) {
-    write({{"step", step}, {"final", true}}, values);
-  }
-
- private:
-  void write(observe::Fields fields, const observe::Fields& more) {
-    if (writer_) writer_->write(fields.update(more));
-  }
-  std::unique_ptr<observe::MetricsWriter> writer_;
-};
-
-// What the loop below drives: a pipeline stage (its layers possibly split over a tensor
-// group), or a tensor-parallel shard of the model.
-class Runner {
- public:
-  virtual ~Runner() = default;
-  virtual parallel::PipelineStepStats trainStep(const Tensor& inputs, const Tensor& labels) = 0;
-  virtual optim::Optimizer& optimizer() = 0;
-  /// Layer bounds of the stages ({0, n}: one part of every layer on each rank under tensor
-  /// parallelism).
-  virtual std::vector<int> bounds() const = 0;
-  /// What this rank holds (checkpoints, resume, the final gather).
-  virtual ModelPart part() = 0;
-  virtual int64_t parameterCount() { return part().module->parameterCount(); }
-  /// Collective over the job, before the final gather: makes part() hold whole tensors where
-  /// this rank's state is sharded (fsdp).
-  virtual void gatherWhole() {}
-};
-
-ModelPart partOf(nn::Module& module, optim::Optimizer& optimizer,
-                 const parallel::TensorParallelModel* tp) {
-  ModelPart part;
-  part.module = &module;
-  part.optimizer = &optimizer;
-  if (tp) {
-    part.specs = tp->shardSpecs();
-    part.tensorRank = tp->communicator()->rank();
-    part.tensorSize = tp->communicator()->size();
-  }
-  return part;
-}
-
-// The loss averaged over the data group (the replicas' shares of the batch are equal).
-double meanOverReplicas(double loss, comm::Communicator* data) {
-  if (data && data->size() > 1) data->allreduce(&loss, &loss, 1, DType::F64, comm::ReduceOp::Avg);
-  return loss;
-}
-
-class PipelineRunner : public Runner {
- public:
-  /// `tp`: the tensor-parallel model the stage was cut from (a mesh with tp > 1), or null.
-  PipelineRunner(std::unique_ptr<parallel::PipelineStage> stage,
-                 std::shared_ptr<comm::Communicator> data,
-                 std::shared_ptr<parallel::TensorParallelModel> tp)
-      : stage_(std::move(stage)), data_(std::move(data)), tp_(std::move(tp)) {}
-  parallel::PipelineStepStats trainStep(const Tensor& x, const Tensor& y) override {
-    if (!data_) return stage_->trainStep(x, y);
-    // A replica of a hybrid: its gradients are averaged with the same stage of the others.
-    const auto start = std::chrono::steady_clock::now();
-    stage_->optimizer().zeroGrad();
-    parallel::PipelineStepStats stats = stage_->forwardBackward(x, y);
-    const auto update = std::chrono::steady_clock::now();
-    parallel::averageGradients(stage_->module(), *data_);
-    stage_->optimizer().step();
-    stats.loss = meanOverReplicas(stats.loss, data_.get());
-    stats.computeSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - update).count();
-    stats.stepSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return stats;
-  }
-  optim::Optimizer& optimizer() override { return stage_->optimizer(); }
-  std::vector<int> bounds() const override { return stage_->bounds(); }
-  ModelPart part() override { return partOf(stage_->module(), stage_->optimizer(), tp_.get()); }
-
- private:
-  std::unique_ptr<parallel::PipelineStage> stage_;
-  std::shared_ptr<comm::Communicator> data_;
-  std::shared_ptr<parallel::TensorParallelModel> tp_;
-};
-
-// Every rank runs the whole batch through its shard of every split layer.
-class TensorRunner : public Runner {
- public:
-  TensorRunner(std::shared_ptr<comm::Communicator> comm, const nn::Sequential& whole,
-               parallel::TensorParallelOptions options, const Recipe& recipe,
-               std::shared_ptr<comm::Communicator> data)
-      : model_(std::make_unique<parallel::TensorParallelModel>(whole, std::move(comm), options)),
-        optimizer_(makeOptimizer(recipe, model_->namedParameters())),
-        data_(std::move(data)),
-        layers_(static_cast<int>(whole.size())) {}
-  parallel::PipelineStepStats trainStep(const Tensor& x, const Tensor& y) override {
-    parallel::PipelineStepStats stats;
-    const auto start = std::chrono::steady_clock::now();
-    const int64_t base = liveTensorBytes();
-    resetPeakTensorBytes();
-    optimizer_->zeroGrad();
-    Tensor loss = model_->loss(model_->forward(x), y);
-    loss.backward();
-    stats.peakStepBytes = peakTensorBytes() - base;
-    if (data_) parallel::averageGradients(*model_, *data_);
-    optimizer_->step();
-    stats.loss = meanOverReplicas(loss.item(), data_.get());
-    stats.peakMicroBatchesHeld = 1;
-    stats.stepSeconds = stats.computeSeconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return stats;
-  }
-  optim::Optimizer& optimizer() override { return *optimizer_; }
-  std::vector<int> bounds() const override { return {0, layers_}; }
-  ModelPart part() override { return partOf(*model_, *optimizer_, model_.get()); }
-
- private:
-  std::unique_ptr<parallel::TensorParallelModel> model_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
-  std::shared_ptr<comm::Communicator> data_;  // the data group of a hybrid, else null
-  int layers_;
-};
-
-// Fully sharded data parallelism over every rank of the job: each rank trains on its rows of
-// the global batch.
-class FsdpRunner : public Runner {
- public:
-  FsdpRunner(std::shared_ptr<comm::Communicator> comm, std::shared_ptr<nn::Sequential> model,
-             parallel::StageLossFn loss, const Recipe& recipe, parallel::FsdpOptions options)
-      : comm_(comm), layers_(static_cast<int>(model->size())) {
-    KOLO_CHECK(model != nullptr, "fsdp: no model");
-    strategy_ = parallel::makeFsdpStrategy(
-        std::move(comm), options, [model] { return model; },
-        [recipe](const parallel::NamedTensors& p) { return makeOptimizer(recipe, p); },
-        [loss](nn::Module& m, const Tensor& x, const Tensor& y) { return loss(m.forward(x), y); });
-  }
-  parallel::PipelineStepStats trainStep(const Tensor& x, const Tensor& y) override {
-    parallel::PipelineStepStats stats;
-    const auto start = std::chrono::steady_clock::now();
-    const int64_t rows = x.size(0) / comm_->size();
-    const int64_t from = rows * comm_->rank();
-    const int64_t base = liveTensorBytes();
-    resetPeakTensorBytes();
-    stats.loss = strategy_->trainStep(x.slice(0, from, from + rows).contiguous(),
-                                      y.slice(0, from, from + rows).contiguous())
-                     .loss;
-    stats.peakStepBytes = peakTensorBytes() - base;
-    stats.peakMicroBatchesHeld = 1;
-    stats.stepSeconds = stats.computeSeconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return stats;
-  }
-  optim::Optimizer& optimizer() override { return strategy_->optimizer(); }
-  int64_t parameterCount() override {
-    int64_t count = 0;  // the elements of this rank's shards
-    for (const auto& [name, piece] : strategy_->optimizer().parameters()) count += piece.numel();
-    return count;
-  }
-  std::vector<int> bounds() const override { return {0, layers_}; }
-  // Every rank holds the whole model once gathered (gatherWhole).
-  ModelPart part() override { return {&strategy_->model(), {}, &strategy_->optimizer()}; }
-  void gatherWhole() override { strategy_->gatherModel(); }
-
- private:
-  std::shared_ptr<comm::Communicator> comm_;
-  std::unique_ptr<parallel::Strategy> strategy_;
-  int layers_;
-};
 
 }  // namespace
 
@@ -473,13 +297,12 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
     const parallel::TensorParallelOptions tpOptions{.sequenceParallel = config.sequenceParallel};
     std::unique_ptr<Runner> stage;
     if (fsdp) {
-      stage = std::make_unique<FsdpRunner>(
-          group, model, loss, recipe,
-          parallel::FsdpOptions{.shard = parallel::parseShardLevel(config.shard),
-                                .shardGroup = shardGroupSize(config, group->size()),
-                                .clipNorm = config.clipNorm});
+      stage = makeFsdpRunner(group, model, loss, recipe,
+                             parallel::FsdpOptions{.shard = parallel::parseShardLevel(config.shard),
+                                                   .shardGroup = shardGroupSize(config, group->size()),
+                                                   .clipNorm = config.clipNorm});
     } else if (tensor) {
-      stage = std::make_unique<TensorRunner>(tensorComm, *model, tpOptions, recipe, mesh.data);
+      stage = makeTensorRunner(tensorComm, *model, tpOptions, recipe, mesh.data);
     } else {
       // Stages of a mesh with tp > 1 are cut from the tensor-parallel model, whose loss
       // takes logits split by vocabulary.
@@ -488,7 +311,7 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
         tp = std::make_shared<parallel::TensorParallelModel>(*model, tensorComm, tpOptions);
         loss = [tp](const Tensor& out, const Tensor& y) { return tp->loss(out, y); };
       }
-      stage = std::make_unique<PipelineRunner>(
+      stage = makePipelineRunner(
           std::make_unique<parallel::PipelineStage>(
               pipelineComm, tp ? static_cast<const nn::Sequential&>(*tp) : *model, splits, options,
               loss,

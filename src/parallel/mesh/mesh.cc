@@ -35,8 +35,7 @@ MeshShape parseMeshShape(const std::string& text) {
     (key == "dp" ? shape.dp : key == "pp" ? shape.pp : shape.tp) = value;
     any = true;
   }
-  KOLO_REQUIRE(any, "--mesh '", text,
-               "' is not accepted: use sizes such as dp=2,pp=2 or dp=2,tp=2");
+  KOLO_REQUIRE(any, "--mesh '", text, "' is not accepted: use sizes such as dp=2,pp=2,tp=2");
   return shape;
 }
 
