@@ -99,9 +99,18 @@ TEST(UnitDispatcher, AWorkerWhoseHeartbeatsStopIsLostAndItsUnitGoesToTheOthers) 
   EXPECT_EQ(lost[0].unit, held);
   EXPECT_TRUE(lost[0].heartbeat);
   EXPECT_EQ(dispatcher.workersAlive(), 1);
-  {
-    std::lock_guard lock(mutex);
-    EXPECT_EQ(told, std::vector<int>{1});
+  // The chief is told from the watcher thread once the unit is already back in the queue, so
+  // worker 0 may finish before the call: wait for it (bounded).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    {
+      std::lock_guard lock(mutex);
+      if (!told.empty() || std::chrono::steady_clock::now() > until) {
+        EXPECT_EQ(told, std::vector<int>{1});
+        break;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   // Its connection was closed: it learns so when it asks again.
   EXPECT_THROW(silent.next({held, 1.0, 1}, nullptr), Error);
