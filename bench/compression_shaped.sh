@@ -91,7 +91,7 @@ S $m $s"
     done
     i=$((i + 1))
   done
-  echo "# mlp, 2 hosts x 2 ranks, tbf $r on each host's egress; accuracy from loopback runs (same ranks, same math)"
+  echo "# mlp, 2 hosts x 2 ranks, tbf $r on each host's egress; accuracy from the loopback runs (the same math)"
   printf "%-12s %9s %16s %14s %16s %14s %10s %9s\n" method accuracy "payload/step/rank" "payload vs none" \
     "wire bytes/step" "wire vs none" "samples/s" "vs none"
   echo "$accuracy$lines" | awk '

@@ -80,15 +80,14 @@ class Optimizer {
   virtual void loadStateDict(const StateDict& state);
   /// "sgd", "adam", "adamw".
   virtual std::string kind() const = 0;
-  /// Names of the state slots this optimizer keeps per parameter (a slot whose tensor has
-  /// no dimensions, such as Adam's "step", holds one value for the whole parameter).
-  virtual std::vector<std::string> slotNames() const = 0;
 
  protected:
   /// Updates one parameter: `param` and `grad` hold `n` floats; `state` is that parameter's
   /// slot map (empty on its first update); `step` counts from 1.
   virtual void update(const std::string& name, float* param, const Gradient& grad, int64_t n,
                       std::map<std::string, Tensor>& state, int64_t step) = 0;
+  /// Names of the state slots this optimizer keeps per parameter.
+  virtual std::vector<std::string> slotNames() const = 0;
 
  private:
   NamedParameters parameters_;
@@ -114,11 +113,11 @@ class Sgd : public Optimizer {
   Sgd(NamedParameters parameters, SgdOptions options);
   std::string kind() const override { return "sgd"; }
   const SgdOptions& options() const { return options_; }
-  std::vector<std::string> slotNames() const override;
 
  protected:
   void update(const std::string& name, float* param, const Gradient& grad, int64_t n,
               std::map<std::string, Tensor>& state, int64_t step) override;
+  std::vector<std::string> slotNames() const override;
 
  private:
   SgdOptions options_;
@@ -141,11 +140,11 @@ class Adam : public Optimizer {
   Adam(NamedParameters parameters, AdamOptions options);
   std::string kind() const override { return options_.decoupled ? "adamw" : "adam"; }
   const AdamOptions& options() const { return options_; }
-  std::vector<std::string> slotNames() const override;
 
  protected:
   void update(const std::string& name, float* param, const Gradient& grad, int64_t n,
               std::map<std::string, Tensor>& state, int64_t step) override;
+  std::vector<std::string> slotNames() const override;
 
  private:
   AdamOptions options_;

@@ -14,14 +14,27 @@ namespace {
 // A slot that holds one value for its whole parameter (Adam's step) rather than one per element.
 bool isPerParameter(const Tensor& slot) { return slot.dim() == 0; }
 
-// How each slot appears on this rank: 0 absent, 1 per element, 2 per parameter.
-std::vector<int32_t> slotKinds(const optim::StateDict& state, const std::vector<std::string>& slots) {
-  std::vector<int32_t> kinds(slots.size(), 0);
-  for (const auto& [name, held] : state.perParameter)
-    for (size_t s = 0; s < slots.size(); ++s)
-      if (auto it = held.find(slots[s]); it != held.end())
-        kinds[s] = std::max(kinds[s], isPerParameter(it->second) ? 2 : 1);
-  return kinds;
+// The optimizer's slots as the group's rank 0 holds them: their names, and whether each is
+// per parameter. Rank 0 holds element 0 of every unit, so it has state wherever a step was
+// taken; the other ranks may hold no piece of a parameter, or of a whole unit.
+std::vector<std::pair<std::string, bool>> agreedSlots(const optim::StateDict& state,
+                                                      comm::Communicator& group,
+                                                      const comm::CollectiveOptions& options) {
+  std::string text;  // "name=0|1;" per slot
+  if (group.rank() == 0 && !state.perParameter.empty())
+    for (const auto& [slot, tensor] : state.perParameter.begin()->second)
+      text += slot + "=" + (isPerParameter(tensor) ? "1" : "0") + ";";
+  int64_t length = static_cast<int64_t>(text.size());
+  group.broadcast(&length, 1, DType::I64, 0, options);
+  text.resize(static_cast<size_t>(length));
+  group.broadcast(text.data(), text.size(), DType::U8, 0, options);
+  std::vector<std::pair<std::string, bool>> slots;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = text.find(';', at);
+    slots.emplace_back(text.substr(at, end - at - 2), text[end - 1] == '1');
+    at = end + 1;
+  }
+  return slots;
 }
 
 }  // namespace
@@ -31,10 +44,6 @@ void assembleWholeState(const std::vector<FsdpUnit>& units, const std::vector<Fs
                         comm::Communicator& group, const comm::CollectiveOptions& options) {
   const optim::StateDict mine = shards.stateDict();
   const NamedTensors& pieceTensors = shards.parameters();
-  const std::vector<std::string> slots = shards.slotNames();
-  // A rank may hold no piece of a parameter, or of a whole unit: agree on which slots exist.
-  std::vector<int32_t> kinds = slotKinds(mine, slots);
-  group.allreduce(kinds.data(), kinds.data(), kinds.size(), DType::I32, comm::ReduceOp::Max, options);
   const int64_t rank = group.rank();
 
   optim::StateDict state;
@@ -45,14 +54,14 @@ void assembleWholeState(const std::vector<FsdpUnit>& units, const std::vector<Fs
     auto it = params->second.find(slot);
     return it == params->second.end() ? nullptr : &it->second;
   };
-  for (size_t s = 0; s < slots.size(); ++s) {
-    if (kinds[s] == 1) {
+  for (const auto& [slot, perParameter] : agreedSlots(mine, group, options)) {
+    if (!perParameter) {
       // Per element: each rank writes its pieces into its shard of the unit; all-gather.
       for (size_t u = 0; u < units.size(); ++u) {
         const FsdpUnit& unit = units[u];
         Tensor shard = Tensor::zeros({unit.shardLength});
         for (size_t i = 0; i < pieces.size(); ++i) {
-          const Tensor* values = pieces[i].unit == u ? held(i, slots[s]) : nullptr;
+          const Tensor* values = pieces[i].unit == u ? held(i, slot) : nullptr;
           if (!values) continue;
           const Tensor flat = values->contiguous();
           std::memcpy(shard.data<float>() + (pieces[i].lo - rank * unit.shardLength),
@@ -64,24 +73,24 @@ void assembleWholeState(const std::vector<FsdpUnit>& units, const std::vector<Fs
         for (size_t p = 0; p < unit.parameters.size(); ++p) {
           const auto& [name, parameter] = unit.parameters[p];
           // Flat, as the optimizer keeps it on one device.
-          state.perParameter[name][slots[s]] =
+          state.perParameter[name][slot] =
               gathered.slice(0, unit.offsets[p], unit.offsets[p] + parameter.numel()).clone();
         }
       }
-    } else if (kinds[s] == 2) {
+    } else {
       // Per parameter: the value of any rank holding a piece of it (they agree); the largest.
       std::vector<double> values;
       for (const FsdpUnit& unit : units) values.resize(values.size() + unit.parameters.size(), 0.0);
       std::vector<size_t> first(units.size(), 0);  // index of each unit's first parameter
       for (size_t u = 1; u < units.size(); ++u) first[u] = first[u - 1] + units[u - 1].parameters.size();
       for (size_t i = 0; i < pieces.size(); ++i)
-        if (const Tensor* value = held(i, slots[s]))
+        if (const Tensor* value = held(i, slot))
           values[first[pieces[i].unit] + pieces[i].parameter] = value->item();
       group.allreduce(values.data(), values.data(), values.size(), DType::F64, comm::ReduceOp::Max,
                       options);
       for (size_t u = 0; u < units.size(); ++u)
         for (size_t p = 0; p < units[u].parameters.size(); ++p)
-          state.perParameter[units[u].parameters[p].first][slots[s]] =
+          state.perParameter[units[u].parameters[p].first][slot] =
               Tensor::scalar(values[first[u] + p], DType::F64);
     }
   }
