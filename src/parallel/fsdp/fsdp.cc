@@ -225,7 +225,11 @@ class FsdpStrategy : public Strategy {
         prefetchAfter(u, +1);
       });
       unit.module->addForwardHook([this, u](nn::Module&, const Tensor&) {
-        if (!keepGathered_) release(units_[u]);
+        // The unit forward reaches last is the first that backward needs: it stays gathered
+        // (PyTorch FSDP keeps the root's parameters between forward and backward alike).
+        const bool backwardStartsHere =
+            orderKnown_ && !forwardOrder_.empty() && forwardOrder_.back() == u;
+        if (!keepGathered_ && !backwardStartsHere) release(units_[u]);
       });
       unit.module->addOutputGradHook([this, u](nn::Module&, const Tensor&) {
         gather(units_[u]);
