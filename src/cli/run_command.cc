@@ -43,6 +43,11 @@ Command registerRun(CLI::App& root) {
                   "--elastic: the fewest ranks the job may shrink to (default 1)")
       ->check(atLeast(1))
       ->needs(elastic);
+  app->add_option("--max-ranks", options->maxRanks,
+                  "--elastic: the most ranks at once; a lost rank is replaced by a new one that "
+                  "joins at a step boundary while fewer run (default -n)")
+      ->check(atLeast(1))
+      ->needs(elastic);
   app->add_option("--nnodes", options->nnodes,
                   "nodes in the job (each runs kolo run with the same -n)")
       ->capture_default_str()

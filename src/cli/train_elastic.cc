@@ -133,11 +133,19 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     };
   std::unique_ptr<parallel::ElasticContext> elastic =
       parallel::ElasticContext::fromEnvironment(std::move(elasticOptions));
+  // A rank started in a lost one's place has joined here (it waited for a step boundary of
+  // the members), or found the job finished.
+  const bool joiner = settings::elasticJoin();
+  if (!elastic) {
+    logger.info("elastic: the job finished before this rank was admitted", {{"rank", *settings::rank()}});
+    return 0;
+  }
   const int id = elastic->id();
   // Generation 0's setup and first step may be slow on a loaded machine (rings are made on
   // first use): they get the rendezvous's time, the detection deadline applies after them.
   const std::chrono::milliseconds deadline = elastic->communicator()->timeout();
-  elastic->communicator()->setTimeout(std::max<std::chrono::milliseconds>(deadline, std::chrono::minutes(5)));
+  if (!joiner)
+    elastic->communicator()->setTimeout(std::max<std::chrono::milliseconds>(deadline, std::chrono::minutes(5)));
   const bool killedHere = std::find(config.debugKillRanks.begin(), config.debugKillRanks.end(), id) !=
                           config.debugKillRanks.end();
   // --balance: each generation splits the global batch by its members' measured speed (any
@@ -153,9 +161,8 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     KOLO_REQUIRE(config.batch % elastic->size() == 0, "elastic job: --batch ", config.batch,
                  " does not split evenly over the ", elastic->size(), " rank(s) of generation ",
                  elastic->generation(), "; use a batch that every world size from --min-ranks ",
-                 elastic->minRanks(), " up divides (or --balance)");
+                 elastic->minRanks(), " to --max-ranks ", elastic->maxRanks(), " divides (or --balance)");
   };
-  startGeneration();
   auto makeStrategy = [&] {
     parallel::StrategyOptions options = parallel::strategyOptionsFromNames(
         config.strategy, 1, config.reduction, config.algorithm, elastic->communicator());
@@ -191,8 +198,8 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     return loader;
   };
 
-  std::unique_ptr<parallel::Strategy> strategy = makeStrategy();
-  std::unique_ptr<data::DataLoader> loader = makeLoader(0);
+  std::unique_ptr<parallel::Strategy> strategy;
+  std::unique_ptr<data::DataLoader> loader;
   std::unique_ptr<observe::MetricsWriter> metrics;
   bool metricsOpened = false;
   auto openMetrics = [&] {
@@ -201,7 +208,38 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     metrics = std::make_unique<observe::MetricsWriter>(config.metricsPath, metricsOpened || elastic->generation() > 0);
     metricsOpened = true;
   };
-  openMetrics();
+  Snapshot before, last;  // the states after before.step and last.step completed steps
+  int64_t step = 0;
+  // A new generation's start: its strategy from `from` (this member's state after the
+  // agreed step; null for a joiner, which holds none), then every member takes rank 0's
+  // weights, optimizer state and step by broadcast over the new communicator; the sampler's
+  // position follows from the step.
+  auto adopt = [&](const Snapshot* from, int64_t agreedStep) {
+    startGeneration();
+    strategy = makeStrategy();
+    if (from) {
+      strategy->model().loadStateDict(from->weights, "the elastic snapshot");
+      strategy->optimizer().loadStateDict(parallel::conformStateShapes(from->optimizer, strategy->optimizer()));
+    }
+    strategy->syncReplicas();
+    int64_t rootStep = agreedStep;
+    elastic->communicator()->broadcast(&rootStep, 1, DType::I64, 0);
+    step = rootStep;
+    last = take(*strategy, step);
+    before = Snapshot{};
+    loader = makeLoader(step);
+    metrics.reset();
+    openMetrics();
+  };
+  if (joiner) {
+    adopt(nullptr, elastic->change().step);
+  } else {
+    startGeneration();
+    strategy = makeStrategy();
+    loader = makeLoader(0);
+    openMetrics();
+    last = take(*strategy, 0);
+  }
   std::ofstream sampleLog;
   if (!config.debugSampleLog.empty()) {
     const std::string path = config.debugSampleLog + ".rank-" + std::to_string(id);
@@ -210,23 +248,60 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     sampleLog << "pid " << ::getpid() << '\n' << std::flush;  // one process throughout
   }
   const auto start = Clock::now();
-  if (elastic->rank() == 0)
+  if (elastic->rank() == 0 && !joiner)
     logger.info("elastic training", {{"model", config.model},
                                      {"batch", config.batch},
                                      {"steps", totalSteps},
                                      {"world_size", elastic->size()},
-                                     {"min_ranks", elastic->minRanks()}});
+                                     {"min_ranks", elastic->minRanks()},
+                                     {"max_ranks", elastic->maxRanks()}});
+  if (joiner)
+    logger.info("elastic: joined", {{"rank", id}, {"generation", elastic->generation()},
+                                    {"world_size", elastic->size()}, {"step", step}});
   auto event = [&](observe::Fields fields) {
     if (!metrics) return;
     fields.set("kind", "event");
     fields.set("wall_s", secondsSince(start));
     metrics->write(fields);
   };
-  event({{"event", "start"}, {"step", int64_t{0}}, {"world_size", elastic->size()},
-         {"generation", elastic->generation()}, {"batch", config.batch}});
+  if (!joiner)
+    event({{"event", "start"}, {"step", int64_t{0}}, {"world_size", elastic->size()},
+           {"generation", elastic->generation()}, {"batch", config.batch}});
 
-  Snapshot before, last = take(*strategy, 0);  // the states after before.step and last.step
-  int64_t step = 0;
+  // Every member agrees on the next generation (after a failed step, or to admit joiners),
+  // goes back to the state after the step every member completed and hands it to the
+  // joiners.
+  auto changeMembership = [&](const std::string& reason) {
+    strategy.reset();  // its loss refers to the balancer
+    balancer.reset();
+    loader.reset();
+    parallel::MembershipChange change;
+    try {
+      change = elastic->regroup(step, reason);
+    } catch (const parallel::BelowMinRanksError& stop) {
+      saveBeforeStopping(config, recipe, stepsPerEpoch, stop.change(), id, last, before, logger);
+      throw;
+    }
+    // The state after `step` completed steps is `last`; one step behind is `before`.
+    const Snapshot* from = change.step == last.step ? &last : change.step == before.step ? &before : nullptr;
+    KOLO_CHECK(from != nullptr, "elastic rank ", id, ": the members agreed on step ", change.step,
+               " but this rank holds the states after steps ", before.step, " and ", last.step);
+    adopt(from, change.step);
+    if (elastic->rank() == 0)
+      logger.warn("elastic: membership changed", {{"generation", change.generation},
+                                                  {"lost_ranks", idList(change.lost)},
+                                                  {"joined_ranks", idList(change.joined)},
+                                                  {"world_size", elastic->size()},
+                                                  {"members", idList(change.members)},
+                                                  {"step", step}});
+    if (!change.lost.empty())
+      event({{"event", "membership"}, {"step", step}, {"generation", change.generation},
+             {"world_size", elastic->size()}, {"lost", idList(change.lost)}});
+    if (!change.joined.empty())
+      event({{"event", "joined"}, {"step", step}, {"generation", change.generation},
+             {"world_size", elastic->size()}, {"joined", idList(change.joined)}});
+  };
+
   double lossSum = 0.0;
   int64_t lossCount = 0;
   // From the failure until the next step completes.
@@ -244,57 +319,36 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
       ::raise(SIGKILL);
     }
     double loss = 0.0, slept = 0.0, compute = 0.0;
+    bool admit = false;
     try {
-      if (balancer) {
-        replanWhenDue(*balancer, *elastic->communicator(), step, elastic->rank() == 0, logger, metrics.get());
-        share = shareOf(batch, balancer->offset(), balancer->share());
-      } else {
-        share = batch;
+      // A step boundary: the members agree whether a joiner is waiting.
+      if (step == config.debugAwaitJoin && elastic->size() < elastic->maxRanks())
+        elastic->awaitJoiner(std::chrono::minutes(5));
+      admit = elastic->joinerWaiting();
+      if (!admit) {
+        if (balancer) {
+          replanWhenDue(*balancer, *elastic->communicator(), step, elastic->rank() == 0, logger, metrics.get());
+          share = shareOf(batch, balancer->offset(), balancer->share());
+        } else {
+          share = batch;
+        }
+        slept = slowRank.sleepBeforeStep();
+        const auto computeStart = Clock::now();
+        strategy->setLr(schedule->lrAt(step));
+        loss = strategy->trainStep(share.inputs, share.labels).loss;
+        compute = computeSeconds(secondsSince(computeStart), strategy->reducer());
       }
-      slept = slowRank.sleepBeforeStep();
-      const auto computeStart = Clock::now();
-      strategy->setLr(schedule->lrAt(step));
-      loss = strategy->trainStep(share.inputs, share.labels).loss;
-      compute = computeSeconds(secondsSince(computeStart), strategy->reducer());
     } catch (const Error& e) {
       if (!dynamic_cast<const PeerError*>(&e) && !dynamic_cast<const Timeout*>(&e)) throw;
       recovering = true;
       failedAt = Clock::now();
       logger.warn("elastic: step failed, regrouping",
                   {{"rank", id}, {"step", step}, {"generation", elastic->generation()}, {"error", e.what()}});
-      // The state after `step` completed steps is `last`; one step behind is `before`.
-      strategy.reset();  // its loss refers to the balancer
-      balancer.reset();
-      loader.reset();
-      parallel::MembershipChange change;
-      try {
-        change = elastic->regroup(step, e.what());
-      } catch (const parallel::BelowMinRanksError& stop) {
-        saveBeforeStopping(config, recipe, stepsPerEpoch, stop.change(), id, last, before, logger);
-        throw;
-      }
-      const Snapshot* from = change.step == last.step ? &last : change.step == before.step ? &before : nullptr;
-      KOLO_CHECK(from != nullptr, "elastic rank ", id, ": the members agreed on step ", change.step,
-                 " but this rank holds the states after steps ", before.step, " and ", last.step);
-      startGeneration();
-      strategy = makeStrategy();
-      strategy->model().loadStateDict(from->weights, "the elastic snapshot");
-      strategy->optimizer().loadStateDict(parallel::conformStateShapes(from->optimizer, strategy->optimizer()));
-      strategy->syncReplicas();
-      step = change.step;
-      last = take(*strategy, step);
-      before = Snapshot{};
-      loader = makeLoader(step);
-      metrics.reset();
-      openMetrics();
-      if (elastic->rank() == 0)
-        logger.warn("elastic: membership changed", {{"generation", change.generation},
-                                                    {"lost_ranks", idList(change.lost)},
-                                                    {"world_size", elastic->size()},
-                                                    {"members", idList(change.members)},
-                                                    {"step", step}});
-      event({{"event", "membership"}, {"step", step}, {"generation", change.generation},
-             {"world_size", elastic->size()}, {"lost", idList(change.lost)}});
+      changeMembership(e.what());
+      continue;
+    }
+    if (admit) {
+      changeMembership("rank(s) waiting to join");
       continue;
     }
     if (!std::isfinite(loss))
@@ -335,6 +389,7 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
                       {"generation", elastic->generation()}, {"wall_s", secondsSince(start)}});
   }
   if (elastic->rank() != 0) return 0;
+  elastic->finish("training finished");  // ranks still waiting to join stop waiting
   const double accuracy = evaluateAccuracy(strategy->model(), *test);
   if (!config.savePath.empty()) {
     checkpoint::saveSafetensors(config.savePath, strategy->model().stateDict(),

@@ -41,6 +41,7 @@ struct Rank {
   int outFd = -1;
   int errFd = -1;
   bool killedAsLost = false;  // a parameter-server worker still running after the job
+  bool joiner = false;        // --elastic: started in a lost rank's place
   std::unique_ptr<LinePrefixer> out;
   std::unique_ptr<LinePrefixer> err;
 };
@@ -79,7 +80,20 @@ class Job {
   /// mpirun -np P+1+W gives them too).
   void assignRole(Rank& r) const;
   static std::string describeRank(const Rank& r);
+  /// Starts rank r (its globalRank and localRank set) with the job's variables, KOLO_RANK,
+  /// KOLO_LOCAL_RANK and `vars`, bound to its local rank's CPU. False (said why) when the
+  /// program cannot be started.
+  bool start(Rank& r, std::vector<std::pair<std::string, std::string>> vars);
   bool spawn(Rank& r, const std::vector<std::string>& env);
+  /// --elastic: the most ranks the job runs at once (--max-ranks, default -n).
+  int maxRanks() const;
+  /// --elastic: starts a rank with a new launch rank in the place of each lost rank in
+  /// replace_, while the job runs fewer than maxRanks() and has started fewer than
+  /// maxRanks() replacements in all (a program that fails at once does not restart forever).
+  void startReplacements();
+  /// --elastic: how many running ranks are members of the job (a replacement counts once a
+  /// generation admitted it).
+  int runningMembers();
   bool anyRunning() const;
   /// Signals every rank's process group (also those whose leader has exited, so children
   /// they left behind are stopped too).
@@ -124,6 +138,13 @@ class Job {
   std::unique_ptr<comm::TcpStoreServer> server_;
   std::shared_ptr<comm::Store> store_;
   std::vector<Rank> ranks_;
+  std::vector<std::pair<std::string, std::string>> vars_;  // every rank's KOLO_* variables
+  CpuBinding bind_ = CpuBinding::None;
+  std::vector<int> cpus_;  // the CPUs ranks are bound to (bind_)
+  int nextRank_ = 0;       // --elastic: the launch rank of the next replacement
+  int replacements_ = 0;   // --elastic: replacements started so far
+  // --elastic: (local rank, launch rank) of each lost rank to replace once reap() is done.
+  std::vector<std::pair<int, int>> replace_;
   std::unique_ptr<DebugWatch> debug_;
   std::string collectReason_;
   Clock::time_point collectDeadline_;

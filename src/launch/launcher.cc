@@ -111,7 +111,8 @@ int Job::run() {
                                                       std::ceil(options_.timeoutSeconds * 1000)))
                                                 : std::chrono::milliseconds(5min);
   // Forked first, while the launcher holds few descriptors and no rank exists yet.
-  guard_ = std::make_unique<JobGuard>(options_.procsPerNode);
+  // Elastic jobs may start up to maxRanks() replacements besides.
+  guard_ = std::make_unique<JobGuard>(options_.procsPerNode + (options_.elastic ? maxRanks() : 0));
   std::string storeAddress = options_.storeAddress;
   psServers_ = options_.psServers;
   psWorkers_ = options_.psWorkers;
@@ -141,7 +142,7 @@ int Job::run() {
   // Elastic jobs: the launcher marks lost ranks in the store for the survivors.
   if (options_.elastic) store_ = comm::connectTcpStore(storeAddress, token, rendezvous);
 
-  std::vector<std::pair<std::string, std::string>> vars = {
+  vars_ = {
       {"KOLO_WORLD_SIZE", std::to_string(worldSize_)},
       {"KOLO_LOCAL_SIZE", std::to_string(options_.procsPerNode)},
       {"KOLO_NODE_RANK", std::to_string(options_.nodeRank)},
@@ -152,36 +153,35 @@ int Job::run() {
   setUpDebugDirectory(firstRank);
   events_ = std::make_unique<JobEvents>(options_.eventsFile);
   events_->started(worldSize_, options_.procsPerNode, firstRank);
-  if (debug_) vars.emplace_back("KOLO_DEBUG_DIR", debug_->dir());
-  if (options_.elastic)
-    vars.emplace_back("KOLO_ELASTIC_MIN_RANKS", std::to_string(options_.minRanks));
+  if (debug_) vars_.emplace_back("KOLO_DEBUG_DIR", debug_->dir());
+  if (options_.elastic) {
+    vars_.emplace_back("KOLO_ELASTIC_MIN_RANKS", std::to_string(options_.minRanks));
+    vars_.emplace_back("KOLO_ELASTIC_MAX_RANKS", std::to_string(maxRanks()));
+  }
   if (options_.timeoutSeconds > 0) {
     char text[32];
     std::snprintf(text, sizeof text, "%g", options_.timeoutSeconds);
-    vars.emplace_back("KOLO_TIMEOUT", text);
+    vars_.emplace_back("KOLO_TIMEOUT", text);
   }
   ranks_.resize(static_cast<size_t>(options_.procsPerNode));
+  nextRank_ = worldSize_;
   // A lone rank has no local peer to keep apart from: it keeps the whole mask (its
   // threads may use every CPU).
-  const CpuBinding bind = options_.procsPerNode > 1 ? options_.bind : CpuBinding::None;
-  const std::vector<int> cpus = bind == CpuBinding::None ? std::vector<int>{} : allowedCpus();
+  bind_ = options_.procsPerNode > 1 ? options_.bind : CpuBinding::None;
+  if (bind_ != CpuBinding::None) cpus_ = allowedCpus();
   for (int local = 0; local < options_.procsPerNode; ++local) {
     Rank& r = ranks_[static_cast<size_t>(local)];
     r.localRank = local;
     r.globalRank = firstRank + local;
-    auto rankVars = vars;
-    rankVars.emplace_back("KOLO_RANK", std::to_string(r.globalRank));
-    rankVars.emplace_back("KOLO_LOCAL_RANK", std::to_string(local));
+    std::vector<std::pair<std::string, std::string>> roleVars;
     if (psServers_ > 0) {
       assignRole(r);
-      rankVars.emplace_back("KOLO_ROLE", r.role);
-      rankVars.emplace_back("KOLO_ROLE_INDEX", std::to_string(r.roleIndex));
-      rankVars.emplace_back("KOLO_PS_SERVERS", std::to_string(psServers_));
-      rankVars.emplace_back("KOLO_PS_WORKERS", std::to_string(psWorkers_));
+      roleVars = {{"KOLO_ROLE", r.role},
+                  {"KOLO_ROLE_INDEX", std::to_string(r.roleIndex)},
+                  {"KOLO_PS_SERVERS", std::to_string(psServers_)},
+                  {"KOLO_PS_WORKERS", std::to_string(psWorkers_)}};
     }
-    // The rank inherits the spawning thread's mask: bind this thread while it spawns.
-    ScopedThreadBinding bound(cpuForLocalRank(bind, local, cpus));
-    if (!spawn(r, rankEnvironment(rankVars))) {
+    if (!start(r, roleVars)) {
       exitCode_ = 127;
       beginStop(SIGTERM);
       break;
@@ -316,6 +316,19 @@ std::string Job::describeRank(const Rank& r) {
   const std::string name = r.role == "ps" ? "parameter server" : r.role;
   return name + (r.role == "chief" ? "" : " " + std::to_string(r.roleIndex)) + " (rank " +
          std::to_string(r.globalRank) + ")";
+}
+
+bool Job::start(Rank& r, std::vector<std::pair<std::string, std::string>> vars) {
+  vars.insert(vars.begin(), vars_.begin(), vars_.end());
+  vars.emplace_back("KOLO_RANK", std::to_string(r.globalRank));
+  vars.emplace_back("KOLO_LOCAL_RANK", std::to_string(r.localRank));
+  // The rank inherits the spawning thread's mask: bind this thread while it spawns.
+  ScopedThreadBinding bound(cpuForLocalRank(bind_, r.localRank, cpus_));
+  return spawn(r, rankEnvironment(vars));
+}
+
+int Job::maxRanks() const {
+  return options_.maxRanks > 0 ? options_.maxRanks : options_.procsPerNode;
 }
 
 bool Job::spawn(Rank& r, const std::vector<std::string>& env) {
@@ -543,6 +556,9 @@ int runLauncher(const LauncherOptions& options) {
   if (options.elastic && (options.minRanks < 1 || options.minRanks > options.procsPerNode))
     KOLO_THROW(InvalidArgument, "kolo run: --min-ranks ", options.minRanks, " must be within 1..",
                options.procsPerNode, " (-n)");
+  if (options.elastic && options.maxRanks != 0 && options.maxRanks < options.procsPerNode)
+    KOLO_THROW(InvalidArgument, "kolo run: --max-ranks ", options.maxRanks, " is below -n ",
+               options.procsPerNode, ": the job starts -n ranks and replaces lost ones up to --max-ranks");
   if (options.psJoin) {
     if (options.storeAddress.empty() || options.token.empty() || options.procsPerNode != 1)
       KOLO_THROW(InvalidArgument,

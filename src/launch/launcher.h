@@ -68,6 +68,11 @@ struct LauncherOptions {
   /// an error that says so. Single node only.
   bool elastic = false;
   int minRanks = 1;
+  /// --elastic: a lost rank is replaced by a new process with the next launch rank (-n,
+  /// -n + 1, ...; KOLO_ELASTIC_JOIN set) while fewer than maxRanks ranks run and fewer than
+  /// maxRanks replacements were started; it joins at a step boundary (ElasticContext::join).
+  /// The ranks get KOLO_ELASTIC_MAX_RANKS. 0: procsPerNode; below it is an InvalidArgument.
+  int maxRanks = 0;
   /// PROGRAM ARGS... (PROGRAM is looked up in PATH).
   std::vector<std::string> command;
 };

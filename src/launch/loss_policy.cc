@@ -62,6 +62,7 @@ void Job::reap() {
         (!blamed || blamePriority(status) > blamePriority(blamed->status)))
       blamed = &r;
   }
+  if (!replace_.empty()) startReplacements();
   if (blamed) {
     std::string what = describeRank(*blamed) + " (pid " + std::to_string(blamed->pid) + ") " +
                        describeStatus(blamed->status);
@@ -77,8 +78,7 @@ void Job::reap() {
 }
 
 bool Job::loseElasticRank(const Rank& r) {
-  int left = 0;
-  for (const auto& other : ranks_) left += other.running ? 1 : 0;
+  const int left = runningMembers();
   const std::string what = "rank " + std::to_string(r.globalRank) + " (pid " +
                            std::to_string(r.pid) + ") " + describeStatus(r.status);
   try {
@@ -89,6 +89,7 @@ bool Job::loseElasticRank(const Rank& r) {
   }
   if (left >= options_.minRanks) {
     say(what + "; the elastic job goes on with " + std::to_string(left) + " rank(s)");
+    replace_.emplace_back(r.localRank, r.globalRank);
     return true;
   }
   say(what + "; " + std::to_string(left) + " rank(s) left, below --min-ranks " +
@@ -140,6 +141,48 @@ void Job::endLostWorkers() {
         " ms after the chief finished the job without it; sending SIGKILL");
     ::kill(-r.pid, SIGKILL);
     r.killedAsLost = true;
+  }
+}
+
+int Job::runningMembers() {
+  int members = 0;
+  for (const auto& r : ranks_) {
+    if (!r.running) continue;
+    bool admitted = !r.joiner;
+    try {
+      admitted = admitted || store_->check({parallel::elasticAdmittedKey(r.globalRank)});
+    } catch (const Error& e) {
+      say("could not read whether rank " + std::to_string(r.globalRank) + " joined: " + e.what());
+    }
+    members += admitted ? 1 : 0;
+  }
+  return members;
+}
+
+void Job::startReplacements() {
+  std::vector<std::pair<int, int>> lost;
+  lost.swap(replace_);
+  if (stopping_ || survivorsDeadline_) return;
+  for (const auto& [localRank, lostRank] : lost) {
+    int running = 0;
+    for (const auto& r : ranks_) running += r.running ? 1 : 0;
+    if (running >= maxRanks() || replacements_ >= maxRanks()) {
+      say("rank " + std::to_string(lostRank) + " is not replaced: " +
+          (running >= maxRanks() ? std::to_string(running) + " rank(s) run, --max-ranks " +
+                                       std::to_string(maxRanks())
+                                 : std::to_string(replacements_) + " replacements started already, as many as --max-ranks"));
+      continue;
+    }
+    Rank joiner;
+    joiner.globalRank = nextRank_++;
+    joiner.localRank = localRank;  // its CPU and local slot
+    joiner.joiner = true;
+    ranks_.push_back(std::move(joiner));
+    ++replacements_;
+    if (start(ranks_.back(), {{"KOLO_ELASTIC_JOIN", "1"}}))
+      say("starting rank " + std::to_string(ranks_.back().globalRank) + " (pid " +
+          std::to_string(ranks_.back().pid) + ") in the place of rank " + std::to_string(lostRank) +
+          "; it joins at a step boundary");
   }
 }
 
