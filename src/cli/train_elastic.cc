@@ -16,6 +16,7 @@
 
 #include "cli/train_balance.h"
 #include "cli/train_loop.h"
+#include "cli/train_model_state.h"
 #include "kolo/comm/stores.h"
 #include "kolo/checkpoint.h"
 #include "kolo/error.h"
@@ -57,6 +58,25 @@ Snapshot take(parallel::Strategy& strategy, int64_t step) {
   return s;
 }
 
+// The checkpoint of the state after `step` steps, the files a run without --elastic writes
+// (weights, optimizer state, loader position, and the model, batch and seed it was trained
+// with), so that `kolo train --resume` continues it with or without --elastic.
+void writeCheckpoint(const TrainConfig& config, int64_t stepsPerEpoch, int64_t step, int replicas,
+                     nn::Module& model, optim::Optimizer& optimizer, observe::Logger& logger,
+                     const char* message) {
+  checkpoint::TrainingState state;
+  state.step = step;
+  state.epoch = step / stepsPerEpoch;
+  state.loader = {step / stepsPerEpoch, step % stepsPerEpoch};
+  state.extra = runIdentity(config);
+  state.extra["strategy"] = config.strategy;
+  state.extra["replicas"] = std::to_string(replicas);
+  checkpoint::CheckpointManager manager(config.checkpointDir, config.keepCheckpoints, true,
+                                        [&logger](const std::string& line) { logger.warn(line); });
+  const std::string path = manager.save(model.stateDict(), &optimizer, state);
+  logger.info(message, {{"dir", path}, {"step", step}});
+}
+
 // The job fell below --min-ranks after `change.step` steps: the first member writes the
 // state after that step as a checkpoint that `kolo train --resume` continues, then every
 // member stops with the error. A model and optimizer of this process take the snapshot
@@ -73,17 +93,8 @@ void saveBeforeStopping(const TrainConfig& config, const Recipe& recipe, int64_t
   model->loadStateDict(from->weights, "the elastic snapshot");
   std::unique_ptr<optim::Optimizer> optimizer = makeOptimizer(recipe, model->namedParameters());
   optimizer->loadStateDict(parallel::conformStateShapes(from->optimizer, *optimizer));
-  checkpoint::TrainingState state;
-  state.step = change.step;
-  state.epoch = change.step / stepsPerEpoch;
-  state.loader = {change.step / stepsPerEpoch, change.step % stepsPerEpoch};
-  state.extra = runIdentity(config);
-  state.extra["strategy"] = config.strategy;
-  state.extra["replicas"] = std::to_string(change.members.size());
-  checkpoint::CheckpointManager manager(config.checkpointDir, config.keepCheckpoints, true,
-                                        [&logger](const std::string& line) { logger.warn(line); });
-  const std::string path = manager.save(model->stateDict(), optimizer.get(), state);
-  logger.warn("elastic: checkpoint written before stopping", {{"dir", path}, {"step", change.step}});
+  writeCheckpoint(config, stepsPerEpoch, change.step, static_cast<int>(change.members.size()), *model,
+                  *optimizer, logger, "elastic: checkpoint written before stopping");
 }
 
 std::string idList(const std::vector<int>& ids) {
@@ -101,11 +112,12 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
   KOLO_REQUIRE(config.strategy == "multi-worker-mirrored",
                "kolo run --elastic trains with --strategy multi-worker-mirrored, not --strategy ",
                config.strategy);
-  KOLO_REQUIRE(config.initPath.empty() && config.resumeDir.empty() && config.checkpointEvery == 0 &&
-                   config.clipNorm == 0.0 && !config.detectAnomaly && config.checkSync == 0,
-               "--init, --resume, --checkpoint-every, --clip-norm, --detect-anomaly and --check-sync "
-               "are not available under kolo run --elastic (--checkpoint-dir is written when the "
-               "job falls below --min-ranks)");
+  KOLO_REQUIRE(config.initPath.empty() && config.clipNorm == 0.0 && !config.detectAnomaly &&
+                   config.checkSync == 0,
+               "--init, --clip-norm, --detect-anomaly and --check-sync are not available under kolo "
+               "run --elastic");
+  KOLO_REQUIRE(config.checkpointEvery >= 0, "--checkpoint-every must be at least 0, got ",
+               config.checkpointEvery);
   KOLO_REQUIRE(config.threads >= 1, "--threads must be at least 1, got ", config.threads);
   setNumThreads(config.threads);
   Recipe recipe = resolveRecipe(config, 1);
@@ -231,15 +243,33 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     metrics.reset();
     openMetrics();
   };
+  int64_t firstStep = 0;  // where this run started (--resume: the checkpoint's step)
   if (joiner) {
     adopt(nullptr, elastic->change().step);
   } else {
     startGeneration();
     strategy = makeStrategy();
-    loader = makeLoader(0);
+    if (!config.resumeDir.empty()) {
+      // Every member reads the newest good checkpoint that rank 0 picked (one node: the
+      // same files).
+      firstStep = step = resumeModelPart(
+          config, elastic->communicator().get(),
+          ModelPart{.module = &strategy->model(), .specs = {}, .optimizer = &strategy->optimizer()}, logger);
+    }
+    loader = makeLoader(step);
+    metricsOpened = step > 0;  // a resumed run continues the file
     openMetrics();
-    last = take(*strategy, 0);
+    last = take(*strategy, step);
   }
+  // --checkpoint-dir: every --checkpoint-every steps and at the end, by rank 0 of the
+  // generation (the lowest launch rank: every member holds the same state).
+  int64_t lastCheckpoint = step;
+  auto checkpointAfter = [&](int64_t completed) {
+    if (config.checkpointDir.empty() || elastic->rank() != 0) return;
+    writeCheckpoint(config, stepsPerEpoch, completed, elastic->size(), strategy->model(),
+                    strategy->optimizer(), logger, "elastic: checkpoint written");
+    lastCheckpoint = completed;
+  };
   std::ofstream sampleLog;
   if (!config.debugSampleLog.empty()) {
     const std::string path = config.debugSampleLog + ".rank-" + std::to_string(id);
@@ -265,7 +295,7 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     metrics->write(fields);
   };
   if (!joiner)
-    event({{"event", "start"}, {"step", int64_t{0}}, {"world_size", elastic->size()},
+    event({{"event", firstStep > 0 ? "resume" : "start"}, {"step", step}, {"world_size", elastic->size()},
            {"generation", elastic->generation()}, {"batch", config.batch}});
 
   // Every member agrees on the next generation (after a failed step, or to admit joiners),
@@ -361,9 +391,10 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     slowRank.computed(compute);
     if (balancer) balancer->record(slept + compute);
     ++step;
-    if (elastic->generation() == 0 && step == 1) elastic->communicator()->setTimeout(deadline);
+    if (elastic->generation() == 0 && step == firstStep + 1) elastic->communicator()->setTimeout(deadline);
     before = std::move(last);
     last = take(*strategy, step);
+    if (config.checkpointEvery > 0 && step % config.checkpointEvery == 0) checkpointAfter(step);
     lossSum += loss;
     ++lossCount;
     if (recovering) {
@@ -390,6 +421,7 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
   }
   if (elastic->rank() != 0) return 0;
   elastic->finish("training finished");  // ranks still waiting to join stop waiting
+  if (lastCheckpoint != step) checkpointAfter(step);
   const double accuracy = evaluateAccuracy(strategy->model(), *test);
   if (!config.savePath.empty()) {
     checkpoint::saveSafetensors(config.savePath, strategy->model().stateDict(),

@@ -275,6 +275,38 @@ TEST_F(ElasticCliTest, FallingBelowMinRanksWritesACheckpointThatResumes) {
         << got[i].first;
 }
 
+// --checkpoint-every under --elastic: rank 0 writes the checkpoints a run without --elastic
+// writes; both ranks die before step 13, after those of steps 5 and 10, and the job fails.
+// `kolo run --elastic ... --resume` continues from step 10 to the weights of an
+// uninterrupted one-device run (with momentum: the optimizer state comes back too).
+TEST_F(ElasticCliTest, CheckpointEveryAndResumeContinueAnUninterruptedRun) {
+  const std::string train = kCommon + " --momentum 0.9";
+  const RunResult reference = runKolo(train + " --save " + file("one.safetensors"));
+  ASSERT_EQ(reference.exitCode, 0) << reference.output;
+  const std::string elastic = "run --elastic -n 2 --timeout 5 -- " + kolo() + " " + train +
+                              " --strategy multi-worker-mirrored ";
+  const RunResult killed = runKolo(elastic + "--debug-kill-rank 0,1:13 --checkpoint-every 5 " +
+                                   "--checkpoint-dir " + file("checkpoints"));
+  EXPECT_NE(killed.exitCode, 0) << killed.output;
+  EXPECT_NE(killed.output.find("elastic: checkpoint written dir="), std::string::npos) << killed.output;
+  ASSERT_TRUE(fs::exists(file("checkpoints") + "/ckpt-000000010")) << killed.output;
+  EXPECT_FALSE(fs::exists(file("checkpoints") + "/ckpt-000000015")) << killed.output;
+
+  const RunResult resumed = runKolo(elastic + "--resume " + file("checkpoints") + " --save " +
+                                    file("resumed.safetensors"));
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming checkpoint=" + file("checkpoints") + "/ckpt-000000010 step=10"),
+            std::string::npos)
+      << resumed.output;
+  const auto expected = kolo::checkpoint::loadSafetensors(file("one.safetensors")).tensors;
+  const auto got = kolo::checkpoint::loadSafetensors(file("resumed.safetensors")).tensors;
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_LE(relativeDifference(expected[i].second.toFloatVector(), got[i].second.toFloatVector()),
+              1e-5)
+        << got[i].first;
+}
+
 TEST_F(ElasticCliTest, MaxRanksBelowTheRankCountIsRefused) {
   const RunResult run = runKolo("run --elastic --max-ranks 1 -n 2 -- " + kolo() + " " + kCommon);
   EXPECT_NE(run.exitCode, 0) << run.output;
