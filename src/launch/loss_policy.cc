@@ -62,7 +62,6 @@ void Job::reap() {
         (!blamed || blamePriority(status) > blamePriority(blamed->status)))
       blamed = &r;
   }
-  if (!replace_.empty()) startReplacements();
   if (blamed) {
     std::string what = describeRank(*blamed) + " (pid " + std::to_string(blamed->pid) + ") " +
                        describeStatus(blamed->status);
@@ -75,6 +74,8 @@ void Job::reap() {
     publishFailure(what);
     stopAfterDumps("a rank failed");
   }
+  // Last: starting a rank adds to ranks_ (blamed points into it).
+  if (!replace_.empty()) startReplacements();
 }
 
 bool Job::loseElasticRank(const Rank& r) {
