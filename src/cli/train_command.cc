@@ -248,8 +248,8 @@ Command registerTrain(CLI::App& root) {
                   "change (members agreed, communicator not built), for tests")
       ->group("");
   app->add_option("--debug-await-join", config->debugAwaitJoin,
-                  "STEP under kolo run --elastic: before STEP the members wait for a rank started "
-                  "in a lost one's place to register, so that it joins there, for tests")
+                  "STEP under kolo run --elastic: before STEP the members wait for ranks to "
+                  "register to join (up to --max-ranks), so that they join there, for tests")
       ->group("");
   app->add_option("--debug-sample-log", config->debugSampleLog,
                   "under kolo run --elastic: each rank appends the sample ids of its completed "

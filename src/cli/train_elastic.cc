@@ -353,7 +353,7 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     try {
       // A step boundary: the members agree whether a joiner is waiting.
       if (step == config.debugAwaitJoin && elastic->size() < elastic->maxRanks())
-        elastic->awaitJoiner(std::chrono::minutes(5));
+        elastic->awaitJoiners(std::chrono::minutes(5));
       admit = elastic->joinerWaiting();
       if (!admit) {
         if (balancer) {

@@ -119,8 +119,8 @@ struct TrainConfig {
   // SIGKILL themselves before step `debugKillStep`; launch rank `debugKillInRegroup` SIGKILLs
   // itself in the first membership change, once the members are agreed and before their
   // communicator is built; each rank appends "GENERATION STEP ID..." for every step it
-  // completes to debugSampleLog.rank-N; at step debugAwaitJoin the members wait for a
-  // joiner to register, so that it is admitted there.
+  // completes to debugSampleLog.rank-N; at step debugAwaitJoin the members wait for
+  // joiners to register (up to --max-ranks), so that they are admitted there.
   std::vector<int> debugKillRanks;
   int64_t debugKillStep = -1;
   int debugKillInRegroup = -1;

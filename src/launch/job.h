@@ -85,12 +85,18 @@ class Job {
   /// program cannot be started.
   bool start(Rank& r, std::vector<std::pair<std::string, std::string>> vars);
   bool spawn(Rank& r, const std::vector<std::string>& env);
-  /// --elastic: the most ranks the job runs at once (--max-ranks, default -n).
+  /// --elastic: the most members a generation may have (--max-ranks, default -n × nodes()).
   int maxRanks() const;
+  /// The nodes of the job: --nnodes M, or MAX of --nnodes MIN:MAX.
+  int nodes() const;
   /// --elastic: starts a rank with a new launch rank in the place of each lost rank in
   /// replace_, while the job runs fewer than maxRanks() and has started fewer than
   /// maxRanks() replacements in all (a program that fails at once does not restart forever).
   void startReplacements();
+  /// --elastic across nodes: a launcher sees only its own ranks, so it replaces a lost one
+  /// while the job goes on and leaves --min-ranks to the ranks; once a member said the job
+  /// is over (parallel::elasticFinishedKey), a rank's end is part of that. True (go on).
+  bool loseElasticRankAcrossNodes(const Rank& r, const std::string& what);
   /// --elastic: how many running ranks are members of the job (a replacement counts once a
   /// generation admitted it).
   int runningMembers();
@@ -141,7 +147,6 @@ class Job {
   std::vector<std::pair<std::string, std::string>> vars_;  // every rank's KOLO_* variables
   CpuBinding bind_ = CpuBinding::None;
   std::vector<int> cpus_;  // the CPUs ranks are bound to (bind_)
-  int nextRank_ = 0;       // --elastic: the launch rank of the next replacement
   int replacements_ = 0;   // --elastic: replacements started so far
   // --elastic: (local rank, launch rank) of each lost rank to replace once reap() is done.
   std::vector<std::pair<int, int>> replace_;

@@ -45,6 +45,7 @@ using namespace std::chrono_literals;
 
 constexpr char kFailedKey[] = "kolo-run/failed";
 constexpr char kFinishedKey[] = "kolo-run/finished";
+constexpr char kNodesKey[] = "kolo-run/nodes";  // how many nodes registered
 constexpr auto kRemoteCheckInterval = 200ms;
 constexpr int kReapIntervalMs = 250;
 // How long the ranks get to write their flight recorders when asked, and how often the
@@ -101,9 +102,9 @@ Job::~Job() {
 int Job::run() {
   std::string token = options_.token;
   if (token.empty()) {
-    if (options_.nnodes > 1)
+    if (nodes() > 1)
       KOLO_THROW(
-          InvalidArgument, "kolo run: a job of ", options_.nnodes,
+          InvalidArgument, "kolo run: a job of ", nodes(),
           " nodes needs a token shared by every node: set KOLO_TOKEN to the same value on each");
     token = comm::detail::randomToken(16);  // 128 bits as 32 hex digits
   }
@@ -135,12 +136,12 @@ int Job::run() {
     server_ = std::make_unique<comm::TcpStoreServer>(serverOptions);
     if (storeAddress.empty()) storeAddress = "127.0.0.1:" + std::to_string(server_->port());
   }
-  if (options_.nnodes > 1) {
+  if (nodes() > 1) {
     store_ = comm::connectTcpStore(storeAddress, token, rendezvous);
     registerNode(rendezvous);
   }
   // Elastic jobs: the launcher marks lost ranks in the store for the survivors.
-  if (options_.elastic) store_ = comm::connectTcpStore(storeAddress, token, rendezvous);
+  if (options_.elastic && !store_) store_ = comm::connectTcpStore(storeAddress, token, rendezvous);
 
   vars_ = {
       {"KOLO_WORLD_SIZE", std::to_string(worldSize_)},
@@ -164,7 +165,12 @@ int Job::run() {
     vars_.emplace_back("KOLO_TIMEOUT", text);
   }
   ranks_.resize(static_cast<size_t>(options_.procsPerNode));
-  nextRank_ = worldSize_;
+  // --elastic --nnodes MIN:MAX: a node beyond MIN starts its ranks as joiners of the
+  // running job.
+  const bool lateNode = options_.nodeRank >= options_.nnodes;
+  if (lateNode)
+    say("node " + std::to_string(options_.nodeRank) + " joins the running elastic job with " +
+        std::to_string(options_.procsPerNode) + " rank(s)");
   // A lone rank has no local peer to keep apart from: it keeps the whole mask (its
   // threads may use every CPU).
   bind_ = options_.procsPerNode > 1 ? options_.bind : CpuBinding::None;
@@ -174,6 +180,10 @@ int Job::run() {
     r.localRank = local;
     r.globalRank = firstRank + local;
     std::vector<std::pair<std::string, std::string>> roleVars;
+    if (lateNode) {
+      r.joiner = true;
+      roleVars = {{"KOLO_ELASTIC_JOIN", "1"}};
+    }
     if (psServers_ > 0) {
       assignRole(r);
       roleVars = {{"KOLO_ROLE", r.role},
@@ -271,6 +281,16 @@ void Job::registerNode(std::chrono::milliseconds timeout) {
                                                  std::to_string(psWorkers_)
                                            : "-n " + std::to_string(options_.procsPerNode);
   store_->setString("kolo-run/nproc/" + std::to_string(options_.nodeRank), shape);
+  store_->add(kNodesKey, 1);
+  // A node that joins a running elastic job (--nnodes MIN:MAX) checks its shape against
+  // node 0's; the others wait for each other.
+  if (options_.nodeRank >= options_.nnodes) {
+    const std::string first = store_->getString("kolo-run/nproc/0", timeout);
+    if (first != shape)
+      KOLO_THROW(InvalidArgument, "kolo run: node 0 runs ", first, " but node ", options_.nodeRank,
+                 " runs ", shape, "; every node must use the same");
+    return;
+  }
   std::vector<std::string> keys;
   for (int node = 0; node < options_.nnodes; ++node)
     keys.push_back("kolo-run/nproc/" + std::to_string(node));
@@ -328,8 +348,10 @@ bool Job::start(Rank& r, std::vector<std::pair<std::string, std::string>> vars) 
 }
 
 int Job::maxRanks() const {
-  return options_.maxRanks > 0 ? options_.maxRanks : options_.procsPerNode;
+  return options_.maxRanks > 0 ? options_.maxRanks : nodes() * options_.procsPerNode;
 }
+
+int Job::nodes() const { return std::max(options_.nnodes, options_.maxNodes); }
 
 bool Job::spawn(Rank& r, const std::vector<std::string>& env) {
   SpawnedRank started = spawnRank(options_.command, env);
@@ -519,7 +541,9 @@ void Job::finishAcrossNodes(std::chrono::milliseconds timeout) {
     if (!failure_.empty())
       timeout = std::min<std::chrono::milliseconds>(timeout, options_.gracePeriod + 5s);
     auto deadline = Clock::now() + timeout;
-    while (store_->add(kFinishedKey, 0) < options_.nnodes && Clock::now() < deadline)
+    // Nodes that joined an elastic job later (--nnodes MIN:MAX) are waited for too.
+    while (store_->add(kFinishedKey, 0) < std::max<int64_t>(options_.nnodes, store_->add(kNodesKey, 0)) &&
+           Clock::now() < deadline)
       std::this_thread::sleep_for(50ms);
   } catch (const Error& e) {
     say(std::string("store unavailable at the end of the job: ") + e.what());
@@ -538,11 +562,15 @@ int runLauncher(const LauncherOptions& options) {
     KOLO_THROW(InvalidArgument, "kolo run: -n must be at least 1, got ", options.procsPerNode);
   if (options.nnodes < 1)
     KOLO_THROW(InvalidArgument, "kolo run: --nnodes must be at least 1, got ", options.nnodes);
-  if (options.nodeRank < 0 || options.nodeRank >= options.nnodes)
+  if (options.maxNodes != 0 && (!options.elastic || options.maxNodes < options.nnodes))
+    KOLO_THROW(InvalidArgument, "kolo run: --nnodes ", options.nnodes, ":", options.maxNodes,
+               " needs --elastic and MAX at least MIN");
+  const int nodes = std::max(options.nnodes, options.maxNodes);
+  if (options.nodeRank < 0 || options.nodeRank >= nodes)
     KOLO_THROW(InvalidArgument, "kolo run: --node-rank ", options.nodeRank, " is outside 0..",
-               options.nnodes - 1);
-  if (options.nnodes > 1 && options.storeAddress.empty())
-    KOLO_THROW(InvalidArgument, "kolo run: a job of ", options.nnodes,
+               nodes - 1);
+  if (nodes > 1 && options.storeAddress.empty())
+    KOLO_THROW(InvalidArgument, "kolo run: a job of ", nodes,
                " nodes needs --store HOST:PORT (node 0's address)");
   if (options.stallSeconds < 0)
     KOLO_THROW(InvalidArgument, "kolo run: --stall-seconds must be at least 0, got ",
@@ -550,15 +578,19 @@ int runLauncher(const LauncherOptions& options) {
   if (options.command.empty())
     KOLO_THROW(InvalidArgument, "kolo run: no program given (kolo run -n N -- PROGRAM ARGS...)");
   if (!options.storeAddress.empty()) comm::parseHostPort(options.storeAddress);
-  if (options.elastic && (options.nnodes > 1 || options.psServers > 0 || options.psJoin))
-    KOLO_THROW(InvalidArgument,
-               "kolo run --elastic runs the ranks of one node (no --nnodes, --ps or --join)");
-  if (options.elastic && (options.minRanks < 1 || options.minRanks > options.procsPerNode))
+  if (options.elastic && (options.psServers > 0 || options.psJoin))
+    KOLO_THROW(InvalidArgument, "kolo run --elastic trains data parallel (no --ps or --join)");
+  // The job starts with -n ranks on each of the first nnodes nodes.
+  const int starting = options.procsPerNode * options.nnodes;
+  const std::string startingText =
+      "-n " + std::to_string(options.procsPerNode) +
+      (options.nnodes > 1 ? " x " + std::to_string(options.nnodes) + " nodes" : "");
+  if (options.elastic && (options.minRanks < 1 || options.minRanks > starting))
     KOLO_THROW(InvalidArgument, "kolo run: --min-ranks ", options.minRanks, " must be within 1..",
-               options.procsPerNode, " (-n)");
-  if (options.elastic && options.maxRanks != 0 && options.maxRanks < options.procsPerNode)
-    KOLO_THROW(InvalidArgument, "kolo run: --max-ranks ", options.maxRanks, " is below -n ",
-               options.procsPerNode, ": the job starts -n ranks and replaces lost ones up to --max-ranks");
+               starting, " (", startingText, ")");
+  if (options.elastic && options.maxRanks != 0 && options.maxRanks < starting)
+    KOLO_THROW(InvalidArgument, "kolo run: --max-ranks ", options.maxRanks, " is below ", startingText,
+               ": the job starts with those ranks and replaces lost ones up to --max-ranks");
   if (options.psJoin) {
     if (options.storeAddress.empty() || options.token.empty() || options.procsPerNode != 1)
       KOLO_THROW(InvalidArgument,

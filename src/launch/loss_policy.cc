@@ -15,6 +15,8 @@
 namespace kolo::parallel::detail {
 namespace {
 
+constexpr char kNextRankKey[] = "kolo-run/replacements";  // the count of replacements started
+
 /// How likely a rank's end is the cause of a job's failure: killed by a signal (2), an
 /// error of its own (1), or kolo's exit code for "another rank failed or vanished" (0).
 int blamePriority(int status) {
@@ -79,7 +81,6 @@ void Job::reap() {
 }
 
 bool Job::loseElasticRank(const Rank& r) {
-  const int left = runningMembers();
   const std::string what = "rank " + std::to_string(r.globalRank) + " (pid " +
                            std::to_string(r.pid) + ") " + describeStatus(r.status);
   try {
@@ -88,6 +89,8 @@ bool Job::loseElasticRank(const Rank& r) {
     say(std::string("could not mark rank ") + std::to_string(r.globalRank) +
         " lost in the store: " + e.what());
   }
+  if (nodes() > 1) return loseElasticRankAcrossNodes(r, what);
+  const int left = runningMembers();
   if (left >= options_.minRanks) {
     say(what + "; the elastic job goes on with " + std::to_string(left) + " rank(s)");
     replace_.emplace_back(r.localRank, r.globalRank);
@@ -106,6 +109,28 @@ bool Job::loseElasticRank(const Rank& r) {
   survivorsDeadline_ = Clock::now() + wait;
   say("waiting up to " + std::to_string(wait.count() / 1000) +
       " s for the other rank(s) to stop by themselves (after a checkpoint, with --checkpoint-dir)");
+  return true;
+}
+
+bool Job::loseElasticRankAcrossNodes(const Rank& r, const std::string& what) {
+  std::string over;  // why the job is over, once a member said so
+  try {
+    if (store_->check({parallel::elasticFinishedKey()}))
+      over = store_->getString(parallel::elasticFinishedKey(), std::chrono::seconds(5));
+  } catch (const Error& e) {
+    over = std::string("the store is gone: ") + e.what();
+  }
+  if (over.empty()) {
+    say(what + "; the elastic job goes on without it");
+    replace_.emplace_back(r.localRank, r.globalRank);
+    return true;
+  }
+  // The members stopped the job (below --min-ranks): this rank's end is part of that.
+  say(what + "; the elastic job is over: " + over);
+  if (failure_.empty()) {
+    failure_ = what + " (" + over + ")";
+    exitCode_ = exitCodeFor(r.status);
+  }
   return true;
 }
 
@@ -165,17 +190,26 @@ void Job::startReplacements() {
   lost.swap(replace_);
   if (stopping_ || survivorsDeadline_) return;
   for (const auto& [localRank, lostRank] : lost) {
+    // This node gets back to its -n ranks; the generations admit at most maxRanks().
     int running = 0;
     for (const auto& r : ranks_) running += r.running ? 1 : 0;
-    if (running >= maxRanks() || replacements_ >= maxRanks()) {
+    if (running >= options_.procsPerNode || replacements_ >= maxRanks()) {
       say("rank " + std::to_string(lostRank) + " is not replaced: " +
-          (running >= maxRanks() ? std::to_string(running) + " rank(s) run, --max-ranks " +
-                                       std::to_string(maxRanks())
-                                 : std::to_string(replacements_) + " replacements started already, as many as --max-ranks"));
+          (running >= options_.procsPerNode
+               ? std::to_string(running) + " rank(s) run on this node (-n)"
+               : std::to_string(replacements_) + " replacements started here, as many as --max-ranks"));
       continue;
     }
     Rank joiner;
-    joiner.globalRank = nextRank_++;
+    // Launch ranks beyond every node's own, unique across the nodes (a counter in the store).
+    int64_t ticket = 0;
+    try {
+      ticket = store_->add(kNextRankKey, 1);
+    } catch (const Error& e) {
+      say("rank " + std::to_string(lostRank) + " is not replaced: " + e.what());
+      continue;
+    }
+    joiner.globalRank = nodes() * options_.procsPerNode + static_cast<int>(ticket) - 1;
     joiner.localRank = localRank;  // its CPU and local slot
     joiner.joiner = true;
     ranks_.push_back(std::move(joiner));

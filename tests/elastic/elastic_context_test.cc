@@ -105,7 +105,7 @@ TEST(ElasticContext, AJoinerIsAdmittedAtAStepBoundaryAndALateRankIsStillRefused)
       changes[3] = contexts[3]->change();
     } else {
       ElasticContext& e = *contexts[static_cast<size_t>(r)];
-      e.awaitJoiner(10s);  // the step boundary, once the joiner has registered
+      e.awaitJoiners(10s);  // the step boundary, once the joiner has registered
       EXPECT_TRUE(e.joinerWaiting());
       changes[static_cast<size_t>(r)] = e.regroup(6, "joiner waiting");
       EXPECT_FALSE(e.joinerWaiting());  // full: no collective, no joiner

@@ -71,6 +71,9 @@ class BelowMinRanksError : public Error {
 /// The key under which the launcher (or anyone who knows) marks launch rank `id` as lost,
 /// so that the survivors need not wait for it.
 std::string elasticLostKey(int id, const std::string& prefix = "kolo-elastic");
+/// The key a member writes when the job is over (finish(): training ended, or fewer than
+/// minRanks members are left), with the reason.
+std::string elasticFinishedKey(const std::string& prefix = "kolo-elastic");
 /// The key a joiner `id` writes once a generation admitted it (the launcher counts it as a
 /// member from then on).
 std::string elasticAdmittedKey(int id, const std::string& prefix = "kolo-elastic");
@@ -138,9 +141,10 @@ class ElasticContext {
   /// the same step, which admits the joiners. False without a collective when the
   /// generation has maxRanks members already. Throws what the all-reduce throws.
   bool joinerWaiting();
-  /// Blocks until a joiner that is not yet admitted has registered, or `timeout` passes
-  /// (then throws Timeout). For tests: makes an admission happen at a chosen step.
-  void awaitJoiner(std::chrono::milliseconds timeout);
+  /// Blocks until enough joiners that are not yet admitted have registered to fill the
+  /// generation to maxRanks, or `timeout` passes (then throws Timeout). For tests: makes the
+  /// admission happen at a chosen step.
+  void awaitJoiners(std::chrono::milliseconds timeout);
   /// Tells ranks still waiting in join() that the job is over (they return null). Called
   /// by a member once training ended; regroup() calls it when the job falls below minRanks.
   void finish(const std::string& why);

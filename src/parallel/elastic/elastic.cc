@@ -57,6 +57,8 @@ std::string elasticLostKey(int id, const std::string& prefix) {
   return prefix + "/lost/" + std::to_string(id);
 }
 
+std::string elasticFinishedKey(const std::string& prefix) { return prefix + "/finished"; }
+
 std::string elasticAdmittedKey(int id, const std::string& prefix) {
   return prefix + "/admitted/" + std::to_string(id);
 }
@@ -98,7 +100,7 @@ std::unique_ptr<ElasticContext> ElasticContext::join(std::shared_ptr<comm::Store
   int64_t seen = 0, admittedIn = 0;
   Record admitted;
   for (;;) {
-    if (kv.check({self->key("finished")})) return nullptr;
+    if (kv.check({elasticFinishedKey(self->options_.prefix)})) return nullptr;
     const int64_t current = kv.add(self->key("generation"), 0);
     for (; seen < current; ++seen) {
       std::string at = "g";  // (built in steps: GCC 12 warns falsely on "g" + to_string)
@@ -210,17 +212,19 @@ bool ElasticContext::joinerWaiting() {
   return any > 0;
 }
 
-void ElasticContext::awaitJoiner(std::chrono::milliseconds timeout) {
+void ElasticContext::awaitJoiners(std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
-  while (joinersRegistered() <= admitted_) {
+  while (size() + (joinersRegistered() - admitted_) < options_.maxRanks) {
     if (Clock::now() >= deadline)
-      KOLO_THROW(Timeout, "elastic rank ", id_, ": no rank registered to join within ",
-                 timeout.count(), " ms");
+      KOLO_THROW(Timeout, "elastic rank ", id_, ": ", options_.maxRanks - size(),
+                 " rank(s) did not register to join within ", timeout.count(), " ms");
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 
-void ElasticContext::finish(const std::string& why) { store_->setString(key("finished"), why); }
+void ElasticContext::finish(const std::string& why) {
+  store_->setString(elasticFinishedKey(options_.prefix), why);
+}
 
 MembershipChange ElasticContext::agree(int64_t completedStep, const std::string& reason) {
   const int64_t next = generation_ + 1;
