@@ -60,10 +60,11 @@ Snapshot take(parallel::Strategy& strategy, int64_t step) {
 
 // The checkpoint of the state after `step` steps, the files a run without --elastic writes
 // (weights, optimizer state, loader position, and the model, batch and seed it was trained
-// with), so that `kolo train --resume` continues it with or without --elastic.
-void writeCheckpoint(const TrainConfig& config, int64_t stepsPerEpoch, int64_t step, int replicas,
-                     nn::Module& model, optim::Optimizer& optimizer, observe::Logger& logger,
-                     const char* message) {
+// with), so that `kolo train --resume` continues it with or without --elastic. Returns its
+// directory.
+std::string writeCheckpoint(const TrainConfig& config, int64_t stepsPerEpoch, int64_t step,
+                            int replicas, nn::Module& model, optim::Optimizer& optimizer,
+                            observe::Logger& logger) {
   checkpoint::TrainingState state;
   state.step = step;
   state.epoch = step / stepsPerEpoch;
@@ -73,8 +74,7 @@ void writeCheckpoint(const TrainConfig& config, int64_t stepsPerEpoch, int64_t s
   state.extra["replicas"] = std::to_string(replicas);
   checkpoint::CheckpointManager manager(config.checkpointDir, config.keepCheckpoints, true,
                                         [&logger](const std::string& line) { logger.warn(line); });
-  const std::string path = manager.save(model.stateDict(), &optimizer, state);
-  logger.info(message, {{"dir", path}, {"step", step}});
+  return manager.save(model.stateDict(), &optimizer, state);
 }
 
 // The job fell below --min-ranks after `change.step` steps: the first member writes the
@@ -93,8 +93,9 @@ void saveBeforeStopping(const TrainConfig& config, const Recipe& recipe, int64_t
   model->loadStateDict(from->weights, "the elastic snapshot");
   std::unique_ptr<optim::Optimizer> optimizer = makeOptimizer(recipe, model->namedParameters());
   optimizer->loadStateDict(parallel::conformStateShapes(from->optimizer, *optimizer));
-  writeCheckpoint(config, stepsPerEpoch, change.step, static_cast<int>(change.members.size()), *model,
-                  *optimizer, logger, "elastic: checkpoint written before stopping");
+  const std::string path = writeCheckpoint(config, stepsPerEpoch, change.step,
+                                           static_cast<int>(change.members.size()), *model, *optimizer, logger);
+  logger.warn("elastic: checkpoint written before stopping", {{"dir", path}, {"step", change.step}});
 }
 
 std::string idList(const std::vector<int>& ids) {
@@ -266,8 +267,9 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
   int64_t lastCheckpoint = step;
   auto checkpointAfter = [&](int64_t completed) {
     if (config.checkpointDir.empty() || elastic->rank() != 0) return;
-    writeCheckpoint(config, stepsPerEpoch, completed, elastic->size(), strategy->model(),
-                    strategy->optimizer(), logger, "elastic: checkpoint written");
+    const std::string path = writeCheckpoint(config, stepsPerEpoch, completed, elastic->size(),
+                                             strategy->model(), strategy->optimizer(), logger);
+    logger.info("elastic: checkpoint written", {{"dir", path}, {"step", completed}});
     lastCheckpoint = completed;
   };
   std::ofstream sampleLog;
