@@ -34,6 +34,10 @@
     "parameter-server jobs: the number of workers W (set by kolo run --workers)")               \
   X(elasticMinRanks, "KOLO_ELASTIC_MIN_RANKS", Integer, "", "",                                  \
     "elastic jobs: the fewest ranks the job may shrink to (set by kolo run --elastic --min-ranks)") \
+  X(elasticMaxRanks, "KOLO_ELASTIC_MAX_RANKS", Integer, "", "",                                  \
+    "elastic jobs: the most ranks a generation may have (set by kolo run --elastic --max-ranks)") \
+  X(elasticJoin, "KOLO_ELASTIC_JOIN", Flag, "0", "",                                              \
+    "elastic jobs: this rank was started in a lost one's place and joins the running job (set by kolo run --elastic)") \
   X(timeout, "KOLO_TIMEOUT", Seconds, "", "",                                                     \
     "seconds before a collective or the rendezvous gives up (unset: the program's own, 300)")    \
   X(backend, "KOLO_BACKEND", Choice, "auto", "auto|native|mpi",                                   \

@@ -1,7 +1,9 @@
 // `kolo run`: the launcher's command line. Parses the options and PROGRAM ARGS... (after
 // `--` or the first non-option word) into parallel::LauncherOptions and runs the job; the
 // job token for several nodes comes from KOLO_TOKEN (kolo::settings::token()).
+#include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -10,6 +12,33 @@
 #include "launch/launcher.h"
 
 namespace kolo::cli {
+
+namespace {
+
+// --nnodes M, or MIN:MAX (elastic jobs: nodes that may join later).
+void parseNodes(const std::string& text, parallel::LauncherOptions& options) {
+  const size_t colon = text.find(':');
+  auto number = [&text](const std::string& part) {
+    size_t used = 0;
+    int value = 0;
+    try {
+      value = std::stoi(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != part.size() || value < 1)
+      KOLO_THROW(InvalidArgument, "kolo run: --nnodes ", text, " is not M or MIN:MAX (whole numbers, at least 1)");
+    return value;
+  };
+  options.nnodes = number(text.substr(0, colon));
+  if (colon == std::string::npos) return;
+  options.maxNodes = number(text.substr(colon + 1));
+  if (!options.elastic || options.maxNodes < options.nnodes)
+    KOLO_THROW(InvalidArgument, "kolo run: --nnodes ", text,
+               ": MIN:MAX needs --elastic and MAX at least MIN");
+}
+
+}  // namespace
 
 Command registerRun(CLI::App& root) {
   auto options = std::make_shared<parallel::LauncherOptions>();
@@ -43,10 +72,16 @@ Command registerRun(CLI::App& root) {
                   "--elastic: the fewest ranks the job may shrink to (default 1)")
       ->check(atLeast(1))
       ->needs(elastic);
-  app->add_option("--nnodes", options->nnodes,
-                  "nodes in the job (each runs kolo run with the same -n)")
-      ->capture_default_str()
-      ->check(atLeast(1));
+  app->add_option("--max-ranks", options->maxRanks,
+                  "--elastic: the most ranks at once; a lost rank is replaced by a new one that "
+                  "joins at a step boundary while fewer run (default -n)")
+      ->check(atLeast(1))
+      ->needs(elastic);
+  auto nodes = std::make_shared<std::string>("1");
+  app->add_option("--nnodes", *nodes,
+                  "nodes in the job (each runs kolo run with the same -n); with --elastic also "
+                  "MIN:MAX: nodes 0..MIN-1 start the job, nodes MIN..MAX-1 join it later")
+      ->capture_default_str();
   app->add_option("--node-rank", options->nodeRank,
                   "this node's index, 0..nnodes-1 (node 0 hosts the store)")
       ->capture_default_str()
@@ -90,7 +125,8 @@ Command registerRun(CLI::App& root) {
   app->positionals_at_end();
   Command command;
   command.app = app;
-  command.run = [options, graceSeconds, bind, nproc, bindOption, statusFile]() -> int {
+  command.run = [options, graceSeconds, bind, nproc, bindOption, statusFile, nodes]() -> int {
+    parseNodes(*nodes, *options);
     // The ranks inherit the launcher's environment (rankEnvironment).
     if (!statusFile->empty() && ::setenv("KOLO_STATUS_FILE", statusFile->c_str(), 1) != 0)
       KOLO_THROW(IoError, "kolo run: cannot set KOLO_STATUS_FILE");
@@ -112,7 +148,7 @@ Command registerRun(CLI::App& root) {
     }
     options->bind = parallel::parseCpuBinding(*bind);
     options->gracePeriod = std::chrono::milliseconds(static_cast<int64_t>(*graceSeconds * 1000));
-    if (options->nnodes > 1) options->token = settings::token();
+    if (std::max(options->nnodes, options->maxNodes) > 1) options->token = settings::token();
     return parallel::runLauncher(*options);
   };
   return command;

@@ -247,6 +247,10 @@ Command registerTrain(CLI::App& root) {
                   "RANK under kolo run --elastic: that rank SIGKILLs itself in the first membership "
                   "change (members agreed, communicator not built), for tests")
       ->group("");
+  app->add_option("--debug-await-join", config->debugAwaitJoin,
+                  "STEP under kolo run --elastic: before STEP the members wait for ranks to "
+                  "register to join (up to --max-ranks), so that they join there, for tests")
+      ->group("");
   app->add_option("--debug-sample-log", config->debugSampleLog,
                   "under kolo run --elastic: each rank appends the sample ids of its completed "
                   "steps to FILE.rank-N, for tests")

@@ -16,6 +16,7 @@
 
 #include "cli/train_balance.h"
 #include "cli/train_loop.h"
+#include "cli/train_model_state.h"
 #include "kolo/comm/stores.h"
 #include "kolo/checkpoint.h"
 #include "kolo/error.h"
@@ -57,6 +58,25 @@ Snapshot take(parallel::Strategy& strategy, int64_t step) {
   return s;
 }
 
+// The checkpoint of the state after `step` steps, the files a run without --elastic writes
+// (weights, optimizer state, loader position, and the model, batch and seed it was trained
+// with), so that `kolo train --resume` continues it with or without --elastic. Returns its
+// directory.
+std::string writeCheckpoint(const TrainConfig& config, int64_t stepsPerEpoch, int64_t step,
+                            int replicas, nn::Module& model, optim::Optimizer& optimizer,
+                            observe::Logger& logger) {
+  checkpoint::TrainingState state;
+  state.step = step;
+  state.epoch = step / stepsPerEpoch;
+  state.loader = {step / stepsPerEpoch, step % stepsPerEpoch};
+  state.extra = runIdentity(config);
+  state.extra["strategy"] = config.strategy;
+  state.extra["replicas"] = std::to_string(replicas);
+  checkpoint::CheckpointManager manager(config.checkpointDir, config.keepCheckpoints, true,
+                                        [&logger](const std::string& line) { logger.warn(line); });
+  return manager.save(model.stateDict(), &optimizer, state);
+}
+
 // The job fell below --min-ranks after `change.step` steps: the first member writes the
 // state after that step as a checkpoint that `kolo train --resume` continues, then every
 // member stops with the error. A model and optimizer of this process take the snapshot
@@ -73,16 +93,8 @@ void saveBeforeStopping(const TrainConfig& config, const Recipe& recipe, int64_t
   model->loadStateDict(from->weights, "the elastic snapshot");
   std::unique_ptr<optim::Optimizer> optimizer = makeOptimizer(recipe, model->namedParameters());
   optimizer->loadStateDict(parallel::conformStateShapes(from->optimizer, *optimizer));
-  checkpoint::TrainingState state;
-  state.step = change.step;
-  state.epoch = change.step / stepsPerEpoch;
-  state.loader = {change.step / stepsPerEpoch, change.step % stepsPerEpoch};
-  state.extra = runIdentity(config);
-  state.extra["strategy"] = config.strategy;
-  state.extra["replicas"] = std::to_string(change.members.size());
-  checkpoint::CheckpointManager manager(config.checkpointDir, config.keepCheckpoints, true,
-                                        [&logger](const std::string& line) { logger.warn(line); });
-  const std::string path = manager.save(model->stateDict(), optimizer.get(), state);
+  const std::string path = writeCheckpoint(config, stepsPerEpoch, change.step,
+                                           static_cast<int>(change.members.size()), *model, *optimizer, logger);
   logger.warn("elastic: checkpoint written before stopping", {{"dir", path}, {"step", change.step}});
 }
 
@@ -101,11 +113,12 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
   KOLO_REQUIRE(config.strategy == "multi-worker-mirrored",
                "kolo run --elastic trains with --strategy multi-worker-mirrored, not --strategy ",
                config.strategy);
-  KOLO_REQUIRE(config.initPath.empty() && config.resumeDir.empty() && config.checkpointEvery == 0 &&
-                   config.clipNorm == 0.0 && !config.detectAnomaly && config.checkSync == 0,
-               "--init, --resume, --checkpoint-every, --clip-norm, --detect-anomaly and --check-sync "
-               "are not available under kolo run --elastic (--checkpoint-dir is written when the "
-               "job falls below --min-ranks)");
+  KOLO_REQUIRE(config.initPath.empty() && config.clipNorm == 0.0 && !config.detectAnomaly &&
+                   config.checkSync == 0,
+               "--init, --clip-norm, --detect-anomaly and --check-sync are not available under kolo "
+               "run --elastic");
+  KOLO_REQUIRE(config.checkpointEvery >= 0, "--checkpoint-every must be at least 0, got ",
+               config.checkpointEvery);
   KOLO_REQUIRE(config.threads >= 1, "--threads must be at least 1, got ", config.threads);
   setNumThreads(config.threads);
   Recipe recipe = resolveRecipe(config, 1);
@@ -133,11 +146,19 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     };
   std::unique_ptr<parallel::ElasticContext> elastic =
       parallel::ElasticContext::fromEnvironment(std::move(elasticOptions));
+  // A rank started in a lost one's place has joined here (it waited for a step boundary of
+  // the members), or found the job finished.
+  const bool joiner = settings::elasticJoin();
+  if (!elastic) {
+    logger.info("elastic: the job finished before this rank was admitted", {{"rank", *settings::rank()}});
+    return 0;
+  }
   const int id = elastic->id();
   // Generation 0's setup and first step may be slow on a loaded machine (rings are made on
   // first use): they get the rendezvous's time, the detection deadline applies after them.
   const std::chrono::milliseconds deadline = elastic->communicator()->timeout();
-  elastic->communicator()->setTimeout(std::max<std::chrono::milliseconds>(deadline, std::chrono::minutes(5)));
+  if (!joiner)
+    elastic->communicator()->setTimeout(std::max<std::chrono::milliseconds>(deadline, std::chrono::minutes(5)));
   const bool killedHere = std::find(config.debugKillRanks.begin(), config.debugKillRanks.end(), id) !=
                           config.debugKillRanks.end();
   // --balance: each generation splits the global batch by its members' measured speed (any
@@ -153,9 +174,8 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     KOLO_REQUIRE(config.batch % elastic->size() == 0, "elastic job: --batch ", config.batch,
                  " does not split evenly over the ", elastic->size(), " rank(s) of generation ",
                  elastic->generation(), "; use a batch that every world size from --min-ranks ",
-                 elastic->minRanks(), " up divides (or --balance)");
+                 elastic->minRanks(), " to --max-ranks ", elastic->maxRanks(), " divides (or --balance)");
   };
-  startGeneration();
   auto makeStrategy = [&] {
     parallel::StrategyOptions options = parallel::strategyOptionsFromNames(
         config.strategy, 1, config.reduction, config.algorithm, elastic->communicator());
@@ -191,8 +211,8 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     return loader;
   };
 
-  std::unique_ptr<parallel::Strategy> strategy = makeStrategy();
-  std::unique_ptr<data::DataLoader> loader = makeLoader(0);
+  std::unique_ptr<parallel::Strategy> strategy;
+  std::unique_ptr<data::DataLoader> loader;
   std::unique_ptr<observe::MetricsWriter> metrics;
   bool metricsOpened = false;
   auto openMetrics = [&] {
@@ -201,7 +221,57 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     metrics = std::make_unique<observe::MetricsWriter>(config.metricsPath, metricsOpened || elastic->generation() > 0);
     metricsOpened = true;
   };
-  openMetrics();
+  Snapshot before, last;  // the states after before.step and last.step completed steps
+  int64_t step = 0;
+  // A new generation's start: its strategy from `from` (this member's state after the
+  // agreed step; null for a joiner, which holds none), then every member takes rank 0's
+  // weights, optimizer state and step by broadcast over the new communicator; the sampler's
+  // position follows from the step.
+  auto adopt = [&](const Snapshot* from, int64_t agreedStep) {
+    startGeneration();
+    strategy = makeStrategy();
+    if (from) {
+      strategy->model().loadStateDict(from->weights, "the elastic snapshot");
+      strategy->optimizer().loadStateDict(parallel::conformStateShapes(from->optimizer, strategy->optimizer()));
+    }
+    strategy->syncReplicas();
+    int64_t rootStep = agreedStep;
+    elastic->communicator()->broadcast(&rootStep, 1, DType::I64, 0);
+    step = rootStep;
+    last = take(*strategy, step);
+    before = Snapshot{};
+    loader = makeLoader(step);
+    metrics.reset();
+    openMetrics();
+  };
+  int64_t firstStep = 0;  // where this run started (--resume: the checkpoint's step)
+  if (joiner) {
+    adopt(nullptr, elastic->change().step);
+  } else {
+    startGeneration();
+    strategy = makeStrategy();
+    if (!config.resumeDir.empty()) {
+      // Every member reads the newest good checkpoint that rank 0 picked (one node: the
+      // same files).
+      firstStep = step = resumeModelPart(
+          config, elastic->communicator().get(),
+          ModelPart{.module = &strategy->model(), .specs = {}, .optimizer = &strategy->optimizer()}, logger);
+    }
+    loader = makeLoader(step);
+    metricsOpened = step > 0;  // a resumed run continues the file
+    openMetrics();
+    last = take(*strategy, step);
+  }
+  // --checkpoint-dir: every --checkpoint-every steps and at the end, by rank 0 of the
+  // generation (the lowest launch rank: every member holds the same state).
+  int64_t lastCheckpoint = step;
+  auto checkpointAfter = [&](int64_t completed) {
+    if (config.checkpointDir.empty() || elastic->rank() != 0) return;
+    const std::string path = writeCheckpoint(config, stepsPerEpoch, completed, elastic->size(),
+                                             strategy->model(), strategy->optimizer(), logger);
+    logger.info("elastic: checkpoint written", {{"dir", path}, {"step", completed}});
+    lastCheckpoint = completed;
+  };
   std::ofstream sampleLog;
   if (!config.debugSampleLog.empty()) {
     const std::string path = config.debugSampleLog + ".rank-" + std::to_string(id);
@@ -210,23 +280,60 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     sampleLog << "pid " << ::getpid() << '\n' << std::flush;  // one process throughout
   }
   const auto start = Clock::now();
-  if (elastic->rank() == 0)
+  if (elastic->rank() == 0 && !joiner)
     logger.info("elastic training", {{"model", config.model},
                                      {"batch", config.batch},
                                      {"steps", totalSteps},
                                      {"world_size", elastic->size()},
-                                     {"min_ranks", elastic->minRanks()}});
+                                     {"min_ranks", elastic->minRanks()},
+                                     {"max_ranks", elastic->maxRanks()}});
+  if (joiner)
+    logger.info("elastic: joined", {{"rank", id}, {"generation", elastic->generation()},
+                                    {"world_size", elastic->size()}, {"step", step}});
   auto event = [&](observe::Fields fields) {
     if (!metrics) return;
     fields.set("kind", "event");
     fields.set("wall_s", secondsSince(start));
     metrics->write(fields);
   };
-  event({{"event", "start"}, {"step", int64_t{0}}, {"world_size", elastic->size()},
-         {"generation", elastic->generation()}, {"batch", config.batch}});
+  if (!joiner)
+    event({{"event", firstStep > 0 ? "resume" : "start"}, {"step", step}, {"world_size", elastic->size()},
+           {"generation", elastic->generation()}, {"batch", config.batch}});
 
-  Snapshot before, last = take(*strategy, 0);  // the states after before.step and last.step
-  int64_t step = 0;
+  // Every member agrees on the next generation (after a failed step, or to admit joiners),
+  // goes back to the state after the step every member completed and hands it to the
+  // joiners.
+  auto changeMembership = [&](const std::string& reason) {
+    strategy.reset();  // its loss refers to the balancer
+    balancer.reset();
+    loader.reset();
+    parallel::MembershipChange change;
+    try {
+      change = elastic->regroup(step, reason);
+    } catch (const parallel::BelowMinRanksError& stop) {
+      saveBeforeStopping(config, recipe, stepsPerEpoch, stop.change(), id, last, before, logger);
+      throw;
+    }
+    // The state after `step` completed steps is `last`; one step behind is `before`.
+    const Snapshot* from = change.step == last.step ? &last : change.step == before.step ? &before : nullptr;
+    KOLO_CHECK(from != nullptr, "elastic rank ", id, ": the members agreed on step ", change.step,
+               " but this rank holds the states after steps ", before.step, " and ", last.step);
+    adopt(from, change.step);
+    if (elastic->rank() == 0)
+      logger.warn("elastic: membership changed", {{"generation", change.generation},
+                                                  {"lost_ranks", idList(change.lost)},
+                                                  {"joined_ranks", idList(change.joined)},
+                                                  {"world_size", elastic->size()},
+                                                  {"members", idList(change.members)},
+                                                  {"step", step}});
+    if (!change.lost.empty())
+      event({{"event", "membership"}, {"step", step}, {"generation", change.generation},
+             {"world_size", elastic->size()}, {"lost", idList(change.lost)}});
+    if (!change.joined.empty())
+      event({{"event", "joined"}, {"step", step}, {"generation", change.generation},
+             {"world_size", elastic->size()}, {"joined", idList(change.joined)}});
+  };
+
   double lossSum = 0.0;
   int64_t lossCount = 0;
   // From the failure until the next step completes.
@@ -244,57 +351,36 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
       ::raise(SIGKILL);
     }
     double loss = 0.0, slept = 0.0, compute = 0.0;
+    bool admit = false;
     try {
-      if (balancer) {
-        replanWhenDue(*balancer, *elastic->communicator(), step, elastic->rank() == 0, logger, metrics.get());
-        share = shareOf(batch, balancer->offset(), balancer->share());
-      } else {
-        share = batch;
+      // A step boundary: the members agree whether a joiner is waiting.
+      if (step == config.debugAwaitJoin && elastic->size() < elastic->maxRanks())
+        elastic->awaitJoiners(std::chrono::minutes(5));
+      admit = elastic->joinerWaiting();
+      if (!admit) {
+        if (balancer) {
+          replanWhenDue(*balancer, *elastic->communicator(), step, elastic->rank() == 0, logger, metrics.get());
+          share = shareOf(batch, balancer->offset(), balancer->share());
+        } else {
+          share = batch;
+        }
+        slept = slowRank.sleepBeforeStep();
+        const auto computeStart = Clock::now();
+        strategy->setLr(schedule->lrAt(step));
+        loss = strategy->trainStep(share.inputs, share.labels).loss;
+        compute = computeSeconds(secondsSince(computeStart), strategy->reducer());
       }
-      slept = slowRank.sleepBeforeStep();
-      const auto computeStart = Clock::now();
-      strategy->setLr(schedule->lrAt(step));
-      loss = strategy->trainStep(share.inputs, share.labels).loss;
-      compute = computeSeconds(secondsSince(computeStart), strategy->reducer());
     } catch (const Error& e) {
       if (!dynamic_cast<const PeerError*>(&e) && !dynamic_cast<const Timeout*>(&e)) throw;
       recovering = true;
       failedAt = Clock::now();
       logger.warn("elastic: step failed, regrouping",
                   {{"rank", id}, {"step", step}, {"generation", elastic->generation()}, {"error", e.what()}});
-      // The state after `step` completed steps is `last`; one step behind is `before`.
-      strategy.reset();  // its loss refers to the balancer
-      balancer.reset();
-      loader.reset();
-      parallel::MembershipChange change;
-      try {
-        change = elastic->regroup(step, e.what());
-      } catch (const parallel::BelowMinRanksError& stop) {
-        saveBeforeStopping(config, recipe, stepsPerEpoch, stop.change(), id, last, before, logger);
-        throw;
-      }
-      const Snapshot* from = change.step == last.step ? &last : change.step == before.step ? &before : nullptr;
-      KOLO_CHECK(from != nullptr, "elastic rank ", id, ": the members agreed on step ", change.step,
-                 " but this rank holds the states after steps ", before.step, " and ", last.step);
-      startGeneration();
-      strategy = makeStrategy();
-      strategy->model().loadStateDict(from->weights, "the elastic snapshot");
-      strategy->optimizer().loadStateDict(parallel::conformStateShapes(from->optimizer, strategy->optimizer()));
-      strategy->syncReplicas();
-      step = change.step;
-      last = take(*strategy, step);
-      before = Snapshot{};
-      loader = makeLoader(step);
-      metrics.reset();
-      openMetrics();
-      if (elastic->rank() == 0)
-        logger.warn("elastic: membership changed", {{"generation", change.generation},
-                                                    {"lost_ranks", idList(change.lost)},
-                                                    {"world_size", elastic->size()},
-                                                    {"members", idList(change.members)},
-                                                    {"step", step}});
-      event({{"event", "membership"}, {"step", step}, {"generation", change.generation},
-             {"world_size", elastic->size()}, {"lost", idList(change.lost)}});
+      changeMembership(e.what());
+      continue;
+    }
+    if (admit) {
+      changeMembership("rank(s) waiting to join");
       continue;
     }
     if (!std::isfinite(loss))
@@ -307,9 +393,10 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     slowRank.computed(compute);
     if (balancer) balancer->record(slept + compute);
     ++step;
-    if (elastic->generation() == 0 && step == 1) elastic->communicator()->setTimeout(deadline);
+    if (elastic->generation() == 0 && step == firstStep + 1) elastic->communicator()->setTimeout(deadline);
     before = std::move(last);
     last = take(*strategy, step);
+    if (config.checkpointEvery > 0 && step % config.checkpointEvery == 0) checkpointAfter(step);
     lossSum += loss;
     ++lossCount;
     if (recovering) {
@@ -335,6 +422,8 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
                       {"generation", elastic->generation()}, {"wall_s", secondsSince(start)}});
   }
   if (elastic->rank() != 0) return 0;
+  elastic->finish("training finished");  // ranks still waiting to join stop waiting
+  if (lastCheckpoint != step) checkpointAfter(step);
   const double accuracy = evaluateAccuracy(strategy->model(), *test);
   if (!config.savePath.empty()) {
     checkpoint::saveSafetensors(config.savePath, strategy->model().stateDict(),

@@ -119,10 +119,12 @@ struct TrainConfig {
   // SIGKILL themselves before step `debugKillStep`; launch rank `debugKillInRegroup` SIGKILLs
   // itself in the first membership change, once the members are agreed and before their
   // communicator is built; each rank appends "GENERATION STEP ID..." for every step it
-  // completes to debugSampleLog.rank-N.
+  // completes to debugSampleLog.rank-N; at step debugAwaitJoin the members wait for
+  // joiners to register (up to --max-ranks), so that they are admitted there.
   std::vector<int> debugKillRanks;
   int64_t debugKillStep = -1;
   int debugKillInRegroup = -1;
+  int64_t debugAwaitJoin = -1;
   std::string debugSampleLog;
 
   // Numeric checks and monitoring (train_checks.h, train_monitor.h).

@@ -2,10 +2,9 @@
 // their own process groups, one poll() loop over their output pipes and a signal pipe
 // (SIGCHLD, SIGINT, SIGTERM), and stopping every rank (SIGTERM, then SIGKILL after the
 // grace period) when one fails or the launcher is told to stop. Ranks die with the launcher
-// (spawn.h), and each starts bound to its CPU (affinity.h) unless binding
-// is off. Across nodes, launchers
-// agree through the store: each registers its rank count, a failure is published under
-// "kolo-run/failed", and node 0 keeps the store up until every node has finished.
+// (spawn.h), and each starts bound to its CPU (affinity.h) unless binding is off. How the
+// launchers of several nodes agree is nodes.cc's; what a failed rank means for the job
+// (stop, or go on) is loss_policy.cc's.
 #include "launch/launcher.h"
 
 #include <fcntl.h>
@@ -23,32 +22,23 @@
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <thread>
 
 #include "comm/token.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
 #include "kolo/parallel/elastic.h"
-#include "kolo/parallel/parameter_server.h"
 #include "kolo/settings.h"
 #include "kolo/timeline.h"
-#include "launch/debug.h"
-#include "launch/output.h"
-#include "launch/events.h"
-#include "launch/signals.h"
-#include "launch/spawn.h"
+#include "launch/job.h"
 
 extern char** environ;
 
 namespace kolo::parallel {
-
-using Clock = std::chrono::steady_clock;
-using namespace std::chrono_literals;
-
+namespace detail {
 namespace {
 
-constexpr char kFailedKey[] = "kolo-run/failed";
-constexpr char kFinishedKey[] = "kolo-run/finished";
+using namespace std::chrono_literals;
+
 constexpr auto kRemoteCheckInterval = 200ms;
 constexpr int kReapIntervalMs = 250;
 // How long the ranks get to write their flight recorders when asked, and how often the
@@ -56,12 +46,22 @@ constexpr int kReapIntervalMs = 250;
 constexpr auto kDumpWait = 2s;
 constexpr int kDumpPollMs = 50;
 
-/// How likely a rank's end is the cause of a job's failure: killed by a signal (2), an
-/// error of its own (1), or kolo's exit code for "another rank failed or vanished" (0).
-int blamePriority(int status) {
-  if (WIFSIGNALED(status)) return 2;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 5 ? 0 : 1;
+/// The environment of one rank: the launcher's own, minus the variables it sets.
+std::vector<std::string> rankEnvironment(
+    const std::vector<std::pair<std::string, std::string>>& vars) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string entry = *e;
+    std::string name = entry.substr(0, entry.find('='));
+    bool overridden = false;
+    for (const auto& [key, value] : vars) overridden = overridden || key == name;
+    if (!overridden) env.push_back(std::move(entry));
+  }
+  for (const auto& [key, value] : vars) env.push_back(key + "=" + value);
+  return env;
 }
+
+}  // namespace
 
 void say(const std::string& message) {
   std::string line = "kolo run: " + message + "\n";
@@ -85,631 +85,384 @@ int exitCodeFor(int status) {
   return 1;
 }
 
-struct Rank {
-  int globalRank = 0;
-  std::string role;  // parameter-server jobs: "ps", "chief" or "worker"; else empty
-  int roleIndex = 0;
-  int localRank = 0;
-  pid_t pid = -1;
-  bool running = false;
-  int status = 0;
-  int outFd = -1;
-  int errFd = -1;
-  bool killedAsLost = false;  // a parameter-server worker still running after the job
-  std::unique_ptr<detail::LinePrefixer> out;
-  std::unique_ptr<detail::LinePrefixer> err;
-};
-
-/// The environment of one rank: the launcher's own, minus the variables it sets.
-std::vector<std::string> rankEnvironment(
-    const std::vector<std::pair<std::string, std::string>>& vars) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string entry = *e;
-    std::string name = entry.substr(0, entry.find('='));
-    bool overridden = false;
-    for (const auto& [key, value] : vars) overridden = overridden || key == name;
-    if (!overridden) env.push_back(std::move(entry));
+Job::~Job() {
+  for (auto& r : ranks_) {
+    if (r.outFd >= 0) ::close(r.outFd);
+    if (r.errFd >= 0) ::close(r.errFd);
   }
-  for (const auto& [key, value] : vars) env.push_back(key + "=" + value);
-  return env;
 }
 
-class Job {
- public:
-  Job(const LauncherOptions& options, const detail::SignalScope& signals)
-      : options_(options), signals_(signals) {}
-
-  ~Job() {
-    for (auto& r : ranks_) {
-      if (r.outFd >= 0) ::close(r.outFd);
-      if (r.errFd >= 0) ::close(r.errFd);
-    }
+int Job::run() {
+  std::string token = options_.token;
+  if (token.empty()) {
+    if (nodes() > 1)
+      KOLO_THROW(
+          InvalidArgument, "kolo run: a job of ", nodes(),
+          " nodes needs a token shared by every node: set KOLO_TOKEN to the same value on each");
+    token = comm::detail::randomToken(16);  // 128 bits as 32 hex digits
   }
-
-  int run() {
-    std::string token = options_.token;
-    if (token.empty()) {
-      if (options_.nnodes > 1)
-        KOLO_THROW(
-            InvalidArgument, "kolo run: a job of ", options_.nnodes,
-            " nodes needs a token shared by every node: set KOLO_TOKEN to the same value on each");
-      token = comm::detail::randomToken(16);  // 128 bits as 32 hex digits
-    }
-    auto rendezvous = options_.timeoutSeconds > 0 ? std::chrono::milliseconds(static_cast<int64_t>(
-                                                        std::ceil(options_.timeoutSeconds * 1000)))
-                                                  : std::chrono::milliseconds(5min);
-    // Forked first, while the launcher holds few descriptors and no rank exists yet.
-    guard_ = std::make_unique<detail::JobGuard>(options_.procsPerNode);
-    std::string storeAddress = options_.storeAddress;
-    psServers_ = options_.psServers;
-    psWorkers_ = options_.psWorkers;
-    int firstRank = options_.nodeRank * options_.procsPerNode;
-    worldSize_ = options_.nnodes * options_.procsPerNode;
-    if (psServers_ > 0 && !options_.psJoin) {
-      const int ranks = psServers_ + 1 + psWorkers_;
-      firstRank = psNodeRanks(ranks, options_.nnodes, options_.nodeRank).first;
-      worldSize_ = ranks;
-    }
-    if (options_.psJoin) firstRank = joinParameterServerJob(storeAddress, token, rendezvous);
-    if (options_.nodeRank == 0 && !options_.psJoin) {
-      comm::TcpStoreServerOptions serverOptions;
-      serverOptions.token = token;
-      if (storeAddress.empty()) {
-        serverOptions.host = "127.0.0.1";
-      } else {
-        serverOptions.port = comm::parseHostPort(storeAddress).port;
-      }
-      server_ = std::make_unique<comm::TcpStoreServer>(serverOptions);
-      if (storeAddress.empty()) storeAddress = "127.0.0.1:" + std::to_string(server_->port());
-    }
-    if (options_.nnodes > 1) {
-      store_ = comm::connectTcpStore(storeAddress, token, rendezvous);
-      registerNode(rendezvous);
-    }
-    // Elastic jobs: the launcher marks lost ranks in the store for the survivors.
-    if (options_.elastic) store_ = comm::connectTcpStore(storeAddress, token, rendezvous);
-
-    std::vector<std::pair<std::string, std::string>> vars = {
-        {"KOLO_WORLD_SIZE", std::to_string(worldSize_)},
-        {"KOLO_LOCAL_SIZE", std::to_string(options_.procsPerNode)},
-        {"KOLO_NODE_RANK", std::to_string(options_.nodeRank)},
-        {"KOLO_NNODES", std::to_string(options_.nnodes)},
-        {"KOLO_STORE", storeAddress},
-        {"KOLO_TOKEN", token},
-    };
-    setUpDebugDirectory(firstRank);
-    events_ = std::make_unique<detail::JobEvents>(options_.eventsFile);
-    events_->started(worldSize_, options_.procsPerNode, firstRank);
-    if (debug_) vars.emplace_back("KOLO_DEBUG_DIR", debug_->dir());
-    if (options_.elastic) vars.emplace_back("KOLO_ELASTIC_MIN_RANKS", std::to_string(options_.minRanks));
-    if (options_.timeoutSeconds > 0) {
-      char text[32];
-      std::snprintf(text, sizeof text, "%g", options_.timeoutSeconds);
-      vars.emplace_back("KOLO_TIMEOUT", text);
-    }
-    ranks_.resize(static_cast<size_t>(options_.procsPerNode));
-    // A lone rank has no local peer to keep apart from: it keeps the whole mask (its
-    // threads may use every CPU).
-    const CpuBinding bind = options_.procsPerNode > 1 ? options_.bind : CpuBinding::None;
-    const std::vector<int> cpus = bind == CpuBinding::None ? std::vector<int>{} : allowedCpus();
-    for (int local = 0; local < options_.procsPerNode; ++local) {
-      Rank& r = ranks_[static_cast<size_t>(local)];
-      r.localRank = local;
-      r.globalRank = firstRank + local;
-      auto rankVars = vars;
-      rankVars.emplace_back("KOLO_RANK", std::to_string(r.globalRank));
-      rankVars.emplace_back("KOLO_LOCAL_RANK", std::to_string(local));
-      if (psServers_ > 0) {
-        assignRole(r);
-        rankVars.emplace_back("KOLO_ROLE", r.role);
-        rankVars.emplace_back("KOLO_ROLE_INDEX", std::to_string(r.roleIndex));
-        rankVars.emplace_back("KOLO_PS_SERVERS", std::to_string(psServers_));
-        rankVars.emplace_back("KOLO_PS_WORKERS", std::to_string(psWorkers_));
-      }
-      // The rank inherits the spawning thread's mask: bind this thread while it spawns.
-      ScopedThreadBinding bound(cpuForLocalRank(bind, local, cpus));
-      if (!spawn(r, rankEnvironment(rankVars))) {
-        exitCode_ = 127;
-        beginStop(SIGTERM);
-        break;
-      }
-    }
-    loop();
-    if (debug_ && debug_->collecting()) printDiagnosis();
-    guard_->release();  // every rank is reaped: nothing is left for the guard to stop
-    finishAcrossNodes(rendezvous);
-    mergeTimeline();
-    if (!failure_.empty()) say("job failed: " + failure_);
-    events_->ended(exitCode_, failure_);
-    return exitCode_;
+  auto rendezvous = options_.timeoutSeconds > 0 ? std::chrono::milliseconds(static_cast<int64_t>(
+                                                      std::ceil(options_.timeoutSeconds * 1000)))
+                                                : std::chrono::milliseconds(5min);
+  // Forked first, while the launcher holds few descriptors and no rank exists yet.
+  // Elastic jobs may start up to maxRanks() replacements besides.
+  guard_ = std::make_unique<JobGuard>(options_.procsPerNode + (options_.elastic ? maxRanks() : 0));
+  std::string storeAddress = options_.storeAddress;
+  psServers_ = options_.psServers;
+  psWorkers_ = options_.psWorkers;
+  int firstRank = options_.nodeRank * options_.procsPerNode;
+  worldSize_ = options_.nnodes * options_.procsPerNode;
+  if (psServers_ > 0 && !options_.psJoin) {
+    const int ranks = psServers_ + 1 + psWorkers_;
+    firstRank = psNodeRanks(ranks, options_.nnodes, options_.nodeRank).first;
+    worldSize_ = ranks;
   }
-
- private:
-  /// --debug-dir / KOLO_DEBUG_DIR, or a new directory when only --stall-seconds is given.
-  void setUpDebugDirectory(int firstRank) {
-    std::string dir = options_.debugDir.empty() ? settings::debugDir() : options_.debugDir;
-    if (dir.empty() && options_.stallSeconds > 0) {
-      const char* tmp = std::getenv("TMPDIR");
-      std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/kolo-debug-XXXXXX";
-      if (::mkdtemp(pattern.data()) == nullptr)
-        KOLO_THROW(IoError, "kolo run: cannot create a debug directory ", pattern, ": ", std::strerror(errno));
-      dir = pattern;
-      say("flight recorders in " + dir);
-    }
-    if (dir.empty()) return;
-    std::vector<int> ranks;
-    for (int local = 0; local < options_.procsPerNode; ++local) ranks.push_back(firstRank + local);
-    debug_ = std::make_unique<detail::DebugWatch>(dir, options_.stallSeconds, ranks);
-  }
-
-  std::vector<detail::WatchedRank> watchedRanks() const {
-    std::vector<detail::WatchedRank> out;
-    for (const auto& r : ranks_) out.push_back({r.globalRank, r.pid, r.running});
-    return out;
-  }
-
-  /// Stops the job; with a debug directory, first has every rank dump its flight recorder
-  /// (the poll loop waits for the dumps, then prints the diagnosis and stops the ranks).
-  void stopAfterDumps(const std::string& reason) {
-    if (!debug_ || stopping_) return beginStop(SIGTERM);
-    if (debug_->collecting()) return;
-    collectReason_ = reason;
-    collectDeadline_ = Clock::now() + kDumpWait;
-    debug_->requestDumps(watchedRanks());
-  }
-
-  void printDiagnosis() {
-    say("hang diagnosis (flight recorders in " + debug_->dir() + "):");
-    for (const std::string& line : debug_->finish(watchedRanks(), worldSize_, collectReason_))
-      say("  " + line);
-  }
-
-  /// The poll loop's part of stopAfterDumps and of the stall watch.
-  void watchDebug() {
-    if (!debug_ || stopping_) return;
-    if (!debug_->collecting() && debug_->stalled(watchedRanks())) {
-      char text[64];
-      std::snprintf(text, sizeof text, "%g", debug_->stallSeconds());
-      say(std::string("no progress from any rank for ") + text +
-          " s (--stall-seconds); asking every rank for its flight recorder");
-      exitCode_ = 1;
-      failure_ = std::string("no progress for ") + text + " s";
-      publishFailure(failure_);
-      stopAfterDumps("stalled");
-    }
-    if (debug_->collecting() && (debug_->dumpsSettled(watchedRanks()) || Clock::now() >= collectDeadline_)) {
-      printDiagnosis();
-      beginStop(SIGTERM);
-      signalAll(SIGCONT);  // a stopped rank takes SIGTERM only once continued
-    }
-  }
-
-  /// KOLO_TIMELINE set for the job: node 0 merges the ranks' trace files once all ended.
-  void mergeTimeline() {
-    const std::string dir = settings::timeline();
-    if (dir.empty() || options_.nodeRank != 0) return;
-    try {
-      const observe::MergedTimeline merged = observe::mergeTimeline(dir);
-      say("timeline of " + std::to_string(merged.ranks.size()) + " rank(s) written to " + merged.path);
-    } catch (const Error& e) {
-      say(std::string("no timeline: ") + e.what());
-    }
-  }
-
-  /// Publishes this node's shape of the job (-n N, or --ps P --workers W) and checks that
-  /// every node uses the same.
-  void registerNode(std::chrono::milliseconds timeout) {
-    const std::string shape = psServers_ > 0 ? "--ps " + std::to_string(psServers_) +
-                                                   " --workers " + std::to_string(psWorkers_)
-                                             : "-n " + std::to_string(options_.procsPerNode);
-    store_->setString("kolo-run/nproc/" + std::to_string(options_.nodeRank), shape);
-    std::vector<std::string> keys;
-    for (int node = 0; node < options_.nnodes; ++node)
-      keys.push_back("kolo-run/nproc/" + std::to_string(node));
-    store_->wait(keys, timeout);
-    for (int node = 0; node < options_.nnodes; ++node) {
-      const std::string other = store_->getString(keys[static_cast<size_t>(node)], timeout);
-      if (other != shape)
-        KOLO_THROW(InvalidArgument, "kolo run: node ", node, " runs ", other, " but node ",
-                   options_.nodeRank, " runs ", shape, "; every node must use the same");
-    }
-  }
-
-  /// --join: reads the running job's shape ("P W", published by its chief) from its store and
-  /// takes the next worker index beyond W. Returns the global rank of the worker to start.
-  int joinParameterServerJob(const std::string& storeAddress, const std::string& token,
-                             std::chrono::milliseconds timeout) {
-    std::shared_ptr<comm::Store> store = comm::connectTcpStore(storeAddress, token, timeout);
-    const std::string shape = store->getString(parallel::ps::shapeKey(), timeout);
-    if (std::sscanf(shape.c_str(), "%d %d", &psServers_, &psWorkers_) != 2 || psServers_ < 1 ||
-        psWorkers_ < 1)
-      KOLO_THROW(FormatError, "kolo run --join: the job at ", storeAddress,
-                 " published the shape '", shape, "', not 'P W'");
-    const int64_t joined = store->add(parallel::ps::joinCounterKey(), 1);
-    say("joining the parameter-server job at " + storeAddress + " as worker " +
-        std::to_string(psWorkers_ + joined - 1));
-    return psServers_ + psWorkers_ + static_cast<int>(joined);
-  }
-
-  /// Parameter-server jobs: servers first, then the chief, then the workers (the order
-  /// mpirun -np P+1+W gives them too).
-  void assignRole(Rank& r) const {
-    const int servers = psServers_;
-    if (r.globalRank < servers) {
-      r.role = "ps";
-      r.roleIndex = r.globalRank;
-    } else if (r.globalRank == servers) {
-      r.role = "chief";
-      r.roleIndex = 0;
+  if (options_.psJoin) firstRank = joinParameterServerJob(storeAddress, token, rendezvous);
+  if (options_.nodeRank == 0 && !options_.psJoin) {
+    comm::TcpStoreServerOptions serverOptions;
+    serverOptions.token = token;
+    if (storeAddress.empty()) {
+      serverOptions.host = "127.0.0.1";
     } else {
-      r.role = "worker";
-      r.roleIndex = r.globalRank - servers - 1;
+      serverOptions.port = comm::parseHostPort(storeAddress).port;
+    }
+    server_ = std::make_unique<comm::TcpStoreServer>(serverOptions);
+    if (storeAddress.empty()) storeAddress = "127.0.0.1:" + std::to_string(server_->port());
+  }
+  if (nodes() > 1) {
+    store_ = comm::connectTcpStore(storeAddress, token, rendezvous);
+    registerNode(rendezvous);
+  }
+  // Elastic jobs: the launcher marks lost ranks in the store for the survivors.
+  if (options_.elastic && !store_) store_ = comm::connectTcpStore(storeAddress, token, rendezvous);
+
+  vars_ = {
+      {"KOLO_WORLD_SIZE", std::to_string(worldSize_)},
+      {"KOLO_LOCAL_SIZE", std::to_string(options_.procsPerNode)},
+      {"KOLO_NODE_RANK", std::to_string(options_.nodeRank)},
+      {"KOLO_NNODES", std::to_string(options_.nnodes)},
+      {"KOLO_STORE", storeAddress},
+      {"KOLO_TOKEN", token},
+  };
+  setUpDebugDirectory(firstRank);
+  events_ = std::make_unique<JobEvents>(options_.eventsFile);
+  events_->started(worldSize_, options_.procsPerNode, firstRank);
+  if (debug_) vars_.emplace_back("KOLO_DEBUG_DIR", debug_->dir());
+  if (options_.elastic) {
+    vars_.emplace_back("KOLO_ELASTIC_MIN_RANKS", std::to_string(options_.minRanks));
+    vars_.emplace_back("KOLO_ELASTIC_MAX_RANKS", std::to_string(maxRanks()));
+  }
+  if (options_.timeoutSeconds > 0) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", options_.timeoutSeconds);
+    vars_.emplace_back("KOLO_TIMEOUT", text);
+  }
+  ranks_.resize(static_cast<size_t>(options_.procsPerNode));
+  // --elastic --nnodes MIN:MAX: a node beyond MIN starts its ranks as joiners of the
+  // running job.
+  const bool lateNode = options_.nodeRank >= options_.nnodes;
+  if (lateNode)
+    say("node " + std::to_string(options_.nodeRank) + " joins the running elastic job with " +
+        std::to_string(options_.procsPerNode) + " rank(s)");
+  // A lone rank has no local peer to keep apart from: it keeps the whole mask (its
+  // threads may use every CPU).
+  bind_ = options_.procsPerNode > 1 ? options_.bind : CpuBinding::None;
+  if (bind_ != CpuBinding::None) cpus_ = allowedCpus();
+  for (int local = 0; local < options_.procsPerNode; ++local) {
+    Rank& r = ranks_[static_cast<size_t>(local)];
+    r.localRank = local;
+    r.globalRank = firstRank + local;
+    std::vector<std::pair<std::string, std::string>> roleVars;
+    if (lateNode) {
+      r.joiner = true;
+      roleVars = {{"KOLO_ELASTIC_JOIN", "1"}};
+    }
+    if (psServers_ > 0) {
+      assignRole(r);
+      roleVars = {{"KOLO_ROLE", r.role},
+                  {"KOLO_ROLE_INDEX", std::to_string(r.roleIndex)},
+                  {"KOLO_PS_SERVERS", std::to_string(psServers_)},
+                  {"KOLO_PS_WORKERS", std::to_string(psWorkers_)}};
+    }
+    if (!start(r, roleVars)) {
+      exitCode_ = 127;
+      beginStop(SIGTERM);
+      break;
     }
   }
+  loop();
+  if (debug_ && debug_->collecting()) printDiagnosis();
+  guard_->release();  // every rank is reaped: nothing is left for the guard to stop
+  finishAcrossNodes(rendezvous);
+  mergeTimeline();
+  if (!failure_.empty()) say("job failed: " + failure_);
+  events_->ended(exitCode_, failure_);
+  return exitCode_;
+}
 
-  static std::string describeRank(const Rank& r) {
-    if (r.role.empty()) return "rank " + std::to_string(r.globalRank);
-    const std::string name = r.role == "ps" ? "parameter server" : r.role;
-    return name + (r.role == "chief" ? "" : " " + std::to_string(r.roleIndex)) + " (rank " +
-           std::to_string(r.globalRank) + ")";
+void Job::setUpDebugDirectory(int firstRank) {
+  std::string dir = options_.debugDir.empty() ? settings::debugDir() : options_.debugDir;
+  if (dir.empty() && options_.stallSeconds > 0) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/kolo-debug-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr)
+      KOLO_THROW(IoError, "kolo run: cannot create a debug directory ", pattern, ": ",
+                 std::strerror(errno));
+    dir = pattern;
+    say("flight recorders in " + dir);
   }
+  if (dir.empty()) return;
+  std::vector<int> ranks;
+  for (int local = 0; local < options_.procsPerNode; ++local) ranks.push_back(firstRank + local);
+  debug_ = std::make_unique<DebugWatch>(dir, options_.stallSeconds, ranks);
+}
 
-  bool spawn(Rank& r, const std::vector<std::string>& env) {
-    detail::SpawnedRank started = detail::spawnRank(options_.command, env);
-    if (started.pid < 0) {
-      say("cannot start rank " + std::to_string(r.globalRank) + ": '" + options_.command[0] +
-          "': " + std::strerror(started.error));
-      return false;
-    }
-    r.pid = started.pid;
-    guard_->watch(r.pid);
-    r.running = true;
-    r.outFd = started.outFd;
-    r.errFd = started.errFd;
-    std::string prefix = "[rank " + std::to_string(r.globalRank) + "] ";
-    if (r.role == "ps") prefix = "[ps " + std::to_string(r.roleIndex) + "] ";
-    if (r.role == "chief") prefix = "[chief] ";
-    if (r.role == "worker") prefix = "[worker " + std::to_string(r.roleIndex) + "] ";
-    r.out = std::make_unique<detail::LinePrefixer>(STDOUT_FILENO, prefix);
-    r.err = std::make_unique<detail::LinePrefixer>(STDERR_FILENO, prefix);
-    return true;
+std::vector<WatchedRank> Job::watchedRanks() const {
+  std::vector<WatchedRank> out;
+  for (const auto& r : ranks_) out.push_back({r.globalRank, r.pid, r.running});
+  return out;
+}
+
+void Job::stopAfterDumps(const std::string& reason) {
+  if (!debug_ || stopping_) return beginStop(SIGTERM);
+  if (debug_->collecting()) return;
+  collectReason_ = reason;
+  collectDeadline_ = Clock::now() + kDumpWait;
+  debug_->requestDumps(watchedRanks());
+}
+
+void Job::printDiagnosis() {
+  say("hang diagnosis (flight recorders in " + debug_->dir() + "):");
+  for (const std::string& line : debug_->finish(watchedRanks(), worldSize_, collectReason_))
+    say("  " + line);
+}
+
+void Job::watchDebug() {
+  if (!debug_ || stopping_) return;
+  if (!debug_->collecting() && debug_->stalled(watchedRanks())) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%g", debug_->stallSeconds());
+    say(std::string("no progress from any rank for ") + text +
+        " s (--stall-seconds); asking every rank for its flight recorder");
+    exitCode_ = 1;
+    failure_ = std::string("no progress for ") + text + " s";
+    publishFailure(failure_);
+    stopAfterDumps("stalled");
   }
+  if (debug_->collecting() &&
+      (debug_->dumpsSettled(watchedRanks()) || Clock::now() >= collectDeadline_)) {
+    printDiagnosis();
+    beginStop(SIGTERM);
+    signalAll(SIGCONT);  // a stopped rank takes SIGTERM only once continued
+  }
+}
 
-  bool anyRunning() const {
-    for (const auto& r : ranks_)
-      if (r.running) return true;
+void Job::mergeTimeline() {
+  const std::string dir = settings::timeline();
+  if (dir.empty() || options_.nodeRank != 0) return;
+  try {
+    const observe::MergedTimeline merged = observe::mergeTimeline(dir);
+    say("timeline of " + std::to_string(merged.ranks.size()) + " rank(s) written to " +
+        merged.path);
+  } catch (const Error& e) {
+    say(std::string("no timeline: ") + e.what());
+  }
+}
+
+
+void Job::assignRole(Rank& r) const {
+  const int servers = psServers_;
+  if (r.globalRank < servers) {
+    r.role = "ps";
+    r.roleIndex = r.globalRank;
+  } else if (r.globalRank == servers) {
+    r.role = "chief";
+    r.roleIndex = 0;
+  } else {
+    r.role = "worker";
+    r.roleIndex = r.globalRank - servers - 1;
+  }
+}
+
+std::string Job::describeRank(const Rank& r) {
+  if (r.role.empty()) return "rank " + std::to_string(r.globalRank);
+  const std::string name = r.role == "ps" ? "parameter server" : r.role;
+  return name + (r.role == "chief" ? "" : " " + std::to_string(r.roleIndex)) + " (rank " +
+         std::to_string(r.globalRank) + ")";
+}
+
+bool Job::start(Rank& r, std::vector<std::pair<std::string, std::string>> vars) {
+  vars.insert(vars.begin(), vars_.begin(), vars_.end());
+  vars.emplace_back("KOLO_RANK", std::to_string(r.globalRank));
+  vars.emplace_back("KOLO_LOCAL_RANK", std::to_string(r.localRank));
+  // The rank inherits the spawning thread's mask: bind this thread while it spawns.
+  ScopedThreadBinding bound(cpuForLocalRank(bind_, r.localRank, cpus_));
+  return spawn(r, rankEnvironment(vars));
+}
+
+int Job::maxRanks() const {
+  return options_.maxRanks > 0 ? options_.maxRanks : nodes() * options_.procsPerNode;
+}
+
+int Job::nodes() const { return std::max(options_.nnodes, options_.maxNodes); }
+
+bool Job::spawn(Rank& r, const std::vector<std::string>& env) {
+  SpawnedRank started = spawnRank(options_.command, env);
+  if (started.pid < 0) {
+    say("cannot start rank " + std::to_string(r.globalRank) + ": '" + options_.command[0] +
+        "': " + std::strerror(started.error));
     return false;
   }
+  r.pid = started.pid;
+  guard_->watch(r.pid);
+  r.running = true;
+  r.outFd = started.outFd;
+  r.errFd = started.errFd;
+  std::string prefix = "[rank " + std::to_string(r.globalRank) + "] ";
+  if (r.role == "ps") prefix = "[ps " + std::to_string(r.roleIndex) + "] ";
+  if (r.role == "chief") prefix = "[chief] ";
+  if (r.role == "worker") prefix = "[worker " + std::to_string(r.roleIndex) + "] ";
+  r.out = std::make_unique<LinePrefixer>(STDOUT_FILENO, prefix);
+  r.err = std::make_unique<LinePrefixer>(STDERR_FILENO, prefix);
+  return true;
+}
 
-  /// Signals every rank's process group (also those whose leader has exited, so children
-  /// they left behind are stopped too).
-  void signalAll(int sig) {
-    for (const auto& r : ranks_)
-      if (r.pid > 0) ::kill(-r.pid, sig);
-  }
+bool Job::anyRunning() const {
+  for (const auto& r : ranks_)
+    if (r.running) return true;
+  return false;
+}
 
-  void beginStop(int sig) {
-    if (stopping_) return;
-    stopping_ = true;
-    killDeadline_ = Clock::now() + options_.gracePeriod;
-    signalAll(sig);
-  }
+void Job::signalAll(int sig) {
+  for (const auto& r : ranks_)
+    if (r.pid > 0) ::kill(-r.pid, sig);
+}
 
-  void loop() {
-    Clock::time_point nextRemoteCheck = Clock::now();
-    for (;;) {
-      // Output pipes stay open while anyone holds their write end; once every rank is
-      // reaped, what is already in them is drained and the job is over.
-      if (!anyRunning()) {
-        // Children the ranks left behind in their groups may have ignored the signal
-        // (a shell's background jobs ignore SIGINT): when stopping, the job ends with them.
-        if (stopping_) signalAll(SIGKILL);
-        drainAll();
-        return;
-      }
-      std::vector<pollfd> fds;
-      fds.push_back({signals_.fd(), POLLIN, 0});
-      std::vector<std::pair<Rank*, bool>> owners;  // (rank, is stderr) for each pipe
-      for (auto& r : ranks_) {
-        if (r.outFd >= 0) {
-          fds.push_back({r.outFd, POLLIN, 0});
-          owners.emplace_back(&r, false);
-        }
-        if (r.errFd >= 0) {
-          fds.push_back({r.errFd, POLLIN, 0});
-          owners.emplace_back(&r, true);
-        }
-      }
-      int timeoutMs = -1;
-      if (stopping_) timeoutMs = remainingMs(killDeadline_);
-      if (store_ && !stopping_)
-        timeoutMs = timeoutMs < 0 ? remainingMs(nextRemoteCheck)
-                                  : std::min(timeoutMs, remainingMs(nextRemoteCheck));
-      if (survivorsDeadline_ && !stopping_)
-        timeoutMs = timeoutMs < 0 ? remainingMs(*survivorsDeadline_)
-                                  : std::min(timeoutMs, remainingMs(*survivorsDeadline_));
-      // Ranks are also reaped on a timer, in case a SIGCHLD was merged or lost.
-      timeoutMs = timeoutMs < 0 ? kReapIntervalMs : std::min(timeoutMs, kReapIntervalMs);
-      if (debug_ && debug_->collecting()) timeoutMs = std::min(timeoutMs, kDumpPollMs);
-      ::poll(fds.data(), fds.size(), timeoutMs);
-      for (size_t i = 1; i < fds.size(); ++i)
-        if (fds[i].revents) readPipe(*owners[i - 1].first, owners[i - 1].second);
-      if (fds[0].revents & POLLIN) handleSignals();
-      reap();
-      stopLateSurvivors();
-      endLostWorkers();
-      watchDebug();
-      if (stopping_ && !killed_ && Clock::now() >= killDeadline_) {
-        say("ranks still running after the grace period; sending SIGKILL");
-        signalAll(SIGKILL);
-        killed_ = true;
-      }
-      if (store_ && !stopping_ && Clock::now() >= nextRemoteCheck) {
-        checkRemoteFailure();
-        nextRemoteCheck = Clock::now() + kRemoteCheckInterval;
-      }
-    }
-  }
+void Job::beginStop(int sig) {
+  if (stopping_) return;
+  stopping_ = true;
+  killDeadline_ = Clock::now() + options_.gracePeriod;
+  signalAll(sig);
+}
 
-  static int remainingMs(Clock::time_point when) {
-    auto now = Clock::now();
-    if (when <= now) return 0;
-    return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(when - now).count());
-  }
-
-  /// Reads what is available from one pipe; closes it at end of stream.
-  void readPipe(Rank& r, bool isErr) {
-    int& fd = isErr ? r.errFd : r.outFd;
-    detail::LinePrefixer& sink = isErr ? *r.err : *r.out;
-    char buf[65536];
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n > 0) {
-      sink.feed(buf, static_cast<size_t>(n));
+void Job::loop() {
+  Clock::time_point nextRemoteCheck = Clock::now();
+  for (;;) {
+    // Output pipes stay open while anyone holds their write end; once every rank is
+    // reaped, what is already in them is drained and the job is over.
+    if (!anyRunning()) {
+      // Children the ranks left behind in their groups may have ignored the signal
+      // (a shell's background jobs ignore SIGINT): when stopping, the job ends with them.
+      if (stopping_) signalAll(SIGKILL);
+      drainAll();
       return;
     }
-    if (n < 0 && errno == EINTR) return;
-    sink.finish();
-    ::close(fd);
-    fd = -1;
-  }
-
-  /// Reads every pipe until it is empty (non-blocking) and writes out partial lines.
-  void drainAll() {
+    std::vector<pollfd> fds;
+    fds.push_back({signals_.fd(), POLLIN, 0});
+    std::vector<std::pair<Rank*, bool>> owners;  // (rank, is stderr) for each pipe
     for (auto& r : ranks_) {
-      for (bool isErr : {false, true}) {
-        int& fd = isErr ? r.errFd : r.outFd;
-        if (fd < 0) continue;
-        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-        detail::LinePrefixer& sink = isErr ? *r.err : *r.out;
-        char buf[65536];
-        ssize_t n;
-        while ((n = ::read(fd, buf, sizeof buf)) > 0) sink.feed(buf, static_cast<size_t>(n));
-        sink.finish();
-        ::close(fd);
-        fd = -1;
+      if (r.outFd >= 0) {
+        fds.push_back({r.outFd, POLLIN, 0});
+        owners.emplace_back(&r, false);
+      }
+      if (r.errFd >= 0) {
+        fds.push_back({r.errFd, POLLIN, 0});
+        owners.emplace_back(&r, true);
       }
     }
-  }
-
-  void handleSignals() {
-    unsigned char byte = 0;
-    while (::read(signals_.fd(), &byte, 1) == 1) {
-      int sig = byte;
-      if (sig == SIGCHLD) continue;  // reaped below
-      if (stopping_) {
-        // A second request while stopping: do not wait for the grace period.
-        say(std::string("received SIG") + ::sigabbrev_np(sig) + " again; sending SIGKILL");
-        signalAll(SIGKILL);
-        killed_ = true;
-        continue;
-      }
-      say(std::string("received SIG") + ::sigabbrev_np(sig) + "; forwarding it to every rank");
-      exitCode_ = 128 + sig;
-      failure_ = std::string("stopped by SIG") + ::sigabbrev_np(sig);
-      publishFailure(std::string("node ") + std::to_string(options_.nodeRank) +
-                     "'s launcher received SIG" + ::sigabbrev_np(sig));
-      beginStop(sig);
-    }
+    int timeoutMs = -1;
+    if (stopping_) timeoutMs = remainingMs(killDeadline_);
+    if (store_ && !stopping_)
+      timeoutMs = timeoutMs < 0 ? remainingMs(nextRemoteCheck)
+                                : std::min(timeoutMs, remainingMs(nextRemoteCheck));
+    if (survivorsDeadline_ && !stopping_)
+      timeoutMs = timeoutMs < 0 ? remainingMs(*survivorsDeadline_)
+                                : std::min(timeoutMs, remainingMs(*survivorsDeadline_));
+    // Ranks are also reaped on a timer, in case a SIGCHLD was merged or lost.
+    timeoutMs = timeoutMs < 0 ? kReapIntervalMs : std::min(timeoutMs, kReapIntervalMs);
+    if (debug_ && debug_->collecting()) timeoutMs = std::min(timeoutMs, kDumpPollMs);
+    ::poll(fds.data(), fds.size(), timeoutMs);
+    for (size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents) readPipe(*owners[i - 1].first, owners[i - 1].second);
+    if (fds[0].revents & POLLIN) handleSignals();
     reap();
-  }
-
-  void reap() {
-    // Several ranks may have ended since the last pass: when one rank dies (say by SIGKILL)
-    // its peers' collectives fail and they exit soon after. Blame a rank killed by a
-    // signal first, then one that exited with an error of its own, and last one whose
-    // status is kolo's "another rank failed" (5), as the likelier causes come first.
-    Rank* blamed = nullptr;
-    for (auto& r : ranks_) {
-      if (!r.running) continue;
-      int status = 0;
-      pid_t got = ::waitpid(r.pid, &status, WNOHANG);
-      if (got != r.pid) continue;
-      r.running = false;
-      r.status = status;
-      bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-      if (failed && events_) events_->rankFailed(r.globalRank, r.pid, status, stopping_, r.role);
-      if (failed && !stopping_ && options_.tolerateFailures && r.globalRank != 0) {
-        say("rank " + std::to_string(r.globalRank) + " (pid " + std::to_string(r.pid) + ") " +
-            describeStatus(status) + "; the job goes on without it");
-        continue;
-      }
-      if (failed && !stopping_ && options_.elastic) {
-        // Below --min-ranks the survivors stop by themselves (see loseElasticRank): their
-        // errors are the expected end, not new failures.
-        if (survivorsDeadline_ || loseElasticRank(r)) continue;
-        blamed = &r;
-        break;
-      }
-      if (failed && !stopping_ && r.role == "worker" && !options_.psJoin) {
-        // The chief hands a lost worker's data to the others: the job goes on.
-        say("worker " + std::to_string(r.roleIndex) + " (rank " + std::to_string(r.globalRank) +
-            ", pid " + std::to_string(r.pid) + ") " + describeStatus(status) +
-            "; the job goes on without it");
-        continue;
-      }
-      if (failed && !stopping_ && !(debug_ && debug_->collecting()) &&
-          (!blamed || blamePriority(status) > blamePriority(blamed->status)))
-        blamed = &r;
+    stopLateSurvivors();
+    endLostWorkers();
+    watchDebug();
+    if (stopping_ && !killed_ && Clock::now() >= killDeadline_) {
+      say("ranks still running after the grace period; sending SIGKILL");
+      signalAll(SIGKILL);
+      killed_ = true;
     }
-    if (blamed) {
-      std::string what = describeRank(*blamed) + " (pid " + std::to_string(blamed->pid) + ") " +
-                         describeStatus(blamed->status);
-      if (options_.elastic)
-        what = "elastic job below --min-ranks " + std::to_string(options_.minRanks) +
-               " after " + what;
-      say(what + "; stopping the other ranks");
-      exitCode_ = exitCodeFor(blamed->status);
-      failure_ = what;
-      publishFailure(what);
-      stopAfterDumps("a rank failed");
+    if (store_ && !stopping_ && Clock::now() >= nextRemoteCheck) {
+      checkRemoteFailure();
+      nextRemoteCheck = Clock::now() + kRemoteCheckInterval;
     }
   }
+}
 
-  /// --elastic: marks the failed rank lost for the survivors. True when enough ranks are
-  /// still running for the job to go on, or when too few are but they may still end by
-  /// themselves: they see the failure, agree that they are below --min-ranks, write a
-  /// checkpoint (with --checkpoint-dir) and exit with that error, so the launcher gives them
-  /// three detection deadlines plus the grace period before it stops them
-  /// (stopLateSurvivors). False (stop now) when none is left to write anything.
-  bool loseElasticRank(const Rank& r) {
-    int left = 0;
-    for (const auto& other : ranks_) left += other.running ? 1 : 0;
-    const std::string what = "rank " + std::to_string(r.globalRank) + " (pid " +
-                             std::to_string(r.pid) + ") " + describeStatus(r.status);
-    try {
-      store_->setString(parallel::elasticLostKey(r.globalRank), what);
-    } catch (const Error& e) {
-      say(std::string("could not mark rank ") + std::to_string(r.globalRank) +
-          " lost in the store: " + e.what());
-    }
-    if (left >= options_.minRanks) {
-      say(what + "; the elastic job goes on with " + std::to_string(left) + " rank(s)");
-      return true;
-    }
-    say(what + "; " + std::to_string(left) + " rank(s) left, below --min-ranks " +
-        std::to_string(options_.minRanks));
-    if (left == 0) return false;
-    const double detection = options_.timeoutSeconds > 0 ? options_.timeoutSeconds : 300.0;
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::duration<double>(3 * detection)) +
-                      options_.gracePeriod;
-    failure_ = "elastic job below --min-ranks " + std::to_string(options_.minRanks) + " after " + what;
-    exitCode_ = exitCodeFor(r.status);
-    survivorsDeadline_ = Clock::now() + wait;
-    say("waiting up to " + std::to_string(wait.count() / 1000) +
-        " s for the other rank(s) to stop by themselves (after a checkpoint, with --checkpoint-dir)");
-    return true;
+int Job::remainingMs(Clock::time_point when) {
+  auto now = Clock::now();
+  if (when <= now) return 0;
+  return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(when - now).count());
+}
+
+void Job::readPipe(Rank& r, bool isErr) {
+  int& fd = isErr ? r.errFd : r.outFd;
+  LinePrefixer& sink = isErr ? *r.err : *r.out;
+  char buf[65536];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  if (n > 0) {
+    sink.feed(buf, static_cast<size_t>(n));
+    return;
   }
+  if (n < 0 && errno == EINTR) return;
+  sink.finish();
+  ::close(fd);
+  fd = -1;
+}
 
-  /// The poll loop's part of loseElasticRank: survivors still running at the deadline are
-  /// stopped.
-  void stopLateSurvivors() {
-    if (!survivorsDeadline_ || stopping_ || Clock::now() < *survivorsDeadline_) return;
-    say(failure_ + "; the other rank(s) did not stop by themselves; stopping them");
-    stopAfterDumps("a rank failed");
-  }
-
-  /// Parameter-server jobs: once the chief and the servers have finished, the workers still
-  /// running are those the chief declared lost (a stopped or hung process); the others were
-  /// told the job is over and end by themselves. After the grace period the launcher ends
-  /// them with SIGKILL (which also ends a stopped process) and says so.
-  void endLostWorkers() {
-    if (stopping_ || psServers_ == 0) return;
-    bool workersLeft = false;
-    for (const auto& r : ranks_) {
-      if (!r.running) continue;
-      if (r.role != "worker") return;  // the chief or a server is still at work
-      workersLeft = true;
-    }
-    if (!workersLeft) return;
-    bool chiefDone = false;  // this launcher started the chief, and it succeeded
-    for (const auto& r : ranks_)
-      if (r.role == "chief") chiefDone = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
-    if (!chiefDone) return;
-    const auto now = Clock::now();
-    if (!lostWorkersDeadline_) {
-      lostWorkersDeadline_ = now + options_.gracePeriod;
-      return;
-    }
-    if (now < *lostWorkersDeadline_) return;
-    for (auto& r : ranks_) {
-      if (!r.running || r.role != "worker" || r.killedAsLost) continue;
-      say("worker " + std::to_string(r.roleIndex) + " (rank " + std::to_string(r.globalRank) +
-          ", pid " + std::to_string(r.pid) + ") still runs " +
-          std::to_string(options_.gracePeriod.count()) +
-          " ms after the chief finished the job without it; sending SIGKILL");
-      ::kill(-r.pid, SIGKILL);
-      r.killedAsLost = true;
+void Job::drainAll() {
+  for (auto& r : ranks_) {
+    for (bool isErr : {false, true}) {
+      int& fd = isErr ? r.errFd : r.outFd;
+      if (fd < 0) continue;
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+      LinePrefixer& sink = isErr ? *r.err : *r.out;
+      char buf[65536];
+      ssize_t n;
+      while ((n = ::read(fd, buf, sizeof buf)) > 0) sink.feed(buf, static_cast<size_t>(n));
+      sink.finish();
+      ::close(fd);
+      fd = -1;
     }
   }
+}
 
-  /// Tells the other nodes' launchers to stop (multi-node only); best effort.
-  void publishFailure(const std::string& what) {
-    if (!store_) return;
-    try {
-      store_->setString(kFailedKey, what);
-    } catch (const Error& e) {
-      say(std::string("could not tell the other nodes: ") + e.what());
+void Job::handleSignals() {
+  unsigned char byte = 0;
+  while (::read(signals_.fd(), &byte, 1) == 1) {
+    int sig = byte;
+    if (sig == SIGCHLD) continue;  // reaped below
+    if (stopping_) {
+      // A second request while stopping: do not wait for the grace period.
+      say(std::string("received SIG") + ::sigabbrev_np(sig) + " again; sending SIGKILL");
+      signalAll(SIGKILL);
+      killed_ = true;
+      continue;
     }
+    say(std::string("received SIG") + ::sigabbrev_np(sig) + "; forwarding it to every rank");
+    exitCode_ = 128 + sig;
+    failure_ = std::string("stopped by SIG") + ::sigabbrev_np(sig);
+    publishFailure(std::string("node ") + std::to_string(options_.nodeRank) +
+                   "'s launcher received SIG" + ::sigabbrev_np(sig));
+    beginStop(sig);
   }
+  reap();
+}
 
-  void checkRemoteFailure() {
-    std::string reason;
-    try {
-      if (!store_->check({kFailedKey})) return;
-      reason = store_->getString(kFailedKey, 5s);
-    } catch (const Error& e) {
-      reason = std::string("lost the store: ") + e.what();
-      store_.reset();
-    }
-    say("stopping the ranks of node " + std::to_string(options_.nodeRank) + ": " + reason);
-    exitCode_ = 1;
-    failure_ = reason;
-    beginStop(SIGTERM);
-  }
 
-  /// Node 0 hosts the store, so it stays until every node has finished (or the
-  /// rendezvous deadline passes); the other nodes only say that they have finished.
-  void finishAcrossNodes(std::chrono::milliseconds timeout) {
-    if (!store_) return;
-    try {
-      store_->add(kFinishedKey, 1);
-      if (options_.nodeRank != 0) return;
-      // After a failure the other nodes only need time to read it and stop their ranks.
-      if (!failure_.empty())
-        timeout = std::min<std::chrono::milliseconds>(timeout, options_.gracePeriod + 5s);
-      auto deadline = Clock::now() + timeout;
-      while (store_->add(kFinishedKey, 0) < options_.nnodes && Clock::now() < deadline)
-        std::this_thread::sleep_for(50ms);
-    } catch (const Error& e) {
-      say(std::string("store unavailable at the end of the job: ") + e.what());
-    }
-  }
-
-  const LauncherOptions& options_;
-  const detail::SignalScope& signals_;
-  int psServers_ = 0;  // parameter-server jobs: P and W (read from the job's store with --join)
-  int psWorkers_ = 0;
-  int worldSize_ = 0;  // ranks of the whole job (KOLO_WORLD_SIZE)
-  std::unique_ptr<detail::JobGuard> guard_;
-  std::unique_ptr<comm::TcpStoreServer> server_;
-  std::shared_ptr<comm::Store> store_;
-  std::vector<Rank> ranks_;
-  std::unique_ptr<detail::DebugWatch> debug_;
-  std::string collectReason_;
-  Clock::time_point collectDeadline_;
-  bool stopping_ = false;
-  bool killed_ = false;
-  std::unique_ptr<detail::JobEvents> events_;  // --events
-  Clock::time_point killDeadline_;
-  std::optional<Clock::time_point> lostWorkersDeadline_;  // see endLostWorkers()
-  std::optional<Clock::time_point> survivorsDeadline_;   // see loseElasticRank()
-  int exitCode_ = 0;
-  std::string failure_;
-};
-
-}  // namespace
+}  // namespace detail
 
 NodeRanks psNodeRanks(int ranks, int nnodes, int nodeRank) {
   const int each = ranks / nnodes, extra = ranks % nnodes;
@@ -721,25 +474,39 @@ int runLauncher(const LauncherOptions& options) {
     KOLO_THROW(InvalidArgument, "kolo run: -n must be at least 1, got ", options.procsPerNode);
   if (options.nnodes < 1)
     KOLO_THROW(InvalidArgument, "kolo run: --nnodes must be at least 1, got ", options.nnodes);
-  if (options.nodeRank < 0 || options.nodeRank >= options.nnodes)
+  if (options.maxNodes != 0 && (!options.elastic || options.maxNodes < options.nnodes))
+    KOLO_THROW(InvalidArgument, "kolo run: --nnodes ", options.nnodes, ":", options.maxNodes,
+               " needs --elastic and MAX at least MIN");
+  const int nodes = std::max(options.nnodes, options.maxNodes);
+  if (options.nodeRank < 0 || options.nodeRank >= nodes)
     KOLO_THROW(InvalidArgument, "kolo run: --node-rank ", options.nodeRank, " is outside 0..",
-               options.nnodes - 1);
-  if (options.nnodes > 1 && options.storeAddress.empty())
-    KOLO_THROW(InvalidArgument, "kolo run: a job of ", options.nnodes,
+               nodes - 1);
+  if (nodes > 1 && options.storeAddress.empty())
+    KOLO_THROW(InvalidArgument, "kolo run: a job of ", nodes,
                " nodes needs --store HOST:PORT (node 0's address)");
   if (options.stallSeconds < 0)
-    KOLO_THROW(InvalidArgument, "kolo run: --stall-seconds must be at least 0, got ", options.stallSeconds);
+    KOLO_THROW(InvalidArgument, "kolo run: --stall-seconds must be at least 0, got ",
+               options.stallSeconds);
   if (options.command.empty())
     KOLO_THROW(InvalidArgument, "kolo run: no program given (kolo run -n N -- PROGRAM ARGS...)");
   if (!options.storeAddress.empty()) comm::parseHostPort(options.storeAddress);
-  if (options.elastic && (options.nnodes > 1 || options.psServers > 0 || options.psJoin))
-    KOLO_THROW(InvalidArgument, "kolo run --elastic runs the ranks of one node (no --nnodes, --ps or --join)");
-  if (options.elastic && (options.minRanks < 1 || options.minRanks > options.procsPerNode))
+  if (options.elastic && (options.psServers > 0 || options.psJoin))
+    KOLO_THROW(InvalidArgument, "kolo run --elastic trains data parallel (no --ps or --join)");
+  // The job starts with -n ranks on each of the first nnodes nodes.
+  const int starting = options.procsPerNode * options.nnodes;
+  const std::string startingText =
+      "-n " + std::to_string(options.procsPerNode) +
+      (options.nnodes > 1 ? " x " + std::to_string(options.nnodes) + " nodes" : "");
+  if (options.elastic && (options.minRanks < 1 || options.minRanks > starting))
     KOLO_THROW(InvalidArgument, "kolo run: --min-ranks ", options.minRanks, " must be within 1..",
-               options.procsPerNode, " (-n)");
+               starting, " (", startingText, ")");
+  if (options.elastic && options.maxRanks != 0 && options.maxRanks < starting)
+    KOLO_THROW(InvalidArgument, "kolo run: --max-ranks ", options.maxRanks, " is below ", startingText,
+               ": the job starts with those ranks and replaces lost ones up to --max-ranks");
   if (options.psJoin) {
     if (options.storeAddress.empty() || options.token.empty() || options.procsPerNode != 1)
-      KOLO_THROW(InvalidArgument, "kolo run --join needs --store HOST:PORT and KOLO_TOKEN of the "
+      KOLO_THROW(InvalidArgument,
+                 "kolo run --join needs --store HOST:PORT and KOLO_TOKEN of the "
                  "running job (started with the same), and starts one worker");
   } else if (options.psServers > 0) {
     if (options.psWorkers < 1)
@@ -756,7 +523,7 @@ int runLauncher(const LauncherOptions& options) {
                  ", not -n ", options.procsPerNode);
   }
   detail::SignalScope signals;
-  Job job(options, signals);
+  detail::Job job(options, signals);
   return job.run();
 }
 

@@ -65,9 +65,22 @@ struct LauncherOptions {
   /// ranks are still running; the launcher marks it lost in the store
   /// (parallel::elasticLostKey) so the survivors regroup without waiting for it, and gives
   /// the ranks KOLO_ELASTIC_MIN_RANKS. Fewer than minRanks running ranks stop the job with
-  /// an error that says so. Single node only.
+  /// an error that says so (across nodes the ranks judge it: see maxNodes).
   bool elastic = false;
   int minRanks = 1;
+  /// --elastic: a lost rank is replaced by a new process with the next launch rank (-n,
+  /// -n + 1, ... on one node; unique across nodes; KOLO_ELASTIC_JOIN set) while this node
+  /// runs fewer than procsPerNode ranks and fewer than maxRanks replacements were started; it joins at a step boundary (ElasticContext::join).
+  /// The ranks get KOLO_ELASTIC_MAX_RANKS (the most members a generation admits). 0:
+  /// procsPerNode × the nodes; below the ranks the job starts with is an InvalidArgument.
+  int maxRanks = 0;
+  /// --elastic --nnodes MIN:MAX: nnodes is MIN, the nodes 0..MIN-1 that start the job
+  /// together; nodes MIN..MAX-1 may start later, and their ranks (launch ranks nodeRank × -n +
+  /// local rank) join the running job as replacements do. 0: nnodes. Across nodes each
+  /// launcher replaces its own lost ranks up to -n, the generations hold at most maxRanks
+  /// (default -n × MAX) members, and --min-ranks is left to the ranks (they stop together,
+  /// after a checkpoint, when fewer are left).
+  int maxNodes = 0;
   /// PROGRAM ARGS... (PROGRAM is looked up in PATH).
   std::vector<std::string> command;
 };

@@ -1,7 +1,8 @@
 // End-to-end tests of elastic training (real processes under kolo run --elastic): a rank
 // SIGKILLed mid-run leaves the others to finish in the same processes, every sample of each
 // epoch is trained on exactly once, and the weights equal one device's fed the same global
-// batches; falling below --min-ranks stops the job with an error that says so.
+// batches; a rank started in a lost one's place joins and finishes with them; falling below
+// --min-ranks stops the job with an error that says so.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -58,16 +59,23 @@ struct StepRecord {
 // What a run that lost `killed` (launch ranks, before step `killStep`) must show: each rank
 // one process throughout, the killed ranks with no step from `killStep` on and the survivors
 // ending in generation `generation` or later (on a loaded machine a slow step may time out
-// and regroup the same members once more); every step's global batch complete in the newest
-// generation that completed it; every sample of each epoch used exactly once; the weights
-// of one device; and the change in the metrics.
-void expectElasticRun(const ElasticCliTest& test, const std::set<int>& killed, int killStep,
-                      int64_t generation) {
+// and regroup the same members once more); the ranks started in the killed ones' places
+// (launch ranks `ranks`, `ranks` + 1, ...) that were admitted finishing with the survivors; every step's
+// global batch complete in the newest generation that completed it; every sample of each
+// epoch used exactly once; the weights of one device; and the changes in the metrics.
+// Returns the launch ranks that joined.
+std::set<int> expectElasticRun(const ElasticCliTest& test, const std::set<int>& killed, int killStep,
+                               int64_t generation, int ranks = 4) {
   std::map<int64_t, StepRecord> steps;  // per step, the newest generation's samples over the ranks
   int64_t last = 0;
-  for (int rank = 0; rank < 4; ++rank) {
+  std::set<int> joiners;  // replacements that trained (wrote a sample log)
+  const int launched = ranks + static_cast<int>(killed.size());
+  for (int rank = 0; rank < launched; ++rank) {
     std::ifstream in(test.file("samples") + ".rank-" + std::to_string(rank));
-    ASSERT_TRUE(in.good()) << "rank " << rank;
+    if (rank >= ranks && !in.good()) continue;  // a replacement the job finished without
+    EXPECT_TRUE(in.good()) << "rank " << rank;
+    if (!in.good()) return {};
+    if (rank >= ranks) joiners.insert(rank);
     std::string line;
     int pids = 0;
     int64_t lastStep = -1, lastGeneration = -1;
@@ -97,7 +105,7 @@ void expectElasticRun(const ElasticCliTest& test, const std::set<int>& killed, i
       EXPECT_EQ(lastGeneration, last) << "rank " << rank;
     }
   }
-  ASSERT_EQ(steps.size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(steps.size(), static_cast<size_t>(kSteps));
   std::map<int64_t, std::map<int64_t, int>> perEpoch;  // epoch -> sample id -> uses
   for (const auto& [step, record] : steps) {
     EXPECT_EQ(record.ids.size(), static_cast<size_t>(kBatch)) << "step " << step;
@@ -111,43 +119,53 @@ void expectElasticRun(const ElasticCliTest& test, const std::set<int>& killed, i
 
   const auto expected = kolo::checkpoint::loadSafetensors(test.file("one.safetensors")).tensors;
   const auto got = kolo::checkpoint::loadSafetensors(test.file("elastic.safetensors")).tensors;
-  ASSERT_EQ(got.size(), expected.size());
-  for (size_t i = 0; i < got.size(); ++i) {
+  EXPECT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < std::min(got.size(), expected.size()); ++i) {
     EXPECT_EQ(got[i].first, expected[i].first);
     EXPECT_LE(relativeDifference(expected[i].second.toFloatVector(), got[i].second.toFloatVector()),
               1e-5)
         << got[i].first;
   }
 
-  // The metrics: the changes name the lost ranks; the last leaves the survivors.
+  // The metrics: the changes name the lost and the joined ranks; the run ends with the
+  // survivors and the joiners.
   std::ifstream metrics(test.file("metrics.jsonl"));
-  std::set<int> lostNamed;
-  int worldSize = 4;
+  std::set<int> lostNamed, joinedNamed;
+  int worldSize = 0;
   bool recovered = false;
   for (std::string line; std::getline(metrics, line);) {
     const auto record = nlohmann::json::parse(line);
     if (record.value("event", "") == "membership") {
       std::istringstream ids(record["lost"].get<std::string>());
       for (std::string id; std::getline(ids, id, ',');) lostNamed.insert(std::stoi(id));
-      worldSize = record["world_size"];
       EXPECT_LE(record["step"].get<int>(), killStep);
     }
+    if (record.value("event", "") == "joined") {
+      std::istringstream ids(record["joined"].get<std::string>());
+      for (std::string id; std::getline(ids, id, ',');) joinedNamed.insert(std::stoi(id));
+      EXPECT_GE(record["step"].get<int>(), killStep);
+    }
+    if (record.value("final", false)) worldSize = record["world_size"];
     if (record.value("event", "") == "recovered") {
       recovered = true;
       EXPECT_GT(record["since_kill_s"].get<double>(), 0.0);
     }
   }
   EXPECT_EQ(lostNamed, killed);
-  EXPECT_EQ(worldSize, 4 - static_cast<int>(killed.size()));
+  EXPECT_EQ(joinedNamed, joiners);
+  EXPECT_EQ(worldSize, ranks - static_cast<int>(killed.size()) + static_cast<int>(joiners.size()));
   EXPECT_TRUE(recovered);
+  return joiners;
 }
 
-// 4 ranks under kolo run --elastic with the test's sample log, metrics and saved weights;
-// `debug` adds the --debug-* options. Also writes the one-device reference weights.
-RunResult runElastic(const ElasticCliTest& test, const std::string& debug) {
+// 4 ranks (or `ranks`, with --min-ranks `minRanks`) under kolo run --elastic with the test's
+// sample log, metrics and saved weights; `debug` adds the --debug-* options. Also writes the
+// one-device reference weights.
+RunResult runElastic(const ElasticCliTest& test, const std::string& debug, int ranks = 4, int minRanks = 2) {
   const RunResult reference = runKolo(kCommon + " --save " + test.file("one.safetensors"));
   EXPECT_EQ(reference.exitCode, 0) << reference.output;
-  return runKolo("run --elastic --min-ranks 2 -n 4 --timeout 5 -- " + ElasticCliTest::kolo() + " " +
+  return runKolo("run --elastic --min-ranks " + std::to_string(minRanks) + " -n " + std::to_string(ranks) +
+                 " --timeout 5 -- " + ElasticCliTest::kolo() + " " +
                  kCommon + " --strategy multi-worker-mirrored " + debug + " --debug-sample-log " +
                  test.file("samples") + " --metrics " + test.file("metrics.jsonl") + " --save " +
                  test.file("elastic.safetensors"));
@@ -163,6 +181,43 @@ TEST_F(ElasticCliTest, SurvivorsOfASigkillFinishWithOneDeviceWeights) {
   expectElasticRun(*this, {1}, 7, 1);
 }
 
+// A rank started in the killed one's place (launch rank 4) registers once it has loaded
+// its data; the members admit it at a step boundary (at the latest before step 8, where
+// they wait for it) or in the membership change itself, mid-epoch, and it finishes with
+// them from the state it received by broadcast: every sample once, one device's weights.
+TEST_F(ElasticCliTest, AJoinerIsAdmittedMidEpochAfterASigkill) {
+  const RunResult run = runElastic(*this, "--debug-kill-rank 1:5 --debug-await-join 8");
+  ASSERT_EQ(run.exitCode, 0) << run.output;
+  EXPECT_NE(run.output.find("starting rank 4 (pid"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("in the place of rank 1"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("joined_ranks=4"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("elastic: joined rank=4"), std::string::npos) << run.output;
+  EXPECT_EQ(expectElasticRun(*this, {1}, 5, 1), std::set<int>{4});
+  // Admitted at step 5 (in the change after the kill) to 8: mid-epoch.
+  std::ifstream in(file("samples") + ".rank-4");
+  std::string line;
+  std::getline(in, line);  // pid
+  ASSERT_TRUE(std::getline(in, line));
+  const int first = std::stoi(line.substr(line.find(' ') + 1));
+  EXPECT_GE(first, 5);
+  EXPECT_LE(first, 8);
+}
+
+// 2 ranks, --min-ranks 1: rank 0 sees its peer's death at once and goes on alone; the
+// replacement (launch rank 2) registers later, and rank 0 admits it at the step boundary
+// before step 8 (where it waits for it): generation 2, from the state of step 8.
+TEST_F(ElasticCliTest, AJoinerIsAdmittedAtAStepBoundary) {
+  const RunResult run = runElastic(*this, "--debug-kill-rank 1:5 --debug-await-join 8", 2, 1);
+  ASSERT_EQ(run.exitCode, 0) << run.output;
+  EXPECT_NE(run.output.find("starting rank 2 (pid"), std::string::npos) << run.output;
+  EXPECT_EQ(expectElasticRun(*this, {1}, 5, 1, 2), std::set<int>{2});
+  std::ifstream in(file("samples") + ".rank-2");
+  std::string line;
+  std::getline(in, line);  // pid
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_EQ(line.substr(0, line.find(' ', 2)), "2 8") << "generation 2 from step 8";
+}
+
 TEST_F(ElasticCliTest, TwoRanksKilledAtOnce) {
   const RunResult run = runElastic(*this, "--debug-kill-rank 1,2:7");
   ASSERT_EQ(run.exitCode, 0) << run.output;
@@ -171,12 +226,14 @@ TEST_F(ElasticCliTest, TwoRanksKilledAtOnce) {
   expectElasticRun(*this, {1, 2}, 7, 1);
 }
 
-// Rank 2 dies once generation 1 ({0, 2, 3}) is agreed, before its communicator is built:
-// the others' rendezvous fails and they form generation 2 of ranks 0 and 3 in the same change.
+// Rank 2 dies once generation 1 ({0, 2, 3}, with rank 1's replacement when it registered
+// in time) is agreed, before its communicator is built: the others' rendezvous fails and
+// they form generation 2 without rank 2 in the same change.
 TEST_F(ElasticCliTest, RankKilledDuringTheMembershipChange) {
   const RunResult run = runElastic(*this, "--debug-kill-rank 1:7 --debug-kill-in-regroup 2");
   ASSERT_EQ(run.exitCode, 0) << run.output;
-  EXPECT_NE(run.output.find("the elastic job goes on with 2 rank(s)"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("rank 2 (pid"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("lost_ranks=1,2"), std::string::npos) << run.output;
   expectElasticRun(*this, {1, 2}, 7, 2);
 }
 
@@ -218,6 +275,50 @@ TEST_F(ElasticCliTest, FallingBelowMinRanksWritesACheckpointThatResumes) {
     EXPECT_LE(relativeDifference(expected[i].second.toFloatVector(), got[i].second.toFloatVector()),
               1e-5)
         << got[i].first;
+}
+
+// --checkpoint-every under --elastic: rank 0 writes the checkpoints a run without --elastic
+// writes; both ranks die before step 13, after those of steps 5 and 10, and the job fails.
+// `kolo run --elastic ... --resume` continues from step 10 to the weights of an
+// uninterrupted one-device run (with momentum: the optimizer state comes back too).
+TEST_F(ElasticCliTest, CheckpointEveryAndResumeContinueAnUninterruptedRun) {
+  const std::string train = kCommon + " --momentum 0.9";
+  const RunResult reference = runKolo(train + " --save " + file("one.safetensors"));
+  ASSERT_EQ(reference.exitCode, 0) << reference.output;
+  const std::string elastic = "run --elastic -n 2 --timeout 5 -- " + kolo() + " " + train +
+                              " --strategy multi-worker-mirrored ";
+  const RunResult killed = runKolo(elastic + "--debug-kill-rank 0,1:13 --checkpoint-every 5 " +
+                                   "--checkpoint-dir " + file("checkpoints"));
+  EXPECT_NE(killed.exitCode, 0) << killed.output;
+  EXPECT_NE(killed.output.find("elastic: checkpoint written dir="), std::string::npos) << killed.output;
+  ASSERT_TRUE(fs::exists(file("checkpoints") + "/ckpt-000000010")) << killed.output;
+  EXPECT_FALSE(fs::exists(file("checkpoints") + "/ckpt-000000015")) << killed.output;
+
+  const RunResult resumed = runKolo(elastic + "--resume " + file("checkpoints") + " --save " +
+                                    file("resumed.safetensors"));
+  ASSERT_EQ(resumed.exitCode, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming checkpoint=" + file("checkpoints") + "/ckpt-000000010 step=10"),
+            std::string::npos)
+      << resumed.output;
+  const auto expected = kolo::checkpoint::loadSafetensors(file("one.safetensors")).tensors;
+  const auto got = kolo::checkpoint::loadSafetensors(file("resumed.safetensors")).tensors;
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_LE(relativeDifference(expected[i].second.toFloatVector(), got[i].second.toFloatVector()),
+              1e-5)
+        << got[i].first;
+}
+
+TEST_F(ElasticCliTest, MaxRanksBelowTheRankCountIsRefused) {
+  const RunResult run = runKolo("run --elastic --max-ranks 1 -n 2 -- " + kolo() + " " + kCommon);
+  EXPECT_NE(run.exitCode, 0) << run.output;
+  EXPECT_NE(run.output.find("--max-ranks 1 is below -n 2"), std::string::npos) << run.output;
+}
+
+TEST_F(ElasticCliTest, NodesMinMaxNeedElastic) {
+  const RunResult run = runKolo("run --nnodes 1:2 -n 2 --store 127.0.0.1:1 -- " + kolo() + " " + kCommon);
+  EXPECT_NE(run.exitCode, 0) << run.output;
+  EXPECT_NE(run.output.find("--nnodes 1:2: MIN:MAX needs --elastic"), std::string::npos) << run.output;
 }
 
 TEST_F(ElasticCliTest, MinRanksAboveTheRankCountIsRefused) {

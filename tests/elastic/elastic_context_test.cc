@@ -1,7 +1,8 @@
 // ElasticContext with ranks as threads over one memory store: survivors agree on the next
 // generation (members, lost ranks, the least completed step) and their new communicator
 // works; a rank that comes back late, still in the old generation, is refused; fewer
-// members than the minimum is an error naming the lost rank.
+// members than the minimum is an error naming the lost rank; a joiner is admitted at a step
+// boundary and the late rank is still refused.
 #include "kolo/parallel/elastic.h"
 
 #include <gtest/gtest.h>
@@ -79,6 +80,65 @@ TEST(ElasticContext, SurvivorsFormTheNextGenerationAndALateRankIsRefused) {
   } catch (const PeerError& e) {
     EXPECT_NE(std::string(e.what()).find("generation 1 was formed without it"), std::string::npos) << e.what();
   }
+}
+
+// After rank 1 is lost, a joiner (launch rank 3) registers; the survivors agree at a step
+// boundary that it waits (joinerWaiting() is true on both), regroup, and the new
+// communicator spans the three. Rank 1, coming back with generation 0, is still refused.
+TEST(ElasticContext, AJoinerIsAdmittedAtAStepBoundaryAndALateRankIsStillRefused) {
+  auto store = comm::makeMemoryStore();
+  std::vector<std::unique_ptr<ElasticContext>> contexts(4);
+  onThreads(3, [&](int r) { contexts[static_cast<size_t>(r)] = std::make_unique<ElasticContext>(store, r, 3, options(2)); });
+  store->setString(elasticLostKey(1), "killed");
+  onThreads(3, [&](int r) {
+    if (r != 1) contexts[static_cast<size_t>(r)]->regroup(6, "test");  // generation 1: 0 and 2
+  });
+  std::vector<MembershipChange> changes(4);
+  std::vector<int64_t> sums(4, 0);
+  onThreads(4, [&](int r) {
+    if (r == 1) return;
+    if (r == 3) {
+      ElasticOptions o = options(2);
+      o.maxRanks = 3;
+      contexts[3] = ElasticContext::join(store, 3, o);
+      ASSERT_NE(contexts[3], nullptr);
+      changes[3] = contexts[3]->change();
+    } else {
+      ElasticContext& e = *contexts[static_cast<size_t>(r)];
+      e.awaitJoiners(10s);  // the step boundary, once the joiner has registered
+      EXPECT_TRUE(e.joinerWaiting());
+      changes[static_cast<size_t>(r)] = e.regroup(6, "joiner waiting");
+      EXPECT_FALSE(e.joinerWaiting());  // full: no collective, no joiner
+    }
+    int64_t value = r + 1;
+    contexts[static_cast<size_t>(r)]->communicator()->allreduce(&value, &sums[static_cast<size_t>(r)], 1,
+                                                               DType::I64, comm::ReduceOp::Sum);
+  });
+  for (int r : {0, 2, 3}) {
+    const ElasticContext& e = *contexts[static_cast<size_t>(r)];
+    EXPECT_EQ(e.generation(), 2);
+    EXPECT_EQ(e.members(), (std::vector<int>{0, 2, 3})) << r;
+    EXPECT_EQ(e.rank(), r == 0 ? 0 : r == 2 ? 1 : 2);
+    EXPECT_EQ(changes[static_cast<size_t>(r)].joined, std::vector<int>{3}) << r;
+    EXPECT_EQ(changes[static_cast<size_t>(r)].step, 6) << r;
+    EXPECT_EQ(sums[static_cast<size_t>(r)], 1 + 3 + 4);
+  }
+  try {
+    contexts[1]->regroup(5, "late");
+    FAIL() << "a late rank was let in";
+  } catch (const PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("was formed without it"), std::string::npos) << e.what();
+  }
+}
+
+// A joiner that registers after the job finished returns null instead of waiting.
+TEST(ElasticContext, AJoinerOfAFinishedJobReturnsNull) {
+  auto store = comm::makeMemoryStore();
+  std::unique_ptr<ElasticContext> only = std::make_unique<ElasticContext>(store, 0, 1, options(1));
+  only->finish("done");
+  ElasticOptions o = options(1);
+  o.maxRanks = 2;
+  EXPECT_EQ(ElasticContext::join(store, 1, o), nullptr);
 }
 
 TEST(ElasticContext, FewerMembersThanTheMinimumIsAnError) {

@@ -4,7 +4,10 @@
 // generation (its members and the last step every member completed), build a communicator
 // over the members with a rendezvous of that generation's own keys, and continue. A rank
 // that comes back late, with an older generation, finds the new one formed without it and
-// is refused. See docs/elastic.md.
+// is refused. A rank started later to take a lost one's place (a joiner) registers in the
+// store; the members agree at a step boundary that one is waiting (joinerWaiting(), an
+// all-reduce) and admit it into the next generation, where it takes the state by broadcast.
+// See docs/elastic.md.
 #pragma once
 
 #include <chrono>
@@ -24,6 +27,8 @@ namespace kolo::parallel {
 struct ElasticOptions {
   /// The fewest members a generation may have; fewer ends the job (regroup() throws).
   int minRanks = 1;
+  /// The most members a generation may have; joiners beyond it wait. 0: the launched size.
+  int maxRanks = 0;
   /// Options of every generation's native communicator (timeout: the detection deadline).
   /// storePrefix is replaced by one per generation under `prefix`.
   comm::NativeOptions native;
@@ -44,6 +49,8 @@ struct MembershipChange {
   std::vector<int> members;
   /// Launch ranks of the previous generation that are not members any more.
   std::vector<int> lost;
+  /// Launch ranks admitted by this change (joiners), ascending; join()'s names itself.
+  std::vector<int> joined;
   /// The last step every member completed: each member continues from the state after it.
   int64_t step = 0;
 };
@@ -64,6 +71,12 @@ class BelowMinRanksError : public Error {
 /// The key under which the launcher (or anyone who knows) marks launch rank `id` as lost,
 /// so that the survivors need not wait for it.
 std::string elasticLostKey(int id, const std::string& prefix = "kolo-elastic");
+/// The key a member writes when the job is over (finish(): training ended, or fewer than
+/// minRanks members are left), with the reason.
+std::string elasticFinishedKey(const std::string& prefix = "kolo-elastic");
+/// The key a joiner `id` writes once a generation admitted it (the launcher counts it as a
+/// member from then on).
+std::string elasticAdmittedKey(int id, const std::string& prefix = "kolo-elastic");
 
 /// One rank's view of an elastic job. Generation 0 is every launched rank. Not thread-safe.
 class ElasticContext {
@@ -78,7 +91,18 @@ class ElasticContext {
   /// KOLO_TOKEN, KOLO_ELASTIC_MIN_RANKS, KOLO_TIMEOUT). Throws InvalidArgument outside
   /// such a job.
   /// `options` gives the rest (minRanks and native.timeout are replaced by the variables').
+  /// Under KOLO_ELASTIC_JOIN (a rank the launcher started in a lost one's place) it joins
+  /// instead: see join(). maxRanks comes from KOLO_ELASTIC_MAX_RANKS when set.
   static std::unique_ptr<ElasticContext> fromEnvironment(ElasticOptions options = {});
+  /// A new rank `id` (a launch rank no member has) joins the running job: it registers in
+  /// the store and blocks until a generation admits it (the members agree on it at a step
+  /// boundary: joinerWaiting()), then builds that generation's communicator and returns;
+  /// change() says what was agreed (its step is where the members continue from; the state
+  /// comes by broadcast from rank 0 of the new communicator). Returns null when the job
+  /// finished (finish()) before admitting it. Throws Timeout when no generation admitted it
+  /// within the rendezvous time, PeerError as regroup() does.
+  static std::unique_ptr<ElasticContext> join(std::shared_ptr<comm::Store> store, int id,
+                                              ElasticOptions options = {});
   /// True when this process was started by kolo run --elastic.
   static bool launchedElastic();
 
@@ -89,6 +113,9 @@ class ElasticContext {
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(members_.size()); }
   int minRanks() const { return options_.minRanks; }
+  int maxRanks() const { return options_.maxRanks; }
+  /// The change that admitted this rank (join()), else the last regroup()'s.
+  const MembershipChange& change() const { return change_; }
   /// The current generation's communicator (null only while regroup() runs).
   const std::shared_ptr<comm::Communicator>& communicator() const { return comm_; }
 
@@ -108,9 +135,30 @@ class ElasticContext {
   /// left.
   MembershipChange regroup(int64_t completedStep, const std::string& reason);
 
+  /// Collective over the members, at a step boundary: true on every member when any of
+  /// them sees a registered joiner that is not yet admitted (an all-reduce of what each
+  /// read in the store, since the reads may differ). Then every member calls regroup() at
+  /// the same step, which admits the joiners. False without a collective when the
+  /// generation has maxRanks members already. Throws what the all-reduce throws.
+  bool joinerWaiting();
+  /// Blocks until enough joiners that are not yet admitted have registered to fill the
+  /// generation to maxRanks, or `timeout` passes (then throws Timeout). For tests: makes the
+  /// admission happen at a chosen step.
+  void awaitJoiners(std::chrono::milliseconds timeout);
+  /// Tells ranks still waiting in join() that the job is over (they return null). Called
+  /// by a member once training ended; regroup() calls it when the job falls below minRanks.
+  void finish(const std::string& why);
+
  private:
+  ElasticContext(std::shared_ptr<comm::Store> store, int id, ElasticOptions options);
   void connect();
   MembershipChange agree(int64_t completedStep, const std::string& reason);
+  /// Builds the agreed generation's communicator; when a member fails meanwhile, agrees on
+  /// the next one. `before`: the members before the change, for its lost and joined ranks.
+  MembershipChange establish(MembershipChange change, const std::vector<int>& before);
+  /// How many joiners have registered (their tickets are 1..count).
+  int64_t joinersRegistered();
+  std::string key(const std::string& name) const { return options_.prefix + "/" + name; }
 
   std::shared_ptr<comm::Store> store_;
   int id_ = 0;
@@ -118,6 +166,9 @@ class ElasticContext {
   int64_t generation_ = 0;
   std::vector<int> members_;
   int rank_ = 0;
+  /// Joiner tickets (the store's counter) already decided on by a generation.
+  int64_t admitted_ = 0;
+  MembershipChange change_;
   std::shared_ptr<comm::Communicator> comm_;
 };
 

@@ -2,7 +2,9 @@
 // decided by the first survivor whose view is complete (every member of G has reported
 // under G+1 or is marked lost, or the wait ran out): it takes the leader counter of G+1 and
 // writes the members and their common step; the others read that record. A rank missing
-// from the record was too late and is refused.
+// from the record was too late and is refused. Joiners take a ticket from a counter and
+// name themselves under it; the decider admits the tickets not yet decided on (up to
+// maxRanks members), and the record says how many tickets are decided.
 #include "kolo/parallel/elastic.h"
 
 #include <algorithm>
@@ -28,10 +30,37 @@ std::string joinIds(const std::vector<int>& ids) {
   return text.empty() ? "none" : text;
 }
 
+bool contains(const std::vector<int>& ids, int id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+/// A generation's record: "STEP TICKETS MEMBER...", TICKETS being the joiner tickets decided.
+struct Record {
+  int64_t step = 0;
+  int64_t tickets = 0;
+  std::vector<int> members;
+};
+
+Record parseRecord(const std::string& text, const std::string& where) {
+  std::istringstream in(text);
+  Record record;
+  if (!(in >> record.step >> record.tickets))
+    KOLO_THROW(FormatError, "elastic: the membership record ", where, " is '", text,
+               "', not 'STEP TICKETS MEMBER...'");
+  for (int m; in >> m;) record.members.push_back(m);
+  return record;
+}
+
 }  // namespace
 
 std::string elasticLostKey(int id, const std::string& prefix) {
   return prefix + "/lost/" + std::to_string(id);
+}
+
+std::string elasticFinishedKey(const std::string& prefix) { return prefix + "/finished"; }
+
+std::string elasticAdmittedKey(int id, const std::string& prefix) {
+  return prefix + "/admitted/" + std::to_string(id);
 }
 
 ElasticContext::ElasticContext(std::shared_ptr<comm::Store> store, int id, int size,
@@ -42,12 +71,71 @@ ElasticContext::ElasticContext(std::shared_ptr<comm::Store> store, int id, int s
                size);
   KOLO_REQUIRE(options_.minRanks >= 1 && options_.minRanks <= size, "ElasticContext: min ranks ",
                options_.minRanks, " must be within 1..", size);
+  if (options_.maxRanks == 0) options_.maxRanks = size;
+  KOLO_REQUIRE(options_.maxRanks >= size, "ElasticContext: max ranks ", options_.maxRanks,
+               " is below the ", size, " launched ranks");
   for (int m = 0; m < size; ++m) members_.push_back(m);
   rank_ = id;
   connect();
 }
 
+ElasticContext::ElasticContext(std::shared_ptr<comm::Store> store, int id, ElasticOptions options)
+    : store_(std::move(store)), id_(id), options_(std::move(options)) {}
+
 ElasticContext::~ElasticContext() = default;
+
+std::unique_ptr<ElasticContext> ElasticContext::join(std::shared_ptr<comm::Store> store, int id,
+                                                     ElasticOptions options) {
+  KOLO_REQUIRE(store != nullptr, "ElasticContext::join: no store");
+  KOLO_REQUIRE(id >= 0 && options.minRanks >= 1 && options.maxRanks >= options.minRanks,
+               "ElasticContext::join: rank ", id, " with min ranks ", options.minRanks,
+               " and max ranks ", options.maxRanks);
+  std::unique_ptr<ElasticContext> self(new ElasticContext(std::move(store), id, std::move(options)));
+  comm::Store& kv = *self->store_;
+  const int64_t ticket = kv.add(self->key("joiners"), 1);
+  kv.setString(self->key("joiner/" + std::to_string(ticket)), std::to_string(id));
+  // Wait for the newest generation to name this rank; one formed after it without this
+  // rank means it was dropped (it came too late to the rendezvous).
+  const auto deadline = Clock::now() + self->options_.rendezvousTimeout;
+  int64_t seen = 0, admittedIn = 0;
+  Record admitted;
+  for (;;) {
+    if (kv.check({elasticFinishedKey(self->options_.prefix)})) return nullptr;
+    const int64_t current = kv.add(self->key("generation"), 0);
+    for (; seen < current; ++seen) {
+      std::string at = "g";  // (built in steps: GCC 12 warns falsely on "g" + to_string)
+      at += std::to_string(seen + 1);
+      at += "/members";
+      Record record = parseRecord(kv.getString(self->key(at), self->options_.native.timeout), at);
+      if (contains(record.members, id)) {
+        admitted = std::move(record);
+        admittedIn = seen + 1;
+      }
+    }
+    if (admittedIn > 0 && admittedIn < current)
+      KOLO_THROW(PeerError, "elastic rank ", id, ": admitted into generation ", admittedIn,
+                 " but generation ", current, " was formed without it");
+    if (admittedIn > 0) break;
+    if (Clock::now() >= deadline)
+      KOLO_THROW(Timeout, "elastic rank ", id, ": no generation admitted it within ",
+                 self->options_.rendezvousTimeout.count(), " ms of registering (ticket ", ticket, ")");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  self->generation_ = admittedIn;
+  self->members_ = admitted.members;
+  self->rank_ = static_cast<int>(std::find(admitted.members.begin(), admitted.members.end(), id) -
+                                 admitted.members.begin());
+  self->admitted_ = admitted.tickets;
+  kv.setString(elasticAdmittedKey(id, self->options_.prefix), std::to_string(admittedIn));
+  MembershipChange change;
+  change.generation = admittedIn;
+  change.members = admitted.members;
+  change.step = admitted.step;
+  std::vector<int> others = admitted.members;  // as this rank sees it: it is the one joining
+  others.erase(std::find(others.begin(), others.end(), id));
+  self->establish(std::move(change), others);
+  return self;
+}
 
 bool ElasticContext::launchedElastic() {
   return settings::elasticMinRanks().has_value() && settings::rank().has_value();
@@ -62,9 +150,15 @@ std::unique_ptr<ElasticContext> ElasticContext::fromEnvironment(ElasticOptions o
                "ElasticContext::fromEnvironment: not in an elastic job (KOLO_ELASTIC_MIN_RANKS, "
                "KOLO_RANK, KOLO_WORLD_SIZE and KOLO_STORE are set by kolo run --elastic)");
   options.minRanks = static_cast<int>(*minRanks);
+  if (const std::optional<int64_t> maxRanks = settings::elasticMaxRanks())
+    options.maxRanks = static_cast<int>(*maxRanks);
   if (const std::optional<double> seconds = settings::timeout())
     options.native.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(*seconds * 1000)));
   auto store = comm::connectTcpStore(address, settings::token(), options.native.timeout);
+  if (settings::elasticJoin()) {
+    if (options.maxRanks == 0) options.maxRanks = static_cast<int>(*size);
+    return join(std::move(store), static_cast<int>(*rank), std::move(options));
+  }
   return std::make_unique<ElasticContext>(std::move(store), static_cast<int>(*rank),
                                           static_cast<int>(*size), std::move(options));
 }
@@ -82,9 +176,11 @@ void ElasticContext::connect() {
 MembershipChange ElasticContext::regroup(int64_t completedStep, const std::string& reason) {
   comm_.reset();  // peers still waiting on this rank see its communicator closed
   const std::vector<int> before = members_;
-  std::string why = reason;
+  return establish(agree(completedStep, reason), before);
+}
+
+MembershipChange ElasticContext::establish(MembershipChange change, const std::vector<int>& before) {
   for (;;) {
-    MembershipChange change = agree(completedStep, why);
     if (options_.onAgreed) options_.onAgreed(change.generation);
     try {
       connect();
@@ -92,15 +188,42 @@ MembershipChange ElasticContext::regroup(int64_t completedStep, const std::strin
       if (!dynamic_cast<const PeerError*>(&e) && !dynamic_cast<const Timeout*>(&e)) throw;
       // A member failed during the change: the survivors form the next generation.
       comm_.reset();
-      why = "the rendezvous of generation " + std::to_string(generation_) + " failed: " + e.what();
-      completedStep = change.step;
+      change = agree(change.step, "the rendezvous of generation " + std::to_string(generation_) +
+                                      " failed: " + e.what());
       continue;
     }
     change.lost.clear();
+    change.joined.clear();
     for (int m : before)
-      if (std::find(members_.begin(), members_.end(), m) == members_.end()) change.lost.push_back(m);
+      if (!contains(members_, m)) change.lost.push_back(m);
+    for (int m : members_)
+      if (!contains(before, m)) change.joined.push_back(m);
+    change_ = change;
     return change;
   }
+}
+
+int64_t ElasticContext::joinersRegistered() { return store_->add(key("joiners"), 0); }
+
+bool ElasticContext::joinerWaiting() {
+  if (size() >= options_.maxRanks) return false;
+  int64_t seen = joinersRegistered() > admitted_ ? 1 : 0, any = 0;
+  comm_->allreduce(&seen, &any, 1, DType::I64, comm::ReduceOp::Max);
+  return any > 0;
+}
+
+void ElasticContext::awaitJoiners(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (size() + (joinersRegistered() - admitted_) < options_.maxRanks) {
+    if (Clock::now() >= deadline)
+      KOLO_THROW(Timeout, "elastic rank ", id_, ": ", options_.maxRanks - size(),
+                 " rank(s) did not register to join within ", timeout.count(), " ms");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void ElasticContext::finish(const std::string& why) {
+  store_->setString(elasticFinishedKey(options_.prefix), why);
 }
 
 MembershipChange ElasticContext::agree(int64_t completedStep, const std::string& reason) {
@@ -126,47 +249,60 @@ MembershipChange ElasticContext::agree(int64_t completedStep, const std::string&
     if (!pending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   if (store_->add(at + "/leader", 1) == 1) {
-    // This rank decides: the members are those that reported; the step is their least.
+    // This rank decides: the members are those that reported, the step is their least,
+    // and the joiners registered since the last decision come in (while there is room and
+    // the job goes on at all; one that was lost while it waited is passed over).
     int64_t step = completedStep;
-    std::string record;
     std::vector<int> chosen;
     for (int m : members_) {
-      const std::string key = at + "/in/" + std::to_string(m);
-      if (!store_->check({key})) continue;
-      step = std::min<int64_t>(step, std::stoll(store_->getString(key, options_.native.timeout)));
+      const std::string reported = at + "/in/" + std::to_string(m);
+      if (!store_->check({reported})) continue;
+      step = std::min<int64_t>(step, std::stoll(store_->getString(reported, options_.native.timeout)));
       chosen.push_back(m);
     }
+    int64_t tickets = admitted_;
+    const bool goesOn = static_cast<int>(chosen.size()) >= options_.minRanks;
+    for (int64_t t = admitted_ + 1, registered = joinersRegistered();
+         goesOn && t <= registered && static_cast<int>(chosen.size()) < options_.maxRanks; ++t) {
+      const int joiner = std::stoi(store_->getString(key("joiner/" + std::to_string(t)), options_.native.timeout));
+      tickets = t;
+      if (!store_->check({elasticLostKey(joiner, options_.prefix)})) chosen.push_back(joiner);
+    }
+    std::sort(chosen.begin(), chosen.end());
+    std::string record = std::to_string(step) + " " + std::to_string(tickets);
     for (int m : chosen) {
       record += ' ';
       record += std::to_string(m);
     }
-    store_->setString(at + "/members", std::to_string(step) + record);
+    store_->setString(at + "/members", record);
     store_->add(options_.prefix + "/generation", 1);
   }
-  const std::string record =
-      store_->getString(at + "/members", 2 * options_.native.timeout + std::chrono::seconds(1));
-  std::istringstream in(record);
+  const Record record = parseRecord(
+      store_->getString(at + "/members", 2 * options_.native.timeout + std::chrono::seconds(1)), at);
   MembershipChange change;
   change.generation = next;
-  in >> change.step;
-  for (int m; in >> m;) change.members.push_back(m);
+  change.step = record.step;
+  change.members = record.members;
   for (int m : members_)
-    if (std::find(change.members.begin(), change.members.end(), m) == change.members.end())
-      change.lost.push_back(m);
+    if (!contains(change.members, m)) change.lost.push_back(m);
+  for (int m : change.members)
+    if (!contains(members_, m)) change.joined.push_back(m);
   const auto me = std::find(change.members.begin(), change.members.end(), id_);
   if (me == change.members.end())
     KOLO_THROW(PeerError, "elastic rank ", id_, ": generation ", next,
                " was formed without it (it came back late, still in generation ", generation_,
                ")");
-  if (static_cast<int>(change.members.size()) < options_.minRanks)
-    throw BelowMinRanksError(
-        detail::concat("elastic job: ", change.members.size(), " rank(s) left after losing rank(s) ",
-                       joinIds(change.lost), " (", reason, "), below --min-ranks ", options_.minRanks,
-                       "; stopping"),
-        change);
+  if (static_cast<int>(change.members.size()) < options_.minRanks) {
+    const std::string what = detail::concat(
+        "elastic job: ", change.members.size(), " rank(s) left after losing rank(s) ",
+        joinIds(change.lost), " (", reason, "), below --min-ranks ", options_.minRanks, "; stopping");
+    finish(what);  // ranks waiting to join stop waiting
+    throw BelowMinRanksError(what, change);
+  }
   generation_ = next;
   members_ = change.members;
   rank_ = static_cast<int>(me - change.members.begin());
+  admitted_ = record.tickets;
   return change;
 }
 
