@@ -308,17 +308,31 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
     balancer.reset();
     loader.reset();
     parallel::MembershipChange change;
-    try {
-      change = elastic->regroup(step, reason);
-    } catch (const parallel::BelowMinRanksError& stop) {
-      saveBeforeStopping(config, recipe, stepsPerEpoch, stop.change(), id, last, before, logger);
-      throw;
+    for (std::string why = reason;;) {
+      try {
+        change = elastic->regroup(step, why);
+      } catch (const parallel::BelowMinRanksError& stop) {
+        saveBeforeStopping(config, recipe, stepsPerEpoch, stop.change(), id, last, before, logger);
+        throw;
+      }
+      // The state after `step` completed steps is `last`; one step behind is `before`.
+      const Snapshot* from = change.step == last.step ? &last : change.step == before.step ? &before : nullptr;
+      KOLO_CHECK(from != nullptr, "elastic rank ", id, ": the members agreed on step ", change.step,
+                 " but this rank holds the states after steps ", before.step, " and ", last.step);
+      try {
+        adopt(from, change.step);
+        break;
+      } catch (const Error& e) {
+        // A member failed (or timed out) while the state was handed over: agree again; this
+        // rank's snapshots and step are as they were.
+        if (!dynamic_cast<const PeerError*>(&e) && !dynamic_cast<const Timeout*>(&e)) throw;
+        logger.warn("elastic: handing over the state failed, regrouping", {{"rank", id}, {"error", e.what()}});
+        strategy.reset();
+        balancer.reset();
+        loader.reset();
+        why = e.what();
+      }
     }
-    // The state after `step` completed steps is `last`; one step behind is `before`.
-    const Snapshot* from = change.step == last.step ? &last : change.step == before.step ? &before : nullptr;
-    KOLO_CHECK(from != nullptr, "elastic rank ", id, ": the members agreed on step ", change.step,
-               " but this rank holds the states after steps ", before.step, " and ", last.step);
-    adopt(from, change.step);
     if (elastic->rank() == 0)
       logger.warn("elastic: membership changed", {{"generation", change.generation},
                                                   {"lost_ranks", idList(change.lost)},
