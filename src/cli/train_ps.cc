@@ -211,13 +211,43 @@ bool overlapOf(const TrainConfig& config, ps::Mode mode) {
   return config.psOverlap == "on";
 }
 
+/// Whether the chief has marked the job over (a store that is gone counts as not).
+bool jobFinished(comm::Store& store) {
+  try {
+    return store.check({ps::finishedKey()});
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+/// A worker that starts late (its node slow to start, its data slow to load on a busy
+/// machine) may find that the others did every unit and the chief ended the job, its servers
+/// gone: it has nothing left to do, which is not a failure.
+int lateWorker(const PsPlan& plan) {
+  std::fprintf(stderr, "worker %d: the job finished before this worker connected; nothing left to do\n",
+               plan.role.index);
+  return 0;
+}
+
 int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
               const data::TensorDataset& train) {
-  ps::ServerGroup servers({ps::ClientRole::Worker, plan.role.index,
-                           ps::parseCompression(config.psCompress), plan.role.token, plan.timeout},
-                          plan.placement, serverAddresses(store, plan));
-  ps::UnitClient units(store.getString(ps::chiefAddressKey(), plan.timeout), plan.role.index,
-                       plan.role.token, plan.timeout, heartbeatOf(config));
+  if (jobFinished(store)) return lateWorker(plan);
+  std::optional<ps::ServerGroup> connected;
+  std::optional<ps::UnitClient> chief;
+  try {
+    connected.emplace(ps::ClientOptions{ps::ClientRole::Worker, plan.role.index,
+                                        ps::parseCompression(config.psCompress), plan.role.token,
+                                        plan.timeout},
+                      plan.placement, serverAddresses(store, plan));
+    chief.emplace(store.getString(ps::chiefAddressKey(), plan.timeout), plan.role.index,
+                  plan.role.token, plan.timeout, heartbeatOf(config));
+  } catch (const Error&) {
+    // The chief ended the job while this worker read the addresses or connected.
+    if (jobFinished(store)) return lateWorker(plan);
+    throw;
+  }
+  ps::ServerGroup& servers = *connected;
+  ps::UnitClient& units = *chief;
   // Overlapped, a second replica of the model computes while the first one's exchange runs.
   std::vector<std::shared_ptr<nn::Module>> models = {plan.model};
   std::vector<parallel::NamedTensors> replicas = {plan.parameters};
@@ -439,6 +469,8 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
     }
   }
   dispatcher.waitWorkersFinished();
+  // Before the servers stop: a worker that has not connected yet learns the job is over.
+  store.setString(ps::finishedKey(), "1");
   const int64_t updates = servers.pull(plan.parameters);
   const std::vector<ps::ServerStats> stats = servers.stats();
   servers.shutdown();
