@@ -87,5 +87,6 @@ ok = (last.get("final") and last["workers_alive"] == 2 and len(last["units_done"
       and last["test_accuracy"] > 0.5)  # trained (chance is 0.1); sync reaches about 0.75
 sys.exit(0 if ok else 1)
 EOF
-echo "ok: $(grep -o 'test_accuracy [0-9.]*' "$dir/out"), servers and chief on $NETNS_H1, workers on $NETNS_H2"
+echo "ok: $(grep -o 'test_accuracy [0-9.]*' "$dir/out");" \
+  "server and chief on $NETNS_H1, workers on $NETNS_H2"
 echo "mpirun parameter-server test across hosts passed"

@@ -275,13 +275,12 @@ TEST_F(PsJob, AsyncAndSspDefaultToAdamSyncKeepsTheChosenOptimizer) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.mode + (c.flags.empty() ? " without optimizer flags" : " with SGD chosen"));
     const std::string checkpoints = dir_ + "/optimizer-" + c.mode + std::to_string(c.flags.size());
-    std::vector<std::string> args = {
-        kKolo,   "run",          "--ps",   "1",          "--workers",        "1",
-        "--timeout", "60",       "--",     kKolo,        "train",            "--strategy",
-        "parameter-server",      "--ps-mode", c.mode,    "--model",          "mlp",
-        "--batch", "64",         "--epochs", "2",        "--train-limit",    "1280",
-        "--ps-unit-batches", "4", "--checkpoint-dir", checkpoints, "--checkpoint-every", "1",
-        "--quiet"};
+    std::vector<std::string> args = {kKolo, "run", "--ps", "1", "--workers", "1", "--timeout", "60",
+                                     "--", kKolo, "train", "--strategy", "parameter-server",
+                                     "--ps-mode", c.mode, "--model", "mlp", "--batch", "64",
+                                     "--epochs", "2", "--train-limit", "1280",
+                                     "--ps-unit-batches", "4", "--checkpoint-dir", checkpoints,
+                                     "--checkpoint-every", "1", "--quiet"};
     args.insert(args.end(), c.flags.begin(), c.flags.end());
     Child job = spawnChild(args, cleanEnvironment({{"KOLO_TOKEN", "ps-optimizer"}}));
     const Result r = collect(job);
@@ -295,9 +294,9 @@ TEST_F(PsJob, AsyncAndSspDefaultToAdamSyncKeepsTheChosenOptimizer) {
       EXPECT_EQ(version, 20 * epoch);
       const double expected = c.lrAt(static_cast<double>(version - 1));
       EXPECT_NEAR(std::stod(file.metadata.at("lr")), expected, 1e-9 * expected);
-      const bool hasSlot = std::any_of(file.tensors.begin(), file.tensors.end(), [&](const auto& t) {
-        return t.first.ends_with("/" + c.slot);
-      });
+      const bool hasSlot =
+          std::any_of(file.tensors.begin(), file.tensors.end(),
+                      [&](const auto& t) { return t.first.ends_with("/" + c.slot); });
       EXPECT_TRUE(hasSlot) << "no state slot " << c.slot;
     }
   }
@@ -354,10 +353,11 @@ TEST_F(PsJob, AWorkerStartingAfterTheJobEndedHasNothingToDo) {
   const ReservedPort port;
   const std::string metrics = dir_ + "/late.jsonl";
   auto node = [&](int rank) {
-    std::vector<std::string> args = {kKolo,       "run",       "--nnodes", "2",
-                                     "--node-rank", std::to_string(rank), "--store",
-                                     port.address(), "--ps",    "1",        "--workers",
-                                     "2",           "--timeout", "60"};
+    std::vector<std::string> args = {kKolo,       "run",          "--nnodes",
+                                     "2",         "--node-rank",  std::to_string(rank),
+                                     "--store",   port.address(), "--ps",
+                                     "1",         "--workers",    "2",
+                                     "--timeout", "60"};
     std::vector<std::string> train =
         trainArgs("async", 1, {"--train-limit", "2000", "--metrics", metrics});
     if (rank == 1) {
