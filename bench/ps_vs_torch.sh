@@ -9,7 +9,9 @@
 # reached on the same number of samples. kolo's sync runs the peer's recipe (SGD lr 0.05
 # momentum 0.9, constant); its async and ssp runs take kolo's defaults for those modes (Adam
 # lr 1e-3, cosine; the exchange overlapped with compute), as the peer's recipe with stale
-# gradients does not train well.
+# gradients does not train well. Every kolo run starts from the peer's initial weights
+# (bench/peers/torch_initial_weights.py, --init), so the accuracies differ by the data order
+# only, which moves the last epoch's accuracy by about a point either way.
 # Usage: bench/ps_vs_torch.sh [BUILD_DIR]   (default build/release)
 #   MODES="sync async"  EPOCHS=3  WORKERS=2  BIND=none|core (kolo run --bind)  STRAGGLER=1
 set -eu
@@ -23,6 +25,10 @@ workers=${WORKERS:-2}
 bind=${BIND:-none}
 samples=$((epochs * 60000))
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+init="$work/torch_init.safetensors"
+/usr/bin/python3 "$here/peers/torch_initial_weights.py" --model mlp "$init"
 
 # kolo's summary line -> "samples_per_s test_accuracy"
 # kolo_run MODE ARGS...
@@ -34,7 +40,7 @@ kolo_run() {
   # shellcheck disable=SC2086
   out=$("$kolo" run --bind "$bind" --ps 1 --workers "$workers" -- "$kolo" train \
     --strategy parameter-server --ps-mode "$mode" --model mlp --batch 64 $recipe \
-    --epochs "$epochs" --threads 1 --quiet "$@" 2>&1) || { echo "$out" >&2; exit 1; }
+    --epochs "$epochs" --threads 1 --init "$init" --quiet "$@" 2>&1) || { echo "$out" >&2; exit 1; }
   line=$(echo "$out" | grep 'test_accuracy' | tail -n 1)
   echo "$(echo "$line" | grep -o 'samples_per_s [0-9.]*' | cut -d' ' -f2)" \
        "$(echo "$line" | grep -o 'test_accuracy [0-9.]*' | cut -d' ' -f2)"

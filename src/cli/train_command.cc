@@ -34,7 +34,7 @@ Command registerTrain(CLI::App& root) {
   auto config = std::make_shared<TrainConfig>();
   struct Raw {
     int64_t epochs = 0, warmup = 0;
-    double lr = 0, momentum = 0, weightDecay = 0;
+    double lr = 0, momentum = 0, beta1 = 0, weightDecay = 0, lookahead = 0;
     std::string optimizer;
     bool noShuffle = false, bar = false, noBar = false, padLast = false;
     int workers = 0;
@@ -63,6 +63,10 @@ Command registerTrain(CLI::App& root) {
   auto* momentum = app->add_option("--momentum", raw->momentum, "SGD momentum (default 0.9)")
                       ->check(notBelow(0));
   app->add_flag("--nesterov", config->nesterov, "Nesterov momentum (sgd)");
+  auto* beta1 = app->add_option("--beta1", raw->beta1,
+                                "decay of Adam's running mean of the gradient (adam, adamw; "
+                                "default 0.9)")
+                    ->check(notBelow(0));
   auto* weightDecay =
       app->add_option("--weight-decay", raw->weightDecay, "weight decay (default 0; adamw 0.01)")
           ->check(notBelow(0));
@@ -204,6 +208,12 @@ Command registerTrain(CLI::App& root) {
                   "on in async and ssp")
       ->check(oneOf({"auto", "on", "off"}))
       ->capture_default_str();
+  auto* lookahead =
+      app->add_option("--ps-lookahead", raw->lookahead,
+                      "parameter-server, overlapped: a step computes on the newest values carried "
+                      "on by this factor times their change since the previous reply (0: off; "
+                      "default 1.5 with async's and ssp's Adam defaults, else 0)")
+          ->check(notBelow(0));
   app->add_option("--ps-unit-batches", config->psUnitBatches,
                   "parameter-server: batches per unit of data the chief hands to a worker")
       ->check(atLeast(1))
@@ -287,8 +297,8 @@ Command registerTrain(CLI::App& root) {
   Command command;
   command.app = app;
   command.warnsAtStart = [raw] { return raw->workers == 0; };  // --workers re-launches kolo
-  command.run = [config, raw, federated, epochs, batch, optimizer, lr, momentum, weightDecay,
-                 warmup]() -> int {
+  command.run = [config, raw, federated, epochs, batch, optimizer, lr, momentum, beta1,
+                 weightDecay, warmup, lookahead]() -> int {
     if (raw->workers > 0) execWorkers(raw->workers);
     KOLO_REQUIRE(config->checkSync == 0 || config->strategy == "multi-worker-mirrored",
                  "--check-sync compares the weights of several ranks: use it with --strategy "
@@ -297,6 +307,8 @@ Command registerTrain(CLI::App& root) {
     if (optimizer->count()) config->optimizer = raw->optimizer;
     if (lr->count()) config->lr = raw->lr;
     if (momentum->count()) config->momentum = raw->momentum;
+    if (beta1->count()) config->beta1 = raw->beta1;
+    if (lookahead->count()) config->psLookahead = raw->lookahead;
     if (weightDecay->count()) config->weightDecay = raw->weightDecay;
     if (warmup->count()) config->warmupSteps = raw->warmup;
     config->shuffle = !raw->noShuffle;

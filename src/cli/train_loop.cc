@@ -48,10 +48,14 @@ Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {
     recipe.lr = config.lr.value_or(defaultRecipe ? (mlp ? 0.1 : 0.05) : (mlp ? 0.05 : 0.02));
     recipe.momentum = config.momentum.value_or(0.9);
     recipe.nesterov = config.nesterov || defaultRecipe;
+    KOLO_REQUIRE(!config.beta1, "--beta1 applies to --optimizer adam and adamw, not sgd");
   } else {
     recipe.lr = config.lr.value_or(1e-3);
     KOLO_REQUIRE(!config.momentum && !config.nesterov, "--momentum and --nesterov apply to "
                  "--optimizer sgd only, not ", recipe.optimizer);
+    recipe.beta1 = config.beta1.value_or(0.9);
+    KOLO_REQUIRE(recipe.beta1 >= 0.0 && recipe.beta1 < 1.0, "--beta1 must be in [0, 1), got ",
+                 recipe.beta1);
   }
   recipe.weightDecay = config.weightDecay.value_or(recipe.optimizer == "adamw" ? 0.01 : 0.0);
   recipe.epochs = config.epochs.value_or(10);
@@ -78,7 +82,8 @@ std::unique_ptr<optim::Optimizer> makeOptimizer(const Recipe& recipe,
                                                           .weightDecay = recipe.weightDecay,
                                                           .nesterov = recipe.nesterov});
   }
-  optim::AdamOptions options{.lr = recipe.lr, .weightDecay = recipe.weightDecay};
+  optim::AdamOptions options{.lr = recipe.lr, .beta1 = recipe.beta1,
+                             .weightDecay = recipe.weightDecay};
   if (recipe.optimizer == "adamw") return optim::makeAdamW(parameters, options);
   return std::make_unique<optim::Adam>(parameters, options);
 }

@@ -36,6 +36,7 @@ struct TrainConfig {
   std::optional<std::string> optimizer;  // sgd | adam | adamw
   std::optional<double> lr;
   std::optional<double> momentum;  // sgd only
+  std::optional<double> beta1;     // adam and adamw only
   std::optional<double> weightDecay;
   bool nesterov = false;
   std::string schedule = "auto";       // auto | constant | cosine | warmup-cosine | step
@@ -79,6 +80,9 @@ struct TrainConfig {
   double psHeartbeatSeconds = 10.0;  // a worker silent this long is lost (0: no heartbeats)
   std::string psStalenessLr = "auto";  // auto (on in async/ssp) | on | off: gradient / staleness
   std::string psOverlap = "auto";  // auto (on in async/ssp) | on | off: exchange during compute
+  /// Overlapped: compute at reply + a (reply - previous reply); default 1.5 with the Adam
+  /// defaults of async and ssp, 0 (off) otherwise.
+  std::optional<double> psLookahead;
   /// For benchmarks: worker `slowWorker` takes `slowFactor` times as long per step (it
   /// sleeps (factor - 1) times its compute time); -1: off.
   int slowWorker = -1;
@@ -145,6 +149,7 @@ struct Recipe {
   std::string optimizer;
   double lr = 0.0;
   double momentum = 0.0;
+  double beta1 = 0.9;  // adam, adamw
   bool nesterov = false;
   double weightDecay = 0.0;
   int64_t epochs = 0;

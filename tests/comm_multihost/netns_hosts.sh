@@ -45,9 +45,32 @@ netns_create() {
   done
 }
 
-# Removes the namespaces (their interfaces go with them); safe to call twice.
+# Gives each host a name that both resolve, as on a cluster: /etc/netns/<ns>/hosts, which
+# `ip netns exec` mounts over /etc/hosts, maps kolo-h1-ID and kolo-h2-ID to their addresses.
+# A command sees its host's name when started with netns_on. netns_destroy removes the files.
+netns_name_hosts() {
+  local ns
+  for ns in "$NETNS_H1" "$NETNS_H2"; do
+    mkdir -p "/etc/netns/$ns"
+    printf '127.0.0.1 localhost\n%s %s\n%s %s\n' "$NETNS_ADDR1" "$NETNS_H1" \
+      "$NETNS_ADDR2" "$NETNS_H2" >"/etc/netns/$ns/hosts"
+  done
+}
+
+# netns_on NS COMMAND...: runs COMMAND on host NS under that host's name (a UTS namespace of
+# its own, so gethostname says NS).
+netns_on() {
+  local ns="$1"
+  shift
+  ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$ns" "$@"
+}
+
+# Removes the namespaces (their interfaces go with them) and the hosts files; safe to call
+# twice.
 netns_destroy() {
   ip netns del "$NETNS_H1" 2>/dev/null || true
   ip netns del "$NETNS_H2" 2>/dev/null || true
   ip netns del "$NETNS_BR" 2>/dev/null || true
+  rm -rf "/etc/netns/$NETNS_H1" "/etc/netns/$NETNS_H2"
+  rmdir /etc/netns 2>/dev/null || true
 }

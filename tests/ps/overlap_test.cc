@@ -25,9 +25,11 @@ ClientOptions workerOptions(int w) {
   return {ClientRole::Worker, w, Compression::None, kToken, std::chrono::seconds(60)};
 }
 
-/// Trains one worker for `steps` batches through a WorkerExchange (overlapped or not) and
-/// returns the servers' final values; `stats` receives the server's counters.
-std::vector<double> trainOneWorker(bool overlapped, int steps, ServerStats* stats) {
+/// Trains one worker for `steps` batches through a WorkerExchange (overlapped or not, looking
+/// ahead by `lookahead`) and returns the servers' final values; `stats` receives the server's
+/// counters.
+std::vector<double> trainOneWorker(bool overlapped, int steps, ServerStats* stats,
+                                   double lookahead = 0.0) {
   const Samples data = firstSamples(steps * kBatch);
   const Placement placement = placeParameters(makeMlp()->namedParameters(), 1, 1 << 20);
   ServerThreads job(1, 1, Mode::Async, 0, placement, sgd);
@@ -38,7 +40,7 @@ std::vector<double> trainOneWorker(bool overlapped, int steps, ServerStats* stat
   ServerGroup group(workerOptions(0), placement, job.addresses());
   std::vector<double> values;
   {
-    WorkerExchange exchange(group, replicas);
+    WorkerExchange exchange(group, replicas, lookahead);
     EXPECT_EQ(exchange.overlapped(), overlapped);
     exchange.pull();
     for (int k = 0; k < steps; ++k) {
@@ -84,6 +86,39 @@ std::vector<double> trainOneDeviceOneStepLate(int steps) {
   return parallel::testing::flatValues(params);
 }
 
+/// One device whose gradient of batch k is computed at theta_{k-1} + a (theta_{k-1} -
+/// theta_{k-2}) (theta_{-1} = theta_{-2} = theta_0): the late gradient at the point the
+/// previous update's change, carried on, leads to.
+std::vector<double> trainOneDeviceLateLookingAhead(int steps, float a) {
+  const Samples data = firstSamples(steps * kBatch);
+  auto model = makeMlp();
+  auto probe = makeMlp();  // where the gradient is computed
+  const NamedTensors params = model->namedParameters();
+  const NamedTensors at = probe->namedParameters();
+  auto optimizer = sgd(params);
+  std::vector<std::vector<float>> previous, older;  // theta_{k-1}, theta_{k-2}
+  for (const auto& [name, p] : params) previous.push_back(p.toFloatVector());
+  older = previous;
+  for (int k = 0; k < steps; ++k) {
+    for (size_t i = 0; i < at.size(); ++i) {
+      std::vector<float> point(previous[i].size());
+      for (size_t j = 0; j < point.size(); ++j)
+        point[j] = previous[i][j] + a * (previous[i][j] - older[i][j]);
+      Tensor q = at[i].second;
+      std::copy(point.begin(), point.end(), q.data<float>());
+    }
+    lossAndGradients(*probe, data, k * kBatch, (k + 1) * kBatch);
+    older = previous;
+    for (size_t i = 0; i < params.size(); ++i) {
+      Tensor p = params[i].second;
+      previous[i] = p.toFloatVector();
+      p.setGrad(at[i].second.grad().clone());
+    }
+    optimizer->step();
+  }
+  return parallel::testing::flatValues(params);
+}
+
 /// Test accuracy of `model` on training images [begin, end) (not trained on).
 double heldOutAccuracy(nn::Module& model, const Samples& data, int64_t begin, int64_t end) {
   const Tensor logits = model.forward(data.x.slice(0, begin, end).contiguous());
@@ -102,6 +137,20 @@ class Overlap : public ::testing::Test {
  protected:
   void SetUp() override { KOLO_SKIP_WITHOUT_FASHION_MNIST(); }
 };
+
+/// --ps-lookahead: one overlapped worker looking ahead by a computes each gradient at its
+/// newest values carried on by a times their change since the reply before: exactly the one
+/// device above (and not the plain one-step-late SGD).
+TEST_F(Overlap, LookingAheadComputesWhereThePreviousChangeLeads) {
+  constexpr int kSteps = 12;
+  ServerStats stats;
+  const std::vector<double> ahead = trainOneWorker(true, kSteps, &stats, 1.5);
+  EXPECT_LT(parallel::testing::maxRelDiff(ahead, trainOneDeviceLateLookingAhead(kSteps, 1.5f)),
+            1e-6);
+  EXPECT_GT(parallel::testing::maxRelDiff(ahead, trainOneDeviceOneStepLate(kSteps)), 1e-4);
+  // The version tags are the replies', so the staleness is the overlap's as before.
+  EXPECT_EQ(stats.stalenessMax, 1);
+}
 
 TEST_F(Overlap, OneWorkerIsSgdWithItsGradientOneStepLate) {
   constexpr int kSteps = 12;

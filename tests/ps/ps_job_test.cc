@@ -6,9 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <functional>
+#include <numbers>
 #include <nlohmann/json.hpp>
 
+#include "kolo/safetensors.h"
 #include "launcher/process_helpers.h"
 #include "support/fashion_mnist.h"
 #include "support/reserved_port.h"
@@ -239,6 +243,65 @@ TEST_F(PsJob, AWorkerJoinsARunningJob) {
   }
 }
 
+/// The optimizer the servers run, read from their checkpoints after each of 2 epochs (its
+/// kind, its state slots and the rate of its last update): async and ssp without --optimizer,
+/// --lr, --momentum or --nesterov run Adam at 1e-3 on a cosine schedule; sync runs what one
+/// device would: the optimizer and constant rate the user chose, or without flags one
+/// device's default (SGD at 0.1, warm-up over half an epoch, then cosine).
+TEST_F(PsJob, AsyncAndSspDefaultToAdamSyncKeepsTheChosenOptimizer) {
+  // One worker, 1,280 images in batches of 64: 20 updates per epoch, 40 in all.
+  constexpr double kTotal = 40;
+  const auto cosine = [](double lr, double u, double steps) {
+    return lr * 0.5 * (1.0 + std::cos(std::numbers::pi * u / steps));
+  };
+  struct Case {
+    std::string mode;
+    std::vector<std::string> flags;
+    std::string kind;
+    std::string slot;
+    std::function<double(double)> lrAt;  // the rate of update u (0-based)
+  };
+  const std::vector<Case> cases = {
+      {"async", {}, "adam", "exp_avg_sq", [&](double u) { return cosine(1e-3, u, kTotal); }},
+      {"ssp", {}, "adam", "exp_avg_sq", [&](double u) { return cosine(1e-3, u, kTotal); }},
+      {"sync",
+       {"--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"},
+       "sgd",
+       "momentum_buffer",
+       [](double) { return 0.05; }},
+      {"sync", {}, "sgd", "momentum_buffer", [&](double u) {
+         return u < 10 ? 0.1 * (u + 1) / 10 : cosine(0.1, u - 10, kTotal - 10);
+       }}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.mode + (c.flags.empty() ? " without optimizer flags" : " with SGD chosen"));
+    const std::string checkpoints = dir_ + "/optimizer-" + c.mode + std::to_string(c.flags.size());
+    std::vector<std::string> args = {kKolo, "run", "--ps", "1", "--workers", "1", "--timeout", "60",
+                                     "--", kKolo, "train", "--strategy", "parameter-server",
+                                     "--ps-mode", c.mode, "--model", "mlp", "--batch", "64",
+                                     "--epochs", "2", "--train-limit", "1280",
+                                     "--ps-unit-batches", "4", "--checkpoint-dir", checkpoints,
+                                     "--checkpoint-every", "1", "--quiet"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    Child job = spawnChild(args, cleanEnvironment({{"KOLO_TOKEN", "ps-optimizer"}}));
+    const Result r = collect(job);
+    ASSERT_EQ(r.exitCode(), 0) << r.out << r.err;
+    for (const int epoch : {1, 2}) {
+      SCOPED_TRACE("after epoch " + std::to_string(epoch));
+      const checkpoint::SafetensorsFile file = checkpoint::loadSafetensors(
+          checkpoints + "/epoch-00000" + std::to_string(epoch) + "/server-0.safetensors");
+      EXPECT_EQ(file.metadata.at("optimizer"), c.kind);
+      const int64_t version = std::stoll(file.metadata.at("version"));
+      EXPECT_EQ(version, 20 * epoch);
+      const double expected = c.lrAt(static_cast<double>(version - 1));
+      EXPECT_NEAR(std::stod(file.metadata.at("lr")), expected, 1e-9 * expected);
+      const bool hasSlot =
+          std::any_of(file.tensors.begin(), file.tensors.end(),
+                      [&](const auto& t) { return t.first.ends_with("/" + c.slot); });
+      EXPECT_TRUE(hasSlot) << "no state slot " << c.slot;
+    }
+  }
+}
+
 /// Two launchers on loopback as two nodes: node 0 hosts the store and runs the servers and
 /// the chief, node 1 the workers (the ranks in order, in equal blocks), which reach the
 /// servers through the addresses published in node 0's store.
@@ -280,6 +343,48 @@ TEST_F(PsJob, TwoNodesSplitTheRoles) {
     EXPECT_GT(last["test_accuracy"].get<double>(), 0.5);
     std::filesystem::remove(dir_ + "/two-nodes.jsonl");
   }
+}
+
+/// A worker that starts after the others did every unit (a slow node, data slow to load on a
+/// busy machine; what failed PsJob.TwoNodesSplitTheRoles once) finds the job over and the
+/// servers gone: it exits 0 saying so, rather than failing to connect after the deadline.
+/// Here worker 1, on node 1, starts only once the chief has written its final metrics line.
+TEST_F(PsJob, AWorkerStartingAfterTheJobEndedHasNothingToDo) {
+  const ReservedPort port;
+  const std::string metrics = dir_ + "/late.jsonl";
+  auto node = [&](int rank) {
+    std::vector<std::string> args = {kKolo,       "run",          "--nnodes",
+                                     "2",         "--node-rank",  std::to_string(rank),
+                                     "--store",   port.address(), "--ps",
+                                     "1",         "--workers",    "2",
+                                     "--timeout", "60"};
+    std::vector<std::string> train =
+        trainArgs("async", 1, {"--train-limit", "2000", "--metrics", metrics});
+    if (rank == 1) {
+      // "--" then `sh -c SCRIPT METRICS kolo train ...`: worker 1 waits (60 s at most) for
+      // the final line, then runs the training command.
+      const std::string script =
+          "if [ \"$KOLO_ROLE_INDEX\" = 1 ]; then i=0; "
+          "until grep -q final \"$0\" 2>/dev/null || [ $i -ge 1200 ]; do sleep 0.05; "
+          "i=$((i+1)); done; fi; exec \"$@\"";
+      train.insert(train.begin() + 1, {"sh", "-c", script, metrics});
+    }
+    args.insert(args.end(), train.begin(), train.end());
+    return spawnChild(args, cleanEnvironment({{"KOLO_TOKEN", "ps-late-worker"}}));
+  };
+  Child node0 = node(0);
+  Child node1 = node(1);
+  const Result r1 = collect(node1);
+  const Result r0 = collect(node0);
+  ASSERT_EQ(r0.exitCode(), 0) << r0.out << r0.err;
+  ASSERT_EQ(r1.exitCode(), 0) << r1.out << r1.err;
+  EXPECT_NE(r1.err.find("[worker 1] worker 1: the job finished before this worker connected"),
+            std::string::npos)
+      << r1.err;
+  EXPECT_EQ(r1.err.find("without it"), std::string::npos) << r1.err;
+  const nlohmann::json last = nlohmann::json::parse(splitLines(readFile(metrics)).back());
+  // 31 batches of 64 in units of 4: all of them worker 0's.
+  EXPECT_EQ(last["units_done"], nlohmann::json::array({8, 0}));
 }
 
 }  // namespace

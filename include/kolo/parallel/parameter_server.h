@@ -214,11 +214,16 @@ class ServerGroup {
 /// the values of the exchange before the previous one: its gradient misses the worker's own
 /// last update (one more update of staleness) but no step waits for a round trip. Pushes
 /// still leave one at a time, each after the previous reply, so SSP's bound on pushes holds.
+///
+/// With a look-ahead factor a > 0 (overlapped only), a step computes not on the newest reply
+/// r_k but on r_k + a (r_k - r_{k-1}), the previous reply's change carried on: an estimate of
+/// the values its gradient will land on, several updates later.
 class WorkerExchange {
  public:
   /// `replicas`: the parameters of one model (not overlapped) or of two identical models
   /// (overlapped), in placement order; they must outlive this object, as must `servers`.
-  WorkerExchange(ServerGroup& servers, std::vector<NamedTensors> replicas);
+  WorkerExchange(ServerGroup& servers, std::vector<NamedTensors> replicas,
+                 double lookahead = 0.0);
   /// Waits for the exchange in flight (its error is dropped) and ends the thread.
   ~WorkerExchange();
   WorkerExchange(const WorkerExchange&) = delete;
@@ -377,6 +382,9 @@ std::string chiefAddressKey();
 std::string shapeKey();
 /// The store counter of workers that joined with kolo run --join.
 std::string joinCounterKey();
+/// The store key the chief sets once the job is over, before it stops the servers: a worker
+/// that starts after that has nothing to do.
+std::string finishedKey();
 
 /// The address of this host that peers reach it at, as the connection to the store sees it
 /// (127.0.0.1 for a store that is not TCP).

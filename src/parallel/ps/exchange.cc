@@ -14,12 +14,18 @@ namespace kolo::parallel::ps {
 
 class WorkerExchange::Impl {
  public:
-  Impl(ServerGroup& servers, std::vector<NamedTensors> replicas)
-      : servers_(servers), replicas_(std::move(replicas)), versions_(replicas_.size(), 0) {
+  Impl(ServerGroup& servers, std::vector<NamedTensors> replicas, double lookahead)
+      : servers_(servers),
+        replicas_(std::move(replicas)),
+        versions_(replicas_.size(), 0),
+        lookahead_(static_cast<float>(lookahead)) {
     KOLO_REQUIRE(replicas_.size() == 1 || replicas_.size() == 2,
                  "a worker exchange takes one replica of the parameters (in place) or two "
                  "(overlapped), got ",
                  replicas_.size());
+    KOLO_REQUIRE(lookahead >= 0.0 && (lookahead == 0.0 || replicas_.size() == 2),
+                 "a worker exchange looks ahead only when overlapped, by a factor of at least "
+                 "0, got ", lookahead);
     if (overlapped()) thread_ = std::thread([this] { runExchanges(); });
   }
 
@@ -56,6 +62,9 @@ class WorkerExchange::Impl {
     if (!settleInFlight()) {
       copyValues(replicas_[mine], replicas_[static_cast<size_t>(other)]);
       versions_[static_cast<size_t>(other)] = versions_[mine];
+      if (lookahead_ > 0.0f) rememberReply(replicas_[mine], versions_[mine]);
+    } else if (lookahead_ > 0.0f) {
+      lookAhead(replicas_[static_cast<size_t>(other)], versions_[static_cast<size_t>(other)]);
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -106,6 +115,37 @@ class WorkerExchange::Impl {
     }
   }
 
+  /// Keeps the values of `replica` (a reply of the servers at `version`) as the newest reply.
+  void rememberReply(const NamedTensors& replica, int64_t version) {
+    lastReply_.clear();
+    for (const auto& [name, p] : replica) {
+      Tensor values = p;
+      const float* v = values.data<float>();
+      lastReply_.insert(lastReply_.end(), v, v + values.numel());
+    }
+    lastReplyVersion_ = version;
+  }
+
+  /// `replica` holds a new reply (version `version`): moves it on along the change since the
+  /// previous reply, to where the servers' values will likely be when this step's gradient
+  /// lands (computing at a look-ahead point, as DANA does for delayed gradients), and keeps
+  /// the reply itself as the newest.
+  void lookAhead(const NamedTensors& replica, int64_t version) {
+    if (version <= lastReplyVersion_) return;  // nothing new since the previous reply
+    size_t at = 0;
+    for (const auto& [name, p] : replica) {
+      Tensor values = p;
+      float* v = values.data<float>();
+      const int64_t n = values.numel();
+      for (int64_t j = 0; j < n; ++j, ++at) {
+        const float reply = v[j];
+        v[j] = reply + lookahead_ * (reply - lastReply_[at]);
+        lastReply_[at] = reply;
+      }
+    }
+    lastReplyVersion_ = version;
+  }
+
   static void copyValues(const NamedTensors& from, const NamedTensors& to) {
     for (size_t i = 0; i < from.size(); ++i) {
       Tensor target = to[i].second;
@@ -118,6 +158,11 @@ class WorkerExchange::Impl {
   // Each replica's version; the in-flight replica's is written by the exchange thread and
   // read by the worker only after the exchange is done (the mutex orders the two).
   std::vector<int64_t> versions_;
+  // Look-ahead (0: off): how far along the change between the two newest replies a step
+  // computes; the newest reply's own values and version.
+  float lookahead_ = 0.0f;
+  std::vector<float> lastReply_;
+  int64_t lastReplyVersion_ = -1;
   int current_ = 0;
   int inFlightWas_ = -1;  // the replica settleInFlight() waited for (-1: none)
   std::mutex mutex_;
@@ -130,8 +175,9 @@ class WorkerExchange::Impl {
   std::thread thread_;
 };
 
-WorkerExchange::WorkerExchange(ServerGroup& servers, std::vector<NamedTensors> replicas)
-    : impl_(std::make_unique<Impl>(servers, std::move(replicas))) {}
+WorkerExchange::WorkerExchange(ServerGroup& servers, std::vector<NamedTensors> replicas,
+                               double lookahead)
+    : impl_(std::make_unique<Impl>(servers, std::move(replicas), lookahead)) {}
 WorkerExchange::~WorkerExchange() = default;
 bool WorkerExchange::overlapped() const { return impl_->overlapped(); }
 int WorkerExchange::current() const { return impl_->current(); }

@@ -84,6 +84,8 @@ std::string shapeKey() { return "ps/shape"; }
 
 std::string joinCounterKey() { return "ps/joined"; }
 
+std::string finishedKey() { return "ps/finished"; }
+
 std::string localHost(comm::Store& store) {
   if (auto* tcp = dynamic_cast<comm::TcpStoreClient*>(&store)) return tcp->localAddress();
   return "127.0.0.1";

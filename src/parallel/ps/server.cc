@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -334,10 +335,14 @@ class ParameterServer::Impl {
     const optim::StateDict state = optimizer_->stateDict();
     for (const auto& [slot, tensor] : state.flatTensors())
       tensors.emplace_back("state/" + slot, tensor);
+    // The rate of the last update, for the record (a resumed server takes the schedule's).
+    char lr[32];
+    std::snprintf(lr, sizeof lr, "%.17g", optimizer_->lr());
     std::map<std::string, std::string> metadata = {
         {"version", std::to_string(version_)},
         {"server", std::to_string(options_.index)},
         {"optimizer", optimizer_->kind()},
+        {"lr", lr},
         {"step", std::to_string(optimizer_->stepCount())}};
     checkpoint::saveSafetensors(path, tensors, metadata);
   }

@@ -119,8 +119,11 @@ Socket connectTo(const std::string& address, Clock::time_point deadline, const s
       cs::setNoDelayAndKeepAlive(fd);
       return Socket(fd, peer);
     }
-    if (Clock::now() >= deadline) KOLO_THROW(PeerError, "cannot connect to ", peer, " at ", address, ": ", error);
-    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
+    // No attempt right at the deadline: it would report "timed out" instead of the reason
+    // the attempts failed (a server that is gone refuses).
+    if (Clock::now() + pause >= deadline)
+      KOLO_THROW(PeerError, "cannot connect to ", peer, " at ", address, ": ", error);
+    std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(200));
   }
 }
