@@ -1,7 +1,8 @@
 # Two "hosts" on one machine for multi-host tests and benchmarks (sourced by bash scripts):
 # network namespaces kolo-h1-ID and kolo-h2-ID, each with a veth (eth0) whose peer sits in
 # a bridge namespace kolo-br-ID, addresses 10.213.X.1/24 and 10.213.X.2/24. Nothing in the
-# root namespace changes. Functions: netns_supported, netns_create, netns_destroy.
+# root namespace changes. Functions: netns_supported, netns_create, netns_destroy, and for
+# test scripts netns_test_begin.
 
 NETNS_ID="${NETNS_ID:-$$}"
 NETNS_H1="kolo-h1-$NETNS_ID"
@@ -73,4 +74,32 @@ netns_destroy() {
   ip netns del "$NETNS_BR" 2>/dev/null || true
   rm -rf "/etc/netns/$NETNS_H1" "/etc/netns/$NETNS_H2"
   rmdir /etc/netns 2>/dev/null || true
+}
+
+# netns_test_begin WHAT [fashion-mnist]: the start of a test script. Exits 77 (ctest SKIP),
+# naming WHAT, where namespaces cannot be used or (when asked) Fashion-MNIST is missing;
+# otherwise creates the hosts and a work directory $dir, and on exit kills the PIDs the
+# script put in $pids and removes both.
+netns_test_begin() {
+  local what="$1" why
+  if ! why="$(netns_supported)"; then
+    echo "SKIPPED: $what: $why"
+    exit 77
+  fi
+  if [ "${2:-}" = fashion-mnist ] && [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+    echo "SKIPPED: $what: Fashion-MNIST is not installed"
+    exit 77
+  fi
+  dir=""
+  pids=()
+  trap netns_test_end EXIT
+  netns_create
+  dir="$(mktemp -d /tmp/kolo-netns-test.XXXXXX)"
+}
+
+netns_test_end() {
+  local pid
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+  netns_destroy
+  [ -n "$dir" ] && rm -rf "$dir"
 }

@@ -18,28 +18,12 @@ here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=netns_hosts.sh
 . "$here/netns_hosts.sh"
 
-if ! why="$(netns_supported)"; then
-  echo "SKIPPED: mpirun parameter-server test across hosts: $why"
-  exit 77
-fi
 if ! command -v unshare >/dev/null 2>&1; then
   echo "SKIPPED: mpirun parameter-server test across hosts: unshare (util-linux) is missing"
   exit 77
 fi
-if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  echo "SKIPPED: mpirun parameter-server test across hosts: Fashion-MNIST is not installed"
-  exit 77
-fi
-
-dir=""
-cleanup() {
-  netns_destroy
-  [ -n "$dir" ] && rm -rf "$dir"
-}
-trap cleanup EXIT
-netns_create
+netns_test_begin "mpirun parameter-server test across hosts" fashion-mnist
 netns_name_hosts
-dir="$(mktemp -d /tmp/kolo-netns-ps-mpirun.XXXXXX)"
 
 # What ssh would do for mpirun: "AGENT HOST COMMAND..." runs COMMAND (one shell line, as
 # ssh passes it) on HOST, here the namespace of that name, under that host name.

@@ -13,25 +13,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=netns_hosts.sh
 . "$here/netns_hosts.sh"
 
-if ! why="$(netns_supported)"; then
-  echo "SKIPPED: multi-host parameter-server test: $why"
-  exit 77
-fi
-if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  echo "SKIPPED: multi-host parameter-server test: Fashion-MNIST is not installed"
-  exit 77
-fi
-
-dir=""
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
-  netns_destroy
-  [ -n "$dir" ] && rm -rf "$dir"
-}
-trap cleanup EXIT
-netns_create
-dir="$(mktemp -d /tmp/kolo-netns-ps.XXXXXX)"
+netns_test_begin "multi-host parameter-server test" fashion-mnist
 store="$NETNS_ADDR1:29500"
 
 failures=0

@@ -13,25 +13,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=../comm_multihost/netns_hosts.sh
 . "$here/../comm_multihost/netns_hosts.sh"
 
-if ! why="$(netns_supported)"; then
-  echo "SKIPPED: multi-host elastic test: $why"
-  exit 77
-fi
-if [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  echo "SKIPPED: multi-host elastic test: Fashion-MNIST is not installed"
-  exit 77
-fi
-
-dir=""
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
-  netns_destroy
-  [ -n "$dir" ] && rm -rf "$dir"
-}
-trap cleanup EXIT
-netns_create
-dir="$(mktemp -d /tmp/kolo-netns-elastic.XXXXXX)"
+netns_test_begin "multi-host elastic test" fashion-mnist
 store="$NETNS_ADDR1:29500"
 # 120 samples, global batch 12: 10 steps an epoch; 25 steps.
 train=(train --model mlp --batch 12 --optimizer sgd --momentum 0.9 --lr 0.05 --quiet --seed 3
