@@ -3,7 +3,8 @@
 # `kolo train --optimizer adamw` of each model on N = 1, 2, 4 ranks for STEPS steps, with
 # --strategy multi-worker-mirrored --shard-optimizer off (plain DP: every rank holds the
 # whole parameters, gradients and optimizer state), --strategy fsdp --shard grad (ZeRO-2) and
-# --shard full (ZeRO-3). Each run logs rank 0's `tensor memory` line (kolo/memory.h's
+# --shard full (ZeRO-3, a unit per layer; zero3-1u: --unit-params 10^9, the whole model one
+# unit). Each run logs rank 0's `tensor memory` line (kolo/memory.h's
 # process-wide accounting, the data set left out): state_bytes, what a step leaves alive
 # besides its batch (the model state: parameters, gradients, optimizer state, the
 # strategy's buffers), and step_peak_bytes, the most alive at once during a step
@@ -37,11 +38,12 @@ measure() {
 rows=""
 for m in $models; do
   for n in $ranks; do
-    for s in dp zero2 zero3; do
+    for s in dp zero2 zero3 zero3-1u; do
       case $s in
         dp) flags="--strategy multi-worker-mirrored --shard-optimizer off" ;;
         zero2) flags="--strategy fsdp --shard grad" ;;
         zero3) flags="--strategy fsdp --shard full" ;;
+        zero3-1u) flags="--strategy fsdp --shard full --unit-params 1000000000" ;;
       esac
       r=$(measure "$m" "$n" "$flags")
       echo "run $m n=$n $s: state/peak bytes $r" >&2
@@ -51,7 +53,7 @@ $m $n $s $r"
   done
 done
 
-printf "%-5s %2s %-6s %14s %14s %13s %14s %12s\n" model N method "state bytes" "vs DP(1)/N" \
+printf "%-5s %2s %-8s %14s %14s %13s %14s %12s\n" model N method "state bytes" "vs DP(1)/N" \
   "state vs DP" "peak bytes" "peak vs DP"
 echo "$rows" | awk '
   NF == 5 { key = $1 " " $2; state[key, $3] = $4; peak[key, $3] = $5; row[++n] = $0
@@ -59,7 +61,7 @@ echo "$rows" | awk '
   END {
     for (i = 1; i <= n; ++i) {
       split(row[i], f, " "); key = f[1] " " f[2]
-      printf "%-5s %2d %-6s %14d %14.2f %13.2f %14d %12.2f\n", f[1], f[2], f[3], f[4],
+      printf "%-5s %2d %-8s %14d %14.2f %13.2f %14d %12.2f\n", f[1], f[2], f[3], f[4],
         f[4] / (one[f[1]] / f[2]), f[4] / state[key, "dp"], f[5], f[5] / peak[key, "dp"]
     }
   }'

@@ -3,7 +3,9 @@
 # invocation: `kolo train` on N ranks of this host (default 2), one thread each, the loader on
 # the training thread (--prefetch off), SGD with momentum 0.9 at global batch 128, with
 # --strategy multi-worker-mirrored (plain DP, its default settings), --strategy fsdp --shard
-# grad (ZeRO-2) and --shard full (ZeRO-3), and the peer, PyTorch 1.13 DDP (gloo) with the same
+# grad (ZeRO-2), --shard full (ZeRO-3, a unit per layer) and --shard full --unit-params 10^9
+# (ZeRO-3 with the whole model as one unit: one all-gather and one reduce-scatter a step),
+# and the peer, PyTorch 1.13 DDP (gloo) with the same
 # recipe (bench/peers/torch_ddp_fmnist.py). REPEAT rounds; within a round the four runs
 # alternate, so that a change in machine load hits them alike; the best steady-state global
 # samples/s of the rounds counts (first 20 steps skipped). Prints samples/s, each kolo
@@ -42,23 +44,26 @@ for m in $models; do
     dp=$(kolo_rate "$m" "$steps" "$lr" "--strategy multi-worker-mirrored")
     z2=$(kolo_rate "$m" "$steps" "$lr" "--strategy fsdp --shard grad")
     z3=$(kolo_rate "$m" "$steps" "$lr" "--strategy fsdp --shard full")
-    echo "$m round $((i + 1)): PyTorch DDP $t, kolo DP $dp, ZeRO-2 $z2, ZeRO-3 $z3 samples/s" >&2
+    z3u=$(kolo_rate "$m" "$steps" "$lr" "--strategy fsdp --shard full --unit-params 1000000000")
+    echo "$m round $((i + 1)): PyTorch DDP $t, kolo DP $dp, ZeRO-2 $z2, ZeRO-3 $z3," \
+      "ZeRO-3 one unit $z3u samples/s" >&2
     runs="$runs
-$m $t $dp $z2 $z3"
+$m $t $dp $z2 $z3 $z3u"
     i=$((i + 1))
   done
 done
 
 echo "$runs" | awk -v n="$ranks" '
-  NF == 5 { if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 }
-            for (f = 2; f <= 5; ++f) if ($f + 0 > best[$1, f] + 0) best[$1, f] = $f }
+  NF == 6 { if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 }
+            for (f = 2; f <= 6; ++f) if ($f + 0 > best[$1, f] + 0) best[$1, f] = $f }
   END {
-    printf "%-5s %2s %14s %10s %10s %10s %11s %11s %12s\n", "model", "N", "PyTorch DDP/s",
-      "kolo DP/s", "ZeRO-2/s", "ZeRO-3/s", "ZeRO-2/DP", "ZeRO-3/DP", "DP/PyTorch"
+    printf "%-5s %2s %14s %10s %10s %10s %10s %10s %10s %10s %11s\n", "model", "N",
+      "PyTorch DDP/s", "kolo DP/s", "ZeRO-2/s", "ZeRO-3/s", "Z3 1unit/s", "ZeRO-2/DP",
+      "ZeRO-3/DP", "1unit/DP", "DP/PyTorch"
     for (i = 1; i <= k; ++i) {
       m = order[i]
-      printf "%-5s %2d %14.0f %10.0f %10.0f %10.0f %10.2fx %10.2fx %11.2fx\n", m, n, best[m, 2],
-        best[m, 3], best[m, 4], best[m, 5], best[m, 4] / best[m, 3], best[m, 5] / best[m, 3],
-        best[m, 3] / best[m, 2]
+      printf "%-5s %2d %14.0f %10.0f %10.0f %10.0f %10.0f %9.2fx %9.2fx %9.2fx %10.2fx\n", m, n,
+        best[m, 2], best[m, 3], best[m, 4], best[m, 5], best[m, 6], best[m, 4] / best[m, 3],
+        best[m, 5] / best[m, 3], best[m, 6] / best[m, 3], best[m, 3] / best[m, 2]
     }
   }'

@@ -117,6 +117,12 @@ Command registerTrain(CLI::App& root) {
                   "groups (HSDP: gradients reduce-scattered in the group, then all-reduced "
                   "across); 0: one group of every rank")
       ->check(atLeast(0));
+  app->add_option("--unit-params", config->unitParams,
+                  "fsdp: a unit (what is gathered and reduce-scattered at once) takes "
+                  "consecutive top-level layers until it holds at least N parameters; fewer "
+                  "units, fewer collectives, a larger gathered unit; 0: one unit per layer")
+      ->check(atLeast(0))
+      ->capture_default_str();
   app->add_flag("--hsdp", config->hsdp,
                 "fsdp: shard within each host, replicate across hosts (--shard-group of the "
                 "ranks per host)");

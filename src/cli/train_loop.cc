@@ -208,8 +208,9 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
     KOLO_REQUIRE(config_.checkSync == 0 && config_.debugPerturb.empty(),
                  "--check-sync and --debug-perturb are not available with --strategy fsdp");
   else
-    KOLO_REQUIRE(config_.shardGroup == 0 && !config_.hsdp,
-                 "--shard-group and --hsdp need --strategy fsdp, not ", config_.strategy);
+    KOLO_REQUIRE(config_.shardGroup == 0 && !config_.hsdp && config_.unitParams == 0,
+                 "--shard-group, --hsdp and --unit-params need --strategy fsdp, not ",
+                 config_.strategy);
   setNumThreads(config_.threads);
   // Validate the flags before the (slow) data loading and before joining the job.
   recipe_ = resolveRecipe(config_, 1);
@@ -257,6 +258,7 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   if (kind == parallel::StrategyKind::FullyShardedDataParallel) {
     options.shardGroup = shardGroupSize(config_, worldSize);
     options.clipNorm = config_.clipNorm;
+    options.unitMinParameters = config_.unitParams;
   }
   if (compress) options.reducer.shardOptimizer = false;
   prefetch_ = onOrSpareCore(config_.prefetch, localReplicas * config_.threads) ? 2 : 0;

@@ -68,6 +68,7 @@ struct TrainConfig {
   std::string shard = "full";      // fsdp: grad (ZeRO-2) | full (ZeRO-3)
   int shardGroup = 0;              // fsdp: ranks per shard group (HSDP); 0: every rank
   bool hsdp = false;               // fsdp: shard groups of the ranks of one host
+  int64_t unitParams = 0;          // fsdp: the fewest parameters of a unit; 0: one per child
   std::string compress = "none";   // none | fp16 | bf16 | powersgd:RANK | topk:FRACTION
 
   // Parameter servers (--strategy parameter-server, under kolo run --ps P --workers W);

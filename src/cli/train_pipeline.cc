@@ -300,7 +300,8 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
       stage = makeFsdpRunner(group, model, loss, recipe,
                              parallel::FsdpOptions{.shard = parallel::parseShardLevel(config.shard),
                                                    .shardGroup = shardGroupSize(config, group->size()),
-                                                   .clipNorm = config.clipNorm});
+                                                   .clipNorm = config.clipNorm,
+                                                   .unitMinParameters = config.unitParams});
     } else if (tensor) {
       stage = makeTensorRunner(tensorComm, *model, tpOptions, recipe, mesh.data);
     } else {

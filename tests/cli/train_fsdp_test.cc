@@ -177,8 +177,13 @@ TEST_F(TrainFsdpTest, RefusesWhatFsdpDoesNotTake) {
   EXPECT_NE(sync.output.find("--check-sync"), std::string::npos) << sync.output;
   const RunResult group = runKolo("train --model mlp --shard-group 2 --steps 1");
   EXPECT_NE(group.exitCode, 0);
-  EXPECT_NE(group.output.find("--shard-group and --hsdp need --strategy fsdp"), std::string::npos)
+  EXPECT_NE(group.output.find("--shard-group, --hsdp and --unit-params need --strategy fsdp"),
+            std::string::npos)
       << group.output;
+  const RunResult units = runKolo("train --model mlp --unit-params 1000 --steps 1");
+  EXPECT_NE(units.exitCode, 0);
+  EXPECT_NE(units.output.find("--unit-params need --strategy fsdp"), std::string::npos)
+      << units.output;
   const RunResult shard = runKolo("train --model mlp --strategy fsdp --shard zero3 --steps 1");
   EXPECT_NE(shard.exitCode, 0);
   EXPECT_NE(shard.output.find("--shard"), std::string::npos) << shard.output;

@@ -6,7 +6,10 @@
 // bad configurations are refused with a message.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kolo/parallel/fsdp.h"
 #include "native_ranks.h"
@@ -42,8 +45,11 @@ std::vector<double> oneDevice(Opt opt) {
 // `kind` (fsdp or multi-worker-mirrored) with n ranks as threads (rank r's model has another
 // init: the broadcast must make them agree); rank 0's whole weights after checking every
 // rank gathers the same ones.
+// `unitMinParameters` and `inspect` (called on each rank's strategy before training) are
+// fsdp's.
 std::vector<double> trainRanks(StrategyKind kind, int n, ShardLevel level, Opt opt,
-                               bool prefetch = true) {
+                               bool prefetch = true, int64_t unitMinParameters = 0,
+                               const std::function<void(Strategy&, int rank)>& inspect = {}) {
   const TrainData& d = trainData();
   data::TensorDataset dataset(d.x, d.y);
   auto connect = nativeRanks(n);
@@ -56,9 +62,13 @@ std::vector<double> trainRanks(StrategyKind kind, int n, ShardLevel level, Opt o
     auto model = [rank] { return makeEquivalenceModel(rank); };
     auto strategy = kind == StrategyKind::FullyShardedDataParallel
                         ? makeFsdpStrategy(options.communicator,
-                                           {.shard = level, .collective = {}, .prefetch = prefetch}, model,
-                                           optimizerFor(opt))
+                                           {.shard = level,
+                                            .collective = {},
+                                            .prefetch = prefetch,
+                                            .unitMinParameters = unitMinParameters},
+                                           model, optimizerFor(opt))
                         : makeStrategy(options, model, optimizerFor(opt));
+    if (inspect) inspect(*strategy, rank);
     trainOnSampledSlices(*strategy, dataset, kSteps, [&] {
       if (kind == StrategyKind::FullyShardedDataParallel && level == ShardLevel::Full) {
         // Between steps ZeRO-3 keeps no whole parameter.
@@ -114,6 +124,51 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, FsdpEquivalence,
                          [](const auto& info) {
                            return std::string(info.param == Opt::SgdMomentum ? "SgdMomentum" : "AdamW");
                          });
+
+// Units of several layers (FsdpOptions::unitMinParameters): the mlp's Linears (children 0, 2
+// and 4) hold 401,920, 131,328 and 2,570 parameters, so a minimum of 500,000 makes units
+// {0, 2} and {4}, and 10^9 one unit of the whole model. Whether the first Linear's parameters
+// are still gathered when the second and the last Linear's forwards start shows the units
+// (ZeRO-3 frees a unit after the forward of its last layer); the weights after 10 steps are
+// those of data parallelism.
+TEST(Fsdp, UnitsOfSeveralLayersAreGatheredTogetherAndGiveTheSameWeights) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
+  const int n = 2;
+  const std::vector<double> dp =
+      trainRanks(StrategyKind::MultiWorkerMirrored, n, ShardLevel::Full, Opt::AdamW);
+  struct Case {
+    int64_t minimum;
+    bool gatheredAtSecond;  // the first Linear's parameters, at the second Linear's forward
+    bool gatheredAtLast;    // at the last Linear's forward
+  };
+  for (const Case& c : {Case{0, false, false}, Case{500'000, true, false},
+                        Case{1'000'000'000, true, true}}) {
+    for (ShardLevel level : {ShardLevel::Gradients, ShardLevel::Full}) {
+      const std::string what = std::string(shardLevelName(level)) + ", units of at least " +
+                               std::to_string(c.minimum) + " parameters";
+      std::vector<int> atSecond(n, -1), atLast(n, -1);
+      const std::vector<double> w = trainRanks(
+          StrategyKind::FullyShardedDataParallel, n, level, Opt::AdamW, true, c.minimum,
+          [&](Strategy& strategy, int rank) {
+            const auto& children = strategy.model().children();
+            ASSERT_EQ(children.size(), 5u);
+            Tensor first = children[0].second->namedParameters().front().second;
+            auto watch = [first](int& seen) {
+              return [&seen, first](nn::Module&) { seen = first.impl()->storage->bytes ? 1 : 0; };
+            };
+            children[2].second->addForwardPreHook(watch(atSecond[rank]));
+            children[4].second->addForwardPreHook(watch(atLast[rank]));
+          });
+      EXPECT_LT(maxRelDiff(w, dp), 1e-5) << what;
+      // ZeRO-2 keeps every parameter gathered.
+      const bool zero2 = level == ShardLevel::Gradients;
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(atSecond[r], zero2 || c.gatheredAtSecond ? 1 : 0) << what << ", rank " << r;
+        EXPECT_EQ(atLast[r], zero2 || c.gatheredAtLast ? 1 : 0) << what << ", rank " << r;
+      }
+    }
+  }
+}
 
 TEST(Fsdp, RefusesBadConfigurations) {
   EXPECT_THROW(parseShardLevel("zero3"), InvalidArgument);

@@ -3,7 +3,8 @@
 // 1/N shard of the gradients and of the optimizer state (ZeRO-2), and with `full` of the
 // parameters too (ZeRO-3).
 //
-// The model is cut into units, one per top-level child module that holds parameters. A
+// The model is cut into units, one per top-level child module that holds parameters (or
+// runs of consecutive children, FsdpOptions::unitMinParameters). A
 // unit's parameters live in one flat f32 buffer, padded to a multiple of N so that rank r
 // owns elements [r*S, (r+1)*S) with S = padded/N. A step:
 //  - ZeRO-3 only: before a unit's forward the ranks all-gather its parameters into the flat
@@ -28,6 +29,7 @@
 // them from rank 0 and every rank keeps its shards, whatever the rank count was at saving.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -53,6 +55,10 @@ struct FsdpOptions {
   /// Clips the global norm of the averaged gradient to this before each update, as
   /// optim::clipGradNorm on one device (0: off).
   double clipNorm = 0.0;
+  /// A unit takes consecutive top-level children until it holds at least this many
+  /// parameters (PyTorch FSDP's size-based wrapping): fewer, larger units mean fewer
+  /// collectives per step and a larger gathered unit at the peak. 0: one unit per child.
+  int64_t unitMinParameters = 0;
 };
 
 /// Builds the fully sharded strategy over `communicator` (collective: rank 0's parameters and

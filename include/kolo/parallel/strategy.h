@@ -60,6 +60,8 @@ struct StrategyOptions {
   int shardGroup = 0;
   /// fsdp: the gradient's global norm is clipped to this before each update (0: off).
   double clipNorm = 0.0;
+  /// fsdp: the fewest parameters of a unit (FsdpOptions::unitMinParameters); 0: one per child.
+  int64_t unitMinParameters = 0;
 };
 
 /// Result of one synchronous step.

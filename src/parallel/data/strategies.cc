@@ -348,7 +348,8 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, ModelFact
                               {.shard = options.shard,
                                .collective = options.reducer.collective,
                                .shardGroup = options.shardGroup,
-                               .clipNorm = options.clipNorm},
+                               .clipNorm = options.clipNorm,
+                               .unitMinParameters = options.unitMinParameters},
                               std::move(modelFactory), std::move(optimizerFactory), std::move(loss));
   }
   KOLO_THROW(InvalidArgument, "makeStrategy: unknown strategy kind");

@@ -148,8 +148,10 @@ class FsdpStrategy : public Strategy {
     replicas_ = world_->split(rank % group, rank);
   }
 
-  // Moves every top-level child's parameters into its unit's flat buffer (padding zeroed) and
-  // keeps this rank's shard of it.
+  // Cuts the top-level children that hold parameters into units, in order: a unit takes
+  // consecutive children until it holds at least options_.unitMinParameters parameters (each
+  // child alone when that is 0). Moves each unit's parameters into its flat buffer (padding
+  // zeroed) and keeps this rank's shard of it.
   void buildUnits() {
     const int n = shard_->size();
     const int rank = shard_->rank();
@@ -157,9 +159,10 @@ class FsdpStrategy : public Strategy {
     for (const auto& [childName, child] : model_->children()) {
       NamedTensors parameters = child->namedParameters();
       if (parameters.empty()) continue;
-      Unit unit;
-      unit.name = childName;
-      unit.module = child.get();
+      if (units_.empty() || units_.back().numel >= options_.unitMinParameters) units_.emplace_back();
+      Unit& unit = units_.back();
+      unit.name += (unit.name.empty() ? "" : "+") + childName;
+      unit.modules.push_back(child.get());
       for (auto& [name, p] : parameters) {
         KOLO_CHECK(p.dtype() == DType::F32, "fsdp: parameter '", childName, ".", name,
                    "' is ", dtypeName(p.dtype()), "; only f32 parameters can be sharded");
@@ -168,6 +171,8 @@ class FsdpStrategy : public Strategy {
         unit.parameters.emplace_back(childName + "." + name, p);
       }
       inUnits += parameters.size();
+    }
+    for (Unit& unit : units_) {
       unit.padded = (unit.numel + n - 1) / n * n;
       unit.shardLength = unit.padded / n;
       Tensor flat = Tensor::zeros({unit.padded});
@@ -185,7 +190,6 @@ class FsdpStrategy : public Strategy {
       std::memcpy(unit.shard.data<float>(), dst + rank * unit.shardLength,
                   sizeof(float) * unit.shardLength);
       unit.gradShard = Tensor::zeros({unit.shardLength});
-      units_.push_back(std::move(unit));
     }
     const NamedTensors all = model_->namedParameters();
     KOLO_CHECK(inUnits == all.size(), "fsdp: ", all.size() - inUnits,
@@ -219,21 +223,25 @@ class FsdpStrategy : public Strategy {
   void installHooks() {
     for (size_t u = 0; u < units_.size(); ++u) {
       Unit& unit = units_[u];
-      unit.module->addForwardPreHook([this, u](nn::Module&) {
-        gather(units_[u]);
-        if (recording_) forwardOrder_.push_back(u);
-        prefetchAfter(u, +1);
-      });
-      unit.module->addForwardHook([this, u](nn::Module&, const Tensor&) {
+      for (nn::Module* module : unit.modules) {
+        module->addForwardPreHook([this, u](nn::Module&) {
+          gather(units_[u]);
+          if (recording_ && (forwardOrder_.empty() || forwardOrder_.back() != u))
+            forwardOrder_.push_back(u);
+          prefetchAfter(u, +1);
+        });
+        module->addOutputGradHook([this, u](nn::Module&, const Tensor&) {
+          gather(units_[u]);
+          prefetchAfter(u, -1);  // backward runs the units in reverse
+        });
+      }
+      // Forward leaves the unit after its last child's forward.
+      unit.modules.back()->addForwardHook([this, u](nn::Module&, const Tensor&) {
         // The unit forward reaches last is the first that backward needs: it stays gathered
         // (PyTorch FSDP keeps the root's parameters between forward and backward alike).
         const bool backwardStartsHere =
             orderKnown_ && !forwardOrder_.empty() && forwardOrder_.back() == u;
         if (!keepGathered_ && !backwardStartsHere) release(units_[u]);
-      });
-      unit.module->addOutputGradHook([this, u](nn::Module&, const Tensor&) {
-        gather(units_[u]);
-        prefetchAfter(u, -1);  // backward runs the units in reverse
       });
       for (auto& [name, p] : unit.parameters) {
         Tensor(p).addGradReadyHook([this, u](Tensor&) {

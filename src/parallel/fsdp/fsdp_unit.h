@@ -15,10 +15,11 @@
 
 namespace kolo::parallel::detail {
 
-// One unit: a top-level child and its parameters in one flat buffer of `padded` floats.
+// One unit: one or more consecutive top-level children and their parameters in one flat
+// buffer of `padded` floats.
 struct FsdpUnit {
-  std::string name;
-  nn::Module* module = nullptr;
+  std::string name;                   // the children's names, joined by '+'
+  std::vector<nn::Module*> modules;   // in the model's order
   NamedTensors parameters;        // full names, handles whose storage is `flat`
   std::vector<int64_t> offsets;   // of each parameter in the flat buffer
   int64_t numel = 0;              // the parameters' elements
