@@ -410,7 +410,7 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
                   comm::HostPort{dispatch.host, dispatcher.port()}.toString());
   ps::ServerGroup servers({ps::ClientRole::Chief, 0, ps::Compression::None, plan.role.token,
                            plan.timeout, config.psTransport != "tcp"},
-      plan.placement, serverAddresses(store, plan));
+                          plan.placement, serverAddresses(store, plan));
   const data::FashionMnist test(config.dataDir, false);
   std::unique_ptr<observe::MetricsWriter> metrics;
   if (!config.metricsPath.empty())  // a resumed run continues the file

@@ -10,9 +10,9 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <numbers>
 #include <set>
-#include <nlohmann/json.hpp>
 
 #include "kolo/safetensors.h"
 #include "launcher/process_helpers.h"

@@ -86,8 +86,8 @@ TEST(SharedMemory, AWorkerSharesUnlessToldNotToOrCompressing) {
   auto model = makeMlp();
   const NamedTensors params = model->namedParameters();
   const auto options = [](int index, Compression compression, bool sharedMemory) {
-    return ClientOptions{ClientRole::Worker, index,           compression,
-                         kToken,             std::chrono::seconds(30), sharedMemory};
+    return ClientOptions{ClientRole::Worker,       index,       compression, kToken,
+                         std::chrono::seconds(30), sharedMemory};
   };
   ServerGroup shared(options(0, Compression::None, true), placement, job.addresses());
   ServerGroup tcp(options(1, Compression::None, false), placement, job.addresses());

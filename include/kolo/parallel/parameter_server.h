@@ -111,7 +111,7 @@ struct ServerStats {
   int64_t stalenessSum = 0;  // their sum over `pushes`
   int64_t leadMax = 0;       // SSP: the largest lead over the slowest a worker was let go with
   int64_t workersLost = 0;   // workers whose connection dropped without leaving
-  int64_t sharedWorkers = 0; // worker connections that exchanged through shared memory
+  int64_t sharedWorkers = 0;  // worker connections that exchanged through shared memory
 };
 
 /// One server: holds its slices of the parameters (taken from `initial`, which every process

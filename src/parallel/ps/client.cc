@@ -9,8 +9,8 @@
 #include <cstring>
 
 #include "kolo/error.h"
-#include "kolo/trace.h"
 #include "kolo/parallel/parameter_server.h"
+#include "kolo/trace.h"
 #include "parallel/ps/compress.h"
 #include "parallel/ps/shared_exchange.h"
 #include "parallel/ps/socket.h"
@@ -42,9 +42,8 @@ class ServerGroup::Impl {
                    placement_.elementsOf(s),
                    " there: the processes disagree about the model or "
                    "--ps-shard-bytes");
-      shared_.push_back(options_.sharedMemory && !compressed()
-                            ? offerSharedMemory(socket, s, until)
-                            : detail::SharedExchange{});
+      shared_.push_back(options_.sharedMemory && !compressed() ? offerSharedMemory(socket, s, until)
+                                                               : detail::SharedExchange{});
       sockets_.push_back(std::move(socket));
       slices_.push_back(placement_.slicesOf(s));
       if (compressed()) packed_.emplace_back(static_cast<size_t>(placement_.elementsOf(s)));
@@ -172,8 +171,8 @@ class ServerGroup::Impl {
     detail::SharedExchange exchange;
     try {
       exchange = detail::SharedExchange::create(
-          placement_.elementsOf(server), "kolo-ps-" + std::to_string(options_.index) + "-to-" +
-                                             std::to_string(server));
+          placement_.elementsOf(server),
+          "kolo-ps-" + std::to_string(options_.index) + "-to-" + std::to_string(server));
     } catch (const IoError&) {
       return {};
     }

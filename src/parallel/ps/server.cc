@@ -243,9 +243,10 @@ class ParameterServer::Impl {
         if (request.payload != expected)
           KOLO_THROW(FormatError, socket.peer(), " pushed ", request.payload, " bytes to ", name(),
                      ", which takes ", expected);
-        float* gradient = out.shared.valid()
-                              ? out.shared.gradients()
-                              : receiveGradients(socket, request, workers_[static_cast<size_t>(worker)], out);
+        float* gradient =
+            out.shared.valid()
+                ? out.shared.gradients()
+                : receiveGradients(socket, request, workers_[static_cast<size_t>(worker)], out);
         int64_t version;
         const void* reply = nullptr;
         try {
@@ -276,9 +277,9 @@ class ParameterServer::Impl {
       }
       case Op::Stats: {
         const ServerStats s = stats();
-        const int64_t fields[kStatsFields] = {s.updates,      s.pushes,       s.bytesIn,
-                                              s.bytesOut,     s.stalenessMax, s.stalenessSum,
-                                              s.leadMax,      s.workersLost,  s.sharedWorkers};
+        const int64_t fields[kStatsFields] = {s.updates,  s.pushes,       s.bytesIn,
+                                              s.bytesOut, s.stalenessMax, s.stalenessSum,
+                                              s.leadMax,  s.workersLost,  s.sharedWorkers};
         const Header ok = detail::reply(Status::Ok, s.updates, 0, sizeof fields);
         iovec parts[2] = {{const_cast<Header*>(&ok), sizeof ok},
                           {const_cast<int64_t*>(fields), sizeof fields}};
@@ -437,18 +438,22 @@ class ParameterServer::Impl {
     return w.gradient.data();
   }
 
-  /// Serves a Share request: maps the client's segment when it runs on this host, exchanges
-  /// f32 and has not shared one already. Returns whether the connection shares memory now;
-  /// a client elsewhere (another host id) or one whose segment cannot be mapped stays on TCP.
+  /// Serves a Share request: maps the client's segment when it runs on this host and
+  /// exchanges f32 (a second offer is a FormatError). Returns whether the connection shares memory
+  /// now; a client elsewhere (another host id) or one whose segment cannot be mapped stays on TCP.
   bool share(Socket& socket, const Header& request, int worker, Reply& out) {
-    if (request.payload < sizeof(uint64_t) || request.payload > sizeof(uint64_t) + detail::kMaxTextBytes)
-      KOLO_THROW(FormatError, socket.peer(), " sent a share request of ", request.payload, " bytes");
+    if (request.payload < sizeof(uint64_t) ||
+        request.payload > sizeof(uint64_t) + detail::kMaxTextBytes)
+      KOLO_THROW(FormatError, socket.peer(), " sent a share request of ", request.payload,
+                 " bytes");
     std::string offer(request.payload, '\0');
     socket.recvAll(offer.data(), offer.size(), deadline(), "the share request");
     uint64_t cookie = 0;
     std::memcpy(&cookie, offer.data(), sizeof cookie);
     const std::string hostId = offer.substr(sizeof cookie);
-    if (out.bf16 || out.shared.valid() || hostId != hostId_) return false;
+    if (out.shared.valid())
+      KOLO_THROW(FormatError, socket.peer(), " offered a second shared segment to ", name());
+    if (out.bf16 || hostId != hostId_) return false;
     try {
       // A peer that can be mapped is a process of this user on this host: it could as well
       // attach to this process, so its segment is no less trusted than this memory.
