@@ -246,16 +246,19 @@ TEST_F(PsJob, ResumeRefusesAnotherJobsCheckpoint) {
 }
 
 /// A one-worker job of 8 epochs, joinable at a reserved store port, takes a second worker
-/// once its first epoch is done: in sync mode and in async mode (overlapped workers).
+/// once its first epoch is done: in sync mode and in async mode (overlapped workers). Worker
+/// 0 is slowed 4x: through shared memory the job would otherwise end within seconds of its
+/// first epoch, before a joiner on a loaded machine has loaded its data and connected.
 TEST_F(PsJob, AWorkerJoinsARunningJob) {
+  const std::vector<std::string> slow = {"--debug-slow-worker", "0:4"};
   for (const std::string mode : {"sync", "async"}) {
     SCOPED_TRACE(mode);
     const ReservedPort port;
-    Child job = start(1, 1, mode, 8, {}, {"--store", port.address()});
+    Child job = start(1, 1, mode, 8, slow, {"--store", port.address()});
     ASSERT_TRUE(waitFor([&] { return readFile(metrics_).find('\n') != std::string::npos; },
                         std::chrono::seconds(120)));
     std::vector<std::string> join = {kKolo, "run", "--join", "--store", port.address()};
-    const std::vector<std::string> train = trainArgs(mode, 8, {});
+    const std::vector<std::string> train = trainArgs(mode, 8, slow);
     join.insert(join.end(), train.begin(), train.end());
     const Result joined = runProgram(join, cleanEnvironment({{"KOLO_TOKEN", "ps-job-test"}}));
     EXPECT_EQ(joined.exitCode(), 0) << joined.out << joined.err;
