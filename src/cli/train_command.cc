@@ -198,6 +198,11 @@ Command registerTrain(CLI::App& root) {
                   "the parameters they pull (half the bytes; the servers keep f32)")
       ->check(oneOf({"none", "bf16", "fp16"}))
       ->capture_default_str();
+  app->add_option("--ps-transport", config->psTransport,
+                  "parameter-server: auto (values through shared memory between a worker and "
+                  "a server on the same host, TCP otherwise) or tcp (TCP always)")
+      ->check(oneOf({"auto", "tcp"}))
+      ->capture_default_str();
   app->add_option("--ps-heartbeat-seconds", config->psHeartbeatSeconds,
                   "parameter-server: a worker that sends no heartbeat for this long (stopped, "
                   "hung) is lost and its data goes to the others (0: off)")

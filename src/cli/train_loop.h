@@ -78,6 +78,7 @@ struct TrainConfig {
   int64_t psShardBytes = 1 << 20;   // parameters above this are split over the servers
   int64_t psUnitBatches = 8;        // batches per unit of data the chief hands out
   std::string psCompress = "none";  // none | bf16: values on the workers' wire
+  std::string psTransport = "auto";  // auto (shared memory on one host, else TCP) | tcp
   double psHeartbeatSeconds = 10.0;  // a worker silent this long is lost (0: no heartbeats)
   std::string psStalenessLr = "auto";  // auto (on in async/ssp) | on | off: gradient / staleness
   std::string psOverlap = "auto";  // auto (on in async/ssp) | on | off: exchange during compute

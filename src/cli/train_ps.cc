@@ -242,7 +242,7 @@ int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
   try {
     connected.emplace(ps::ClientOptions{ps::ClientRole::Worker, plan.role.index,
                                         ps::parseCompression(config.psCompress), plan.role.token,
-                                        plan.timeout},
+                                        plan.timeout, config.psTransport != "tcp"},
                       plan.placement, serverAddresses(store, plan));
     chief.emplace(store.getString(ps::chiefAddressKey(), plan.timeout), plan.role.index,
                   plan.role.token, plan.timeout, heartbeatOf(config));
@@ -332,8 +332,9 @@ int64_t stalenessMax(const std::vector<ps::ServerStats>& stats) {
 }
 
 observe::Fields serverFields(const std::vector<ps::ServerStats>& stats, double seconds) {
-  int64_t updates = 0, pushes = 0, bytes = 0, stalenessMax = 0, stalenessSum = 0;
+  int64_t updates = 0, pushes = 0, bytes = 0, stalenessMax = 0, stalenessSum = 0, shared = 0;
   for (const ps::ServerStats& s : stats) {
+    shared += s.sharedWorkers;
     updates = std::max(updates, s.updates);
     pushes += s.pushes;
     bytes += s.bytesIn + s.bytesOut;
@@ -345,7 +346,8 @@ observe::Fields serverFields(const std::vector<ps::ServerStats>& stats, double s
           {"staleness_max", stalenessMax},
           {"staleness_mean", pushes > 0 ? static_cast<double>(stalenessSum) / pushes : 0.0},
           {"pushes_per_s", perServer / std::max(seconds, 1e-9)},
-          {"bytes_per_s", static_cast<double>(bytes) / std::max(seconds, 1e-9)}};
+          {"bytes_per_s", static_cast<double>(bytes) / std::max(seconds, 1e-9)},
+          {"ps_shared_memory", shared}};
 }
 
 /// Writes the checkpoint after `epochs` epochs (the servers are quiet), then drops the
@@ -397,7 +399,7 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
   if (dispatch.heartbeat.count() > 0) {
     drops.emplace(
         ps::ClientOptions{ps::ClientRole::Chief, 0, ps::Compression::None, plan.role.token,
-                          plan.timeout},
+                          plan.timeout, false},  // sends drops only: no values to share
         plan.placement, serverAddresses(store, plan));
     dispatch.onLost = [&drops](int worker) { drops->drop(worker); };
   }
@@ -406,9 +408,9 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
                   std::to_string(plan.role.servers) + " " + std::to_string(plan.role.workers));
   store.setString(ps::chiefAddressKey(),
                   comm::HostPort{dispatch.host, dispatcher.port()}.toString());
-  ps::ServerGroup servers(
-      {ps::ClientRole::Chief, 0, ps::Compression::None, plan.role.token, plan.timeout},
-      plan.placement, serverAddresses(store, plan));
+  ps::ServerGroup servers({ps::ClientRole::Chief, 0, ps::Compression::None, plan.role.token,
+                           plan.timeout, config.psTransport != "tcp"},
+                          plan.placement, serverAddresses(store, plan));
   const data::FashionMnist test(config.dataDir, false);
   std::unique_ptr<observe::MetricsWriter> metrics;
   if (!config.metricsPath.empty())  // a resumed run continues the file

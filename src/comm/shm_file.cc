@@ -70,6 +70,17 @@ std::string mib(size_t bytes) {
 
 }  // namespace
 
+std::string machineHostId() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  std::string bootId;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> bootId;
+  struct stat st {};
+  unsigned long long netns = 0;
+  if (stat("/proc/self/ns/net", &st) == 0) netns = static_cast<unsigned long long>(st.st_ino);
+  return std::string(host) + "/" + bootId + "/" + std::to_string(netns);
+}
+
 size_t shmBytesAvailable(std::string* where) {
   size_t best = kUnlimited;
   std::string source = "memory";

@@ -45,6 +45,11 @@ class ShmFile {
   int fd_ = -1;
 };
 
+/// This host's identity for shared memory: host name, boot id and network namespace.
+/// Processes with equal ids can map each other's files (network namespaces stand for hosts
+/// in the multi-host tests, so they count as different hosts).
+std::string machineHostId();
+
 /// Bytes of shared memory a new file may still take on this host, and where that limit
 /// comes from ("/dev/shm" or "memory"), for errors raised before anything is reserved.
 size_t shmBytesAvailable(std::string* where);

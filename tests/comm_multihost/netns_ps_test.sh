@@ -4,7 +4,8 @@
 # store. The ranks are dealt out in order, so the servers and the chief run on host 1 and
 # the workers on host 2 (with P = 1, W = 3 worker 0 stays on host 1): every push and pull of
 # a host-2 worker crosses the bridge. Sync and async jobs must finish with every worker
-# alive, every unit done and a trained model.
+# alive, every unit done and a trained model; only a worker on the servers' host exchanges
+# values through shared memory (the metric ps_shared_memory), the others over TCP.
 # Exit 77 (ctest SKIP) with a message where namespaces are forbidden or the data is missing.
 # Usage: netns_ps_test.sh KOLO_BINARY
 set -u
@@ -17,10 +18,10 @@ netns_test_begin "multi-host parameter-server test" fashion-mnist
 store="$NETNS_ADDR1:29500"
 
 failures=0
-# run_job NAME P W MODE: one epoch of 12,000 images (47 units of 4 batches); node 0 on
-# host 1, node 1 on host 2.
+# run_job NAME P W MODE SHARED: one epoch of 12,000 images (47 units of 4 batches); node 0 on
+# host 1, node 1 on host 2; SHARED: the worker connections expected through shared memory.
 run_job() {
-  local name="$1" servers="$2" workers="$3" mode="$4"
+  local name="$1" servers="$2" workers="$3" mode="$4" shared="$5"
   local node ns rc=0 pid
   pids=()
   for node in 0 1; do
@@ -38,11 +39,12 @@ run_job() {
   # No worker failed (a lost worker would not stop the job; the workers of host 2 reach the
   # servers only through the bridge), every unit was done and the model trained.
   if [ $rc -ne 0 ] || grep -q 'without it' "$dir/$name".node*.err ||
-    ! python3 - "$dir/$name.jsonl" "$workers" <<'EOF'
+    ! python3 - "$dir/$name.jsonl" "$workers" "$shared" <<'EOF'
 import json, sys
 last = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 workers = int(sys.argv[2])
 ok = (last.get("final") and last["workers_alive"] == workers
+      and last["ps_shared_memory"] == int(sys.argv[3])
       and len(last["units_done"]) == workers and sum(last["units_done"]) == 47
       and last["test_accuracy"] > 0.3)  # trained (chance is 0.1); one short async epoch with
                                           # stale gradients ends anywhere from 0.45 to 0.75
@@ -58,8 +60,8 @@ EOF
   fi
 }
 
-run_job sync-p2-w2 2 2 sync
-run_job async-p1-w3 1 3 async
+run_job sync-p2-w2 2 2 sync 0   # both workers on host 2
+run_job async-p1-w3 1 3 async 1  # worker 0 beside the server
 
 [ $failures -eq 0 ] && echo "multi-host parameter-server test passed"
 exit $((failures > 0))

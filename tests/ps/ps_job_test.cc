@@ -2,15 +2,17 @@
 // SIGKILLed mid-training loses its unit to the others and the job still finishes every unit,
 // naming the lost worker in its metrics; a server SIGKILLed stops the job with an error that
 // names it, and --resume completes the job from the last checkpoint with the weights of a run
-// that was never stopped.
+// that was never stopped. The workers exchange values with the servers through shared memory
+// (on one host), and neither kill leaves a name in /dev/shm.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
-#include <numbers>
 #include <nlohmann/json.hpp>
+#include <numbers>
+#include <set>
 
 #include "kolo/safetensors.h"
 #include "launcher/process_helpers.h"
@@ -21,6 +23,18 @@ namespace kolo::testing {
 namespace {
 
 const std::string kKolo = KOLO_BINARY_DIR "/src/cli/kolo";
+
+/// Names under /dev/shm that mention kolo (the segments have none; this is what a leak
+/// would look like).
+std::set<std::string> koloNamesInDevShm() {
+  std::set<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find("kolo") != std::string::npos) names.insert(name);
+  }
+  return names;
+}
 
 class PsJob : public TempDirTest {
  protected:
@@ -103,29 +117,36 @@ class PsJob : public TempDirTest {
 };
 
 TEST_F(PsJob, KilledWorkerLosesItsUnitsToTheOthers) {
+  const std::set<std::string> namesBefore = koloNamesInDevShm();
   // --lr 0.1: async steps are divided by their staleness (about 4 here, --ps-staleness-lr).
-  Child job = start(1, 3, "async", 3, {"--lr", "0.1"});
+  // Six epochs: the worker is killed once the first is reported, and an epoch of these
+  // 12,000 images takes three workers a quarter to half a second through shared memory, so
+  // the rest of the job outlasts the time the test takes to find and kill the worker.
+  Child job = start(1, 3, "async", 6, {"--lr", "0.1"});
   killAfterFirstEpoch(job, 3);  // ranks: 0 server, 1 chief, 2..4 workers 0..2
   const Result result = collect(job);
+  EXPECT_EQ(koloNamesInDevShm(), namesBefore) << "a name in /dev/shm outlived the worker";
   ASSERT_EQ(result.exitCode(), 0) << result.out << result.err;
   EXPECT_NE(result.err.find("worker 1 (rank 3"), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("the job goes on without it"), std::string::npos) << result.err;
   const std::vector<nlohmann::json> lines = metricLines();
-  ASSERT_EQ(lines.size(), 4u);
+  ASSERT_EQ(lines.size(), 7u);
   const nlohmann::json& last = lines.back();
   EXPECT_TRUE(last["final"].get<bool>());
   EXPECT_EQ(last["workers_alive"], 2);
   ASSERT_EQ(last["workers_lost"].size(), 1u);
   EXPECT_EQ(last["workers_lost"][0]["worker"], 1);
-  // 12,000 samples a epoch in units of 4 x 64: 47 units, 3 epochs; every one done.
+  // 12,000 samples a epoch in units of 4 x 64: 47 units, 6 epochs; every one done.
   int64_t units = 0;
   for (const auto& n : last["units_done"]) units += n.get<int64_t>();
-  EXPECT_EQ(units, 3 * 47);
+  EXPECT_EQ(units, 6 * 47);
   // Trained on after the loss (chance is 0.1). Which updates are stale depends on timing:
   // at --lr 0.05 runs of this job without a kill ended between 0.67 and 0.75 (CI failed one
   // at 0.69 against 0.7), at 0.1 between 0.73 and 0.77.
   EXPECT_GT(last["test_accuracy"].get<double>(), 0.6);
   EXPECT_EQ(last["ps_mode"], "async");
+  // Every worker, the killed one included, exchanged through shared memory.
+  EXPECT_EQ(last["ps_shared_memory"], 3);
   for (const char* key :
        {"updates", "staleness_max", "staleness_mean", "pushes_per_s", "bytes_per_s"})
     EXPECT_TRUE(last.contains(key)) << key;
@@ -194,9 +215,12 @@ TEST_F(PsJob, KilledServerStopsTheJobAndResumeCompletesIt) {
   ASSERT_EQ(whole.exitCode(), 0) << whole.out << whole.err;
   std::filesystem::remove(metrics_);  // the stopped and the resumed job write one file
 
+  const std::set<std::string> namesBefore = koloNamesInDevShm();
   Child job = start(2, 1, "sync", 12, with({"--checkpoint-dir", dir_ + "/ck"}));
   killAfterFirstEpoch(job, 1);  // parameter server 1
+  EXPECT_EQ(metricLines().front()["ps_shared_memory"], 2);  // the worker, with both servers
   const Result stopped = collect(job);
+  EXPECT_EQ(koloNamesInDevShm(), namesBefore) << "a name in /dev/shm outlived the server";
   EXPECT_NE(stopped.exitCode(), 0);
   EXPECT_NE(stopped.err.find("parameter server 1"), std::string::npos) << stopped.err;
 
@@ -222,16 +246,19 @@ TEST_F(PsJob, ResumeRefusesAnotherJobsCheckpoint) {
 }
 
 /// A one-worker job of 8 epochs, joinable at a reserved store port, takes a second worker
-/// once its first epoch is done: in sync mode and in async mode (overlapped workers).
+/// once its first epoch is done: in sync mode and in async mode (overlapped workers). Worker
+/// 0 is slowed 4x: through shared memory the job would otherwise end within seconds of its
+/// first epoch, before a joiner on a loaded machine has loaded its data and connected.
 TEST_F(PsJob, AWorkerJoinsARunningJob) {
+  const std::vector<std::string> slow = {"--debug-slow-worker", "0:4"};
   for (const std::string mode : {"sync", "async"}) {
     SCOPED_TRACE(mode);
     const ReservedPort port;
-    Child job = start(1, 1, mode, 8, {}, {"--store", port.address()});
+    Child job = start(1, 1, mode, 8, slow, {"--store", port.address()});
     ASSERT_TRUE(waitFor([&] { return readFile(metrics_).find('\n') != std::string::npos; },
                         std::chrono::seconds(120)));
     std::vector<std::string> join = {kKolo, "run", "--join", "--store", port.address()};
-    const std::vector<std::string> train = trainArgs(mode, 8, {});
+    const std::vector<std::string> train = trainArgs(mode, 8, slow);
     join.insert(join.end(), train.begin(), train.end());
     const Result joined = runProgram(join, cleanEnvironment({{"KOLO_TOKEN", "ps-job-test"}}));
     EXPECT_EQ(joined.exitCode(), 0) << joined.out << joined.err;

@@ -1,8 +1,9 @@
 // Synchronous parameter-server training equals one-device training at the same global batch:
 // W workers (threads) each take their contiguous share of every global batch and push to P
-// servers over loopback sockets; after 10 updates the servers hold the weights that one
-// optimizer over the whole model reaches with the whole batch (relative 1e-5). SGD with
-// momentum and Adam; P = 1, and P = 2 with the first layer's weight split over both.
+// servers (their values through shared memory, the sockets carrying the headers); after 10
+// updates the servers hold the weights that one optimizer over the whole model reaches with
+// the whole batch (relative 1e-5). SGD with momentum and Adam; P = 1, and P = 2 with the first
+// layer's weight split over both. Over TCP alone the weights are the same to the bit.
 #include <gtest/gtest.h>
 
 #include "ps_harness.h"
@@ -84,7 +85,8 @@ std::vector<double> trainOneDeviceShardMean(const OptimizerFactory& makeOptimize
 
 std::vector<double> trainParameterServer(int servers, int workers, int64_t shardBytes,
                                          const OptimizerFactory& makeOptimizer,
-                                         Compression compression = Compression::None) {
+                                         Compression compression = Compression::None,
+                                         bool sharedMemory = true) {
   const Samples data = firstSamples(kSteps * kGlobalBatch);
   const Placement placement = placeParameters(makeMlp()->namedParameters(), servers, shardBytes);
   ServerThreads job(servers, workers, Mode::Sync, 0, placement, makeOptimizer);
@@ -92,8 +94,9 @@ std::vector<double> trainParameterServer(int servers, int workers, int64_t shard
   parallel::testing::runThreads(workers, [&](int w) {
     auto model = makeMlp();
     const NamedTensors params = model->namedParameters();
-    ServerGroup group({ClientRole::Worker, w, compression, kToken, std::chrono::seconds(60)},
-                      placement, job.addresses());
+    ServerGroup group(
+        {ClientRole::Worker, w, compression, kToken, std::chrono::seconds(60), sharedMemory},
+        placement, job.addresses());
     {
       // The workers' exchange of kolo train, not overlapped in sync mode.
       WorkerExchange exchange(group, {params});
@@ -118,7 +121,12 @@ std::vector<double> trainParameterServer(int servers, int workers, int64_t shard
     EXPECT_EQ(stats[s].stalenessMax, 0);
     const int64_t bytes = placement.elementsOf(s) * (compression == Compression::None ? 4 : 2);
     EXPECT_EQ(stats[s].bytesIn, kSteps * workers * bytes);
+    // Every worker shares memory with every server (all on this host) unless it compresses
+    // or was told not to.
+    EXPECT_EQ(stats[s].sharedWorkers,
+              sharedMemory && compression == Compression::None ? workers : 0);
   }
+  EXPECT_EQ(chief.sharedServers(), servers);
   return parallel::testing::flatValues(model->namedParameters());
 }
 
@@ -170,6 +178,18 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"adam_p1_w2", 1, 2, true}, Case{"adam_p1_w3", 1, 3, true},
                       Case{"adam_p2_w2", 2, 2, true}, Case{"adam_p2_w3", 2, 3, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+TEST(SyncOverTcp, GivesTheWeightsOfSharedMemoryToTheBit) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
+  for (const bool adamCase : {false, true}) {
+    const OptimizerFactory factory =
+        adamCase ? OptimizerFactory(adam) : OptimizerFactory(sgdMomentum);
+    const std::vector<double> shared = trainParameterServer(2, 3, 1 << 20, factory);
+    const std::vector<double> tcp =
+        trainParameterServer(2, 3, 1 << 20, factory, Compression::None, false);
+    EXPECT_EQ(shared, tcp) << (adamCase ? "adam" : "sgd");
+  }
+}
 
 TEST(Placement, SplitsTensorsAboveTheThresholdAndBalancesTheRest) {
   const Placement p = placeParameters({"a", "b", "c", "d"}, {1000, 300, 200, 100}, 2, 2000);

@@ -111,6 +111,7 @@ struct ServerStats {
   int64_t stalenessSum = 0;  // their sum over `pushes`
   int64_t leadMax = 0;       // SSP: the largest lead over the slowest a worker was let go with
   int64_t workersLost = 0;   // workers whose connection dropped without leaving
+  int64_t sharedWorkers = 0;  // worker connections that exchanged through shared memory
 };
 
 /// One server: holds its slices of the parameters (taken from `initial`, which every process
@@ -157,11 +158,17 @@ struct ClientOptions {
   std::string token;
   /// Deadline of connecting (servers may start later) and of every reply.
   Millis timeout{std::chrono::seconds(300)};
+  /// Exchange values through shared memory with a server on this host (the connection then
+  /// carries only headers); TCP with servers elsewhere, with compression, or when the
+  /// segment cannot be made or mapped. false: TCP always.
+  bool sharedMemory = true;
 };
 
 /// A worker's or the chief's connections to every server, one socket each. Gradients go out
-/// from the tensors' memory and parameters come back straight into them; requests to all
-/// servers are sent before any reply is read, so the servers work in parallel. A server that
+/// from the tensors' memory and parameters come back straight into them, or, with a server on
+/// the same host, through a shared-memory segment per connection (one copy each way, the
+/// socket carrying only headers); requests to all servers are sent before any reply is read,
+/// so the servers work in parallel. A server that
 /// closes its connection, or sends no reply in time, is a PeerError (Timeout) naming it.
 /// Not thread-safe.
 class ServerGroup {
@@ -195,6 +202,8 @@ class ServerGroup {
   /// consistent checkpoint needs the servers quiet (no pushes in flight). Chief only.
   void checkpoint(const std::string& directory);
   const Placement& placement() const;
+  /// How many of the servers this group exchanges values with through shared memory.
+  int sharedServers() const;
 
   class Impl;
 

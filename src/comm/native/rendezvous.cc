@@ -6,14 +6,12 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 
 #include "comm/native/cma_allreduce.h"
@@ -54,22 +52,6 @@ std::vector<int> allowedCpus() {
       if (CPU_ISSET(c, &set)) cpus.push_back(c);
   }
   return cpus;
-}
-
-std::string readFirstLine(const char* path) {
-  std::ifstream in(path);
-  std::string line;
-  if (in) std::getline(in, line);
-  return line;
-}
-
-std::string machineHostId() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  struct stat st {};
-  unsigned long long netns = 0;
-  if (stat("/proc/self/ns/net", &st) == 0) netns = static_cast<unsigned long long>(st.st_ino);
-  return std::string(host) + "/" + readFirstLine("/proc/sys/kernel/random/boot_id") + "/" + std::to_string(netns);
 }
 
 /// Listening socket for peers on the given address (every interface when empty, dual-stack
@@ -185,7 +167,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
   auto probe = std::make_shared<uint64_t>(0);
   detail::randomBytes(probe.get(), sizeof(uint64_t));
   RankRecord me;
-  me.hostId = options.hostId.empty() ? machineHostId() : options.hostId;
+  me.hostId = options.hostId.empty() ? detail::machineHostId() : options.hostId;
   me.pid = static_cast<int>(getpid());
   me.port = port;
   me.addresses = publishedAddresses(options.listenAddress, store.get());

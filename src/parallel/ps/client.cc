@@ -1,13 +1,18 @@
 // The workers' and the chief's side of the servers: one socket per server. A step sends the
 // request to every server before reading any reply, so the servers receive, update and answer
 // in parallel; gradients leave from the .grad() tensors and values land in the parameters,
-// slice by slice, without a staging copy.
+// slice by slice, without a staging copy over TCP, or with one copy into and one out of the
+// connection's shared segment when the server runs on this host.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 
 #include "kolo/error.h"
-#include "kolo/trace.h"
 #include "kolo/parallel/parameter_server.h"
+#include "kolo/trace.h"
 #include "parallel/ps/compress.h"
+#include "parallel/ps/shared_exchange.h"
 #include "parallel/ps/socket.h"
 #include "parallel/ps/wire.h"
 
@@ -37,6 +42,8 @@ class ServerGroup::Impl {
                    placement_.elementsOf(s),
                    " there: the processes disagree about the model or "
                    "--ps-shard-bytes");
+      shared_.push_back(options_.sharedMemory && !compressed() ? offerSharedMemory(socket, s, until)
+                                                               : detail::SharedExchange{});
       sockets_.push_back(std::move(socket));
       slices_.push_back(placement_.slicesOf(s));
       if (compressed()) packed_.emplace_back(static_cast<size_t>(placement_.elementsOf(s)));
@@ -68,6 +75,18 @@ class ServerGroup::Impl {
         exponent = detail::halfExponent(largest);
       }
       headers_.resize(sockets_.size());
+      if (shared_[s].valid()) {
+        // The gradients go into the segment before the header says they are there.
+        float* to = shared_[s].gradients();
+        for (const Slice& slice : slices_[s]) {
+          const Tensor grad = gradientOf(parameters, slice);
+          std::memcpy(to, grad.data<float>() + slice.begin, static_cast<size_t>(slice.size()) * 4);
+          to += slice.size();
+        }
+        headers_[s] = detail::request(Op::Push, basedOn);
+        sockets_[s].sendAll(&headers_[s], sizeof(Header), until, "the gradients");
+        continue;
+      }
       headers_[s] = detail::request(Op::Push, basedOn, exponent,
                                     static_cast<uint64_t>(elements) * elementBytes());
       parts.clear();
@@ -102,12 +121,12 @@ class ServerGroup::Impl {
       const Header h = detail::request(Op::Stats);
       socket.sendAll(&h, sizeof h, until, "a statistics request");
       const Header answer = expectOk(socket, until, "the statistics");
-      int64_t fields[8] = {};
+      int64_t fields[9] = {};
       if (answer.payload != sizeof fields)
         KOLO_THROW(FormatError, socket.peer(), " sent ", answer.payload, " bytes of statistics");
       socket.recvAll(fields, sizeof fields, until, "the statistics");
-      all.push_back(
-          {fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], fields[6], fields[7]});
+      all.push_back({fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], fields[6],
+                     fields[7], fields[8]});
     }
     return all;
   }
@@ -138,7 +157,40 @@ class ServerGroup::Impl {
 
   const Placement& placement() const { return placement_; }
 
+  int sharedServers() const {
+    return static_cast<int>(
+        std::count_if(shared_.begin(), shared_.end(), [](const auto& e) { return e.valid(); }));
+  }
+
  private:
+  /// Offers server `server` (connected on `socket`) a shared-memory segment; returns it when
+  /// the server mapped it, an invalid one when it is on another host or could not map it (or
+  /// this host has no shared memory to spare), which leaves the connection on TCP.
+  detail::SharedExchange offerSharedMemory(Socket& socket, int server,
+                                           detail::Clock::time_point until) {
+    detail::SharedExchange exchange;
+    try {
+      exchange = detail::SharedExchange::create(
+          placement_.elementsOf(server),
+          "kolo-ps-" + std::to_string(options_.index) + "-to-" + std::to_string(server));
+    } catch (const IoError&) {
+      return {};
+    }
+    const std::string hostId = comm::detail::machineHostId();
+    std::string offer(sizeof(uint64_t), '\0');
+    const uint64_t cookie = exchange.cookie();
+    std::memcpy(offer.data(), &cookie, sizeof cookie);
+    offer += hostId;
+    const Header h = detail::request(Op::Share, ::getpid(), exchange.fd(), offer.size());
+    iovec parts[2] = {{const_cast<Header*>(&h), sizeof h}, {offer.data(), offer.size()}};
+    socket.sendAll(parts, 2, until, "the shared-memory offer");
+    const Header answer = expectOk(socket, until, "the reply to the shared-memory offer");
+    // Mapped or not, the server has answered: the descriptor is no longer needed.
+    exchange.closeFd();
+    if (answer.a != 1) return {};
+    return exchange;
+  }
+
   static Tensor gradientOf(const NamedTensors& parameters, const Slice& slice) {
     Tensor grad = parameters[static_cast<size_t>(slice.parameter)].second.grad();
     KOLO_CHECK(grad.defined() && grad.isContiguous(), "parameter ",
@@ -176,6 +228,14 @@ class ServerGroup::Impl {
       Socket& socket = sockets_[s];
       const Header answer = expectOk(socket, until, "the parameters");
       const int64_t elements = placement_.elementsOf(static_cast<int>(s));
+      if (shared_[s].valid()) {
+        if (answer.payload != 0)
+          KOLO_THROW(FormatError, socket.peer(), " sent ", answer.payload,
+                     " bytes of parameters on a connection that shares memory");
+        copySharedValues(parameters, s);
+        version = std::min(version, answer.a);
+        continue;
+      }
       if (answer.payload != static_cast<uint64_t>(elements) * elementBytes())
         KOLO_THROW(FormatError, socket.peer(), " sent ", answer.payload,
                    " bytes of parameters instead of ", elements * elementBytes());
@@ -204,6 +264,16 @@ class ServerGroup::Impl {
     return version;
   }
 
+  /// Copies the values server `s` wrote into its segment into the parameters, slice by slice.
+  void copySharedValues(const NamedTensors& parameters, size_t s) {
+    const float* from = shared_[s].values();
+    for (const Slice& slice : slices_[s]) {
+      Tensor target = parameters[static_cast<size_t>(slice.parameter)].second;
+      std::memcpy(target.data<float>() + slice.begin, from, static_cast<size_t>(slice.size()) * 4);
+      from += slice.size();
+    }
+  }
+
   bool compressed() const { return options_.compression != Compression::None; }
   int64_t elementBytes() const { return compressed() ? 2 : 4; }
 
@@ -211,6 +281,7 @@ class ServerGroup::Impl {
   Placement placement_;
   std::vector<std::vector<uint16_t>> packed_;  // bf16/fp16: one message per server
   std::vector<Socket> sockets_;
+  std::vector<detail::SharedExchange> shared_;  // per server; valid: the values go through it
   std::vector<std::vector<Slice>> slices_;
   std::vector<Header> headers_;
 };
@@ -237,5 +308,6 @@ void ServerGroup::shutdown() { impl_->shutdown(); }
 void ServerGroup::drop(int worker) { impl_->drop(worker); }
 void ServerGroup::checkpoint(const std::string& directory) { impl_->checkpoint(directory); }
 const Placement& ServerGroup::placement() const { return impl_->placement(); }
+int ServerGroup::sharedServers() const { return impl_->sharedServers(); }
 
 }  // namespace kolo::parallel::ps

@@ -8,7 +8,9 @@
 //   ssp:   as async, but the answer waits while the worker's push count is more than S ahead
 //          of the slowest worker still in the job: the worker cannot start its next step.
 // A worker whose connection drops, or whom the chief drops (missed heartbeats), is lost: it
-// leaves the rounds and the slowest for good.
+// leaves the rounds and the slowest for good. A client on this host may offer a shared-memory
+// segment right after its hello (Share): the server then reads its pushes from the segment and
+// writes its replies there, and the socket carries only the headers.
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include "kolo/parallel/parameter_server.h"
 #include "kolo/safetensors.h"
 #include "parallel/ps/compress.h"
+#include "parallel/ps/shared_exchange.h"
 #include "parallel/ps/socket.h"
 #include "parallel/ps/wire.h"
 
@@ -31,7 +34,7 @@ namespace kolo::parallel::ps {
 using namespace detail;
 
 namespace {
-constexpr int64_t kStatsFields = 8;
+constexpr int64_t kStatsFields = 9;
 }  // namespace
 
 class ParameterServer::Impl {
@@ -71,6 +74,7 @@ class ParameterServer::Impl {
     views_ = views;
     if (!options_.restoreFrom.empty()) restore(options_.restoreFrom);
     listener_ = detail::listenOn(options_.host, options_.port, &port_);
+    hostId_ = comm::detail::machineHostId();
   }
 
   ~Impl() {
@@ -120,16 +124,22 @@ class ParameterServer::Impl {
     bool parked = false;           // sync: its gradient waits for the round
     int64_t basis = 0;             // the version its parked gradient was computed on
     int64_t clock = 0;             // pushes so far (SSP)
-    std::vector<float> gradient;   // the last push (owned by its connection until parked)
+    // The last push, owned by its connection until parked: `gradient`, or the gradients of
+    // its shared segment (which stays mapped until its connection is over).
+    float* pushed = nullptr;
+    std::vector<float> gradient;   // the last push received over the socket
     std::vector<uint16_t> packed;  // bf16/fp16: the push as it arrived
   };
 
-  /// A connection's reply buffers; `data` points at the bytes to send.
+  /// A connection's reply buffers and, when it shares memory, its segment; `data` points at
+  /// the bytes to send.
   struct Reply {
     bool bf16 = false;  // this connection exchanges 16-bit values (bf16 or fp16)
     bool fp16 = false;  // ... fp16, scaled by 2^exponent
     int exponent = 0;
-    std::vector<float> values;
+    detail::SharedExchange shared;  // valid: values go to its values(), not onto the socket
+    float* values = nullptr;        // where snapshots of the values go: `own` or the segment
+    std::vector<float> own;
     std::vector<uint16_t> packed;
     const void* data = nullptr;
   };
@@ -140,6 +150,9 @@ class ParameterServer::Impl {
 
   void serveConnection(Socket& socket) {
     int worker = -1;  // -1: the chief
+    // Outlives the worker's last round: another thread may sum its segment's gradients until
+    // it is unparked below, under the lock.
+    Reply out;
     try {
       const Header h = detail::acceptHello(socket, options_.token, deadline());
       const bool chief = h.a == static_cast<int64_t>(ClientRole::Chief);
@@ -176,16 +189,12 @@ class ParameterServer::Impl {
         w.connected = true;
         w.fd = socket.fd();
         worker = static_cast<int>(h.index);
-        w.gradient.resize(static_cast<size_t>(elements_));
-        w.packed.resize(static_cast<size_t>(elements_));
       }
       socket.setPeer(chief ? std::string("the chief") : "worker " + std::to_string(worker));
       const Header ok = detail::reply(Status::Ok, 0, elements_);
       socket.sendAll(&ok, sizeof ok, deadline(), "the hello reply");
-      Reply out;
       out.bf16 = bf16;
       out.fp16 = fp16;
-      out.values.resize(static_cast<size_t>(elements_));
       if (bf16) out.packed.resize(static_cast<size_t>(elements_));
       while (!stopping_.load()) {
         if (!socket.waitReadable(kPollSlice)) continue;
@@ -206,6 +215,7 @@ class ParameterServer::Impl {
         ++stats_.workersLost;
       }
       w.parked = false;
+      w.pushed = nullptr;
       completeRoundIfReady();
       changed_.notify_all();
     }
@@ -214,7 +224,7 @@ class ParameterServer::Impl {
   /// Serves one request; false when the connection should end (Shutdown).
   bool handle(Socket& socket, const Header& request, int worker, Reply& out) {
     const auto op = static_cast<Op>(request.op);
-    if (op != Op::Push && op != Op::Checkpoint && request.payload != 0)
+    if (op != Op::Push && op != Op::Checkpoint && op != Op::Share && request.payload != 0)
       KOLO_THROW(FormatError, socket.peer(), " sent ", request.payload, " bytes with request ",
                  request.op);
     switch (op) {
@@ -229,32 +239,29 @@ class ParameterServer::Impl {
       }
       case Op::Push: {
         if (worker < 0) KOLO_THROW(FormatError, "the chief pushed gradients to ", name());
-        if (request.payload != static_cast<uint64_t>(wireBytes(out.bf16)))
+        const uint64_t expected = out.shared.valid() ? 0 : wireBytes(out.bf16);
+        if (request.payload != expected)
           KOLO_THROW(FormatError, socket.peer(), " pushed ", request.payload, " bytes to ", name(),
-                     ", which takes ", wireBytes(out.bf16));
-        Worker& w = workers_[static_cast<size_t>(worker)];
-        if (out.fp16) {
-          if (request.b < -120 || request.b > 120)
-            KOLO_THROW(FormatError, socket.peer(), " pushed fp16 gradients scaled by 2^",
-                       request.b, " to ", name());
-          socket.recvAll(w.packed.data(), request.payload, deadline(), "the gradients");
-          detail::unpackHalf(w.packed.data(), w.gradient.data(), w.packed.size(),
-                             static_cast<int>(request.b));
-        } else if (out.bf16) {
-          socket.recvAll(w.packed.data(), request.payload, deadline(), "the gradients");
-          detail::unpackBf16(w.packed.data(), w.gradient.data(), w.packed.size());
-        } else {
-          socket.recvAll(w.gradient.data(), request.payload, deadline(), "the gradients");
-        }
+                     ", which takes ", expected);
+        float* gradient =
+            out.shared.valid()
+                ? out.shared.gradients()
+                : receiveGradients(socket, request, workers_[static_cast<size_t>(worker)], out);
         int64_t version;
         const void* reply = nullptr;
         try {
-          version = push(worker, request.a, out, &reply);
+          version = push(worker, request.a, gradient, out, &reply);
         } catch (const Timeout& e) {
           detail::sendError(socket, e.what(), deadline());
           throw;
         }
         sendValues(socket, version, reply, out);
+        return true;
+      }
+      case Op::Share: {
+        const bool shared = share(socket, request, worker, out);
+        const Header ok = detail::reply(Status::Ok, shared ? 1 : 0);
+        socket.sendAll(&ok, sizeof ok, deadline(), "the share reply");
         return true;
       }
       case Op::Leave: {
@@ -272,7 +279,7 @@ class ParameterServer::Impl {
         const ServerStats s = stats();
         const int64_t fields[kStatsFields] = {s.updates,  s.pushes,       s.bytesIn,
                                               s.bytesOut, s.stalenessMax, s.stalenessSum,
-                                              s.leadMax,  s.workersLost};
+                                              s.leadMax,  s.workersLost,  s.sharedWorkers};
         const Header ok = detail::reply(Status::Ok, s.updates, 0, sizeof fields);
         iovec parts[2] = {{const_cast<Header*>(&ok), sizeof ok},
                           {const_cast<int64_t*>(fields), sizeof fields}};
@@ -391,8 +398,8 @@ class ParameterServer::Impl {
       detail::packBf16(values_.data<float>(), out.packed.data(), out.packed.size());
       out.data = out.packed.data();
     } else {
-      std::memcpy(out.values.data(), values_.data<float>(), static_cast<size_t>(elements_) * 4);
-      out.data = out.values.data();
+      std::memcpy(valuesTarget(out), values_.data<float>(), static_cast<size_t>(elements_) * 4);
+      out.data = out.values;
     }
     stats_.bytesOut += wireBytes(out.bf16);
     return version_;
@@ -400,8 +407,79 @@ class ParameterServer::Impl {
 
   int64_t wireBytes(bool bf16) const { return elements_ * (bf16 ? 2 : 4); }
 
-  /// Sends `bytes`, the values as `out` packs them (f32 when `bytes` is the server's own).
-  void sendValues(Socket& socket, int64_t version, const void* bytes, const Reply& out) {
+  /// Where `out` takes snapshots of the values: its segment, or a buffer of its own.
+  float* valuesTarget(Reply& out) const {
+    if (out.values == nullptr) {
+      out.own.resize(static_cast<size_t>(elements_));
+      out.values = out.own.data();
+    }
+    return out.values;
+  }
+
+  /// Receives a push's gradients from the socket into the worker's buffer (unpacking 16-bit
+  /// ones); returns where they are.
+  float* receiveGradients(Socket& socket, const Header& request, Worker& w, const Reply& out) {
+    // The worker's buffers are its connection's until it parks a push, so no lock is needed.
+    w.gradient.resize(static_cast<size_t>(elements_));
+    if (out.bf16) w.packed.resize(static_cast<size_t>(elements_));
+    if (out.fp16) {
+      if (request.b < -120 || request.b > 120)
+        KOLO_THROW(FormatError, socket.peer(), " pushed fp16 gradients scaled by 2^", request.b,
+                   " to ", name());
+      socket.recvAll(w.packed.data(), request.payload, deadline(), "the gradients");
+      detail::unpackHalf(w.packed.data(), w.gradient.data(), w.packed.size(),
+                         static_cast<int>(request.b));
+    } else if (out.bf16) {
+      socket.recvAll(w.packed.data(), request.payload, deadline(), "the gradients");
+      detail::unpackBf16(w.packed.data(), w.gradient.data(), w.packed.size());
+    } else {
+      socket.recvAll(w.gradient.data(), request.payload, deadline(), "the gradients");
+    }
+    return w.gradient.data();
+  }
+
+  /// Serves a Share request: maps the client's segment when it runs on this host and
+  /// exchanges f32 (a second offer is a FormatError). Returns whether the connection shares memory
+  /// now; a client elsewhere (another host id) or one whose segment cannot be mapped stays on TCP.
+  bool share(Socket& socket, const Header& request, int worker, Reply& out) {
+    if (request.payload < sizeof(uint64_t) ||
+        request.payload > sizeof(uint64_t) + detail::kMaxTextBytes)
+      KOLO_THROW(FormatError, socket.peer(), " sent a share request of ", request.payload,
+                 " bytes");
+    std::string offer(request.payload, '\0');
+    socket.recvAll(offer.data(), offer.size(), deadline(), "the share request");
+    uint64_t cookie = 0;
+    std::memcpy(&cookie, offer.data(), sizeof cookie);
+    const std::string hostId = offer.substr(sizeof cookie);
+    if (out.shared.valid())
+      KOLO_THROW(FormatError, socket.peer(), " offered a second shared segment to ", name());
+    if (out.bf16 || hostId != hostId_) return false;
+    try {
+      // A peer that can be mapped is a process of this user on this host: it could as well
+      // attach to this process, so its segment is no less trusted than this memory.
+      out.shared = detail::SharedExchange::map(static_cast<int>(request.a),
+                                               static_cast<int>(request.b), elements_, cookie);
+    } catch (const Error&) {
+      return false;  // another pid namespace, /proc not readable, the process gone: TCP
+    }
+    out.values = out.shared.values();
+    if (worker >= 0) {
+      std::lock_guard lock(mutex_);
+      ++stats_.sharedWorkers;
+    }
+    return true;
+  }
+
+  /// Sends `bytes`, the values as `out` packs them (f32 when `bytes` is the server's own);
+  /// to a connection that shares memory, copies them into its segment and sends the header.
+  void sendValues(Socket& socket, int64_t version, const void* bytes, Reply& out) {
+    if (out.shared.valid()) {
+      if (bytes != out.values)
+        std::memcpy(out.values, bytes, static_cast<size_t>(elements_) * sizeof(float));
+      const Header ok = detail::reply(Status::Ok, version);
+      socket.sendAll(&ok, sizeof ok, deadline(), "the parameters");
+      return;
+    }
     const int64_t size = wireBytes(out.bf16);
     const Header ok = detail::reply(Status::Ok, version, out.fp16 ? out.exponent : 0,
                                     static_cast<uint64_t>(size));
@@ -410,11 +488,13 @@ class ParameterServer::Impl {
     socket.sendAll(parts, 2, deadline(), "the parameters");
   }
 
-  /// Applies a push as the mode says; *reply is where the bytes to send back are: `out` (a
-  /// copy taken under the lock) or, in sync without compression, the values themselves.
-  int64_t push(int worker, int64_t basis, Reply& out, const void** reply) {
+  /// Applies a push of `gradient` as the mode says; *reply is where the bytes to send back
+  /// are: `out` (a copy taken under the lock) or, in sync without compression, the values
+  /// themselves.
+  int64_t push(int worker, int64_t basis, float* gradient, Reply& out, const void** reply) {
     std::unique_lock lock(mutex_);
     Worker& w = workers_[static_cast<size_t>(worker)];
+    w.pushed = gradient;
     if (w.lost) KOLO_THROW(PeerError, name(), " dropped worker ", worker, " (no heartbeat)");
     if (w.left) {
       // Back from idling: in SSP it starts level with the slowest of the others, so that the
@@ -453,9 +533,9 @@ class ParameterServer::Impl {
     noteStaleness(staleness);
     if (options_.stalenessLr && staleness > 1) {
       const float scale = 1.0f / static_cast<float>(staleness);
-      for (float& g : w.gradient) g *= scale;
+      for (int64_t i = 0; i < elements_; ++i) gradient[i] *= scale;
     }
-    applyUpdate(w.gradient.data());
+    applyUpdate(gradient);
     if (options_.mode == Mode::Ssp) {
       ++w.clock;
       changed_.notify_all();
@@ -512,9 +592,9 @@ class ParameterServer::Impl {
     for (Worker& w : workers_) {
       if (!w.parked) continue;
       if (first) {
-        std::copy(w.gradient.begin(), w.gradient.end(), sum_.begin());
+        std::copy(w.pushed, w.pushed + elements_, sum_.begin());
       } else {
-        for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += w.gradient[i];
+        for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += w.pushed[i];
       }
       first = false;
       noteStaleness(version_ - w.basis);
@@ -550,6 +630,7 @@ class ParameterServer::Impl {
   std::function<double(int64_t)> lrAt_;
   Socket listener_;
   uint16_t port_ = 0;
+  std::string hostId_;  // clients with the same one may share memory (comm::detail::machineHostId)
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;

@@ -29,6 +29,11 @@ inline constexpr auto kPollSlice = std::chrono::milliseconds(100);
 /// Checkpoint: payload = the file to write.
 /// Heartbeat (worker to the chief, on a connection of its own whose Hello has a = 2): -.
 /// Drop (the chief to a server): index = a worker declared lost; it leaves the job for good.
+/// Share (a client on the server's host, right after Hello): a = its pid, b = the descriptor
+/// of its segment (shared_exchange.h), payload = the segment's cookie (u64) and then the
+/// client's host id. The reply's `a` is 1 when the server mapped the segment: from then on
+/// the connection's pushes carry no payload (the gradients are in the segment) and its values
+/// replies carry none either (the values are); 0 leaves the connection as it was.
 enum class Op : uint32_t {
   Hello = 1,
   Pull = 2,
@@ -39,7 +44,8 @@ enum class Op : uint32_t {
   Next = 7,
   Checkpoint = 8,
   Heartbeat = 9,
-  Drop = 10
+  Drop = 10,
+  Share = 11
 };
 
 /// Hello's `a` of a worker's heartbeat connection to the chief (0 and 1 are ClientRole).
