@@ -1,6 +1,6 @@
 // Checkpoints, resume, metrics and the whole model of the model-parallel runs
-// (train_pipeline.cc): what
-// each rank holds (a pipeline stage, a tensor-parallel shard, or a stage's shard) gathered into
+// (train_pipeline.cc): what each rank holds (a pipeline stage, a tensor-parallel shard, a
+// stage's shard, or under fsdp the whole state consolidated from its shards) gathered into
 // whole tensors under the model's names, so that a checkpoint is the one one-rank training
 // writes, and cut back into each rank's part when a run resumes, whatever its layout.
 #pragma once

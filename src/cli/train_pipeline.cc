@@ -181,8 +181,6 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
   KOLO_REQUIRE(lm || !config.sequenceParallel, "--sequence-parallel works with --model lm only");
   KOLO_REQUIRE(config.checkpointEvery >= 0, "--checkpoint-every must be at least 0, got ",
                config.checkpointEvery);
-  KOLO_REQUIRE(!fsdp || (config.checkpointDir.empty() && config.resumeDir.empty()), "--checkpoint-dir and "
-               "--resume are not available with --model lm under --strategy fsdp; --save and --init carry the weights");
   KOLO_REQUIRE(config.clipNorm == 0.0 || fsdp, "--clip-norm is not available with --model lm or "
                "--strategy pipeline or tensor, except under --strategy fsdp");
   KOLO_REQUIRE(config.stages >= 1 && config.microBatches >= 1, "--stages and --micro-batches must be at least 1");
@@ -345,13 +343,21 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
                    {"steps", totalSteps}});
     }
 
-    // --resume: every rank continues from its part of the newest good checkpoint.
-    const int64_t firstStep =
-        config.resumeDir.empty() ? 0 : resumeModelPart(config, world.get(), stage->part(), logger);
-    // Only replica 0's model group writes checkpoints (the others hold the same weights).
+    // --resume: every rank continues from its part of the newest good checkpoint (under fsdp
+    // from the whole state, of which it then keeps its shards).
+    int64_t firstStep = 0;
+    if (!config.resumeDir.empty()) {
+      firstStep = resumeModelPart(config, world.get(), stage->statePart(), logger);
+      stage->stateLoaded();
+    }
+    // Only replica 0's model group writes checkpoints (the others hold the same weights); its
+    // ranks' parts are gathered to its rank 0, except under fsdp, where every rank assembles the
+    // whole state and world rank 0 alone writes it.
     auto checkpointAt = [&](int64_t step) {
-      if (!config.checkpointDir.empty() && replica == 0)
-        saveModelCheckpoint(config, recipe, group.get(), stage->part(), step, logger);
+      if (config.checkpointDir.empty() || replica != 0) return;
+      const ModelPart state = stage->statePart();
+      if (!fsdp || primary)
+        saveModelCheckpoint(config, recipe, fsdp ? nullptr : group.get(), state, step, logger);
     };
     RunMetrics metrics(primary ? config.metricsPath : "", firstStep);
     metrics.event(firstStep > 0 ? "resume" : "start", firstStep,

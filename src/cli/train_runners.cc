@@ -137,6 +137,11 @@ class FsdpRunner : public Runner {
   std::vector<int> bounds() const override { return {0, layers_}; }
   // Every rank holds the whole model once gathered (gatherWhole).
   ModelPart part() override { return {&strategy_->model(), {}, &strategy_->optimizer()}; }
+  ModelPart statePart() override {
+    strategy_->consolidateState();
+    return {&strategy_->model(), {}, &strategy_->checkpointOptimizer()};
+  }
+  void stateLoaded() override { strategy_->syncReplicas(); }
   void gatherWhole() override { strategy_->gatherModel(); }
 
  private:

@@ -24,8 +24,15 @@ class Runner {
   /// Layer bounds of the stages ({0, n}: one part of every layer on each rank under tensor
   /// parallelism).
   virtual std::vector<int> bounds() const = 0;
-  /// What this rank holds (checkpoints, resume, the final gather).
+  /// What this rank holds (the final gather; checkpoints and resume through statePart()).
   virtual ModelPart part() = 0;
+  /// What checkpoints save and a resume loads into: part(), except under fsdp, where it is
+  /// collective over the job and holds the whole model and the whole optimizer state on every
+  /// rank (assembled from the shards).
+  virtual ModelPart statePart() { return part(); }
+  /// Collective over the job after a resume loaded statePart(): under fsdp every rank takes
+  /// rank 0's loaded state and keeps its shards of it.
+  virtual void stateLoaded() {}
   virtual int64_t parameterCount() { return part().module->parameterCount(); }
   /// Collective over the job, before the final gather: makes part() hold whole tensors where
   /// this rank's state is sharded (fsdp).

@@ -3,8 +3,9 @@
 // tensors, values within 1e-5) and report its test accuracy; that file starts a one-device
 // run (--init); fsdp checkpoints resume exactly on the same ranks and within rounding on 4
 // ranks, on one device, and from one device's; --clip-norm (also under HSDP) clips as one
-// device does; the lm trains to data parallelism's weights; the options fsdp does not take
-// are refused by name.
+// device does; the lm trains to data parallelism's weights, and its checkpoints resume
+// exactly on the same ranks and within rounding in every other layout and from theirs; the
+// options fsdp does not take are refused by name.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -169,6 +170,75 @@ TEST_F(TrainFsdpTest, LanguageModelMatchesDataParallelism) {
     EXPECT_NE(run.output.find("fsdp ranks 2"), std::string::npos) << run.output;
     expectClose(file("dp.safetensors"), file("fsdp.safetensors"), 1e-5, std::string("--shard ") + shard);
   }
+}
+
+// lm checkpoints under fsdp are the file the other lm layouts write: a run stopped after its
+// checkpoint of step 3 continues to the weights of an uninterrupted 6-step run, exactly on the
+// same ranks (AdamW, ZeRO-3 and ZeRO-2), and within rounding (SGD with momentum, linear in the
+// gradient) on 4 ranks under HSDP, on one rank, in a pipeline, and from a tensor-parallel run's.
+TEST_F(TrainFsdpTest, LanguageModelCheckpointsResumeInAnyLayout) {
+  {
+    std::ofstream text(file("text.txt"));
+    for (int i = 0; i < 40; ++i) text << "the quick brown fox jumps over the lazy dog " << i << "\n";
+  }
+  const std::string run2 = "run -n 2 -- " + kolo(), run4 = "run -n 4 -- " + kolo();
+  auto lm = [&](const std::string& optimizer) {
+    return " train --model lm --data " + file("text.txt") +
+           " --layers 2 --d-model 16 --heads 2 --seq-len 8 --batch 8 " + optimizer +
+           " --sample-bytes 16 --threads 1 --quiet --steps 6";
+  };
+  // Stops a run after its checkpoint of step 3; returns the checkpoint directory.
+  int stops = 0;
+  auto stopped = [&](const std::string& writer) {
+    const std::string dir = file("ck" + std::to_string(stops++));
+    const RunResult run = runKolo(writer + " --checkpoint-dir " + dir + " --checkpoint-every 3 --fail-at-step 4");
+    EXPECT_NE(run.exitCode, 0) << writer << "\n" << run.output;
+    EXPECT_TRUE(fs::exists(fs::path(dir) / "ckpt-000000003")) << writer << "\n" << run.output;
+    return dir;
+  };
+  // Continues from `dir`'s checkpoint of step 3, writing its own elsewhere (so that `dir` still
+  // ends at step 3 for the next reader).
+  int resumes = 0;
+  auto resume = [&](const std::string& reader, const std::string& dir) {
+    const RunResult run = runKolo(reader + " --resume " + dir + " --checkpoint-dir " +
+                                  file("continued" + std::to_string(resumes++)) + " --save " +
+                                  file("resumed.safetensors"));
+    ASSERT_EQ(run.exitCode, 0) << reader << "\n" << run.output;
+    EXPECT_NE(run.output.find("ckpt-000000003 step=3"), std::string::npos) << reader << "\n" << run.output;
+  };
+
+  const std::string adam = lm("--optimizer adamw --lr 0.01");
+  for (const char* shard : {"full", "grad"}) {
+    const std::string fsdp = run2 + adam + " --strategy fsdp --shard " + shard;
+    ASSERT_EQ(runKolo(fsdp + " --save " + file("straight.safetensors")).exitCode, 0) << shard;
+    const std::string dir = stopped(fsdp);
+    // Whole tensors under the model's names, as the uninterrupted run saves them.
+    const Weights saved = loadWeights(dir + "/ckpt-000000003/model.safetensors");
+    const Weights names = loadWeights(file("straight.safetensors"));
+    ASSERT_EQ(saved.size(), names.size()) << shard;
+    for (size_t i = 0; i < saved.size(); ++i) {
+      EXPECT_EQ(saved[i].first, names[i].first) << shard;
+      EXPECT_EQ(saved[i].second.size(), names[i].second.size()) << shard << " " << saved[i].first;
+    }
+    resume(fsdp, dir);
+    expectClose(file("straight.safetensors"), file("resumed.safetensors"), 0.0,
+                std::string("AdamW --shard ") + shard + ", 2 -> 2 ranks");
+  }
+
+  const std::string sgd = lm("--optimizer sgd --lr 0.1 --momentum 0.9");
+  ASSERT_EQ(runKolo(sgd + " --save " + file("straight.safetensors")).exitCode, 0);
+  const std::string fromFsdp = stopped(run2 + sgd + " --strategy fsdp --shard full");
+  struct Reader {
+    std::string name, command;
+  };
+  for (const Reader& r : {Reader{"fsdp 2 ranks -> HSDP on 4", run4 + sgd + " --strategy fsdp --shard grad --shard-group 2"},
+                          Reader{"fsdp 2 ranks -> one rank", sgd},
+                          Reader{"fsdp 2 ranks -> pipeline", run2 + sgd + " --strategy pipeline --stages 2 --micro-batches 2"}}) {
+    resume(r.command, fromFsdp);
+    expectClose(file("straight.safetensors"), file("resumed.safetensors"), 1e-5, r.name);
+  }
+  resume(run2 + sgd + " --strategy fsdp --shard grad", stopped(run2 + sgd + " --strategy tensor --tp 2"));
+  expectClose(file("straight.safetensors"), file("resumed.safetensors"), 1e-5, "tensor -> fsdp 2 ranks");
 }
 
 TEST_F(TrainFsdpTest, RefusesWhatFsdpDoesNotTake) {
