@@ -113,6 +113,11 @@ class Job {
   void drainAll();
   void handleSignals();
   void reap();
+  /// reap()'s last word on the rank to blame (`blamed`, of those reaped in this pass): one
+  /// that exited with "another rank failed" (5) while others still run is held back for a
+  /// moment, and a rank that ends meanwhile with a signal or an error of its own is blamed
+  /// instead. Null: blame nobody yet.
+  Rank* settleBlame(Rank* blamed);
   /// --elastic: marks the failed rank lost for the survivors. True when enough ranks are
   /// still running for the job to go on, or when too few are but they may still end by
   /// themselves: they see the failure, agree that they are below --min-ranks, write a
@@ -159,6 +164,8 @@ class Job {
   Clock::time_point killDeadline_;
   std::optional<Clock::time_point> lostWorkersDeadline_;  // see endLostWorkers()
   std::optional<Clock::time_point> survivorsDeadline_;    // see loseElasticRank()
+  std::optional<size_t> waitingBlame_;  // see settleBlame(): index in ranks_
+  Clock::time_point waitingBlameUntil_;
   int exitCode_ = 0;
   std::string failure_;
 };

@@ -17,6 +17,12 @@ namespace {
 
 constexpr char kNextRankKey[] = "kolo-run/replacements";  // the count of replacements started
 
+/// How long a rank that exited with "another rank failed" (5) waits to be blamed while its
+/// peers still run: the rank whose failure it saw may not be reaped yet (a SIGKILLed process
+/// closes its sockets before its exit is reported, and on a busy host the peer can exit in
+/// between).
+constexpr auto kBlameWait = std::chrono::seconds(2);
+
 /// How likely a rank's end is the cause of a job's failure: killed by a signal (2), an
 /// error of its own (1), or kolo's exit code for "another rank failed or vanished" (0).
 int blamePriority(int status) {
@@ -64,6 +70,7 @@ void Job::reap() {
         (!blamed || blamePriority(status) > blamePriority(blamed->status)))
       blamed = &r;
   }
+  blamed = settleBlame(blamed);
   if (blamed) {
     std::string what = describeRank(*blamed) + " (pid " + std::to_string(blamed->pid) + ") " +
                        describeStatus(blamed->status);
@@ -78,6 +85,28 @@ void Job::reap() {
   }
   // Last: starting a rank adds to ranks_ (blamed points into it).
   if (!replace_.empty()) startReplacements();
+}
+
+Rank* Job::settleBlame(Rank* blamed) {
+  if (stopping_) {
+    waitingBlame_.reset();
+    return nullptr;
+  }
+  if (waitingBlame_) {
+    Rank& earlier = ranks_[*waitingBlame_];
+    if (!blamed || blamePriority(blamed->status) == 0) blamed = &earlier;
+  }
+  if (!blamed || options_.elastic || blamePriority(blamed->status) > 0 || !anyRunning()) {
+    waitingBlame_.reset();
+    return blamed;
+  }
+  if (!waitingBlame_) {
+    waitingBlame_ = static_cast<size_t>(blamed - ranks_.data());
+    waitingBlameUntil_ = Clock::now() + kBlameWait;
+  }
+  if (Clock::now() < waitingBlameUntil_) return nullptr;
+  waitingBlame_.reset();
+  return blamed;
 }
 
 bool Job::loseElasticRank(const Rank& r) {

@@ -156,6 +156,22 @@ TEST_F(LauncherTest, RankKilledBySignalIsReported) {
   EXPECT_NE(r.err.find("killed by signal 9 (SIGKILL)"), std::string::npos) << r.err;
 }
 
+/// A rank that exits with "another rank failed" (5) is not blamed while the rank whose failure
+/// it saw is still ending: here rank 1 exits 5 first, and rank 0 kills itself only once the
+/// launcher has reaped rank 1 (its pid is gone). The launcher names rank 0.
+TEST_F(LauncherTest, ARankEndingAfterItsPeerGaveUpIsStillTheOneBlamed) {
+  const std::string script =
+      "if [ $KOLO_RANK = 1 ]; then echo $$ > " + dir_ + "/tmp.1; mv " + dir_ + "/tmp.1 " + dir_ +
+      "/pid.1; exit 5; fi; while [ ! -e " + dir_ + "/pid.1 ]; do sleep 0.01; done; "
+      "peer=$(cat " + dir_ + "/pid.1); while kill -0 $peer 2>/dev/null; do sleep 0.01; done; "
+      "kill -9 $$";
+  Result r = kolo({"run", "-n", "2", "--", "sh", "-c", script});
+  EXPECT_EQ(r.exitCode(), 128 + SIGKILL) << r.err;
+  EXPECT_NE(r.err.find("rank 0 (pid"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("killed by signal 9 (SIGKILL)"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("rank 1 (pid"), std::string::npos) << r.err;
+}
+
 /// SIGTERM or SIGINT to the launcher reaches every rank and the children they started.
 void expectSignalStopsEveryRank(const std::string& dir, int sig) {
   const std::string script = sleepingRankScript(dir, 120);
