@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -54,6 +55,18 @@ struct Result {
   std::string err;
   int exitCode() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
 };
+
+/// Names under /dev/shm that mention kolo. kolo's shared memory has no name, so a name here
+/// after a job is what a leak would look like.
+inline std::set<std::string> koloNamesInDevShm() {
+  std::set<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find("kolo") != std::string::npos) names.insert(name);
+  }
+  return names;
+}
 
 /// A rank's `sh -c` script: starts `sleep seconds` in the background, writes that child's
 /// pid to dir/child.$KOLO_RANK and the shell's to dir/pid.$KOLO_RANK (each renamed into

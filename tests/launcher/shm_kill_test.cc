@@ -23,17 +23,6 @@ const std::string kKolo = KOLO_BINARY_DIR "/src/cli/kolo";
 constexpr int kRanks = 3;
 constexpr int kRounds = 50;
 
-/// Names under /dev/shm that mention kolo.
-std::set<std::string> koloNamesInDevShm() {
-  std::set<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.find("kolo") != std::string::npos) names.insert(name);
-  }
-  return names;
-}
-
 TEST(SharedMemoryKillMatrix, NothingOutlivesAKilledProcess) {
   const std::set<std::string> before = koloNamesInDevShm();
   std::mt19937 random(20261123);

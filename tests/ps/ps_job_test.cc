@@ -24,18 +24,6 @@ namespace {
 
 const std::string kKolo = KOLO_BINARY_DIR "/src/cli/kolo";
 
-/// Names under /dev/shm that mention kolo (the segments have none; this is what a leak
-/// would look like).
-std::set<std::string> koloNamesInDevShm() {
-  std::set<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.find("kolo") != std::string::npos) names.insert(name);
-  }
-  return names;
-}
-
 class PsJob : public TempDirTest {
  protected:
   void SetUp() override {
