@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -23,8 +22,8 @@
 
 #include "kolo/error.h"
 #include "kolo/parallel/parameter_server.h"
-#include "kolo/safetensors.h"
 #include "parallel/ps/compress.h"
+#include "parallel/ps/server_state.h"
 #include "parallel/ps/shared_exchange.h"
 #include "parallel/ps/socket.h"
 #include "parallel/ps/wire.h"
@@ -72,7 +71,8 @@ class ParameterServer::Impl {
     }
     optimizer_ = makeOptimizer(views);
     views_ = views;
-    if (!options_.restoreFrom.empty()) restore(options_.restoreFrom);
+    if (!options_.restoreFrom.empty())
+      version_ = restoreServerState(options_.restoreFrom, options_.index, views_, *optimizer_);
     listener_ = detail::listenOn(options_.host, options_.port, &port_);
     hostId_ = comm::detail::machineHostId();
   }
@@ -294,7 +294,7 @@ class ParameterServer::Impl {
         socket.recvAll(path.data(), path.size(), deadline(), "the checkpoint path");
         try {
           std::lock_guard lock(mutex_);
-          save(path);
+          saveServerState(path, options_.index, views_, *optimizer_, version_);
         } catch (const Error& e) {
           detail::sendError(socket, name() + " could not write " + path + ": " + e.what(),
                             deadline());
@@ -332,58 +332,6 @@ class ParameterServer::Impl {
         KOLO_THROW(FormatError, socket.peer(), " sent unknown request ", request.op, " to ",
                    name());
     }
-  }
-
-  /// Writes values ("value/<slice>"), optimizer state ("state/<slice>/<slot>") and the
-  /// version to `path` (under the lock).
-  void save(const std::string& path) {
-    NamedTensors tensors;
-    for (const auto& [slice, view] : views_) tensors.emplace_back("value/" + slice, view);
-    const optim::StateDict state = optimizer_->stateDict();
-    for (const auto& [slot, tensor] : state.flatTensors())
-      tensors.emplace_back("state/" + slot, tensor);
-    // The rate of the last update, for the record (a resumed server takes the schedule's).
-    char lr[32];
-    std::snprintf(lr, sizeof lr, "%.17g", optimizer_->lr());
-    std::map<std::string, std::string> metadata = {
-        {"version", std::to_string(version_)},
-        {"server", std::to_string(options_.index)},
-        {"optimizer", optimizer_->kind()},
-        {"lr", lr},
-        {"step", std::to_string(optimizer_->stepCount())}};
-    checkpoint::saveSafetensors(path, tensors, metadata);
-  }
-
-  /// The inverse of save(); throws naming the file when it does not fit this server.
-  void restore(const std::string& path) {
-    const checkpoint::SafetensorsFile file = checkpoint::loadSafetensors(path);
-    const auto meta = [&](const std::string& key) {
-      const auto it = file.metadata.find(key);
-      if (it == file.metadata.end())
-        KOLO_THROW(FormatError, path, ": no '", key, "' in the metadata of a server checkpoint");
-      return it->second;
-    };
-    if (meta("server") != std::to_string(options_.index))
-      KOLO_THROW(Mismatch, path, " was written by parameter server ", meta("server"), ", not ",
-                 options_.index);
-    if (meta("optimizer") != optimizer_->kind())
-      KOLO_THROW(Mismatch, path, " holds ", meta("optimizer"), " state, this job uses ",
-                 optimizer_->kind());
-    NamedTensors targets;
-    for (const auto& [slice, view] : views_) {
-      targets.emplace_back("value/" + slice, view);
-      if (!file.find("value/" + slice).defined())
-        KOLO_THROW(Mismatch, path, " holds no values of ", slice,
-                   ": it was written for another "
-                   "model, number of servers or --ps-shard-bytes");
-    }
-    checkpoint::copyIntoTensors(file, targets, false, path);
-    std::vector<std::pair<std::string, Tensor>> state;
-    for (const auto& [key, tensor] : file.tensors)
-      if (key.rfind("state/", 0) == 0) state.emplace_back(key.substr(6), tensor);
-    optimizer_->loadStateDict(optim::StateDict::fromFlat(
-        state, {{"step", std::stod(meta("step"))}, {"lr", optimizer_->lr()}}));
-    version_ = std::stoll(meta("version"));
   }
 
   /// Copies (or packs) the values into `out` (under the lock), points out.data at the reply's

@@ -1,0 +1,60 @@
+// A parameter server's state in a file (server_state.h).
+#include "parallel/ps/server_state.h"
+
+#include <cstdio>
+#include <map>
+
+#include "kolo/error.h"
+#include "kolo/safetensors.h"
+
+namespace kolo::parallel::ps::detail {
+
+void saveServerState(const std::string& path, int index, const NamedTensors& views,
+                     optim::Optimizer& optimizer, int64_t version) {
+  NamedTensors tensors;
+  for (const auto& [slice, view] : views) tensors.emplace_back("value/" + slice, view);
+  const optim::StateDict state = optimizer.stateDict();
+  for (const auto& [slot, tensor] : state.flatTensors()) tensors.emplace_back("state/" + slot, tensor);
+  // The rate of the last update, for the record (a resumed server takes the schedule's).
+  char lr[32];
+  std::snprintf(lr, sizeof lr, "%.17g", optimizer.lr());
+  std::map<std::string, std::string> metadata = {{"version", std::to_string(version)},
+                                                 {"server", std::to_string(index)},
+                                                 {"optimizer", optimizer.kind()},
+                                                 {"lr", lr},
+                                                 {"step", std::to_string(optimizer.stepCount())}};
+  checkpoint::saveSafetensors(path, tensors, metadata);
+}
+
+int64_t restoreServerState(const std::string& path, int index, const NamedTensors& views,
+                           optim::Optimizer& optimizer) {
+  const checkpoint::SafetensorsFile file = checkpoint::loadSafetensors(path);
+  const auto meta = [&](const std::string& key) {
+    const auto it = file.metadata.find(key);
+    if (it == file.metadata.end())
+      KOLO_THROW(FormatError, path, ": no '", key, "' in the metadata of a server checkpoint");
+    return it->second;
+  };
+  if (meta("server") != std::to_string(index))
+    KOLO_THROW(Mismatch, path, " was written by parameter server ", meta("server"), ", not ",
+               index);
+  if (meta("optimizer") != optimizer.kind())
+    KOLO_THROW(Mismatch, path, " holds ", meta("optimizer"), " state, this job uses ",
+               optimizer.kind());
+  NamedTensors targets;
+  for (const auto& [slice, view] : views) {
+    targets.emplace_back("value/" + slice, view);
+    if (!file.find("value/" + slice).defined())
+      KOLO_THROW(Mismatch, path, " holds no values of ", slice,
+                 ": it was written for another model, number of servers or --ps-shard-bytes");
+  }
+  checkpoint::copyIntoTensors(file, targets, false, path);
+  std::vector<std::pair<std::string, Tensor>> state;
+  for (const auto& [key, tensor] : file.tensors)
+    if (key.rfind("state/", 0) == 0) state.emplace_back(key.substr(6), tensor);
+  optimizer.loadStateDict(optim::StateDict::fromFlat(
+      state, {{"step", std::stod(meta("step"))}, {"lr", optimizer.lr()}}));
+  return std::stoll(meta("version"));
+}
+
+}  // namespace kolo::parallel::ps::detail
