@@ -48,6 +48,18 @@ class PsJob : public TempDirTest {
     return spawnChild(args, cleanEnvironment({{"KOLO_TOKEN", "ps-job-test"}}));
   }
 
+  /// `kolo run` as node `rank` of two, through the store at `store`, before "-- kolo train".
+  static std::vector<std::string> nodeArgs(int rank, const std::string& store, int servers,
+                                           int workers) {
+    return {kKolo,         "run",
+            "--nnodes",    "2",
+            "--node-rank", std::to_string(rank),
+            "--store",     store,
+            "--ps",        std::to_string(servers),
+            "--workers",   std::to_string(workers),
+            "--timeout",   "60"};
+  }
+
   /// "-- kolo train ..." of the jobs started here.
   static std::vector<std::string> trainArgs(const std::string& mode, int epochs,
                                             const std::vector<std::string>& extra) {
@@ -329,13 +341,7 @@ TEST_F(PsJob, TwoNodesSplitTheRoles) {
     SCOPED_TRACE(mode);
     const ReservedPort port;
     auto node = [&](int rank) {
-      std::vector<std::string> args = {kKolo,         "run",
-                                       "--nnodes",    "2",
-                                       "--node-rank", std::to_string(rank),
-                                       "--store",     port.address(),
-                                       "--ps",        "2",
-                                       "--workers",   "2",
-                                       "--timeout",   "60"};
+      std::vector<std::string> args = nodeArgs(rank, port.address(), 2, 2);
       const std::vector<std::string> train = trainArgs(
           mode, 1,
           {"--train-limit", "12000", "--lr", "0.1", "--metrics", dir_ + "/two-nodes.jsonl"});
@@ -372,11 +378,7 @@ TEST_F(PsJob, AWorkerStartingAfterTheJobEndedHasNothingToDo) {
   const ReservedPort port;
   const std::string metrics = dir_ + "/late.jsonl";
   auto node = [&](int rank) {
-    std::vector<std::string> args = {kKolo,       "run",          "--nnodes",
-                                     "2",         "--node-rank",  std::to_string(rank),
-                                     "--store",   port.address(), "--ps",
-                                     "1",         "--workers",    "2",
-                                     "--timeout", "60"};
+    std::vector<std::string> args = nodeArgs(rank, port.address(), 1, 2);
     std::vector<std::string> train =
         trainArgs("async", 1, {"--train-limit", "2000", "--metrics", metrics});
     if (rank == 1) {
