@@ -6,14 +6,17 @@
 # Prints samples/s (all workers together) and test accuracy of each, and kolo/PyTorch. Then,
 # with STRAGGLER=1 (the default), kolo alone with worker 0 slowed 2x (--debug-slow-worker
 # 0:2) in sync, async and ssp (--staleness 2): samples/s over sync's and the accuracy each
-# reached on the same number of samples. kolo's sync runs the peer's recipe (SGD lr 0.05
-# momentum 0.9, constant); its async and ssp runs take kolo's defaults for those modes (Adam
-# lr 1e-3, cosine; the exchange overlapped with compute), as the peer's recipe with stale
-# gradients does not train well. Every kolo run starts from the peer's initial weights
-# (bench/peers/torch_initial_weights.py, --init), so the accuracies differ by the data order
-# only, which moves the last epoch's accuracy by about a point either way.
+# reached on the same number of samples. kolo's sync runs the peer's optimizer (SGD lr 0.05
+# momentum 0.9) with kolo's cosine decay of the rate (--schedule cosine; SYNC_SCHEDULE=constant
+# runs the peer's constant rate); a second sync row, "sync-const", is kolo with the peer's
+# constant rate, whose last-epoch accuracy moves by about a point either way with the data
+# order. kolo's async and ssp runs take kolo's defaults for those modes (Adam lr 1e-3, cosine;
+# the exchange overlapped with compute), as the peer's recipe with stale gradients does not
+# train well. Every kolo run starts from the peer's initial weights
+# (bench/peers/torch_initial_weights.py, --init).
 # Usage: bench/ps_vs_torch.sh [BUILD_DIR]   (default build/release)
 #   MODES="sync async"  EPOCHS=3  WORKERS=2  BIND=none|core (kolo run --bind)  STRAGGLER=1
+#   SYNC_SCHEDULE=cosine|constant
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-"$here/../build/release"}
@@ -23,6 +26,7 @@ modes=${MODES:-"sync async"}
 epochs=${EPOCHS:-3}
 workers=${WORKERS:-2}
 bind=${BIND:-none}
+sync_schedule=${SYNC_SCHEDULE:-cosine}
 samples=$((epochs * 60000))
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 work=$(mktemp -d)
@@ -36,7 +40,7 @@ kolo_run() {
   mode=$1
   shift
   recipe=""
-  [ "$mode" = sync ] && recipe="--optimizer sgd --lr 0.05 --momentum 0.9"
+  [ "$mode" = sync ] && recipe="--optimizer sgd --lr 0.05 --momentum 0.9 --schedule $sync_schedule"
   # shellcheck disable=SC2086
   out=$("$kolo" run --bind "$bind" --ps 1 --workers "$workers" -- "$kolo" train \
     --strategy parameter-server --ps-mode "$mode" --model mlp --batch 64 $recipe \
@@ -59,12 +63,19 @@ for mode in $modes; do
   echo "$mode: PyTorch RPC $t_rate samples/s acc $t_acc; kolo $k_rate samples/s acc $k_acc" >&2
   rows="$rows
 $mode $t_rate $t_acc $k_rate $k_acc"
+  if [ "$mode" = sync ] && [ "$sync_schedule" != constant ]; then
+    set -- $(sync_schedule=constant kolo_run sync)
+    [ $# -eq 2 ] || exit 1
+    echo "sync, the peer's constant rate: kolo $1 samples/s acc $2" >&2
+    rows="$rows
+sync-const $t_rate $t_acc $1 $2"
+  fi
 done
 
 echo "$rows" | awk 'NF == 5 {
-    if (!header++) printf "%-6s %16s %9s %12s %9s %13s\n", "mode", "PyTorch RPC/s", "acc", "kolo/s",
+    if (!header++) printf "%-10s %16s %9s %12s %9s %13s\n", "mode", "PyTorch RPC/s", "acc", "kolo/s",
                           "acc", "kolo/PyTorch"
-    printf "%-6s %16.0f %9.4f %12.0f %9.4f %12.2fx\n", $1, $2, $3, $4, $5, $4 / $2
+    printf "%-10s %16.0f %9.4f %12.0f %9.4f %12.2fx\n", $1, $2, $3, $4, $5, $4 / $2
   }'
 
 [ "${STRAGGLER:-1}" = 1 ] || exit 0
