@@ -216,7 +216,8 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--ps-overlap", config->psOverlap,
                   "parameter-server async/ssp: a worker computes its next step while the "
                   "previous push and pull are in flight (on two replicas of the model); auto: "
-                  "on in async and ssp")
+                  "on in async and ssp when a server is reached over TCP (not through shared "
+                  "memory on its host) or --ps-lookahead is given")
       ->check(oneOf({"auto", "on", "off"}))
       ->capture_default_str();
   auto* lookahead =

@@ -81,7 +81,7 @@ struct TrainConfig {
   std::string psTransport = "auto";  // auto (shared memory on one host, else TCP) | tcp
   double psHeartbeatSeconds = 10.0;  // a worker silent this long is lost (0: no heartbeats)
   std::string psStalenessLr = "auto";  // auto (on in async/ssp) | on | off: gradient / staleness
-  std::string psOverlap = "auto";  // auto (on in async/ssp) | on | off: exchange during compute
+  std::string psOverlap = "auto";  // auto (async/ssp over TCP) | on | off: exchange during compute
   /// Overlapped: compute at reply + a (reply - previous reply); default 1.5 with the Adam
   /// defaults of async and ssp, 0 (off) otherwise.
   std::optional<double> psLookahead;

@@ -93,7 +93,8 @@ struct PsPlan {
   parallel::NamedTensors parameters;
   ps::Placement placement;
   Recipe recipe;
-  double lookahead = 0.0;  // --ps-lookahead, or its default
+  double lookahead = 0.0;  // --ps-lookahead, or its default, where the exchange is overlapped
+  bool lookaheadAsked = false;  // a --ps-lookahead other than 0 given
   int64_t samplesPerEpoch = 0;
   int64_t updatesPerEpoch = 0;
   int64_t totalUpdates = 0;
@@ -102,19 +103,21 @@ struct PsPlan {
 };
 
 /// async and ssp without --optimizer, --lr, --momentum or --nesterov: Adam at 1e-3 with a
-/// cosine schedule, and overlapped, a look-ahead of 1.5. Adam's per-element scaling copes with
-/// stale gradients; the one-device default, Nesterov SGD with momentum 0.9, adds to the
-/// momentum staleness brings of its own and reached 0.68 test accuracy in three epochs with
-/// three workers. Overlapped, the look-ahead took that job from 0.859 to 0.862 test accuracy
-/// (mean of six seeds; docs/parameter_server.md).
+/// cosine schedule, and where the exchange is overlapped, a look-ahead of 1.5. Adam's
+/// per-element scaling copes with stale gradients; the one-device default, Nesterov SGD with
+/// momentum 0.9, adds to the momentum staleness brings of its own and reached 0.68 test
+/// accuracy in three epochs with three workers. Overlapped, the look-ahead took that job from
+/// 0.859 to 0.862 test accuracy (mean of six seeds; docs/parameter_server.md).
+bool adamDefaults(const TrainConfig& config, ps::Mode mode) {
+  return mode != ps::Mode::Sync && !config.optimizer && !config.lr && !config.momentum &&
+         !config.nesterov;
+}
+
 TrainConfig withModeDefaults(TrainConfig config, ps::Mode mode) {
-  if (mode == ps::Mode::Sync || config.optimizer || config.lr || config.momentum ||
-      config.nesterov)
-    return config;
+  if (!adamDefaults(config, mode)) return config;
   config.optimizer = "adam";
   config.lr = 1e-3;
   if (config.schedule == "auto") config.schedule = "cosine";
-  if (!config.psLookahead && config.psOverlap != "off") config.psLookahead = 1.5;
   return config;
 }
 
@@ -137,7 +140,8 @@ PsPlan makePlan(const TrainConfig& given, int64_t trainSize) {
   const int workers = plan.role.workers;
   plan.updatesPerEpoch = plan.mode == ps::Mode::Sync ? (batches + workers - 1) / workers : batches;
   plan.recipe = resolveRecipe(config, plan.updatesPerEpoch);
-  plan.lookahead = config.psLookahead.value_or(0.0);
+  plan.lookaheadAsked = config.psLookahead.value_or(0.0) != 0.0;
+  plan.lookahead = config.psLookahead.value_or(adamDefaults(given, plan.mode) ? 1.5 : 0.0);
   plan.totalUpdates = plan.recipe.epochs * plan.updatesPerEpoch;
   Generator generator(config.seed);
   plan.model = nn::makeModel(config.model, generator);
@@ -205,10 +209,18 @@ int runServer(const TrainConfig& config, const PsPlan& plan, comm::Store& store)
   return 0;
 }
 
-/// Whether workers overlap their exchange with the next step's compute: --ps-overlap, auto
-/// meaning in async and ssp (sync keeps synchronous training's math).
-bool overlapOf(const TrainConfig& config, ps::Mode mode) {
-  if (config.psOverlap == "auto") return mode != ps::Mode::Sync;
+/// Whether a worker overlaps its exchange with the next step's compute: --ps-overlap, auto
+/// meaning in async and ssp (sync keeps synchronous training's math) when some server is
+/// reached over TCP, or when --ps-lookahead asks for it. Overlap hides the network's time
+/// behind the next step; through shared memory on the server's host there is none to hide,
+/// and the second replica only makes gradients staler and takes the cores the job shares:
+/// on one host async was as fast or faster without it, and 0.6-1 point more accurate
+/// (docs/parameter_server.md).
+bool overlapOf(const TrainConfig& config, const PsPlan& plan, const ps::ServerGroup& servers) {
+  const ps::Mode mode = plan.mode;
+  if (config.psOverlap == "auto")
+    return mode != ps::Mode::Sync &&
+           (plan.lookaheadAsked || servers.sharedServers() < plan.role.servers);
   KOLO_REQUIRE(config.psOverlap == "off" || mode != ps::Mode::Sync,
                "--ps-overlap on is not available with --ps-mode sync: a round's mean must be of "
                "gradients computed on the same parameters");
@@ -256,15 +268,16 @@ int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
   // Overlapped, a second replica of the model computes while the first one's exchange runs.
   std::vector<std::shared_ptr<nn::Module>> models = {plan.model};
   std::vector<parallel::NamedTensors> replicas = {plan.parameters};
-  if (overlapOf(config, plan.mode)) {
+  const bool overlapped = overlapOf(config, plan, servers);
+  if (overlapped) {
     Generator generator(config.seed);
     models.push_back(nn::makeModel(config.model, generator));
     replicas.push_back(models.back()->namedParameters());
   }
   for (const auto& model : models) model->train(true);
-  KOLO_REQUIRE(plan.lookahead == 0.0 || replicas.size() == 2,
+  KOLO_REQUIRE(!plan.lookaheadAsked || overlapped,
                "--ps-lookahead needs the exchange overlapped (--ps-overlap, async and ssp)");
-  ps::WorkerExchange exchange(servers, replicas, plan.lookahead);
+  ps::WorkerExchange exchange(servers, replicas, overlapped ? plan.lookahead : 0.0);
   exchange.pull();
   bool idle = false;
   int64_t orderEpoch = -1;

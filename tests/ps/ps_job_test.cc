@@ -333,6 +333,41 @@ TEST_F(PsJob, AsyncAndSspDefaultToAdamSyncKeepsTheChosenOptimizer) {
   }
 }
 
+/// With async's defaults a worker overlaps its exchange with its next step only where a server
+/// is reached over TCP (or when asked): one worker's pushes are then a step stale, through
+/// shared memory they are not stale at all.
+TEST_F(PsJob, AsyncOverlapsTheExchangeOnlyOverTcp) {
+  struct Case {
+    std::vector<std::string> flags;
+    int64_t staleness;  // of every push: 1 overlapped, 0 not
+  };
+  const std::vector<Case> cases = {{{}, 0},
+                                   {{"--ps-transport", "tcp"}, 1},
+                                   {{"--ps-overlap", "on"}, 1},
+                                   {{"--ps-lookahead", "1"}, 1},
+                                   {{"--ps-transport", "tcp", "--ps-overlap", "off"}, 0}};
+  for (const Case& c : cases) {
+    std::string name;
+    for (const std::string& flag : c.flags) name += flag + " ";
+    SCOPED_TRACE("flags: " + name);
+    const std::string metrics = dir_ + "/overlap-" + std::to_string(&c - cases.data()) + ".jsonl";
+    std::vector<std::string> args = {kKolo, "run", "--ps", "1", "--workers", "1", "--timeout", "60",
+                                     "--", kKolo, "train", "--strategy", "parameter-server",
+                                     "--ps-mode", "async", "--model", "mlp", "--batch", "64",
+                                     "--epochs", "1", "--train-limit", "1280",
+                                     "--metrics", metrics, "--quiet"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    Child job = spawnChild(args, cleanEnvironment({{"KOLO_TOKEN", "ps-overlap"}}));
+    const Result r = collect(job);
+    ASSERT_EQ(r.exitCode(), 0) << r.out << r.err;
+    const nlohmann::json last = nlohmann::json::parse(splitLines(readFile(metrics)).back());
+    EXPECT_EQ(last.at("updates").get<int64_t>(), 20);
+    EXPECT_EQ(last.at("staleness_max").get<int64_t>(), c.staleness);
+    const bool tcp = std::find(c.flags.begin(), c.flags.end(), "tcp") != c.flags.end();
+    EXPECT_EQ(last.at("ps_shared_memory").get<int64_t>(), tcp ? 0 : 1);
+  }
+}
+
 /// Two launchers on loopback as two nodes: node 0 hosts the store and runs the servers and
 /// the chief, node 1 the workers (the ranks in order, in equal blocks), which reach the
 /// servers through the addresses published in node 0's store.
