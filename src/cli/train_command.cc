@@ -52,7 +52,7 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--steps", config->steps, "total optimizer steps; stops early (0: all epochs)")
       ->check(atLeast(0));
   auto* batch =
-      app->add_option("--batch", config->batch, "batch size (lm: default 16)")->capture_default_str()->check(atLeast(1));
+      app->add_option("--batch", config->batch, "batch size (lm: default 16; parameter-server: each worker's, default 64)")->capture_default_str()->check(atLeast(1));
   auto* optimizer =
       app->add_option("--optimizer", raw->optimizer, "sgd, adam or adamw (default sgd)")
           ->check(oneOf({"sgd", "adam", "adamw"}));

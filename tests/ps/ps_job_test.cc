@@ -335,7 +335,7 @@ TEST_F(PsJob, AsyncAndSspDefaultToAdamSyncKeepsTheChosenOptimizer) {
 
 /// With async's defaults a worker overlaps its exchange with its next step only where a server
 /// is reached over TCP (or when asked): one worker's pushes are then a step stale, through
-/// shared memory they are not stale at all.
+/// shared memory they are not stale at all. No --batch: a worker's default batch is 64.
 TEST_F(PsJob, AsyncOverlapsTheExchangeOnlyOverTcp) {
   struct Case {
     std::vector<std::string> flags;
@@ -353,15 +353,14 @@ TEST_F(PsJob, AsyncOverlapsTheExchangeOnlyOverTcp) {
     const std::string metrics = dir_ + "/overlap-" + std::to_string(&c - cases.data()) + ".jsonl";
     std::vector<std::string> args = {kKolo, "run", "--ps", "1", "--workers", "1", "--timeout", "60",
                                      "--", kKolo, "train", "--strategy", "parameter-server",
-                                     "--ps-mode", "async", "--model", "mlp", "--batch", "64",
-                                     "--epochs", "1", "--train-limit", "1280",
-                                     "--metrics", metrics, "--quiet"};
+                                     "--ps-mode", "async", "--model", "mlp", "--epochs", "1",
+                                     "--train-limit", "1280", "--metrics", metrics, "--quiet"};
     args.insert(args.end(), c.flags.begin(), c.flags.end());
     Child job = spawnChild(args, cleanEnvironment({{"KOLO_TOKEN", "ps-overlap"}}));
     const Result r = collect(job);
     ASSERT_EQ(r.exitCode(), 0) << r.out << r.err;
     const nlohmann::json last = nlohmann::json::parse(splitLines(readFile(metrics)).back());
-    EXPECT_EQ(last.at("updates").get<int64_t>(), 20);
+    EXPECT_EQ(last.at("updates").get<int64_t>(), 20);  // the default batch, 64 per worker
     EXPECT_EQ(last.at("staleness_max").get<int64_t>(), c.staleness);
     const bool tcp = std::find(c.flags.begin(), c.flags.end(), "tcp") != c.flags.end();
     EXPECT_EQ(last.at("ps_shared_memory").get<int64_t>(), tcp ? 0 : 1);
