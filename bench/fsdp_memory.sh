@@ -13,8 +13,8 @@
 # their ratio to plain DP at the same N (state: to DP's at N = 1 divided by N, the ideal).
 # `lm` (the largest model, 867,072 parameters; trained by the model-parallel runner) logs no
 # state line: its rows give rank 0's `peak tensors` (the bytes alive before a step plus the
-# step's peak over them, MiB with two decimals) for plain DP (--strategy one-device at N = 1,
-# --mesh dp=N above), ZeRO-2 and ZeRO-3, at global batch LM_BATCH for LM_STEPS steps.
+# step's peak over them, MiB with two decimals) for plain DP (--mesh dp=N),
+# ZeRO-2 and ZeRO-3, at global batch LM_BATCH for LM_STEPS steps.
 # Usage: bench/fsdp_memory.sh [BUILD_DIR]   (default build/release)
 #   MODELS="mlp cnn"  RANKS="1 2 4"  STEPS=20  BATCH=128  (MODELS="mlp cnn lm": LM_BATCH=16 LM_STEPS=3)
 set -eu
@@ -59,7 +59,7 @@ for m in $models; do
     for s in $methods; do
       if [ "$m" = lm ]; then
         case $s in
-          dp) flags="--strategy one-device"; [ "$n" -gt 1 ] && flags="--mesh dp=$n" ;;
+          dp) flags="--mesh dp=$n" ;;
           zero2) flags="--strategy fsdp --shard grad" ;;
           zero3) flags="--strategy fsdp --shard full" ;;
         esac
