@@ -260,14 +260,17 @@ namespace {
 Tensor matmul2dOp(const Tensor& a, const Tensor& b) {
   Tensor out = kernels::matmul2d(a, b);
   if (!autograd::needsRecord({&a, &b})) return out;
-  Tensor ad = a.detach(), bd = b.detach();
   bool ra = req(a), rb = req(b);
+  // Each operand only for the other's gradient (see linear).
+  Tensor ad = rb ? a.detach() : Tensor(), bd = ra ? b.detach() : Tensor();
+  const Shape bShape = b.shape();
+  const DType bDtype = b.dtype();
   return record(out, {a, b}, "MmBackward", [=](const Tensor& g) {
     Tensor ga = ra ? kernels::matmul2d(g, kernels::transposeRaw(bd, 0, 1)) : Tensor();
     Tensor gb;
     autograd::GradTarget target;
     if (rb) {
-      if (autograd::takeGradTarget(1, bd.shape(), bd.dtype(), &target))
+      if (autograd::takeGradTarget(1, bShape, bDtype, &target))
         kernels::matmul2d(kernels::transposeRaw(ad, 0, 1), g, &target.buffer, target.accumulate ? 1.0 : 0.0);
       else
         gb = kernels::matmul2d(kernels::transposeRaw(ad, 0, 1), g);
@@ -339,9 +342,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   outShape.push_back(outF);
   if (x.dim() != 2) out = kernels::reshapeRaw(out, outShape);
   if (!autograd::needsRecord({&x, &weight, &bias})) return out;
-  Tensor xd = x2.detach(), wd = weight.detach();
   bool rx = req(x), rw = req(weight), rb = req(bias);
-  Shape xShape = x.shape();
+  // Each operand is kept only for the gradient that reads it (dX = dY W, dW = dY^T X): a
+  // layer whose input needs no gradient holds no reference to its weight, which fully
+  // sharded data parallelism relies on to skip gathering it for backward.
+  Tensor xd = rw ? x2.detach() : Tensor(), wd = rx ? weight.detach() : Tensor();
+  const Shape xShape = x.shape(), wShape = weight.shape();
+  const DType wDtype = weight.dtype();
   return record(out, {x, weight, bias}, "LinearBackward", [=](const Tensor& g0) {
     Tensor g = kernels::reshapeRaw(g0, {-1, outF});
     Tensor gx, gw, gb;
@@ -349,7 +356,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     autograd::GradTarget target;
     if (rw) {
       // Straight into the weight's gradient buffer when the engine offers it.
-      if (autograd::takeGradTarget(1, wd.shape(), wd.dtype(), &target))
+      if (autograd::takeGradTarget(1, wShape, wDtype, &target))
         kernels::matmul2d(kernels::transposeRaw(g, 0, 1), xd, &target.buffer, target.accumulate ? 1.0 : 0.0);
       else
         gw = kernels::matmul2d(kernels::transposeRaw(g, 0, 1), xd);

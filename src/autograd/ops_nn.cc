@@ -10,6 +10,18 @@ using Grads = std::vector<Tensor>;
 
 namespace {
 bool req(const Tensor& t) { return t.defined() && t.requiresGrad(); }
+
+// A handle with t's shape and dtype but no storage: what a backward function keeps of an
+// operand that only the gradient it does not compute would read. It holds no reference to
+// t's memory (a read would fault rather than see stale values).
+Tensor shapeOnly(const Tensor& t) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>();
+  impl->shape = t.shape();
+  impl->strides = contiguousStrides(t.shape());
+  impl->dtype = t.dtype();
+  return Tensor(std::move(impl));
+}
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) {
@@ -42,8 +54,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
   kernels::Conv2dParams p{stride, stride, padding, padding};
   Tensor out = kernels::conv2dForward(x, weight, bias, p);
   if (!autograd::needsRecord({&x, &weight, &bias})) return out;
-  Tensor xd = x.detach(), wd = weight.detach();
   bool rx = req(x), rw = req(weight), rb = req(bias);
+  // The input is read only for the weight's gradient and the weight only for the input's
+  // (as in linear): a first layer, whose input needs no gradient, keeps no reference to
+  // its weight.
+  Tensor xd = rw ? x.detach() : shapeOnly(x), wd = rx ? weight.detach() : shapeOnly(weight);
   return record(out, {x, weight, bias}, "Conv2dBackward", [=](const Tensor& g) {
     Tensor gx, gw, gb;
     kernels::conv2dBackward(g, xd, wd, p, rx ? &gx : nullptr, rw ? &gw : nullptr, rb ? &gb : nullptr);

@@ -191,7 +191,8 @@ Tensor conv2dForward(const Tensor& x0, const Tensor& w0, const Tensor& bias, con
 void conv2dBackward(const Tensor& grad0, const Tensor& x0, const Tensor& w0, const Conv2dParams& p,
                     Tensor* gradX, Tensor* gradW, Tensor* gradB) {
   const ConvGeometry g = convGeometry(x0, w0, p);
-  Tensor x = x0.contiguous(), w = w0.contiguous(), grad = grad0.contiguous();
+  // x only for the weight's gradient, w only for the input's: the other may have no storage.
+  Tensor x = gradW ? x0.contiguous() : x0, w = gradX ? w0.contiguous() : w0, grad = grad0.contiguous();
   KOLO_CHECK(grad.shape() == (Shape{g.n, g.o, g.oh, g.ow}), "conv2d backward: gradient ",
              shapeString(grad.shape()), " for output [", g.n, ", ", g.o, ", ", g.oh, ", ", g.ow, "]");
   const int64_t ckk = g.c * g.kh * g.kw, spatial = g.oh * g.ow, imageSize = g.c * g.h * g.w;
@@ -202,8 +203,8 @@ void conv2dBackward(const Tensor& grad0, const Tensor& x0, const Tensor& w0, con
   detail::dispatchFloat(x.dtype(), "conv2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     std::vector<T> col(pointwise ? 0 : static_cast<size_t>(ckk * spatial));
-    const T* px = x.data<T>();
-    const T* pw = w.data<T>();
+    const T* px = gradW ? x.data<T>() : nullptr;
+    const T* pw = gradX ? w.data<T>() : nullptr;
     const T* pg = grad.data<T>();
     for (int64_t n = 0; n < g.n; ++n) {
       const T* gn = pg + n * g.o * spatial;  // (O, S)

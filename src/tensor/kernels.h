@@ -87,7 +87,8 @@ struct Conv2dParams {
   int64_t strideH = 1, strideW = 1, padH = 0, padW = 0;
 };
 Tensor conv2dForward(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p);
-/// Gradients of conv2d; any output pointer may be null to skip that gradient.
+/// Gradients of conv2d; any output pointer may be null to skip that gradient. x's values are
+/// read only for gradW and w's only for gradX (the other is needed for its shape alone).
 void conv2dBackward(const Tensor& grad, const Tensor& x, const Tensor& w, const Conv2dParams& p,
                     Tensor* gradX, Tensor* gradW, Tensor* gradB);
 /// Max-pool with kernel k, stride s, padding pad; argmax (i32 flat index into each H*W

@@ -2,10 +2,11 @@
 // ZeRO-3 reach the weights of plain data parallelism (multi-worker-mirrored) and of
 // one-device training at the same global batch after 10 steps, with SGD + momentum and
 // AdamW, at 2 and 4 ranks (the mlp's last layer has 2570 parameters, so 4 ranks shard it
-// unevenly); ZeRO-3 holds no whole parameters between steps;
-// bad configurations are refused with a message.
+// unevenly); ZeRO-3 holds no whole parameters between steps, and gathers none for a unit
+// whose backward does not read them; bad configurations are refused with a message.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <utility>
@@ -166,6 +167,49 @@ TEST(Fsdp, UnitsOfSeveralLayersAreGatheredTogetherAndGiveTheSameWeights) {
         EXPECT_EQ(atSecond[r], zero2 || c.gatheredAtSecond ? 1 : 0) << what << ", rank " << r;
         EXPECT_EQ(atLast[r], zero2 || c.gatheredAtLast ? 1 : 0) << what << ", rank " << r;
       }
+    }
+  }
+}
+
+// ZeRO-3 gathers a unit for backward only where backward reads its parameters: the mlp's first
+// Linear is fed by the data, needs no input gradient and keeps no reference to its weight, so
+// its parameters stay sharded through backward (its gradient is written into a buffer of its
+// own). A unit of the first two Linears is gathered: the second one's backward reads its
+// weight. Seen from output-gradient hooks registered after fsdp's (so they run after its
+// gather); the weights after 10 steps are those of data parallelism.
+TEST(Fsdp, AUnitThatBackwardDoesNotReadIsNotGatheredForIt) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
+  const int n = 2;
+  const std::vector<double> dp =
+      trainRanks(StrategyKind::MultiWorkerMirrored, n, ShardLevel::Full, Opt::AdamW);
+  struct Case {
+    int64_t minimum;
+    int firstGathered;   // the first Linear's parameters, as backward reaches that Linear
+    int secondGathered;  // the second Linear's, as backward reaches it
+  };
+  for (const Case& c : {Case{0, 0, 1}, Case{500'000, 1, 1}}) {
+    const std::string what = "units of at least " + std::to_string(c.minimum) + " parameters";
+    // Per rank: the lowest and highest value each hook saw over the steps (1: gathered).
+    std::vector<std::pair<int, int>> first(n, {2, -1}), second(n, {2, -1});
+    const std::vector<double> w = trainRanks(
+        StrategyKind::FullyShardedDataParallel, n, ShardLevel::Full, Opt::AdamW, true, c.minimum,
+        [&](Strategy& strategy, int rank) {
+          const auto& children = strategy.model().children();
+          ASSERT_EQ(children.size(), 5u);
+          auto watch = [](nn::Module& layer, std::pair<int, int>& seen) {
+            Tensor weight = layer.namedParameters().front().second;
+            layer.addOutputGradHook([weight, &seen](nn::Module&, const Tensor&) {
+              const int gathered = weight.impl()->storage->bytes ? 1 : 0;
+              seen = {std::min(seen.first, gathered), std::max(seen.second, gathered)};
+            });
+          };
+          watch(*children[0].second, first[rank]);
+          watch(*children[2].second, second[rank]);
+        });
+    EXPECT_LT(maxRelDiff(w, dp), 1e-5) << what;
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(first[r], std::make_pair(c.firstGathered, c.firstGathered)) << what << ", rank " << r;
+      EXPECT_EQ(second[r], std::make_pair(c.secondGathered, c.secondGathered)) << what << ", rank " << r;
     }
   }
 }

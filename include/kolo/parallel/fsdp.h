@@ -9,10 +9,14 @@
 // owns elements [r*S, (r+1)*S) with S = padded/N. A step:
 //  - ZeRO-3 only: before a unit's forward the ranks all-gather its parameters into the flat
 //    buffer and free it again after the forward; before the unit's backward (the gradient of
-//    its output arrives) they gather it again, and free it once its gradients are reduced.
-//  - as soon as the last gradient of a unit is ready during backward, the unit's gradients
-//    are reduce-scattered (summed, then divided by N) into this rank's gradient shard and
-//    the whole gradients are dropped;
+//    its output arrives) they gather it again, and free it once its gradients are complete.
+//    A unit whose backward does not read its parameters is not gathered for backward: when
+//    its forward recorded no node that kept a handle to them (a first Linear or Conv2d, whose
+//    input is the data and needs no gradient: dW = dY^T X and db = sum dY use no W);
+//  - before a unit's backward its parameters' gradients become views of one flat buffer,
+//    which backward writes into; as soon as the last of them is ready, the buffer is
+//    reduce-scattered (summed, then divided by N) into this rank's gradient shard and freed.
+//    The gradient shards hold memory from the reduce-scatter to the optimizer's update only;
 //  - the optimizer updates this rank's shard of every parameter with its shard of the state
 //    (an elementwise update, so the result is the one data parallelism computes);
 //  - ZeRO-2 only: the updated shards are all-gathered back into every unit's buffer.

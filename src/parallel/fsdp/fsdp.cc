@@ -72,6 +72,9 @@ class FsdpStrategy : public Strategy {
       release(unit);
       unit.ready = 0;
       unit.reduced = false;
+      unit.gradFlat = Tensor();
+      unit.referencesBeforeForward = references(unit);
+      unit.readInBackward = true;
     }
     // The first step records the order in which forward reaches the units; later steps
     // prefetch along it (PyTorch FSDP's forward-order recording).
@@ -99,6 +102,9 @@ class FsdpStrategy : public Strategy {
       trace::Scope span("optimizer", "compute");
       optimizer_->step();
     }
+    // The averaged gradients are spent: their shards hold no memory until the next backward
+    // reduce-scatters into them (the optimizer's pieces view them).
+    for (Unit& unit : units_) emptyStorage(*unit.gradShard.impl()->storage);
     if (options_.shard == ShardLevel::Gradients)
       for (Unit& unit : units_) allGather(unit);
     return {sum / world_->size()};
@@ -190,6 +196,7 @@ class FsdpStrategy : public Strategy {
       std::memcpy(unit.shard.data<float>(), dst + rank * unit.shardLength,
                   sizeof(float) * unit.shardLength);
       unit.gradShard = Tensor::zeros({unit.shardLength});
+      emptyStorage(*unit.gradShard.impl()->storage);  // filled by each step's reduce-scatter
     }
     const NamedTensors all = model_->namedParameters();
     KOLO_CHECK(inUnits == all.size(), "fsdp: ", all.size() - inUnits,
@@ -231,17 +238,24 @@ class FsdpStrategy : public Strategy {
           prefetchAfter(u, +1);
         });
         module->addOutputGradHook([this, u](nn::Module&, const Tensor&) {
-          gather(units_[u]);
+          Unit& owner = units_[u];
+          viewGradients(owner);
+          if (owner.readInBackward) gather(owner);
           prefetchAfter(u, -1);  // backward runs the units in reverse
         });
       }
       // Forward leaves the unit after its last child's forward.
       unit.modules.back()->addForwardHook([this, u](nn::Module&, const Tensor&) {
+        Unit& owner = units_[u];
+        // Backward can read the parameters only through a handle that a recorded node kept
+        // (linear and conv2d keep the weight only when their input needs a gradient, so a
+        // first layer fed by the data keeps none): without one, backward needs no gather.
+        owner.readInBackward = references(owner) > owner.referencesBeforeForward;
         // The unit forward reaches last is the first that backward needs: it stays gathered
         // (PyTorch FSDP keeps the root's parameters between forward and backward alike).
         const bool backwardStartsHere =
             orderKnown_ && !forwardOrder_.empty() && forwardOrder_.back() == u;
-        if (!keepGathered_ && !backwardStartsHere) release(units_[u]);
+        if (!keepGathered_ && !(backwardStartsHere && owner.readInBackward)) release(owner);
       });
       for (auto& [name, p] : unit.parameters) {
         Tensor(p).addGradReadyHook([this, u](Tensor&) {
@@ -296,7 +310,7 @@ class FsdpStrategy : public Strategy {
     const int next = position_[u] + step;
     if (next < 0 || next >= static_cast<int>(forwardOrder_.size())) return;
     Unit& unit = units_[forwardOrder_[static_cast<size_t>(next)]];
-    if (unit.gathered || !unit.pending.empty()) return;
+    if (unit.gathered || !unit.pending.empty() || (step < 0 && !unit.readInBackward)) return;
     allocateFlat(unit);
     float* flat = reinterpret_cast<float*>(unit.flat->bytes.get());
     const int rank = shard_->rank();
@@ -308,11 +322,19 @@ class FsdpStrategy : public Strategy {
                                                r, options_.collective));
   }
 
-  void allocateFlat(Unit& unit) {
-    if (unit.flat->bytes) return;
-    Tensor flat = Tensor::empty({unit.padded});
-    unit.flat->bytes = flat.impl()->storage->bytes;
-    unit.flat->nbytes = flat.impl()->storage->nbytes;
+  void allocateFlat(Unit& unit) { fillStorage(*unit.flat, unit.padded); }
+
+  // Gives `storage` (shared by every view of it) bytes for `elements` floats unless it has
+  // them, counted as tensor memory like any tensor's; emptyStorage() takes them back.
+  static void fillStorage(Storage& storage, int64_t elements) {
+    if (storage.bytes) return;
+    Tensor fresh = Tensor::empty({elements});
+    storage.bytes = fresh.impl()->storage->bytes;
+    storage.nbytes = fresh.impl()->storage->nbytes;
+  }
+  static void emptyStorage(Storage& storage) {
+    storage.bytes.reset();
+    storage.nbytes = 0;
   }
 
   void allGather(Unit& unit) {
@@ -329,44 +351,61 @@ class FsdpStrategy : public Strategy {
     if (options_.shard != ShardLevel::Full) return;
     if (!unit.pending.empty()) gather(unit);  // a prefetch in flight writes into the buffer
     if (!unit.gathered) return;
-    unit.flat->bytes.reset();
-    unit.flat->nbytes = 0;
+    emptyStorage(*unit.flat);
     unit.gathered = false;
   }
 
-  // Sums the unit's gradients over the ranks into this rank's gradient shard, divides by the
-  // rank count, drops the whole gradients and (ZeRO-3) the whole parameters.
-  void reduceScatter(Unit& unit) {
-    trace::Scope span("reduce-scatter", "comm");
-    Tensor send;
-    float* dst = nullptr;
-    if (options_.shard == ShardLevel::Full) {
-      // Once all of a unit's gradients exist, backward has run every node that read its
-      // parameters, and ZeRO-3 frees them right after: their buffer carries the gradients.
-      if (!unit.pending.empty()) gather(unit);
-      allocateFlat(unit);
-      unit.gathered = true;
-      dst = reinterpret_cast<float*>(unit.flat->bytes.get());
-    } else {
-      send = Tensor::empty({unit.padded});
-      dst = send.data<float>();
-    }
+  // Handles that share the unit's parameters: its buffer's and each parameter's own. Each
+  // saved view of a parameter (a node's detached operand) holds the buffer; a node that kept
+  // the parameter itself holds its handle.
+  long references(const Unit& unit) const {
+    long count = unit.flat.use_count();
+    for (const auto& [name, p] : unit.parameters) count += p.implPtr().use_count();
+    return count;
+  }
+
+  // Before the unit's backward: one buffer for all its gradients, each parameter's gradient a
+  // view of it standing for zeros, so that backward writes the gradients there (a Linear's
+  // GEMM straight into it) and the reduce-scatter sends from it, with no second copy.
+  void viewGradients(Unit& unit) {
+    if (unit.gradFlat.defined() || unit.reduced) return;
+    unit.gradFlat = Tensor::empty({unit.padded});
     for (size_t i = 0; i < unit.parameters.size(); ++i) {
       Tensor p = unit.parameters[i].second;
-      const int64_t count = p.numel();
-      Tensor g = p.grad();
-      if (g.defined()) {
-        Tensor values = g.contiguous();
-        std::memcpy(dst + unit.offsets[i], values.data<float>(), sizeof(float) * count);
-        p.setGrad(Tensor());
-      } else {
-        std::fill(dst + unit.offsets[i], dst + unit.offsets[i] + count, 0.0f);
-      }
+      if (p.grad().defined()) continue;  // a gradient from elsewhere already: copied later
+      p.setGrad(unit.gradFlat.slice(0, unit.offsets[i], unit.offsets[i] + p.numel()).view(p.shape()));
+      p.zeroGrad();
     }
-    std::fill(dst + unit.numel, dst + unit.padded, 0.0f);
+  }
+
+  // Sums the unit's gradients over the ranks into this rank's gradient shard, divides by the
+  // rank count, and drops the whole gradients and (ZeRO-3) the whole parameters.
+  void reduceScatter(Unit& unit) {
+    trace::Scope span("reduce-scatter", "comm");
+    // Once all of a unit's gradients exist, backward has run every node that read its
+    // parameters: ZeRO-3 frees them before communicating.
+    release(unit);
+    Tensor buffer = unit.gradFlat.defined() ? unit.gradFlat : Tensor::empty({unit.padded});
+    unit.gradFlat = Tensor();
+    float* flat = buffer.data<float>();
+    for (size_t i = 0; i < unit.parameters.size(); ++i) {
+      Tensor p = unit.parameters[i].second;
+      float* slot = flat + unit.offsets[i];
+      const Tensor g = p.grad();  // a view that got no gradient reads as zeros here
+      if (!g.defined()) {
+        std::fill(slot, slot + p.numel(), 0.0f);
+      } else if (g.data<float>() != slot) {
+        const Tensor values = g.contiguous();
+        std::memcpy(slot, values.data<float>(), sizeof(float) * static_cast<size_t>(p.numel()));
+      }
+      p.setGrad(Tensor());
+    }
+    std::fill(flat + unit.numel, flat + unit.padded, 0.0f);
+    fillStorage(*unit.gradShard.impl()->storage, unit.shardLength);
     float* shard = unit.gradShard.data<float>();
-    shard_->reduceScatter(dst, shard, static_cast<size_t>(unit.shardLength), DType::F32,
+    shard_->reduceScatter(flat, shard, static_cast<size_t>(unit.shardLength), DType::F32,
                           comm::ReduceOp::Sum, options_.collective);
+    buffer = Tensor();  // the whole gradients go before anything else is allocated
     // HSDP: the other groups summed the same shard over their own ranks.
     if (replicas_)
       replicas_->allreduce(shard, shard, static_cast<size_t>(unit.shardLength), DType::F32,
@@ -374,7 +413,6 @@ class FsdpStrategy : public Strategy {
     const float scale = 1.0f / static_cast<float>(world_->size());
     for (int64_t j = 0; j < unit.shardLength; ++j) shard[j] *= scale;
     unit.reduced = true;
-    release(unit);
   }
 
   std::shared_ptr<comm::Communicator> world_;     // the job: data, loss, broadcasts

@@ -28,10 +28,15 @@ struct FsdpUnit {
   std::shared_ptr<Storage> flat;  // shared by the parameters; bytes null while sharded
   Tensor shard;                   // [shardLength]: this rank's parameter elements
   Tensor gradShard;               // [shardLength]: their averaged gradient
+  Tensor gradFlat;                // [padded], during backward: the parameters' gradients view it
   bool gathered = true;
   std::vector<std::unique_ptr<comm::Work>> pending;  // a prefetched gather in flight
   size_t ready = 0;      // gradients ready in this backward
   bool reduced = false;  // reduce-scattered in this backward
+  // Handles to the parameters and their buffer before this step's forward; more after it
+  // means a recorded node kept one, so backward reads the parameters (readInBackward).
+  long referencesBeforeForward = 0;
+  bool readInBackward = true;
 };
 
 // The part of one parameter that this rank's shard holds: elements [lo, hi) of its unit's
