@@ -32,9 +32,10 @@ detail::Socket chiefConnection(const std::string& address, int64_t* elements) {
 }
 
 /// Offers `segment` (its descriptor, with `cookie` and `hostId`) and returns the reply's `a`:
-/// 1 when the server mapped it.
+/// 1 when the server mapped it; `*values` receives where the server's values are, if it
+/// offers them.
 int64_t offer(detail::Socket& socket, const detail::SharedExchange& segment, uint64_t cookie,
-              const std::string& hostId) {
+              const std::string& hostId, detail::ValuesOffer* values = nullptr) {
   std::string payload(sizeof cookie, '\0');
   std::memcpy(payload.data(), &cookie, sizeof cookie);
   payload += hostId;
@@ -44,6 +45,11 @@ int64_t offer(detail::Socket& socket, const detail::SharedExchange& segment, uin
   socket.sendAll(parts, 2, soon(), "the offer");
   const detail::Header answer = detail::recvHeader(socket, soon(), "the reply to the offer");
   EXPECT_EQ(answer.op, static_cast<uint32_t>(detail::Status::Ok));
+  // The server's values come with a mapped segment only.
+  EXPECT_EQ(answer.payload, answer.a == 1 ? sizeof(detail::ValuesOffer) : 0u);
+  detail::ValuesOffer offered;
+  if (answer.payload != 0) socket.recvAll(&offered, sizeof offered, soon(), "the values offer");
+  if (values != nullptr) *values = offered;
   return answer.a;
 }
 

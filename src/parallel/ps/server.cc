@@ -10,7 +10,9 @@
 // A worker whose connection drops, or whom the chief drops (missed heartbeats), is lost: it
 // leaves the rounds and the slowest for good. A client on this host may offer a shared-memory
 // segment right after its hello (Share): the server then reads its pushes from the segment and
-// writes its replies there, and the socket carries only the headers.
+// writes its replies there, and the socket carries only the headers. The values themselves
+// live in shared memory too, which such a client maps: a sync reply then only tells it to read
+// them there (see push()), and the server copies nothing.
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -33,7 +35,7 @@ namespace kolo::parallel::ps {
 using namespace detail;
 
 namespace {
-constexpr int64_t kStatsFields = 9;
+constexpr int64_t kStatsFields = 10;
 }  // namespace
 
 class ParameterServer::Impl {
@@ -51,7 +53,7 @@ class ParameterServer::Impl {
                  options_.staleness);
     KOLO_CHECK_EQ(initial.size(), placement_.names.size(), "parameters vs placement");
     elements_ = placement_.elementsOf(options_.index);
-    values_ = Tensor::zeros({std::max<int64_t>(elements_, 1)});
+    values_ = makeValues();
     sum_.resize(static_cast<size_t>(elements_));
     NamedTensors views;
     int64_t offset = 0;
@@ -134,6 +136,7 @@ class ParameterServer::Impl {
   /// A connection's reply buffers and, when it shares memory, its segment; `data` points at
   /// the bytes to send.
   struct Reply {
+    bool inPlace = false;  // the request's client reads the values from sharedValues_
     bool bf16 = false;  // this connection exchanges 16-bit values (bf16 or fp16)
     bool fp16 = false;  // ... fp16, scaled by 2^exponent
     int exponent = 0;
@@ -147,6 +150,20 @@ class ParameterServer::Impl {
   std::string name() const { return "parameter server " + std::to_string(options_.index); }
   Clock::time_point deadline() const { return detail::deadlineAfter(options_.timeout); }
   bool inJob(const Worker& w) const { return !w.left && !w.lost; }
+
+  /// The values' storage: the shared file that clients on this host map, or, when shared
+  /// memory is short, memory of this process alone.
+  Tensor makeValues() {
+    const int64_t elements = std::max<int64_t>(elements_, 1);
+    try {
+      sharedValues_ = std::make_shared<SharedValues>(
+          SharedValues::create(elements, "kolo-ps-values-" + std::to_string(options_.index)));
+    } catch (const IoError&) {
+      return Tensor::zeros({elements});
+    }
+    // A new file reads as zeros, as Tensor::zeros would.
+    return tensorOver(sharedValues_, sharedValues_->values(), {elements});
+  }
 
   void serveConnection(Socket& socket) {
     int worker = -1;  // -1: the chief
@@ -243,6 +260,10 @@ class ParameterServer::Impl {
         if (request.payload != expected)
           KOLO_THROW(FormatError, socket.peer(), " pushed ", request.payload, " bytes to ", name(),
                      ", which takes ", expected);
+        out.inPlace = (request.flags & kReadsSharedValues) != 0;
+        if (out.inPlace && !(out.shared.valid() && sharedValues_))
+          KOLO_THROW(FormatError, socket.peer(), " asked for the values in place from ", name(),
+                     ", which shares none with it");
         float* gradient =
             out.shared.valid()
                 ? out.shared.gradients()
@@ -259,9 +280,15 @@ class ParameterServer::Impl {
         return true;
       }
       case Op::Share: {
-        const bool shared = share(socket, request, worker, out);
-        const Header ok = detail::reply(Status::Ok, shared ? 1 : 0);
-        socket.sendAll(&ok, sizeof ok, deadline(), "the share reply");
+        if (out.shared.valid())
+          KOLO_THROW(FormatError, socket.peer(), " offered a second shared segment to ", name());
+        out.shared = acceptOffer(socket, request, hostId_, elements_, out.bf16, deadline());
+        if (out.shared.valid()) {
+          out.values = out.shared.values();
+          std::lock_guard lock(mutex_);
+          if (worker >= 0) ++stats_.sharedWorkers;
+        }
+        answerOffer(socket, out.shared.valid(), sharedValues_.get(), deadline());
         return true;
       }
       case Op::Leave: {
@@ -277,9 +304,9 @@ class ParameterServer::Impl {
       }
       case Op::Stats: {
         const ServerStats s = stats();
-        const int64_t fields[kStatsFields] = {s.updates,  s.pushes,       s.bytesIn,
-                                              s.bytesOut, s.stalenessMax, s.stalenessSum,
-                                              s.leadMax,  s.workersLost,  s.sharedWorkers};
+        const int64_t fields[kStatsFields] = {
+            s.updates,      s.pushes,  s.bytesIn,     s.bytesOut,      s.stalenessMax,
+            s.stalenessSum, s.leadMax, s.workersLost, s.sharedWorkers, s.valuesInPlace};
         const Header ok = detail::reply(Status::Ok, s.updates, 0, sizeof fields);
         iovec parts[2] = {{const_cast<Header*>(&ok), sizeof ok},
                           {const_cast<int64_t*>(fields), sizeof fields}};
@@ -386,45 +413,15 @@ class ParameterServer::Impl {
     return w.gradient.data();
   }
 
-  /// Serves a Share request: maps the client's segment when it runs on this host and
-  /// exchanges f32 (a second offer is a FormatError). Returns whether the connection shares memory
-  /// now; a client elsewhere (another host id) or one whose segment cannot be mapped stays on TCP.
-  bool share(Socket& socket, const Header& request, int worker, Reply& out) {
-    if (request.payload < sizeof(uint64_t) ||
-        request.payload > sizeof(uint64_t) + detail::kMaxTextBytes)
-      KOLO_THROW(FormatError, socket.peer(), " sent a share request of ", request.payload,
-                 " bytes");
-    std::string offer(request.payload, '\0');
-    socket.recvAll(offer.data(), offer.size(), deadline(), "the share request");
-    uint64_t cookie = 0;
-    std::memcpy(&cookie, offer.data(), sizeof cookie);
-    const std::string hostId = offer.substr(sizeof cookie);
-    if (out.shared.valid())
-      KOLO_THROW(FormatError, socket.peer(), " offered a second shared segment to ", name());
-    if (out.bf16 || hostId != hostId_) return false;
-    try {
-      // A peer that can be mapped is a process of this user on this host: it could as well
-      // attach to this process, so its segment is no less trusted than this memory.
-      out.shared = detail::SharedExchange::map(static_cast<int>(request.a),
-                                               static_cast<int>(request.b), elements_, cookie);
-    } catch (const Error&) {
-      return false;  // another pid namespace, /proc not readable, the process gone: TCP
-    }
-    out.values = out.shared.values();
-    if (worker >= 0) {
-      std::lock_guard lock(mutex_);
-      ++stats_.sharedWorkers;
-    }
-    return true;
-  }
-
   /// Sends `bytes`, the values as `out` packs them (f32 when `bytes` is the server's own);
-  /// to a connection that shares memory, copies them into its segment and sends the header.
+  /// to a connection that shares memory, only the header: b = 1 when the client reads the
+  /// server's own values in place, else they are copied into its segment first.
   void sendValues(Socket& socket, int64_t version, const void* bytes, Reply& out) {
     if (out.shared.valid()) {
-      if (bytes != out.values)
+      const bool inPlace = out.inPlace && bytes == values_.data<float>();
+      if (!inPlace && bytes != out.values)
         std::memcpy(out.values, bytes, static_cast<size_t>(elements_) * sizeof(float));
-      const Header ok = detail::reply(Status::Ok, version);
+      const Header ok = detail::reply(Status::Ok, version, inPlace ? 1 : 0);
       socket.sendAll(&ok, sizeof ok, deadline(), "the parameters");
       return;
     }
@@ -471,9 +468,10 @@ class ParameterServer::Impl {
         return version;
       }
       // No copy: the next update needs this worker's next push, which cannot come before it
-      // has read this reply, so the values stay as they are while they are sent (other
-      // requests only read them).
+      // has read this reply, so the values stay as they are while they are sent, or while
+      // the worker copies them out of the shared file (other requests only read them).
       stats_.bytesOut += wireBytes(false);
+      if (out.inPlace) ++stats_.valuesInPlace;
       *reply = values_.data<float>();
       return version_;
     }
@@ -571,7 +569,8 @@ class ParameterServer::Impl {
   std::vector<Slice> slices_;
   std::vector<int64_t> offsets_;
   int64_t elements_ = 0;
-  Tensor values_;       // (elements,) this server's slices in message order
+  std::shared_ptr<SharedValues> sharedValues_;  // null: shared memory was short
+  Tensor values_;  // (elements,) this server's slices in message order, in sharedValues_
   NamedTensors views_;  // the slices as views of values_, named as the optimizer knows them
   std::vector<float> sum_;
   std::unique_ptr<optim::Optimizer> optimizer_;

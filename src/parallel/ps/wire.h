@@ -33,7 +33,11 @@ inline constexpr auto kPollSlice = std::chrono::milliseconds(100);
 /// of its segment (shared_exchange.h), payload = the segment's cookie (u64) and then the
 /// client's host id. The reply's `a` is 1 when the server mapped the segment: from then on
 /// the connection's pushes carry no payload (the gradients are in the segment) and its values
-/// replies carry none either (the values are); 0 leaves the connection as it was.
+/// replies carry none either (the values are); 0 leaves the connection as it was. With a = 1
+/// the reply's payload is a ValuesOffer when the server keeps its values in shared memory
+/// (empty otherwise); a client that maps that file sets kReadsSharedValues in its pushes'
+/// flags, and a sync reply with b = 1 then says the values are to be read there, not in the
+/// segment (a Pull's reply and async/ssp replies always put them in the segment).
 enum class Op : uint32_t {
   Hello = 1,
   Pull = 2,
@@ -48,11 +52,22 @@ enum class Op : uint32_t {
   Share = 11
 };
 
+/// Where a server keeps its values in shared memory: its pid and the descriptor to open
+/// through /proc, and the file's cookie (shared_exchange.h, SharedValues).
+struct ValuesOffer {
+  int64_t pid = 0;
+  int64_t fd = -1;
+  uint64_t cookie = 0;
+};
+
+/// A Push's flag: the client has mapped the server's values (ValuesOffer).
+inline constexpr uint32_t kReadsSharedValues = 1;
+
 /// Hello's `a` of a worker's heartbeat connection to the chief (0 and 1 are ClientRole).
 inline constexpr int64_t kHeartbeatHello = 2;
 
 /// Replies, in Header::op. Ok: a = version (servers) or unit id (Next), b = elements (Hello)
-/// or epoch (Next); payload = values, stats (8 x i64) or the unit's [begin, end) (2 x i64).
+/// or epoch (Next); payload = values, stats (10 x i64) or the unit's [begin, end) (2 x i64).
 /// Error: payload = the message. Wait: no unit free now. Finished: the job has no more units.
 enum class Status : uint32_t { Ok = 0, Error = 1, Wait = 2, Finished = 3 };
 
