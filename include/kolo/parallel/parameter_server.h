@@ -213,8 +213,9 @@ class ServerGroup {
   /// Makes the gradients of `parameters` live in the shared segments, so that a push copies
   /// nothing: each parameter held whole by a server that shares memory gets a gradient
   /// tensor over its place in that server's segment (its current gradient copied in). The
-  /// caller must not touch those gradients while a push is in flight, and gives this group
-  /// only these parameters to push from then on (the segment holds one gradient). Returns
+  /// caller must not touch those gradients while a push is in flight (which may leave them
+  /// changed: async scales stale ones) and gives this group only these parameters to push
+  /// from then on (the segment holds one gradient). Returns
   /// how many parameters were placed; the others keep their gradients and are copied.
   int placeGradients(const NamedTensors& parameters);
 
