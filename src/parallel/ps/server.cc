@@ -525,32 +525,38 @@ class ParameterServer::Impl {
   /// Sync: applies the round when every worker in the job has parked its gradient.
   void completeRoundIfReady() {
     if (options_.mode != Mode::Sync) return;
-    int parked = 0;
+    std::vector<const float*> pushes;  // in worker order
     for (const Worker& w : workers_) {
       if (w.parked) {
-        ++parked;
+        pushes.push_back(w.pushed);
       } else if (inJob(w)) {
         return;
       }
     }
-    if (parked == 0) return;
-    bool first = true;
-    for (Worker& w : workers_) {
-      if (!w.parked) continue;
-      if (first) {
-        std::copy(w.pushed, w.pushed + elements_, sum_.begin());
-      } else {
-        for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += w.pushed[i];
-      }
-      first = false;
-      noteStaleness(version_ - w.basis);
-    }
-    // Divided, not multiplied by 1/W: the mean as the Reducer (and one device) rounds it.
-    if (parked > 1)
-      for (float& g : sum_) g /= static_cast<float>(parked);
+    if (pushes.empty()) return;
+    for (const Worker& w : workers_)
+      if (w.parked) noteStaleness(version_ - w.basis);
+    meanOf(pushes);
     applyUpdate(sum_.data());
     for (Worker& w : workers_) w.parked = false;
     changed_.notify_all();
+  }
+
+  /// sum_ = the mean of `pushes`, summed in their order and divided, not multiplied by 1/W
+  /// (the mean as the Reducer, and one device, rounds it). A block at a time, so that the
+  /// pushes are read once and sum_ stays in cache until it is divided.
+  void meanOf(const std::vector<const float*>& pushes) {
+    constexpr int64_t kBlock = 4096;
+    const float count = static_cast<float>(pushes.size());
+    for (int64_t begin = 0; begin < elements_; begin += kBlock) {
+      const int64_t end = std::min(begin + kBlock, elements_);
+      float* sum = sum_.data();
+      std::copy(pushes[0] + begin, pushes[0] + end, sum + begin);
+      for (size_t w = 1; w < pushes.size(); ++w)
+        for (int64_t i = begin; i < end; ++i) sum[i] += pushes[w][i];
+      if (pushes.size() > 1)
+        for (int64_t i = begin; i < end; ++i) sum[i] /= count;
+    }
   }
 
   /// One optimizer step with `gradient` (a flat buffer in message order).
