@@ -2,8 +2,8 @@
 // offer the server can map exchanges its values through the segment (its pushes and the
 // replies carry no payload); an offer from another host, or of a segment that is not the
 // one offered (another cookie), leaves the connection on TCP; a client told not to share, or
-// one that compresses, stays on TCP too. In sync mode a worker reads each round's values from
-// the server's own shared memory and pushes the gradients it computed in its segment.
+// one that compresses, stays on TCP too. In sync mode a worker computes on the server's own
+// values (shared memory, mapped read-only) and pushes the gradients it computed in its segment.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -46,8 +46,9 @@ int64_t offer(detail::Socket& socket, const detail::SharedExchange& segment, uin
   socket.sendAll(parts, 2, soon(), "the offer");
   const detail::Header answer = detail::recvHeader(socket, soon(), "the reply to the offer");
   EXPECT_EQ(answer.op, static_cast<uint32_t>(detail::Status::Ok));
-  // The server's values come with a mapped segment only.
-  EXPECT_EQ(answer.payload, answer.a == 1 ? sizeof(detail::ValuesOffer) : 0u);
+  // A (sync) server's values come with a mapped segment only.
+  EXPECT_TRUE(answer.payload == 0 ||
+              (answer.a == 1 && answer.payload == sizeof(detail::ValuesOffer)));
   detail::ValuesOffer offered;
   if (answer.payload != 0) socket.recvAll(&offered, sizeof offered, soon(), "the values offer");
   if (values != nullptr) *values = offered;
@@ -139,6 +140,8 @@ TEST(SharedMemory, SyncRepliesAreReadFromTheServersOwnValuesAndGradientsPushedIn
     handle.setGrad(Tensor::full(p.shape(), 2.0));
   }
   EXPECT_EQ(group.placeGradients(params), static_cast<int>(params.size()) - 1);
+  // The whole parameters compute on the servers' values themselves; the split one is copied.
+  EXPECT_EQ(group.placeValues(params), static_cast<int>(params.size()) - 1);
   int64_t version = group.pull(params);
   const std::vector<double> before = parallel::testing::flatValues(params);
   // The gradients placed in the segments kept their values: one step of 2 x lr 0.1.
@@ -155,8 +158,9 @@ TEST(SharedMemory, SyncRepliesAreReadFromTheServersOwnValuesAndGradientsPushedIn
                     placement, job.addresses());
   chief.pull(viaTcp->namedParameters());
   EXPECT_EQ(parallel::testing::flatValues(viaTcp->namedParameters()), after);
+  // The pull and both pushes were answered in place.
   for (int s = 0; s < 2; ++s) {
-    EXPECT_EQ(job.server(s).stats().valuesInPlace, 2);
+    EXPECT_EQ(job.server(s).stats().valuesInPlace, 3);
     EXPECT_EQ(job.server(s).stats().pushes, 2);
   }
 }

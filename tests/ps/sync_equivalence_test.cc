@@ -126,9 +126,10 @@ std::vector<double> trainParameterServer(int servers, int workers, int64_t shard
     // or was told not to.
     EXPECT_EQ(stats[s].sharedWorkers,
               sharedMemory && compression == Compression::None ? workers : 0);
-    // ... and then reads every round's values from the server's own memory.
+    // ... and then computes on the server's own values: its first pull and every round's
+    // reply are answered in place.
     EXPECT_EQ(stats[s].valuesInPlace,
-              sharedMemory && compression == Compression::None ? kSteps * workers : 0);
+              sharedMemory && compression == Compression::None ? (kSteps + 1) * workers : 0);
   }
   EXPECT_EQ(chief.sharedServers(), servers);
   return parallel::testing::flatValues(model->namedParameters());

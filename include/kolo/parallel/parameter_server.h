@@ -170,7 +170,8 @@ struct ClientOptions {
 /// from the tensors' memory and parameters come back straight into them, or, with a server on
 /// the same host, through a shared-memory segment per connection (the socket carrying only
 /// headers): gradients placed there (placeGradients) need no copy, and sync replies are
-/// copied straight from the server's own values (mapped too) into the parameters; requests
+/// read from the server's own values (mapped too): copied from there into the parameters,
+/// or not at all for parameters whose storage they are (placeValues); requests
 /// to all servers are sent before any reply is read, so the servers work in parallel. A
 /// server that
 /// closes its connection, or sends no reply in time, is a PeerError (Timeout) naming it.
@@ -218,6 +219,12 @@ class ServerGroup {
   /// from then on (the segment holds one gradient). Returns
   /// how many parameters were placed; the others keep their gradients and are copied.
   int placeGradients(const NamedTensors& parameters);
+  /// A worker of sync servers on this host: makes each parameter held whole by such a server
+  /// use that server's values as its storage, mapped read-only, so that no reply is copied
+  /// (the values cannot change while this worker is in the rounds, and a pull puts it back
+  /// in them). The caller must not write these parameters. Returns how many were placed;
+  /// the others are copied into at each reply. 0 for the chief.
+  int placeValues(const NamedTensors& parameters);
 
   class Impl;
 

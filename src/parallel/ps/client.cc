@@ -54,9 +54,11 @@ class ServerGroup::Impl {
 
   int64_t pull(const NamedTensors& parameters) {
     const auto until = detail::deadlineAfter(options_.timeout);
-    for (Socket& socket : sockets_) {
-      const Header h = detail::request(Op::Pull);
-      socket.sendAll(&h, sizeof h, until, "a pull request");
+    for (size_t s = 0; s < sockets_.size(); ++s) {
+      Header h = detail::request(Op::Pull);
+      // A worker reads a sync server's values in place (and is back in its rounds).
+      if (readsValuesInPlace(s)) h.flags = detail::kReadsSharedValues;
+      sockets_[s].sendAll(&h, sizeof h, until, "a pull request");
     }
     return receiveValues(parameters, until);
   }
@@ -87,7 +89,7 @@ class ServerGroup::Impl {
           to += slice.size();
         }
         headers_[s] = detail::request(Op::Push, basedOn);
-        if (serverValues_[s].valid()) headers_[s].flags = detail::kReadsSharedValues;
+        if (readsValuesInPlace(s)) headers_[s].flags = detail::kReadsSharedValues;
         sockets_[s].sendAll(&headers_[s], sizeof(Header), until, "the gradients");
         continue;
       }
@@ -168,7 +170,25 @@ class ServerGroup::Impl {
 
   int sharedValueServers() const {
     return static_cast<int>(std::count_if(serverValues_.begin(), serverValues_.end(),
-                                          [](const auto& v) { return v.valid(); }));
+                                          [](const auto& v) { return v != nullptr; }));
+  }
+
+  int placeValues(const NamedTensors& parameters) {
+    if (options_.role != ClientRole::Worker) return 0;
+    int placed = 0;
+    for (size_t s = 0; s < serverValues_.size(); ++s) {
+      if (!serverValues_[s]) continue;
+      float* at = serverValues_[s]->values();
+      for (const Slice& slice : slices_[s]) {
+        Tensor parameter = parameters[static_cast<size_t>(slice.parameter)].second;
+        if (slice.begin == 0 && slice.end == parameter.numel()) {
+          detail::useStorageOf(parameter, detail::tensorOver(serverValues_[s], at, parameter.shape()));
+          ++placed;
+        }
+        at += slice.size();
+      }
+    }
+    return placed;
   }
 
   int placeGradients(const NamedTensors& parameters) {
@@ -226,9 +246,8 @@ class ServerGroup::Impl {
     shared_[s] = std::make_shared<detail::SharedExchange>(std::move(exchange));
     if (answer.payload == 0) return;
     try {
-      serverValues_[s] = detail::SharedValues::map(static_cast<int>(values.pid),
-                                                   static_cast<int>(values.fd), elements,
-                                                   values.cookie);
+      serverValues_[s] = std::make_shared<detail::SharedValues>(detail::SharedValues::map(
+          static_cast<int>(values.pid), static_cast<int>(values.fd), elements, values.cookie));
     } catch (const Error&) {
       // The server's values stay out of reach (its process seen through another pid
       // namespace, say): its replies come through the segment.
@@ -276,11 +295,11 @@ class ServerGroup::Impl {
         if (answer.payload != 0)
           KOLO_THROW(FormatError, socket.peer(), " sent ", answer.payload,
                      " bytes of parameters on a connection that shares memory");
-        if (answer.b != 0 && (answer.b != 1 || !serverValues_[s].valid()))
+        if (answer.b != 0 && (answer.b != 1 || !readsValuesInPlace(s)))
           KOLO_THROW(FormatError, socket.peer(), " put its values in place ", answer.b,
                      " on a connection that cannot read them there");
         copySharedValues(parameters, s,
-                         answer.b == 1 ? serverValues_[s].values() : shared_[s]->values());
+                         answer.b == 1 ? serverValues_[s]->values() : shared_[s]->values());
         version = std::min(version, answer.a);
         continue;
       }
@@ -314,12 +333,20 @@ class ServerGroup::Impl {
 
   /// Copies the values of server `s` from `from` (its own memory or the segment) into the
   /// parameters, slice by slice.
+  /// (A parameter placed in the server's values is there already.)
   void copySharedValues(const NamedTensors& parameters, size_t s, const float* from) {
     for (const Slice& slice : slices_[s]) {
       Tensor target = parameters[static_cast<size_t>(slice.parameter)].second;
-      std::memcpy(target.data<float>() + slice.begin, from, static_cast<size_t>(slice.size()) * 4);
+      float* to = target.data<float>() + slice.begin;
+      if (to != from) std::memcpy(to, from, static_cast<size_t>(slice.size()) * 4);
       from += slice.size();
     }
+  }
+
+  /// Whether this worker reads server `s`'s values in place (the chief never does: it pulls
+  /// while the workers' rounds go on).
+  bool readsValuesInPlace(size_t s) const {
+    return serverValues_[s] != nullptr && options_.role == ClientRole::Worker;
   }
 
   bool compressed() const { return options_.compression != Compression::None; }
@@ -332,7 +359,7 @@ class ServerGroup::Impl {
   // Per server: its connection's segment (null: TCP), and its own values when mapped. The
   // segments are shared with the gradient tensors placed in them (placeGradients).
   std::vector<std::shared_ptr<detail::SharedExchange>> shared_;
-  std::vector<detail::SharedValues> serverValues_;
+  std::vector<std::shared_ptr<detail::SharedValues>> serverValues_;
   std::vector<std::vector<Slice>> slices_;
   std::vector<Header> headers_;
 };
@@ -363,6 +390,9 @@ int ServerGroup::sharedServers() const { return impl_->sharedServers(); }
 int ServerGroup::sharedValueServers() const { return impl_->sharedValueServers(); }
 int ServerGroup::placeGradients(const NamedTensors& parameters) {
   return impl_->placeGradients(parameters);
+}
+int ServerGroup::placeValues(const NamedTensors& parameters) {
+  return impl_->placeValues(parameters);
 }
 
 }  // namespace kolo::parallel::ps

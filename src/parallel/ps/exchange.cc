@@ -2,7 +2,8 @@
 // (async, ssp): two replicas of the parameters take turns, one computing while the other's
 // exchange runs on a thread of its own. The protocol with the servers is ServerGroup's,
 // unchanged: one push at a time, each answered by the values to go on with. In place, the
-// replica's gradients live in the shared segments of the servers on this host.
+// replica's gradients live in the shared segments of the servers on this host, and with sync
+// servers its values are theirs.
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -28,11 +29,13 @@ class WorkerExchange::Impl {
                  "a worker exchange looks ahead only when overlapped, by a factor of at least "
                  "0, got ", lookahead);
     // In place, the one replica's gradients can be computed straight into the shared
-    // segments: each push waits for its reply before the next backward writes them again.
+    // segments (each push waits for its reply before the next backward writes them again),
+    // and with sync servers it can compute on their values themselves.
     if (overlapped()) {
       thread_ = std::thread([this] { runExchanges(); });
     } else {
       servers_.placeGradients(replicas_[0]);
+      servers_.placeValues(replicas_[0]);
     }
   }
 

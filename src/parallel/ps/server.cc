@@ -53,7 +53,8 @@ class ParameterServer::Impl {
                  options_.staleness);
     KOLO_CHECK_EQ(initial.size(), placement_.names.size(), "parameters vs placement");
     elements_ = placement_.elementsOf(options_.index);
-    values_ = makeValues();
+    values_ = serverValues(std::max<int64_t>(elements_, 1),
+                           "kolo-ps-values-" + std::to_string(options_.index), &sharedValues_);
     sum_.resize(static_cast<size_t>(elements_));
     NamedTensors views;
     int64_t offset = 0;
@@ -150,20 +151,9 @@ class ParameterServer::Impl {
   std::string name() const { return "parameter server " + std::to_string(options_.index); }
   Clock::time_point deadline() const { return detail::deadlineAfter(options_.timeout); }
   bool inJob(const Worker& w) const { return !w.left && !w.lost; }
-
-  /// The values' storage: the shared file that clients on this host map, or, when shared
-  /// memory is short, memory of this process alone.
-  Tensor makeValues() {
-    const int64_t elements = std::max<int64_t>(elements_, 1);
-    try {
-      sharedValues_ = std::make_shared<SharedValues>(
-          SharedValues::create(elements, "kolo-ps-values-" + std::to_string(options_.index)));
-    } catch (const IoError&) {
-      return Tensor::zeros({elements});
-    }
-    // A new file reads as zeros, as Tensor::zeros would.
-    return tensorOver(sharedValues_, sharedValues_->values(), {elements});
-  }
+  /// Whether clients that share memory may read the values in place: in sync only, where
+  /// they cannot change while a worker in the rounds reads them.
+  bool valuesOffered() const { return options_.mode == Mode::Sync && sharedValues_ != nullptr; }
 
   void serveConnection(Socket& socket) {
     int worker = -1;  // -1: the chief
@@ -244,14 +234,29 @@ class ParameterServer::Impl {
     if (op != Op::Push && op != Op::Checkpoint && op != Op::Share && request.payload != 0)
       KOLO_THROW(FormatError, socket.peer(), " sent ", request.payload, " bytes with request ",
                  request.op);
+    out.inPlace = (request.flags & kReadsSharedValues) != 0;
+    if (out.inPlace && !(worker >= 0 && out.shared.valid() && valuesOffered()))
+      KOLO_THROW(FormatError, socket.peer(), " asked for the values in place from ", name(),
+                 ", which shares none with it");
     switch (op) {
       case Op::Pull: {
         int64_t version;
+        const void* bytes;
         {
           std::lock_guard lock(mutex_);
-          version = snapshot(out);
+          if (out.inPlace) {
+            // The worker reads (or computes on) the values in place: no round may complete
+            // before its next push, so it is back in the rounds from now on.
+            Worker& w = workers_[static_cast<size_t>(worker)];
+            if (!w.lost) w.left = false;
+            bytes = ownValues(out);
+            version = version_;
+          } else {
+            version = snapshot(out);
+            bytes = out.data;
+          }
         }
-        sendValues(socket, version, out.data, out);
+        sendValues(socket, version, bytes, out);
         return true;
       }
       case Op::Push: {
@@ -260,14 +265,12 @@ class ParameterServer::Impl {
         if (request.payload != expected)
           KOLO_THROW(FormatError, socket.peer(), " pushed ", request.payload, " bytes to ", name(),
                      ", which takes ", expected);
-        out.inPlace = (request.flags & kReadsSharedValues) != 0;
-        if (out.inPlace && !(out.shared.valid() && sharedValues_))
-          KOLO_THROW(FormatError, socket.peer(), " asked for the values in place from ", name(),
-                     ", which shares none with it");
-        float* gradient =
-            out.shared.valid()
-                ? out.shared.gradients()
-                : receiveGradients(socket, request, workers_[static_cast<size_t>(worker)], out);
+        // The worker's buffers are its connection's until it parks a push: no lock needed.
+        Worker& w = workers_[static_cast<size_t>(worker)];
+        float* gradient = out.shared.valid() ? out.shared.gradients()
+                                             : recvGradients(socket, request, out.fp16, out.bf16,
+                                                             elements_, w.packed, w.gradient,
+                                                             deadline());
         int64_t version;
         const void* reply = nullptr;
         try {
@@ -288,7 +291,8 @@ class ParameterServer::Impl {
           std::lock_guard lock(mutex_);
           if (worker >= 0) ++stats_.sharedWorkers;
         }
-        answerOffer(socket, out.shared.valid(), sharedValues_.get(), deadline());
+        answerOffer(socket, out.shared.valid(), valuesOffered() ? sharedValues_.get() : nullptr,
+                    deadline());
         return true;
       }
       case Op::Leave: {
@@ -382,6 +386,13 @@ class ParameterServer::Impl {
 
   int64_t wireBytes(bool bf16) const { return elements_ * (bf16 ? 2 : 4); }
 
+  /// The values themselves as the reply to `out` (under the lock, counted as sent).
+  const void* ownValues(const Reply& out) {
+    stats_.bytesOut += wireBytes(false);
+    if (out.inPlace) ++stats_.valuesInPlace;
+    return values_.data<float>();
+  }
+
   /// Where `out` takes snapshots of the values: its segment, or a buffer of its own.
   float* valuesTarget(Reply& out) const {
     if (out.values == nullptr) {
@@ -389,28 +400,6 @@ class ParameterServer::Impl {
       out.values = out.own.data();
     }
     return out.values;
-  }
-
-  /// Receives a push's gradients from the socket into the worker's buffer (unpacking 16-bit
-  /// ones); returns where they are.
-  float* receiveGradients(Socket& socket, const Header& request, Worker& w, const Reply& out) {
-    // The worker's buffers are its connection's until it parks a push, so no lock is needed.
-    w.gradient.resize(static_cast<size_t>(elements_));
-    if (out.bf16) w.packed.resize(static_cast<size_t>(elements_));
-    if (out.fp16) {
-      if (request.b < -120 || request.b > 120)
-        KOLO_THROW(FormatError, socket.peer(), " pushed fp16 gradients scaled by 2^", request.b,
-                   " to ", name());
-      socket.recvAll(w.packed.data(), request.payload, deadline(), "the gradients");
-      detail::unpackHalf(w.packed.data(), w.gradient.data(), w.packed.size(),
-                         static_cast<int>(request.b));
-    } else if (out.bf16) {
-      socket.recvAll(w.packed.data(), request.payload, deadline(), "the gradients");
-      detail::unpackBf16(w.packed.data(), w.gradient.data(), w.packed.size());
-    } else {
-      socket.recvAll(w.gradient.data(), request.payload, deadline(), "the gradients");
-    }
-    return w.gradient.data();
   }
 
   /// Sends `bytes`, the values as `out` packs them (f32 when `bytes` is the server's own);
@@ -469,10 +458,8 @@ class ParameterServer::Impl {
       }
       // No copy: the next update needs this worker's next push, which cannot come before it
       // has read this reply, so the values stay as they are while they are sent, or while
-      // the worker copies them out of the shared file (other requests only read them).
-      stats_.bytesOut += wireBytes(false);
-      if (out.inPlace) ++stats_.valuesInPlace;
-      *reply = values_.data<float>();
+      // the worker reads them in the shared file (other requests only read them).
+      *reply = ownValues(out);
       return version_;
     }
     const int64_t staleness = version_ - basis;

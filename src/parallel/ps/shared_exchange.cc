@@ -1,8 +1,10 @@
 // A parameter-server connection's shared-memory segment (shared_exchange.h).
 #include "parallel/ps/shared_exchange.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <random>
 
@@ -76,6 +78,9 @@ SharedValues SharedValues::map(int pid, int fd, int64_t elements, uint64_t cooki
   shared.file_ = comm::detail::ShmFile::openPeer(
       pid, fd, kHeaderBytes + static_cast<size_t>(elements) * sizeof(float));
   checkCookie(shared.cookie(), cookie, pid, fd);
+  if (::mprotect(shared.file_.data(), shared.file_.bytes(), PROT_READ) != 0)
+    KOLO_THROW(IoError, "cannot make the values of process ", pid, " read-only: ",
+               std::strerror(errno));
   return shared;
 }
 
@@ -84,6 +89,28 @@ float* SharedValues::values() const {
 }
 
 uint64_t SharedValues::cookie() const { return cookieAt(file_); }
+
+void useStorageOf(const Tensor& parameter, const Tensor& over) {
+  KOLO_CHECK(parameter.shape() == over.shape() && parameter.dtype() == over.dtype(),
+             "a parameter of shape ", shapeString(parameter.shape()),
+             " cannot use the storage of a tensor of shape ", shapeString(over.shape()));
+  TensorImpl& impl = *parameter.impl();
+  impl.storage = over.impl()->storage;
+  impl.offset = over.impl()->offset;
+  impl.strides = over.impl()->strides;
+}
+
+Tensor serverValues(int64_t elements, const std::string& label,
+                    std::shared_ptr<SharedValues>* file) {
+  try {
+    *file = std::make_shared<SharedValues>(SharedValues::create(elements, label));
+  } catch (const IoError&) {
+    file->reset();
+    return Tensor::zeros({elements});
+  }
+  // A new file reads as zeros.
+  return tensorOver(*file, (*file)->values(), {elements});
+}
 
 SharedExchange acceptOffer(Socket& socket, const Header& request, const std::string& hostId,
                            int64_t elements, bool packed, Clock::time_point deadline) {

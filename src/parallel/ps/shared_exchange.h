@@ -62,8 +62,9 @@ class SharedValues {
   /// The server's side: creates the file (its descriptor stays open for clients that connect
   /// later) with a random cookie. Throws IoError when shared memory is short.
   static SharedValues create(int64_t elements, const std::string& label);
-  /// A client's side: maps the file that server process `pid` holds open as `fd`. Throws
-  /// IoError when it cannot be opened or has another size, Mismatch when its cookie differs.
+  /// A client's side: maps the file that server process `pid` holds open as `fd`, read-only
+  /// (a worker computing on the values cannot write into the server's). Throws IoError when
+  /// it cannot be opened or has another size, Mismatch when its cookie differs.
   static SharedValues map(int pid, int fd, int64_t elements, uint64_t cookie);
 
   SharedValues() = default;
@@ -76,6 +77,15 @@ class SharedValues {
  private:
   comm::detail::ShmFile file_;
 };
+
+/// Makes `parameter` (every handle of it) use the storage of `over`, a tensor of its shape.
+void useStorageOf(const Tensor& parameter, const Tensor& over);
+
+/// A server's storage of `elements` values: a new SharedValues file (kept in `*file`) that
+/// clients on its host may map, or, when shared memory is short, memory of this process
+/// alone (`*file` null). Zeros either way.
+Tensor serverValues(int64_t elements, const std::string& label,
+                    std::shared_ptr<SharedValues>* file);
 
 /// The server's side of a Share request (`request`, its offer still on `socket`): maps the
 /// client's segment when the client runs on this host (`hostId`) and exchanges f32 (not

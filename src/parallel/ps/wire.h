@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "parallel/ps/socket.h"
 
@@ -108,6 +109,13 @@ void sendError(Socket& socket, const std::string& message, Clock::time_point dea
 
 /// Reads the text of an Error reply whose header was `h` and throws PeerError carrying it.
 [[noreturn]] void throwRemoteError(Socket& socket, const Header& h, Clock::time_point deadline);
+
+/// Receives the payload of a Push (`request`) of `elements` gradients into `gradient`
+/// (resized), through `packed` when they come as fp16 (scaled by 2^request.b) or bf16;
+/// returns gradient.data(). FormatError for an fp16 scale out of range.
+float* recvGradients(Socket& socket, const Header& request, bool fp16, bool bf16,
+                     int64_t elements, std::vector<uint16_t>& packed,
+                     std::vector<float>& gradient, Clock::time_point deadline);
 
 /// Sends Hello with the token and reads the reply; returns it (Ok) or throws PeerError with the
 /// peer's reason.
