@@ -53,8 +53,10 @@ class ParameterServer::Impl {
                  options_.staleness);
     KOLO_CHECK_EQ(initial.size(), placement_.names.size(), "parameters vs placement");
     elements_ = placement_.elementsOf(options_.index);
+    // Workers read the values in place only in sync (valuesOffered).
     values_ = serverValues(std::max<int64_t>(elements_, 1),
-                           "kolo-ps-values-" + std::to_string(options_.index), &sharedValues_);
+                           "kolo-ps-values-" + std::to_string(options_.index),
+                           options_.mode == Mode::Sync ? &sharedValues_ : nullptr);
     sum_.resize(static_cast<size_t>(elements_));
     NamedTensors views;
     int64_t offset = 0;
@@ -153,7 +155,7 @@ class ParameterServer::Impl {
   bool inJob(const Worker& w) const { return !w.left && !w.lost; }
   /// Whether clients that share memory may read the values in place: in sync only, where
   /// they cannot change while a worker in the rounds reads them.
-  bool valuesOffered() const { return options_.mode == Mode::Sync && sharedValues_ != nullptr; }
+  bool valuesOffered() const { return sharedValues_ != nullptr; }
 
   void serveConnection(Socket& socket) {
     int worker = -1;  // -1: the chief
@@ -562,7 +564,7 @@ class ParameterServer::Impl {
   std::vector<Slice> slices_;
   std::vector<int64_t> offsets_;
   int64_t elements_ = 0;
-  std::shared_ptr<SharedValues> sharedValues_;  // null: shared memory was short
+  std::shared_ptr<SharedValues> sharedValues_;  // null: not sync, or shared memory was short
   Tensor values_;  // (elements,) this server's slices in message order, in sharedValues_
   NamedTensors views_;  // the slices as views of values_, named as the optimizer knows them
   std::vector<float> sum_;

@@ -102,6 +102,7 @@ void useStorageOf(const Tensor& parameter, const Tensor& over) {
 
 Tensor serverValues(int64_t elements, const std::string& label,
                     std::shared_ptr<SharedValues>* file) {
+  if (file == nullptr) return Tensor::zeros({elements});
   try {
     *file = std::make_shared<SharedValues>(SharedValues::create(elements, label));
   } catch (const IoError&) {

@@ -82,8 +82,8 @@ class SharedValues {
 void useStorageOf(const Tensor& parameter, const Tensor& over);
 
 /// A server's storage of `elements` values: a new SharedValues file (kept in `*file`) that
-/// clients on its host may map, or, when shared memory is short, memory of this process
-/// alone (`*file` null). Zeros either way.
+/// clients on its host may map, or memory of this process alone when `file` is null or
+/// shared memory is short (`*file` null then). Zeros either way.
 Tensor serverValues(int64_t elements, const std::string& label,
                     std::shared_ptr<SharedValues>* file);
 
