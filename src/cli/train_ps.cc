@@ -348,8 +348,10 @@ int64_t stalenessMax(const std::vector<ps::ServerStats>& stats) {
 
 observe::Fields serverFields(const std::vector<ps::ServerStats>& stats, double seconds) {
   int64_t updates = 0, pushes = 0, bytes = 0, stalenessMax = 0, stalenessSum = 0, shared = 0;
+  int64_t inPlace = 0;
   for (const ps::ServerStats& s : stats) {
     shared += s.sharedWorkers;
+    inPlace += s.valuesInPlace;
     updates = std::max(updates, s.updates);
     pushes += s.pushes;
     bytes += s.bytesIn + s.bytesOut;
@@ -362,7 +364,8 @@ observe::Fields serverFields(const std::vector<ps::ServerStats>& stats, double s
           {"staleness_mean", pushes > 0 ? static_cast<double>(stalenessSum) / pushes : 0.0},
           {"pushes_per_s", perServer / std::max(seconds, 1e-9)},
           {"bytes_per_s", static_cast<double>(bytes) / std::max(seconds, 1e-9)},
-          {"ps_shared_memory", shared}};
+          {"ps_shared_memory", shared},
+          {"ps_values_in_place", inPlace}};
 }
 
 /// Writes the checkpoint after `epochs` epochs (the servers are quiet), then drops the

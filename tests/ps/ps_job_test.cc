@@ -219,6 +219,8 @@ TEST_F(PsJob, KilledServerStopsTheJobAndResumeCompletesIt) {
   Child job = start(2, 1, "sync", 12, with({"--checkpoint-dir", dir_ + "/ck"}));
   killAfterFirstEpoch(job, 1);  // parameter server 1
   EXPECT_EQ(metricLines().front()["ps_shared_memory"], 2);  // the worker, with both servers
+  // ... reading every round's values from the servers' own memory, which is shared too.
+  EXPECT_GT(metricLines().front()["ps_values_in_place"].get<int64_t>(), 0);
   const Result stopped = collect(job);
   EXPECT_EQ(koloNamesInDevShm(), namesBefore) << "a name in /dev/shm outlived the server";
   EXPECT_NE(stopped.exitCode(), 0);

@@ -2,7 +2,8 @@
 // offer the server can map exchanges its values through the segment (its pushes and the
 // replies carry no payload); an offer from another host, or of a segment that is not the
 // one offered (another cookie), leaves the connection on TCP; a client told not to share, or
-// one that compresses, stays on TCP too.
+// one that compresses, stays on TCP too. In sync mode a worker computes on the server's own
+// values (shared memory, mapped read-only) and pushes the gradients it computed in its segment.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -32,9 +33,10 @@ detail::Socket chiefConnection(const std::string& address, int64_t* elements) {
 }
 
 /// Offers `segment` (its descriptor, with `cookie` and `hostId`) and returns the reply's `a`:
-/// 1 when the server mapped it.
+/// 1 when the server mapped it; `*values` receives where the server's values are, if it
+/// offers them.
 int64_t offer(detail::Socket& socket, const detail::SharedExchange& segment, uint64_t cookie,
-              const std::string& hostId) {
+              const std::string& hostId, detail::ValuesOffer* values = nullptr) {
   std::string payload(sizeof cookie, '\0');
   std::memcpy(payload.data(), &cookie, sizeof cookie);
   payload += hostId;
@@ -44,6 +46,12 @@ int64_t offer(detail::Socket& socket, const detail::SharedExchange& segment, uin
   socket.sendAll(parts, 2, soon(), "the offer");
   const detail::Header answer = detail::recvHeader(socket, soon(), "the reply to the offer");
   EXPECT_EQ(answer.op, static_cast<uint32_t>(detail::Status::Ok));
+  // A (sync) server's values come with a mapped segment only.
+  EXPECT_TRUE(answer.payload == 0 ||
+              (answer.a == 1 && answer.payload == sizeof(detail::ValuesOffer)));
+  detail::ValuesOffer offered;
+  if (answer.payload != 0) socket.recvAll(&offered, sizeof offered, soon(), "the values offer");
+  if (values != nullptr) *values = offered;
   return answer.a;
 }
 
@@ -115,6 +123,46 @@ TEST(SharedMemory, AWorkerSharesUnlessToldNotToOrCompressing) {
   auto viaTcp = makeMlp();
   tcp.pull(viaTcp->namedParameters());
   EXPECT_EQ(parallel::testing::flatValues(viaTcp->namedParameters()), after);
+}
+
+TEST(SharedMemory, SyncRepliesAreReadFromTheServersOwnValuesAndGradientsPushedInPlace) {
+  // 1 MiB: the first layer's weight is split over the two servers, so its gradient is copied
+  // into both segments while the other parameters' gradients are computed in theirs.
+  const Placement placement = placeParameters(makeMlp()->namedParameters(), 2, 1 << 20);
+  ServerThreads job(2, 1, Mode::Sync, 0, placement, sgd);
+  auto model = makeMlp();
+  const NamedTensors params = model->namedParameters();
+  ServerGroup group({ClientRole::Worker, 0, Compression::None, kToken, std::chrono::seconds(30)},
+                    placement, job.addresses());
+  EXPECT_EQ(group.sharedValueServers(), 2);
+  for (auto& [name, p] : params) {
+    Tensor handle = p;
+    handle.setGrad(Tensor::full(p.shape(), 2.0));
+  }
+  EXPECT_EQ(group.placeGradients(params), static_cast<int>(params.size()) - 1);
+  // The whole parameters compute on the servers' values themselves; the split one is copied.
+  EXPECT_EQ(group.placeValues(params), static_cast<int>(params.size()) - 1);
+  int64_t version = group.pull(params);
+  const std::vector<double> before = parallel::testing::flatValues(params);
+  // The gradients placed in the segments kept their values: one step of 2 x lr 0.1.
+  version = group.pushPull(params, version);
+  version = group.pushPull(params, version);
+  EXPECT_EQ(version, 2);
+  const std::vector<double> after = parallel::testing::flatValues(params);
+  for (size_t i = 0; i < after.size(); i += 997)
+    EXPECT_NEAR(after[i], before[i] - 0.4, 1e-5) << "value " << i;
+  // What the worker read in place is what the servers hold.
+  auto viaTcp = makeMlp();
+  ServerGroup chief({ClientRole::Chief, 0, Compression::None, kToken, std::chrono::seconds(30),
+                     false},
+                    placement, job.addresses());
+  chief.pull(viaTcp->namedParameters());
+  EXPECT_EQ(parallel::testing::flatValues(viaTcp->namedParameters()), after);
+  // The pull and both pushes were answered in place.
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(job.server(s).stats().valuesInPlace, 3);
+    EXPECT_EQ(job.server(s).stats().pushes, 2);
+  }
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // servers (their values through shared memory, the sockets carrying the headers); after 10
 // updates the servers hold the weights that one optimizer over the whole model reaches with
 // the whole batch (relative 1e-5). SGD with momentum and Adam; P = 1, and P = 2 with the first
-// layer's weight split over both. Over TCP alone the weights are the same to the bit.
+// layer's weight split over both. Over TCP alone the weights are the same to the bit as
+// through shared memory (gradients computed in the segments, values read from the servers').
 #include <gtest/gtest.h>
 
 #include "ps_harness.h"
@@ -125,6 +126,10 @@ std::vector<double> trainParameterServer(int servers, int workers, int64_t shard
     // or was told not to.
     EXPECT_EQ(stats[s].sharedWorkers,
               sharedMemory && compression == Compression::None ? workers : 0);
+    // ... and then computes on the server's own values: its first pull and every round's
+    // reply are answered in place.
+    EXPECT_EQ(stats[s].valuesInPlace,
+              sharedMemory && compression == Compression::None ? (kSteps + 1) * workers : 0);
   }
   EXPECT_EQ(chief.sharedServers(), servers);
   return parallel::testing::flatValues(model->namedParameters());

@@ -112,6 +112,8 @@ struct ServerStats {
   int64_t leadMax = 0;       // SSP: the largest lead over the slowest a worker was let go with
   int64_t workersLost = 0;   // workers whose connection dropped without leaving
   int64_t sharedWorkers = 0;  // worker connections that exchanged through shared memory
+  int64_t valuesInPlace = 0;  // sync replies whose worker read the values from the server's
+                              // own shared memory (no copy on the server)
 };
 
 /// One server: holds its slices of the parameters (taken from `initial`, which every process
@@ -166,9 +168,12 @@ struct ClientOptions {
 
 /// A worker's or the chief's connections to every server, one socket each. Gradients go out
 /// from the tensors' memory and parameters come back straight into them, or, with a server on
-/// the same host, through a shared-memory segment per connection (one copy each way, the
-/// socket carrying only headers); requests to all servers are sent before any reply is read,
-/// so the servers work in parallel. A server that
+/// the same host, through a shared-memory segment per connection (the socket carrying only
+/// headers): gradients placed there (placeGradients) need no copy, and sync replies are
+/// read from the server's own values (mapped too): copied from there into the parameters,
+/// or not at all for parameters whose storage they are (placeValues); requests
+/// to all servers are sent before any reply is read, so the servers work in parallel. A
+/// server that
 /// closes its connection, or sends no reply in time, is a PeerError (Timeout) naming it.
 /// Not thread-safe.
 class ServerGroup {
@@ -204,6 +209,22 @@ class ServerGroup {
   const Placement& placement() const;
   /// How many of the servers this group exchanges values with through shared memory.
   int sharedServers() const;
+  /// How many of those let this group read their values straight from their own memory.
+  int sharedValueServers() const;
+  /// Makes the gradients of `parameters` live in the shared segments, so that a push copies
+  /// nothing: each parameter held whole by a server that shares memory gets a gradient
+  /// tensor over its place in that server's segment (its current gradient copied in). The
+  /// caller must not touch those gradients while a push is in flight (which may leave them
+  /// changed: async scales stale ones) and gives this group only these parameters to push
+  /// from then on (the segment holds one gradient). Returns
+  /// how many parameters were placed; the others keep their gradients and are copied.
+  int placeGradients(const NamedTensors& parameters);
+  /// A worker of sync servers on this host: makes each parameter held whole by such a server
+  /// use that server's values as its storage, mapped read-only, so that no reply is copied
+  /// (the values cannot change while this worker is in the rounds, and a pull puts it back
+  /// in them). The caller must not write these parameters. Returns how many were placed;
+  /// the others are copied into at each reply. 0 for the chief.
+  int placeValues(const NamedTensors& parameters);
 
   class Impl;
 

@@ -1,8 +1,9 @@
 // The workers' and the chief's side of the servers: one socket per server. A step sends the
 // request to every server before reading any reply, so the servers receive, update and answer
 // in parallel; gradients leave from the .grad() tensors and values land in the parameters,
-// slice by slice, without a staging copy over TCP, or with one copy into and one out of the
-// connection's shared segment when the server runs on this host.
+// slice by slice, without a staging copy over TCP. With the server on this host they go
+// through shared memory: gradients computed in the connection's segment (placeGradients) or
+// copied there, sync values copied straight out of the server's own memory.
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,8 +43,9 @@ class ServerGroup::Impl {
                    placement_.elementsOf(s),
                    " there: the processes disagree about the model or "
                    "--ps-shard-bytes");
-      shared_.push_back(options_.sharedMemory && !compressed() ? offerSharedMemory(socket, s, until)
-                                                               : detail::SharedExchange{});
+      shared_.emplace_back();
+      serverValues_.emplace_back();
+      if (options_.sharedMemory && !compressed()) offerSharedMemory(socket, s, until);
       sockets_.push_back(std::move(socket));
       slices_.push_back(placement_.slicesOf(s));
       if (compressed()) packed_.emplace_back(static_cast<size_t>(placement_.elementsOf(s)));
@@ -52,9 +54,11 @@ class ServerGroup::Impl {
 
   int64_t pull(const NamedTensors& parameters) {
     const auto until = detail::deadlineAfter(options_.timeout);
-    for (Socket& socket : sockets_) {
-      const Header h = detail::request(Op::Pull);
-      socket.sendAll(&h, sizeof h, until, "a pull request");
+    for (size_t s = 0; s < sockets_.size(); ++s) {
+      Header h = detail::request(Op::Pull);
+      // A worker reads a sync server's values in place (and is back in its rounds).
+      if (readsValuesInPlace(s)) h.flags = detail::kReadsSharedValues;
+      sockets_[s].sendAll(&h, sizeof h, until, "a pull request");
     }
     return receiveValues(parameters, until);
   }
@@ -75,15 +79,17 @@ class ServerGroup::Impl {
         exponent = detail::halfExponent(largest);
       }
       headers_.resize(sockets_.size());
-      if (shared_[s].valid()) {
-        // The gradients go into the segment before the header says they are there.
-        float* to = shared_[s].gradients();
+      if (shared_[s]) {
+        // The gradients go into the segment (unless placed there) before the header says they
+        // are there.
+        float* to = shared_[s]->gradients();
         for (const Slice& slice : slices_[s]) {
-          const Tensor grad = gradientOf(parameters, slice);
-          std::memcpy(to, grad.data<float>() + slice.begin, static_cast<size_t>(slice.size()) * 4);
+          const float* from = gradientOf(parameters, slice).data<float>() + slice.begin;
+          if (from != to) std::memcpy(to, from, static_cast<size_t>(slice.size()) * 4);
           to += slice.size();
         }
         headers_[s] = detail::request(Op::Push, basedOn);
+        if (readsValuesInPlace(s)) headers_[s].flags = detail::kReadsSharedValues;
         sockets_[s].sendAll(&headers_[s], sizeof(Header), until, "the gradients");
         continue;
       }
@@ -121,12 +127,12 @@ class ServerGroup::Impl {
       const Header h = detail::request(Op::Stats);
       socket.sendAll(&h, sizeof h, until, "a statistics request");
       const Header answer = expectOk(socket, until, "the statistics");
-      int64_t fields[9] = {};
+      int64_t fields[10] = {};
       if (answer.payload != sizeof fields)
         KOLO_THROW(FormatError, socket.peer(), " sent ", answer.payload, " bytes of statistics");
       socket.recvAll(fields, sizeof fields, until, "the statistics");
       all.push_back({fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], fields[6],
-                     fields[7], fields[8]});
+                     fields[7], fields[8], fields[9]});
     }
     return all;
   }
@@ -159,22 +165,66 @@ class ServerGroup::Impl {
 
   int sharedServers() const {
     return static_cast<int>(
-        std::count_if(shared_.begin(), shared_.end(), [](const auto& e) { return e.valid(); }));
+        std::count_if(shared_.begin(), shared_.end(), [](const auto& e) { return e != nullptr; }));
+  }
+
+  int sharedValueServers() const {
+    return static_cast<int>(std::count_if(serverValues_.begin(), serverValues_.end(),
+                                          [](const auto& v) { return v != nullptr; }));
+  }
+
+  int placeValues(const NamedTensors& parameters) {
+    if (options_.role != ClientRole::Worker) return 0;
+    int placed = 0;
+    for (size_t s = 0; s < serverValues_.size(); ++s) {
+      if (!serverValues_[s]) continue;
+      float* at = serverValues_[s]->values();
+      for (const Slice& slice : slices_[s]) {
+        Tensor parameter = parameters[static_cast<size_t>(slice.parameter)].second;
+        if (slice.begin == 0 && slice.end == parameter.numel()) {
+          detail::useStorageOf(parameter, detail::tensorOver(serverValues_[s], at, parameter.shape()));
+          ++placed;
+        }
+        at += slice.size();
+      }
+    }
+    return placed;
+  }
+
+  int placeGradients(const NamedTensors& parameters) {
+    int placed = 0;
+    for (size_t s = 0; s < shared_.size(); ++s) {
+      if (!shared_[s]) continue;
+      float* at = shared_[s]->gradients();
+      for (const Slice& slice : slices_[s]) {
+        Tensor parameter = parameters[static_cast<size_t>(slice.parameter)].second;
+        if (slice.begin == 0 && slice.end == parameter.numel()) {
+          Tensor gradient = detail::tensorOver(shared_[s], at, parameter.shape());
+          const Tensor current = parameter.grad();
+          if (current.defined()) gradient.copyFrom(current);
+          parameter.setGrad(gradient);
+          ++placed;
+        }
+        at += slice.size();
+      }
+    }
+    return placed;
   }
 
  private:
-  /// Offers server `server` (connected on `socket`) a shared-memory segment; returns it when
-  /// the server mapped it, an invalid one when it is on another host or could not map it (or
-  /// this host has no shared memory to spare), which leaves the connection on TCP.
-  detail::SharedExchange offerSharedMemory(Socket& socket, int server,
-                                           detail::Clock::time_point until) {
+  /// Offers server `server` (connected on `socket`) a shared-memory segment and keeps it in
+  /// shared_ when the server mapped it, with the server's own values in serverValues_ when it
+  /// offers them and they can be mapped. A server on another host, or one that could not map
+  /// the segment (or no shared memory to spare here), leaves the connection on TCP.
+  void offerSharedMemory(Socket& socket, int server, detail::Clock::time_point until) {
+    const size_t s = static_cast<size_t>(server);
+    const int64_t elements = placement_.elementsOf(server);
     detail::SharedExchange exchange;
     try {
       exchange = detail::SharedExchange::create(
-          placement_.elementsOf(server),
-          "kolo-ps-" + std::to_string(options_.index) + "-to-" + std::to_string(server));
+          elements, "kolo-ps-" + std::to_string(options_.index) + "-to-" + std::to_string(server));
     } catch (const IoError&) {
-      return {};
+      return;
     }
     const std::string hostId = comm::detail::machineHostId();
     std::string offer(sizeof(uint64_t), '\0');
@@ -187,8 +237,21 @@ class ServerGroup::Impl {
     const Header answer = expectOk(socket, until, "the reply to the shared-memory offer");
     // Mapped or not, the server has answered: the descriptor is no longer needed.
     exchange.closeFd();
-    if (answer.a != 1) return {};
-    return exchange;
+    if (answer.payload != 0 && (answer.a != 1 || answer.payload != sizeof(detail::ValuesOffer)))
+      KOLO_THROW(FormatError, socket.peer(), " answered a shared-memory offer with ",
+                 answer.payload, " bytes");
+    detail::ValuesOffer values;
+    if (answer.payload != 0) socket.recvAll(&values, sizeof values, until, "the values offer");
+    if (answer.a != 1) return;
+    shared_[s] = std::make_shared<detail::SharedExchange>(std::move(exchange));
+    if (answer.payload == 0) return;
+    try {
+      serverValues_[s] = std::make_shared<detail::SharedValues>(detail::SharedValues::map(
+          static_cast<int>(values.pid), static_cast<int>(values.fd), elements, values.cookie));
+    } catch (const Error&) {
+      // The server's values stay out of reach (its process seen through another pid
+      // namespace, say): its replies come through the segment.
+    }
   }
 
   static Tensor gradientOf(const NamedTensors& parameters, const Slice& slice) {
@@ -228,11 +291,15 @@ class ServerGroup::Impl {
       Socket& socket = sockets_[s];
       const Header answer = expectOk(socket, until, "the parameters");
       const int64_t elements = placement_.elementsOf(static_cast<int>(s));
-      if (shared_[s].valid()) {
+      if (shared_[s]) {
         if (answer.payload != 0)
           KOLO_THROW(FormatError, socket.peer(), " sent ", answer.payload,
                      " bytes of parameters on a connection that shares memory");
-        copySharedValues(parameters, s);
+        if (answer.b != 0 && (answer.b != 1 || !readsValuesInPlace(s)))
+          KOLO_THROW(FormatError, socket.peer(), " put its values in place ", answer.b,
+                     " on a connection that cannot read them there");
+        copySharedValues(parameters, s,
+                         answer.b == 1 ? serverValues_[s]->values() : shared_[s]->values());
         version = std::min(version, answer.a);
         continue;
       }
@@ -264,14 +331,22 @@ class ServerGroup::Impl {
     return version;
   }
 
-  /// Copies the values server `s` wrote into its segment into the parameters, slice by slice.
-  void copySharedValues(const NamedTensors& parameters, size_t s) {
-    const float* from = shared_[s].values();
+  /// Copies the values of server `s` from `from` (its own memory or the segment) into the
+  /// parameters, slice by slice.
+  /// (A parameter placed in the server's values is there already.)
+  void copySharedValues(const NamedTensors& parameters, size_t s, const float* from) {
     for (const Slice& slice : slices_[s]) {
       Tensor target = parameters[static_cast<size_t>(slice.parameter)].second;
-      std::memcpy(target.data<float>() + slice.begin, from, static_cast<size_t>(slice.size()) * 4);
+      float* to = target.data<float>() + slice.begin;
+      if (to != from) std::memcpy(to, from, static_cast<size_t>(slice.size()) * 4);
       from += slice.size();
     }
+  }
+
+  /// Whether this worker reads server `s`'s values in place (the chief never does: it pulls
+  /// while the workers' rounds go on).
+  bool readsValuesInPlace(size_t s) const {
+    return serverValues_[s] != nullptr && options_.role == ClientRole::Worker;
   }
 
   bool compressed() const { return options_.compression != Compression::None; }
@@ -281,7 +356,10 @@ class ServerGroup::Impl {
   Placement placement_;
   std::vector<std::vector<uint16_t>> packed_;  // bf16/fp16: one message per server
   std::vector<Socket> sockets_;
-  std::vector<detail::SharedExchange> shared_;  // per server; valid: the values go through it
+  // Per server: its connection's segment (null: TCP), and its own values when mapped. The
+  // segments are shared with the gradient tensors placed in them (placeGradients).
+  std::vector<std::shared_ptr<detail::SharedExchange>> shared_;
+  std::vector<std::shared_ptr<detail::SharedValues>> serverValues_;
   std::vector<std::vector<Slice>> slices_;
   std::vector<Header> headers_;
 };
@@ -309,5 +387,12 @@ void ServerGroup::drop(int worker) { impl_->drop(worker); }
 void ServerGroup::checkpoint(const std::string& directory) { impl_->checkpoint(directory); }
 const Placement& ServerGroup::placement() const { return impl_->placement(); }
 int ServerGroup::sharedServers() const { return impl_->sharedServers(); }
+int ServerGroup::sharedValueServers() const { return impl_->sharedValueServers(); }
+int ServerGroup::placeGradients(const NamedTensors& parameters) {
+  return impl_->placeGradients(parameters);
+}
+int ServerGroup::placeValues(const NamedTensors& parameters) {
+  return impl_->placeValues(parameters);
+}
 
 }  // namespace kolo::parallel::ps

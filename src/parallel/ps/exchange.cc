@@ -1,7 +1,9 @@
 // A worker's push-and-pull, in place (sync) or overlapped with the next step's compute
 // (async, ssp): two replicas of the parameters take turns, one computing while the other's
 // exchange runs on a thread of its own. The protocol with the servers is ServerGroup's,
-// unchanged: one push at a time, each answered by the values to go on with.
+// unchanged: one push at a time, each answered by the values to go on with. In place, the
+// replica's gradients live in the shared segments of the servers on this host, and with sync
+// servers its values are theirs.
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -26,7 +28,15 @@ class WorkerExchange::Impl {
     KOLO_REQUIRE(lookahead >= 0.0 && (lookahead == 0.0 || replicas_.size() == 2),
                  "a worker exchange looks ahead only when overlapped, by a factor of at least "
                  "0, got ", lookahead);
-    if (overlapped()) thread_ = std::thread([this] { runExchanges(); });
+    // In place, the one replica's gradients can be computed straight into the shared
+    // segments (each push waits for its reply before the next backward writes them again),
+    // and with sync servers it can compute on their values themselves.
+    if (overlapped()) {
+      thread_ = std::thread([this] { runExchanges(); });
+    } else {
+      servers_.placeGradients(replicas_[0]);
+      servers_.placeValues(replicas_[0]);
+    }
   }
 
   ~Impl() {

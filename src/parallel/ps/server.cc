@@ -10,7 +10,9 @@
 // A worker whose connection drops, or whom the chief drops (missed heartbeats), is lost: it
 // leaves the rounds and the slowest for good. A client on this host may offer a shared-memory
 // segment right after its hello (Share): the server then reads its pushes from the segment and
-// writes its replies there, and the socket carries only the headers.
+// writes its replies there, and the socket carries only the headers. The values themselves
+// live in shared memory too, which such a client maps: a sync reply then only tells it to read
+// them there (see push()), and the server copies nothing.
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -33,7 +35,7 @@ namespace kolo::parallel::ps {
 using namespace detail;
 
 namespace {
-constexpr int64_t kStatsFields = 9;
+constexpr int64_t kStatsFields = 10;
 }  // namespace
 
 class ParameterServer::Impl {
@@ -51,7 +53,10 @@ class ParameterServer::Impl {
                  options_.staleness);
     KOLO_CHECK_EQ(initial.size(), placement_.names.size(), "parameters vs placement");
     elements_ = placement_.elementsOf(options_.index);
-    values_ = Tensor::zeros({std::max<int64_t>(elements_, 1)});
+    // Workers read the values in place only in sync (valuesOffered).
+    values_ = serverValues(std::max<int64_t>(elements_, 1),
+                           "kolo-ps-values-" + std::to_string(options_.index),
+                           options_.mode == Mode::Sync ? &sharedValues_ : nullptr);
     sum_.resize(static_cast<size_t>(elements_));
     NamedTensors views;
     int64_t offset = 0;
@@ -134,6 +139,7 @@ class ParameterServer::Impl {
   /// A connection's reply buffers and, when it shares memory, its segment; `data` points at
   /// the bytes to send.
   struct Reply {
+    bool inPlace = false;  // the request's client reads the values from sharedValues_
     bool bf16 = false;  // this connection exchanges 16-bit values (bf16 or fp16)
     bool fp16 = false;  // ... fp16, scaled by 2^exponent
     int exponent = 0;
@@ -147,6 +153,9 @@ class ParameterServer::Impl {
   std::string name() const { return "parameter server " + std::to_string(options_.index); }
   Clock::time_point deadline() const { return detail::deadlineAfter(options_.timeout); }
   bool inJob(const Worker& w) const { return !w.left && !w.lost; }
+  /// Whether clients that share memory may read the values in place: in sync only, where
+  /// they cannot change while a worker in the rounds reads them.
+  bool valuesOffered() const { return sharedValues_ != nullptr; }
 
   void serveConnection(Socket& socket) {
     int worker = -1;  // -1: the chief
@@ -227,14 +236,29 @@ class ParameterServer::Impl {
     if (op != Op::Push && op != Op::Checkpoint && op != Op::Share && request.payload != 0)
       KOLO_THROW(FormatError, socket.peer(), " sent ", request.payload, " bytes with request ",
                  request.op);
+    out.inPlace = (request.flags & kReadsSharedValues) != 0;
+    if (out.inPlace && !(worker >= 0 && out.shared.valid() && valuesOffered()))
+      KOLO_THROW(FormatError, socket.peer(), " asked for the values in place from ", name(),
+                 ", which shares none with it");
     switch (op) {
       case Op::Pull: {
         int64_t version;
+        const void* bytes;
         {
           std::lock_guard lock(mutex_);
-          version = snapshot(out);
+          if (out.inPlace) {
+            // The worker reads (or computes on) the values in place: no round may complete
+            // before its next push, so it is back in the rounds from now on.
+            Worker& w = workers_[static_cast<size_t>(worker)];
+            if (!w.lost) w.left = false;
+            bytes = ownValues(out);
+            version = version_;
+          } else {
+            version = snapshot(out);
+            bytes = out.data;
+          }
         }
-        sendValues(socket, version, out.data, out);
+        sendValues(socket, version, bytes, out);
         return true;
       }
       case Op::Push: {
@@ -243,10 +267,12 @@ class ParameterServer::Impl {
         if (request.payload != expected)
           KOLO_THROW(FormatError, socket.peer(), " pushed ", request.payload, " bytes to ", name(),
                      ", which takes ", expected);
-        float* gradient =
-            out.shared.valid()
-                ? out.shared.gradients()
-                : receiveGradients(socket, request, workers_[static_cast<size_t>(worker)], out);
+        // The worker's buffers are its connection's until it parks a push: no lock needed.
+        Worker& w = workers_[static_cast<size_t>(worker)];
+        float* gradient = out.shared.valid() ? out.shared.gradients()
+                                             : recvGradients(socket, request, out.fp16, out.bf16,
+                                                             elements_, w.packed, w.gradient,
+                                                             deadline());
         int64_t version;
         const void* reply = nullptr;
         try {
@@ -259,9 +285,16 @@ class ParameterServer::Impl {
         return true;
       }
       case Op::Share: {
-        const bool shared = share(socket, request, worker, out);
-        const Header ok = detail::reply(Status::Ok, shared ? 1 : 0);
-        socket.sendAll(&ok, sizeof ok, deadline(), "the share reply");
+        if (out.shared.valid())
+          KOLO_THROW(FormatError, socket.peer(), " offered a second shared segment to ", name());
+        out.shared = acceptOffer(socket, request, hostId_, elements_, out.bf16, deadline());
+        if (out.shared.valid()) {
+          out.values = out.shared.values();
+          std::lock_guard lock(mutex_);
+          if (worker >= 0) ++stats_.sharedWorkers;
+        }
+        answerOffer(socket, out.shared.valid(), valuesOffered() ? sharedValues_.get() : nullptr,
+                    deadline());
         return true;
       }
       case Op::Leave: {
@@ -277,9 +310,9 @@ class ParameterServer::Impl {
       }
       case Op::Stats: {
         const ServerStats s = stats();
-        const int64_t fields[kStatsFields] = {s.updates,  s.pushes,       s.bytesIn,
-                                              s.bytesOut, s.stalenessMax, s.stalenessSum,
-                                              s.leadMax,  s.workersLost,  s.sharedWorkers};
+        const int64_t fields[kStatsFields] = {
+            s.updates,      s.pushes,  s.bytesIn,     s.bytesOut,      s.stalenessMax,
+            s.stalenessSum, s.leadMax, s.workersLost, s.sharedWorkers, s.valuesInPlace};
         const Header ok = detail::reply(Status::Ok, s.updates, 0, sizeof fields);
         iovec parts[2] = {{const_cast<Header*>(&ok), sizeof ok},
                           {const_cast<int64_t*>(fields), sizeof fields}};
@@ -355,6 +388,13 @@ class ParameterServer::Impl {
 
   int64_t wireBytes(bool bf16) const { return elements_ * (bf16 ? 2 : 4); }
 
+  /// The values themselves as the reply to `out` (under the lock, counted as sent).
+  const void* ownValues(const Reply& out) {
+    stats_.bytesOut += wireBytes(false);
+    if (out.inPlace) ++stats_.valuesInPlace;
+    return values_.data<float>();
+  }
+
   /// Where `out` takes snapshots of the values: its segment, or a buffer of its own.
   float* valuesTarget(Reply& out) const {
     if (out.values == nullptr) {
@@ -364,67 +404,15 @@ class ParameterServer::Impl {
     return out.values;
   }
 
-  /// Receives a push's gradients from the socket into the worker's buffer (unpacking 16-bit
-  /// ones); returns where they are.
-  float* receiveGradients(Socket& socket, const Header& request, Worker& w, const Reply& out) {
-    // The worker's buffers are its connection's until it parks a push, so no lock is needed.
-    w.gradient.resize(static_cast<size_t>(elements_));
-    if (out.bf16) w.packed.resize(static_cast<size_t>(elements_));
-    if (out.fp16) {
-      if (request.b < -120 || request.b > 120)
-        KOLO_THROW(FormatError, socket.peer(), " pushed fp16 gradients scaled by 2^", request.b,
-                   " to ", name());
-      socket.recvAll(w.packed.data(), request.payload, deadline(), "the gradients");
-      detail::unpackHalf(w.packed.data(), w.gradient.data(), w.packed.size(),
-                         static_cast<int>(request.b));
-    } else if (out.bf16) {
-      socket.recvAll(w.packed.data(), request.payload, deadline(), "the gradients");
-      detail::unpackBf16(w.packed.data(), w.gradient.data(), w.packed.size());
-    } else {
-      socket.recvAll(w.gradient.data(), request.payload, deadline(), "the gradients");
-    }
-    return w.gradient.data();
-  }
-
-  /// Serves a Share request: maps the client's segment when it runs on this host and
-  /// exchanges f32 (a second offer is a FormatError). Returns whether the connection shares memory
-  /// now; a client elsewhere (another host id) or one whose segment cannot be mapped stays on TCP.
-  bool share(Socket& socket, const Header& request, int worker, Reply& out) {
-    if (request.payload < sizeof(uint64_t) ||
-        request.payload > sizeof(uint64_t) + detail::kMaxTextBytes)
-      KOLO_THROW(FormatError, socket.peer(), " sent a share request of ", request.payload,
-                 " bytes");
-    std::string offer(request.payload, '\0');
-    socket.recvAll(offer.data(), offer.size(), deadline(), "the share request");
-    uint64_t cookie = 0;
-    std::memcpy(&cookie, offer.data(), sizeof cookie);
-    const std::string hostId = offer.substr(sizeof cookie);
-    if (out.shared.valid())
-      KOLO_THROW(FormatError, socket.peer(), " offered a second shared segment to ", name());
-    if (out.bf16 || hostId != hostId_) return false;
-    try {
-      // A peer that can be mapped is a process of this user on this host: it could as well
-      // attach to this process, so its segment is no less trusted than this memory.
-      out.shared = detail::SharedExchange::map(static_cast<int>(request.a),
-                                               static_cast<int>(request.b), elements_, cookie);
-    } catch (const Error&) {
-      return false;  // another pid namespace, /proc not readable, the process gone: TCP
-    }
-    out.values = out.shared.values();
-    if (worker >= 0) {
-      std::lock_guard lock(mutex_);
-      ++stats_.sharedWorkers;
-    }
-    return true;
-  }
-
   /// Sends `bytes`, the values as `out` packs them (f32 when `bytes` is the server's own);
-  /// to a connection that shares memory, copies them into its segment and sends the header.
+  /// to a connection that shares memory, only the header: b = 1 when the client reads the
+  /// server's own values in place, else they are copied into its segment first.
   void sendValues(Socket& socket, int64_t version, const void* bytes, Reply& out) {
     if (out.shared.valid()) {
-      if (bytes != out.values)
+      const bool inPlace = out.inPlace && bytes == values_.data<float>();
+      if (!inPlace && bytes != out.values)
         std::memcpy(out.values, bytes, static_cast<size_t>(elements_) * sizeof(float));
-      const Header ok = detail::reply(Status::Ok, version);
+      const Header ok = detail::reply(Status::Ok, version, inPlace ? 1 : 0);
       socket.sendAll(&ok, sizeof ok, deadline(), "the parameters");
       return;
     }
@@ -471,10 +459,9 @@ class ParameterServer::Impl {
         return version;
       }
       // No copy: the next update needs this worker's next push, which cannot come before it
-      // has read this reply, so the values stay as they are while they are sent (other
-      // requests only read them).
-      stats_.bytesOut += wireBytes(false);
-      *reply = values_.data<float>();
+      // has read this reply, so the values stay as they are while they are sent, or while
+      // the worker reads them in the shared file (other requests only read them).
+      *reply = ownValues(out);
       return version_;
     }
     const int64_t staleness = version_ - basis;
@@ -527,32 +514,38 @@ class ParameterServer::Impl {
   /// Sync: applies the round when every worker in the job has parked its gradient.
   void completeRoundIfReady() {
     if (options_.mode != Mode::Sync) return;
-    int parked = 0;
+    std::vector<const float*> pushes;  // in worker order
     for (const Worker& w : workers_) {
       if (w.parked) {
-        ++parked;
+        pushes.push_back(w.pushed);
       } else if (inJob(w)) {
         return;
       }
     }
-    if (parked == 0) return;
-    bool first = true;
-    for (Worker& w : workers_) {
-      if (!w.parked) continue;
-      if (first) {
-        std::copy(w.pushed, w.pushed + elements_, sum_.begin());
-      } else {
-        for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += w.pushed[i];
-      }
-      first = false;
-      noteStaleness(version_ - w.basis);
-    }
-    // Divided, not multiplied by 1/W: the mean as the Reducer (and one device) rounds it.
-    if (parked > 1)
-      for (float& g : sum_) g /= static_cast<float>(parked);
+    if (pushes.empty()) return;
+    for (const Worker& w : workers_)
+      if (w.parked) noteStaleness(version_ - w.basis);
+    meanOf(pushes);
     applyUpdate(sum_.data());
     for (Worker& w : workers_) w.parked = false;
     changed_.notify_all();
+  }
+
+  /// sum_ = the mean of `pushes`, summed in their order and divided, not multiplied by 1/W
+  /// (the mean as the Reducer, and one device, rounds it). A block at a time, so that the
+  /// pushes are read once and sum_ stays in cache until it is divided.
+  void meanOf(const std::vector<const float*>& pushes) {
+    constexpr int64_t kBlock = 4096;
+    const float count = static_cast<float>(pushes.size());
+    for (int64_t begin = 0; begin < elements_; begin += kBlock) {
+      const int64_t end = std::min(begin + kBlock, elements_);
+      float* sum = sum_.data();
+      std::copy(pushes[0] + begin, pushes[0] + end, sum + begin);
+      for (size_t w = 1; w < pushes.size(); ++w)
+        for (int64_t i = begin; i < end; ++i) sum[i] += pushes[w][i];
+      if (pushes.size() > 1)
+        for (int64_t i = begin; i < end; ++i) sum[i] /= count;
+    }
   }
 
   /// One optimizer step with `gradient` (a flat buffer in message order).
@@ -571,7 +564,8 @@ class ParameterServer::Impl {
   std::vector<Slice> slices_;
   std::vector<int64_t> offsets_;
   int64_t elements_ = 0;
-  Tensor values_;       // (elements,) this server's slices in message order
+  std::shared_ptr<SharedValues> sharedValues_;  // null: not sync, or shared memory was short
+  Tensor values_;  // (elements,) this server's slices in message order, in sharedValues_
   NamedTensors views_;  // the slices as views of values_, named as the optimizer knows them
   std::vector<float> sum_;
   std::unique_ptr<optim::Optimizer> optimizer_;

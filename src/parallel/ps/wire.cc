@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kolo/error.h"
+#include "parallel/ps/compress.h"
 
 namespace kolo::parallel::ps::detail {
 
@@ -14,6 +15,25 @@ Header recvHeader(Socket& socket, Clock::time_point deadline, const char* what) 
     KOLO_THROW(FormatError, socket.peer(), " sent a message that is not kolo's parameter-server ",
                "protocol (magic ", h.magic, ")");
   return h;
+}
+
+float* recvGradients(Socket& socket, const Header& request, bool fp16, bool bf16,
+                     int64_t elements, std::vector<uint16_t>& packed,
+                     std::vector<float>& gradient, Clock::time_point deadline) {
+  gradient.resize(static_cast<size_t>(elements));
+  if (bf16) packed.resize(static_cast<size_t>(elements));
+  if (fp16) {
+    if (request.b < -120 || request.b > 120)
+      KOLO_THROW(FormatError, socket.peer(), " pushed fp16 gradients scaled by 2^", request.b);
+    socket.recvAll(packed.data(), request.payload, deadline, "the gradients");
+    unpackHalf(packed.data(), gradient.data(), packed.size(), static_cast<int>(request.b));
+  } else if (bf16) {
+    socket.recvAll(packed.data(), request.payload, deadline, "the gradients");
+    unpackBf16(packed.data(), gradient.data(), packed.size());
+  } else {
+    socket.recvAll(gradient.data(), request.payload, deadline, "the gradients");
+  }
+  return gradient.data();
 }
 
 void sendError(Socket& socket, const std::string& message, Clock::time_point deadline) {

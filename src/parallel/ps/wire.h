@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "parallel/ps/socket.h"
 
@@ -33,7 +34,11 @@ inline constexpr auto kPollSlice = std::chrono::milliseconds(100);
 /// of its segment (shared_exchange.h), payload = the segment's cookie (u64) and then the
 /// client's host id. The reply's `a` is 1 when the server mapped the segment: from then on
 /// the connection's pushes carry no payload (the gradients are in the segment) and its values
-/// replies carry none either (the values are); 0 leaves the connection as it was.
+/// replies carry none either (the values are); 0 leaves the connection as it was. With a = 1
+/// the reply's payload is a ValuesOffer when the server keeps its values in shared memory
+/// (empty otherwise); a client that maps that file sets kReadsSharedValues in its pushes'
+/// flags, and a sync reply with b = 1 then says the values are to be read there, not in the
+/// segment (a Pull's reply and async/ssp replies always put them in the segment).
 enum class Op : uint32_t {
   Hello = 1,
   Pull = 2,
@@ -48,11 +53,22 @@ enum class Op : uint32_t {
   Share = 11
 };
 
+/// Where a server keeps its values in shared memory: its pid and the descriptor to open
+/// through /proc, and the file's cookie (shared_exchange.h, SharedValues).
+struct ValuesOffer {
+  int64_t pid = 0;
+  int64_t fd = -1;
+  uint64_t cookie = 0;
+};
+
+/// A Push's flag: the client has mapped the server's values (ValuesOffer).
+inline constexpr uint32_t kReadsSharedValues = 1;
+
 /// Hello's `a` of a worker's heartbeat connection to the chief (0 and 1 are ClientRole).
 inline constexpr int64_t kHeartbeatHello = 2;
 
 /// Replies, in Header::op. Ok: a = version (servers) or unit id (Next), b = elements (Hello)
-/// or epoch (Next); payload = values, stats (8 x i64) or the unit's [begin, end) (2 x i64).
+/// or epoch (Next); payload = values, stats (10 x i64) or the unit's [begin, end) (2 x i64).
 /// Error: payload = the message. Wait: no unit free now. Finished: the job has no more units.
 enum class Status : uint32_t { Ok = 0, Error = 1, Wait = 2, Finished = 3 };
 
@@ -93,6 +109,13 @@ void sendError(Socket& socket, const std::string& message, Clock::time_point dea
 
 /// Reads the text of an Error reply whose header was `h` and throws PeerError carrying it.
 [[noreturn]] void throwRemoteError(Socket& socket, const Header& h, Clock::time_point deadline);
+
+/// Receives the payload of a Push (`request`) of `elements` gradients into `gradient`
+/// (resized), through `packed` when they come as fp16 (scaled by 2^request.b) or bf16;
+/// returns gradient.data(). FormatError for an fp16 scale out of range.
+float* recvGradients(Socket& socket, const Header& request, bool fp16, bool bf16,
+                     int64_t elements, std::vector<uint16_t>& packed,
+                     std::vector<float>& gradient, Clock::time_point deadline);
 
 /// Sends Hello with the token and reads the reply; returns it (Ok) or throws PeerError with the
 /// peer's reason.
