@@ -14,6 +14,8 @@
 # the exchange overlapped with compute), as the peer's recipe with stale gradients does not
 # train well. Every kolo run starts from the peer's initial weights
 # (bench/peers/torch_initial_weights.py, --init).
+# Rates are steady ones on both sides: the peer counts each worker's samples from its 11th step,
+# kolo those of the epochs after the first (steady_samples_per_s).
 # Usage: bench/ps_vs_torch.sh [BUILD_DIR]   (default build/release)
 #   MODES="sync async"  EPOCHS=3  WORKERS=2  BIND=none|core (kolo run --bind)  STRAGGLER=1
 #   SYNC_SCHEDULE=cosine|constant
@@ -34,7 +36,7 @@ trap 'rm -rf "$work"' EXIT
 init="$work/torch_init.safetensors"
 /usr/bin/python3 "$here/peers/torch_initial_weights.py" --model mlp "$init"
 
-# kolo's summary line -> "samples_per_s test_accuracy"
+# kolo's summary line -> "steady_samples_per_s test_accuracy"
 # kolo_run MODE ARGS...
 kolo_run() {
   mode=$1
@@ -46,7 +48,7 @@ kolo_run() {
     --strategy parameter-server --ps-mode "$mode" --model mlp --batch 64 $recipe \
     --epochs "$epochs" --threads 1 --init "$init" --quiet "$@" 2>&1) || { echo "$out" >&2; exit 1; }
   line=$(echo "$out" | grep 'test_accuracy' | tail -n 1)
-  echo "$(echo "$line" | grep -o 'samples_per_s [0-9.]*' | cut -d' ' -f2)" \
+  echo "$(echo "$line" | grep -o 'steady_samples_per_s [0-9.]*' | cut -d' ' -f2)" \
        "$(echo "$line" | grep -o 'test_accuracy [0-9.]*' | cut -d' ' -f2)"
 }
 

@@ -450,6 +450,10 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
   std::shared_ptr<optim::LrSchedule> schedule = makeSchedule(plan.recipe, plan.totalUpdates);
   double trainLoss = 0.0, accuracy = 0.0, seconds = 0.0, previous = 0.0;
   int64_t samples = 0;
+  // The epochs after this run's first, when every worker has loaded its data and started: the
+  // steady rate, as the peers measure theirs (PyTorch's RPC example from each worker's 11th
+  // step on).
+  double steadySamples = 0.0, steadySeconds = 0.0;
   auto lostFields = [&dispatcher] {
     observe::Value::Array list;
     for (const ps::LostWorker& lost : dispatcher.lost())
@@ -473,6 +477,10 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
     const double epochSamples = static_cast<double>(done.batches * config.batch);
     samples += done.batches * config.batch;
     const double rate = epochSamples / std::max(done.seconds - previous, 1e-9);
+    if (epoch > firstEpoch) {
+      steadySamples += epochSamples;
+      steadySeconds += done.seconds - previous;
+    }
     previous = done.seconds;
     seconds = done.seconds;
     if (!config.quiet) {
@@ -508,14 +516,17 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
         {{"format", "pt"}, {"model", config.model}, {"step", std::to_string(updates)}});
   }
   const double samplesPerSecond = samples / std::max(seconds, 1e-9);
+  const double steadyPerSecond =
+      steadySeconds > 0.0 ? steadySamples / steadySeconds : samplesPerSecond;
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
   const observe::Fields server = serverFields(stats, seconds);
   const std::vector<int64_t> unitsDone = dispatcher.unitsDone();
   if (metrics) {
     observe::Fields line = {{"epoch", plan.recipe.epochs},       {"step", updates},
                             {"train_loss", trainLoss},           {"test_accuracy", accuracy},
-                            {"samples_per_s", samplesPerSecond}, {"wall_s", wall},
-                            {"ps_mode", ps::modeName(plan.mode)}};
+                            {"samples_per_s", samplesPerSecond},
+                            {"steady_samples_per_s", steadyPerSecond},
+                            {"wall_s", wall},                    {"ps_mode", ps::modeName(plan.mode)}};
     line.update(server);
     line.set("workers_alive", dispatcher.workersAlive());
     line.set("workers_lost", lostFields());
@@ -534,9 +545,11 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
                  config.model.c_str(), plan.role.servers, plan.role.workers,
                  ps::modeName(plan.mode), static_cast<long long>(updates), 100.0 * accuracy);
   }
-  std::printf("test_accuracy %.4f train_loss %.4f steps %lld samples_per_s %.1f wall_s %.1f "
-              "ps_mode %s staleness_max %lld workers_alive %d\n",
-              accuracy, trainLoss, static_cast<long long>(updates), samplesPerSecond, wall,
+  std::printf("test_accuracy %.4f train_loss %.4f steps %lld samples_per_s %.1f "
+              "steady_samples_per_s %.1f wall_s %.1f ps_mode %s staleness_max %lld "
+              "workers_alive %d\n",
+              accuracy, trainLoss, static_cast<long long>(updates), samplesPerSecond,
+              steadyPerSecond, wall,
               ps::modeName(plan.mode), static_cast<long long>(stalenessMax(stats)),
               dispatcher.workersAlive());
   std::fflush(stdout);
