@@ -366,6 +366,8 @@ TEST_F(PsJob, AsyncOverlapsTheExchangeOnlyOverTcp) {
     EXPECT_EQ(last.at("staleness_max").get<int64_t>(), c.staleness);
     const bool tcp = std::find(c.flags.begin(), c.flags.end(), "tcp") != c.flags.end();
     EXPECT_EQ(last.at("ps_shared_memory").get<int64_t>(), tcp ? 0 : 1);
+    // One epoch: the steady rate (of the epochs after the first) is the whole run's.
+    EXPECT_EQ(last.at("steady_samples_per_s").get<double>(), last.at("samples_per_s").get<double>());
   }
 }
 
