@@ -224,9 +224,8 @@ class ParameterServer::Impl {
   /// Serves one request; false when the connection should end (Shutdown).
   bool handle(Socket& socket, const Header& request, int worker, Reply& out) {
     const auto op = static_cast<Op>(request.op);
-    if (op != Op::Push && op != Op::Checkpoint && op != Op::Share && request.payload != 0)
-      KOLO_THROW(FormatError, socket.peer(), " sent ", request.payload, " bytes with request ",
-                 request.op);
+    if (op == Op::Push && worker < 0) KOLO_THROW(FormatError, "the chief pushed gradients to ", name());
+    checkServerRequest(request, out.shared.valid() ? 0 : wireBytes(out.bf16), socket.peer(), name());
     switch (op) {
       case Op::Pull: {
         int64_t version;
@@ -238,11 +237,6 @@ class ParameterServer::Impl {
         return true;
       }
       case Op::Push: {
-        if (worker < 0) KOLO_THROW(FormatError, "the chief pushed gradients to ", name());
-        const uint64_t expected = out.shared.valid() ? 0 : wireBytes(out.bf16);
-        if (request.payload != expected)
-          KOLO_THROW(FormatError, socket.peer(), " pushed ", request.payload, " bytes to ", name(),
-                     ", which takes ", expected);
         float* gradient =
             out.shared.valid()
                 ? out.shared.gradients()
@@ -287,9 +281,6 @@ class ParameterServer::Impl {
         return true;
       }
       case Op::Checkpoint: {
-        if (request.payload > detail::kMaxTextBytes)
-          KOLO_THROW(FormatError, socket.peer(), " sent a checkpoint path of ", request.payload,
-                     " bytes");
         std::string path(request.payload, '\0');
         socket.recvAll(path.data(), path.size(), deadline(), "the checkpoint path");
         try {
@@ -329,8 +320,7 @@ class ParameterServer::Impl {
         return false;
       }
       default:
-        KOLO_THROW(FormatError, socket.peer(), " sent unknown request ", request.op, " to ",
-                   name());
+        return false;  // not reached: checkServerRequest refuses unknown requests
     }
   }
 
@@ -390,10 +380,6 @@ class ParameterServer::Impl {
   /// exchanges f32 (a second offer is a FormatError). Returns whether the connection shares memory
   /// now; a client elsewhere (another host id) or one whose segment cannot be mapped stays on TCP.
   bool share(Socket& socket, const Header& request, int worker, Reply& out) {
-    if (request.payload < sizeof(uint64_t) ||
-        request.payload > sizeof(uint64_t) + detail::kMaxTextBytes)
-      KOLO_THROW(FormatError, socket.peer(), " sent a share request of ", request.payload,
-                 " bytes");
     std::string offer(request.payload, '\0');
     socket.recvAll(offer.data(), offer.size(), deadline(), "the share request");
     uint64_t cookie = 0;
@@ -441,6 +427,7 @@ class ParameterServer::Impl {
   /// themselves.
   int64_t push(int worker, int64_t basis, float* gradient, Reply& out, const void** reply) {
     std::unique_lock lock(mutex_);
+    const int64_t staleness = stalenessOf(version_, basis, "worker " + std::to_string(worker), name());
     Worker& w = workers_[static_cast<size_t>(worker)];
     w.pushed = gradient;
     if (w.lost) KOLO_THROW(PeerError, name(), " dropped worker ", worker, " (no heartbeat)");
@@ -477,7 +464,6 @@ class ParameterServer::Impl {
       *reply = values_.data<float>();
       return version_;
     }
-    const int64_t staleness = version_ - basis;
     noteStaleness(staleness);
     if (options_.stalenessLr && staleness > 1) {
       const float scale = 1.0f / static_cast<float>(staleness);
