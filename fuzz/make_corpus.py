@@ -180,3 +180,10 @@ metrics_lines = [
     {"kind": "event", "event": "failed", "rank": 1, "signal": "SIGKILL", "wall_s": 3.5},
     {"final": True, "epoch": 2, "step": 40, "train_loss": 0.4, "wall_s": 9.25}]
 write("report_fuzz", "metrics", b"\x03" + b"\n".join(compact(m) for m in metrics_lines) + b"\n")
+
+# A rank's output as kolo run reads it from the pipe: a byte setting the size of the reads
+# (byte + 1), then the output.
+write("line_prefixer_fuzz", "lines", b"\x07" + b"epoch 1 loss 0.5\nepoch 2 loss 0.25\n\nno newline at the end")
+write("line_prefixer_fuzz", "long_line", b"\xff" + b"x" * 3000 + b"\n" + b"y" * 10 + b"\n")
+# Past LinePrefixer::kMaxLineBytes (64 KiB), so that libFuzzer makes inputs that long.
+write("line_prefixer_fuzz", "line_past_the_limit", b"\xff" + b"z" * (64 * 1024 + 100) + b"\n")

@@ -66,7 +66,8 @@ void readMetricsLines(std::istream& in, const std::string& source, Run& run) {
         mistyped(record, "event", &nlohmann::json::is_string) ||
         mistyped(record, "final", &nlohmann::json::is_boolean))
       KOLO_THROW(FormatError, "kolo report: ", source, ":", number,
-                 " has a \"kind\", \"event\" or \"final\" that is not a string, string, boolean");
+                 " has a \"kind\" or \"event\" that is not a string, or a \"final\" that is not",
+                 " true or false");
     const std::string kind = record.value("kind", "");
     if (kind == "interval") {
       run.intervals.push_back(std::move(record));
