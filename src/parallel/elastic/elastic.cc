@@ -90,7 +90,8 @@ std::unique_ptr<ElasticContext> ElasticContext::join(std::shared_ptr<comm::Store
       std::string at = "g";  // (built in steps: GCC 12 warns falsely on "g" + to_string)
       at += std::to_string(seen + 1);
       at += "/members";
-      detail::ElasticRecord record = detail::parseElasticRecord(kv.getString(self->key(at), self->options_.native.timeout), at);
+      detail::ElasticRecord record = detail::parseElasticRecord(
+          kv.getString(self->key(at), self->options_.native.timeout), at);
       if (contains(record.members, id)) {
         admitted = std::move(record);
         admittedIn = seen + 1;
