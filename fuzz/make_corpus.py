@@ -101,3 +101,89 @@ write("rank_record_fuzz", "many_addresses", b"\x00" + b"h/b/1\n7\n65535\n0\n1844
 write("rank_record_fuzz", "no_cpus", b"\x02" + b"h\n1\n1\n1\n1\n\n127.0.0.1\n")
 write("rank_record_fuzz", "segment", b"\x01" + b"4242 17")
 write("rank_record_fuzz", "segment_error", b"\x01" + b"error 4 local ranks need 9 MiB of shared memory")
+
+
+# Parameter-server wire (wire.h): a mode byte (0: a server reads, 1: the chief's dispatcher,
+# 2: a worker), then the peer's bytes: 40-byte headers, each followed by its payload.
+def ps_header(op, a=0, b=0, payload=0, index=0, flags=0):
+    return struct.pack("<IIIIqqQ", 0x3153504B, op, index, flags, a, b, payload)
+
+PS_TOKEN = b"job-token"
+ps_hello = ps_header(1, 0, 0, len(PS_TOKEN), index=2) + PS_TOKEN
+write("ps_wire_fuzz", "server_session", b"\x00" + ps_hello + ps_header(2)
+      + ps_header(3, 5, 0, 16) + bytes(16) + ps_header(5) + ps_header(4) + ps_header(6))
+write("ps_wire_fuzz", "server_chief", b"\x00" + ps_header(1, 1, 0, len(PS_TOKEN)) + PS_TOKEN
+      + ps_header(8, 0, 0, 19) + b"/ckpt/server-0.safetensors"[:19] + ps_header(10, index=3)
+      + ps_header(11, 4242, 17, 8 + 6) + struct.pack("<Q", 99) + b"host-a")
+write("ps_wire_fuzz", "chief_units", b"\x01" + ps_hello + ps_header(7, -1, 0, 8)
+      + struct.pack("<d", 0.0) + ps_header(7, 0, 3, 8) + struct.pack("<d", 2.5))
+write("ps_wire_fuzz", "worker_units", b"\x02" + ps_header(0) + ps_header(0, 4, 1, 16)
+      + struct.pack("<qq", 32, 40) + ps_header(2) + ps_header(3)
+      + ps_header(1, 0, 0, 12) + b"wrong things")
+write("ps_wire_fuzz", "worker_refused", b"\x02" + ps_header(1, 0, 0, 15) + b"wrong job token")
+
+# A parameter server's checkpoint (server_state.h): a safetensors file whose metadata says
+# which server wrote it, for which optimizer, at which version and step.
+def server_state(meta, tensors):
+    header, data = {"__metadata__": meta}, b""
+    for name, values in tensors:
+        header[name] = {"dtype": "F32", "shape": [len(values)],
+                        "data_offsets": [len(data), len(data) + 4 * len(values)]}
+        data += struct.pack("<%df" % len(values), *values)
+    return safetensors(header, data)
+
+write("ps_server_state_fuzz", "adam", server_state(
+    {"version": "12", "server": "0", "optimizer": "adam", "lr": "0.001", "step": "12"},
+    [("value/w", [1, 2, 3]), ("state/w/m", [0.1, 0.2, 0.3]), ("state/w/v", [0.01, 0.02, 0.03])]))
+write("ps_server_state_fuzz", "fresh", server_state(
+    {"version": "0", "server": "0", "optimizer": "adam", "lr": "0.1", "step": "0"},
+    [("value/b[0:2]", [0, 0])]))
+
+# Elastic records (src/parallel/elastic/record.h): a mode byte (0: a generation's members,
+# 1: a reported step, 2: a joiner's id), then the text.
+write("elastic_record_fuzz", "members", b"\x00" + b"120 0 0 1 3")
+write("elastic_record_fuzz", "members_joined", b"\x00" + b"-1 2 0 2 5 7")
+write("elastic_record_fuzz", "step", b"\x01" + b"4096")
+write("elastic_record_fuzz", "joiner", b"\x02" + b"4")
+
+# kolo report's files: a mode byte (0: a Chrome trace for the step breakdown, 1: a
+# flight-recorder dump, 2: a rank's trace to merge, 3: a metrics file), then the file.
+def compact(value):
+    return json.dumps(value, separators=(",", ":")).encode()
+
+trace_events = [
+    {"ph": "X", "name": "step", "cat": "train", "ts": 0, "dur": 100, "pid": 0, "tid": 1},
+    {"ph": "X", "name": "data", "cat": "data", "ts": 1, "dur": 9, "pid": 0, "tid": 1},
+    {"ph": "X", "name": "forward", "cat": "compute", "ts": 10, "dur": 30, "pid": 0, "tid": 1},
+    {"ph": "X", "name": "allreduce", "cat": "comm", "ts": 45, "dur": 50, "pid": 0, "tid": 2},
+    {"ph": "X", "name": "wait", "cat": "comm", "ts": 80, "dur": 15, "pid": 0, "tid": 1},
+    {"ph": "X", "name": "step", "cat": "train", "ts": 0, "dur": 90, "pid": 1, "tid": 7},
+    {"ph": "M", "name": "thread_name", "pid": 0, "tid": 1, "args": {"name": "main"}}]
+write("report_fuzz", "trace", b"\x00" + compact({"traceEvents": trace_events}))
+write("report_fuzz", "flight", b"\x01" + compact({
+    "rank": 0, "world_size": 2, "pid": 4242, "reason": "timeout", "note": "", "dump_ns": 5000,
+    "entries": [{"id": 1, "seq": 1, "context": 0, "group_rank": 0, "group_size": 2,
+                 "op": "allreduce", "dtype": "f32", "reduce": "sum", "algorithm": "ring",
+                 "state": "finished", "count": 10, "bytes": 40, "queued_ns": 1,
+                 "started_ns": 2, "finished_ns": 3},
+                {"id": 2, "seq": 2, "context": 0, "group_rank": 0, "group_size": 2,
+                 "op": "broadcast", "dtype": "f32", "state": "started", "count": 4,
+                 "root": 1, "queued_ns": 4, "started_ns": 5}],
+    "stacks": [{"tid": 7, "name": "main", "answered": True, "frames": ["main", "train"]}]}))
+write("report_fuzz", "rank_trace", b"\x02" + compact(
+    {"traceEvents": trace_events[:4], "kolo": {"rank": 0, "dropped": 3}}))
+metrics_lines = [
+    {"kind": "event", "event": "start", "strategy": "ddp", "ranks": 2, "algorithm": "ring", "batch": 32},
+    {"kind": "interval", "step": 10, "step_ms": 12.5, "slowest_rank": 1,
+     "ranks": [{"rank": 0, "step_ms": 11}, {"rank": 1, "step_ms": 12.5}]},
+    {"epoch": 1, "step": 20, "train_loss": 0.7, "test_accuracy": 0.81, "samples_per_s": 900.5},
+    {"kind": "event", "event": "failed", "rank": 1, "signal": "SIGKILL", "wall_s": 3.5},
+    {"final": True, "epoch": 2, "step": 40, "train_loss": 0.4, "wall_s": 9.25}]
+write("report_fuzz", "metrics", b"\x03" + b"\n".join(compact(m) for m in metrics_lines) + b"\n")
+
+# A rank's output as kolo run reads it from the pipe: a byte setting the size of the reads
+# (byte + 1), then the output.
+write("line_prefixer_fuzz", "lines", b"\x07" + b"epoch 1 loss 0.5\nepoch 2 loss 0.25\n\nno newline at the end")
+write("line_prefixer_fuzz", "long_line", b"\xff" + b"x" * 3000 + b"\n" + b"y" * 10 + b"\n")
+# Past LinePrefixer::kMaxLineBytes (64 KiB), so that libFuzzer makes inputs that long.
+write("line_prefixer_fuzz", "line_past_the_limit", b"\xff" + b"z" * (64 * 1024 + 100) + b"\n")

@@ -37,11 +37,11 @@ int writeReport(const std::vector<std::string>& dirs, std::string out) {
   for (const report::Run& run : runs)
     for (const nlohmann::json& e : run.events) {
       if (e.value("event", "") != "failed" || !e.contains("rank")) continue;
-      std::string how = e.contains("signal") ? e.value("signal", "")
+      std::string how = e.contains("signal") ? report::textField(e, "signal")
                         : e.contains("exit_status") ? "exit status " + e["exit_status"].dump()
                                                     : "";
       std::printf("%s: rank %s failed: %s (%s) at %.1f s\n", run.name.c_str(), e["rank"].dump().c_str(),
-                  how.c_str(), e.value("cause", "").c_str(), e.value("wall_s", 0.0));
+                  how.c_str(), report::textField(e, "cause").c_str(), report::numberField(e, "wall_s", 0.0));
     }
   return 0;
 }

@@ -293,6 +293,9 @@ int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
       idle = true;
     });
     if (!unit) break;
+    if (unit->end > train.size())
+      KOLO_THROW(FormatError, "the chief handed worker ", plan.role.index, " samples [",
+                 unit->begin, ", ", unit->end, ") of a training set of ", train.size());
     if (idle) exchange.pull();
     idle = false;
     if (unit->epoch != orderEpoch) {

@@ -2,8 +2,8 @@
 // the job (and a node that joins a running elastic job checks its own against node 0's), a
 // failure is published under "kolo-run/failed" for the others to stop their ranks, and
 // node 0, which hosts the store, keeps it up until every node that registered has finished.
-#include <cstdio>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "kolo/comm/stores.h"
@@ -53,11 +53,19 @@ int Job::joinParameterServerJob(const std::string& storeAddress, const std::stri
                                 std::chrono::milliseconds timeout) {
   std::shared_ptr<comm::Store> store = comm::connectTcpStore(storeAddress, token, timeout);
   const std::string shape = store->getString(parallel::ps::shapeKey(), timeout);
-  if (std::sscanf(shape.c_str(), "%d %d", &psServers_, &psWorkers_) != 2 || psServers_ < 1 ||
-      psWorkers_ < 1)
+  // Read from the store, which any process of the job may write: bounded before the sums
+  // below, and refused whole when it is anything but two numbers.
+  constexpr int kMostProcesses = 1 << 20;
+  std::istringstream in(shape);
+  char rest = 0;
+  if (!(in >> psServers_ >> psWorkers_) || (in >> rest) || psServers_ < 1 || psWorkers_ < 1 ||
+      psServers_ > kMostProcesses || psWorkers_ > kMostProcesses)
     KOLO_THROW(FormatError, "kolo run --join: the job at ", storeAddress, " published the shape '",
-               shape, "', not 'P W'");
+               shape, "', not 'P W' (1 to ", kMostProcesses, " each)");
   const int64_t joined = store->add(parallel::ps::joinCounterKey(), 1);
+  if (joined < 1 || joined > kMostProcesses)
+    KOLO_THROW(FormatError, "kolo run --join: the job at ", storeAddress, " counts ", joined,
+               " joined workers");
   say("joining the parameter-server job at " + storeAddress + " as worker " +
       std::to_string(psWorkers_ + joined - 1));
   return psServers_ + psWorkers_ + static_cast<int>(joined);

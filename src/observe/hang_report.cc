@@ -4,9 +4,12 @@
 // entries say what they did instead), and entries of one sequence number with different
 // signatures are a mismatch.
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -17,6 +20,28 @@
 
 namespace kolo::observe {
 namespace {
+
+/// The most ranks a dump may speak of: the diagnosis lists ranks one by one.
+constexpr int64_t kMaxDumpRanks = 1 << 16;
+/// Clock readings are non-negative and below this, so that their differences fit.
+constexpr int64_t kMaxDumpNs = INT64_MAX / 2;
+
+/// Field `key` of dump object `j`, an integer within [least, most]; `fallback` when it is
+/// absent (none: the field is required). FormatError naming the field otherwise: the dump is
+/// read from a file, and a value out of range would be cast or looped over.
+int64_t integer(const nlohmann::json& j, const char* key, int64_t least, int64_t most,
+                std::optional<int64_t> fallback = std::nullopt) {
+  const auto it = j.find(key);
+  if (it == j.end()) {
+    if (fallback) return *fallback;
+    KOLO_THROW(FormatError, "no \"", key, "\"");
+  }
+  const bool fits = it->is_number_integer() &&
+                    !(it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) &&
+                    it->get<int64_t>() >= least && it->get<int64_t>() <= most;
+  if (!fits) KOLO_THROW(FormatError, "\"", key, "\" is ", it->dump(), ", not an integer in ", least, "..", most);
+  return it->get<int64_t>();
+}
 
 std::string seconds(int64_t ns) {
   std::ostringstream out;
@@ -156,38 +181,38 @@ std::vector<FlightDump> loadFlightDumps(const std::string& dir) {
     try {
       FlightDump d;
       d.path = file.path().string();
-      d.rank = j.at("rank").get<int>();
-      d.worldSize = j.at("world_size").get<int>();
-      d.pid = j.value("pid", int64_t{0});
+      d.worldSize = static_cast<int>(integer(j, "world_size", 1, kMaxDumpRanks));
+      d.rank = static_cast<int>(integer(j, "rank", 0, d.worldSize - 1));
+      d.pid = integer(j, "pid", 0, INT64_MAX, 0);
       d.reason = j.value("reason", "");
       d.note = j.value("note", "");
-      d.dumpNs = j.at("dump_ns").get<int64_t>();
+      d.dumpNs = integer(j, "dump_ns", 0, kMaxDumpNs);
       for (const auto& x : j["entries"]) {
         FlightEntry e;
-        e.id = x.at("id").get<uint64_t>();
-        e.seq = x.at("seq").get<int64_t>();
-        e.context = x.at("context").get<uint32_t>();
-        e.groupRank = x.at("group_rank").get<int>();
-        e.groupSize = x.at("group_size").get<int>();
+        e.id = static_cast<uint64_t>(integer(x, "id", 0, INT64_MAX));
+        e.seq = integer(x, "seq", INT64_MIN, INT64_MAX);
+        e.context = static_cast<uint32_t>(integer(x, "context", 0, UINT32_MAX));
+        e.groupSize = static_cast<int>(integer(x, "group_size", 1, kMaxDumpRanks));
+        e.groupRank = static_cast<int>(integer(x, "group_rank", 0, e.groupSize - 1));
         e.op = x.at("op").get<std::string>();
         e.dtype = x.value("dtype", "");
         e.reduce = x.value("reduce", "");
         e.algorithm = x.value("algorithm", "");
         e.state = x.at("state").get<std::string>();
         e.error = x.value("error", "");
-        e.count = x.value("count", int64_t{0});
-        e.bytes = x.value("bytes", int64_t{0});
-        e.root = x.value("root", -1);
-        e.peer = x.value("peer", -1);
-        e.queuedNs = x.value("queued_ns", int64_t{0});
-        e.startedNs = x.value("started_ns", int64_t{0});
-        e.finishedNs = x.value("finished_ns", int64_t{0});
+        e.count = integer(x, "count", INT64_MIN, INT64_MAX, 0);
+        e.bytes = integer(x, "bytes", INT64_MIN, INT64_MAX, 0);
+        e.root = static_cast<int>(integer(x, "root", -1, kMaxDumpRanks, -1));
+        e.peer = static_cast<int>(integer(x, "peer", -1, kMaxDumpRanks, -1));
+        e.queuedNs = integer(x, "queued_ns", 0, kMaxDumpNs, 0);
+        e.startedNs = integer(x, "started_ns", 0, kMaxDumpNs, 0);
+        e.finishedNs = integer(x, "finished_ns", 0, kMaxDumpNs, 0);
         d.entries.push_back(std::move(e));
       }
       if (j.contains("stacks") && j["stacks"].is_array()) {
         for (const auto& x : j["stacks"]) {
           DumpedStack stack;
-          stack.tid = x.value("tid", 0);
+          stack.tid = static_cast<int>(integer(x, "tid", INT_MIN, INT_MAX, 0));
           stack.name = x.value("name", "");
           stack.answered = x.value("answered", false);
           if (x.contains("frames") && x["frames"].is_array())
@@ -199,6 +224,8 @@ std::vector<FlightDump> loadFlightDumps(const std::string& dir) {
                 [](const FlightEntry& a, const FlightEntry& b) { return a.id < b.id; });
       dumps.push_back(std::move(d));
     } catch (const nlohmann::json::exception& e) {
+      KOLO_THROW(FormatError, file.path().string(), " is not a flight-recorder dump: ", e.what());
+    } catch (const FormatError& e) {
       KOLO_THROW(FormatError, file.path().string(), " is not a flight-recorder dump: ", e.what());
     }
   }

@@ -1,6 +1,7 @@
 // mergeTimeline: the ranks' Chrome trace files into one DIR/trace.json.
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -36,9 +37,14 @@ MergedTimeline mergeTimeline(const std::string& dir) {
         !trace["traceEvents"].is_array())
       KOLO_THROW(FormatError, path.string(), " is not a rank's trace (a JSON object with traceEvents)");
     for (auto& event : trace["traceEvents"]) events.push_back(std::move(event));
-    nlohmann::json info = trace.value("kolo", nlohmann::json::object());
+    // What the rank says of itself; only a count of dropped events is read from it.
+    nlohmann::json info = trace.contains("kolo") && trace["kolo"].is_object() ? trace["kolo"]
+                                                                              : nlohmann::json::object();
     info["rank"] = rank;
-    merged.dropped += info.value("dropped", int64_t{0});
+    const auto dropped = info.find("dropped");
+    if (dropped != info.end() && dropped->is_number_unsigned())
+      merged.dropped = static_cast<int64_t>(std::min<uint64_t>(
+          dropped->get<uint64_t>(), static_cast<uint64_t>(INT64_MAX - merged.dropped))) + merged.dropped;
     ranks.push_back(std::move(info));
     merged.ranks.push_back(rank);
   }

@@ -32,8 +32,8 @@ std::string fixed(const nlohmann::json* record, const char* key, const char* for
 std::string slowestRank(const Run& run) {
   std::map<int, int> counts;
   for (const nlohmann::json& line : run.intervals)
-    if (line.contains("slowest_rank") && line.contains("ranks") && line["ranks"].size() > 1)
-      ++counts[line["slowest_rank"].get<int>()];
+    if (line.contains("ranks") && line["ranks"].size() > 1 && intField(line, "slowest_rank", -1) >= 0)
+      ++counts[intField(line, "slowest_rank", -1)];
   int best = -1, most = 0;
   for (const auto& [rank, count] : counts)
     if (count > most) best = rank, most = count;

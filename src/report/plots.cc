@@ -239,7 +239,7 @@ std::vector<Plot> drawPlots(const std::vector<Run>& runs, const std::string& out
     for (const nlohmann::json& line : run.intervals) {
       if (!line.contains("ranks")) continue;
       for (const nlohmann::json& r : line["ranks"]) {
-        const int rank = static_cast<int>(field(r, "rank"));
+        const int rank = intField(r, "rank", 0);
         Series& s = perRank[rank];
         s.title = run.name + " rank " + std::to_string(rank);
         s.points.emplace_back(field(line, "step"), field(r, "samples_per_s"));
@@ -278,7 +278,7 @@ std::vector<Plot> drawPlots(const std::vector<Run>& runs, const std::string& out
     for (const nlohmann::json& line : run.intervals) {
       if (line.contains("ranks")) {
         for (const nlohmann::json& r : line["ranks"]) {
-          std::vector<double>& s = sums[static_cast<int>(field(r, "rank"))];
+          std::vector<double>& s = sums[intField(r, "rank", 0)];
           s.resize(6, 0.0);
           // Communication that neither shows as exposed nor as waiting ran during compute.
           const double compute = field(r, "compute_s");
@@ -295,7 +295,7 @@ std::vector<Plot> drawPlots(const std::vector<Run>& runs, const std::string& out
       const double bytes = field(line, "comm_bytes");
       const double gbps = field(line, "comm_gbps");
       if (bytes > 0 && gbps > 0) {
-        auto& a = byAlgorithm[run.startField("algorithm", line.value("algorithm", "auto")) + " (" +
+        auto& a = byAlgorithm[run.startField("algorithm", textField(line, "algorithm", "auto")) + " (" +
                               run.startField("ranks", "?") + " ranks)"];
         a.first += bytes;
         a.second += bytes / (gbps * 1e9);

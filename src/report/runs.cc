@@ -16,29 +16,7 @@ namespace fs = std::filesystem;
 void readMetrics(const fs::path& path, Run& run) {
   std::ifstream in(path);
   if (!in) KOLO_THROW(FileError, "kolo report: cannot read ", path.string());
-  std::string line;
-  int64_t number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
-    // A run killed mid-write leaves a partial last line: skip it, as the metrics writer
-    // promises whole lines only up to a crash.
-    if (record.is_discarded() && in.peek() == EOF) break;
-    if (record.is_discarded() || !record.is_object())
-      KOLO_THROW(FormatError, "kolo report: ", path.string(), ":", number,
-                 " is not a JSON object (a metrics line of kolo train --metrics)");
-    const std::string kind = record.value("kind", "");
-    if (kind == "interval") {
-      run.intervals.push_back(std::move(record));
-    } else if (kind == "event") {
-      run.events.push_back(std::move(record));
-    } else if (kind.empty() && record.value("final", false)) {
-      run.final = std::move(record);
-    } else if (kind.empty() && record.contains("epoch")) {
-      run.epochs.push_back(std::move(record));
-    }
-  }
+  readMetricsLines(in, path.string(), run);
 }
 
 void findCheckpoints(const fs::path& dir, Run& run, int depth) {
@@ -62,15 +40,6 @@ bool isTrace(const fs::path& path) {
 }
 
 }  // namespace
-
-std::string Run::startField(const std::string& key, const std::string& otherwise) const {
-  for (const nlohmann::json& e : events) {
-    if (e.value("event", "") != "start" && e.value("event", "") != "resume") continue;
-    if (!e.contains(key)) continue;
-    return e[key].is_string() ? e[key].get<std::string>() : e[key].dump();
-  }
-  return otherwise;
-}
 
 Run readRun(const std::string& dir) {
   const fs::path path(dir);

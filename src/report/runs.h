@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <istream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -25,6 +26,20 @@ struct Run {
   /// The first "start" event's field, or `otherwise`.
   std::string startField(const std::string& key, const std::string& otherwise) const;
 };
+
+// Fields of a metrics line, which may hold anything: the value when it has the type the
+// writer gives it, `otherwise` when it is absent or has another type.
+std::string textField(const nlohmann::json& record, const char* key, const std::string& otherwise = "");
+/// An integer within int's range.
+int intField(const nlohmann::json& record, const char* key, int otherwise);
+double numberField(const nlohmann::json& record, const char* key, double otherwise);
+
+/// Adds the metrics lines of `in` (read from `source`) to `run` (metrics_lines.cc, apart
+/// from the directory reading so that fuzz/report_fuzz.cc drives it). A blank line is
+/// skipped, and so is a partial last line (a run killed mid-write). FormatError naming
+/// `source` and the line when a line is not a JSON object, or its "kind", "event" or "final"
+/// has another type than the metrics writer gives it.
+void readMetricsLines(std::istream& in, const std::string& source, Run& run);
 
 /// Reads `dir`: every *.jsonl file in it (metrics), checkpoints in it or in its
 /// subdirectories (ckpt-<step>), trace files (*.json holding "traceEvents"). Throws

@@ -6,10 +6,12 @@
 #include "report/timeline.h"
 
 #include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "kolo/error.h"
 
@@ -35,6 +37,23 @@ double unionWithin(std::vector<std::pair<double, double>> spans, double from, do
   return total;
 }
 
+/// The event's string field `key`, or "" when it is absent or not a string.
+std::string text(const nlohmann::json& e, const char* key) {
+  const auto it = e.find(key);
+  return it != e.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+/// The event's integer field `key` within [least, most], or none (absent, another type, out
+/// of range).
+std::optional<int64_t> integer(const nlohmann::json& e, const char* key, int64_t least, int64_t most) {
+  const auto it = e.find(key);
+  if (it == e.end() || !it->is_number_integer()) return std::nullopt;
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+  const auto value = it->get<int64_t>();
+  if (value < least || value > most) return std::nullopt;
+  return value;
+}
+
 }  // namespace
 
 double RankTimeline::otherMs() const { return std::max(0.0, stepMs - dataMs - computeMs - exposedMs); }
@@ -55,19 +74,23 @@ std::vector<RankTimeline> timelineBreakdown(const std::vector<std::string>& trac
     if (trace.is_discarded() || !trace.is_object() || !trace.contains("traceEvents") ||
         !trace["traceEvents"].is_array())
       KOLO_THROW(FormatError, "kolo report: ", file, " is not a Chrome trace (a JSON object with traceEvents)");
+    // Events other than complete ones ("X") with numeric times and integer ids are passed
+    // over, whatever else they hold.
     for (const nlohmann::json& e : trace["traceEvents"]) {
-      if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("ts") || !e.contains("dur") ||
-          !e["ts"].is_number() || !e["dur"].is_number() || !e.contains("pid") || !e["pid"].is_number())
+      if (!e.is_object() || text(e, "ph") != "X" || !e.contains("ts") || !e.contains("dur") ||
+          !e["ts"].is_number() || !e["dur"].is_number())
         continue;
-      const int pid = e["pid"].get<int>();
-      const int64_t tid = e.value("tid", int64_t{0});
+      const auto pid = integer(e, "pid", INT_MIN, INT_MAX);
+      const auto tid = e.contains("tid") ? integer(e, "tid", INT64_MIN, INT64_MAX) : int64_t{0};
+      if (!pid || !tid) continue;
       const double begin = e["ts"].get<double>(), end = begin + e["dur"].get<double>();
-      const std::string category = e.value("cat", "");
-      const std::string name = e.value("name", "");
-      if (name == "step" && category == "train") steps[pid][tid].emplace_back(begin, end);
-      if (category == "comm") comm[pid].emplace_back(begin, end);
+      const std::string category = text(e, "cat");
+      const std::string name = text(e, "name");
+      const int rank = static_cast<int>(*pid);
+      if (name == "step" && category == "train") steps[rank][*tid].emplace_back(begin, end);
+      if (category == "comm") comm[rank].emplace_back(begin, end);
       if (category == "data" || category == "compute" || category == "comm")
-        threads[pid][tid].push_back({begin, end, category});
+        threads[rank][*tid].push_back({begin, end, category});
     }
   }
 

@@ -8,13 +8,14 @@
 #include "kolo/parallel/elastic.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
-#include <sstream>
 #include <thread>
 
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
 #include "kolo/settings.h"
+#include "parallel/elastic/record.h"
 
 namespace kolo::parallel {
 namespace {
@@ -32,23 +33,6 @@ std::string joinIds(const std::vector<int>& ids) {
 
 bool contains(const std::vector<int>& ids, int id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
-}
-
-/// A generation's record: "STEP TICKETS MEMBER...", TICKETS being the joiner tickets decided.
-struct Record {
-  int64_t step = 0;
-  int64_t tickets = 0;
-  std::vector<int> members;
-};
-
-Record parseRecord(const std::string& text, const std::string& where) {
-  std::istringstream in(text);
-  Record record;
-  if (!(in >> record.step >> record.tickets))
-    KOLO_THROW(FormatError, "elastic: the membership record ", where, " is '", text,
-               "', not 'STEP TICKETS MEMBER...'");
-  for (int m; in >> m;) record.members.push_back(m);
-  return record;
 }
 
 }  // namespace
@@ -98,7 +82,7 @@ std::unique_ptr<ElasticContext> ElasticContext::join(std::shared_ptr<comm::Store
   // rank means it was dropped (it came too late to the rendezvous).
   const auto deadline = Clock::now() + self->options_.rendezvousTimeout;
   int64_t seen = 0, admittedIn = 0;
-  Record admitted;
+  detail::ElasticRecord admitted;
   for (;;) {
     if (kv.check({elasticFinishedKey(self->options_.prefix)})) return nullptr;
     const int64_t current = kv.add(self->key("generation"), 0);
@@ -106,7 +90,8 @@ std::unique_ptr<ElasticContext> ElasticContext::join(std::shared_ptr<comm::Store
       std::string at = "g";  // (built in steps: GCC 12 warns falsely on "g" + to_string)
       at += std::to_string(seen + 1);
       at += "/members";
-      Record record = parseRecord(kv.getString(self->key(at), self->options_.native.timeout), at);
+      detail::ElasticRecord record = detail::parseElasticRecord(
+          kv.getString(self->key(at), self->options_.native.timeout), at);
       if (contains(record.members, id)) {
         admitted = std::move(record);
         admittedIn = seen + 1;
@@ -257,14 +242,18 @@ MembershipChange ElasticContext::agree(int64_t completedStep, const std::string&
     for (int m : members_) {
       const std::string reported = at + "/in/" + std::to_string(m);
       if (!store_->check({reported})) continue;
-      step = std::min<int64_t>(step, std::stoll(store_->getString(reported, options_.native.timeout)));
+      step = std::min(step, detail::parseElasticNumber(
+                                store_->getString(reported, options_.native.timeout), reported,
+                                INT64_MIN, INT64_MAX));
       chosen.push_back(m);
     }
     int64_t tickets = admitted_;
     const bool goesOn = static_cast<int>(chosen.size()) >= options_.minRanks;
     for (int64_t t = admitted_ + 1, registered = joinersRegistered();
          goesOn && t <= registered && static_cast<int>(chosen.size()) < options_.maxRanks; ++t) {
-      const int joiner = std::stoi(store_->getString(key("joiner/" + std::to_string(t)), options_.native.timeout));
+      const std::string ticket = key("joiner/" + std::to_string(t));
+      const int joiner = static_cast<int>(detail::parseElasticNumber(
+          store_->getString(ticket, options_.native.timeout), ticket, 0, INT_MAX));
       tickets = t;
       if (!store_->check({elasticLostKey(joiner, options_.prefix)})) chosen.push_back(joiner);
     }
@@ -277,7 +266,7 @@ MembershipChange ElasticContext::agree(int64_t completedStep, const std::string&
     store_->setString(at + "/members", record);
     store_->add(options_.prefix + "/generation", 1);
   }
-  const Record record = parseRecord(
+  const detail::ElasticRecord record = detail::parseElasticRecord(
       store_->getString(at + "/members", 2 * options_.native.timeout + std::chrono::seconds(1)), at);
   MembershipChange change;
   change.generation = next;
@@ -293,7 +282,7 @@ MembershipChange ElasticContext::agree(int64_t completedStep, const std::string&
                " was formed without it (it came back late, still in generation ", generation_,
                ")");
   if (static_cast<int>(change.members.size()) < options_.minRanks) {
-    const std::string what = detail::concat(
+    const std::string what = kolo::detail::concat(
         "elastic job: ", change.members.size(), " rank(s) left after losing rank(s) ",
         joinIds(change.lost), " (", reason, "), below --min-ranks ", options_.minRanks, "; stopping");
     finish(what);  // ranks waiting to join stop waiting

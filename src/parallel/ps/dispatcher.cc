@@ -280,8 +280,11 @@ class UnitDispatcher::Impl {
       while (!stopping_.load()) {
         if (!socket.waitReadable(kPollSlice)) continue;
         const Header request = detail::recvHeader(socket, deadline(), "a unit request");
-        if (request.op != static_cast<uint32_t>(Op::Next) || request.payload != sizeof(double))
-          KOLO_THROW(FormatError, socket.peer(), " sent request ", request.op, " to the chief");
+        {
+          std::lock_guard lock(mutex_);
+          detail::checkUnitRequest(request, workers_[static_cast<size_t>(worker)].held,
+                                   options_.unitSamples, socket.peer());
+        }
         double lossSum = 0.0;
         socket.recvAll(&lossSum, sizeof lossSum, deadline(), "the unit report");
         const Header answer = next(worker, request.a, request.b, lossSum);
@@ -442,6 +445,7 @@ std::optional<Unit> UnitClient::next(const UnitReport& report, const std::functi
         if (answer.payload != sizeof range)
           KOLO_THROW(FormatError, socket.peer(), " sent a unit of ", answer.payload, " bytes");
         socket.recvAll(range, sizeof range, until, "the next unit");
+        detail::checkUnitReply(answer, range, socket.peer());
         return Unit{answer.a, answer.b, range[0], range[1]};
       }
       case Status::Finished:

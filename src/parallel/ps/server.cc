@@ -233,9 +233,8 @@ class ParameterServer::Impl {
   /// Serves one request; false when the connection should end (Shutdown).
   bool handle(Socket& socket, const Header& request, int worker, Reply& out) {
     const auto op = static_cast<Op>(request.op);
-    if (op != Op::Push && op != Op::Checkpoint && op != Op::Share && request.payload != 0)
-      KOLO_THROW(FormatError, socket.peer(), " sent ", request.payload, " bytes with request ",
-                 request.op);
+    if (op == Op::Push && worker < 0) KOLO_THROW(FormatError, "the chief pushed gradients to ", name());
+    checkServerRequest(request, out.shared.valid() ? 0 : wireBytes(out.bf16), socket.peer(), name());
     out.inPlace = (request.flags & kReadsSharedValues) != 0;
     if (out.inPlace && !(worker >= 0 && out.shared.valid() && valuesOffered()))
       KOLO_THROW(FormatError, socket.peer(), " asked for the values in place from ", name(),
@@ -262,11 +261,6 @@ class ParameterServer::Impl {
         return true;
       }
       case Op::Push: {
-        if (worker < 0) KOLO_THROW(FormatError, "the chief pushed gradients to ", name());
-        const uint64_t expected = out.shared.valid() ? 0 : wireBytes(out.bf16);
-        if (request.payload != expected)
-          KOLO_THROW(FormatError, socket.peer(), " pushed ", request.payload, " bytes to ", name(),
-                     ", which takes ", expected);
         // The worker's buffers are its connection's until it parks a push: no lock needed.
         Worker& w = workers_[static_cast<size_t>(worker)];
         float* gradient = out.shared.valid() ? out.shared.gradients()
@@ -320,9 +314,6 @@ class ParameterServer::Impl {
         return true;
       }
       case Op::Checkpoint: {
-        if (request.payload > detail::kMaxTextBytes)
-          KOLO_THROW(FormatError, socket.peer(), " sent a checkpoint path of ", request.payload,
-                     " bytes");
         std::string path(request.payload, '\0');
         socket.recvAll(path.data(), path.size(), deadline(), "the checkpoint path");
         try {
@@ -362,8 +353,7 @@ class ParameterServer::Impl {
         return false;
       }
       default:
-        KOLO_THROW(FormatError, socket.peer(), " sent unknown request ", request.op, " to ",
-                   name());
+        return false;  // not reached: checkServerRequest refuses unknown requests
     }
   }
 
@@ -429,6 +419,7 @@ class ParameterServer::Impl {
   /// themselves.
   int64_t push(int worker, int64_t basis, float* gradient, Reply& out, const void** reply) {
     std::unique_lock lock(mutex_);
+    const int64_t staleness = stalenessOf(version_, basis, "worker " + std::to_string(worker), name());
     Worker& w = workers_[static_cast<size_t>(worker)];
     w.pushed = gradient;
     if (w.lost) KOLO_THROW(PeerError, name(), " dropped worker ", worker, " (no heartbeat)");
@@ -464,7 +455,6 @@ class ParameterServer::Impl {
       *reply = ownValues(out);
       return version_;
     }
-    const int64_t staleness = version_ - basis;
     noteStaleness(staleness);
     if (options_.stalenessLr && staleness > 1) {
       const float scale = 1.0f / static_cast<float>(staleness);

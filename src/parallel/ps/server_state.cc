@@ -29,18 +29,7 @@ void saveServerState(const std::string& path, int index, const NamedTensors& vie
 int64_t restoreServerState(const std::string& path, int index, const NamedTensors& views,
                            optim::Optimizer& optimizer) {
   const checkpoint::SafetensorsFile file = checkpoint::loadSafetensors(path);
-  const auto meta = [&](const std::string& key) {
-    const auto it = file.metadata.find(key);
-    if (it == file.metadata.end())
-      KOLO_THROW(FormatError, path, ": no '", key, "' in the metadata of a server checkpoint");
-    return it->second;
-  };
-  if (meta("server") != std::to_string(index))
-    KOLO_THROW(Mismatch, path, " was written by parameter server ", meta("server"), ", not ",
-               index);
-  if (meta("optimizer") != optimizer.kind())
-    KOLO_THROW(Mismatch, path, " holds ", meta("optimizer"), " state, this job uses ",
-               optimizer.kind());
+  const ServerStateFacts facts = checkServerStateMetadata(file.metadata, path, index, optimizer.kind());
   NamedTensors targets;
   for (const auto& [slice, view] : views) {
     targets.emplace_back("value/" + slice, view);
@@ -52,9 +41,13 @@ int64_t restoreServerState(const std::string& path, int index, const NamedTensor
   std::vector<std::pair<std::string, Tensor>> state;
   for (const auto& [key, tensor] : file.tensors)
     if (key.rfind("state/", 0) == 0) state.emplace_back(key.substr(6), tensor);
-  optimizer.loadStateDict(optim::StateDict::fromFlat(
-      state, {{"step", std::stod(meta("step"))}, {"lr", optimizer.lr()}}));
-  return std::stoll(meta("version"));
+  try {
+    optimizer.loadStateDict(optim::StateDict::fromFlat(
+        state, {{"step", static_cast<double>(facts.step)}, {"lr", optimizer.lr()}}));
+  } catch (const InvalidArgument& e) {
+    KOLO_THROW(FormatError, path, ": the optimizer state does not fit this server: ", e.what());
+  }
+  return facts.version;
 }
 
 }  // namespace kolo::parallel::ps::detail

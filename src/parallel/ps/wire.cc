@@ -82,4 +82,64 @@ Header acceptHello(Socket& socket, const std::string& token, Clock::time_point d
   return h;
 }
 
+void checkServerRequest(const Header& request, uint64_t pushBytes, const std::string& peer,
+                        const std::string& server) {
+  switch (static_cast<Op>(request.op)) {
+    case Op::Push:
+      if (request.payload != pushBytes)
+        KOLO_THROW(FormatError, peer, " pushed ", request.payload, " bytes to ", server,
+                   ", which takes ", pushBytes);
+      return;
+    case Op::Checkpoint:
+      if (request.payload > kMaxTextBytes)
+        KOLO_THROW(FormatError, peer, " sent a checkpoint path of ", request.payload, " bytes to ",
+                   server);
+      return;
+    case Op::Share:
+      if (request.payload < sizeof(uint64_t) || request.payload > sizeof(uint64_t) + kMaxTextBytes)
+        KOLO_THROW(FormatError, peer, " sent a share request of ", request.payload, " bytes to ",
+                   server);
+      return;
+    case Op::Pull:
+    case Op::Leave:
+    case Op::Stats:
+    case Op::Drop:
+    case Op::Shutdown:
+      if (request.payload != 0)
+        KOLO_THROW(FormatError, peer, " sent ", request.payload, " bytes with request ", request.op,
+                   " to ", server);
+      return;
+    default:
+      KOLO_THROW(FormatError, peer, " sent unknown request ", request.op, " to ", server);
+  }
+}
+
+int64_t stalenessOf(int64_t version, int64_t basis, const std::string& peer,
+                    const std::string& server) {
+  if (basis < 0 || basis > version)
+    KOLO_THROW(FormatError, peer, " pushed gradients computed on version ", basis, " to ", server,
+               ", which is at version ", version);
+  return version - basis;
+}
+
+void checkUnitRequest(const Header& request, int64_t held, int64_t unitSamples,
+                      const std::string& peer) {
+  if (request.op != static_cast<uint32_t>(Op::Next) || request.payload != sizeof(double))
+    KOLO_THROW(FormatError, peer, " sent request ", request.op, " with ", request.payload,
+               " bytes to the chief, which serves unit requests only");
+  if (request.a == -1) return;
+  if (request.a < 0 || request.a != held)
+    KOLO_THROW(FormatError, peer, " reported unit ", request.a, " done, but it holds ",
+               held < 0 ? std::string("none") : "unit " + std::to_string(held));
+  if (request.b < 0 || request.b > unitSamples)
+    KOLO_THROW(FormatError, peer, " reported ", request.b, " batches for unit ", request.a,
+               ", which has at most ", unitSamples, " samples");
+}
+
+void checkUnitReply(const Header& answer, const int64_t range[2], const std::string& peer) {
+  if (answer.a < 0 || answer.b < 0 || range[0] < 0 || range[1] < range[0])
+    KOLO_THROW(FormatError, peer, " handed out unit ", answer.a, " of epoch ", answer.b,
+               " with samples [", range[0], ", ", range[1], ")");
+}
+
 }  // namespace kolo::parallel::ps::detail

@@ -127,4 +127,31 @@ Header hello(Socket& socket, uint32_t index, int64_t role, const std::string& to
 /// Returns the header, or throws FormatError/PeerError (after telling the peer why).
 Header acceptHello(Socket& socket, const std::string& token, Clock::time_point deadline);
 
+// The checks of what a peer's header announces, made before any payload is read or any
+// state is touched (apart from sockets, so that tests and fuzz/ps_wire_fuzz.cc drive them).
+
+/// A server's check of a request after Hello: a known operation whose payload is what it
+/// carries (`pushBytes` for a push on this connection, a path or a share offer of bounded
+/// size, nothing for the rest). FormatError naming `peer` and `server` otherwise.
+void checkServerRequest(const Header& request, uint64_t pushBytes, const std::string& peer,
+                        const std::string& server);
+
+/// How many updates a push computed on version `basis` is behind `version`, the server's.
+/// FormatError naming `peer` and `server` when `basis` is no version the server has had
+/// (negative, or ahead of it).
+int64_t stalenessOf(int64_t version, int64_t basis, const std::string& peer,
+                    const std::string& server);
+
+/// The chief's check of a unit request (Next): its payload is the loss sum (one f64), `a`
+/// the unit reported done (-1: none), which must be `held`, the unit the worker holds, and
+/// `b` that unit's batches, at most one per sample (`unitSamples` in a unit). FormatError
+/// naming `peer` otherwise.
+void checkUnitRequest(const Header& request, int64_t held, int64_t unitSamples,
+                      const std::string& peer);
+
+/// A worker's check of the chief's Ok answer to a unit request: unit `a` >= 0 of epoch
+/// `b` >= 0, whose samples [range[0], range[1]) are a range of non-negative indices.
+/// FormatError naming `peer` otherwise.
+void checkUnitReply(const Header& answer, const int64_t range[2], const std::string& peer);
+
 }  // namespace kolo::parallel::ps::detail
