@@ -263,7 +263,7 @@ Command registerTrain(CLI::App& root) {
       ->needs(balance);
   app->add_option("--debug-kill-rank", raw->killRank,
                   "RANK[,RANK...]:STEP under kolo run --elastic: those ranks SIGKILL themselves "
-                  "before STEP, for tests")
+                  "before STEP (parameter-server workers: before their push STEP), for tests")
       ->group("");
   app->add_option("--debug-kill-in-regroup", config->debugKillInRegroup,
                   "RANK under kolo run --elastic: that rank SIGKILLs itself in the first membership "

@@ -122,7 +122,7 @@ struct TrainConfig {
   int failRank = 0;
 
   // Elastic jobs (kolo run --elastic, train_elastic.cc). Tests: launch ranks `debugKillRanks`
-  // SIGKILL themselves before step `debugKillStep`; launch rank `debugKillInRegroup` SIGKILLs
+  // SIGKILL themselves before step `debugKillStep` (parameter-server workers: before that push); launch rank `debugKillInRegroup` SIGKILLs
   // itself in the first membership change, once the members are agreed and before their
   // communicator is built; each rank appends "GENERATION STEP ID..." for every step it
   // completes to debugSampleLog.rank-N; at step debugAwaitJoin the members wait for

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -280,6 +282,11 @@ int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
   KOLO_REQUIRE(!plan.lookaheadAsked || overlapped,
                "--ps-lookahead needs the exchange overlapped (--ps-overlap, async and ssp)");
   ps::WorkerExchange exchange(servers, replicas, overlapped ? plan.lookahead : 0.0);
+  // Tests: a worker whose launch rank is in --debug-kill-rank SIGKILLs itself before its push
+  // number --debug-kill-rank's STEP (counted from 0), mid-epoch at a point of the test's choosing.
+  const bool killedHere = std::find(config.debugKillRanks.begin(), config.debugKillRanks.end(),
+                                    settings::rank()) != config.debugKillRanks.end();
+  int64_t pushes = 0;
   exchange.pull();
   bool idle = false;
   int64_t orderEpoch = -1;
@@ -326,6 +333,10 @@ int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
                    unit->epoch + 1, "; try a smaller --lr");
       if (plan.role.index == config.slowWorker)
         std::this_thread::sleep_for((Clock::now() - stepStart) * (config.slowFactor - 1.0));
+      if (killedHere && pushes++ == config.debugKillStep) {
+        std::fflush(nullptr);
+        ::raise(SIGKILL);
+      }
       exchange.pushAndSwap();
       report.lossSum += value;
       ++report.batches;
