@@ -3,6 +3,7 @@
 #include "parallel/half_pack.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -35,8 +36,13 @@ __attribute__((target("avx2,f16c"))) void halvesToFloatF16c(const uint16_t* in, 
   for (; i < n; ++i) out[i] = halfToFloat(in[i]) * scale;
 }
 
+// F16C is read from CPUID leaf 1 (ECX bit 29) rather than __builtin_cpu_supports, whose
+// "f16c" only newer clang knows.
 bool haveF16c() {
-  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool have = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+  }();
   return have;
 }
 #endif
