@@ -251,7 +251,7 @@ int lateWorker(const PsPlan& plan) {
 }
 
 int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
-              const data::TensorDataset& train) {
+              const data::TensorDataset& train, observe::Logger& logger) {
   if (jobFinished(store)) return lateWorker(plan);
   std::optional<ps::ServerGroup> connected;
   std::optional<ps::UnitClient> chief;
@@ -282,6 +282,11 @@ int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
   KOLO_REQUIRE(!plan.lookaheadAsked || overlapped,
                "--ps-lookahead needs the exchange overlapped (--ps-overlap, async and ssp)");
   ps::WorkerExchange exchange(servers, replicas, overlapped ? plan.lookahead : 0.0);
+  if (!config.quiet)
+    logger.info("worker exchange", {{"worker", plan.role.index},
+                                    {"overlapped", overlapped},
+                                    {"lookahead", overlapped ? plan.lookahead : 0.0},
+                                    {"servers_in_shared_memory", servers.sharedServers()}});
   // Tests: a worker whose launch rank is in --debug-kill-rank SIGKILLs itself before its push
   // number --debug-kill-rank's STEP (counted from 0), mid-epoch at a point of the test's choosing.
   const bool killedHere = std::find(config.debugKillRanks.begin(), config.debugKillRanks.end(),
@@ -457,7 +462,7 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
                              {"workers", plan.role.workers},
                              {"optimizer", plan.recipe.optimizer},
                              {"lr", plan.recipe.lr},
-                             {"ps_lookahead", plan.lookahead},
+                             {"ps_overlap", config.psOverlap},
                              {"batch_per_worker", config.batch},
                              {"epochs", plan.recipe.epochs}});
   }
@@ -629,7 +634,7 @@ int runParameterServerRole(const TrainConfig& given, observe::Logger& logger) {
     case ps::Role::Server:
       return runServer(config, plan, *store);
     case ps::Role::Worker:
-      return runWorker(config, plan, *store, *train);
+      return runWorker(config, plan, *store, *train, logger);
     case ps::Role::Chief:
       return runChief(config, plan, *store, logger);
   }
