@@ -72,7 +72,9 @@ std::vector<Balancer> replanned(int64_t batch, const std::vector<std::vector<dou
   auto ranks = testing::nativeRanks(n);
   std::vector<Balancer> balancers;
   for (int r = 0; r < n; ++r) balancers.emplace_back(batch, r, n, BalancerOptions{.replanEvery = steps});
-  std::vector<bool> results(static_cast<size_t>(n));
+  // One byte per rank: the ranks' threads write their results at once, and std::vector<bool>
+  // packs them into shared words, where one thread's write can undo another's.
+  std::vector<char> results(static_cast<size_t>(n));
   onThreads(n, [&](int r) {
     auto comm = ranks(r);
     Balancer& b = balancers[static_cast<size_t>(r)];
@@ -86,7 +88,7 @@ std::vector<Balancer> replanned(int64_t batch, const std::vector<std::vector<dou
       EXPECT_FALSE(b.replanDue());
     }
   });
-  if (changed) *changed = results;
+  if (changed) changed->assign(results.begin(), results.end());
   return balancers;
 }
 
