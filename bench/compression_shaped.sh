@@ -7,8 +7,11 @@
 # counters (sent + received) over a run of STEPS steps minus a run of 11 steps (set-up,
 # broadcast, evaluation and PowerSGD's 10 plain warm-up steps cancel), over STEPS - 11.
 # Prints one table per rate with the accuracy lines it was given (loopback runs, same ranks).
+# Each host runs on its own half of this machine's CPUs (taskset), as two machines would: the
+# hosts then do not take each other's cores, and each host's ranks see how many cores they
+# have (more ranks than cores: short spins). PIN=0 lets both hosts use every CPU.
 # Usage: compression_shaped.sh KOLO ACCURACY_LINES   (lines "method accuracy payload-bytes")
-#   METHODS  STEPS  REPEAT  RATES="1gbit"
+#   METHODS  STEPS  REPEAT  RATES="1gbit"  PIN=1
 set -euo pipefail
 kolo="$1"
 accuracy="$2"
@@ -17,6 +20,7 @@ root="$(dirname "$here")"
 methods=${METHODS:-"none fp16 bf16 powersgd:4 topk:0.01"}
 steps=${STEPS:-200}
 repeat=${REPEAT:-2}
+pin=${PIN:-1}
 rates=${RATES:-1gbit}
 # shellcheck source=../tests/comm_multihost/netns_hosts.sh
 . "$root/tests/comm_multihost/netns_hosts.sh"
@@ -42,6 +46,16 @@ link_bytes() {
     'echo $(( $(cat /sys/class/net/eth0/statistics/tx_bytes) + $(cat /sys/class/net/eth0/statistics/rx_bytes) ))'
 }
 
+# The CPUs of host $1 (0 or 1): its half of the machine's, or all of them without PIN.
+cpus_of() {
+  local n half
+  n=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)  # nproc reads them
+  half=$(( n / 2 ))
+  if [ "$pin" != 1 ] || [ "$half" -lt 1 ]; then echo "0-$((n - 1))"
+  elif [ "$1" = 0 ]; then echo "0-$((half - 1))"
+  else echo "$half-$((n - 1))"; fi
+}
+
 port=29400
 # One 4-rank job of method $1 for $2 steps; prints "steady_samples_per_s link_bytes".
 job() {
@@ -51,7 +65,7 @@ job() {
   for node in 0 1; do
     local ns="$NETNS_H1"
     [ $node = 1 ] && ns="$NETNS_H2"
-    ip netns exec "$ns" timeout 600 "$kolo" run -n 2 --nnodes 2 --node-rank $node \
+    ip netns exec "$ns" taskset -c "$(cpus_of $node)" timeout 600 "$kolo" run -n 2 --nnodes 2 --node-rank $node \
       --store "$NETNS_ADDR1:$port" --timeout 120 -- \
       "$kolo" train --strategy multi-worker-mirrored --threads 1 --prefetch off \
       --shard-optimizer off --model mlp --seed 1 --compress "$1" --steps "$2" --quiet \
@@ -91,7 +105,7 @@ S $m $s"
     done
     i=$((i + 1))
   done
-  echo "# mlp, 2 hosts x 2 ranks, tbf $r on each host's egress; accuracy from the loopback runs (the same math)"
+  echo "# mlp, 2 hosts x 2 ranks (CPUs $(cpus_of 0) and $(cpus_of 1)), tbf $r on each host's egress; accuracy from the loopback runs (the same math)"
   printf "%-12s %9s %16s %14s %16s %14s %10s %9s\n" method accuracy "payload/step/rank" "payload vs none" \
     "wire bytes/step" "wire vs none" "samples/s" "vs none"
   echo "$accuracy$lines" | awk '

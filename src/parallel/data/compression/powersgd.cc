@@ -1,13 +1,14 @@
 // PowerSGD (Vogels et al., 2019) as a Reducer communication hook: rank-r power iteration
 // per matrix-shaped gradient with error feedback and warm start (kolo/parallel/compression.h).
+#include <cblas.h>
+
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
 #include <vector>
 
-#include "kolo/autograd.h"
 #include "kolo/error.h"
-#include "kolo/ops.h"
 #include "kolo/parallel/compression.h"
 
 namespace kolo::parallel::compression {
@@ -47,24 +48,15 @@ void orthonormalizeColumns(float* p, size_t n, size_t r) {
   for (size_t i = 0; i < n * r; ++i) p[i] = static_cast<float>(w[i]);
 }
 
-// A rows x cols tensor holding a copy of `data` (P and Q are small: (n + m) r elements).
-Tensor matrixOf(const float* data, size_t rows, size_t cols) {
-  return Tensor::fromVector({static_cast<int64_t>(rows), static_cast<int64_t>(cols)},
-                            std::vector<float>(data, data + rows * cols));
-}
-
-// The n x m view of a gradient in the bucket (no copy).
-Tensor gradientView(const Tensor& buffer, const MatrixView& v) {
-  const auto begin = static_cast<int64_t>(v.offset);
-  return buffer.slice(0, begin, begin + static_cast<int64_t>(v.n * v.m))
-      .view({static_cast<int64_t>(v.n), static_cast<int64_t>(v.m)});
-}
-
-// out = a b, through the tensor layer's GEMM, without recording autograd.
-void productInto(const Tensor& a, const Tensor& b, float* out) {
-  autograd::NoGradGuard noGrad;
-  const Tensor c = matmul(a, b).contiguous();
-  std::copy(c.data<float>(), c.data<float>() + c.numel(), out);
+// C (rows x cols) = alpha op(A) op(B) + beta C, row-major, single precision: the three
+// products of a PowerSGD step, written straight into the bucket, the exchange buffer or the
+// residual.
+void gemm(bool transposeA, bool transposeB, size_t rows, size_t cols, size_t inner, float alpha,
+          const float* a, const float* b, float beta, float* c) {
+  const int m = static_cast<int>(rows), n = static_cast<int>(cols), k = static_cast<int>(inner);
+  cblas_sgemm(CblasRowMajor, transposeA ? CblasTrans : CblasNoTrans,
+              transposeB ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, transposeA ? m : k, b,
+              transposeB ? k : n, beta, c, n);
 }
 
 class PowerSgdHook final : public CommHook {
@@ -100,11 +92,11 @@ class PowerSgdHook final : public CommHook {
     }
 
     // Which gradients are compressed: the decision depends on shapes only, so it agrees
-    // across ranks.
+    // across ranks. The others (vectors, small matrices) travel whole, ahead of the P's in
+    // one buffer and one all-reduce.
     std::vector<MatrixView> matrices;
-    auto plain = std::make_shared<std::vector<float>>();
     std::vector<std::pair<size_t, size_t>> plainRanges;  // (offset, numel) in the bucket
-    size_t pElements = 0;
+    size_t plainElements = 0, pElements = 0;
     for (size_t j = 0; j < bucket.shapes.size(); ++j) {
       const Shape& shape = bucket.shapes[j];
       size_t numel = 1;
@@ -125,35 +117,32 @@ class PowerSgdHook final : public CommHook {
         pElements += v.n * v.r;
       } else {
         plainRanges.emplace_back(v.offset, numel);
-        plain->insert(plain->end(), g + v.offset, g + v.offset + numel);
+        plainElements += numel;
       }
     }
-    std::unique_ptr<comm::Work> plainWork;
-    if (!plain->empty()) {
-      countBytes(plain->size() * sizeof(float));
-      plainWork = bucket.comm->iallreduce(plain->data(), plain->data(), plain->size(), DType::F32,
-                                          comm::ReduceOp::Sum, bucket.collective);
-    }
-    // P_j = M_j Q_j for every matrix, packed, then one all-reduce.
-    auto p = std::make_shared<std::vector<float>>(pElements);
+    std::vector<float>& exchange = state.exchange;
+    exchange.resize(plainElements + pElements);
     size_t at = 0;
+    for (const auto& [offset, numel] : plainRanges) {
+      std::copy(g + offset, g + offset + numel, exchange.data() + at);
+      at += numel;
+    }
+    // P_j = M_j Q_j for every matrix, after the plain values.
     for (const MatrixView& v : matrices) {
-      std::vector<float>& q = qOf(state, bucket.index, v);
-      productInto(gradientView(buffer, v), matrixOf(q.data(), v.m, v.r), p->data() + at);
+      const std::vector<float>& q = qOf(state, bucket.index, v);
+      gemm(false, false, v.n, v.r, v.m, 1.0f, g + v.offset, q.data(), 0.0f, exchange.data() + at);
       at += v.n * v.r;
     }
-    std::shared_ptr<comm::Work> pWork;
-    if (pElements > 0) {
-      countBytes(pElements * sizeof(float));
-      pWork = bucket.comm->iallreduce(p->data(), p->data(), pElements, DType::F32,
-                                      comm::ReduceOp::Sum, bucket.collective);
-    }
+    countBytes(exchange.size() * sizeof(float));
+    std::unique_ptr<comm::Work> work = bucket.comm->iallreduce(
+        exchange.data(), exchange.data(), exchange.size(), DType::F32, comm::ReduceOp::Sum,
+        bucket.collective);
     comm::Communicator* comm = bucket.comm;
     const comm::CollectiveOptions collective = bucket.collective;
     const size_t index = bucket.index;
-    return thenWork(std::move(plainWork), [this, buffer, comm, collective, index, matrices, plain,
-                                           plainRanges, p, pWork]() mutable {
-      finish(buffer, *comm, collective, index, matrices, *plain, plainRanges, *p, pWork.get());
+    return thenWork(std::move(work), [this, buffer, comm, collective, index, matrices,
+                                      plainRanges]() mutable {
+      finish(buffer, *comm, collective, index, matrices, plainRanges);
     });
   }
 
@@ -219,6 +208,8 @@ class PowerSgdHook final : public CommHook {
   struct BucketState {
     std::vector<float> residual;             // error feedback, one per bucket element
     std::map<size_t, std::vector<float>> q;  // per parameter slot: Q (m x r, row-major)
+    // Reused every step: the plain gradients then the P's (all-reduced together), the Q's.
+    std::vector<float> exchange, qs;
   };
 
   // The matrix's Q: last step's (warm start) or fresh normals from a generator seeded by
@@ -239,51 +230,50 @@ class PowerSgdHook final : public CommHook {
 
   void finish(Tensor& buffer, comm::Communicator& comm, const comm::CollectiveOptions& collective,
               size_t index, const std::vector<MatrixView>& matrices,
-              const std::vector<float>& plain,
-              const std::vector<std::pair<size_t, size_t>>& plainRanges, std::vector<float>& p,
-              comm::Work* pWork) {
+              const std::vector<std::pair<size_t, size_t>>& plainRanges) {
     float* g = buffer.data<float>();
     BucketState& state = buckets_[index];
-    const float worldSize = static_cast<float>(comm.size());
+    float* exchanged = state.exchange.data();
     // Uncompressed gradients: exact sums; their residual is zero.
     size_t at = 0;
     for (const auto& [offset, numel] : plainRanges) {
-      std::copy(plain.begin() + static_cast<std::ptrdiff_t>(at),
-                plain.begin() + static_cast<std::ptrdiff_t>(at + numel), g + offset);
+      std::copy(exchanged + at, exchanged + at + numel, g + offset);
       if (options_.errorFeedback)
         std::fill(state.residual.begin() + static_cast<std::ptrdiff_t>(offset),
                   state.residual.begin() + static_cast<std::ptrdiff_t>(offset + numel), 0.0f);
       at += numel;
     }
     if (matrices.empty()) return;
-    pWork->wait();
     // Q_j = M_j^T P_j with P_j orthonormal, packed, all-reduced.
     size_t qElements = 0;
     for (const MatrixView& v : matrices) qElements += v.m * v.r;
-    std::vector<float> q(qElements);
+    std::vector<float>& q = state.qs;
+    q.resize(qElements);
+    float* p = exchanged + at;
     size_t pAt = 0, qAt = 0;
     for (const MatrixView& v : matrices) {
-      float* pj = p.data() + pAt;
+      float* pj = p + pAt;
       orthonormalizeColumns(pj, v.n, v.r);
-      productInto(gradientView(buffer, v).t(), matrixOf(pj, v.n, v.r), q.data() + qAt);
+      gemm(true, false, v.m, v.r, v.n, 1.0f, g + v.offset, pj, 0.0f, q.data() + qAt);
       pAt += v.n * v.r;
       qAt += v.m * v.r;
     }
     countBytes(qElements * sizeof(float));
     comm.allreduce(q.data(), q.data(), qElements, DType::F32, comm::ReduceOp::Sum, collective);
     // The bucket gets P Q^T (the approximate sum); each rank's residual is its input minus
-    // its share of that sum.
+    // its share of that sum: the input copied, then -P Q^T / N added by the same product.
+    const float share = -1.0f / static_cast<float>(comm.size());
     pAt = qAt = 0;
     for (const MatrixView& v : matrices) {
-      const float* pj = p.data() + pAt;
+      const float* pj = p + pAt;
       const float* qj = q.data() + qAt;
       float* mat = g + v.offset;
-      std::vector<float> approx(v.n * v.m);
-      productInto(matrixOf(pj, v.n, v.r), matrixOf(qj, v.m, v.r).t(), approx.data());
-      for (size_t i = 0; i < v.n * v.m; ++i) {
-        if (options_.errorFeedback) state.residual[v.offset + i] = mat[i] - approx[i] / worldSize;
-        mat[i] = approx[i];
+      if (options_.errorFeedback) {
+        float* residual = state.residual.data() + v.offset;
+        std::copy(mat, mat + v.n * v.m, residual);
+        gemm(false, true, v.n, v.m, v.r, share, pj, qj, 1.0f, residual);
       }
+      gemm(false, true, v.n, v.m, v.r, 1.0f, pj, qj, 0.0f, mat);
       if (options_.warmStart) state.q[v.slot].assign(qj, qj + v.m * v.r);
       pAt += v.n * v.r;
       qAt += v.m * v.r;
