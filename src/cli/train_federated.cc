@@ -264,7 +264,9 @@ int runFederated(const TrainConfig& config, const FederatedFlags& flags, observe
   std::shared_ptr<fed::ClientHost> host =
       makeHost(config, flags, options, store, launch.rank - 1, launch.size - 1);
   for (int64_t round = 1;; ++round) {
-    // --fail-at-step ROUND:RANK: this client host dies before serving ROUND (for tests).
+    // --fail-at-step ROUND:RANK: this client host fails before serving ROUND (for tests);
+    // --debug-kill-rank RANK:ROUND: it is SIGKILLed there.
+    killIfAsked(config, launch.rank, round);
     if (round == config.failStep && launch.rank == config.failRank)
       KOLO_THROW(Error, "injected failure of client host rank ", launch.rank, " before round ",
                  round);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <thread>
 
@@ -28,6 +29,15 @@ std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config) 
                                                   train->labels().slice(0, 0, config.trainLimit).contiguous());
   }
   return train;
+}
+
+void killIfAsked(const TrainConfig& config, int rank, int64_t step) {
+  if (step != config.debugKillStep ||
+      std::find(config.debugKillRanks.begin(), config.debugKillRanks.end(), rank) ==
+          config.debugKillRanks.end())
+    return;
+  std::fflush(nullptr);
+  ::raise(SIGKILL);
 }
 
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {

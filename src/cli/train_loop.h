@@ -121,8 +121,9 @@ struct TrainConfig {
   int64_t failStep = -1;
   int failRank = 0;
 
-  // Elastic jobs (kolo run --elastic, train_elastic.cc). Tests: launch ranks `debugKillRanks`
-  // SIGKILL themselves before step `debugKillStep` (parameter-server workers: before that push); launch rank `debugKillInRegroup` SIGKILLs
+  // Tests: launch ranks `debugKillRanks` SIGKILL themselves before step `debugKillStep`
+  // (parameter-server workers: before that push; federated client hosts: before that round).
+  // Elastic jobs (kolo run --elastic, train_elastic.cc): launch rank `debugKillInRegroup` SIGKILLs
   // itself in the first membership change, once the members are agreed and before their
   // communicator is built; each rank appends "GENERATION STEP ID..." for every step it
   // completes to debugSampleLog.rank-N; at step debugAwaitJoin the members wait for
@@ -165,6 +166,10 @@ struct Recipe {
 /// 0.9; adam/adamw: lr 1e-3. Schedule "auto" is warm-up + cosine when --lr was not given
 /// and constant when it was. Throws InvalidArgument for unknown names or bad values.
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch);
+
+/// --debug-kill-rank: SIGKILLs this process (output flushed) when `rank` is one of the
+/// config's debugKillRanks and `step` is its debugKillStep.
+void killIfAsked(const TrainConfig& config, int rank, int64_t step);
 
 /// The Fashion-MNIST training set of --data, cut to its first --train-limit samples when
 /// that is set. Throws FileError naming the directory when the files are missing.

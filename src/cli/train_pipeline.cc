@@ -377,6 +377,7 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
     const auto start = std::chrono::steady_clock::now();
     for (int64_t step = firstStep; step < totalSteps; ++step) {
       const data::Batch batch = batchAt(step);
+      killIfAsked(config, world ? world->rank() : 0, step);
       if (step == config.failStep && (world ? world->rank() : 0) == config.failRank)
         KOLO_THROW(Error, "rank ", config.failRank, ": failure injected before step ", step,
                    " (--fail-at-step)");

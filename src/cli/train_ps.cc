@@ -9,7 +9,6 @@
 #include <chrono>
 #include <algorithm>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -289,8 +288,6 @@ int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
                                     {"servers_in_shared_memory", servers.sharedServers()}});
   // Tests: a worker whose launch rank is in --debug-kill-rank SIGKILLs itself before its push
   // number --debug-kill-rank's STEP (counted from 0), mid-epoch at a point of the test's choosing.
-  const bool killedHere = std::find(config.debugKillRanks.begin(), config.debugKillRanks.end(),
-                                    settings::rank()) != config.debugKillRanks.end();
   int64_t pushes = 0;
   exchange.pull();
   bool idle = false;
@@ -338,10 +335,7 @@ int runWorker(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
                    unit->epoch + 1, "; try a smaller --lr");
       if (plan.role.index == config.slowWorker)
         std::this_thread::sleep_for((Clock::now() - stepStart) * (config.slowFactor - 1.0));
-      if (killedHere && pushes++ == config.debugKillStep) {
-        std::fflush(nullptr);
-        ::raise(SIGKILL);
-      }
+      killIfAsked(config, static_cast<int>(settings::rank().value_or(-1)), pushes++);
       exchange.pushAndSwap();
       report.lossSum += value;
       ++report.batches;

@@ -218,6 +218,7 @@ TrainSummary Trainer::run() {
       }
       const double dataSeconds = secondsSince(stepStart);
       checks.beforeStep(step);
+      killIfAsked(config_, rank(), step);
       if (step == config_.failStep && rank() == config_.failRank)
         KOLO_THROW(Error, "rank ", rank(), ": failure injected before step ", step,
                    " (--fail-at-step)");

@@ -1,7 +1,9 @@
 // `kolo run` under faults, end to end with the real binary: a SIGKILLed launcher (plain
 // `kolo run` with shell ranks, `kolo train --workers 2`, which re-launches itself through
 // it, and `kolo bench --ranks 2`) leaves no rank and no child of a rank running; a training rank killed by
-// SIGKILL while its peer trains ends the job non-zero, naming that rank.
+// SIGKILL while its peer trains ends the job non-zero, naming that rank, under every
+// strategy of `kolo train` that runs ranks in step (--debug-kill-rank: the rank kills
+// itself mid-run), with no name of kolo's left in /dev/shm.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -128,6 +130,28 @@ TEST_F(LauncherFaultsTest, RankKilledWhileItsPeerTrainsIsNamed) {
       << r.err;
   EXPECT_EQ(r.err.find("rank 0 (pid"), std::string::npos) << r.err;  // its peer is not blamed
   EXPECT_TRUE(waitFor([&] { return processGone(ranks.at(0)); }, kGoneWithin));
+}
+
+TEST_F(LauncherFaultsTest, RankKillingItselfMidRunIsNamedUnderEveryStrategy) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
+  for (const std::vector<std::string>& strategy :
+       std::vector<std::vector<std::string>>{{"--strategy", "multi-worker-mirrored"},
+                                             {"--strategy", "fsdp", "--shard", "full"},
+                                             {"--strategy", "pipeline", "--stages", "2"}}) {
+    std::vector<std::string> args = {kKolo, "run", "-n", "2", "--", kKolo, "train", "--model",
+                                     "mlp", "--train-limit", "640", "--batch", "64",
+                                     "--epochs", "3", "--threads", "1", "--quiet",
+                                     "--debug-kill-rank", "1:4"};
+    args.insert(args.end(), strategy.begin(), strategy.end());
+    const Result r = runProgram(args, cleanEnvironment());
+    const std::string what = strategy[1];
+    EXPECT_EQ(r.exitCode(), 128 + SIGKILL) << what << "\n" << r.err;
+    EXPECT_NE(r.err.find("rank 1 (pid"), std::string::npos) << what << "\n" << r.err;
+    EXPECT_NE(r.err.find("was killed by signal 9 (SIGKILL)"), std::string::npos)
+        << what << "\n" << r.err;
+    EXPECT_EQ(r.err.find("rank 0 (pid"), std::string::npos) << what << "\n" << r.err;
+    EXPECT_TRUE(koloNamesInDevShm().empty()) << what;
+  }
 }
 
 }  // namespace
