@@ -31,6 +31,14 @@ std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config) 
   return train;
 }
 
+void refuseReducerFlags(const TrainConfig& config, const std::string& where,
+                        const std::string& hint) {
+  KOLO_REQUIRE(config.compress == "none" && config.overlap == "auto" &&
+                   config.shardOptimizer == "auto" && !config.balance,
+               "--compress, --overlap, --shard-optimizer and --balance set multi-worker-mirrored's "
+               "reducer; they are not available with ", where, hint);
+}
+
 void killIfAsked(const TrainConfig& config, int rank, int64_t step) {
   if (step != config.debugKillStep ||
       std::find(config.debugKillRanks.begin(), config.debugKillRanks.end(), rank) ==
@@ -214,13 +222,19 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
   // A communication hook replaces the all-reduce that the sharded update reads around.
   KOLO_REQUIRE(!compress || config_.shardOptimizer != "on", "--compress ", config_.compress,
                " cannot be combined with --shard-optimizer on");
-  if (kind == parallel::StrategyKind::FullyShardedDataParallel)
+  if (kind == parallel::StrategyKind::FullyShardedDataParallel) {
     KOLO_REQUIRE(config_.checkSync == 0 && config_.debugPerturb.empty(),
                  "--check-sync and --debug-perturb are not available with --strategy fsdp");
-  else
+    // fsdp reduce-scatters each unit as its backward ends and updates its own shard: the
+    // reducer's overlap and sharded update do not exist there.
+    KOLO_REQUIRE(config_.overlap == "auto" && config_.shardOptimizer == "auto",
+                 "--overlap and --shard-optimizer set multi-worker-mirrored's reducer; --strategy "
+                 "fsdp always reduce-scatters during backward and updates only its shard");
+  } else {
     KOLO_REQUIRE(config_.shardGroup == 0 && !config_.hsdp && config_.unitParams == 0,
                  "--shard-group, --hsdp and --unit-params need --strategy fsdp, not ",
                  config_.strategy);
+  }
   setNumThreads(config_.threads);
   // Validate the flags before the (slow) data loading and before joining the job.
   recipe_ = resolveRecipe(config_, 1);

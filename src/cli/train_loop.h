@@ -167,6 +167,12 @@ struct Recipe {
 /// and constant when it was. Throws InvalidArgument for unknown names or bad values.
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch);
 
+/// Throws InvalidArgument when --compress, --overlap, --shard-optimizer or --balance (the
+/// flags of multi-worker-mirrored's reducer) were set for `where` (a runner without that
+/// reducer), adding `hint` to the message.
+void refuseReducerFlags(const TrainConfig& config, const std::string& where,
+                        const std::string& hint = "");
+
 /// --debug-kill-rank: SIGKILLs this process (output flushed) when `rank` is one of the
 /// config's debugKillRanks and `step` is its debugKillStep.
 void killIfAsked(const TrainConfig& config, int rank, int64_t step);

@@ -136,6 +136,8 @@ PsPlan makePlan(const TrainConfig& given, int64_t trainSize) {
   KOLO_REQUIRE(config.clipNorm == 0.0,
                "--clip-norm is not available with --strategy "
                "parameter-server");
+  refuseReducerFlags(config, "--strategy parameter-server",
+                     " (its workers compress with --ps-compress fp16|bf16)");
   const int64_t batches = trainSize / config.batch;
   KOLO_REQUIRE(batches > 0, "--batch ", config.batch, " is larger than the ", trainSize,
                " training samples");

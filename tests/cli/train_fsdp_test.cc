@@ -259,4 +259,30 @@ TEST_F(TrainFsdpTest, RefusesWhatFsdpDoesNotTake) {
   EXPECT_NE(shard.output.find("--shard"), std::string::npos) << shard.output;
 }
 
+// The flags of multi-worker-mirrored's reducer are refused, by name, where no reducer would
+// read them (they were ignored before): fsdp, the model-parallel runner, parameter servers
+// and federated training.
+TEST_F(TrainFsdpTest, ReducerFlagsAreRefusedWhereNoReducerReadsThem) {
+  for (const std::string& flags :
+       {std::string("--strategy fsdp --overlap on"), std::string("--strategy fsdp --shard-optimizer off")}) {
+    const RunResult r = runKolo("train --model mlp --workers 2 --steps 1 " + flags);
+    EXPECT_NE(r.exitCode, 0) << flags;
+    EXPECT_NE(r.output.find("--overlap and --shard-optimizer set multi-worker-mirrored's reducer"),
+              std::string::npos)
+        << flags << "\n" << r.output;
+  }
+  for (const std::string& flags :
+       {std::string("--steps 1 --model mlp --strategy pipeline --compress fp16"),
+        std::string("--steps 1 --model mlp --strategy tensor --balance"),
+        std::string("--steps 1 --model lm --overlap off"),
+        std::string("--model mlp --strategy federated --shard-optimizer on")}) {
+    const RunResult r = runKolo("train " + flags);
+    EXPECT_NE(r.exitCode, 0) << flags;
+    EXPECT_NE(r.output.find("--compress, --overlap, --shard-optimizer and --balance set "
+                            "multi-worker-mirrored's reducer; they are not available with"),
+              std::string::npos)
+        << flags << "\n" << r.output;
+  }
+}
+
 }  // namespace
