@@ -310,9 +310,12 @@ Command registerTrain(CLI::App& root) {
   Command command;
   command.app = app;
   command.warnsAtStart = [raw] { return raw->workers == 0; };  // --workers re-launches kolo
-  command.run = [config, raw, federated, epochs, batch, optimizer, lr, momentum, beta1,
+  command.run = [app, config, raw, federated, epochs, batch, optimizer, lr, momentum, beta1,
                  weightDecay, warmup, lookahead]() -> int {
     if (raw->workers > 0) execWorkers(raw->workers);
+    for (const CLI::Option* option : app->get_options())
+      if (option->count() > 0 && !option->get_lnames().empty())
+        config->givenFlags.insert("--" + option->get_lnames().front());
     KOLO_REQUIRE(config->checkSync == 0 || config->strategy == "multi-worker-mirrored",
                  "--check-sync compares the weights of several ranks: use it with --strategy "
                  "multi-worker-mirrored under kolo run, or --workers N");

@@ -31,12 +31,22 @@ std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config) 
   return train;
 }
 
+void refuseFlags(const TrainConfig& config, const std::vector<std::string>& flags,
+                 const std::string& what, const std::string& where, const std::string& hint) {
+  std::vector<std::string> given;
+  for (const std::string& flag : flags)
+    if (config.givenFlags.count(flag)) given.push_back(flag);
+  if (given.empty()) return;
+  std::string names = given.front();
+  for (size_t i = 1; i < given.size(); ++i)
+    names += (i + 1 == given.size() ? " and " : ", ") + given[i];
+  KOLO_THROW(InvalidArgument, names, given.size() == 1 ? " sets " : " set ", what,
+             "; not available with ", where, hint);
+}
+
 void refuseReducerFlags(const TrainConfig& config, const std::string& where,
                         const std::string& hint) {
-  KOLO_REQUIRE(config.compress == "none" && config.overlap == "auto" &&
-                   config.shardOptimizer == "auto" && !config.balance,
-               "--compress, --overlap, --shard-optimizer and --balance set multi-worker-mirrored's "
-               "reducer; they are not available with ", where, hint);
+  refuseFlags(config, kReducerFlags, "multi-worker-mirrored's reducer", where, hint);
 }
 
 void killIfAsked(const TrainConfig& config, int rank, int64_t step) {
@@ -226,10 +236,10 @@ Trainer::Trainer(TrainConfig config, observe::Logger& logger)
     KOLO_REQUIRE(config_.checkSync == 0 && config_.debugPerturb.empty(),
                  "--check-sync and --debug-perturb are not available with --strategy fsdp");
     // fsdp reduce-scatters each unit as its backward ends and updates its own shard: the
-    // reducer's overlap and sharded update do not exist there.
-    KOLO_REQUIRE(config_.overlap == "auto" && config_.shardOptimizer == "auto",
-                 "--overlap and --shard-optimizer set multi-worker-mirrored's reducer; --strategy "
-                 "fsdp always reduce-scatters during backward and updates only its shard");
+    // reducer's buckets, overlap and sharded update do not exist there.
+    refuseFlags(config_, {"--overlap", "--shard-optimizer", "--bucket-mb", "--first-bucket-mb"},
+                "multi-worker-mirrored's reducer", "--strategy fsdp",
+                " (it reduce-scatters each unit during backward and updates only its shard)");
   } else {
     KOLO_REQUIRE(config_.shardGroup == 0 && !config_.hsdp && config_.unitParams == 0,
                  "--shard-group, --hsdp and --unit-params need --strategy fsdp, not ",

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ namespace kolo::cli {
 /// Everything `kolo train` can be told. Unset optionals take the recipe's defaults
 /// (see resolveRecipe).
 struct TrainConfig {
+  /// The options given on the command line ("--overlap", ...), whatever their values: what a
+  /// runner that cannot honour them refuses (refuseFlags).
+  std::set<std::string> givenFlags;
   std::string model = "mlp";             // mlp | cnn | lm
   std::optional<int64_t> epochs;         // default: the recipe's
   int64_t steps = 0;                     // total optimizer steps; 0 = all epochs
@@ -167,9 +171,17 @@ struct Recipe {
 /// and constant when it was. Throws InvalidArgument for unknown names or bad values.
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch);
 
-/// Throws InvalidArgument when --compress, --overlap, --shard-optimizer or --balance (the
-/// flags of multi-worker-mirrored's reducer) were set for `where` (a runner without that
-/// reducer), adding `hint` to the message.
+/// Throws InvalidArgument naming those of `flags` that were given (config.givenFlags), which
+/// `what` (the flags' owner) sets and `where` (this runner) does not have; `hint` ends the
+/// message.
+void refuseFlags(const TrainConfig& config, const std::vector<std::string>& flags,
+                 const std::string& what, const std::string& where, const std::string& hint = "");
+
+/// The flags of multi-worker-mirrored's reducer, refused where no such reducer runs.
+inline const std::vector<std::string> kReducerFlags = {
+    "--compress", "--overlap", "--shard-optimizer", "--balance", "--bucket-mb", "--first-bucket-mb"};
+
+/// refuseFlags of kReducerFlags.
 void refuseReducerFlags(const TrainConfig& config, const std::string& where,
                         const std::string& hint = "");
 
