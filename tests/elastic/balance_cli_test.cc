@@ -37,7 +37,9 @@ class BalanceCliTest : public ::testing::Test {
 
   // Two ranks of multi-worker-mirrored with `options`, saving to `weights`.
   RunResult twoRanks(const std::string& options, const std::string& weights) const {
-    return runKolo("run -n 2 --timeout 60 -- " + kolo() + " " + kCommon +
+    // A deadline for a hang, not a speed limit: under ASan beside a second suite a rank has
+    // taken more than 60 s to load the data set and reach the rendezvous.
+    return runKolo("run -n 2 --timeout 300 -- " + kolo() + " " + kCommon +
                    " --strategy multi-worker-mirrored " + options + " --save " + file(weights));
   }
   void expectSameWeights(const std::string& expectedFile, const std::string& gotFile) const {
