@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cli/train_loop.h"
+#include "cli/train_ps_checkpoint.h"
 #include "comm/token.h"
 #include "kolo/autograd.h"
 #include "kolo/checkpoint.h"
@@ -35,56 +36,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 namespace ps = parallel::ps;
-
-/// A checkpoint of a parameter-server job: DIR/epoch-NNNNNN/ holding server-<i>.safetensors
-/// per server and chief.json, which the chief writes last, once every server's file is on
-/// disk: a directory without it is incomplete and ignored.
-struct PsCheckpoint {
-  int64_t epoch = 0;  // epochs done
-  std::string path;
-  nlohmann::json chief;
-};
-
-std::string checkpointDirectory(const std::string& root, int64_t epoch) {
-  char name[32];
-  std::snprintf(name, sizeof name, "epoch-%06lld", static_cast<long long>(epoch));
-  return root + "/" + name;
-}
-
-/// Complete checkpoints under `root`, oldest first.
-std::vector<PsCheckpoint> completeCheckpoints(const std::string& root) {
-  std::vector<PsCheckpoint> found;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("epoch-", 0) != 0) continue;
-    std::ifstream in(entry.path() / "chief.json");
-    if (!in) continue;
-    PsCheckpoint checkpoint;
-    try {
-      checkpoint.chief = nlohmann::json::parse(in);
-      checkpoint.epoch = checkpoint.chief.at("epoch").get<int64_t>();
-    } catch (const std::exception& e) {
-      KOLO_THROW(FormatError, (entry.path() / "chief.json").string(), ": ", e.what());
-    }
-    checkpoint.path = entry.path().string();
-    found.push_back(std::move(checkpoint));
-  }
-  std::sort(found.begin(), found.end(),
-            [](const PsCheckpoint& a, const PsCheckpoint& b) { return a.epoch < b.epoch; });
-  return found;
-}
-
-/// What fixes the placement, the weights' shapes and the data order: a resume must agree.
-nlohmann::json jobIdentity(const TrainConfig& config, int servers) {
-  return {{"model", config.model},
-          {"batch", config.batch},
-          {"seed", config.seed},
-          {"servers", servers},
-          {"ps_shard_bytes", config.psShardBytes},
-          {"ps_unit_batches", config.psUnitBatches},
-          {"train_limit", config.trainLimit}};
-}
 
 /// What every role derives the same way from the flags.
 struct PsPlan {
@@ -394,18 +345,9 @@ void writeCheckpoint(const TrainConfig& config, const PsPlan& plan, ps::ServerGr
   chief["epoch"] = epochs;
   chief["ps_mode"] = ps::modeName(plan.mode);
   chief["workers"] = plan.role.workers;
-  const std::string path = directory + "/chief.json";
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary);
-    out << chief.dump() << "\n";
-    if (!out.flush()) KOLO_THROW(IoError, "cannot write ", temporary);
-  }
-  std::filesystem::rename(temporary, path);
+  completeCheckpoint(directory, chief);
   logger.debug("checkpoint written", {{"dir", directory}, {"epoch", epochs}});
-  std::vector<PsCheckpoint> complete = completeCheckpoints(config.checkpointDir);
-  for (size_t i = 0; i + static_cast<size_t>(config.keepCheckpoints) < complete.size(); ++i)
-    std::filesystem::remove_all(complete[i].path);
+  dropOldCheckpoints(config.checkpointDir, config.keepCheckpoints);
 }
 
 int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
