@@ -19,18 +19,24 @@ namespace kolo::data {
 struct IdxArray {
   std::vector<int64_t> dims;
   std::vector<uint8_t> values;
+  /// The first dimension as the file declares it; more than dims[0] when a read stopped at
+  /// a limit of items.
+  int64_t fileItems = 0;
 };
 
 /// Reads an IDX file of unsigned bytes (type code 0x08), raw or gzip-compressed (detected by
 /// the gzip magic 1f 8b). Throws IoError when the file cannot be opened and FormatError when
 /// the magic is wrong, the element type is not unsigned byte, or the file is truncated or
-/// longer than its dimensions say; every message names the file.
-IdxArray readIdx(const std::string& path);
+/// longer than its dimensions say; every message names the file. With `maxItems` > 0, only
+/// the first `maxItems` items (slices along the first dimension) are kept and a gzip file is
+/// inflated no further than they reach: dims[0] is then at most `maxItems`.
+IdxArray readIdx(const std::string& path, int64_t maxItems = 0);
 
 /// readIdx on `size` bytes already in memory (raw or gzip); `source` names them in messages.
 /// Throws FormatError as readIdx does; a gzip stream is inflated only as far as the IDX
 /// header it holds declares.
-IdxArray parseIdx(const uint8_t* data, size_t size, const std::string& source);
+IdxArray parseIdx(const uint8_t* data, size_t size, const std::string& source,
+                  int64_t maxItems = 0);
 
 /// One batch: inputs (f32, [B, ...]), labels (i64, [B]) and the dataset indices they came from.
 struct Batch {
@@ -72,14 +78,17 @@ inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mni
 /// (train-*-ubyte.gz, 60000 samples) or the test split (t10k-*, 10000). Images are f32
 /// [N, 784] holding pixel / 255, labels i64 [N]. Throws IoError naming the path and the
 /// Debian package when the files are missing, FormatError when they are corrupt or the
-/// image and label counts disagree.
+/// image and label counts disagree. With `maxItems` > 0, only the first `maxItems` samples
+/// are read (and the files no further than they reach).
 class FashionMnist : public TensorDataset {
  public:
-  explicit FashionMnist(const std::string& dir = kFashionMnistDir, bool train = true);
+  explicit FashionMnist(const std::string& dir = kFashionMnistDir, bool train = true,
+                        int64_t maxItems = 0);
 };
 
 /// Loads an images IDX file ([N, rows, cols]) and a labels IDX file ([N]) as above.
-TensorDataset loadIdxPair(const std::string& imagesPath, const std::string& labelsPath);
+TensorDataset loadIdxPair(const std::string& imagesPath, const std::string& labelsPath,
+                          int64_t maxItems = 0);
 
 /// Chooses which dataset indices one epoch visits, and in which order.
 class Sampler {

@@ -178,7 +178,7 @@ Command registerTrain(CLI::App& root) {
   app->add_flag("--pad-last", raw->padLast,
                 "pad a last short global batch with samples from the epoch's start");
   app->add_option("--train-limit", config->trainLimit,
-                  "train on the first N training samples only (0: all)")
+                  "train on the first N training samples only, reading no further (0: all)")
       ->check(atLeast(0));
   app->add_option("--ps-mode", config->psMode,
                   "parameter-server updates: sync (mean of every worker's gradient), async "

@@ -122,11 +122,7 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
   KOLO_REQUIRE(config.threads >= 1, "--threads must be at least 1, got ", config.threads);
   setNumThreads(config.threads);
   Recipe recipe = resolveRecipe(config, 1);
-  std::shared_ptr<data::TensorDataset> train = std::make_shared<data::FashionMnist>(config.dataDir, true);
-  if (config.trainLimit > 0 && config.trainLimit < train->size())
-    train = std::make_shared<data::TensorDataset>(
-        train->inputs().slice(0, 0, config.trainLimit).contiguous(),
-        train->labels().slice(0, 0, config.trainLimit).contiguous());
+  std::shared_ptr<data::TensorDataset> train = loadTrainingSet(config);
   auto test = std::make_shared<data::FashionMnist>(config.dataDir, false);
   const int64_t n = train->size();
   const int64_t stepsPerEpoch = config.dropLast ? n / config.batch : (n + config.batch - 1) / config.batch;

@@ -23,12 +23,8 @@
 namespace kolo::cli {
 
 std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config) {
-  std::shared_ptr<data::TensorDataset> train = std::make_shared<data::FashionMnist>(config.dataDir, true);
-  if (config.trainLimit > 0 && config.trainLimit < train->size()) {
-    train = std::make_shared<data::TensorDataset>(train->inputs().slice(0, 0, config.trainLimit).contiguous(),
-                                                  train->labels().slice(0, 0, config.trainLimit).contiguous());
-  }
-  return train;
+  // Only the samples used are read: a short run does not inflate the whole split.
+  return std::make_shared<data::FashionMnist>(config.dataDir, true, config.trainLimit);
 }
 
 void refuseFlags(const TrainConfig& config, const std::vector<std::string>& flags,

@@ -62,11 +62,7 @@ std::vector<int> parseSplits(const std::string& text) {
 class ImageBatches {
  public:
   ImageBatches(const TrainConfig& config) : seed_(config.seed), shuffle_(config.shuffle), batch_(config.batch) {
-    train_ = std::make_shared<data::FashionMnist>(config.dataDir, true);
-    if (config.trainLimit > 0 && config.trainLimit < train_->size()) {
-      train_ = std::make_shared<data::TensorDataset>(train_->inputs().slice(0, 0, config.trainLimit).contiguous(),
-                                                     train_->labels().slice(0, 0, config.trainLimit).contiguous());
-    }
+    train_ = loadTrainingSet(config);
     test_ = std::make_shared<data::FashionMnist>(config.dataDir, false);
     stepsPerEpoch_ = train_->size() / batch_;
     KOLO_REQUIRE(stepsPerEpoch_ > 0, "--batch ", batch_, " is larger than the ", train_->size(),

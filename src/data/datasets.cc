@@ -49,9 +49,10 @@ Batch TensorDataset::gather(const std::vector<int64_t>& indices) const {
   return batch;
 }
 
-TensorDataset loadIdxPair(const std::string& imagesPath, const std::string& labelsPath) {
-  IdxArray images = readIdx(imagesPath);
-  IdxArray labels = readIdx(labelsPath);
+TensorDataset loadIdxPair(const std::string& imagesPath, const std::string& labelsPath,
+                          int64_t maxItems) {
+  IdxArray images = readIdx(imagesPath, maxItems);
+  IdxArray labels = readIdx(labelsPath, maxItems);
   if (images.dims.size() != 3) {
     KOLO_THROW(FormatError, imagesPath, ": expected 3 dimensions [N, rows, cols], found ",
                shapeString(images.dims));
@@ -60,9 +61,9 @@ TensorDataset loadIdxPair(const std::string& imagesPath, const std::string& labe
     KOLO_THROW(FormatError, labelsPath, ": expected 1 dimension [N], found ",
                shapeString(labels.dims));
   }
-  if (images.dims[0] != labels.dims[0]) {
-    KOLO_THROW(FormatError, "count mismatch: ", imagesPath, " holds ", images.dims[0],
-               " images but ", labelsPath, " holds ", labels.dims[0], " labels");
+  if (images.fileItems != labels.fileItems) {
+    KOLO_THROW(FormatError, "count mismatch: ", imagesPath, " holds ", images.fileItems,
+               " images but ", labelsPath, " holds ", labels.fileItems, " labels");
   }
   const int64_t n = images.dims[0];
   const int64_t pixels = images.dims[1] * images.dims[2];
@@ -78,7 +79,7 @@ TensorDataset loadIdxPair(const std::string& imagesPath, const std::string& labe
 
 namespace {
 
-TensorDataset loadFashionMnist(const std::string& dir, bool train) {
+TensorDataset loadFashionMnist(const std::string& dir, bool train, int64_t maxItems) {
   struct stat info {};
   if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
     KOLO_THROW(FileError, "Fashion-MNIST directory ", dir,
@@ -95,12 +96,12 @@ TensorDataset loadFashionMnist(const std::string& dir, bool train) {
                  "directory holding the four *-ubyte.gz files)");
     }
   }
-  return loadIdxPair(images, labels);
+  return loadIdxPair(images, labels, maxItems);
 }
 
 }  // namespace
 
-FashionMnist::FashionMnist(const std::string& dir, bool train)
-    : TensorDataset(loadFashionMnist(dir, train)) {}
+FashionMnist::FashionMnist(const std::string& dir, bool train, int64_t maxItems)
+    : TensorDataset(loadFashionMnist(dir, train, maxItems)) {}
 
 }  // namespace kolo::data

@@ -2,11 +2,12 @@
 // name the file and what is wrong with it.
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <iterator>
+#include <memory>
 #include <optional>
 #include <sstream>
 
@@ -19,10 +20,23 @@ namespace {
 // far from overflowing int64).
 constexpr uint64_t kMaxIdxElements = uint64_t(1) << 40;
 
-std::vector<uint8_t> readWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+/// A file's bytes, read whole into an uninitialised buffer (tens of MB for a data set: no
+/// zero-filling first).
+struct FileBytes {
+  std::unique_ptr<uint8_t[]> data;
+  size_t size = 0;
+};
+
+FileBytes readWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) KOLO_THROW(IoError, "cannot open ", path, ": ", std::strerror(errno));
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  FileBytes bytes;
+  bytes.size = static_cast<size_t>(in.tellg());
+  bytes.data.reset(new uint8_t[std::max<size_t>(bytes.size, 1)]);
+  in.seekg(0);
+  if (!in.read(reinterpret_cast<char*>(bytes.data.get()), std::streamsize(bytes.size)))
+    KOLO_THROW(IoError, "cannot read ", path, ": ", std::strerror(errno));
+  return bytes;
 }
 
 uint32_t bigEndian32(const uint8_t* p) {
@@ -88,12 +102,23 @@ std::optional<IdxHeader> parseIdxHeader(const uint8_t* bytes, size_t size, bool 
   return header;
 }
 
-// Inflates a whole gzip stream (possibly several concatenated members), stopping with
-// FormatError once the output passes what the IDX header at its start declares: a small
-// compressed file cannot make the reader allocate more than the header claims.
-std::vector<uint8_t> gunzipIdx(const uint8_t* compressed, size_t size, const std::string& source) {
-  std::vector<uint8_t> out;
-  out.resize(std::min<size_t>(std::max<size_t>(size * 4, 1 << 16), 1 << 26));
+/// How many bytes of an IDX file to keep: the header and the first `maxItems` items (all
+/// of them when `maxItems` is 0 or at least the declared count).
+uint64_t keptBytes(const IdxHeader& header, int64_t maxItems) {
+  const uint64_t items = uint64_t(header.dims[0]);
+  if (maxItems <= 0 || uint64_t(maxItems) >= items) return header.headerBytes + header.count;
+  return header.headerBytes + header.count / items * uint64_t(maxItems);
+}
+
+// Inflates a gzip stream (possibly several concatenated members) as far as `maxItems`
+// items need, or whole, stopping with FormatError once the output passes what the IDX
+// header at its start declares: a small compressed file cannot make the reader allocate
+// more than the header claims. Reading stops early only with a limit, so the gzip trailer
+// of a whole read is always checked.
+std::vector<uint8_t> gunzipIdx(const uint8_t* compressed, size_t size, int64_t maxItems,
+                               const std::string& source) {
+  // Enough for any header; the buffer takes its final size once the header is read.
+  std::vector<uint8_t> out(1 << 16);
   z_stream stream{};
   // 16 + MAX_WBITS: expect a gzip header and trailer.
   if (inflateInit2(&stream, 16 + MAX_WBITS) != Z_OK)
@@ -102,6 +127,7 @@ std::vector<uint8_t> gunzipIdx(const uint8_t* compressed, size_t size, const std
   stream.avail_in = static_cast<uInt>(size);
   size_t produced = 0;
   std::optional<uint64_t> declared;  // header + data bytes, once the header is inflated
+  std::optional<uint64_t> wanted;    // what the limit keeps of them
   while (true) {
     if (produced == out.size()) out.resize(out.size() * 2);
     stream.next_out = out.data() + produced;
@@ -110,8 +136,16 @@ std::vector<uint8_t> gunzipIdx(const uint8_t* compressed, size_t size, const std
     produced = out.size() - stream.avail_out;
     if (!declared) {
       try {
-        if (auto header = parseIdxHeader(out.data(), produced, false, source))
+        if (auto header = parseIdxHeader(out.data(), produced, false, source)) {
           declared = header->headerBytes + header->count;
+          wanted = keptBytes(*header, maxItems);
+          // One buffer of the final size (a byte over, to see data past the declared end)
+          // instead of doubling and copying towards it; never more than deflate can expand
+          // `size` bytes to (1032:1), whatever a header claims.
+          const uint64_t room = std::min<uint64_t>(*wanted < *declared ? *wanted : *declared + 1,
+                                                   uint64_t(size) * 1032 + (1 << 16));
+          if (room > out.size()) out.resize(room);
+        }
       } catch (...) {
         inflateEnd(&stream);
         throw;
@@ -121,6 +155,10 @@ std::vector<uint8_t> gunzipIdx(const uint8_t* compressed, size_t size, const std
       inflateEnd(&stream);
       KOLO_THROW(FormatError, source, ": IDX size mismatch: the gzip data holds more than the ",
                  *declared, " bytes its header declares");
+    }
+    if (wanted && *wanted < *declared && produced >= *wanted) {
+      produced = *wanted;
+      break;
     }
     if (rc == Z_STREAM_END) {
       if (stream.avail_in == 0) break;
@@ -143,10 +181,16 @@ std::vector<uint8_t> gunzipIdx(const uint8_t* compressed, size_t size, const std
   return out;
 }
 
-IdxArray parseRawIdx(const uint8_t* data, size_t size, const std::string& source) {
+/// Checks the IDX bytes `data` and keeps their first `maxItems` items; `owned`, when given,
+/// holds those same bytes and is moved into the result instead of copied.
+IdxArray parseRawIdx(const uint8_t* data, size_t size, int64_t maxItems,
+                     const std::string& source, std::vector<uint8_t>* owned = nullptr) {
   const IdxHeader header = *parseIdxHeader(data, size, true, source);
   const uint64_t payload = size - header.headerBytes;
-  if (payload < header.count) {
+  const uint64_t kept = keptBytes(header, maxItems);
+  // By items, not bytes: a zero among the other dimensions makes every item empty.
+  const bool limited = maxItems > 0 && maxItems < header.dims[0];
+  if (payload < header.count && !(limited && size >= kept)) {
     KOLO_THROW(FormatError, source, ": truncated IDX data: dimensions ", dimsText(header.dims),
                " need ", header.count, " bytes, file holds ", payload);
   }
@@ -157,23 +201,32 @@ IdxArray parseRawIdx(const uint8_t* data, size_t size, const std::string& source
   }
   IdxArray array;
   array.dims = header.dims;
-  array.values.assign(data + header.headerBytes, data + size);
+  array.fileItems = header.dims[0];
+  if (limited) array.dims[0] = maxItems;
+  if (owned) {
+    owned->resize(kept);
+    owned->erase(owned->begin(), owned->begin() + std::ptrdiff_t(header.headerBytes));
+    array.values = std::move(*owned);
+  } else {
+    array.values.assign(data + header.headerBytes, data + kept);
+  }
   return array;
 }
 
 }  // namespace
 
-IdxArray parseIdx(const uint8_t* data, size_t size, const std::string& source) {
+IdxArray parseIdx(const uint8_t* data, size_t size, const std::string& source,
+                  int64_t maxItems) {
   if (size >= 2 && data[0] == 0x1f && data[1] == 0x8b) {
-    const std::vector<uint8_t> raw = gunzipIdx(data, size, source);
-    return parseRawIdx(raw.data(), raw.size(), source);
+    std::vector<uint8_t> raw = gunzipIdx(data, size, maxItems, source);
+    return parseRawIdx(raw.data(), raw.size(), maxItems, source, &raw);
   }
-  return parseRawIdx(data, size, source);
+  return parseRawIdx(data, size, maxItems, source);
 }
 
-IdxArray readIdx(const std::string& path) {
-  const std::vector<uint8_t> bytes = readWholeFile(path);
-  return parseIdx(bytes.data(), bytes.size(), path);
+IdxArray readIdx(const std::string& path, int64_t maxItems) {
+  const FileBytes bytes = readWholeFile(path);
+  return parseIdx(bytes.data.get(), bytes.size, path, maxItems);
 }
 
 }  // namespace kolo::data

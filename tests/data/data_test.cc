@@ -120,6 +120,37 @@ TEST(IdxTest, BadMagicAndTypeAreReported) {
   EXPECT_NE(message.find("size mismatch"), std::string::npos) << message;
 }
 
+TEST(IdxTest, ALimitKeepsTheFirstItemsAndReadsNoFurther) {
+  TempDir dir;
+  std::vector<uint8_t> values(4 * 3);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<uint8_t>(i);
+  const std::vector<uint8_t> bytes = idxBytes({4, 3}, values);
+  writeRaw(dir.file("a.idx"), bytes);
+  writeGzip(dir.file("a.idx.gz"), bytes);
+  for (const std::string name : {"a.idx", "a.idx.gz"}) {
+    IdxArray two = readIdx(dir.file(name), 2);
+    EXPECT_EQ(two.dims, (std::vector<int64_t>{2, 3})) << name;
+    EXPECT_EQ(two.values, (std::vector<uint8_t>{0, 1, 2, 3, 4, 5})) << name;
+    EXPECT_EQ(two.fileItems, 4) << name;
+    // A limit at or past the count reads the whole file, checks included.
+    for (int64_t limit : {4, 9, 0}) {
+      IdxArray all = readIdx(dir.file(name), limit);
+      EXPECT_EQ(all.dims, (std::vector<int64_t>{4, 3})) << name << " " << limit;
+      EXPECT_EQ(all.values, values) << name << " " << limit;
+    }
+  }
+  // The items a limit keeps must be there; what lies past them is not read.
+  std::vector<uint8_t> cut = bytes;
+  cut.resize(cut.size() - 4);
+  writeRaw(dir.file("cut.idx"), cut);
+  writeGzip(dir.file("cut.idx.gz"), cut);
+  for (const std::string name : {"cut.idx", "cut.idx.gz"}) {
+    EXPECT_EQ(readIdx(dir.file(name), 2).values.size(), 6u) << name;
+    const std::string message = errorOf([&] { readIdx(dir.file(name), 3); });
+    EXPECT_NE(message.find("truncated IDX data"), std::string::npos) << name << ": " << message;
+  }
+}
+
 TEST(IdxTest, MissingFileIsIoError) { EXPECT_THROW(readIdx("/nonexistent/kolo/x.idx"), IoError); }
 
 TEST(FashionMnistTest, LoadsScaledImagesAndLabels) {
@@ -143,6 +174,19 @@ TEST(FashionMnistTest, CountMismatchNamesBothFiles) {
   EXPECT_NE(message.find("t10k-labels-idx1-ubyte.gz holds 4 labels"), std::string::npos) << message;
 }
 
+TEST(FashionMnistTest, ALimitLoadsTheFirstSamplesAndStillChecksTheCounts) {
+  TempDir dir;
+  writeTinySet(dir, "train", 5, 5);
+  FashionMnist three(dir.file(""), true, 3);
+  ASSERT_EQ(three.size(), 3);
+  const FashionMnist all(dir.file(""), true);
+  EXPECT_EQ(three.inputs().toFloatVector(), all.inputs().slice(0, 0, 3).toFloatVector());
+  EXPECT_EQ(three.labels().toDoubleVector(), (std::vector<double>{0, 1, 2}));
+  writeTinySet(dir, "t10k", 5, 4);
+  const std::string message = errorOf([&] { FashionMnist(dir.file(""), false, 2); });
+  EXPECT_NE(message.find("holds 5 images"), std::string::npos) << message;
+}
+
 TEST(FashionMnistTest, MissingDatasetNamesPathAndPackage) {
   std::string message = errorOf([] { FashionMnist("/nonexistent/fmnist", true); });
   EXPECT_NE(message.find("/nonexistent/fmnist"), std::string::npos) << message;
@@ -159,6 +203,16 @@ TEST(FashionMnistTest, RealTestSplitIfInstalled) {
   EXPECT_EQ(test.inputs().shape(), (Shape{10000, 784}));
   // Known first label of the Fashion-MNIST test split: 9 (ankle boot).
   EXPECT_EQ(test.labels().toDoubleVector()[0], 9.0);
+}
+
+TEST(FashionMnistTest, RealTrainingSplitCutAtALimitIsItsPrefix) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
+  const FashionMnist all(kFashionMnistDir, true);
+  const FashionMnist first(kFashionMnistDir, true, 1000);
+  EXPECT_EQ(all.size(), 60000);
+  ASSERT_EQ(first.size(), 1000);
+  EXPECT_EQ(first.inputs().toFloatVector(), all.inputs().slice(0, 0, 1000).toFloatVector());
+  EXPECT_EQ(first.labels().toDoubleVector(), all.labels().slice(0, 0, 1000).toDoubleVector());
 }
 
 TEST(SamplerTest, PermutationIsSeededAndComplete) {

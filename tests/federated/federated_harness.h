@@ -23,9 +23,7 @@ namespace kolo::parallel::fed::testing {
 
 /// The first `n` training samples (tests start with KOLO_SKIP_WITHOUT_FASHION_MNIST()).
 inline std::shared_ptr<data::TensorDataset> firstSamples(int64_t n) {
-  static const data::FashionMnist full(data::kFashionMnistDir, true);
-  return std::make_shared<data::TensorDataset>(full.inputs().slice(0, 0, n).contiguous(),
-                                               full.labels().slice(0, 0, n).contiguous());
+  return std::make_shared<data::FashionMnist>(data::kFashionMnistDir, true, n);
 }
 
 inline std::shared_ptr<nn::Module> makeMlp(uint64_t seed = 7) {

@@ -28,8 +28,8 @@ struct Samples {
 
 /// The first `n` training images (tests start with KOLO_SKIP_WITHOUT_FASHION_MNIST()).
 inline Samples firstSamples(int64_t n) {
-  static const data::FashionMnist full(data::kFashionMnistDir, true);
-  return {full.inputs().slice(0, 0, n).contiguous(), full.labels().slice(0, 0, n).contiguous()};
+  const data::FashionMnist first(data::kFashionMnistDir, true, n);
+  return {first.inputs(), first.labels()};
 }
 
 inline std::shared_ptr<nn::Module> makeMlp() {
