@@ -15,6 +15,11 @@ namespace kolo::parallel::detail {
 
 namespace fs = std::filesystem;
 
+namespace {
+// The least time ranks are given to open their rings before a stall is called.
+constexpr double kStartupSeconds = 60;
+}  // namespace
+
 DebugWatch::DebugWatch(std::string dir, double stallSeconds, const std::vector<int>& ranks)
     : dir_(std::move(dir)), stallSeconds_(stallSeconds), lastChange_(Clock::now()) {
   std::error_code ec;
@@ -30,9 +35,12 @@ bool DebugWatch::stalled(const std::vector<WatchedRank>& ranks) {
   if (stallSeconds_ <= 0 || reported_) return false;
   int64_t progress = 0;
   bool anyRunning = false;
+  bool allStarted = true;  // every running rank has opened its ring
   for (const WatchedRank& r : ranks) {
     anyRunning = anyRunning || r.running;
-    progress += std::max<int64_t>(0, flight::ringProgress(flight::ringPath(dir_, r.globalRank)));
+    const int64_t ring = flight::ringProgress(flight::ringPath(dir_, r.globalRank));
+    if (ring < 0 && r.running) allStarted = false;
+    progress += std::max<int64_t>(0, ring);
   }
   const auto now = Clock::now();
   if (progress != lastProgress_) {
@@ -40,7 +48,11 @@ bool DebugWatch::stalled(const std::vector<WatchedRank>& ranks) {
     lastChange_ = now;
     return false;
   }
-  if (!anyRunning || now - lastChange_ < std::chrono::duration<double>(stallSeconds_)) return false;
+  // A rank without a ring is still starting (loading, joining the job: slow on a loaded
+  // machine, and under deadlines of its own): until every rank has one, no stall is called
+  // before kStartupSeconds, whatever --stall-seconds says.
+  const double limit = allStarted ? stallSeconds_ : std::max(stallSeconds_, kStartupSeconds);
+  if (!anyRunning || now - lastChange_ < std::chrono::duration<double>(limit)) return false;
   reported_ = true;
   return true;
 }

@@ -30,7 +30,8 @@ class DebugWatch {
 
   const std::string& dir() const { return dir_; }
 
-  /// True (once) when no rank's ring moved for the stall period while some still run.
+  /// True (once) when no rank's ring moved for the stall period while some still run; while
+  /// a running rank has not opened its ring yet, the period is at least 60 s.
   bool stalled(const std::vector<WatchedRank>& ranks);
   double stallSeconds() const { return stallSeconds_; }
 

@@ -116,6 +116,16 @@ TEST(TraceJobTest, StallWatchNamesTheStoppedRank) {
       << run.output;
 }
 
+TEST(TraceJobTest, RanksStillStartingAreNotCalledStalled) {
+  TempDir dir;
+  // Ranks that take 3 s before they open a flight-recorder ring (as ranks loading data on a
+  // loaded machine do) are still starting, not stalled: the job ends as they do.
+  const auto run = runKolo("run -n 2 --timeout 60 --stall-seconds 1 --debug-dir " + dir.path +
+                           " -- sh -c 'sleep 3'");
+  EXPECT_EQ(run.exitCode, 0) << run.output;
+  EXPECT_EQ(run.output.find("no progress"), std::string::npos) << run.output;
+}
+
 TEST(TraceJobTest, ReportHangNamesAMissingDirectory) {
   const auto report = runKolo("report hang /nonexistent/kolo-debug");
   EXPECT_EQ(report.exitCode, 3) << report.output;
