@@ -558,11 +558,10 @@ int runParameterServerRole(const TrainConfig& given, observe::Logger& logger) {
   // the labels file tells without the 47 MB of images.
   const bool worker = ps::roleFromEnvironment().role == ps::Role::Worker;
   const std::shared_ptr<data::TensorDataset> train = worker ? loadTrainingSet(config) : nullptr;
-  int64_t trainSize = train ? train->size() : 0;
-  if (!worker) {
-    trainSize = data::readIdx(config.dataDir + "/train-labels-idx1-ubyte.gz").dims.at(0);
-    if (config.trainLimit > 0) trainSize = std::min(trainSize, config.trainLimit);
-  }
+  const int64_t trainSize =
+      train ? train->size()
+            : data::readIdx(config.dataDir + "/train-labels-idx1-ubyte.gz", config.trainLimit)
+                  .dims.at(0);
   PsPlan plan = makePlan(config, trainSize);
   const std::unique_ptr<comm::TcpStoreServer> hostedStore =
       plan.role.store.empty() ? bootstrapStore(plan) : nullptr;
