@@ -6,8 +6,9 @@
 #   usage: bench/suite_soak.sh [PASSES]   (default 20)
 #   environment: LOAD=asan (default) | none; LOGS=DIR (default build/suite_soak);
 #   CTEST_ARGS: more ctest arguments for the passes (-R ... to try the script on a few tests)
-# Build both presets first (scripts/test.sh does); nothing is rebuilt here, so that the
-# binaries stay the same across passes.
+# Build the release preset first (scripts/test.sh builds both); the passes rebuild nothing, so
+# that the binaries stay the same across them. With LOAD=asan the load builds the asan preset
+# (when it is not built yet, the compile is the first load), then loops its suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 passes=${1:-20}
@@ -23,9 +24,12 @@ stop_load() {
 }
 trap stop_load EXIT
 if [ "$load" = asan ]; then
-  [ -d build/asan ] || { echo "suite_soak: build/asan is missing (LOAD=none to run without)" >&2; exit 2; }
   # Its own process group, so that stopping it stops its tests too.
-  setsid bash -c "i=0; while true; do i=\$((i + 1));
+  # It first builds the asan preset (nothing to do when it is built already).
+  setsid bash -c "{ cmake --preset asan -DKOLO_WERROR=ON && cmake --build --preset asan -j $jobs; } \
+      >'$logs/load_build.log' 2>&1 || { echo 'load: the asan build failed' >>'$logs/load.txt'; exit 1; }
+    echo 'load: asan build done' >>'$logs/load.txt'
+    i=0; while true; do i=\$((i + 1));
     ctest --preset asan -j $jobs --timeout 900 -LE slow >'$logs/load_\$i.log' 2>&1;
     echo \"load pass \$i: \$(grep -E 'tests passed' '$logs/load_\$i.log')\" >>'$logs/load.txt'; done" &
   loadpid=$!
