@@ -262,9 +262,9 @@ Command registerTrain(CLI::App& root) {
       ->check(atLeast(1))
       ->needs(balance);
   app->add_option("--debug-kill-rank", raw->killRank,
-                  "RANK[,RANK...]:STEP those launch ranks SIGKILL themselves before STEP "
-                  "(parameter-server workers: before their push STEP; federated client hosts: "
-                  "before round STEP), for tests")
+                  "RANK[,RANK...]:STEP[:STOP] those launch ranks SIGKILL (or SIGSTOP) themselves "
+                  "before STEP (parameter-server workers: before their push STEP; federated "
+                  "client hosts: before round STEP), for tests")
       ->group("");
   app->add_option("--debug-kill-in-regroup", config->debugKillInRegroup,
                   "RANK under kolo run --elastic: that rank SIGKILLs itself in the first membership "
@@ -368,10 +368,20 @@ Command registerTrain(CLI::App& root) {
           config->debugKillRanks.push_back(std::stoi(rank, &used));
           KOLO_REQUIRE(used == rank.size(), "");
         }
-        config->debugKillStep = std::stoll(raw->killRank.substr(colon + 1));
+        const size_t second = raw->killRank.find(':', colon + 1);
+        const std::string step = raw->killRank.substr(colon + 1, second - colon - 1);
+        size_t used = 0;
+        config->debugKillStep = std::stoll(step, &used);
+        KOLO_REQUIRE(used == step.size(), "");
+        if (second != std::string::npos) {
+          const std::string signal = raw->killRank.substr(second + 1);
+          KOLO_REQUIRE(signal == "KILL" || signal == "STOP", "");
+          config->debugKillSignal = signal == "STOP" ? SIGSTOP : SIGKILL;
+        }
       } catch (const std::exception&) {
         KOLO_THROW(InvalidArgument, "--debug-kill-rank '", raw->killRank,
-                   "' is not accepted: use RANK[,RANK...]:STEP, e.g. 3:5 or 1,2:5");
+                   "' is not accepted: use RANK[,RANK...]:STEP[:KILL|:STOP], e.g. 3:5, 1,2:5 "
+                   "or 3:40:STOP");
       }
     }
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);

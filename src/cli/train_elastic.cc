@@ -358,7 +358,7 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
       std::fflush(nullptr);
       auto store = comm::connectTcpStore(settings::store(), settings::token(), std::chrono::seconds(10));
       store->setString("kolo-elastic/debug-kill-ns", std::to_string(wallNanos()));
-      ::raise(SIGKILL);
+      ::raise(config.debugKillSignal);
     }
     double loss = 0.0, slept = 0.0, compute = 0.0;
     bool admit = false;

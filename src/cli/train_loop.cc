@@ -51,7 +51,7 @@ void killIfAsked(const TrainConfig& config, int rank, int64_t step) {
           config.debugKillRanks.end())
     return;
   std::fflush(nullptr);
-  ::raise(SIGKILL);
+  ::raise(config.debugKillSignal);
 }
 
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {

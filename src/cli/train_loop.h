@@ -4,6 +4,7 @@
 // global batch, metrics, progress, checkpoints / resume and weights on disk.
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -125,8 +126,9 @@ struct TrainConfig {
   int64_t failStep = -1;
   int failRank = 0;
 
-  // Tests: launch ranks `debugKillRanks` SIGKILL themselves before step `debugKillStep`
-  // (parameter-server workers: before that push; federated client hosts: before that round).
+  // Tests: launch ranks `debugKillRanks` raise `debugKillSignal` (SIGKILL, or SIGSTOP: a rank
+  // that hangs with its sockets open) before step `debugKillStep` (parameter-server workers:
+  // before that push; federated client hosts: before that round).
   // Elastic jobs (kolo run --elastic, train_elastic.cc): launch rank `debugKillInRegroup` SIGKILLs
   // itself in the first membership change, once the members are agreed and before their
   // communicator is built; each rank appends "GENERATION STEP ID..." for every step it
@@ -134,6 +136,7 @@ struct TrainConfig {
   // joiners to register (up to --max-ranks), so that they are admitted there.
   std::vector<int> debugKillRanks;
   int64_t debugKillStep = -1;
+  int debugKillSignal = SIGKILL;
   int debugKillInRegroup = -1;
   int64_t debugAwaitJoin = -1;
   std::string debugSampleLog;
@@ -185,8 +188,8 @@ inline const std::vector<std::string> kReducerFlags = {
 void refuseReducerFlags(const TrainConfig& config, const std::string& where,
                         const std::string& hint = "");
 
-/// --debug-kill-rank: SIGKILLs this process (output flushed) when `rank` is one of the
-/// config's debugKillRanks and `step` is its debugKillStep.
+/// --debug-kill-rank: raises the config's debugKillSignal in this process (output flushed)
+/// when `rank` is one of its debugKillRanks and `step` is its debugKillStep.
 void killIfAsked(const TrainConfig& config, int rank, int64_t step);
 
 /// The Fashion-MNIST training set of --data, cut to its first --train-limit samples when
