@@ -203,9 +203,12 @@ TEST_F(ElasticCliTest, AJoinerIsAdmittedMidEpochAfterASigkill) {
   EXPECT_LE(first, 8);
 }
 
-// 2 ranks, --min-ranks 1: rank 0 sees its peer's death at once and goes on alone; the
-// replacement (launch rank 2) registers later, and rank 0 admits it at the step boundary
-// before step 8 (where it waits for it): generation 2, from the state of step 8.
+// 2 ranks, --min-ranks 1: rank 0 sees its peer's death at once; the replacement (launch
+// rank 2) registers once it has loaded its data, and rank 0 admits it at a step boundary:
+// in the membership change after the kill (generation 1 from step 5), when it registered
+// before that change ended (on a quiet machine it starts and loads its 120 samples in a
+// fraction of a second), or after going on alone, before step 8 at the latest, where it
+// waits for it (generation 2 from step 6 to 8, as on a loaded machine).
 TEST_F(ElasticCliTest, AJoinerIsAdmittedAtAStepBoundary) {
   const RunResult run = runElastic(*this, "--debug-kill-rank 1:5 --debug-await-join 8", 2, 1);
   ASSERT_EQ(run.exitCode, 0) << run.output;
@@ -215,7 +218,11 @@ TEST_F(ElasticCliTest, AJoinerIsAdmittedAtAStepBoundary) {
   std::string line;
   std::getline(in, line);  // pid
   ASSERT_TRUE(std::getline(in, line));
-  EXPECT_EQ(line.substr(0, line.find(' ', 2)), "2 8") << "generation 2 from step 8";
+  std::istringstream words(line);
+  int64_t generation = -1, first = -1;
+  words >> generation >> first;
+  EXPECT_TRUE((generation == 1 && first == 5) || (generation == 2 && first >= 6 && first <= 8))
+      << "the joiner's first step: " << line;
 }
 
 TEST_F(ElasticCliTest, TwoRanksKilledAtOnce) {
