@@ -262,9 +262,9 @@ Command registerTrain(CLI::App& root) {
       ->check(atLeast(1))
       ->needs(balance);
   app->add_option("--debug-kill-rank", raw->killRank,
-                  "RANK[,RANK...]:STEP[:STOP] those launch ranks SIGKILL (or SIGSTOP) themselves "
-                  "before STEP (parameter-server workers: before their push STEP; federated "
-                  "client hosts: before round STEP), for tests")
+                  "RANK[,RANK...]:STEP[:KILL|:STOP] those launch ranks SIGKILL (or SIGSTOP) "
+                  "themselves before STEP (parameter-server workers: before their push STEP; "
+                  "federated client hosts: before round STEP), for tests")
       ->group("");
   app->add_option("--debug-kill-in-regroup", config->debugKillInRegroup,
                   "RANK under kolo run --elastic: that rank SIGKILLs itself in the first membership "
