@@ -4,6 +4,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
+  ccache                     # compiled objects kept outside the clone: a second build reuses them
   libopenblas-dev            # GEMM (CBLAS) for matmul and convolution
   zlib1g-dev                 # gzip-compressed IDX files
   libgtest-dev               # tests
