@@ -209,7 +209,9 @@ TEST_P(Hsdp, ShardGroupsReplicatedAcrossMatchDataParallelism) {
   for (ShardLevel level : {ShardLevel::Gradients, ShardLevel::Full}) {
     for (int group : {2, 1}) {
       const std::vector<double> w = train(4, fsdp(opt, {.shard = level, .shardGroup = group}), 0, kSteps);
-      EXPECT_LT(maxRelDiff(w, dp), 1e-5) << shardLevelName(level) << ", groups of " << group;
+      // Adam amplifies the rounding of a different summation order (see fsdp_test.cc).
+      EXPECT_LT(maxRelDiff(w, dp), opt == Opt::SgdMomentum ? 1e-5 : 1e-4)
+          << shardLevelName(level) << ", groups of " << group;
     }
   }
 }

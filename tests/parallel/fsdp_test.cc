@@ -104,7 +104,12 @@ TEST_P(FsdpEquivalence, MatchesDataParallelismAfterTenSteps) {
       const std::vector<double> w = trainRanks(StrategyKind::FullyShardedDataParallel, n, level, opt);
       const std::string what = std::string(shardLevelName(level)) + " on " + std::to_string(n) + " ranks";
       ASSERT_EQ(w.size(), dp.size()) << what;
-      EXPECT_LT(maxRelDiff(w, dp), 1e-5) << what << " vs data parallelism";
+      // Reduce-scatter and all-reduce sum the ranks' gradients in different orders. SGD
+      // carries that rounding through linearly; Adam divides by the gradient's running
+      // magnitude, which amplifies it where a gradient nearly cancels (1.3e-5 at 4 ranks on an
+      // AVX-512 machine), so Adam gets a tenfold looser bound, still far below the 1e-2 the
+      // updates moved the weights.
+      EXPECT_LT(maxRelDiff(w, dp), opt == Opt::SgdMomentum ? 1e-5 : 1e-4) << what << " vs data parallelism";
       // One device sums the batch's gradients in another order. SGD's update is linear in
       // the gradient, so that moves the weights by rounding only; Adam divides by the
       // gradient's magnitude, so where a gradient nearly cancels its sign follows the
