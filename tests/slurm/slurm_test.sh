@@ -5,7 +5,8 @@
 #   1. srun -N 2 --ntasks-per-node 2 kolo train (multi-worker-mirrored): the store on the
 #      step's first node at the port from the job id; the final weights must equal those of
 #      `kolo run -n 4` with the same flags;
-#   2. the same training as an sbatch job (its script runs srun), the same weights again;
+#   2. the same training as an sbatch job (its script runs srun), the same weights again, and
+#      as `srun --ntasks-per-node 1 kolo run -n 2` (one launcher per node, nodes from Slurm);
 #   3. a parameter-server job under srun, roles from SLURM_PROCID with KOLO_PS_SERVERS=1;
 #   4. srun of a longer training whose rank 3 (on node 2) is killed with SIGKILL from outside
 #      once the job trains: the step must end, with an error that names rank 3, in bounded time;
@@ -113,6 +114,24 @@ done
 result="$(compare_weights "$dir/sbatch.safetensors" "$dir/run.safetensors")" ||
   fail "the sbatch job's weights differ from kolo run -n 4's: $result"
 echo "job $job: sbatch -N 2 --ntasks-per-node 2 (srun kolo train ...): $state"
+echo "  weights equal kolo run -n 4's: $result"
+
+# 2b. One kolo run per node (srun --ntasks-per-node 1): node count, node rank and the store
+# from Slurm, two ranks each; the same weights again.
+slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 1 -O \
+  "$kolo" run -n 2 --bind none -- \
+  sh -c 'echo "rank $KOLO_RANK of $KOLO_WORLD_SIZE on $(hostname)"; exec "$@"' sh \
+  "${train[@]}" --save "$dir/run_srun.safetensors" \
+  >"$dir/run_srun.out" 2>&1 || fail "srun --ntasks-per-node 1 kolo run -n 2 failed" "$dir/run_srun.out"
+for rank in 0 1 2 3; do
+  host=$NETNS_H1
+  [ $rank -lt 2 ] || host=$NETNS_H2
+  grep -q "rank $rank of 4 on $host" "$dir/run_srun.out" ||
+    fail "kolo run under srun: rank $rank of 4 did not run on $host" "$dir/run_srun.out"
+done
+result="$(compare_weights "$dir/run_srun.safetensors" "$dir/run.safetensors")" ||
+  fail "srun kolo run -n 2's weights differ from kolo run -n 4's: $result"
+echo "job: srun -N 2 --ntasks-per-node 1 kolo run -n 2 -- kolo train ... (ranks 0-1 on $NETNS_H1, 2-3 on $NETNS_H2)"
 echo "  weights equal kolo run -n 4's: $result"
 
 # 3. Parameter servers: rank 0 the server, rank 1 the chief, ranks 2 and 3 (node 2) workers.
