@@ -7,7 +7,8 @@
 #      `kolo run -n 4` with the same flags;
 #   2. the same training as an sbatch job (its script runs srun), the same weights again, and
 #      as `srun --ntasks-per-node 1 kolo run -n 2` (one launcher per node, nodes from Slurm);
-#   3. a parameter-server job under srun, roles from SLURM_PROCID with KOLO_PS_SERVERS=1;
+#   3. a parameter-server job under srun, roles from SLURM_PROCID with KOLO_PS_SERVERS=1, and
+#      pipeline (4 stages) and fsdp jobs whose weights equal those of kolo run -n 4;
 #   4. srun of a longer training whose rank 3 (on node 2) is killed with SIGKILL from outside
 #      once the job trains: the step must end, with an error that names rank 3, in bounded time;
 #   5. KOLO_BACKEND=mpi under srun: kolo's own error, not Open MPI's abort.
@@ -88,7 +89,7 @@ done
 for task in 2 3; do
   grep -q "task $task on $NETNS_H2" "$dir/srun.err" || fail "task $task did not run on $NETNS_H2" "$dir/srun.err"
 done
-echo "job 1: srun -N 2 --ntasks-per-node 2 kolo train ... (tasks 0-1 on $NETNS_H1, 2-3 on $NETNS_H2; $((SECONDS - step_started)) s)"
+echo "job: srun -N 2 --ntasks-per-node 2 kolo train ... (tasks 0-1 on $NETNS_H1, 2-3 on $NETNS_H2; $((SECONDS - step_started)) s)"
 echo "  $(grep -m1 test_accuracy "$dir/srun.out" || tail -n 1 "$dir/srun.out")"
 result="$(compare_weights "$dir/srun.safetensors" "$dir/run.safetensors")" ||
   fail "srun's weights differ from kolo run -n 4's: $result"
@@ -141,8 +142,29 @@ KOLO_PS_SERVERS=1 slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 2 -O \
   >"$dir/ps.out" 2>"$dir/ps.err" || fail "the parameter-server job under srun failed" "$dir/ps.out" "$dir/ps.err"
 grep -q 'test_accuracy .* ps_mode sync .* workers_alive 2' "$dir/ps.out" ||
   fail "no summary of the chief with 2 live workers" "$dir/ps.out" "$dir/ps.err"
-echo "job 3: KOLO_PS_SERVERS=1 srun -N 2 --ntasks-per-node 2 kolo train --strategy parameter-server ..."
+echo "job: KOLO_PS_SERVERS=1 srun -N 2 --ntasks-per-node 2 kolo train --strategy parameter-server ..."
 echo "  $(grep -o 'test_accuracy [0-9.]*.*workers_alive [0-9]*' "$dir/ps.out")"
+
+# 3b. Pipeline (4 stages, one per task) and fsdp under srun, each against kolo run -n 4.
+for kind in pipeline fsdp; do
+  if [ $kind = pipeline ]; then
+    job_flags=(--strategy pipeline --stages 4 --micro-batches 4)
+  else
+    job_flags=(--strategy fsdp)
+  fi
+  other=("$kolo" train --model mlp --optimizer sgd --lr 0.1 --batch 64 --seed 3 --threads 1 --quiet
+    --epochs 1 --train-limit 1024 "${job_flags[@]}")
+  netns_on "$NETNS_H1" timeout 120 "$kolo" run -n 4 --bind none -- "${other[@]}" \
+    --save "$dir/run_$kind.safetensors" >"$dir/run_$kind.out" 2>&1 ||
+    fail "kolo run -n 4 of $kind failed" "$dir/run_$kind.out"
+  slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 2 -O "${other[@]}" \
+    --save "$dir/srun_$kind.safetensors" >"$dir/srun_$kind.out" 2>&1 ||
+    fail "srun of $kind failed" "$dir/srun_$kind.out"
+  result="$(compare_weights "$dir/srun_$kind.safetensors" "$dir/run_$kind.safetensors")" ||
+    fail "srun's $kind weights differ from kolo run -n 4's: $result"
+  echo "job: srun -N 2 --ntasks-per-node 2 kolo train ${job_flags[*]} ..."
+  echo "  weights equal kolo run -n 4's: $result"
+done
 
 # 4. A task killed from outside: rank 3, on node 2, once every rank has its place in the job.
 slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 2 -O \
@@ -170,7 +192,7 @@ rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "srun of the job whose rank 3 was killed ended with status $rc" "$dir/kill.out" "$dir/kill.err"
 grep -q "rank 3" "$dir/kill.err" "$dir/kill.out" ||
   fail "no error names rank 3" "$dir/kill.out" "$dir/kill.err"
-echo "job 4: rank 3 (pid $victim on $NETNS_H2) killed with SIGKILL; srun exited $rc after $((SECONDS - killed_at)) s:"
+echo "job: rank 3 (pid $victim on $NETNS_H2) killed with SIGKILL; srun exited $rc after $((SECONDS - killed_at)) s:"
 grep -h -m2 "rank 3" "$dir/kill.err" "$dir/kill.out" | sed 's/^/  /'
 
 # 5. The MPI backend asked for under srun.
@@ -179,6 +201,6 @@ KOLO_BACKEND=mpi slurm_on_host1 timeout 60 srun -N 1 -n 1 "${train[@]}" \
 grep -q "the MPI backend cannot start under this srun" "$dir/mpi.out" ||
   fail "KOLO_BACKEND=mpi under srun did not give kolo's error" "$dir/mpi.out"
 ! grep -q "OMPI\|MPI_Init" "$dir/mpi.out" || fail "Open MPI's text reached the user" "$dir/mpi.out"
-echo "job 5: KOLO_BACKEND=mpi srun -n 1 kolo train: $(grep -m1 -o 'the MPI backend cannot start under this srun[^;]*' "$dir/mpi.out")"
+echo "job: KOLO_BACKEND=mpi srun -n 1 kolo train: $(grep -m1 -o 'the MPI backend cannot start under this srun[^;]*' "$dir/mpi.out")"
 
 echo "Slurm test passed in $SECONDS s"
