@@ -14,6 +14,7 @@ packages=(
   libopenmpi-dev openmpi-bin # MPI backend and the Open MPI peer benchmark
   dataset-fashion-mnist      # the main job's data
   iproute2                   # network-namespace multi-host tests
+  slurm-wlm munge            # the Slurm test (tests/slurm/): slurmctld, slurmd, srun, sbatch, munged
   gnuplot-nox                # kolo report: the plots (SVG terminal)
   libdw-dev                  # flight-recorder dumps: names the frames of every thread's stack (elfutils)
   clang libclang-rt-14-dev   # libFuzzer harnesses (fuzz/): clang 14 and its fuzzer/sanitizer runtimes

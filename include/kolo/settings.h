@@ -24,6 +24,8 @@
   X(store, "KOLO_STORE", Text, "", "", "HOST:PORT of the job's rendezvous store (set by kolo run)") \
   X(token, "KOLO_TOKEN", Secret, "", "",                                                          \
     "the job's shared secret, required by the store; set it on every node of a multi-node job")  \
+  X(storePort, "KOLO_STORE_PORT", Integer, "", "",                                               \
+    "under srun: the port of the store rank 0 hosts on the step's first node (unset: MASTER_PORT, else derived from the job and step ids)") \
   X(role, "KOLO_ROLE", Text, "", "",                                                               \
     "parameter-server jobs: this process's role, ps, worker or chief (set by kolo run --ps)")   \
   X(roleIndex, "KOLO_ROLE_INDEX", Integer, "", "",                                                \
@@ -41,7 +43,7 @@
   X(timeout, "KOLO_TIMEOUT", Seconds, "", "",                                                     \
     "seconds before a collective or the rendezvous gives up (unset: the program's own, 300)")    \
   X(backend, "KOLO_BACKEND", Choice, "auto", "auto|native|mpi",                                   \
-    "communicator backend; auto: MPI under mpirun or srun when built with it, else native")      \
+    "communicator backend; auto: MPI under mpirun when built with it, else native (srun too)")   \
   X(algo, "KOLO_ALGO", Choice, "auto", "auto|ring|halving-doubling|tree|reduce-broadcast|hierarchical", \
     "all-reduce algorithm of every communicator; auto: chosen by message size and topology")     \
   X(checkSignatures, "KOLO_CHECK_SIGNATURES", Flag, "0", "",                                      \

@@ -1,12 +1,14 @@
 // `kolo run`: the launcher's command line. Parses the options and PROGRAM ARGS... (after
 // `--` or the first non-option word) into parallel::LauncherOptions and runs the job; the
-// job token for several nodes comes from KOLO_TOKEN (kolo::settings::token()).
+// job token for several nodes comes from KOLO_TOKEN (kolo::settings::token()). Started by
+// srun with one task per node and no --nnodes, the nodes and the store come from Slurm.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "kolo/comm/init.h"
 #include "kolo/error.h"
 #include "kolo/settings.h"
 #include "launch/launcher.h"
@@ -36,6 +38,32 @@ void parseNodes(const std::string& text, parallel::LauncherOptions& options) {
   if (!options.elastic || options.maxNodes < options.nnodes)
     KOLO_THROW(InvalidArgument, "kolo run: --nnodes ", text,
                ": MIN:MAX needs --elastic and MAX at least MIN");
+}
+
+/// `srun --ntasks-per-node=1 kolo run -n G ...` in an allocation of several nodes: one
+/// launcher per node, as `kolo run --nnodes M --node-rank R --store HOST:PORT` on each, with
+/// M, R and the store (the step's first node, kolo/comm/init.h) from Slurm's variables. The
+/// token is KOLO_TOKEN, else one named after the job: not a secret, as under srun without
+/// kolo run (set KOLO_TOKEN outside a trusted network). Returns false outside such a step.
+bool nodesFromSlurm(parallel::LauncherOptions& options) {
+  const comm::LaunchInfo step = comm::detectLaunch();
+  if (step.launcher != "slurm" || step.size == 1) return false;
+  KOLO_REQUIRE(step.localSize == 1, "kolo run under srun starts one launcher per node, but this "
+               "step runs ", step.localSize, " tasks on this node: use srun --ntasks-per-node=1 "
+               "kolo run -n G ... (or --nnodes, --node-rank and --store by hand)");
+  KOLO_REQUIRE(!step.storeAddress.empty(), "kolo run under srun: the step names no first node "
+               "(SLURM_STEP_NODELIST) or job id: give --nnodes, --node-rank and --store");
+  options.nnodes = step.size;
+  options.nodeRank = step.rank;
+  options.storeAddress = step.storeAddress;
+  options.token = step.token;
+  if (options.token.empty()) {
+    const settings::Environment env = settings::Environment::process();
+    const std::string* job = env.find("SLURM_JOB_ID");
+    const std::string* stepId = env.find("SLURM_STEP_ID");
+    options.token = "slurm-" + (job ? *job : "") + "." + (stepId ? *stepId : "");
+  }
+  return true;
 }
 
 }  // namespace
@@ -78,15 +106,15 @@ Command registerRun(CLI::App& root) {
       ->check(atLeast(1))
       ->needs(elastic);
   auto nodes = std::make_shared<std::string>("1");
-  app->add_option("--nnodes", *nodes,
+  auto* nodesOption = app->add_option("--nnodes", *nodes,
                   "nodes in the job (each runs kolo run with the same -n); with --elastic also "
                   "MIN:MAX: nodes 0..MIN-1 start the job, nodes MIN..MAX-1 join it later")
       ->capture_default_str();
-  app->add_option("--node-rank", options->nodeRank,
+  auto* nodeRankOption = app->add_option("--node-rank", options->nodeRank,
                   "this node's index, 0..nnodes-1 (node 0 hosts the store)")
       ->capture_default_str()
       ->check(atLeast(0));
-  app->add_option(
+  auto* storeOption = app->add_option(
       "--store", options->storeAddress,
       "HOST:PORT of the rendezvous store ([V6]:PORT for IPv6); required with --nnodes > 1. Node 0 "
       "listens on PORT; default on one node: 127.0.0.1 and a free port");
@@ -125,8 +153,12 @@ Command registerRun(CLI::App& root) {
   app->positionals_at_end();
   Command command;
   command.app = app;
-  command.run = [options, graceSeconds, bind, nproc, bindOption, statusFile, nodes]() -> int {
+  command.run = [options, graceSeconds, bind, nproc, bindOption, statusFile, nodes, nodesOption,
+                 nodeRankOption, storeOption]() -> int {
     parseNodes(*nodes, *options);
+    const bool slurmNodes = !options->psJoin && nodesOption->count() == 0 &&
+                            nodeRankOption->count() == 0 && storeOption->count() == 0 &&
+                            nodesFromSlurm(*options);
     // The ranks inherit the launcher's environment (rankEnvironment).
     if (!statusFile->empty() && ::setenv("KOLO_STATUS_FILE", statusFile->c_str(), 1) != 0)
       KOLO_THROW(IoError, "kolo run: cannot set KOLO_STATUS_FILE");
@@ -138,7 +170,7 @@ Command registerRun(CLI::App& root) {
                                                     options->nnodes, options->nodeRank)
                                   .count;
       // Joinable (kolo run --join) when started with --store and KOLO_TOKEN.
-      if (!options->storeAddress.empty()) options->token = settings::token();
+      if (!options->storeAddress.empty() && !slurmNodes) options->token = settings::token();
       // A server serves every worker from threads of its own and the processes of the job
       // take turns (push, update, reply): bound to one core each, a server shares its core
       // with a worker and the two wait for each other.
@@ -148,7 +180,8 @@ Command registerRun(CLI::App& root) {
     }
     options->bind = parallel::parseCpuBinding(*bind);
     options->gracePeriod = std::chrono::milliseconds(static_cast<int64_t>(*graceSeconds * 1000));
-    if (std::max(options->nnodes, options->maxNodes) > 1) options->token = settings::token();
+    if (std::max(options->nnodes, options->maxNodes) > 1 && !slurmNodes)
+      options->token = settings::token();
     return parallel::runLauncher(*options);
   };
   return command;

@@ -10,6 +10,7 @@
 
 #include "kolo/comm/mpi.h"
 #include "kolo/comm/native.h"
+#include "kolo/comm/slurm.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
 #include "kolo/settings.h"
@@ -74,6 +75,43 @@ void checkPlace(const LaunchInfo& info, const std::string& source) {
                " of local size ", info.localSize);
 }
 
+/// The first of `names` that is set, with its value (nullptr when none is).
+std::pair<std::string, const std::string*> firstOf(const Env& env,
+                                                   std::initializer_list<const char*> names) {
+  for (const char* name : names)
+    if (const std::string* value = find(env, name)) return {name, value};
+  return {"", nullptr};
+}
+
+/// The store of a Slurm job step, as PyTorch's usual Slurm recipe finds it: MASTER_ADDR, else
+/// the step's first host (rank 0 runs there); KOLO_STORE_PORT, else MASTER_PORT, else a port
+/// derived from the job and step ids. "" when neither a host nor a job id is known.
+std::string slurmStoreAddress(const Env& env, const settings::Environment& known) {
+  std::string host;
+  if (const std::string* addr = find(env, "MASTER_ADDR")) {
+    host = *addr;
+  } else if (const auto [name, list] =
+                 firstOf(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"});
+             list) {
+    host = expandSlurmHostList(name, *list).front();
+  }
+  if (host.empty()) return "";
+  int port = 0;
+  if (const std::optional<int64_t> given = settings::storePort(known)) {
+    if (*given < 1 || *given > 65535)
+      KOLO_THROW(InvalidArgument, "KOLO_STORE_PORT='", *given, "' is not a port (1..65535)");
+    port = static_cast<int>(*given);
+  } else if (const std::string* masterPort = find(env, "MASTER_PORT")) {
+    port = parseInt("MASTER_PORT", *masterPort);
+  } else {
+    const auto [jobName, job] = firstOf(env, {"SLURM_JOB_ID", "SLURM_JOBID"});
+    if (!job) return "";
+    const auto [stepName, step] = firstOf(env, {"SLURM_STEP_ID", "SLURM_STEPID"});
+    port = slurmStorePort(parseInt(jobName, *job), step ? parseInt(stepName, *step) : 0);
+  }
+  return joinHostPort(host, std::to_string(port));
+}
+
 /// A KOLO_* integer that must fit an int (ranks and sizes).
 int rankNumber(std::optional<int64_t> value, const char* name, int fallback) {
   if (!value) return fallback;
@@ -136,7 +174,11 @@ LaunchInfo detectLaunch(const std::map<std::string, std::string>& env) {
     checkPlace(info, "Open MPI (OMPI_COMM_WORLD_*)");
     return info;
   }
-  if (find(env, "SLURM_PROCID") && find(env, "SLURM_NTASKS")) {
+  // An sbatch script's own shell has SLURM_PROCID=0 and the job's SLURM_NTASKS but is no
+  // step (no SLURM_STEP_ID): a program it runs without srun is one process.
+  const bool slurmBatchShell =
+      find(env, "SLURM_JOB_ID") && !find(env, "SLURM_STEP_ID") && !find(env, "SLURM_STEPID");
+  if (find(env, "SLURM_PROCID") && find(env, "SLURM_NTASKS") && !slurmBatchShell) {
     info.launcher = "slurm";
     info.rank = intVar(env, "SLURM_PROCID", 0);
     info.size = intVar(env, "SLURM_NTASKS", 1);
@@ -145,9 +187,7 @@ LaunchInfo detectLaunch(const std::map<std::string, std::string>& env) {
     if (!perNode) perNode = find(env, "SLURM_TASKS_PER_NODE");
     info.localSize =
         perNode ? slurmTasksOnNode(*perNode, intVar(env, "SLURM_NODEID", 0)) : info.size;
-    const std::string* addr = find(env, "MASTER_ADDR");
-    const std::string* port = find(env, "MASTER_PORT");
-    if (addr && port) info.storeAddress = joinHostPort(*addr, *port);
+    info.storeAddress = slurmStoreAddress(env, known);
     info.token = token;
     checkPlace(info, "Slurm (SLURM_*)");
     return info;
@@ -171,19 +211,26 @@ std::shared_ptr<Communicator> initFromEnvironment(const InitOptions& options) {
   if (const std::optional<double> seconds = settings::timeout(known))
     timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(*seconds * 1000)));
 
-  bool useMpi =
-      backend == "mpi" ||
-      (backend == "auto" && (info.launcher == "mpi" || info.launcher == "slurm") && mpiAvailable());
+  // Under srun, MPI starts only from the PMI server of an `srun --mpi=pmix|pmi2` step, and
+  // Debian's Open MPI not even then: MPI_Init would abort the whole step with Open MPI's own
+  // text. So `auto` is native there, and an explicit `mpi` without a PMI server is refused.
+  const bool useMpi = backend == "mpi" || (backend == "auto" && info.launcher == "mpi" &&
+                                           mpiAvailable());
+  if (useMpi && info.launcher == "slurm" && !find(known.variables(), "PMIX_RANK") &&
+      !find(known.variables(), "PMI_RANK") && !find(known.variables(), "PMI_FD"))
+    KOLO_THROW(InvalidArgument, "rank ", info.rank, " of ", info.size,
+               ": the MPI backend cannot start under this srun (the step has no PMI server: "
+               "PMIX_RANK and PMI_RANK are unset; srun --mpi=pmix provides one where Slurm and MPI "
+               "were built with it); unset KOLO_BACKEND (auto is native under srun) or set "
+               "KOLO_BACKEND=native, or start the ranks with mpirun inside the allocation");
   if (useMpi) {
     auto communicator = createMpiCommunicator();
     communicator->setTimeout(timeout);
     if (info.launcher != "single" && info.launcher != "kolo" &&
         (communicator->size() != info.size || communicator->rank() != info.rank))
-      KOLO_THROW(
-          Mismatch, "MPI says rank ", communicator->rank(), " of ", communicator->size(),
-          " but the ", info.launcher, " variables say rank ", info.rank, " of ", info.size,
-          " (was the program started by srun without MPI support? try KOLO_BACKEND=native with "
-          "MASTER_ADDR/MASTER_PORT)");
+      KOLO_THROW(Mismatch, "MPI says rank ", communicator->rank(), " of ", communicator->size(),
+                 " but the ", info.launcher, " variables say rank ", info.rank, " of ", info.size,
+                 " (was the program started without MPI support? try KOLO_BACKEND=native)");
     return communicator;
   }
 
@@ -192,16 +239,16 @@ std::shared_ptr<Communicator> initFromEnvironment(const InitOptions& options) {
   if (info.storeAddress.empty()) {
     if (info.size != 1)
       KOLO_THROW(InvalidArgument, "rank ", info.rank, " of ", info.size, " (from ", info.launcher,
-                 " variables) has no store address: set MASTER_ADDR and MASTER_PORT, start the job "
-                 "with kolo "
-                 "run, or use the MPI backend");
+                 " variables) has no store address: set MASTER_ADDR and MASTER_PORT (under srun: "
+                 "SLURM_STEP_NODELIST and SLURM_JOB_ID name it), start the job with kolo run, or "
+                 "use the MPI backend");
     return createNativeCommunicator(makeMemoryStore(), 0, 1, nativeOptions);
   }
 
   auto holder = std::make_shared<HostedCommunicator>();
   if (info.launcher != "kolo" && info.rank == 0) {
-    // torchrun-style variables: rank 0 hosts the store that every rank (itself included)
-    // connects to, on every interface so other hosts reach it.
+    // torchrun's or Slurm's variables: rank 0 hosts the store that every rank (itself
+    // included) connects to, on every interface so other hosts reach it.
     TcpStoreServerOptions serverOptions;
     serverOptions.port = parseHostPort(info.storeAddress).port;
     serverOptions.token = info.token;

@@ -22,7 +22,8 @@ struct LaunchInfo {
   int localSize = 1;
   /// "kolo", "torchrun", "mpi", "slurm" or "single".
   std::string launcher = "single";
-  /// host:port of the TCP store ("" when none).
+  /// host:port of the TCP store ("" when none); under srun the step's first host and a port
+  /// derived from the job and step ids unless MASTER_ADDR, MASTER_PORT or KOLO_STORE_PORT say.
   std::string storeAddress;
   std::string token;
 };
@@ -32,7 +33,8 @@ LaunchInfo detectLaunch(const std::map<std::string, std::string>& env);
 LaunchInfo detectLaunch();
 
 struct InitOptions {
-  /// "auto" (MPI under mpirun/srun when built with MPI, else native), "native" or "mpi".
+  /// "auto" (MPI under mpirun when built with MPI, else native, srun included), "native" or
+  /// "mpi" (refused under an srun step without a PMI server, where MPI cannot start).
   std::string backend = "auto";
   /// Default deadline for collectives; KOLO_TIMEOUT (seconds) overrides.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};

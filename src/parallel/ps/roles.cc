@@ -36,8 +36,12 @@ RoleInfo roleFromEnvironment() {
       info.role = Role::Worker;
       info.index = launch.rank - info.servers - 1;
     }
-    info.store = launch.storeAddress;
-    info.token = launch.token;
+    // Only kolo run's store is up before the job starts; under torchrun's or Slurm's
+    // variables the job boots its own (bootstrapStore, through the job's communicator).
+    if (launch.launcher == "kolo") {
+      info.store = launch.storeAddress;
+      info.token = launch.token;
+    }
     info.local = launch.localSize == launch.size;
     return info;
   }

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# kolo under a real Slurm: munged, slurmctld and two slurmd, each slurmd on a host of its own
+# (a network namespace with its own address and host name), as two nodes. On it, as a user
+# types them on the login node (host 1), with nothing set by hand:
+#   1. srun -N 2 --ntasks-per-node 2 kolo train (multi-worker-mirrored): the store on the
+#      step's first node at the port from the job id; the final weights must equal those of
+#      `kolo run -n 4` with the same flags;
+#   2. the same training as an sbatch job (its script runs srun), the same weights again, and
+#      as `srun --ntasks-per-node 1 kolo run -n 2` (one launcher per node, nodes from Slurm);
+#   3. a parameter-server job under srun, roles from SLURM_PROCID with KOLO_PS_SERVERS=1, and
+#      pipeline (4 stages) and fsdp jobs whose weights equal those of kolo run -n 4;
+#   4. srun of a longer training whose rank 3 (on node 2) is killed with SIGKILL from outside
+#      once the job trains: the step must end, with an error that names rank 3, in bounded time;
+#   5. KOLO_BACKEND=mpi under srun: kolo's own error, not Open MPI's abort.
+# Everything is torn down on exit, whatever happens. Exit 77 (ctest SKIP) with a message where
+# namespaces are forbidden or Slurm, munge or Fashion-MNIST is missing.
+# Usage: slurm_test.sh KOLO_BINARY
+set -u
+kolo="$1"
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=../comm_multihost/netns_hosts.sh
+. "$here/../comm_multihost/netns_hosts.sh"
+# shellcheck source=slurm_cluster.sh
+. "$here/slurm_cluster.sh"
+
+if why="$(slurm_missing)"; then
+  echo "SKIPPED: Slurm test: $why"
+  exit 77
+fi
+netns_test_begin "Slurm test" fashion-mnist
+trap 'slurm_stop; netns_test_end' EXIT
+netns_name_hosts
+chmod 755 "$dir"
+
+fail() {
+  echo "FAIL: $1"
+  shift
+  for file in "$@"; do echo "--- $file"; tail -n 30 "$file"; done
+  echo "--- slurmctld.log"; tail -n 15 "$dir/slurmctld.log"
+  exit 1
+}
+
+slurm_start || fail "the cluster did not start"
+echo "cluster: $(slurm_on_host1 sinfo -h -N -o '%N (%t, %c CPUs)' | tr '\n' ' ')"
+echo "  slurmctld on $NETNS_H1 ($NETNS_ADDR1), slurmd on $NETNS_H1 ($NETNS_ADDR1) and $NETNS_H2 ($NETNS_ADDR2)"
+
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 KOLO_TIMEOUT=60
+flags=(--strategy multi-worker-mirrored --model mlp --optimizer sgd --lr 0.1 --momentum 0.9
+  --batch 64 --seed 3 --threads 1 --quiet)
+train=("$kolo" train "${flags[@]}" --epochs 1 --train-limit 2048)
+
+# Max |a - b| over two safetensors files with the same tensors; exit 1 if they differ in
+# names or shapes, or by more than a float rounding of the all-reduce's order.
+compare_weights() {
+  python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+def load(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n]); body = data[8 + n:]
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__": continue
+        a, b = t["data_offsets"]
+        out[name] = (t["shape"], struct.unpack("<%df" % ((b - a) // 4), body[a:b]))
+    return out
+x, y = load(sys.argv[1]), load(sys.argv[2])
+if x.keys() != y.keys() or any(x[k][0] != y[k][0] for k in x): sys.exit("different tensors")
+worst = max(abs(p - q) for k in x for p, q in zip(x[k][1], y[k][1]))
+count = sum(len(v[1]) for v in x.values())
+print("%d tensors, %d values, max |difference| %.3g" % (len(x), count, worst))
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+}
+
+# The reference: four ranks of kolo run on host 1.
+netns_on "$NETNS_H1" timeout 120 "$kolo" run -n 4 --bind none -- "${train[@]}" \
+  --save "$dir/run.safetensors" >"$dir/run.out" 2>&1 || fail "kolo run -n 4 failed" "$dir/run.out"
+
+# 1. srun across both nodes.
+step_started=$SECONDS
+slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 2 -O --kill-on-bad-exit=1 \
+  sh -c 'echo "task $SLURM_PROCID on $(hostname)" >&2; exec "$@"' sh \
+  "${train[@]}" --save "$dir/srun.safetensors" >"$dir/srun.out" 2>"$dir/srun.err" ||
+  fail "srun -N 2 --ntasks-per-node 2 kolo train failed" "$dir/srun.out" "$dir/srun.err"
+for task in 0 1; do
+  grep -q "task $task on $NETNS_H1" "$dir/srun.err" || fail "task $task did not run on $NETNS_H1" "$dir/srun.err"
+done
+for task in 2 3; do
+  grep -q "task $task on $NETNS_H2" "$dir/srun.err" || fail "task $task did not run on $NETNS_H2" "$dir/srun.err"
+done
+echo "job: srun -N 2 --ntasks-per-node 2 kolo train ... (tasks 0-1 on $NETNS_H1, 2-3 on $NETNS_H2; $((SECONDS - step_started)) s)"
+echo "  $(grep -m1 test_accuracy "$dir/srun.out" || tail -n 1 "$dir/srun.out")"
+result="$(compare_weights "$dir/srun.safetensors" "$dir/run.safetensors")" ||
+  fail "srun's weights differ from kolo run -n 4's: $result"
+echo "  weights equal kolo run -n 4's: $result"
+
+# 2. The same as an sbatch job.
+cat >"$dir/job.sh" <<JOB
+#!/bin/bash
+#SBATCH -N 2
+#SBATCH --ntasks-per-node 2
+#SBATCH -O
+srun ${train[*]} --save $dir/sbatch.safetensors
+JOB
+job="$(slurm_on_host1 sbatch --parsable -o "$dir/sbatch.out" "$dir/job.sh")" ||
+  fail "sbatch refused the job"
+state=""
+deadline=$((SECONDS + 120))
+while [ $SECONDS -lt $deadline ]; do
+  state="$(slurm_on_host1 scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)"
+  case "$state" in PENDING | CONFIGURING | RUNNING | COMPLETING | "") sleep 0.2 ;; *) break ;; esac
+done
+[ "$state" = COMPLETED ] || fail "sbatch job $job ended $state" "$dir/sbatch.out"
+result="$(compare_weights "$dir/sbatch.safetensors" "$dir/run.safetensors")" ||
+  fail "the sbatch job's weights differ from kolo run -n 4's: $result"
+echo "job $job: sbatch -N 2 --ntasks-per-node 2 (srun kolo train ...): $state"
+echo "  weights equal kolo run -n 4's: $result"
+
+# 2b. One kolo run per node (srun --ntasks-per-node 1): node count, node rank and the store
+# from Slurm, two ranks each; the same weights again.
+slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 1 -O \
+  "$kolo" run -n 2 --bind none -- \
+  sh -c 'echo "rank $KOLO_RANK of $KOLO_WORLD_SIZE on $(hostname)"; exec "$@"' sh \
+  "${train[@]}" --save "$dir/run_srun.safetensors" \
+  >"$dir/run_srun.out" 2>&1 || fail "srun --ntasks-per-node 1 kolo run -n 2 failed" "$dir/run_srun.out"
+for rank in 0 1 2 3; do
+  host=$NETNS_H1
+  [ $rank -lt 2 ] || host=$NETNS_H2
+  grep -q "rank $rank of 4 on $host" "$dir/run_srun.out" ||
+    fail "kolo run under srun: rank $rank of 4 did not run on $host" "$dir/run_srun.out"
+done
+result="$(compare_weights "$dir/run_srun.safetensors" "$dir/run.safetensors")" ||
+  fail "srun kolo run -n 2's weights differ from kolo run -n 4's: $result"
+echo "job: srun -N 2 --ntasks-per-node 1 kolo run -n 2 -- kolo train ... (ranks 0-1 on $NETNS_H1, 2-3 on $NETNS_H2)"
+echo "  weights equal kolo run -n 4's: $result"
+
+# 3. Parameter servers: rank 0 the server, rank 1 the chief, ranks 2 and 3 (node 2) workers.
+KOLO_PS_SERVERS=1 slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 2 -O \
+  "$kolo" train --strategy parameter-server --ps-mode sync --model mlp --optimizer sgd \
+  --lr 0.1 --batch 64 --epochs 1 --train-limit 2048 --ps-unit-batches 4 --threads 1 --quiet \
+  >"$dir/ps.out" 2>"$dir/ps.err" || fail "the parameter-server job under srun failed" "$dir/ps.out" "$dir/ps.err"
+grep -q 'test_accuracy .* ps_mode sync .* workers_alive 2' "$dir/ps.out" ||
+  fail "no summary of the chief with 2 live workers" "$dir/ps.out" "$dir/ps.err"
+echo "job: KOLO_PS_SERVERS=1 srun -N 2 --ntasks-per-node 2 kolo train --strategy parameter-server ..."
+echo "  $(grep -o 'test_accuracy [0-9.]*.*workers_alive [0-9]*' "$dir/ps.out")"
+
+# 3b. Pipeline (4 stages, one per task) and fsdp under srun, each against kolo run -n 4.
+for kind in pipeline fsdp; do
+  if [ $kind = pipeline ]; then
+    job_flags=(--strategy pipeline --stages 4 --micro-batches 4)
+  else
+    job_flags=(--strategy fsdp)
+  fi
+  other=("$kolo" train --model mlp --optimizer sgd --lr 0.1 --batch 64 --seed 3 --threads 1 --quiet
+    --epochs 1 --train-limit 1024 "${job_flags[@]}")
+  netns_on "$NETNS_H1" timeout 120 "$kolo" run -n 4 --bind none -- "${other[@]}" \
+    --save "$dir/run_$kind.safetensors" >"$dir/run_$kind.out" 2>&1 ||
+    fail "kolo run -n 4 of $kind failed" "$dir/run_$kind.out"
+  slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 2 -O "${other[@]}" \
+    --save "$dir/srun_$kind.safetensors" >"$dir/srun_$kind.out" 2>&1 ||
+    fail "srun of $kind failed" "$dir/srun_$kind.out"
+  result="$(compare_weights "$dir/srun_$kind.safetensors" "$dir/run_$kind.safetensors")" ||
+    fail "srun's $kind weights differ from kolo run -n 4's: $result"
+  echo "job: srun -N 2 --ntasks-per-node 2 kolo train ${job_flags[*]} ..."
+  echo "  weights equal kolo run -n 4's: $result"
+done
+
+# 4. A task killed from outside: rank 3, on node 2, once every rank has its place in the job.
+slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 2 -O \
+  "$kolo" train "${flags[@]}" --epochs 50 >"$dir/kill.out" 2>"$dir/kill.err" &
+srun_pid=$!
+pids+=("$srun_pid")
+victim=""
+deadline=$((SECONDS + 60))
+while [ -z "$victim" ] && [ $SECONDS -lt $deadline ] && kill -0 "$srun_pid" 2>/dev/null; do
+  for pid in $(ip netns pids "$NETNS_H2"); do
+    if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$kolo")" ] &&
+      tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'SLURM_PROCID=3' &&
+      # Trained past the rendezvous: rank 3 holds a connection to the store on node 1.
+      ip netns exec "$NETNS_H2" ss -tnp 2>/dev/null | grep "pid=$pid," | grep -q "$NETNS_ADDR1"; then
+      victim=$pid
+    fi
+  done
+  [ -n "$victim" ] || sleep 0.2
+done
+[ -n "$victim" ] || fail "rank 3 of the long job never started on $NETNS_H2" "$dir/kill.out" "$dir/kill.err"
+kill -KILL "$victim"
+killed_at=$SECONDS
+wait "$srun_pid"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "srun of the job whose rank 3 was killed ended with status $rc" "$dir/kill.out" "$dir/kill.err"
+grep -q "rank 3" "$dir/kill.err" "$dir/kill.out" ||
+  fail "no error names rank 3" "$dir/kill.out" "$dir/kill.err"
+echo "job: rank 3 (pid $victim on $NETNS_H2) killed with SIGKILL; srun exited $rc after $((SECONDS - killed_at)) s:"
+grep -h -m2 "rank 3" "$dir/kill.err" "$dir/kill.out" | sed 's/^/  /'
+
+# 5. The MPI backend asked for under srun.
+KOLO_BACKEND=mpi slurm_on_host1 timeout 60 srun -N 1 -n 1 "${train[@]}" \
+  >"$dir/mpi.out" 2>&1 && fail "KOLO_BACKEND=mpi under srun trained" "$dir/mpi.out"
+grep -q "the MPI backend cannot start under this srun" "$dir/mpi.out" ||
+  fail "KOLO_BACKEND=mpi under srun did not give kolo's error" "$dir/mpi.out"
+! grep -q "OMPI\|MPI_Init" "$dir/mpi.out" || fail "Open MPI's text reached the user" "$dir/mpi.out"
+echo "job: KOLO_BACKEND=mpi srun -n 1 kolo train: $(grep -m1 -o 'the MPI backend cannot start under this srun[^;]*' "$dir/mpi.out")"
+
+echo "Slurm test passed in $SECONDS s"
