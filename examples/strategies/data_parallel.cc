@@ -35,7 +35,7 @@ struct ResidualBlock : kolo::nn::Module {
     down = registerModule("down", std::make_shared<kolo::nn::Linear>(2 * width, width, gen));
   }
   kolo::Tensor forward(const kolo::Tensor& x) override {  // x: (B, width)
-    return kolo::add(x, down->forward(kolo::relu(up->forward(norm->forward(x)))));
+    return kolo::add(x, (*down)(kolo::relu((*up)((*norm)(x)))));
   }
   std::shared_ptr<kolo::nn::LayerNorm> norm;
   std::shared_ptr<kolo::nn::Linear> up, down;
@@ -50,7 +50,8 @@ struct ResidualMlp : kolo::nn::Module {
     out = registerModule("out", std::make_shared<kolo::nn::Linear>(128, 10, gen));
   }
   kolo::Tensor forward(const kolo::Tensor& x) override {  // x: (B, 784)
-    return out->forward(block2->forward(block1->forward(kolo::relu(in->forward(x)))));  // (B, 10)
+    // Children called as module(x), so that their hooks run (anomaly checks, fsdp's gathers).
+    return (*out)((*block2)((*block1)(kolo::relu((*in)(x)))));  // (B, 10)
   }
   std::shared_ptr<kolo::nn::Linear> in, out;
   std::shared_ptr<ResidualBlock> block1, block2;
