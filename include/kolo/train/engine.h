@@ -90,22 +90,22 @@ struct DataParallelOptions {
   /// central-storage), communicator (multi-worker-mirrored and fsdp: required, e.g.
   /// parallel::init()), reducer buckets, overlap and algorithm, fsdp's shard level, shard
   /// group and units. Its clipNorm is ignored: see clipNorm below.
-  parallel::StrategyOptions strategy;
+  parallel::StrategyOptions strategy{};
   /// The mean loss of a batch; default cross-entropy of model(inputs) against labels.
-  parallel::LossFn loss;
+  parallel::LossFn loss{};
   /// Clip the gradient's global norm to this before each update (0: off). One-device and
   /// fsdp only (InvalidArgument elsewhere).
   double clipNorm = 0.0;
   /// A communication hook on the reducer (gradient compression,
   /// parallel::compression::makeCommHook); null: the plain all-reduce. Multi-worker-mirrored
   /// only (InvalidArgument elsewhere). Its state is part of the engine's checkpoint state.
-  std::shared_ptr<parallel::CommHook> commHook;
+  std::shared_ptr<parallel::CommHook> commHook{};
   /// > 0: split each global batch of this many samples over the ranks in proportion to their
   /// measured speed (parallel::Balancer, multi-worker-mirrored only); fit's batch must be
   /// the same. 0: an even split.
   int64_t balanceBatch = 0;
   /// The balancer's settings (re-plan interval, granule) when balanceBatch > 0.
-  parallel::BalancerOptions balancer;
+  parallel::BalancerOptions balancer{};
 };
 
 /// Synchronous data parallelism over the user's own model: every replica starts from

@@ -22,10 +22,10 @@ struct EvaluateOptions {
   /// Samples per forward pass (the memory of one pass grows with it).
   int64_t batch = 1000;
   /// The loss reported; default cross-entropy.
-  OutputLoss loss;
+  OutputLoss loss{};
   /// The ranks that share the work (null or one rank: this process evaluates it all). Every
   /// rank of it must call evaluate() with the same dataset.
-  std::shared_ptr<comm::Communicator> communicator;
+  std::shared_ptr<comm::Communicator> communicator{};
 };
 
 /// Figures of a model over a whole dataset.

@@ -44,33 +44,33 @@ struct FitOptions {
   /// Batches the loader gathers ahead on a thread of its own (0: on the training thread).
   int prefetch = 2;
   /// The learning rate per step; default: the optimizer's own, constant.
-  ScheduleFactory schedule;
+  ScheduleFactory schedule{};
 
   /// Metrics as JSON lines, written by rank 0 ("" : none): an event per start/resume,
   /// checkpoint, end or failure, an interval line every `metricsEvery` steps (the ranks'
   /// step-time breakdown), a line per epoch, and a final summary line (docs/training.md).
-  std::string metricsPath;
+  std::string metricsPath{};
   int64_t metricsEvery = 50;
   /// Rank 0's progress on stderr: -1 a bar on a terminal and plain lines otherwise, 0 plain
   /// lines, 1 a bar; `quiet` prints none.
   int progress = -1;
   bool quiet = false;
   /// Each rank keeps its step and state in FILE.rank-N (`kolo status FILE`); "" : none.
-  std::string statusFile;
+  std::string statusFile{};
   /// Steps at the start left out of the steady-state throughput.
   int64_t timingSkip = 20;
 
   /// Checkpoints (train::save of the engine) every `checkpointEvery` steps (0: only at the
   /// end) and at the end, into `checkpointDir` ("" : none), the last `keepCheckpoints` kept.
-  std::string checkpointDir;
+  std::string checkpointDir{};
   int64_t checkpointEvery = 0;
   int keepCheckpoints = 3;
   /// Continue from the newest good checkpoint in this directory ("" : start fresh); `steps`
   /// stays the total.
-  std::string resumeDir;
+  std::string resumeDir{};
   /// What fixes the weights' shapes and the data order (model, batch, seed, ...): stored in
   /// every checkpoint; a resume whose checkpoint has other values is refused.
-  std::map<std::string, std::string> identity;
+  std::map<std::string, std::string> identity{};
 
   /// Every N steps compare a hash of every rank's weights and throw ReplicaMismatch naming
   /// the ranks that differ and the first tensor (0: off). Needs an engine with a
@@ -78,7 +78,7 @@ struct FitOptions {
   int64_t checkSyncEvery = 0;
   /// Checked after every step, agreed over the ranks: throws DivergedError naming the first
   /// module, rank and step with a NaN or infinity (null: off). Build it over engine.model().
-  std::shared_ptr<observe::AnomalyDetector> anomalyDetector;
+  std::shared_ptr<observe::AnomalyDetector> anomalyDetector{};
   /// Stop recording the timeline at the end (when one is recording, see startTimeline),
   /// write each rank's file and merge them into DIR/trace.json on rank 0.
   bool finishTimeline = true;
@@ -86,7 +86,7 @@ struct FitOptions {
   /// Log lines (start, resume, checkpoints warnings, tensor memory); null: stderr.
   observe::Logger* logger = nullptr;
   /// Further fields of the "training" log line (model, optimizer, ...).
-  observe::Fields describe;
+  observe::Fields describe{};
 };
 
 /// What a step ended with (FitCallbacks::onStepEnd).
@@ -104,7 +104,7 @@ struct EpochEnd {
   int64_t step = 0;        // steps done
   double trainLoss = 0.0;  // mean of the epoch's step losses
   /// The validation set's figures (none without one).
-  std::optional<EvaluateResult> validation;
+  std::optional<EvaluateResult> validation{};
   double samplesPerSecond = 0.0;
 };
 
@@ -113,11 +113,11 @@ struct EpochEnd {
 struct FitCallbacks {
   /// Before step `step` (0-based) computes, once its batch is loaded. Time spent here counts
   /// as this rank's busy time for balancing, not as its compute.
-  std::function<void(int64_t step)> onStepBegin;
+  std::function<void(int64_t step)> onStepBegin{};
   /// After a step and its checks, before its metrics and progress.
-  std::function<void(const StepEnd&)> onStepEnd;
+  std::function<void(const StepEnd&)> onStepEnd{};
   /// After an epoch's evaluation, before its metrics line.
-  std::function<void(const EpochEnd&)> onEpochEnd;
+  std::function<void(const EpochEnd&)> onEpochEnd{};
 };
 
 /// What a finished fit reports (on every rank; the loss and accuracy are global).

@@ -27,15 +27,15 @@ using NamedTensors = checkpoint::NamedTensors;
 struct StateDict {
   /// A model's tensors by state-dict name, whole (model.safetensors; what `kolo train --init`
   /// and the pipeline's stages read).
-  NamedTensors weights;
+  NamedTensors weights{};
   /// The optimizer's kind ("sgd", "adam", "adamw"; empty: no optimizer state) and its state
   /// over the parameters of `weights` (optimizer.safetensors and the manifest's scalars).
-  std::string optimizerKind;
-  optim::StateDict optimizer;
+  std::string optimizerKind{};
+  optim::StateDict optimizer{};
   /// Further tensors (extra.safetensors): a communication hook's per-rank state, ...
-  NamedTensors tensors;
+  NamedTensors tensors{};
   /// Strings (the manifest's "extra"): what a resumed run checks or reports.
-  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> metadata{};
 };
 
 /// Something whose state a checkpoint holds (an engine: weights, optimizer state, hook
@@ -60,24 +60,24 @@ struct Position {
   /// Optimizer steps taken (the resumed run's next step).
   int64_t step = 0;
   /// The data loader's next batch (DataLoader::state()).
-  data::LoaderState loader;
+  data::LoaderState loader{};
   /// load(): the checkpoint directory it read, on rank 0 ("" elsewhere); ignored by save().
-  std::string path;
+  std::string path{};
 };
 
 /// Where and how checkpoints are kept.
 struct CheckpointOptions {
   /// Directory of the checkpoints (DIR/ckpt-<step>/); required.
-  std::string directory;
+  std::string directory{};
   /// Checkpoints kept; older ones are deleted after each save (>= 1).
   int keep = 3;
   /// The job's communicator (null: one process). Rank 0 writes; every rank calls.
-  std::shared_ptr<comm::Communicator> communicator;
+  std::shared_ptr<comm::Communicator> communicator{};
   /// Strings that fix the run's identity (model, batch, seed, ...): written with every
   /// checkpoint, and load() refuses a checkpoint whose value of one of these keys differs.
-  std::map<std::string, std::string> identity;
+  std::map<std::string, std::string> identity{};
   /// Receives warning lines (a checkpoint skipped on load and why); default: stderr.
-  std::function<void(const std::string&)> warn;
+  std::function<void(const std::string&)> warn{};
 };
 
 /// Saves the checkpoint of `position.step`: every object's stateDict() (collective, in the
