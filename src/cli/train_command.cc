@@ -1,6 +1,6 @@
-// `kolo train`: trains a built-in model (mlp, cnn) on Fashion-MNIST with one of the
-// data-parallel strategies; the flags map onto cli::TrainConfig and the work is done by
-// cli::Trainer (train_loop.h). `--workers N` re-launches the command under `kolo run -n N`.
+// `kolo train`: trains a built-in model (mlp, cnn, lm) on Fashion-MNIST (or a text file)
+// with one of kolo's strategies; the flags map onto cli::TrainConfig and the runners of
+// train_loop.h (the data-parallel strategies: train::fit over a train::DataParallelEngine). `--workers N` re-launches the command under `kolo run -n N`.
 #include <malloc.h>
 
 #include <cstdio>
@@ -10,11 +10,11 @@
 #include "cli/options.h"
 #include "cli/train_federated.h"
 #include "cli/train_loop.h"
-#include "cli/train_timeline.h"
 #include "kolo/error.h"
 #include "kolo/parallel/elastic.h"
 #include "kolo/memory.h"
 #include "kolo/settings.h"
+#include "kolo/train/fit.h"
 
 namespace kolo::cli {
 namespace {
@@ -389,7 +389,7 @@ Command registerTrain(CLI::App& root) {
     keepFreedMemory();
     if (!config->memoryLimit.empty()) setTensorMemoryLimit(parseByteSize(config->memoryLimit));
     observe::Logger logger(stderr);
-    startTimeline(config->timelineDir);
+    train::startTimeline(config->timelineDir);
     const bool modelParallel =
         config->model == "lm" || config->strategy == "pipeline" || config->strategy == "tensor";
     if (config->strategy == "parameter-server" || config->strategy == "federated" || modelParallel)
@@ -400,22 +400,7 @@ Command registerTrain(CLI::App& root) {
     if (config->strategy == "federated") return runFederated(*config, *federated, logger);
     if (modelParallel) return runModelParallel(*config, logger);
     if (parallel::ElasticContext::launchedElastic()) return runElasticTraining(*config, logger);
-    Trainer trainer(*config, logger);
-    const TrainSummary summary = trainer.run();
-    if (!trainer.isPrimary()) return 0;
-    if (!config->quiet) {
-      std::fprintf(stderr, "trained %s for %lld steps on %d replica(s): test accuracy %.2f%%\n",
-                   config->model.c_str(), static_cast<long long>(summary.steps),
-                   trainer.strategy().replicas(), 100.0 * summary.testAccuracy);
-    }
-    std::printf(
-        "test_accuracy %.4f train_loss %.4f steps %lld samples_per_s %.1f steady_samples_per_s "
-        "%.1f wall_s %.1f grad_bytes_per_step %.0f\n",
-        summary.testAccuracy, summary.trainLoss, static_cast<long long>(summary.steps),
-        summary.samplesPerSecond, summary.steadySamplesPerSecond, summary.wallSeconds,
-        summary.gradBytesPerStep);
-    std::fflush(stdout);
-    return 0;
+    return runDataParallel(*config, logger);
   };
   return command;
 }

@@ -16,6 +16,7 @@
 #include "kolo/safetensors.h"
 #include "kolo/settings.h"
 #include "kolo/threads.h"
+#include "kolo/train/evaluate.h"
 
 namespace kolo::cli {
 namespace {
@@ -114,7 +115,7 @@ int serve(const TrainConfig& config, const fed::FederatedOptions& options,
     const fed::RoundReport report = server.runRound();
     for (const std::string& why : report.refused) logger.warn(why, {{"round", report.round}});
     fed::loadParameters(*model, server.weights());
-    accuracy = evaluateAccuracy(*model, test);
+    accuracy = train::evaluate(*model, test).accuracy;
     bytesUp += report.bytesUp;
     bytesDown += report.bytesDown;
     observe::Fields fields{

@@ -29,6 +29,7 @@
 #include "kolo/parallel/parameter_server.h"
 #include "kolo/safetensors.h"
 #include "kolo/settings.h"
+#include "kolo/train/evaluate.h"
 #include "launch/launcher.h"
 
 namespace kolo::cli {
@@ -429,7 +430,7 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
       dispatcher.releaseEpoch(epoch + 1);
     }
     const int64_t updates = servers.pull(plan.parameters);
-    accuracy = evaluateAccuracy(*plan.model, test);
+    accuracy = train::evaluate(*plan.model, test).accuracy;
     trainLoss = done.batches > 0 ? done.lossSum / done.batches : 0.0;
     const double epochSamples = static_cast<double>(done.batches * config.batch);
     samples += done.batches * config.batch;
