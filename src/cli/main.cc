@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <vector>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <sstream>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "cli/options.h"

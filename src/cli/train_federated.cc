@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <thread>
+#include <CLI/CLI.hpp>
 
 #include "cli/options.h"
 #include "kolo/comm/init.h"

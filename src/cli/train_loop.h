@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 
 #include "kolo/comm/communicator.h"
 #include "kolo/data.h"
@@ -20,6 +19,11 @@
 #include "kolo/optim.h"
 #include "kolo/parallel/balancer.h"
 #include "kolo/parallel/strategy.h"
+
+// CLI11 is heavy to parse: only the command files that build options include it.
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace kolo::nn {
 class Module;
