@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <pybind11/pybind11.h>
 
 #include <stdexcept>
 
@@ -37,9 +38,7 @@ KoloWork::KoloWork(int rank, c10d::OpType type, const char* title, std::vector<a
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
-void KoloWork::complete(std::exception_ptr error) {
-  finish(error);
-  // The future's callbacks (DDP's communication hooks) run here, on the worker thread.
+void KoloWork::completeFuture(std::exception_ptr error) {
   if (error) {
     future_->setError(error);
   } else {
@@ -61,6 +60,17 @@ ProcessGroupKolo::ProcessGroupKolo(const c10::intrusive_ptr<c10d::Store>& store,
 }
 
 ProcessGroupKolo::~ProcessGroupKolo() {
+  // Python drops the last reference with the GIL held, while a completer may be waiting
+  // for it to run a future's Python callback: release it while the threads finish.
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release release;
+    shutdown();
+  } else {
+    shutdown();
+  }
+}
+
+void ProcessGroupKolo::shutdown() {
   // Both threads finish what was issued first: the tensors and the peers expect it. The
   // worker drains its queue (posting transfers) before the transfer thread is told to stop.
   {
@@ -75,6 +85,40 @@ ProcessGroupKolo::~ProcessGroupKolo() {
   }
   transferCv_.notify_all();
   transferThread_.join();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    completersStopping_ = true;
+  }
+  completionCv_.notify_all();
+  for (auto& t : completers_) t.join();
+}
+
+void ProcessGroupKolo::complete(const c10::intrusive_ptr<KoloWork>& work, std::exception_ptr error) {
+  work->finishWork(error);
+  std::lock_guard<std::mutex> lock(mutex_);
+  completions_.emplace_back(work, error);
+  if (idleCompleters_ < completions_.size()) {
+    ++idleCompleters_;  // counted idle until it takes its first item
+    completers_.emplace_back([this] { completerLoop(); });
+  }
+  completionCv_.notify_one();
+}
+
+void ProcessGroupKolo::completerLoop() {
+  at::NoGradGuard noGrad;
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    completionCv_.wait(lock, [&] { return completersStopping_ || !completions_.empty(); });
+    if (completions_.empty()) return;
+    auto [work, error] = std::move(completions_.front());
+    completions_.pop_front();
+    --idleCompleters_;
+    lock.unlock();
+    work->completeFuture(error);
+    work.reset();
+    lock.lock();
+    ++idleCompleters_;
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::enqueue(const char* name, c10d::OpType type,
@@ -130,7 +174,7 @@ void ProcessGroupKolo::workerLoop() {
       error = describe(task.what, std::current_exception());
     }
     // A point-to-point body hands its Work to the transfer thread, which completes it.
-    if (error || !task.transfer) task.work->complete(error);
+    if (error || !task.transfer) complete(task.work, error);
   }
 }
 
@@ -152,7 +196,7 @@ void ProcessGroupKolo::transferLoop() {
     } catch (...) {
       error = describe(pending.what, std::current_exception());
     }
-    pending.work->complete(error);
+    complete(pending.work, error);
   }
 }
 

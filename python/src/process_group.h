@@ -29,8 +29,10 @@ class KoloWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
   int sourceRank() const override { return sourceRank_; }
-  /// Marks the work done, with `error` when it failed. Called once, by the worker.
-  void complete(std::exception_ptr error);
+  /// Marks the work done, with `error` when it failed (wait() returns or throws).
+  void finishWork(std::exception_ptr error) { finish(error); }
+  /// Completes the future; its callbacks run here, and may block.
+  void completeFuture(std::exception_ptr error);
   void setSourceRank(int rank) { sourceRank_ = rank; }
 
  private:
@@ -118,8 +120,15 @@ class ProcessGroupKolo : public c10d::ProcessGroup {
   /// this rank's block, which starts at element `offset`; `even`: every block has out's size.
   void reduceScatterFlat(const at::Tensor& flat, at::Tensor& out, c10d::ReduceOp op, bool even, int64_t offset);
   std::exception_ptr describe(const std::string& what, std::exception_ptr error) const;
+  /// Lets the threads finish every issued operation, then joins them.
+  void shutdown();
   void workerLoop();
   void transferLoop();
+  /// Finishes `work` now and completes its future on a completer thread: the future's
+  /// callbacks (DDP's hooks) may issue operations of this group and wait for them, so they
+  /// must not run on the worker. A new completer starts whenever every one is busy.
+  void complete(const c10::intrusive_ptr<KoloWork>& work, std::exception_ptr error);
+  void completerLoop();
 
   std::shared_ptr<Group> group_;
   c10::intrusive_ptr<c10d::Store> store_;
@@ -135,6 +144,11 @@ class ProcessGroupKolo : public c10d::ProcessGroup {
   const std::string* current_ = nullptr;  // the worker's task name, for transfers it posts
   std::thread worker_;
   std::thread transferThread_;
+  std::condition_variable completionCv_;  // completions_
+  std::deque<std::pair<c10::intrusive_ptr<KoloWork>, std::exception_ptr>> completions_;
+  std::vector<std::thread> completers_;
+  size_t idleCompleters_ = 0;
+  bool completersStopping_ = false;
 };
 
 }  // namespace kolo_torch
