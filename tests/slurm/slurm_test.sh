@@ -11,6 +11,8 @@
 #      pipeline (4 stages) and fsdp jobs whose weights equal those of kolo run -n 4;
 #   4. srun of a longer training whose rank 3 (on node 2) is killed with SIGKILL from outside
 #      once the job trains: the step must end, with an error that names rank 3, in bounded time;
+#   4b. srun --ntasks-per-node 1 kolo run --elastic -n 2: both ranks of node 2 killed after a
+#      step; the survivors on node 1 go on and finish, the step ends with status 0;
 #   5. KOLO_BACKEND=mpi under srun: kolo's own error, not Open MPI's abort.
 # Everything is torn down on exit, whatever happens. Exit 77 (ctest SKIP) with a message where
 # namespaces are forbidden or Slurm, munge or Fashion-MNIST is missing.
@@ -166,25 +168,27 @@ for kind in pipeline fsdp; do
   echo "  weights equal kolo run -n 4's: $result"
 done
 
-# 4. A task killed from outside: rank 3, on node 2, once every rank has its place in the job.
-slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 2 -O \
+# 4. A task killed from outside: rank 3, on node 2, once it has completed a training step
+# (its status file says "training"; a step takes every rank's all-reduce, so the rendezvous is
+# over: a rank killed during it would leave the others waiting for it until KOLO_TIMEOUT).
+KOLO_STATUS_FILE="$dir/kill-status" slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 2 -O \
   "$kolo" train "${flags[@]}" --epochs 50 >"$dir/kill.out" 2>"$dir/kill.err" &
 srun_pid=$!
 pids+=("$srun_pid")
 victim=""
 deadline=$((SECONDS + 60))
 while [ -z "$victim" ] && [ $SECONDS -lt $deadline ] && kill -0 "$srun_pid" 2>/dev/null; do
-  for pid in $(ip netns pids "$NETNS_H2"); do
-    if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$kolo")" ] &&
-      tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'SLURM_PROCID=3' &&
-      # Trained past the rendezvous: rank 3 holds a connection to the store on node 1.
-      ip netns exec "$NETNS_H2" ss -tnp 2>/dev/null | grep "pid=$pid," | grep -q "$NETNS_ADDR1"; then
-      victim=$pid
-    fi
-  done
+  if grep -q '"state": *"training"' "$dir/kill-status.rank-3" 2>/dev/null; then
+    for pid in $(ip netns pids "$NETNS_H2"); do
+      if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$kolo")" ] &&
+        tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'SLURM_PROCID=3'; then
+        victim=$pid
+      fi
+    done
+  fi
   [ -n "$victim" ] || sleep 0.2
 done
-[ -n "$victim" ] || fail "rank 3 of the long job never started on $NETNS_H2" "$dir/kill.out" "$dir/kill.err"
+[ -n "$victim" ] || fail "rank 3 of the long job never trained on $NETNS_H2" "$dir/kill.out" "$dir/kill.err"
 kill -KILL "$victim"
 killed_at=$SECONDS
 wait "$srun_pid"
@@ -194,6 +198,50 @@ grep -q "rank 3" "$dir/kill.err" "$dir/kill.out" ||
   fail "no error names rank 3" "$dir/kill.out" "$dir/kill.err"
 echo "job: rank 3 (pid $victim on $NETNS_H2) killed with SIGKILL; srun exited $rc after $((SECONDS - killed_at)) s:"
 grep -h -m2 "rank 3" "$dir/kill.err" "$dir/kill.out" | sed 's/^/  /'
+
+# 4b. Elastic within the allocation: one `kolo run --elastic` per node (nodes and store from
+# Slurm), two ranks each; once rank 3 has completed a step, both ranks of node 2 are killed
+# with SIGKILL. The survivors on node 1 (--min-ranks 2) must go on and finish the training
+# (node 2's launcher starts replacements, which join if the job is still running: --batch 96
+# splits over 2, 3 and 4 ranks), and the step end with status 0.
+slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 1 -O \
+  "$kolo" run --elastic --min-ranks 2 -n 2 --bind none --timeout 8 -- \
+  "$kolo" train --strategy multi-worker-mirrored --model mlp --optimizer sgd --lr 0.1 --batch 96 \
+  --seed 3 --threads 1 --quiet --epochs 1 --train-limit 12288 --debug-sample-log "$dir/samples" \
+  >"$dir/elastic.out" 2>&1 &
+srun_pid=$!
+pids+=("$srun_pid")
+lines() { if [ -e "$1" ]; then wc -l <"$1"; else echo 0; fi; }
+deadline=$((SECONDS + 60))
+while [ "$(lines "$dir/samples.rank-3")" -lt 2 ] && [ $SECONDS -lt $deadline ] &&
+  kill -0 "$srun_pid" 2>/dev/null; do
+  sleep 0.1
+done
+[ "$(lines "$dir/samples.rank-3")" -ge 2 ] || fail "rank 3 of the elastic job never completed a step" "$dir/elastic.out"
+victims=()
+for pid in $(ip netns pids "$NETNS_H2"); do
+  if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$kolo")" ] &&
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'KOLO_RANK=[23]'; then
+    victims+=("$pid")
+  fi
+done
+[ ${#victims[@]} -eq 2 ] || fail "found ${#victims[@]} ranks of the elastic job on $NETNS_H2, not 2" "$dir/elastic.out"
+kill -KILL "${victims[@]}"
+wait "$srun_pid"
+rc=$?
+[ $rc -eq 0 ] || fail "the elastic step ended with status $rc after node 2's ranks were killed" "$dir/elastic.out"
+[ "$(grep -c 'rank [23] (pid [0-9]*) was killed by signal 9 (SIGKILL); the elastic job goes on' "$dir/elastic.out")" = 2 ] ||
+  fail "node 2's launcher did not report both its ranks lost" "$dir/elastic.out"
+# Ranks 2 and 3 left (in one change or two) and ranks 0 and 1 stayed members throughout.
+lost="$(grep -o 'membership changed .*lost_ranks=[0-9,]*' "$dir/elastic.out" | sed 's/.*lost_ranks=//' | tr ',' '\n' | grep . | sort -u | tr '\n' ' ')"
+[ "$lost" = "2 3 " ] || fail "the ranks lost were '$lost', not 2 and 3" "$dir/elastic.out"
+! grep 'membership changed' "$dir/elastic.out" | grep -qv 'members=0,1[, ]' ||
+  fail "ranks 0 and 1 did not stay members of every generation" "$dir/elastic.out"
+grep -q 'test_accuracy .* world_size [2-4] ' "$dir/elastic.out" ||
+  fail "the elastic job did not finish" "$dir/elastic.out"
+echo "job: srun -N 2 --ntasks-per-node 1 kolo run --elastic --min-ranks 2 -n 2 -- kolo train ...: ranks 2-3 (node 2) killed after a step, step exited $rc:"
+grep -h "killed by signal\|membership changed" "$dir/elastic.out" | cut -c1-170 | sed 's/^/  /'
+echo "  $(grep -o 'test_accuracy .* world_size [0-9]* generation [0-9]*' "$dir/elastic.out")"
 
 # 5. The MPI backend asked for under srun.
 KOLO_BACKEND=mpi slurm_on_host1 timeout 60 srun -N 1 -n 1 "${train[@]}" \
