@@ -7,6 +7,8 @@
 #      `kolo run -n 4` with the same flags;
 #   2. the same training as an sbatch job (its script runs srun), the same weights again, and
 #      as `srun --ntasks-per-node 1 kolo run -n 2` (one launcher per node, nodes from Slurm);
+#   2c. an sbatch --requeue job requeued (scontrol requeue) once it has written a checkpoint:
+#      its second run resumes from it by itself, and its weights equal an uninterrupted srun's;
 #   3. a parameter-server job under srun, roles from SLURM_PROCID with KOLO_PS_SERVERS=1, and
 #      pipeline (4 stages) and fsdp jobs whose weights equal those of kolo run -n 4;
 #   4. srun of a longer training whose rank 3 (on node 2) is killed with SIGKILL from outside
@@ -118,6 +120,61 @@ result="$(compare_weights "$dir/sbatch.safetensors" "$dir/run.safetensors")" ||
   fail "the sbatch job's weights differ from kolo run -n 4's: $result"
 echo "job $job: sbatch -N 2 --ntasks-per-node 2 (srun kolo train ...): $state"
 echo "  weights equal kolo run -n 4's: $result"
+
+# 2c. A batch job requeued while it trains (sbatch --requeue; scontrol requeue once it has
+# written a checkpoint): its second run (SLURM_RESTART_COUNT=1) resumes from the checkpoint
+# directory by itself, and its final weights equal those of the same srun trained in one go.
+# (Not kolo run -n 4's: on one host its update is sharded, whose rounding differs from the
+# whole update's, and 128 steps of momentum SGD amplify that to 1e-2.)
+long=("$kolo" train "${flags[@]}" --epochs 1 --train-limit 8192)
+slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 2 -O "${long[@]}" \
+  --save "$dir/srun_long.safetensors" >"$dir/srun_long.out" 2>&1 || fail "srun of the long training failed" "$dir/srun_long.out"
+cat >"$dir/requeue.sh" <<JOB
+#!/bin/bash
+#SBATCH -N 2
+#SBATCH --ntasks-per-node 2
+#SBATCH -O
+#SBATCH --requeue
+#SBATCH --open-mode=append
+echo "run \$SLURM_RESTART_COUNT of job \$SLURM_JOB_ID"
+srun ${long[*]} --checkpoint-dir $dir/ckpt --checkpoint-every 8 --save $dir/requeue.safetensors
+JOB
+job="$(slurm_on_host1 sbatch --parsable -o "$dir/requeue.out" "$dir/requeue.sh")" || fail "sbatch refused the requeue job"
+deadline=$((SECONDS + 60))
+until compgen -G "$dir/ckpt/ckpt-*" >/dev/null; do
+  [ $SECONDS -lt $deadline ] || fail "job $job wrote no checkpoint" "$dir/requeue.out"
+  sleep 0.1
+done
+slurm_on_host1 scontrol requeue "$job" || fail "scontrol requeue $job failed" "$dir/requeue.out"
+requeued_at="$(ls "$dir/ckpt")"
+# Slurm makes a requeued job eligible only about two minutes later (its EligibleTime), which
+# a user waits out; the test moves it to now once the job is pending again.
+state=""
+deadline=$((SECONDS + 60))
+until [ "$state" = PENDING ]; do
+  [ $SECONDS -lt $deadline ] || fail "requeued job $job is $state, not pending again" "$dir/requeue.out"
+  sleep 0.1
+  state="$(slurm_on_host1 scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)"
+done
+slurm_on_host1 scontrol update JobId="$job" StartTime=now || fail "scontrol update StartTime=now of job $job failed"
+deadline=$((SECONDS + 120))
+while [ $SECONDS -lt $deadline ]; do
+  state="$(slurm_on_host1 scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)"
+  restarts="$(slurm_on_host1 scontrol show job "$job" 2>/dev/null | grep -o 'Restarts=[0-9]*' | cut -d= -f2)"
+  [ "$state" = COMPLETED ] && [ "${restarts:-0}" -ge 1 ] && break
+  case "$state" in FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
+  sleep 0.2
+done
+[ "$state" = COMPLETED ] && [ "${restarts:-0}" -ge 1 ] || fail "requeued job $job ended $state after ${restarts:-0} restart(s)" "$dir/requeue.out"
+grep -q "run 1 of job $job" "$dir/requeue.out" || fail "job $job did not run a second time" "$dir/requeue.out"
+grep -q "requeued Slurm job (SLURM_RESTART_COUNT=1): resuming from $dir/ckpt" "$dir/requeue.out" ||
+  fail "the requeued job did not resume from its checkpoints" "$dir/requeue.out"
+first_step="$(grep -o 'first_step=[0-9]*' "$dir/requeue.out" | tail -n 1 | cut -d= -f2)"
+[ "${first_step:-0}" -gt 0 ] || fail "the requeued job's second run started at step ${first_step:-0}" "$dir/requeue.out"
+result="$(compare_weights "$dir/requeue.safetensors" "$dir/srun_long.safetensors")" ||
+  fail "the requeued job's weights differ from an srun trained in one go: $result" "$dir/requeue.out"
+echo "job $job: sbatch --requeue (srun kolo train --checkpoint-dir ...), scontrol requeue at $(echo $requeued_at | tr '\n' ' ')"
+echo "  second run (SLURM_RESTART_COUNT=1) resumed at step $first_step: $state; weights equal an uninterrupted srun's: $result"
 
 # 2b. One kolo run per node (srun --ntasks-per-node 1): node count, node rank and the store
 # from Slurm, two ranks each; the same weights again.
