@@ -9,6 +9,7 @@
 #      as `srun --ntasks-per-node 1 kolo run -n 2` (one launcher per node, nodes from Slurm);
 #   2c. an sbatch --requeue job requeued (scontrol requeue) once it has written a checkpoint:
 #      its second run resumes from it by itself, and its weights equal an uninterrupted srun's;
+#   3a. federated under srun --ntasks-per-node 1 kolo run (and srun alone refused at once);
 #   3. a parameter-server job under srun, roles from SLURM_PROCID with KOLO_PS_SERVERS=1, and
 #      pipeline (4 stages) and fsdp jobs whose weights equal those of kolo run -n 4;
 #   4. srun of a longer training whose rank 3 (on node 2) is killed with SIGKILL from outside
@@ -203,6 +204,23 @@ grep -q 'test_accuracy .* ps_mode sync .* workers_alive 2' "$dir/ps.out" ||
   fail "no summary of the chief with 2 live workers" "$dir/ps.out" "$dir/ps.err"
 echo "job: KOLO_PS_SERVERS=1 srun -N 2 --ntasks-per-node 2 kolo train --strategy parameter-server ..."
 echo "  $(grep -o 'test_accuracy [0-9.]*.*workers_alive [0-9]*' "$dir/ps.out")"
+
+# 3a. Federated: one kolo run per node (its launcher serves the store the server and the client
+# hosts share): the server on rank 0, client hosts on ranks 1-3. Started by srun without kolo
+# run, kolo refuses at once, naming the form that works.
+fed=("$kolo" train --strategy federated --model mlp --clients 8 --clients-per-round 4 --rounds 3
+  --local-batch 32 --train-limit 2048 --threads 1 --quiet)
+slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 1 -O "$kolo" run -n 2 --tolerate-failures \
+  --bind none -- "${fed[@]}" >"$dir/fed.out" 2>&1 || fail "the federated job under srun failed" "$dir/fed.out"
+grep -q 'test_accuracy [0-9.]* rounds 3 clients 8 hosts 3 ' "$dir/fed.out" ||
+  fail "no summary of the federated server with 3 client hosts" "$dir/fed.out"
+echo "job: srun -N 2 --ntasks-per-node 1 kolo run -n 2 --tolerate-failures -- kolo train --strategy federated ..."
+echo "  $(grep -o 'test_accuracy .*hosts 3' "$dir/fed.out")"
+slurm_on_host1 timeout 60 srun -N 1 -n 2 "${fed[@]}" >"$dir/fed_srun.out" 2>&1 &&
+  fail "the federated job under srun without kolo run trained" "$dir/fed_srun.out"
+grep -q "strategy federated under slurm (rank 0 of 2) needs kolo run's store" "$dir/fed_srun.out" ||
+  fail "srun of the federated job without kolo run did not give kolo's error" "$dir/fed_srun.out"
+echo "job: srun -n 2 kolo train --strategy federated: $(grep -m1 -o 'strategy federated under slurm (rank 0 of 2)[^:]*' "$dir/fed_srun.out")"
 
 # 3b. Pipeline (4 stages, one per task) and fsdp under srun, each against kolo run -n 4.
 for kind in pipeline fsdp; do
