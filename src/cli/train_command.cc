@@ -15,8 +15,8 @@
 #include "kolo/checkpoint.h"
 #include "kolo/comm/init.h"
 #include "kolo/error.h"
-#include "kolo/parallel/elastic.h"
 #include "kolo/memory.h"
+#include "kolo/parallel/elastic.h"
 #include "kolo/settings.h"
 
 namespace kolo::cli {
@@ -40,7 +40,8 @@ bool resumeAfterRequeue(const TrainConfig& config) {
   if (!config.resumeDir.empty() || config.checkpointDir.empty()) return false;
   const std::string* restarts = settings::Environment::process().find("SLURM_RESTART_COUNT");
   if (!restarts || restarts->empty() || *restarts == "0") return false;
-  if (config.strategy == "parameter-server") return !completeCheckpoints(config.checkpointDir).empty();
+  if (config.strategy == "parameter-server")
+    return !completeCheckpoints(config.checkpointDir).empty();
   checkpoint::CheckpointManager manager(config.checkpointDir, config.keepCheckpoints, false,
                                         [](const std::string&) {});
   return manager.latestGood().has_value();
@@ -357,7 +358,8 @@ Command registerTrain(CLI::App& root) {
     if (resumeAfterRequeue(*config)) {
       config->resumeDir = config->checkpointDir;
       if (comm::detectLaunch().rank == 0)
-        std::fprintf(stderr, "kolo train: requeued Slurm job (SLURM_RESTART_COUNT=%s): resuming from %s\n",
+        std::fprintf(stderr,
+                     "kolo train: requeued Slurm job (SLURM_RESTART_COUNT=%s): resuming from %s\n",
                      settings::Environment::process().find("SLURM_RESTART_COUNT")->c_str(),
                      config->checkpointDir.c_str());
     }

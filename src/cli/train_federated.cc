@@ -259,7 +259,8 @@ int runFederated(const TrainConfig& config, const FederatedFlags& flags, observe
   // nobody would serve it, and every rank would wait out the store timeout to say so.
   KOLO_REQUIRE(launch.launcher == "kolo" && !launch.storeAddress.empty(),
                "--strategy federated under ", launch.launcher, " (rank ", launch.rank, " of ",
-               launch.size, ") needs kolo run's store (KOLO_STORE): start it with kolo run -n N "
+               launch.size,
+               ") needs kolo run's store (KOLO_STORE): start it with kolo run -n N "
                "--tolerate-failures -- kolo train ...; under Slurm one launcher per node: srun "
                "--ntasks-per-node=1 kolo run -n G --tolerate-failures -- kolo train --strategy "
                "federated ...");

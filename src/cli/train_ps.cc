@@ -6,16 +6,16 @@
 #include <cblas.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "cli/train_loop.h"
