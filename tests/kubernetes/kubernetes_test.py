@@ -16,7 +16,15 @@ and the containers' env are read from the manifests themselves, so the test chec
 
 Every run is shortened the same way for the pods and the reference (--epochs 1, a training
 limit) and writes --save into a work directory. Exit 77 (ctest SKIP) where PyYAML or
-Fashion-MNIST is missing. Usage: kubernetes_test.py KOLO_BINARY EXAMPLES_DIR [MPIRUN]
+Fashion-MNIST is missing.
+
+With --pods-as-hosts, each PyTorchJob pod runs on a host of its own instead (a network
+namespace with its own address, and a UTS namespace whose host name is the pod's name, as
+Kubernetes names a pod's host), every pod resolving the others' names as the operator's
+services do (/etc/hosts of the namespace); MASTER_ADDR is then exactly the operator's
+service name, <job>-master-0, and the ranks talk over TCP as pods on a cluster do. Needs root
+(exit 77 otherwise); parts 1-3 only.
+Usage: kubernetes_test.py [--pods-as-hosts] KOLO_BINARY EXAMPLES_DIR [MPIRUN]
 """
 import json
 import os
@@ -35,11 +43,17 @@ except ImportError:
     print("SKIPPED: Kubernetes test: PyYAML is missing (Debian: python3-yaml)")
     sys.exit(77)
 
-KOLO, EXAMPLES = os.path.abspath(sys.argv[1]), sys.argv[2]
-MPIRUN = sys.argv[3] if len(sys.argv) > 3 else ""
+ARGS = [a for a in sys.argv[1:] if a != "--pods-as-hosts"]
+AS_HOSTS = len(ARGS) < len(sys.argv) - 1
+KOLO, EXAMPLES = os.path.abspath(ARGS[0]), ARGS[1]
+MPIRUN = ARGS[2] if len(ARGS) > 2 and not AS_HOSTS else ""
 DATA = "/usr/share/datasets/fashion-mnist"
 if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
     print("SKIPPED: Kubernetes test: Fashion-MNIST is not installed")
+    sys.exit(77)
+
+if AS_HOSTS and (os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None):
+    print("SKIPPED: Kubernetes test with pods as hosts: needs root, ip (iproute2) and unshare")
     sys.exit(77)
 
 WORK = tempfile.mkdtemp(prefix="kolo-k8s-test.")
@@ -47,6 +61,58 @@ WORK = tempfile.mkdtemp(prefix="kolo-k8s-test.")
 BASE_ENV = {"PATH": os.path.dirname(KOLO) + ":/usr/local/bin:/usr/bin:/bin", "HOME": WORK}
 SHORT = {"--epochs": "1", "--train-limit": "2048"}
 running = []
+
+
+class PodHosts:
+    """One network namespace per pod slot (rank), joined by a bridge, each resolving every pod
+    name of the jobs to its slot's address. Removed by close(), whatever happened."""
+
+    def __init__(self, slots, names_by_slot):
+        tag = str(os.getpid())
+        self.bridge = "kolo-k8s-br-" + tag
+        self.hosts = ["kolo-k8s-%d-%s" % (i, tag) for i in range(slots)]
+        subnet = "10.214.%d" % (os.getpid() % 250)
+        self.addresses = ["%s.%d" % (subnet, i + 1) for i in range(slots)]
+        self.created = []
+        self.ip("netns", "add", self.bridge)
+        self.created.append(self.bridge)
+        self.ip("-n", self.bridge, "link", "add", "br0", "type", "bridge")
+        self.ip("-n", self.bridge, "link", "set", "br0", "up")
+        lines = ["127.0.0.1 localhost"]
+        for i, ns in enumerate(self.hosts):
+            self.ip("netns", "add", ns)
+            self.created.append(ns)
+            self.ip("-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "p%d" % i,
+                    "netns", self.bridge)
+            self.ip("-n", self.bridge, "link", "set", "p%d" % i, "master", "br0")
+            self.ip("-n", self.bridge, "link", "set", "p%d" % i, "up")
+            self.ip("-n", ns, "addr", "add", self.addresses[i] + "/24", "dev", "eth0")
+            self.ip("-n", ns, "link", "set", "eth0", "up")
+            self.ip("-n", ns, "link", "set", "lo", "up")
+            lines += ["%s %s" % (self.addresses[i], name) for name in names_by_slot[i]]
+        for ns in self.hosts:
+            os.makedirs("/etc/netns/" + ns, exist_ok=True)
+            with open("/etc/netns/%s/hosts" % ns, "w") as f:
+                f.write("\n".join(lines) + "\n")
+
+    @staticmethod
+    def ip(*args):
+        subprocess.run(["ip"] + list(args), check=True, stdout=subprocess.DEVNULL)
+
+    def wrap(self, slot, pod, command, env):
+        """The command line that runs `command` on slot's host under host name `pod`, with
+        exactly `env` (env -i: nothing of the wrappers' own environment reaches it)."""
+        assignments = ["%s=%s" % kv for kv in env.items()]
+        return (["ip", "netns", "exec", self.hosts[slot], "unshare", "--uts", "--", "sh", "-c",
+                 'hostname "$0" && exec env -i "$@"', pod] + assignments + command)
+
+    def close(self):
+        for ns in self.created:
+            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+            shutil.rmtree("/etc/netns/" + ns, ignore_errors=True)
+
+
+HOSTS = None
 
 
 def fail(message, *files):
@@ -89,8 +155,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(command, env, log):
+def start(command, env, log, host=None):
+    """Starts `command` under exactly `env`; with host=(slot, pod) on that pod's own host."""
     out = open(log, "w")
+    if host is not None:
+        command = HOSTS.wrap(host[0], host[1], command, env)
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}  # the wrappers' only; env -i drops it
     p = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
                          start_new_session=True, cwd=WORK)
     running.append(p)
@@ -164,30 +234,43 @@ class PyTorchJob:
 
     def env(self, rank, port):
         """The operator's variables (envvar.go, master.go): MASTER_ADDR is the master's service,
-        which resolves to the master pod; here every pod runs on this host, so localhost. The
-        port is a free one instead of the manifest's, since tests run side by side."""
+        which resolves to the master pod; with every pod on this host, localhost. The port is
+        a free one instead of the manifest's, since tests run side by side."""
         pod_env = dict(BASE_ENV)
         pod_env.update(self.pods[rank][2])
-        pod_env.update({"PYTHONUNBUFFERED": "0", "MASTER_ADDR": "localhost",
+        master = self.pods[0][0] if AS_HOSTS else "localhost"
+        pod_env.update({"PYTHONUNBUFFERED": "0", "MASTER_ADDR": master,
                         "MASTER_PORT": str(port), "WORLD_SIZE": str(len(self.pods)),
                         "RANK": str(rank)})
         return pod_env
 
     def run(self, tag, flags):
-        port = free_port()
+        # On hosts of their own the manifest's port; side by side with other tests, a free one.
+        port = self.manifest_port if AS_HOSTS else free_port()
         procs, logs = [], []
         for rank, (pod, cmd, _) in enumerate(self.pods):
             logs.append(os.path.join(WORK, "%s.%s.log" % (tag, pod)))
-            procs.append(start(with_flags(cmd, flags), self.env(rank, port), logs[-1]))
+            procs.append(start(with_flags(cmd, flags), self.env(rank, port), logs[-1],
+                               (rank, pod) if AS_HOSTS else None))
         return procs, logs, port
 
 
 def main():
+    global HOSTS
     started = time.monotonic()
-    print("no Kubernetes cluster: each pod is a local process under the operator's environment")
+    job = PyTorchJob("pytorchjob.yaml")
+    ps = PyTorchJob("pytorchjob_ps.yaml")
+    if AS_HOSTS:
+        slots = max(len(job.pods), len(ps.pods))
+        names = [[j.pods[i][0] for j in (job, ps) if i < len(j.pods)] for i in range(slots)]
+        HOSTS = PodHosts(slots, names)
+        print("no Kubernetes cluster: each pod is a process on a host of its own (network and UTS "
+              "namespaces, host name = pod name, addresses %s..%s), under the operator's "
+              "environment" % (HOSTS.addresses[0], HOSTS.addresses[-1]))
+    else:
+        print("no Kubernetes cluster: each pod is a local process under the operator's environment")
 
     # 1. The data-parallel PyTorchJob against kolo run -n N.
-    job = PyTorchJob("pytorchjob.yaml")
     n = len(job.pods)
     ref = os.path.join(WORK, "run.safetensors")
     reference(job.command, n, ref)
@@ -199,8 +282,9 @@ def main():
     same, result = compare_weights(save, ref)
     if not same:
         fail("the PyTorchJob's weights differ from kolo run -n %d's: %s" % (n, result))
-    print("PyTorchJob %s (%s): %s, MASTER_ADDR=localhost MASTER_PORT=%d WORLD_SIZE=%d RANK=0..%d"
-          % (job.name, job.file, ", ".join(p for p, _, _ in job.pods), port, n, n - 1))
+    print("PyTorchJob %s (%s): %s, MASTER_ADDR=%s MASTER_PORT=%d WORLD_SIZE=%d RANK=0..%d"
+          % (job.name, job.file, ", ".join(p for p, _, _ in job.pods), job.env(0, port)["MASTER_ADDR"],
+             port, n, n - 1))
     print("  pods exited %s; weights equal kolo run -n %d's: %s" % (codes, n, result))
 
     # 2. Worker 1 (rank 2) killed once the job trains: the master has logged its progress,
@@ -233,7 +317,6 @@ def main():
         print("  %s: %s" % (job.pods[i][0], errors[i][:160]))
 
     # 3. Parameter servers, roles from RANK.
-    ps = PyTorchJob("pytorchjob_ps.yaml")
     procs, logs, _ = ps.run("ps", dict(SHORT, **{"--ps-unit-batches": "4"}))
     codes = wait_all(procs, "the parameter-server PyTorchJob's pods", logs)
     if codes != [0] * len(ps.pods):
@@ -248,7 +331,9 @@ def main():
           % (ps.name, ps.file, servers, ps.pods[servers][0], summary[-1][:120]))
 
     # 4. The MPIJob's launcher.
-    if not MPIRUN:
+    if AS_HOSTS:
+        print("MPIJob: run by the same-host test only (its launcher reaches the workers over SSH)")
+    elif not MPIRUN:
         print("SKIPPED part: MPIJob (kolo was built without MPI, or mpirun is missing)")
     else:
         mpi = load("mpijob.yaml")
@@ -300,4 +385,6 @@ if __name__ == "__main__":
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+        if HOSTS:
+            HOSTS.close()
         shutil.rmtree(WORK, ignore_errors=True)
