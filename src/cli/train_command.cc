@@ -85,7 +85,8 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--seed", config->seed, "seed of initialisation and shuffling")
       ->capture_default_str();
   app->add_flag("--no-shuffle", raw->noShuffle,
-                "train in file order: step s uses samples s*B ... (s+1)*B-1");
+                "train in file order: step s uses samples s*B ... (s+1)*B-1 (lm: the windows at bytes "
+                "(s*B+i)*seq-len of the text's first 90%, from the start again after its last full batch)");
   app->add_option("--data", config->dataDir, "directory of the Fashion-MNIST *-ubyte.gz files")
       ->capture_default_str();
   app->add_option("--init", config->initPath, "start from these weights (safetensors)");
