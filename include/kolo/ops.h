@@ -86,6 +86,13 @@ Tensor maxPool2d(const Tensor& x, int64_t kernel, int64_t stride = -1, int64_t p
 /// (shape normalizedShape) may be undefined.
 Tensor layerNorm(const Tensor& x, const Shape& normalizedShape, const Tensor& weight, const Tensor& bias,
                  double eps = 1e-5);
+/// Causal multi-head self-attention over packed projections, in one op: qkv (B, T, 3C) holds
+/// q, k and v (head h in columns [h*hd, (h+1)*hd) of each third, hd = C/heads); returns
+/// (B, T, C) where each head's y_t = sum over s <= t of softmax_s(q_t . k_s / sqrt(hd)) v_s
+/// (torch's softmax((q k^T) / sqrt(hd)) with the causal mask, then @ v, heads concatenated).
+/// Keeps qkv and the probabilities (B, H, T, T) for backward. Throws InvalidArgument for a
+/// shape that is not (B, T, 3C) with heads dividing C.
+Tensor causalAttention(const Tensor& qkv, int64_t heads);
 /// Rows of weight [V, D] selected by integer indices -> indices.shape + [D].
 Tensor embedding(const Tensor& indices, const Tensor& weight);
 /// Inverted dropout: zeroes each element with probability p and scales the rest by

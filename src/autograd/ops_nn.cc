@@ -102,6 +102,16 @@ Tensor layerNorm(const Tensor& x, const Shape& normalizedShape, const Tensor& we
   });
 }
 
+Tensor causalAttention(const Tensor& qkv, int64_t heads) {
+  Tensor probs;
+  Tensor out = kernels::causalAttentionForward(qkv, heads, &probs);
+  if (!autograd::needsRecord({&qkv})) return out;
+  Tensor qd = qkv.detach();
+  return record(out, {qkv}, "CausalAttentionBackward", [qd, probs, heads](const Tensor& g) {
+    return Grads{kernels::causalAttentionBackward(g, qd, probs, heads)};
+  });
+}
+
 Tensor embedding(const Tensor& indices, const Tensor& weight) {
   Tensor out = kernels::embeddingForward(indices, weight);
   Tensor idx = indices.detach();

@@ -42,6 +42,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& mask) {
              " is not (B, T, ", embedDim_, ")");
   const int64_t b = x.shape()[0], t = x.shape()[1], c = embedDim_, h = numHeads_, hd = c / h;
   Tensor qkv = qkv_->forward(x);  // (B, T, 3C)
+  // The causal path alone is one fused op; a further mask goes through the separate ops.
+  if (!mask.defined()) return proj_->forward(causalAttention(qkv, h));  // (B, T, C)
   auto head = [&](int64_t i) {    // (B, H, T, hd)
     return qkv.slice(2, i * c, (i + 1) * c).reshape({b, t, h, hd}).transpose(1, 2);
   };

@@ -116,6 +116,12 @@ void layerNormBackward(const Tensor& grad, const Tensor& x, const Tensor& weight
 /// Rows of weight [V,D] picked by i64/i32 indices of any shape -> shape + [D].
 Tensor embeddingForward(const Tensor& indices, const Tensor& weight);
 Tensor embeddingBackward(const Tensor& grad, const Tensor& indices, int64_t numEmbeddings);
+/// Causal multi-head attention over packed qkv (B, T, 3C) (q, k, v the thirds; head h the
+/// columns [h*hd, (h+1)*hd) of each, hd = C/heads) -> (B, T, C); writes the attention
+/// probabilities (B, H, T, T), zero above the diagonal, into *probs (may be null).
+Tensor causalAttentionForward(const Tensor& qkv, int64_t heads, Tensor* probs);
+/// Gradient (B, T, 3C) of causalAttentionForward's output with respect to qkv.
+Tensor causalAttentionBackward(const Tensor& grad, const Tensor& qkv, const Tensor& probs, int64_t heads);
 /// Concatenates along dim (shapes equal elsewhere).
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
 
