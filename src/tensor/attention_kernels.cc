@@ -1,7 +1,10 @@
 // Fused causal multi-head attention over packed projections qkv (B, T, 3C): per (batch,
 // head) block, S = Q K^T / sqrt(hd) by GEMM on strided views of qkv, a softmax over each
 // row's first t+1 scores (no mask tensor: the positions after t are never read), and Y = P V
-// written straight into its head's columns of (B, T, C). No head transposes or copies.
+// written straight into its head's columns of (B, T, C). No head transposes or copies. The
+// rows go in blocks of kRowBlock, each multiplying only the keys up to its last row, so the
+// GEMMs skip most of the zero upper triangle (3/4 of the full work at T = 64, 5/8 at 128).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -15,6 +18,8 @@
 namespace kolo::kernels {
 
 namespace {
+
+constexpr int64_t kRowBlock = 32;
 
 struct AttentionSizes {
   int64_t b, t, c, h, hd;
@@ -61,10 +66,15 @@ Tensor causalAttentionForward(const Tensor& qkv0, int64_t heads, Tensor* probs) 
         const T* k = q + s.c;
         const T* v = q + 2 * s.c;
         T* pb = p.data<T>() + (b * s.h + h) * s.t * s.t;  // (T, T)
-        detail::gemm<T>(CblasNoTrans, CblasTrans, s.t, s.t, s.hd, scale, q, ld, k, ld, T(0), pb, s.t);
-        for (int64_t i = 0; i < s.t; ++i) causalSoftmaxRow(pb + i * s.t, i, s.t);
-        detail::gemm<T>(CblasNoTrans, CblasNoTrans, s.t, s.hd, s.t, T(1), pb, s.t, v, ld, T(0),
-                        y.data<T>() + b * s.t * s.c + h * s.hd, s.c);
+        T* yb = y.data<T>() + b * s.t * s.c + h * s.hd;
+        for (int64_t r0 = 0; r0 < s.t; r0 += kRowBlock) {
+          const int64_t rows = std::min(kRowBlock, s.t - r0), keys = r0 + rows;
+          T* prow = pb + r0 * s.t;
+          detail::gemm<T>(CblasNoTrans, CblasTrans, rows, keys, s.hd, scale, q + r0 * ld, ld, k, ld, T(0), prow, s.t);
+          for (int64_t i = r0; i < r0 + rows; ++i) causalSoftmaxRow(pb + i * s.t, i, s.t);
+          detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, s.hd, keys, T(1), prow, s.t, v, ld, T(0), yb + r0 * s.c,
+                          s.c);
+        }
       }
   });
   if (probs) *probs = p;
@@ -94,21 +104,32 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
         T* dv = dq + 2 * s.c;
         const T* gy = grad.data<T>() + b * s.t * s.c + h * s.hd;  // (T, hd), row stride C
         const T* pb = pc.data<T>() + (b * s.h + h) * s.t * s.t;
-        // dV = P^T dY; dP = dY V^T; dS = P (dP - rowsum(P dP)) / sqrt(hd) on and below the
-        // diagonal (P is 0 above it, so those entries are 0 as well).
-        detail::gemm<T>(CblasTrans, CblasNoTrans, s.t, s.hd, s.t, T(1), pb, s.t, gy, s.c, T(0), dv, ld);
-        detail::gemm<T>(CblasNoTrans, CblasTrans, s.t, s.t, s.hd, T(1), gy, s.c, v, ld, T(0), ds.data(), s.t);
-        for (int64_t i = 0; i < s.t; ++i) {
-          T* row = ds.data() + i * s.t;
-          const T* prow = pb + i * s.t;
-          T dot = 0;
-          for (int64_t j = 0; j <= i; ++j) dot += prow[j] * row[j];
-          for (int64_t j = 0; j <= i; ++j) row[j] = prow[j] * (row[j] - dot) * scale;
-          for (int64_t j = i + 1; j < s.t; ++j) row[j] = T(0);
+        // dV = P^T dY and dK = dS^T Q by key block (only rows at or after the block's first
+        // key contribute); dP = dY V^T, dS = P (dP - rowsum(P dP)) / sqrt(hd) and dQ = dS K by
+        // row block (only keys up to the block's last row). P and dS are 0 above the diagonal.
+        for (int64_t r0 = 0; r0 < s.t; r0 += kRowBlock) {
+          const int64_t rows = std::min(kRowBlock, s.t - r0), keys = r0 + rows;
+          T* dsRows = ds.data() + r0 * s.t;
+          detail::gemm<T>(CblasNoTrans, CblasTrans, rows, keys, s.hd, T(1), gy + r0 * s.c, s.c, v, ld, T(0), dsRows,
+                          s.t);
+          for (int64_t i = r0; i < r0 + rows; ++i) {
+            T* row = ds.data() + i * s.t;
+            const T* prow = pb + i * s.t;
+            T dot = 0;
+            for (int64_t j = 0; j <= i; ++j) dot += prow[j] * row[j];
+            for (int64_t j = 0; j <= i; ++j) row[j] = prow[j] * (row[j] - dot) * scale;
+            for (int64_t j = i + 1; j < keys; ++j) row[j] = T(0);
+          }
+          detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, s.hd, keys, T(1), dsRows, s.t, k, ld, T(0), dq + r0 * ld,
+                          ld);
         }
-        // dQ = dS K; dK = dS^T Q.
-        detail::gemm<T>(CblasNoTrans, CblasNoTrans, s.t, s.hd, s.t, T(1), ds.data(), s.t, k, ld, T(0), dq, ld);
-        detail::gemm<T>(CblasTrans, CblasNoTrans, s.t, s.hd, s.t, T(1), ds.data(), s.t, q, ld, T(0), dk, ld);
+        for (int64_t c0 = 0; c0 < s.t; c0 += kRowBlock) {
+          const int64_t cols = std::min(kRowBlock, s.t - c0), depth = s.t - c0;
+          detail::gemm<T>(CblasTrans, CblasNoTrans, cols, s.hd, depth, T(1), pb + c0 * s.t + c0, s.t, gy + c0 * s.c,
+                          s.c, T(0), dv + c0 * ld, ld);
+          detail::gemm<T>(CblasTrans, CblasNoTrans, cols, s.hd, depth, T(1), ds.data() + c0 * s.t + c0, s.t,
+                          q + c0 * ld, ld, T(0), dk + c0 * ld, ld);
+        }
       }
   });
   return out;
