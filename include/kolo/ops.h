@@ -72,6 +72,11 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 /// x @ weight^T + bias for x [..., in], weight [out, in], bias [out] (may be undefined).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
+/// gelu(linear(x, weight, bias)) as one op: for f32 with a bias, the bias and the GELU go in
+/// one pass over the GEMM's output and backward computes the GELU's gradient and the bias's
+/// in one pass; otherwise the separate ops. Throws as linear.
+Tensor linearGelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
 // ---- neural-network functions ----
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor logSoftmax(const Tensor& x, int64_t dim);

@@ -80,7 +80,10 @@ Tensor TransformerBlock::forwardInputs(const std::vector<Tensor>& inputs) {
 
 Tensor TransformerBlock::forward(const Tensor& x, const Tensor& mask) {
   Tensor h = x + attn_->forward(ln1_->forward(x), mask);
-  return h + mlp_->forward(ln2_->forward(h));
+  // mlp.0 and the GELU as one op (bias and activation in one pass), then mlp.2.
+  const auto& fc1 = static_cast<const Linear&>(*mlp_->children()[0].second);
+  Module& fc2 = *mlp_->children()[2].second;
+  return h + fc2(linearGelu(ln2_->forward(h), fc1.weight, fc1.bias));
 }
 
 }  // namespace kolo::nn

@@ -116,6 +116,12 @@ void layerNormBackward(const Tensor& grad, const Tensor& x, const Tensor& weight
 /// Rows of weight [V,D] picked by i64/i32 indices of any shape -> shape + [D].
 Tensor embeddingForward(const Tensor& indices, const Tensor& weight);
 Tensor embeddingBackward(const Tensor& grad, const Tensor& indices, int64_t numEmbeddings);
+/// gelu(pre + bias) for pre (M, N) contiguous f32 from a GEMM, bias (N): adds the bias into
+/// pre in place (what backward reads) and returns the activation.
+Tensor biasGeluForward(Tensor& pre, const Tensor& bias);
+/// Gradient of biasGeluForward: returns d/dpre (M, N) and writes the bias gradient (N) into
+/// *gradBias (may be null).
+Tensor biasGeluBackward(const Tensor& grad, const Tensor& pre, Tensor* gradBias);
 /// Causal multi-head attention over packed qkv (B, T, 3C) (q, k, v the thirds; head h the
 /// columns [h*hd, (h+1)*hd) of each, hd = C/heads) -> (B, T, C); writes the attention
 /// probabilities (B, H, T, T), zero above the diagonal, into *probs (may be null).

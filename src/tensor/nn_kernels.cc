@@ -253,6 +253,30 @@ void layerNormBackward(const Tensor& grad0, const Tensor& x0, const Tensor& weig
   });
 }
 
+Tensor biasGeluForward(Tensor& pre, const Tensor& bias0) {
+  KOLO_CHECK(pre.dtype() == DType::F32 && pre.dim() == 2 && pre.isContiguous() && bias0.dtype() == DType::F32 &&
+                 bias0.dim() == 1 && bias0.shape()[0] == pre.shape()[1],
+             "biasGelu: pre-activation ", shapeString(pre.shape()), " and bias ", shapeString(bias0.shape()),
+             " are not contiguous f32 (M, N) and (N)");
+  Tensor bias = bias0.contiguous();
+  Tensor out = Tensor::empty(pre.shape(), DType::F32);
+  detail::biasGeluRows(pre.data<float>(), bias.data<float>(), out.data<float>(), pre.shape()[0], pre.shape()[1]);
+  return out;
+}
+
+Tensor biasGeluBackward(const Tensor& grad0, const Tensor& pre, Tensor* gradBias) {
+  Tensor grad = grad0.contiguous();
+  KOLO_CHECK(grad.shape() == pre.shape() && grad.dtype() == DType::F32, "biasGelu backward: gradient ",
+             shapeString(grad.shape()), " does not match ", shapeString(pre.shape()));
+  const int64_t n = pre.shape()[1];
+  Tensor out = Tensor::empty(pre.shape(), DType::F32);
+  Tensor gb = Tensor::zeros({n}, DType::F32);
+  detail::geluBackwardBiasRows(grad.data<float>(), pre.data<float>(), out.data<float>(), gb.data<float>(),
+                               pre.shape()[0], n);
+  if (gradBias) *gradBias = gb;
+  return out;
+}
+
 Tensor embeddingForward(const Tensor& indices0, const Tensor& weight) {
   KOLO_CHECK(weight.dim() == 2, "embedding: weight must be [V, D], got ", shapeString(weight.shape()));
   Tensor indices = indices0.contiguous(), w = weight.contiguous();

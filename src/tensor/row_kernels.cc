@@ -31,6 +31,35 @@ KOLO_VECTOR_CLONES void geluBackwardRows(const float* __restrict grad, const flo
   }
 }
 
+KOLO_VECTOR_CLONES void biasGeluRows(float* __restrict pre, const float* __restrict bias, float* __restrict y,
+                                     int64_t rows, int64_t n) {
+  for (int64_t row = 0; row < rows; ++row) {
+    float* p = pre + row * n;
+    float* out = y + row * n;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = p[i] + bias[i];
+      p[i] = v;
+      out[i] = 0.5f * v * (1.0f + erfApprox(v * kInvSqrt2));
+    }
+  }
+}
+
+KOLO_VECTOR_CLONES void geluBackwardBiasRows(const float* __restrict grad, const float* __restrict pre,
+                                             float* __restrict gpre, float* __restrict gbias, int64_t rows,
+                                             int64_t n) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* g = grad + row * n;
+    const float* p = pre + row * n;
+    float* out = gpre + row * n;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = p[i];
+      const float d = g[i] * (0.5f * (1.0f + erfApprox(v * kInvSqrt2)) + v * kInvSqrt2Pi * expApprox(-0.5f * v * v));
+      out[i] = d;
+      gbias[i] += d;
+    }
+  }
+}
+
 KOLO_VECTOR_CLONES void expInPlace(float* __restrict x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = expApprox(x[i]);
 }

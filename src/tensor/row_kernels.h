@@ -11,6 +11,11 @@ namespace kolo::detail {
 void geluRows(const float* x, float* y, int64_t n);
 /// out = grad * (Phi(x) + x phi(x)) over n elements.
 void geluBackwardRows(const float* grad, const float* x, float* out, int64_t n);
+/// rows x n: pre += bias (per column), y = gelu(pre) — a linear layer's bias and GELU in one
+/// pass over its GEMM output.
+void biasGeluRows(float* pre, const float* bias, float* y, int64_t rows, int64_t n);
+/// rows x n: gpre = grad * gelu'(pre), and gbias (n, added to) += its column sums.
+void geluBackwardBiasRows(const float* grad, const float* pre, float* gpre, float* gbias, int64_t rows, int64_t n);
 /// x[i] = e^x[i] over n elements.
 void expInPlace(float* x, int64_t n);
 /// Softmax (or log-softmax) of each of `rows` rows of n contiguous elements.
