@@ -15,6 +15,13 @@ constexpr int kLanes = 16;
 constexpr float kInvSqrt2 = 0.70710678118654752440f;
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
 
+// GELU's derivative Phi(v) + v phi(v): erf(v / sqrt 2) needs e^(-v^2 / 2), which is also the
+// density's, so one exponential serves both.
+inline float geluDerivative(float v) {
+  const float e = expApprox(-0.5f * v * v);
+  return 0.5f * (1.0f + erfFromExp(v * kInvSqrt2, e)) + v * kInvSqrt2Pi * e;
+}
+
 }  // namespace
 
 KOLO_VECTOR_CLONES void geluRows(const float* __restrict x, float* __restrict y, int64_t n) {
@@ -24,10 +31,7 @@ KOLO_VECTOR_CLONES void geluRows(const float* __restrict x, float* __restrict y,
 KOLO_VECTOR_CLONES void geluBackwardRows(const float* __restrict grad, const float* __restrict x,
                                          float* __restrict out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float cdf = 0.5f * (1.0f + erfApprox(v * kInvSqrt2));
-    const float pdf = kInvSqrt2Pi * expApprox(-0.5f * v * v);
-    out[i] = grad[i] * (cdf + v * pdf);
+    out[i] = grad[i] * geluDerivative(x[i]);
   }
 }
 
@@ -52,8 +56,7 @@ KOLO_VECTOR_CLONES void geluBackwardBiasRows(const float* __restrict grad, const
     const float* p = pre + row * n;
     float* out = gpre + row * n;
     for (int64_t i = 0; i < n; ++i) {
-      const float v = p[i];
-      const float d = g[i] * (0.5f * (1.0f + erfApprox(v * kInvSqrt2)) + v * kInvSqrt2Pi * expApprox(-0.5f * v * v));
+      const float d = g[i] * geluDerivative(p[i]);
       out[i] = d;
       gbias[i] += d;
     }

@@ -41,14 +41,18 @@ inline float expApprox(float x) {
 
 /// erf(x) to 5e-7 absolute (Abramowitz and Stegun 7.1.26, 1.5e-7, as PyTorch's vectorised CPU
 /// erf, plus f32 rounding): 1 - (a1 t + ... + a5 t^5) e^(-x^2) with t = 1 / (1 + p|x|), odd in x.
-inline float erfApprox(float x) {
+/// `expMinusX2` is e^(-x^2), passed in so that a caller that needs it too computes it once.
+inline float erfFromExp(float x, float expMinusX2) {
   constexpr float p = 0.3275911f, a1 = 0.254829592f, a2 = -0.284496736f, a3 = 1.421413741f,
                   a4 = -1.453152027f, a5 = 1.061405429f;
   const float ax = x < 0.0f ? -x : x;
   const float t = 1.0f / (1.0f + p * ax);
   const float poly = ((((a5 * t + a4) * t + a3) * t + a2) * t + a1) * t;
-  const float y = 1.0f - poly * expApprox(-ax * ax);
+  const float y = 1.0f - poly * expMinusX2;
   return x < 0.0f ? -y : y;
 }
+
+/// erf(x) as erfFromExp(x, e^(-x^2)).
+inline float erfApprox(float x) { return erfFromExp(x, expApprox(-x * x)); }
 
 }  // namespace kolo::detail
