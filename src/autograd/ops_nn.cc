@@ -103,12 +103,14 @@ Tensor layerNorm(const Tensor& x, const Shape& normalizedShape, const Tensor& we
 }
 
 Tensor causalAttention(const Tensor& qkv, int64_t heads) {
-  Tensor probs;
-  Tensor out = kernels::causalAttentionForward(qkv, heads, &probs);
+  Tensor logSumExp;
+  Tensor out = kernels::causalAttentionForward(qkv, heads, &logSumExp);
   if (!autograd::needsRecord({&qkv})) return out;
-  Tensor qd = qkv.detach();
-  return record(out, {qkv}, "CausalAttentionBackward", [qd, probs, heads](const Tensor& g) {
-    return Grads{kernels::causalAttentionBackward(g, qd, probs, heads)};
+  // The output is kept anyway by the projection that reads it; with the (B, H, T) log-sum-exp
+  // it is all backward needs besides qkv.
+  Tensor qd = qkv.detach(), yd = out.detach();
+  return record(out, {qkv}, "CausalAttentionBackward", [qd, yd, logSumExp, heads](const Tensor& g) {
+    return Grads{kernels::causalAttentionBackward(g, qd, yd, logSumExp, heads)};
   });
 }
 

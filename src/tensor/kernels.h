@@ -123,11 +123,13 @@ Tensor biasGeluForward(Tensor& pre, const Tensor& bias);
 /// *gradBias (may be null).
 Tensor biasGeluBackward(const Tensor& grad, const Tensor& pre, Tensor* gradBias);
 /// Causal multi-head attention over packed qkv (B, T, 3C) (q, k, v the thirds; head h the
-/// columns [h*hd, (h+1)*hd) of each, hd = C/heads) -> (B, T, C); writes the attention
-/// probabilities (B, H, T, T), zero above the diagonal, into *probs (may be null).
-Tensor causalAttentionForward(const Tensor& qkv, int64_t heads, Tensor* probs);
-/// Gradient (B, T, 3C) of causalAttentionForward's output with respect to qkv.
-Tensor causalAttentionBackward(const Tensor& grad, const Tensor& qkv, const Tensor& probs, int64_t heads);
+/// columns [h*hd, (h+1)*hd) of each, hd = C/heads) -> (B, T, C), by blocks without a T x T
+/// matrix; writes each row's log-sum-exp of its scaled scores, (B, H, T), into *logSumExp
+/// (may be null).
+Tensor causalAttentionForward(const Tensor& qkv, int64_t heads, Tensor* logSumExp);
+/// Gradient (B, T, 3C) with respect to qkv, from the forward's output and log-sum-exp.
+Tensor causalAttentionBackward(const Tensor& grad, const Tensor& qkv, const Tensor& out, const Tensor& logSumExp,
+                               int64_t heads);
 /// Concatenates along dim (shapes equal elsewhere).
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
 

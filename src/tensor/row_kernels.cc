@@ -63,6 +63,25 @@ KOLO_VECTOR_CLONES void geluBackwardBiasRows(const float* __restrict grad, const
   }
 }
 
+KOLO_VECTOR_CLONES float expShiftedSum(const float* s, float* p, int64_t n, float shift) {
+  const int64_t whole = n / kLanes * kLanes;
+  float lanes[kLanes] = {};
+  for (int64_t i = 0; i < whole; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float e = expApprox(s[i + l] - shift);
+      p[i + l] = e;
+      lanes[l] += e;
+    }
+  float total = 0.0f;
+  for (int l = 0; l < kLanes; ++l) total += lanes[l];
+  for (int64_t i = whole; i < n; ++i) {
+    const float e = expApprox(s[i] - shift);
+    p[i] = e;
+    total += e;
+  }
+  return total;
+}
+
 KOLO_VECTOR_CLONES void expInPlace(float* __restrict x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = expApprox(x[i]);
 }

@@ -18,16 +18,23 @@ Tensor parameter(const nn::Module& m, const std::string& name) {
   return Tensor();
 }
 
-TEST(MultiInput, AllowingEveryKeyIsTheCausalPathBitForBit) {
+// The causal path alone is the fused blocked attention (online softmax); a mask goes through
+// the separate ops, which round differently: equal to float tolerance, not bit for bit.
+TEST(MultiInput, AllowingEveryKeyIsTheCausalPath) {
   Generator gen(11);
   nn::CausalSelfAttention attn(8, 2, gen);
   Tensor x = Tensor::randn({2, 5, 8}, gen);
   const std::vector<float> causal = attn.forward(x).toFloatVector();
+  auto expectCausal = [&](const Tensor& y, const std::string& what) {
+    const std::vector<float> v = y.toFloatVector();
+    ASSERT_EQ(v.size(), causal.size()) << what;
+    for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(v[i], causal[i], 1e-6) << what << " element " << i;
+  };
   for (const Shape& shape : {Shape{5, 5}, Shape{2, 5, 5}, Shape{2, 2, 5, 5}}) {
     Tensor ones = Tensor::ones(shape, DType::U8);
-    EXPECT_EQ(attn.forward(x, ones).toFloatVector(), causal) << shapeString(shape);
-    EXPECT_EQ(attn(x, ones).toFloatVector(), causal) << shapeString(shape);
-    EXPECT_EQ(attn.forward(std::vector<Tensor>{x, ones}).toFloatVector(), causal);
+    expectCausal(attn.forward(x, ones), shapeString(shape));
+    expectCausal(attn(x, ones), shapeString(shape));
+    expectCausal(attn.forward(std::vector<Tensor>{x, ones}), shapeString(shape));
   }
   EXPECT_EQ(attn.forward(x, Tensor()).toFloatVector(), causal);
   EXPECT_EQ(attn.forward(std::vector<Tensor>{x}).toFloatVector(), causal);
