@@ -1,6 +1,7 @@
 // Times one training step of the `lm` (zero grad + forward + loss + backward + AdamW) on one
-// thread in fp32, on file-order batches of a text, as bench/peers/torch_lm.py does in PyTorch.
-// Prints one JSON line with the median step time. bench/lm_vs_torch.sh runs both.
+// thread in fp32 (or with bf16 products: --precision bf16), on file-order batches of a text,
+// as bench/peers/torch_lm.py does in PyTorch. Prints one JSON line with the median step time.
+// bench/lm_vs_torch.sh runs both.
 #include <malloc.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "kolo/byte_corpus.h"
 #include "kolo/nn/language_model.h"
 #include "kolo/optim.h"
+#include "kolo/precision.h"
 #include "kolo/threads.h"
 
 namespace {
@@ -35,7 +37,7 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   nn::LanguageModelConfig config;
   int64_t batch = 16, warmup = 3, steps = 20;
-  std::string text = "/usr/share/common-licenses/GPL-3";
+  std::string text = "/usr/share/common-licenses/GPL-3", precision = "f32";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const int64_t value = std::atoll(argv[i + 1]);
@@ -47,12 +49,14 @@ int main(int argc, char** argv) {
     else if (flag == "--warmup") warmup = value;
     else if (flag == "--steps") steps = value;
     else if (flag == "--data") text = argv[i + 1];
+    else if (flag == "--precision") precision = argv[i + 1];
     else {
       std::fprintf(stderr, "lm_step: unknown flag %s\n", argv[i]);
       return 2;
     }
   }
   try {
+    MatmulPrecisionGuard products(parseMatmulPrecision(precision));
     Generator gen(0);
     auto model = nn::makeLanguageModel(config, gen);
     int64_t parameters = 0;
@@ -73,10 +77,10 @@ int main(int argc, char** argv) {
       if (step >= warmup) total.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
     std::printf(
-        "{\"bench\": \"kolo_lm_step\", \"layers\": %lld, \"d_model\": %lld, \"heads\": %lld, \"seq_len\": %lld, "
+        "{\"bench\": \"kolo_lm_step\", \"precision\": \"%s\", \"layers\": %lld, \"d_model\": %lld, \"heads\": %lld, \"seq_len\": %lld, "
         "\"batch\": %lld, \"parameters\": %lld, \"steps\": %lld, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, "
         "\"final_loss\": %.4f}\n",
-        static_cast<long long>(config.layers), static_cast<long long>(config.dModel),
+        precision.c_str(), static_cast<long long>(config.layers), static_cast<long long>(config.dModel),
         static_cast<long long>(config.heads), static_cast<long long>(config.seqLen), static_cast<long long>(batch),
         static_cast<long long>(parameters), static_cast<long long>(steps), median(total),
         *std::min_element(total.begin(), total.end()), lastLoss);

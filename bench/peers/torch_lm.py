@@ -14,7 +14,8 @@ The twin has kolo's parameter names, so a state_dict maps onto kolo's namedParam
 Loss: mean cross-entropy over all B*T positions.
 
 Usage: /usr/bin/python3 bench/peers/torch_lm.py [--layers L] [--d-model C] [--heads H]
-         [--seq-len T] [--batch B] [--warmup W] [--steps N] [--data FILE]
+         [--seq-len T] [--batch B] [--warmup W] [--steps N] [--data FILE] [--precision bf16]
+(bf16: forward and loss under torch.autocast("cpu", dtype=torch.bfloat16), f32 weights)
 """
 import argparse
 import json
@@ -121,6 +122,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--data", default=DEFAULT_TEXT)
+    ap.add_argument("--precision", default="f32", choices=["f32", "bf16"])
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -132,13 +134,14 @@ def main():
         x, y = file_order_batch(part, step, args.batch, args.seq_len)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = lm_loss(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = lm_loss(model(x), y)
         loss.backward()
         opt.step()
         t1 = time.perf_counter()
         if step >= args.warmup:
             times.append(1000.0 * (t1 - t0))
-    print(json.dumps({"bench": "torch_lm_step", "layers": args.layers, "d_model": args.d_model,
+    print(json.dumps({"bench": "torch_lm_step", "precision": args.precision, "layers": args.layers, "d_model": args.d_model,
                       "heads": args.heads, "seq_len": args.seq_len, "batch": args.batch,
                       "parameters": sum(p.numel() for p in model.parameters()),
                       "steps": args.steps, "step_ms_median": round(median(times), 3),
