@@ -14,6 +14,7 @@
 #include "kolo/error.h"
 #include "kolo/parallel/elastic.h"
 #include "kolo/memory.h"
+#include "kolo/precision.h"
 #include "kolo/settings.h"
 
 namespace kolo::cli {
@@ -98,6 +99,11 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--threads", config->threads, "OpenBLAS threads")
       ->capture_default_str()
       ->check(atLeast(1));
+  app->add_option("--precision", config->precision,
+                  "matrix products: f32, or bf16 (bf16 operands, f32 sums; weights, gradients and "
+                  "optimizer state stay f32)")
+      ->check(oneOf({"f32", "bf16"}))
+      ->capture_default_str();
   app->add_option("--strategy", config->strategy,
                   "one-device, mirrored (--replicas threads), multi-worker-mirrored (one replica "
                   "per rank, under kolo run or --workers), central-storage, parameter-server "
@@ -391,6 +397,8 @@ Command registerTrain(CLI::App& root) {
     if (!config->memoryLimit.empty()) setTensorMemoryLimit(parseByteSize(config->memoryLimit));
     observe::Logger logger(stderr);
     startTimeline(config->timelineDir);
+    // Every strategy computes on this thread (or on replica threads that take its setting).
+    const MatmulPrecisionGuard products(parseMatmulPrecision(config->precision));
     const bool modelParallel =
         config->model == "lm" || config->strategy == "pipeline" || config->strategy == "tensor";
     if (config->strategy == "parameter-server" || config->strategy == "federated" || modelParallel)

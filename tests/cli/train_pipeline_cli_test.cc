@@ -6,7 +6,8 @@
 // (one rank, stages, tensor ranks, a 3-way mesh) to the weights of an uninterrupted run, and
 // --metrics records the run; the mlp split into stages matches the data-parallel trainer's
 // one-device run; an lm over the --memory-limit of one rank trains in four stages; bad flags
-// are named; --no-shuffle trains on the text's windows in file order.
+// are named; --no-shuffle trains on the text's windows in file order; --precision bf16 trains
+// close to f32.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -85,6 +86,22 @@ TEST_F(TrainPipelineCliTest, NoShuffleTrainsOnTheTextsFirstWindows) {
             0.0);
   EXPECT_GT(weightsDifference(weights("text.txt", "", "c.safetensors"), weights("changed.txt", "", "d.safetensors")),
             1e-4);
+}
+
+// --precision bf16 rounds the operands of every product: the weights move off f32's, by
+// little (the products keep 8 bits of mantissa, the sums 24).
+TEST_F(TrainPipelineCliTest, PrecisionBf16TrainsCloseToF32) {
+  auto weights = [&](const std::string& precision) {
+    const RunResult r = runKolo(lm(6) + " --precision " + precision + " --save " + file(precision + ".safetensors"));
+    EXPECT_EQ(r.exitCode, 0) << r.output;
+    return loadWeights(file(precision + ".safetensors"));
+  };
+  const double difference = weightsDifference(weights("f32"), weights("bf16"));
+  EXPECT_GT(difference, 0.0);
+  EXPECT_LT(difference, 2e-2);
+  const RunResult bad = runKolo(lm(1) + " --precision fp8");
+  EXPECT_NE(bad.exitCode, 0);
+  EXPECT_NE(bad.output.find("--precision"), std::string::npos) << bad.output;
 }
 
 TEST_F(TrainPipelineCliTest, PipelineSavesTheOneRankWeightsAndLoadsBothWays) {
