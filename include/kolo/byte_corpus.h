@@ -1,6 +1,6 @@
 // Byte-level text for the `lm` model: a file read whole into memory, split into a training
-// and a held-out part, and batches of random windows whose positions depend only on the
-// seed and the step (so any rank, and a resumed run, draws the same batch for a step).
+// and a held-out part, and batches of windows whose positions depend only on the step (and
+// the seed, when drawn at random), so any rank, and a resumed run, gets the same batch.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,19 @@ class ByteCorpus {
   /// (seed, step). `heldOut` draws from the held-out part instead.
   Batch batch(int64_t step, int64_t batchSize, uint64_t seed, bool heldOut = false) const;
 
+  /// Global batch of step `step` in file order (`kolo train --model lm --no-shuffle`), so that
+  /// any other implementation can feed the same batches. The part is cut into W =
+  /// windows(heldOut) windows seqLen bytes apart (window w: inputs are bytes [w*T, w*T + T) of
+  /// the part, labels one byte further), and an epoch is E = W / B steps: row i of step s is
+  /// window (s mod E) * B + i, so in the first epoch the window starting at byte (s*B + i)*T.
+  /// At the end of the part the last W mod B windows, too few for a full batch, are skipped
+  /// and step E starts again at byte 0 (as a data loader with drop_last). Throws
+  /// InvalidArgument when the part holds fewer than B windows, naming the text and both counts.
+  Batch fileOrderBatch(int64_t step, int64_t batchSize, bool heldOut = false) const;
+  /// Windows of seqLen + 1 bytes starting seqLen apart that fit in the training (or held-out)
+  /// part: (bytes - 1) / seqLen.
+  int64_t windows(bool heldOut = false) const;
+
   int64_t seqLen() const { return seqLen_; }
   int64_t trainBytes() const { return trainEnd_; }
   int64_t heldOutBytes() const { return static_cast<int64_t>(bytes_.size()) - trainEnd_; }
@@ -34,6 +47,9 @@ class ByteCorpus {
   std::string text(int64_t offset, int64_t count) const;
 
  private:
+  // The batch of the windows starting at `starts` (offsets into the whole file).
+  Batch gather(const std::vector<int64_t>& starts) const;
+
   std::vector<uint8_t> bytes_;
   int64_t seqLen_;
   int64_t trainEnd_ = 0;

@@ -72,6 +72,11 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 /// x @ weight^T + bias for x [..., in], weight [out, in], bias [out] (may be undefined).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
+/// gelu(linear(x, weight, bias)) as one op: for f32 with a bias, the bias and the GELU go in
+/// one pass over the GEMM's output and backward computes the GELU's gradient and the bias's
+/// in one pass; otherwise the separate ops. Throws as linear.
+Tensor linearGelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
 // ---- neural-network functions ----
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor logSoftmax(const Tensor& x, int64_t dim);
@@ -86,6 +91,14 @@ Tensor maxPool2d(const Tensor& x, int64_t kernel, int64_t stride = -1, int64_t p
 /// (shape normalizedShape) may be undefined.
 Tensor layerNorm(const Tensor& x, const Shape& normalizedShape, const Tensor& weight, const Tensor& bias,
                  double eps = 1e-5);
+/// Causal multi-head self-attention over packed projections, in one op: qkv (B, T, 3C) holds
+/// q, k and v (head h in columns [h*hd, (h+1)*hd) of each third, hd = C/heads); returns
+/// (B, T, C) where each head's y_t = sum over s <= t of softmax_s(q_t . k_s / sqrt(hd)) v_s
+/// (torch's softmax((q k^T) / sqrt(hd)) with the causal mask, then @ v, heads concatenated).
+/// Computed by blocks as flash attention is (nothing T x T is kept): backward holds qkv, the
+/// output and a (B, H, T) log-sum-exp. Throws InvalidArgument for a shape that is not
+/// (B, T, 3C) with heads dividing C.
+Tensor causalAttention(const Tensor& qkv, int64_t heads);
 /// Rows of weight [V, D] selected by integer indices -> indices.shape + [D].
 Tensor embedding(const Tensor& indices, const Tensor& weight);
 /// Inverted dropout: zeroes each element with probability p and scales the rest by

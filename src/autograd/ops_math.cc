@@ -366,4 +366,39 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   });
 }
 
+Tensor linearGelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (x.dtype() != DType::F32 || weight.dtype() != DType::F32 || !bias.defined() || bias.dtype() != DType::F32)
+    return gelu(linear(x, weight, bias));
+  KOLO_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linearGelu: input ",
+             shapeString(x.shape()), " does not match weight ", shapeString(weight.shape()));
+  KOLO_CHECK(bias.dim() == 1 && bias.shape()[0] == weight.shape()[0], "linearGelu: bias ", shapeString(bias.shape()),
+             " for ", weight.shape()[0], " outputs");
+  const int64_t in = weight.shape()[1], outF = weight.shape()[0];
+  Tensor x2 = kernels::reshapeRaw(x, {-1, in});
+  Tensor pre = kernels::matmul2d(x2, kernels::transposeRaw(weight, 0, 1));  // (M, N), bias added next
+  Tensor out = kernels::biasGeluForward(pre, bias);
+  Shape outShape(x.shape().begin(), x.shape().end() - 1);
+  outShape.push_back(outF);
+  if (x.dim() != 2) out = kernels::reshapeRaw(out, outShape);
+  if (!autograd::needsRecord({&x, &weight, &bias})) return out;
+  bool rx = req(x), rw = req(weight), rb = req(bias);
+  // As linear: each operand only for the gradient that reads it.
+  Tensor xd = rw ? x2.detach() : Tensor(), wd = rx ? weight.detach() : Tensor();
+  const Shape xShape = x.shape(), wShape = weight.shape();
+  return record(out, {x, weight, bias}, "LinearGeluBackward", [=](const Tensor& g0) {
+    Tensor gb;
+    Tensor g = kernels::biasGeluBackward(kernels::reshapeRaw(g0, {-1, outF}), pre, rb ? &gb : nullptr);
+    Tensor gx, gw;
+    if (rx) gx = kernels::reshapeRaw(kernels::matmul2d(g, wd), xShape);
+    autograd::GradTarget target;
+    if (rw) {
+      if (autograd::takeGradTarget(1, wShape, DType::F32, &target))
+        kernels::matmul2d(kernels::transposeRaw(g, 0, 1), xd, &target.buffer, target.accumulate ? 1.0 : 0.0);
+      else
+        gw = kernels::matmul2d(kernels::transposeRaw(g, 0, 1), xd);
+    }
+    return Grads{gx, gw, gb};
+  });
+}
+
 }  // namespace kolo

@@ -102,6 +102,18 @@ Tensor layerNorm(const Tensor& x, const Shape& normalizedShape, const Tensor& we
   });
 }
 
+Tensor causalAttention(const Tensor& qkv, int64_t heads) {
+  Tensor logSumExp;
+  Tensor out = kernels::causalAttentionForward(qkv, heads, &logSumExp);
+  if (!autograd::needsRecord({&qkv})) return out;
+  // The output is kept anyway by the projection that reads it; with the (B, H, T) log-sum-exp
+  // it is all backward needs besides qkv.
+  Tensor qd = qkv.detach(), yd = out.detach();
+  return record(out, {qkv}, "CausalAttentionBackward", [qd, yd, logSumExp, heads](const Tensor& g) {
+    return Grads{kernels::causalAttentionBackward(g, qd, yd, logSumExp, heads)};
+  });
+}
+
 Tensor embedding(const Tensor& indices, const Tensor& weight) {
   Tensor out = kernels::embeddingForward(indices, weight);
   Tensor idx = indices.detach();

@@ -17,6 +17,7 @@
 #include "kolo/error.h"
 #include "kolo/memory.h"
 #include "kolo/parallel/elastic.h"
+#include "kolo/precision.h"
 #include "kolo/settings.h"
 #include "kolo/train/fit.h"
 
@@ -105,7 +106,8 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--seed", config->seed, "seed of initialisation and shuffling")
       ->capture_default_str();
   app->add_flag("--no-shuffle", raw->noShuffle,
-                "train in file order: step s uses samples s*B ... (s+1)*B-1");
+                "train in file order: step s uses samples s*B ... (s+1)*B-1 (lm: the windows at bytes "
+                "(s*B+i)*seq-len of the text's first 90%, from the start again after its last full batch)");
   app->add_option("--data", config->dataDir, "directory of the Fashion-MNIST *-ubyte.gz files")
       ->capture_default_str();
   app->add_option("--init", config->initPath, "start from these weights (safetensors)");
@@ -117,6 +119,11 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--threads", config->threads, "OpenBLAS threads")
       ->capture_default_str()
       ->check(atLeast(1));
+  app->add_option("--precision", config->precision,
+                  "matrix products: f32, or bf16 (bf16 operands, f32 sums; weights, gradients and "
+                  "optimizer state stay f32)")
+      ->check(oneOf({"f32", "bf16"}))
+      ->capture_default_str();
   app->add_option("--strategy", config->strategy,
                   "one-device, mirrored (--replicas threads), multi-worker-mirrored (one replica "
                   "per rank, under kolo run or --workers), central-storage, parameter-server "
@@ -418,6 +425,8 @@ Command registerTrain(CLI::App& root) {
     if (!config->memoryLimit.empty()) setTensorMemoryLimit(parseByteSize(config->memoryLimit));
     observe::Logger logger(stderr);
     train::startTimeline(config->timelineDir);
+    // Every strategy computes on this thread (or on replica threads that take its setting).
+    const MatmulPrecisionGuard products(parseMatmulPrecision(config->precision));
     const bool modelParallel =
         config->model == "lm" || config->strategy == "pipeline" || config->strategy == "tensor";
     if (config->strategy == "parameter-server" || config->strategy == "federated" || modelParallel)

@@ -14,6 +14,7 @@
 #include "kolo/comm/stores.h"
 #include "kolo/nn/models.h"
 #include "kolo/parallel/federated.h"
+#include "kolo/precision.h"
 #include "kolo/safetensors.h"
 #include "kolo/settings.h"
 #include "kolo/threads.h"
@@ -238,7 +239,8 @@ int runFederated(const TrainConfig& config, const FederatedFlags& flags, observe
     auto store = comm::makeMemoryStore();
     std::shared_ptr<fed::ClientHost> host = makeHost(config, flags, options, store, 0, 1);
     auto hostError = std::make_shared<std::exception_ptr>();
-    std::thread hostThread([host, hostError, idle] {
+    std::thread hostThread([host, hostError, idle, precision = matmulPrecision()] {
+      const MatmulPrecisionGuard products(precision);  // the clients train on this thread
       try {
         host->serve(idle);
       } catch (...) {

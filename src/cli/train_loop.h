@@ -62,6 +62,7 @@ struct TrainConfig {
   std::string metricsPath;
   std::string timelineDir;  // --timeline: Chrome trace of every rank (kolo/trace.h)
   int threads = 1;
+  std::string precision = "f32";  // --precision: f32 | bf16 matrix products (kolo/precision.h)
 
   // Distribution (see parallel::strategyOptionsFromNames).
   std::string strategy = "one-device";

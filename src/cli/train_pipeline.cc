@@ -218,7 +218,9 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
   // Every rank draws the global batch; a data-parallel replica keeps its rows.
   int replica = 0;
   auto batchAt = [&](int64_t step) {
-    data::Batch b = corpus ? corpus->batch(step, config.batch, config.seed) : images->at(step);
+    data::Batch b = !corpus              ? images->at(step)
+                    : config.shuffle ? corpus->batch(step, config.batch, config.seed)
+                                     : corpus->fileOrderBatch(step, config.batch);
     if (shape.dp == 1) return b;
     const int64_t rows = config.batch / shape.dp;
     b.inputs = b.inputs.slice(0, replica * rows, (replica + 1) * rows).contiguous();

@@ -1,4 +1,4 @@
-// ByteCorpus: a text file as bytes and its seeded random windows.
+// ByteCorpus: a text file as bytes, its seeded random windows and its windows in file order.
 #include "kolo/byte_corpus.h"
 
 #include <algorithm>
@@ -46,11 +46,36 @@ Batch ByteCorpus::batch(int64_t step, int64_t batchSize, uint64_t seed, bool hel
                " part has no window of ", seqLen_ + 1, " bytes");
   const int64_t starts = end - begin - seqLen_;  // window starts in [begin, begin + starts)
   Generator gen(seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(step) * 2 + (heldOut ? 1 : 0));
+  std::vector<int64_t> rows(static_cast<size_t>(batchSize));
+  for (auto& start : rows) start = begin + static_cast<int64_t>(gen.nextU64() % static_cast<uint64_t>(starts));
+  return gather(rows);
+}
+
+int64_t ByteCorpus::windows(bool heldOut) const {
+  const int64_t bytes = heldOut ? heldOutBytes() : trainBytes();
+  return bytes > seqLen_ ? (bytes - 1) / seqLen_ : 0;
+}
+
+Batch ByteCorpus::fileOrderBatch(int64_t step, int64_t batchSize, bool heldOut) const {
+  KOLO_REQUIRE(batchSize > 0, "text ", source_, ": batch size must be at least 1, got ", batchSize);
+  KOLO_REQUIRE(step >= 0, "text ", source_, ": step ", step, " is negative");
+  const int64_t count = windows(heldOut);
+  KOLO_REQUIRE(count >= batchSize, "text ", source_, ": the ", heldOut ? "held-out" : "training", " part (",
+               heldOut ? heldOutBytes() : trainBytes(), " bytes) holds ", count, " windows of ", seqLen_ + 1,
+               " bytes in file order, fewer than the batch of ", batchSize);
+  const int64_t begin = heldOut ? trainEnd_ : 0;
+  const int64_t first = step % (count / batchSize) * batchSize;  // window of row 0
+  std::vector<int64_t> rows(static_cast<size_t>(batchSize));
+  for (int64_t i = 0; i < batchSize; ++i) rows[static_cast<size_t>(i)] = begin + (first + i) * seqLen_;
+  return gather(rows);
+}
+
+Batch ByteCorpus::gather(const std::vector<int64_t>& starts) const {
+  const int64_t batchSize = static_cast<int64_t>(starts.size());
   std::vector<int64_t> inputs, labels;
   inputs.reserve(static_cast<size_t>(batchSize * seqLen_));
   labels.reserve(inputs.capacity());
-  for (int64_t b = 0; b < batchSize; ++b) {
-    const int64_t start = begin + static_cast<int64_t>(gen.nextU64() % static_cast<uint64_t>(starts));
+  for (const int64_t start : starts) {
     for (int64_t t = 0; t < seqLen_; ++t) {
       inputs.push_back(bytes_[static_cast<size_t>(start + t)]);
       labels.push_back(bytes_[static_cast<size_t>(start + t + 1)]);

@@ -42,6 +42,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& mask) {
              " is not (B, T, ", embedDim_, ")");
   const int64_t b = x.shape()[0], t = x.shape()[1], c = embedDim_, h = numHeads_, hd = c / h;
   Tensor qkv = qkv_->forward(x);  // (B, T, 3C)
+  // The causal path alone is one fused op; a further mask goes through the separate ops.
+  if (!mask.defined()) return proj_->forward(causalAttention(qkv, h));  // (B, T, C)
   auto head = [&](int64_t i) {    // (B, H, T, hd)
     return qkv.slice(2, i * c, (i + 1) * c).reshape({b, t, h, hd}).transpose(1, 2);
   };
@@ -78,7 +80,10 @@ Tensor TransformerBlock::forwardInputs(const std::vector<Tensor>& inputs) {
 
 Tensor TransformerBlock::forward(const Tensor& x, const Tensor& mask) {
   Tensor h = x + attn_->forward(ln1_->forward(x), mask);
-  return h + mlp_->forward(ln2_->forward(h));
+  // mlp.0 and the GELU as one op (bias and activation in one pass), then mlp.2.
+  const auto& fc1 = static_cast<const Linear&>(*mlp_->children()[0].second);
+  Module& fc2 = *mlp_->children()[2].second;
+  return h + fc2(linearGelu(ln2_->forward(h), fc1.weight, fc1.bias));
 }
 
 }  // namespace kolo::nn

@@ -5,6 +5,7 @@
 
 #include "tensor/dispatch.h"
 #include "tensor/kernels.h"
+#include "tensor/row_kernels.h"
 
 namespace kolo::kernels {
 
@@ -188,6 +189,12 @@ Tensor unary(UnaryOp op, const Tensor& x) {
       return mapUnary(x, "sigmoid", [](auto v) { return decltype(v)(1) / (decltype(v)(1) + std::exp(-v)); });
     case UnaryOp::Relu: return mapUnary(x, "relu", [](auto v) { return v > 0 ? v : decltype(v)(0); });
     case UnaryOp::Gelu:
+      if (x.dtype() == DType::F32) {
+        Tensor xc = x.contiguous();
+        Tensor out = Tensor::empty(xc.shape(), DType::F32);
+        detail::geluRows(xc.data<float>(), out.data<float>(), xc.numel());
+        return out;
+      }
       return mapUnary(x, "gelu", [](auto v) {
         using T = decltype(v);
         return static_cast<T>(0.5 * v * (1.0 + std::erf(v * kInvSqrt2)));
@@ -228,6 +235,12 @@ void reluBackwardInPlace(Tensor& grad, const Tensor& y0) {
 }
 
 Tensor geluBackward(const Tensor& grad, const Tensor& x) {
+  if (grad.dtype() == DType::F32 && x.dtype() == DType::F32 && grad.shape() == x.shape()) {
+    Tensor g = grad.contiguous(), xc = x.contiguous();
+    Tensor out = Tensor::empty(xc.shape(), DType::F32);
+    detail::geluBackwardRows(g.data<float>(), xc.data<float>(), out.data<float>(), xc.numel());
+    return out;
+  }
   return mapBinarySame(grad, x, "gelu backward", [](auto g, auto v) {
     const double cdf = 0.5 * (1.0 + std::erf(v * kInvSqrt2));
     const double pdf = kInvSqrt2Pi * std::exp(-0.5 * v * v);

@@ -116,6 +116,20 @@ void layerNormBackward(const Tensor& grad, const Tensor& x, const Tensor& weight
 /// Rows of weight [V,D] picked by i64/i32 indices of any shape -> shape + [D].
 Tensor embeddingForward(const Tensor& indices, const Tensor& weight);
 Tensor embeddingBackward(const Tensor& grad, const Tensor& indices, int64_t numEmbeddings);
+/// gelu(pre + bias) for pre (M, N) contiguous f32 from a GEMM, bias (N): adds the bias into
+/// pre in place (what backward reads) and returns the activation.
+Tensor biasGeluForward(Tensor& pre, const Tensor& bias);
+/// Gradient of biasGeluForward: returns d/dpre (M, N) and writes the bias gradient (N) into
+/// *gradBias (may be null).
+Tensor biasGeluBackward(const Tensor& grad, const Tensor& pre, Tensor* gradBias);
+/// Causal multi-head attention over packed qkv (B, T, 3C) (q, k, v the thirds; head h the
+/// columns [h*hd, (h+1)*hd) of each, hd = C/heads) -> (B, T, C), by blocks without a T x T
+/// matrix; writes each row's log-sum-exp of its scaled scores, (B, H, T), into *logSumExp
+/// (may be null).
+Tensor causalAttentionForward(const Tensor& qkv, int64_t heads, Tensor* logSumExp);
+/// Gradient (B, T, 3C) with respect to qkv, from the forward's output and log-sum-exp.
+Tensor causalAttentionBackward(const Tensor& grad, const Tensor& qkv, const Tensor& out, const Tensor& logSumExp,
+                               int64_t heads);
 /// Concatenates along dim (shapes equal elsewhere).
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
 

@@ -3,9 +3,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "tensor/dispatch.h"
 #include "tensor/kernels.h"
+#include "tensor/row_kernels.h"
 
 namespace kolo::kernels {
 
@@ -29,6 +31,10 @@ Tensor softmaxImpl(const Tensor& x0, int64_t dim, bool log) {
   dim = wrapDim(dim, std::max<int64_t>(x.dim(), 1), "softmax");
   const Lanes l = x.dim() == 0 ? Lanes{} : lanes(x.shape(), dim);
   Tensor out = Tensor::empty(x.shape(), x.dtype());
+  if (x.dtype() == DType::F32 && l.inner == 1) {
+    detail::softmaxRows(x.data<float>(), out.data<float>(), l.outer, l.n, log);
+    return out;
+  }
   detail::dispatchFloat(x.dtype(), "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* px = x.data<T>();
@@ -126,7 +132,11 @@ Tensor crossEntropyForward(const Tensor& logits, const Tensor& labels0, Tensor* 
       if (y < 0 || y >= c) KOLO_THROW(InvalidArgument, "crossEntropy: label ", y, " at row ", i, " outside [0, ", c, ")");
       loss -= pp[i * c + y];
     }
-    for (int64_t i = 0; i < n * c; ++i) pp[i] = std::exp(pp[i]);
+    if constexpr (std::is_same_v<T, float>) {
+      detail::expInPlace(pp, n * c);
+    } else {
+      for (int64_t i = 0; i < n * c; ++i) pp[i] = std::exp(pp[i]);
+    }
   });
   if (probs) *probs = p;
   return Tensor::scalar(n > 0 ? loss / static_cast<double>(n) : 0.0, logits.dtype());
@@ -155,6 +165,15 @@ Tensor layerNormForward(const Tensor& x0, const Tensor& weight, const Tensor& bi
   const int64_t rows = x.numel() / normSize;
   Tensor out = Tensor::empty(x.shape(), x.dtype());
   Tensor m = Tensor::empty({rows}, x.dtype()), r = Tensor::empty({rows}, x.dtype());
+  if (x.dtype() == DType::F32) {
+    Tensor wc = weight.defined() ? weight.contiguous() : Tensor(), bc = bias.defined() ? bias.contiguous() : Tensor();
+    detail::layerNormRows(x.data<float>(), wc.defined() ? wc.data<float>() : nullptr,
+                          bc.defined() ? bc.data<float>() : nullptr, out.data<float>(), m.data<float>(),
+                          r.data<float>(), rows, normSize, static_cast<float>(eps));
+    if (mean) *mean = m;
+    if (rstd) *rstd = r;
+    return out;
+  }
   detail::dispatchFloat(x.dtype(), "layerNorm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* px = x.data<T>();
@@ -193,6 +212,14 @@ void layerNormBackward(const Tensor& grad0, const Tensor& x0, const Tensor& weig
   if (gradX) *gradX = Tensor::empty(x.shape(), x.dtype());
   if (gradW) *gradW = Tensor::zeros({normSize}, x.dtype());
   if (gradB) *gradB = Tensor::zeros({normSize}, x.dtype());
+  if (x.dtype() == DType::F32) {
+    Tensor wc = weight.defined() ? weight.contiguous() : Tensor();
+    detail::layerNormBackwardRows(grad.data<float>(), x.data<float>(), wc.defined() ? wc.data<float>() : nullptr,
+                                  mean.data<float>(), rstd.data<float>(), rows, normSize,
+                                  gradX ? gradX->data<float>() : nullptr, gradW ? gradW->data<float>() : nullptr,
+                                  gradB ? gradB->data<float>() : nullptr);
+    return;
+  }
   detail::dispatchFloat(x.dtype(), "layerNorm backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     Tensor wc = weight.defined() ? weight.contiguous() : Tensor();
@@ -224,6 +251,30 @@ void layerNormBackward(const Tensor& grad0, const Tensor& x0, const Tensor& weig
       }
     }
   });
+}
+
+Tensor biasGeluForward(Tensor& pre, const Tensor& bias0) {
+  KOLO_CHECK(pre.dtype() == DType::F32 && pre.dim() == 2 && pre.isContiguous() && bias0.dtype() == DType::F32 &&
+                 bias0.dim() == 1 && bias0.shape()[0] == pre.shape()[1],
+             "biasGelu: pre-activation ", shapeString(pre.shape()), " and bias ", shapeString(bias0.shape()),
+             " are not contiguous f32 (M, N) and (N)");
+  Tensor bias = bias0.contiguous();
+  Tensor out = Tensor::empty(pre.shape(), DType::F32);
+  detail::biasGeluRows(pre.data<float>(), bias.data<float>(), out.data<float>(), pre.shape()[0], pre.shape()[1]);
+  return out;
+}
+
+Tensor biasGeluBackward(const Tensor& grad0, const Tensor& pre, Tensor* gradBias) {
+  Tensor grad = grad0.contiguous();
+  KOLO_CHECK(grad.shape() == pre.shape() && grad.dtype() == DType::F32, "biasGelu backward: gradient ",
+             shapeString(grad.shape()), " does not match ", shapeString(pre.shape()));
+  const int64_t n = pre.shape()[1];
+  Tensor out = Tensor::empty(pre.shape(), DType::F32);
+  Tensor gb = Tensor::zeros({n}, DType::F32);
+  detail::geluBackwardBiasRows(grad.data<float>(), pre.data<float>(), out.data<float>(), gb.data<float>(),
+                               pre.shape()[0], n);
+  if (gradBias) *gradBias = gb;
+  return out;
 }
 
 Tensor embeddingForward(const Tensor& indices0, const Tensor& weight) {

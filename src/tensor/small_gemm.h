@@ -10,9 +10,11 @@
 
 namespace kolo::detail {
 
-/// C = alpha op(A) op(B) + beta C, row-major, as cblas_sgemm. Returns false, touching
-/// nothing, when no kernel here suits the call: no AVX-512, more than one OpenBLAS thread,
-/// both operands transposed, shapes outside the small range, or KOLO_SMALL_GEMM=0 set.
+/// C = alpha op(A) op(B) + beta C, row-major, as cblas_sgemm. Products with many rows (NN)
+/// or a long inner dimension (TN) whose other sizes are at least 64 go in blocks the kernels
+/// win on. Returns false, touching nothing, when no kernel here suits the call: no AVX-512,
+/// more than one OpenBLAS thread, both operands transposed, shapes outside the small range,
+/// or KOLO_SMALL_GEMM=0 set.
 bool smallGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, float alpha,
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

@@ -82,6 +82,14 @@ TEST(Gradcheck, NeuralNetworkFunctions) {
   }
 }
 
+TEST(Gradcheck, FusedCausalAttention) {
+  // qkv (B 2, T 5, 3C with C 6) over 1, 2 and 3 heads (hd 6, 3, 2).
+  for (int64_t heads : {1, 2, 3})
+    gradcheck([heads](const V& x) { return causalAttention(x[0], heads); }, {leaf({2, 5, 18}, 20 + heads)});
+  // T 37: two row blocks of the kernel, the second one partial.
+  gradcheck([](const V& x) { return causalAttention(x[0], 2); }, {leaf({1, 37, 12}, 24)});
+}
+
 TEST(Gradcheck, JoinSelectAndViews) {
   gradcheck([](const V& x) { return cat({x[0], x[1]}, 1); }, {leaf({2, 3}, 1), leaf({2, 2}, 2)});
   gradcheck([](const V& x) { return stack({x[0], x[1]}, 0); }, {leaf({2, 3}, 3), leaf({2, 3}, 4)});

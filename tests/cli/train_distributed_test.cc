@@ -1,5 +1,5 @@
 // End-to-end tests of the distributed `kolo train` (real processes): the strategies give the
-// same weights as one device; an interrupted run resumed from its checkpoints ends with the
+// same weights as one device, also with bf16 products; an interrupted run resumed from its checkpoints ends with the
 // uninterrupted run's weights, skipping a corrupt newest checkpoint by name; a failing rank
 // under --workers stops the job and is named.
 #include <gtest/gtest.h>
@@ -83,6 +83,31 @@ TEST_F(TrainDistributedTest, StrategiesGiveTheSameWeightsAsOneDevice) {
   EXPECT_GT(
       relativeDifference(expected[0].second, loadWeights(file("one_step.safetensors"))[0].second),
       1e-4);
+}
+
+// --precision bf16 reaches every rank and every replica thread: 2 ranks and 2 mirrored
+// replicas give one device's bf16 weights to float tolerance, while f32 (the control) is
+// further away than that.
+TEST_F(TrainDistributedTest, Bf16ProductsOnEveryRankAndReplica) {
+  const std::string common =
+      "train --model mlp --no-shuffle --batch 64 --optimizer sgd --lr 0.05 --quiet --train-limit 1024 "
+      "--steps 5 --precision ";
+  auto weights = [&](const std::string& name, const std::string& flags) {
+    const RunResult run = runKolo(common + flags + " --save " + file(name + ".safetensors"));
+    EXPECT_EQ(run.exitCode, 0) << name << ":\n" << run.output;
+    return loadWeights(file(name + ".safetensors"));
+  };
+  const Weights one = weights("one", "bf16");
+  ASSERT_EQ(one.size(), 6u);
+  const Weights f32 = weights("f32", "f32");
+  EXPECT_GT(relativeDifference(one[0].second, f32[0].second), 1e-4) << "bf16 and f32 gave the same weights";
+  for (const auto& [name, flags] : std::vector<std::pair<std::string, std::string>>{
+           {"workers2", "bf16 --workers 2"}, {"mirrored2", "bf16 --strategy mirrored --replicas 2"}}) {
+    const Weights got = weights(name, flags);
+    ASSERT_EQ(got.size(), one.size()) << name;
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_LE(relativeDifference(one[i].second, got[i].second), 1e-5) << name << " " << got[i].first;
+  }
 }
 
 TEST_F(TrainDistributedTest, PaddedLastBatchIsTheSameOnTwoRanks) {

@@ -6,7 +6,8 @@
 // (one rank, stages, tensor ranks, a 3-way mesh) to the weights of an uninterrupted run, and
 // --metrics records the run; the mlp split into stages matches the data-parallel trainer's
 // one-device run; an lm over the --memory-limit of one rank trains in four stages; bad flags
-// are named.
+// are named; --no-shuffle trains on the text's windows in file order; --precision bf16 trains
+// close to f32.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "kolo/safetensors.h"
 #include "run_kolo.h"
@@ -65,6 +67,42 @@ class TrainPipelineCliTest : public ::testing::Test {
   }
   fs::path dir_;
 };
+
+// --no-shuffle feeds the windows at bytes (s*B + i)*T: two steps of batch 8 at T 8 read the
+// text's first 129 bytes only, so a text that differs after them trains to the same weights;
+// with the default random windows it does not (the control).
+TEST_F(TrainPipelineCliTest, NoShuffleTrainsOnTheTextsFirstWindows) {
+  std::ifstream in(file("text.txt"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (size_t i = 2 * 8 * 8 + 1; i < bytes.size(); ++i) bytes[i] = static_cast<char>('a' + i % 26);
+  std::ofstream(file("changed.txt"), std::ios::binary) << bytes;
+  auto weights = [&](const std::string& text, const std::string& order, const std::string& name) {
+    const RunResult r = runKolo(lm(2, file(text)) + order + " --save " + file(name));
+    EXPECT_EQ(r.exitCode, 0) << r.output;
+    return loadWeights(file(name));
+  };
+  EXPECT_EQ(weightsDifference(weights("text.txt", " --no-shuffle", "a.safetensors"),
+                              weights("changed.txt", " --no-shuffle", "b.safetensors")),
+            0.0);
+  EXPECT_GT(weightsDifference(weights("text.txt", "", "c.safetensors"), weights("changed.txt", "", "d.safetensors")),
+            1e-4);
+}
+
+// --precision bf16 rounds the operands of every product: the weights move off f32's, by
+// little (the products keep 8 bits of mantissa, the sums 24).
+TEST_F(TrainPipelineCliTest, PrecisionBf16TrainsCloseToF32) {
+  auto weights = [&](const std::string& precision) {
+    const RunResult r = runKolo(lm(6) + " --precision " + precision + " --save " + file(precision + ".safetensors"));
+    EXPECT_EQ(r.exitCode, 0) << r.output;
+    return loadWeights(file(precision + ".safetensors"));
+  };
+  const double difference = weightsDifference(weights("f32"), weights("bf16"));
+  EXPECT_GT(difference, 0.0);
+  EXPECT_LT(difference, 2e-2);
+  const RunResult bad = runKolo(lm(1) + " --precision fp8");
+  EXPECT_NE(bad.exitCode, 0);
+  EXPECT_NE(bad.output.find("--precision"), std::string::npos) << bad.output;
+}
 
 TEST_F(TrainPipelineCliTest, PipelineSavesTheOneRankWeightsAndLoadsBothWays) {
   const RunResult one = runKolo(lm(6) + " --save " + file("one.safetensors"));

@@ -4,62 +4,19 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
-#include <fstream>
-#include <map>
 
 #include "kolo/nn/nn.h"
+#include "nn/golden_fixture.h"
 
 namespace kolo {
 namespace {
 
+using golden::readFixture;
+using golden::Record;
+using golden::relativeError;
+using golden::toTensor;
+
 constexpr double kRelTol = 1e-4;
-
-struct Record {
-  Shape shape;
-  int64_t stride = 1;  // stored every stride-th flat element
-  std::vector<double> values;
-};
-
-std::map<std::string, Record> readFixture(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) KOLO_THROW(IoError, "cannot open fixture ", path);
-  std::map<std::string, Record> out;
-  auto read = [&](void* p, size_t n) {
-    in.read(static_cast<char*>(p), static_cast<std::streamsize>(n));
-    if (!in) KOLO_THROW(FormatError, "truncated fixture ", path);
-  };
-  while (in.peek() != EOF) {
-    uint32_t nameLen;
-    read(&nameLen, 4);
-    std::string name(nameLen, '\0');
-    read(name.data(), nameLen);
-    uint8_t dtype;
-    uint32_t ndim;
-    read(&dtype, 1);
-    read(&ndim, 4);
-    Record r;
-    r.shape.resize(ndim);
-    read(r.shape.data(), 8 * ndim);
-    uint64_t count;
-    read(&r.stride, 8);
-    read(&count, 8);
-    r.values.resize(count);
-    for (uint64_t i = 0; i < count; ++i) {
-      if (dtype == 0) {
-        float v;
-        read(&v, 4);
-        r.values[i] = v;
-      } else {
-        int64_t v;
-        read(&v, 8);
-        r.values[i] = static_cast<double>(v);
-      }
-    }
-    out.emplace(name, std::move(r));
-  }
-  return out;
-}
 
 uint64_t splitmix64(uint64_t x) {
   uint64_t z = x + 0x9E3779B97F4A7C15ULL;
@@ -81,24 +38,6 @@ void setFixtureWeights(nn::Module& model) {
     }
     ++index;
   }
-}
-
-// max |actual - expected| / max |expected| over the stored elements.
-double relativeError(const Tensor& actual, const Record& expected) {
-  EXPECT_EQ(actual.shape(), expected.shape);
-  std::vector<double> a = actual.toDoubleVector();
-  double maxDiff = 0.0, maxRef = 0.0;
-  for (size_t j = 0; j < expected.values.size(); ++j) {
-    const double ref = expected.values[j];
-    maxDiff = std::max(maxDiff, std::abs(a[j * expected.stride] - ref));
-    maxRef = std::max(maxRef, std::abs(ref));
-  }
-  return maxRef > 0 ? maxDiff / maxRef : maxDiff;
-}
-
-Tensor toTensor(const Record& r, DType dtype) {
-  std::vector<double> v = r.values;
-  return Tensor::fromVector(r.shape, v).to(dtype);
 }
 
 void checkModel(const std::string& name, double lr) {

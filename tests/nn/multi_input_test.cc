@@ -1,6 +1,6 @@
 // Tests of modules with several inputs: Module::forward over a vector and model(x, mask),
-// and the attention mask of CausalSelfAttention against the causal path and a result
-// computed by hand from the weights.
+// the attention mask of CausalSelfAttention against the causal path and a result computed
+// by hand from the weights, and the fused causal path against the separate ops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,16 +18,23 @@ Tensor parameter(const nn::Module& m, const std::string& name) {
   return Tensor();
 }
 
-TEST(MultiInput, AllowingEveryKeyIsTheCausalPathBitForBit) {
+// The causal path alone is the fused blocked attention (online softmax); a mask goes through
+// the separate ops, which round differently: equal to float tolerance, not bit for bit.
+TEST(MultiInput, AllowingEveryKeyIsTheCausalPath) {
   Generator gen(11);
   nn::CausalSelfAttention attn(8, 2, gen);
   Tensor x = Tensor::randn({2, 5, 8}, gen);
   const std::vector<float> causal = attn.forward(x).toFloatVector();
+  auto expectCausal = [&](const Tensor& y, const std::string& what) {
+    const std::vector<float> v = y.toFloatVector();
+    ASSERT_EQ(v.size(), causal.size()) << what;
+    for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(v[i], causal[i], 1e-6) << what << " element " << i;
+  };
   for (const Shape& shape : {Shape{5, 5}, Shape{2, 5, 5}, Shape{2, 2, 5, 5}}) {
     Tensor ones = Tensor::ones(shape, DType::U8);
-    EXPECT_EQ(attn.forward(x, ones).toFloatVector(), causal) << shapeString(shape);
-    EXPECT_EQ(attn(x, ones).toFloatVector(), causal) << shapeString(shape);
-    EXPECT_EQ(attn.forward(std::vector<Tensor>{x, ones}).toFloatVector(), causal);
+    expectCausal(attn.forward(x, ones), shapeString(shape));
+    expectCausal(attn(x, ones), shapeString(shape));
+    expectCausal(attn.forward(std::vector<Tensor>{x, ones}), shapeString(shape));
   }
   EXPECT_EQ(attn.forward(x, Tensor()).toFloatVector(), causal);
   EXPECT_EQ(attn.forward(std::vector<Tensor>{x}).toFloatVector(), causal);
@@ -61,6 +68,35 @@ TEST(MultiInput, DiagonalMaskGivesTheProjectedValues) {
       EXPECT_NEAR(y[pos * c + o], expected, 1e-5) << "position " << pos << " channel " << o;
     }
   }
+}
+
+// Without a mask the attention is one fused op (causalAttention); with a mask of all ones it
+// takes the separate ops (head transposes, matmul, where, softmax). Both must give the same
+// output and the same gradients of the input and of every parameter, in f32.
+TEST(MultiInput, FusedCausalAttentionEqualsTheSeparateOps) {
+  Generator gen(11);
+  const int64_t b = 2, t = 70, c = 12;  // T 70: row blocks of 32, 32 and 6
+  nn::CausalSelfAttention attn(c, 4, gen);
+  const Tensor x0 = Tensor::randn({b, t, c}, gen);
+  auto run = [&](bool fused, std::vector<std::vector<float>>* grads) {
+    attn.zeroGrad();
+    Tensor x = x0.clone();
+    x.setRequiresGrad(true);
+    Tensor y = fused ? attn.forward(x) : attn.forward(x, Tensor::ones({t, t}, DType::U8));
+    Generator weights(5);
+    sum(y * Tensor::randn(y.shape(), weights)).backward();
+    grads->push_back(x.grad().toFloatVector());
+    for (auto& [name, p] : attn.namedParameters()) grads->push_back(p.grad().toFloatVector());
+    return y.toFloatVector();
+  };
+  std::vector<std::vector<float>> fusedGrads, separateGrads;
+  const std::vector<float> fused = run(true, &fusedGrads), separate = run(false, &separateGrads);
+  ASSERT_EQ(fused.size(), separate.size());
+  for (size_t i = 0; i < fused.size(); ++i) EXPECT_NEAR(fused[i], separate[i], 1e-5) << "output " << i;
+  ASSERT_EQ(fusedGrads.size(), separateGrads.size());
+  for (size_t g = 0; g < fusedGrads.size(); ++g)
+    for (size_t i = 0; i < fusedGrads[g].size(); ++i)
+      EXPECT_NEAR(fusedGrads[g][i], separateGrads[g][i], 1e-5) << "gradient " << g << " element " << i;
 }
 
 // A per-sample mask: in sample 1 no position after 0 may look at position 0, so changing

@@ -1,7 +1,8 @@
 // The small-dimension GEMM kernels against a double-precision sum by definition, over the
 // tile remainders (rows 1..7, columns around multiples of 16 and 64), leading dimensions
 // wider than the matrix, alpha/beta, a NaN in a C that beta = 0 must not read, and the
-// calls the kernels must leave to OpenBLAS.
+// calls the kernels must leave to OpenBLAS; transformer shapes in blocks of rows and chunks
+// of the inner dimension.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -128,6 +129,15 @@ TEST_F(SmallGemm, TheShapesOfAnMlpStep) {
     check(CblasNoTrans, CblasNoTrans, batch, 512, 256, 1.0f, 0.0f);
     check(CblasTrans, CblasNoTrans, 512, 784, batch, 1.0f, 0.0f);
   }
+}
+
+TEST_F(SmallGemm, TheShapesOfAnLmStepInBlocks) {
+  // A transformer's linears over 600 tokens (blocks of 256 rows, the last partial) and the
+  // weight gradient over them (inner chunks of 512 added into C, also with beta 1).
+  check(CblasNoTrans, CblasNoTrans, 600, 128, 384, 1.0f, 0.0f);
+  check(CblasNoTrans, CblasNoTrans, 513, 64, 64, 1.0f, 1.0f);
+  check(CblasTrans, CblasNoTrans, 384, 128, 1100, 1.0f, 0.0f);
+  check(CblasTrans, CblasNoTrans, 64, 70, 1025, 0.5f, 1.0f);
 }
 
 TEST_F(SmallGemm, LeavesOtherProductsToOpenBlas) {

@@ -34,7 +34,9 @@ class CausalSelfAttention : public Module {
 };
 
 /// x + attn(ln1(x)), then + mlp(ln2(.)) with mlp = Linear(C, hidden) - GELU - Linear(hidden, C)
-/// (hidden defaults to 4C). Children: "ln1", "attn", "ln2", "mlp" ("mlp.0", "mlp.2").
+/// (hidden defaults to 4C). Children: "ln1", "attn", "ln2", "mlp" ("mlp.0", "mlp.2"); forward
+/// runs mlp.0 and the GELU as one op (linearGelu), so hooks on "mlp", "mlp.0" and "mlp.1" do
+/// not fire (those on the block, its other children and "mlp.2" do).
 class TransformerBlock : public Module {
  public:
   TransformerBlock(int64_t embedDim, int64_t numHeads, Generator& gen, int64_t hidden = -1);

@@ -1,6 +1,8 @@
 // ReplicaPool: persistent replica threads woken per step through a generation counter.
 #include "parallel/data/replica_pool.h"
 
+#include "kolo/precision.h"
+
 namespace kolo::parallel::detail {
 
 ReplicaPool::ReplicaPool(int replicas) : replicas_(replicas), errors_(replicas) {
@@ -20,15 +22,19 @@ void ReplicaPool::workerLoop(int replica) {
   uint64_t seen = 0;
   for (;;) {
     const std::function<void(int)>* task;
+    MatmulPrecision precision;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
       task = task_;
+      precision = precision_;
     }
     std::exception_ptr error;
     try {
+      // The replicas compute with the caller's matmul precision (a per-thread setting).
+      MatmulPrecisionGuard products(precision);
       (*task)(replica);
     } catch (...) {
       error = std::current_exception();
@@ -43,6 +49,7 @@ void ReplicaPool::run(const std::function<void(int)>& fn) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     task_ = &fn;
+    precision_ = matmulPrecision();
     pending_ = replicas_ - 1;
     std::fill(errors_.begin(), errors_.end(), nullptr);
     ++generation_;

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "kolo/precision.h"
+
 namespace kolo::parallel::detail {
 
 class ReplicaPool {
@@ -18,8 +20,8 @@ class ReplicaPool {
   ReplicaPool(const ReplicaPool&) = delete;
   ReplicaPool& operator=(const ReplicaPool&) = delete;
 
-  /// Runs fn(r) for every replica r (r = 0 on the calling thread) and returns when all are
-  /// done; rethrows the first replica's error.
+  /// Runs fn(r) for every replica r (r = 0 on the calling thread), each under the caller's
+  /// matmul precision, and returns when all are done; rethrows the first replica's error.
   void run(const std::function<void(int)>& fn);
   int size() const { return replicas_; }
 
@@ -30,6 +32,7 @@ class ReplicaPool {
   std::mutex mutex_;
   std::condition_variable cv_;
   const std::function<void(int)>* task_ = nullptr;
+  MatmulPrecision precision_ = MatmulPrecision::F32;  // the caller's, for this task
   uint64_t generation_ = 0;
   int pending_ = 0;
   bool stop_ = false;

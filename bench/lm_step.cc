@@ -1,0 +1,92 @@
+// Times one training step of the `lm` (zero grad + forward + loss + backward + AdamW) on one
+// thread in fp32 (or with bf16 products: --precision bf16), on file-order batches of a text,
+// as bench/peers/torch_lm.py does in PyTorch. Prints one JSON line with the median step time.
+// bench/lm_vs_torch.sh runs both.
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kolo/byte_corpus.h"
+#include "kolo/nn/language_model.h"
+#include "kolo/optim.h"
+#include "kolo/precision.h"
+#include "kolo/threads.h"
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace kolo;
+  setNumThreads(1);
+  // As `kolo train` does: keep freed activations in the heap rather than page-faulting
+  // fresh mmap()s in every step.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  nn::LanguageModelConfig config;
+  int64_t batch = 16, warmup = 3, steps = 20;
+  std::string text = "/usr/share/common-licenses/GPL-3", precision = "f32";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const int64_t value = std::atoll(argv[i + 1]);
+    if (flag == "--layers") config.layers = value;
+    else if (flag == "--d-model") config.dModel = value;
+    else if (flag == "--heads") config.heads = value;
+    else if (flag == "--seq-len") config.seqLen = value;
+    else if (flag == "--batch") batch = value;
+    else if (flag == "--warmup") warmup = value;
+    else if (flag == "--steps") steps = value;
+    else if (flag == "--data") text = argv[i + 1];
+    else if (flag == "--precision") precision = argv[i + 1];
+    else {
+      std::fprintf(stderr, "lm_step: unknown flag %s\n", argv[i]);
+      return 2;
+    }
+  }
+  try {
+    MatmulPrecisionGuard products(parseMatmulPrecision(precision));
+    Generator gen(0);
+    auto model = nn::makeLanguageModel(config, gen);
+    int64_t parameters = 0;
+    for (const auto& p : model->parameters()) parameters += p.numel();
+    auto optimizer = optim::makeAdamW(model->namedParameters(), {.lr = 1e-3, .weightDecay = 0.01});
+    const data::ByteCorpus corpus(text, config.seqLen);
+    std::vector<double> total;
+    double lastLoss = 0.0;
+    for (int64_t step = 0; step < warmup + steps; ++step) {
+      const data::Batch b = corpus.fileOrderBatch(step, batch);
+      const auto t0 = std::chrono::steady_clock::now();
+      optimizer->zeroGrad();
+      Tensor loss = nn::languageModelLoss(model->forward(b.inputs), b.labels);
+      loss.backward();
+      optimizer->step();
+      const auto t1 = std::chrono::steady_clock::now();
+      lastLoss = loss.item();
+      if (step >= warmup) total.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    std::printf(
+        "{\"bench\": \"kolo_lm_step\", \"precision\": \"%s\", \"layers\": %lld, \"d_model\": %lld, \"heads\": %lld, \"seq_len\": %lld, "
+        "\"batch\": %lld, \"parameters\": %lld, \"steps\": %lld, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, "
+        "\"final_loss\": %.4f}\n",
+        precision.c_str(), static_cast<long long>(config.layers), static_cast<long long>(config.dModel),
+        static_cast<long long>(config.heads), static_cast<long long>(config.seqLen), static_cast<long long>(batch),
+        static_cast<long long>(parameters), static_cast<long long>(steps), median(total),
+        *std::min_element(total.begin(), total.end()), lastLoss);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "lm_step: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,165 @@
+// Fused causal multi-head attention over packed projections qkv (B, T, 3C), by blocks as
+// flash attention goes, on the CPU: per (batch, head), query rows in blocks of kBlock meet
+// only the keys up to their block's last row (the upper triangle beyond the diagonal block is
+// never computed): S = Q K^T / sqrt(hd) by GEMM on strided views of qkv into a kBlock x T
+// buffer, a causal softmax over each row's prefix, and Y = P V straight into the head's
+// columns of (B, T, C). Nothing T x T is kept: backward recomputes each block's P from the
+// saved row log-sum-exp (one GEMM more than keeping P). No mask tensor, no head transposes.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "tensor/dispatch.h"
+#include "tensor/gemm.h"
+#include "tensor/kernels.h"
+#include "tensor/row_kernels.h"
+
+namespace kolo::kernels {
+
+namespace {
+
+constexpr int64_t kBlock = 32;
+
+struct AttentionSizes {
+  int64_t b, t, c, h, hd;
+};
+
+AttentionSizes attentionSizes(const Tensor& qkv, int64_t heads) {
+  KOLO_CHECK(qkv.dim() == 3 && qkv.shape()[2] % 3 == 0, "causal attention: qkv ", shapeString(qkv.shape()),
+             " is not (B, T, 3C)");
+  const int64_t c = qkv.shape()[2] / 3;
+  KOLO_CHECK(heads > 0 && c % heads == 0, "causal attention: ", heads, " heads do not divide C = ", c);
+  return {qkv.shape()[0], qkv.shape()[1], c, heads, c / heads};
+}
+
+// p[j] = e^(s[j] - shift) for j < n (p may be s); returns the sum.
+template <class T>
+T expShifted(const T* s, T* p, int64_t n, T shift) {
+  if constexpr (std::is_same_v<T, float>) {
+    return detail::expShiftedSum(s, p, n, shift);
+  } else {
+    T total = 0;
+    for (int64_t j = 0; j < n; ++j) total += p[j] = std::exp(s[j] - shift);
+    return total;
+  }
+}
+
+// S (rows x keys, row stride ld) of query block r0 -> P in place: row i's first r0 + i + 1
+// entries e^(s - lse) with lse its log-sum-exp (written to lse[i] when `fromLse` is false,
+// read from it when true), the rest of the row 0.
+template <class T>
+void causalSoftmaxBlock(T* sp, int64_t ld, int64_t rows, int64_t keys, int64_t r0, T* lse, bool fromLse) {
+  for (int64_t i = 0; i < rows; ++i) {
+    T* row = sp + i * ld;
+    const int64_t n = r0 + i + 1;
+    if (fromLse) {
+      expShifted(row, row, n, lse[i]);
+    } else {
+      T mx = row[0];
+      for (int64_t j = 1; j < n; ++j) mx = std::max(mx, row[j]);
+      const T total = expShifted(row, row, n, mx);
+      const T inv = T(1) / total;
+      for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+      lse[i] = mx + std::log(total);
+    }
+    std::fill(row + n, row + keys, T(0));
+  }
+}
+
+}  // namespace
+
+Tensor causalAttentionForward(const Tensor& qkv0, int64_t heads, Tensor* logSumExp) {
+  const AttentionSizes s = attentionSizes(qkv0, heads);
+  Tensor qkv = qkv0.contiguous();
+  Tensor y = Tensor::empty({s.b, s.t, s.c}, qkv.dtype());
+  Tensor lse = Tensor::empty({s.b, s.h, s.t}, qkv.dtype());
+  detail::dispatchFloat(qkv.dtype(), "causal attention", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.hd)));
+    const int64_t ld = 3 * s.c;
+    std::vector<T> block(static_cast<size_t>(kBlock * s.t));  // (kBlock, T): S, then P
+    for (int64_t b = 0; b < s.b; ++b)
+      for (int64_t h = 0; h < s.h; ++h) {
+        const T* q = qkv.data<T>() + b * s.t * ld + h * s.hd;  // (T, hd), row stride 3C
+        const T* k = q + s.c;
+        const T* v = q + 2 * s.c;
+        T* yb = y.data<T>() + b * s.t * s.c + h * s.hd;  // (T, hd), row stride C
+        T* lseb = lse.data<T>() + (b * s.h + h) * s.t;
+        for (int64_t r0 = 0; r0 < s.t; r0 += kBlock) {
+          const int64_t rows = std::min(kBlock, s.t - r0), keys = r0 + rows;
+          detail::gemm<T>(CblasNoTrans, CblasTrans, rows, keys, s.hd, scale, q + r0 * ld, ld, k, ld, T(0),
+                          block.data(), s.t);
+          causalSoftmaxBlock(block.data(), s.t, rows, keys, r0, lseb + r0, false);
+          detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, s.hd, keys, T(1), block.data(), s.t, v, ld, T(0),
+                          yb + r0 * s.c, s.c);
+        }
+      }
+  });
+  if (logSumExp) *logSumExp = lse;
+  return y;
+}
+
+Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Tensor& out0, const Tensor& logSumExp,
+                               int64_t heads) {
+  const AttentionSizes s = attentionSizes(qkv0, heads);
+  KOLO_CHECK(grad0.shape() == (Shape{s.b, s.t, s.c}) && out0.shape() == grad0.shape() &&
+                 logSumExp.shape() == (Shape{s.b, s.h, s.t}),
+             "causal attention backward: gradient ", shapeString(grad0.shape()), ", output ",
+             shapeString(out0.shape()), " and log-sum-exp ", shapeString(logSumExp.shape()), " do not match qkv ",
+             shapeString(qkv0.shape()));
+  Tensor qkv = qkv0.contiguous(), grad = grad0.contiguous(), y = out0.contiguous(), lse = logSumExp.contiguous();
+  Tensor out = Tensor::empty(qkv.shape(), qkv.dtype());
+  detail::dispatchFloat(qkv.dtype(), "causal attention backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.hd)));
+    const int64_t ld = 3 * s.c;
+    std::vector<T> p(static_cast<size_t>(kBlock * s.t)), ds(p.size());  // (kBlock, T) each
+    for (int64_t b = 0; b < s.b; ++b)
+      for (int64_t h = 0; h < s.h; ++h) {
+        const int64_t at = b * s.t * ld + h * s.hd;
+        const T* q = qkv.data<T>() + at;
+        T* dq = out.data<T>() + at;
+        T* dk = dq + s.c;
+        T* dv = dq + 2 * s.c;
+        const T* gy = grad.data<T>() + b * s.t * s.c + h * s.hd;  // (T, hd), row stride C
+        const T* yb = y.data<T>() + b * s.t * s.c + h * s.hd;
+        T* lseb = lse.data<T>() + (b * s.h + h) * s.t;
+        // dK and dV gather from every later query block: they start at 0.
+        for (int64_t i = 0; i < s.t; ++i) {
+          std::fill(dk + i * ld, dk + i * ld + s.hd, T(0));
+          std::fill(dv + i * ld, dv + i * ld + s.hd, T(0));
+        }
+        for (int64_t r0 = 0; r0 < s.t; r0 += kBlock) {
+          const int64_t rows = std::min(kBlock, s.t - r0), keys = r0 + rows;
+          // P of the block again, from the saved log-sum-exp.
+          detail::gemm<T>(CblasNoTrans, CblasTrans, rows, keys, s.hd, scale, q + r0 * ld, ld, q + s.c, ld, T(0),
+                          p.data(), s.t);
+          causalSoftmaxBlock(p.data(), s.t, rows, keys, r0, lseb + r0, true);
+          // dV += P^T dY_r; dP = dY_r V^T; dS = P (dP - rowsum(P dP)) / sqrt(hd), where
+          // rowsum(P dP) = dY . Y of the row; dQ_r = dS K; dK += dS^T Q_r.
+          detail::gemm<T>(CblasTrans, CblasNoTrans, keys, s.hd, rows, T(1), p.data(), s.t, gy + r0 * s.c, s.c, T(1),
+                          dv, ld);
+          detail::gemm<T>(CblasNoTrans, CblasTrans, rows, keys, s.hd, T(1), gy + r0 * s.c, s.c, q + 2 * s.c, ld, T(0),
+                          ds.data(), s.t);
+          for (int64_t i = 0; i < rows; ++i) {
+            const T* g = gy + (r0 + i) * s.c;
+            const T* yr = yb + (r0 + i) * s.c;
+            T dot = 0;
+            for (int64_t d = 0; d < s.hd; ++d) dot += g[d] * yr[d];
+            const T* prow = p.data() + i * s.t;
+            T* row = ds.data() + i * s.t;
+            for (int64_t j = 0; j < keys; ++j) row[j] = prow[j] * (row[j] - dot) * scale;
+          }
+          detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, s.hd, keys, T(1), ds.data(), s.t, q + s.c, ld, T(0),
+                          dq + r0 * ld, ld);
+          detail::gemm<T>(CblasTrans, CblasNoTrans, keys, s.hd, rows, T(1), ds.data(), s.t, q + r0 * ld, ld, T(1), dk,
+                          ld);
+        }
+      }
+  });
+  return out;
+}
+
+}  // namespace kolo::kernels

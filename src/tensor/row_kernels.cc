@@ -1,0 +1,198 @@
+// Vectorised f32 row loops of a transformer step (row_kernels.h). Reductions along a row keep
+// 16 partial sums (one AVX-512 vector) so that the compiler vectorises them without being
+// allowed to reorder floating-point sums itself.
+#include "tensor/row_kernels.h"
+
+#include <cmath>
+
+#include "tensor/vector_math.h"
+
+namespace kolo::detail {
+
+namespace {
+
+constexpr int kLanes = 16;
+constexpr float kInvSqrt2 = 0.70710678118654752440f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+
+// GELU's derivative Phi(v) + v phi(v): erf(v / sqrt 2) needs e^(-v^2 / 2), which is also the
+// density's, so one exponential serves both.
+inline float geluDerivative(float v) {
+  const float e = expApprox(-0.5f * v * v);
+  return 0.5f * (1.0f + erfFromExp(v * kInvSqrt2, e)) + v * kInvSqrt2Pi * e;
+}
+
+}  // namespace
+
+KOLO_VECTOR_CLONES void geluRows(const float* __restrict x, float* __restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + erfApprox(x[i] * kInvSqrt2));
+}
+
+KOLO_VECTOR_CLONES void geluBackwardRows(const float* __restrict grad, const float* __restrict x,
+                                         float* __restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = grad[i] * geluDerivative(x[i]);
+  }
+}
+
+KOLO_VECTOR_CLONES void biasGeluRows(float* __restrict pre, const float* __restrict bias, float* __restrict y,
+                                     int64_t rows, int64_t n) {
+  for (int64_t row = 0; row < rows; ++row) {
+    float* p = pre + row * n;
+    float* out = y + row * n;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = p[i] + bias[i];
+      p[i] = v;
+      out[i] = 0.5f * v * (1.0f + erfApprox(v * kInvSqrt2));
+    }
+  }
+}
+
+KOLO_VECTOR_CLONES void geluBackwardBiasRows(const float* __restrict grad, const float* __restrict pre,
+                                             float* __restrict gpre, float* __restrict gbias, int64_t rows,
+                                             int64_t n) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* g = grad + row * n;
+    const float* p = pre + row * n;
+    float* out = gpre + row * n;
+    for (int64_t i = 0; i < n; ++i) {
+      const float d = g[i] * geluDerivative(p[i]);
+      out[i] = d;
+      gbias[i] += d;
+    }
+  }
+}
+
+KOLO_VECTOR_CLONES float expShiftedSum(const float* s, float* p, int64_t n, float shift) {
+  const int64_t whole = n / kLanes * kLanes;
+  float lanes[kLanes] = {};
+  for (int64_t i = 0; i < whole; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float e = expApprox(s[i + l] - shift);
+      p[i + l] = e;
+      lanes[l] += e;
+    }
+  float total = 0.0f;
+  for (int l = 0; l < kLanes; ++l) total += lanes[l];
+  for (int64_t i = whole; i < n; ++i) {
+    const float e = expApprox(s[i] - shift);
+    p[i] = e;
+    total += e;
+  }
+  return total;
+}
+
+KOLO_VECTOR_CLONES void expInPlace(float* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = expApprox(x[i]);
+}
+
+KOLO_VECTOR_CLONES void softmaxRows(const float* __restrict x, float* __restrict y, int64_t rows, int64_t n,
+                                    bool log) {
+  const int64_t whole = n / kLanes * kLanes;
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* in = x + row * n;
+    float* out = y + row * n;
+    float lanes[kLanes];
+    for (int l = 0; l < kLanes; ++l) lanes[l] = -__builtin_inff();
+    for (int64_t i = 0; i < whole; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) lanes[l] = in[i + l] > lanes[l] ? in[i + l] : lanes[l];
+    float mx = -__builtin_inff();
+    for (int l = 0; l < kLanes; ++l) mx = lanes[l] > mx ? lanes[l] : mx;
+    for (int64_t i = whole; i < n; ++i) mx = in[i] > mx ? in[i] : mx;
+    for (int l = 0; l < kLanes; ++l) lanes[l] = 0.0f;
+    for (int64_t i = 0; i < whole; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        const float e = expApprox(in[i + l] - mx);
+        lanes[l] += e;
+        out[i + l] = e;
+      }
+    float total = 0.0f;
+    for (int l = 0; l < kLanes; ++l) total += lanes[l];
+    for (int64_t i = whole; i < n; ++i) {
+      const float e = expApprox(in[i] - mx);
+      total += e;
+      out[i] = e;
+    }
+    if (log) {
+      const float lse = mx + std::log(total);
+      for (int64_t i = 0; i < n; ++i) out[i] = in[i] - lse;
+    } else {
+      const float inv = 1.0f / total;
+      for (int64_t i = 0; i < n; ++i) out[i] *= inv;
+    }
+  }
+}
+
+KOLO_VECTOR_CLONES void layerNormRows(const float* __restrict x, const float* __restrict w,
+                                      const float* __restrict b, float* __restrict y, float* __restrict mean,
+                                      float* __restrict rstd, int64_t rows, int64_t n, float eps) {
+  const int64_t whole = n / kLanes * kLanes;
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* in = x + row * n;
+    float* out = y + row * n;
+    float lanes[kLanes] = {};
+    for (int64_t i = 0; i < whole; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) lanes[l] += in[i + l];
+    float sum = 0.0f;
+    for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+    for (int64_t i = whole; i < n; ++i) sum += in[i];
+    const float mu = sum / static_cast<float>(n);
+    for (int l = 0; l < kLanes; ++l) lanes[l] = 0.0f;
+    for (int64_t i = 0; i < whole; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) lanes[l] += (in[i + l] - mu) * (in[i + l] - mu);
+    float sq = 0.0f;
+    for (int l = 0; l < kLanes; ++l) sq += lanes[l];
+    for (int64_t i = whole; i < n; ++i) sq += (in[i] - mu) * (in[i] - mu);
+    const float rs = 1.0f / std::sqrt(sq / static_cast<float>(n) + eps);
+    mean[row] = mu;
+    rstd[row] = rs;
+    if (w && b) {
+      for (int64_t i = 0; i < n; ++i) out[i] = (in[i] - mu) * rs * w[i] + b[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i] = (in[i] - mu) * rs * (w ? w[i] : 1.0f) + (b ? b[i] : 0.0f);
+    }
+  }
+}
+
+KOLO_VECTOR_CLONES void layerNormBackwardRows(const float* __restrict grad, const float* __restrict x,
+                                              const float* __restrict w, const float* __restrict mean,
+                                              const float* __restrict rstd, int64_t rows, int64_t n,
+                                              float* __restrict gx, float* __restrict gw, float* __restrict gb) {
+  const int64_t whole = n / kLanes * kLanes;
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* in = x + row * n;
+    const float* g = grad + row * n;
+    const float mu = mean[row], rs = rstd[row];
+    if (gw)
+      for (int64_t i = 0; i < n; ++i) gw[i] += g[i] * ((in[i] - mu) * rs);
+    if (gb)
+      for (int64_t i = 0; i < n; ++i) gb[i] += g[i];
+    if (!gx) continue;
+    // dx = rs * (dy - mean(dy) - xhat * mean(dy * xhat)) with dy = g * w.
+    float sumLanes[kLanes] = {}, dotLanes[kLanes] = {};
+    for (int64_t i = 0; i < whole; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) {
+        const float dy = g[i + l] * (w ? w[i + l] : 1.0f);
+        sumLanes[l] += dy;
+        dotLanes[l] += dy * ((in[i + l] - mu) * rs);
+      }
+    float sumDy = 0.0f, sumDyXhat = 0.0f;
+    for (int l = 0; l < kLanes; ++l) {
+      sumDy += sumLanes[l];
+      sumDyXhat += dotLanes[l];
+    }
+    for (int64_t i = whole; i < n; ++i) {
+      const float dy = g[i] * (w ? w[i] : 1.0f);
+      sumDy += dy;
+      sumDyXhat += dy * ((in[i] - mu) * rs);
+    }
+    const float meanDy = sumDy / static_cast<float>(n), meanDyXhat = sumDyXhat / static_cast<float>(n);
+    float* dx = gx + row * n;
+    for (int64_t i = 0; i < n; ++i) {
+      const float dy = g[i] * (w ? w[i] : 1.0f);
+      dx[i] = rs * (dy - meanDy - (in[i] - mu) * rs * meanDyXhat);
+    }
+  }
+}
+
+}  // namespace kolo::detail

@@ -1,0 +1,33 @@
+// Internal: vectorised f32 loops of a transformer step — GELU and its gradient, softmax rows,
+// LayerNorm forward and backward — that the generic kernels of the tensor layer call for
+// contiguous f32 data (other dtypes and layouts keep the generic double-precision loops).
+#pragma once
+
+#include <cstdint>
+
+namespace kolo::detail {
+
+/// y = x Phi(x) (exact GELU, erf to 5e-7 absolute) over n elements.
+void geluRows(const float* x, float* y, int64_t n);
+/// out = grad * (Phi(x) + x phi(x)) over n elements.
+void geluBackwardRows(const float* grad, const float* x, float* out, int64_t n);
+/// rows x n: pre += bias (per column), y = gelu(pre) — a linear layer's bias and GELU in one
+/// pass over its GEMM output.
+void biasGeluRows(float* pre, const float* bias, float* y, int64_t rows, int64_t n);
+/// rows x n: gpre = grad * gelu'(pre), and gbias (n, added to) += its column sums.
+void geluBackwardBiasRows(const float* grad, const float* pre, float* gpre, float* gbias, int64_t rows, int64_t n);
+/// p[i] = e^(s[i] - shift) over n elements (p may be s); returns their sum.
+float expShiftedSum(const float* s, float* p, int64_t n, float shift);
+/// x[i] = e^x[i] over n elements.
+void expInPlace(float* x, int64_t n);
+/// Softmax (or log-softmax) of each of `rows` rows of n contiguous elements.
+void softmaxRows(const float* x, float* y, int64_t rows, int64_t n, bool log);
+/// LayerNorm of rows of n: y = (x - mean) * rstd * w + b (w, b may be null); writes each
+/// row's mean and rstd = 1 / sqrt(var + eps) (biased variance).
+void layerNormRows(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                   int64_t rows, int64_t n, float eps);
+/// Gradients of layerNormRows: gx (may be null) overwritten; gw, gb (may be null) added to.
+void layerNormBackwardRows(const float* grad, const float* x, const float* w, const float* mean,
+                           const float* rstd, int64_t rows, int64_t n, float* gx, float* gw, float* gb);
+
+}  // namespace kolo::detail
