@@ -24,7 +24,7 @@ install(FILES ${PROJECT_BINARY_DIR}/kolo-config.cmake ${PROJECT_BINARY_DIR}/kolo
 # to each other, so they form a linker group (pkg-config drops repeated -l flags, so the pair
 # cannot simply come twice as CMake links it). Then the pkg-config modules of their dependencies.
 set(KOLO_PC_LIBS "")
-foreach(layer IN ITEMS report launch parallel comm checkpoint optim nn data observe)
+foreach(layer IN ITEMS report train launch parallel comm checkpoint optim nn data observe)
   string(APPEND KOLO_PC_LIBS " -lkolo_${layer}")
 endforeach()
 string(APPEND KOLO_PC_LIBS " -Wl,--start-group -lkolo_tensor -lkolo_autograd -Wl,--end-group -lkolo_base")

@@ -18,10 +18,11 @@ packages=(
   gnuplot-nox                # kolo report: the plots (SVG terminal)
   libdw-dev                  # flight-recorder dumps: names the frames of every thread's stack (elfutils)
   clang libclang-rt-14-dev   # libFuzzer harnesses (fuzz/): clang 14 and its fuzzer/sanitizer runtimes
+  # kolo_torch (python/), the PyTorch backend, and its tests (label torch); also the PyTorch
+  # peers of bench/ and the scripts that make golden fixtures. Without them CMake skips
+  # kolo_torch with a message and those tests exit 77 (skipped).
+  python3-torch libtorch-dev pybind11-dev python3-dev python3-numpy
 )
-if [ "${KOLO_WITH_PEERS:-0}" = 1 ]; then
-  packages+=(python3-torch python3-numpy)  # PyTorch peers for benchmarks and golden fixtures
-fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

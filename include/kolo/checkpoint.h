@@ -73,6 +73,11 @@ class CheckpointManager {
   std::string save(const NamedTensors& weights, const optim::Optimizer* optimizer,
                    const TrainingState& state);
 
+  /// The same from a checkpoint's contents as read() returns them (the optimizer state
+  /// already flat; none when contents.optimizerKind is empty): for callers that assemble
+  /// the state from several objects (train::save).
+  std::string save(const CheckpointContents& contents);
+
   /// Checkpoint directories under the root, oldest first (not verified).
   std::vector<CheckpointInfo> list() const;
   /// The newest checkpoint that passes verify(); every newer one that fails is reported to

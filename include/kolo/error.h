@@ -23,6 +23,16 @@ class InvalidArgument : public Error {
   using Error::Error;
 };
 
+/// A failed internal check (KOLO_CHECK*): an invariant of kolo, or a library caller's
+/// contract, did not hold; the message names the expression and src/FILE:LINE. A kind of
+/// InvalidArgument, so that callers that catch a broken contract as InvalidArgument (as the
+/// public headers document it) keep working; the `kolo` program reports it as an internal
+/// error (exit code 8), never as a flag that is not accepted.
+class InternalError : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
 /// An operating-system or peer failure: a file or socket error, a peer that vanished.
 class IoError : public Error {
  public:
@@ -112,12 +122,12 @@ constexpr const char* sourcePath(const char* path) {
     if (!(cond)) KOLO_THROW(::kolo::InvalidArgument, __VA_ARGS__); \
   } while (0)
 
-/// For an invariant, or a library caller's contract: throws kolo::InvalidArgument unless
+/// For an invariant, or a library caller's contract: throws kolo::InternalError unless
 /// `cond` holds, naming the expression and source line; extra arguments are appended.
 #define KOLO_CHECK(cond, ...)                                                                 \
   do {                                                                                        \
     if (!(cond))                                                                              \
-      KOLO_THROW(::kolo::InvalidArgument, "check failed: " #cond " (",                        \
+      KOLO_THROW(::kolo::InternalError, "check failed: " #cond " (",                          \
                  ::kolo::detail::sourcePath(__FILE__), ":", __LINE__, ") " __VA_OPT__(, ) __VA_ARGS__); \
   } while (0)
 
@@ -126,7 +136,7 @@ constexpr const char* sourcePath(const char* path) {
     const auto& kolo_lhs_ = (a);                                                            \
     const auto& kolo_rhs_ = (b);                                                            \
     if (!(kolo_lhs_ op kolo_rhs_))                                                          \
-      KOLO_THROW(::kolo::InvalidArgument, "check failed: " #a " " #op " " #b " (", kolo_lhs_, \
+      KOLO_THROW(::kolo::InternalError, "check failed: " #a " " #op " " #b " (", kolo_lhs_,   \
                  " vs ", kolo_rhs_, ") at ", ::kolo::detail::sourcePath(__FILE__), ":", __LINE__, \
                  " " __VA_OPT__(, ) __VA_ARGS__);                                           \
   } while (0)

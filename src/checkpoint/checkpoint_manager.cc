@@ -122,6 +122,21 @@ CheckpointManager::CheckpointManager(std::string dir, int keepLast, bool writer,
 std::string CheckpointManager::save(const NamedTensors& weights, const optim::Optimizer* optimizer,
                                     const TrainingState& state) {
   if (!writer_) return "";
+  CheckpointContents contents;
+  contents.weights = weights;
+  contents.state = state;
+  if (optimizer) {
+    optim::StateDict sd = optimizer->stateDict();
+    contents.optimizerKind = optimizer->kind();
+    contents.optimizerTensors = sd.flatTensors();
+    contents.optimizerScalars = std::move(sd.scalars);
+  }
+  return save(contents);
+}
+
+std::string CheckpointManager::save(const CheckpointContents& contents) {
+  if (!writer_) return "";
+  const TrainingState& state = contents.state;
   KOLO_CHECK_GE(state.step, int64_t{0}, "(checkpoint step)");
   std::error_code ec;
   fs::create_directories(dir_, ec);
@@ -143,16 +158,16 @@ std::string CheckpointManager::save(const NamedTensors& weights, const optim::Op
   manifest["extra"] = state.extra;
 
   std::vector<std::string> files;
-  saveSafetensors((tmpDir / kModelFile).string(), weights, {{"step", std::to_string(state.step)}});
+  saveSafetensors((tmpDir / kModelFile).string(), contents.weights,
+                  {{"step", std::to_string(state.step)}});
   files.push_back(kModelFile);
-  if (optimizer) {
-    const optim::StateDict sd = optimizer->stateDict();
-    saveSafetensors((tmpDir / kOptimizerFile).string(), sd.flatTensors(),
-                    {{"kind", optimizer->kind()}});
+  if (!contents.optimizerKind.empty()) {
+    saveSafetensors((tmpDir / kOptimizerFile).string(), contents.optimizerTensors,
+                    {{"kind", contents.optimizerKind}});
     files.push_back(kOptimizerFile);
     json scalars = json::object();
-    for (const auto& [k, v] : sd.scalars) scalars[k] = v;
-    manifest["optimizer"] = {{"kind", optimizer->kind()}, {"scalars", scalars}};
+    for (const auto& [k, v] : contents.optimizerScalars) scalars[k] = v;
+    manifest["optimizer"] = {{"kind", contents.optimizerKind}, {"scalars", scalars}};
   }
   if (!state.tensors.empty()) {
     saveSafetensors((tmpDir / kExtraFile).string(), state.tensors);

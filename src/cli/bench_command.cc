@@ -3,6 +3,7 @@
 // ranks it forks itself (--ranks), on a shared store directory, or under kolo run / mpirun.
 #include <memory>
 #include <string>
+#include <CLI/CLI.hpp>
 
 #include "cli/bench_launch.h"
 #include "cli/bench_options.h"

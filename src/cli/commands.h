@@ -3,8 +3,12 @@
 // (exit_codes.h).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <functional>
+
+// CLI11 is heavy to parse: only the command files that build options include it.
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace kolo::cli {
 

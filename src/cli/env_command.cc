@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "kolo/error.h"

@@ -13,6 +13,11 @@ bool isAny(const std::exception& error) {
 
 // More specific kinds come before their bases (FileError and PeerError before IoError).
 constexpr ExitCodeRow kTable[] = {
+    // Before InvalidArgument, of which it is a kind: a failed invariant is not a flag.
+    {kExitCheckFailed, "InternalError (a failed KOLO_CHECK)",
+     "an internal check failed: a bug in kolo or in the program calling it; the message names "
+     "the check and its source line",
+     isAny<InternalError>},
     {kExitUsage, "InvalidArgument, command-line parse errors",
      "a flag, option value or KOLO_* setting is not accepted; the message says which and what is",
      isAny<InvalidArgument>},

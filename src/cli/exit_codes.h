@@ -16,6 +16,7 @@ enum ExitCode : int {
   kExitJob = 5,        // another rank failed, timed out or disagreed
   kExitSystem = 6,     // an operating-system failure: disk, sockets, shared memory, fork
   kExitOutOfSync = 7,  // the ranks' weights differ (--check-sync)
+  kExitCheckFailed = 8,  // an internal check (KOLO_CHECK) failed: a bug
 };
 
 /// One row: the code, the exception kinds that end in it, and what it means.

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <vector>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
@@ -50,6 +51,9 @@ int main(int argc, char** argv) {
       if (command.warnsAtStart()) checkSettings();
       return command.run();
     }
+  } catch (const kolo::InternalError& e) {
+    std::fprintf(stderr, "kolo: internal error (please report it): %s\n", e.what());
+    return kolo::cli::exitCodeFor(e);
   } catch (const kolo::Error& e) {
     std::fprintf(stderr, "kolo: error: %s\n", e.what());
     return kolo::cli::exitCodeFor(e);

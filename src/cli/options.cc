@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <CLI/CLI.hpp>
 
 namespace kolo::cli {
 namespace {

@@ -4,6 +4,7 @@
 // DIR` (report_hang.cc) explains a hang from the ranks' flight recorders.
 #include <filesystem>
 #include <fstream>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "report/html.h"

@@ -2,6 +2,7 @@
 // written on a Timeout, a Mismatch, SIGUSR1, or by kolo run for a rank that did not answer)
 // and prints who waits for whom (kolo/hang_report.h).
 #include <cstdio>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "kolo/hang_report.h"

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "cli/options.h"

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "kolo/error.h"

@@ -1,4 +1,4 @@
-// TrainChecks: --detect-anomaly, --check-sync and their test-only injections.
+// TrainChecks: the test-only injections of --detect-anomaly and --check-sync.
 #include "cli/train_checks.h"
 
 #include <vector>
@@ -36,20 +36,16 @@ int64_t parseWhole(const std::string& text, const std::string& flag, const std::
 
 }  // namespace
 
-TrainChecks::TrainChecks(const TrainConfig& config, nn::Module& model, comm::Communicator* comm,
+TrainChecks::TrainChecks(const TrainConfig& config, nn::Module& model, int rank,
                          bool parameterGradients)
-    : config_(config), model_(model), comm_(comm) {
-  const int rank = comm ? comm->rank() : 0;
-  KOLO_REQUIRE(config.checkSync == 0 || comm != nullptr,
-               "--check-sync compares the weights of several ranks: use it with --strategy "
-               "multi-worker-mirrored under kolo run, or --workers N");
+    : model_(model), rank_(rank) {
   // Central storage trains replicas whose forward the central model never runs.
   KOLO_REQUIRE(!(config.detectAnomaly || !config.debugNanAt.empty()) ||
                    config.strategy != "central-storage",
                "--detect-anomaly watches the modules that run forward: use it with one-device, "
                "mirrored (replica 0) or multi-worker-mirrored, not central-storage");
   if (config.detectAnomaly || !config.debugNanAt.empty()) {
-    detector_ = std::make_unique<observe::AnomalyDetector>(
+    detector_ = std::make_shared<observe::AnomalyDetector>(
         model, observe::AnomalyOptions{.parameterGradients = parameterGradients, .rank = rank});
   }
   if (!config.debugNanAt.empty()) {
@@ -87,8 +83,7 @@ TrainChecks::TrainChecks(const TrainConfig& config, nn::Module& model, comm::Com
 TrainChecks::~TrainChecks() = default;
 
 void TrainChecks::beforeStep(int64_t step) {
-  if (detector_) detector_->beginStep(step);
-  if (step != perturbStep_ || (comm_ ? comm_->rank() : 0) != perturbRank_) return;
+  if (step != perturbStep_ || rank_ != perturbRank_) return;
   // A change by hand that data parallelism cannot undo: every rank applies the same
   // averaged update, so the difference stays.
   autograd::NoGradGuard noGrad;
@@ -98,14 +93,6 @@ void TrainChecks::beforeStep(int64_t step) {
     shifted.data<float>()[0] += 1e-3f;
     tensor.copyFrom(shifted);
   }
-}
-
-void TrainChecks::afterStep(int64_t step) {
-  if (detector_) {
-    if (comm_ && comm_->size() > 1) detector_->agree(*comm_); else detector_->throwIfFound();
-  }
-  if (config_.checkSync > 0 && (step + 1) % config_.checkSync == 0)
-    observe::checkReplicasInSync(*comm_, model_.stateDict(), step + 1);
 }
 
 }  // namespace kolo::cli

@@ -1,21 +1,25 @@
-// `kolo train`: trains a built-in model (mlp, cnn) on Fashion-MNIST with one of the
-// data-parallel strategies; the flags map onto cli::TrainConfig and the work is done by
-// cli::Trainer (train_loop.h). `--workers N` re-launches the command under `kolo run -n N`.
+// `kolo train`: trains a built-in model (mlp, cnn, lm) on Fashion-MNIST (or a text file)
+// with one of kolo's strategies; the flags map onto cli::TrainConfig and the runners of
+// train_loop.h (the data-parallel strategies: train::fit over a train::DataParallelEngine). `--workers N` re-launches the command under `kolo run -n N`.
 #include <malloc.h>
 
 #include <cstdio>
 #include <sstream>
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/train_federated.h"
 #include "cli/train_loop.h"
-#include "cli/train_timeline.h"
+#include "cli/train_ps_checkpoint.h"
+#include "kolo/checkpoint.h"
+#include "kolo/comm/init.h"
 #include "kolo/error.h"
-#include "kolo/parallel/elastic.h"
 #include "kolo/memory.h"
+#include "kolo/parallel/elastic.h"
 #include "kolo/precision.h"
 #include "kolo/settings.h"
+#include "kolo/train/fit.h"
 
 namespace kolo::cli {
 namespace {
@@ -27,6 +31,22 @@ namespace {
 void keepFreedMemory() {
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
+// A Slurm job that was requeued (`scontrol requeue`, or a node failure under `sbatch
+// --requeue`) runs its script again with SLURM_RESTART_COUNT > 0; it continues from the
+// checkpoints it wrote before, where --checkpoint-dir holds a good one, as with --resume DIR.
+// Every rank sees the same directory (nothing writes to it before training), so all decide
+// alike; which checkpoint is then rank 0's choice, as under --resume.
+bool resumeAfterRequeue(const TrainConfig& config) {
+  if (!config.resumeDir.empty() || config.checkpointDir.empty()) return false;
+  const std::string* restarts = settings::Environment::process().find("SLURM_RESTART_COUNT");
+  if (!restarts || restarts->empty() || *restarts == "0") return false;
+  if (config.strategy == "parameter-server")
+    return !completeCheckpoints(config.checkpointDir).empty();
+  checkpoint::CheckpointManager manager(config.checkpointDir, config.keepCheckpoints, false,
+                                        [](const std::string&) {});
+  return manager.latestGood().has_value();
 }
 
 }  // namespace
@@ -343,6 +363,14 @@ Command registerTrain(CLI::App& root) {
     if (raw->padLast) config->dropLast = false;
     if (config->resumeDir.size() && config->checkpointDir.empty())
       config->checkpointDir = config->resumeDir;
+    if (resumeAfterRequeue(*config)) {
+      config->resumeDir = config->checkpointDir;
+      if (comm::detectLaunch().rank == 0)
+        std::fprintf(stderr,
+                     "kolo train: requeued Slurm job (SLURM_RESTART_COUNT=%s): resuming from %s\n",
+                     settings::Environment::process().find("SLURM_RESTART_COUNT")->c_str(),
+                     config->checkpointDir.c_str());
+    }
     if (!raw->failAt.empty()) {
       const size_t colon = raw->failAt.find(':');
       try {
@@ -396,7 +424,7 @@ Command registerTrain(CLI::App& root) {
     keepFreedMemory();
     if (!config->memoryLimit.empty()) setTensorMemoryLimit(parseByteSize(config->memoryLimit));
     observe::Logger logger(stderr);
-    startTimeline(config->timelineDir);
+    train::startTimeline(config->timelineDir);
     // Every strategy computes on this thread (or on replica threads that take its setting).
     const MatmulPrecisionGuard products(parseMatmulPrecision(config->precision));
     const bool modelParallel =
@@ -409,22 +437,7 @@ Command registerTrain(CLI::App& root) {
     if (config->strategy == "federated") return runFederated(*config, *federated, logger);
     if (modelParallel) return runModelParallel(*config, logger);
     if (parallel::ElasticContext::launchedElastic()) return runElasticTraining(*config, logger);
-    Trainer trainer(*config, logger);
-    const TrainSummary summary = trainer.run();
-    if (!trainer.isPrimary()) return 0;
-    if (!config->quiet) {
-      std::fprintf(stderr, "trained %s for %lld steps on %d replica(s): test accuracy %.2f%%\n",
-                   config->model.c_str(), static_cast<long long>(summary.steps),
-                   trainer.strategy().replicas(), 100.0 * summary.testAccuracy);
-    }
-    std::printf(
-        "test_accuracy %.4f train_loss %.4f steps %lld samples_per_s %.1f steady_samples_per_s "
-        "%.1f wall_s %.1f grad_bytes_per_step %.0f\n",
-        summary.testAccuracy, summary.trainLoss, static_cast<long long>(summary.steps),
-        summary.samplesPerSecond, summary.steadySamplesPerSecond, summary.wallSeconds,
-        summary.gradBytesPerStep);
-    std::fflush(stdout);
-    return 0;
+    return runDataParallel(*config, logger);
   };
   return command;
 }

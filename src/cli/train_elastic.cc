@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <fstream>
 
-#include "cli/train_balance.h"
 #include "cli/train_loop.h"
 #include "cli/train_model_state.h"
 #include "kolo/comm/stores.h"
@@ -27,6 +26,8 @@
 #include "kolo/safetensors.h"
 #include "kolo/settings.h"
 #include "kolo/threads.h"
+#include "kolo/train/evaluate.h"
+#include "train/balance.h"
 
 namespace kolo::cli {
 namespace {
@@ -349,7 +350,7 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
   // From the failure until the next step completes.
   bool recovering = false;
   Clock::time_point failedAt;
-  SlowRank slowRank(config.slowWorker, id, config.slowFactor);
+  train::detail::SlowRank slowRank(config.slowWorker, id, config.slowFactor);
   data::Batch batch, share;  // the loader's batch, and this rank's share of it
   while (step < totalSteps) {
     if (!loader->next(batch)) continue;  // the end of an epoch: the loader moves on
@@ -369,8 +370,8 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
       admit = elastic->joinerWaiting();
       if (!admit) {
         if (balancer) {
-          replanWhenDue(*balancer, *elastic->communicator(), step, elastic->rank() == 0, logger, metrics.get());
-          share = shareOf(batch, balancer->offset(), balancer->share());
+          train::detail::replanWhenDue(*balancer, *elastic->communicator(), step, elastic->rank() == 0, logger, metrics.get());
+          share = train::detail::shareOf(batch, balancer->offset(), balancer->share());
         } else {
           share = batch;
         }
@@ -378,7 +379,7 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
         const auto computeStart = Clock::now();
         strategy->setLr(schedule->lrAt(step));
         loss = strategy->trainStep(share.inputs, share.labels).loss;
-        compute = computeSeconds(secondsSince(computeStart), strategy->reducer());
+        compute = train::detail::computeSeconds(secondsSince(computeStart), strategy->reducer());
       }
     } catch (const Error& e) {
       if (!dynamic_cast<const PeerError*>(&e) && !dynamic_cast<const Timeout*>(&e)) throw;
@@ -434,7 +435,7 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
   if (elastic->rank() != 0) return 0;
   elastic->finish("training finished");  // ranks still waiting to join stop waiting
   if (lastCheckpoint != step) checkpointAfter(step);
-  const double accuracy = evaluateAccuracy(strategy->model(), *test);
+  const double accuracy = train::evaluate(strategy->model(), *test).accuracy;
   if (!config.savePath.empty()) {
     checkpoint::saveSafetensors(config.savePath, strategy->model().stateDict(),
                                 {{"format", "pt"}, {"model", config.model}, {"step", std::to_string(step)}});

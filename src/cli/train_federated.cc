@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <thread>
+#include <CLI/CLI.hpp>
 
 #include "cli/options.h"
 #include "kolo/comm/init.h"
@@ -17,6 +18,7 @@
 #include "kolo/safetensors.h"
 #include "kolo/settings.h"
 #include "kolo/threads.h"
+#include "kolo/train/evaluate.h"
 
 namespace kolo::cli {
 namespace {
@@ -115,7 +117,7 @@ int serve(const TrainConfig& config, const fed::FederatedOptions& options,
     const fed::RoundReport report = server.runRound();
     for (const std::string& why : report.refused) logger.warn(why, {{"round", report.round}});
     fed::loadParameters(*model, server.weights());
-    accuracy = evaluateAccuracy(*model, test);
+    accuracy = train::evaluate(*model, test).accuracy;
     bytesUp += report.bytesUp;
     bytesDown += report.bytesDown;
     observe::Fields fields{
@@ -256,8 +258,16 @@ int runFederated(const TrainConfig& config, const FederatedFlags& flags, observe
     if (*hostError) std::rethrow_exception(*hostError);
     return status;
   }
-  KOLO_REQUIRE(!launch.storeAddress.empty(), "--strategy federated under ", launch.launcher,
-               " needs a TCP store (KOLO_STORE); start it with kolo run -n N");
+  // The job's store must outlive every client host's last read, which kolo run's launcher
+  // guarantees (it serves the store until its ranks end); under srun or torchrun's variables
+  // nobody would serve it, and every rank would wait out the store timeout to say so.
+  KOLO_REQUIRE(launch.launcher == "kolo" && !launch.storeAddress.empty(),
+               "--strategy federated under ", launch.launcher, " (rank ", launch.rank, " of ",
+               launch.size,
+               ") needs kolo run's store (KOLO_STORE): start it with kolo run -n N "
+               "--tolerate-failures -- kolo train ...; under Slurm one launcher per node: srun "
+               "--ntasks-per-node=1 kolo run -n G --tolerate-failures -- kolo train --strategy "
+               "federated ...");
   const std::chrono::milliseconds storeTimeout =
       settings::timeout() ? seconds(*settings::timeout())
                           : std::chrono::milliseconds(std::chrono::minutes(5));

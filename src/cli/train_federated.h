@@ -2,11 +2,15 @@
 // process of a federated job (server on rank 0, client hosts on the other ranks).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
 
 #include "cli/train_loop.h"
+
+// CLI11 is heavy to parse: only the command files that build options include it.
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace kolo::cli {
 

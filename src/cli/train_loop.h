@@ -1,7 +1,6 @@
-// The training engine behind `kolo train`: configuration (the CLI flags as a struct),
-// recipe defaults, and a Trainer that runs a built-in model on Fashion-MNIST through one of
-// the data-parallel strategies (parallel::Strategy), with a DistributedSampler slicing every
-// global batch, metrics, progress, checkpoints / resume and weights on disk.
+// `kolo train`'s configuration (the CLI flags as a struct), recipe defaults, and the runners
+// that map it onto the library: runDataParallel onto train::DataParallelEngine and
+// train::fit (train_data_parallel.cc); the other families' runners still hold their loops.
 #pragma once
 
 #include <csignal>
@@ -13,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 
 #include "kolo/comm/communicator.h"
 #include "kolo/data.h"
@@ -21,6 +19,11 @@
 #include "kolo/optim.h"
 #include "kolo/parallel/balancer.h"
 #include "kolo/parallel/strategy.h"
+
+// CLI11 is heavy to parse: only the command files that build options include it.
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace kolo::nn {
 class Module;
@@ -213,86 +216,14 @@ std::map<std::string, std::string> runIdentity(const TrainConfig& config);
 /// flags, or a group that does not divide `worldSize`.
 int shardGroupSize(const TrainConfig& config, int worldSize);
 
-/// What a finished run reports.
-struct TrainSummary {
-  int64_t steps = 0;       // the global step count reached (resumed runs included)
-  int64_t epochs = 0;      // epochs begun
-  double trainLoss = 0.0;  // mean loss over the last epoch's steps
-  double testAccuracy = 0.0;
-  double samplesPerSecond = 0.0;        // global training samples per second of training time
-  double steadySamplesPerSecond = 0.0;  // the same without the first --timing-skip steps
-  double wallSeconds = 0.0;
-  /// Bytes this rank handed to gradient collectives per step (Reducer::bytesSent; 0 without
-  /// a reducer).
-  double gradBytesPerStep = 0.0;
-};
-
-/// Number of samples in [begin, end) of `dataset` that `model` classifies correctly (argmax
-/// of the logits), in chunks of `chunk`, without recording autograd; leaves the model in
-/// eval mode.
-int64_t countCorrect(nn::Module& model, const data::TensorDataset& dataset, int64_t begin,
-                     int64_t end, int64_t chunk = 1000);
-
-/// Fraction of `dataset` that `model` classifies correctly (countCorrect over all of it).
-double evaluateAccuracy(nn::Module& model, const data::TensorDataset& dataset,
-                        int64_t chunk = 1000);
-
-/// Runs one training job as configured, on this process's share of the job. Not
-/// thread-safe; one Trainer per run.
-class Trainer {
- public:
-  /// Loads the data, joins the job (multi-worker-mirrored: parallel::init()), builds the
-  /// strategy over the seeded model (and --init weights), the optimizer and the schedule.
-  /// Throws kolo::Error subclasses with clear messages (missing dataset, bad flags,
-  /// wrong-shape init file, a global batch the replicas cannot share).
-  explicit Trainer(TrainConfig config, observe::Logger& logger);
-  virtual ~Trainer();
-
-  /// Trains until --steps or the last epoch (resuming from --resume first), evaluating
-  /// after each epoch; the primary process writes metrics lines, checkpoints and the --save
-  /// file.
-  TrainSummary run();
-
-  /// One synchronous optimizer step on this process's share `batch` of the global batch
-  /// with learning rate `lr`. Returns the global mean loss.
-  virtual double trainStep(const data::Batch& batch, double lr);
-
-  nn::Module& model() { return strategy_->model(); }
-  optim::Optimizer& optimizer() { return strategy_->optimizer(); }
-  parallel::Strategy& strategy() { return *strategy_; }
-  const Recipe& recipe() const { return recipe_; }
-  /// True on the process that writes files and prints progress (rank 0).
-  bool isPrimary() const { return strategy_->isPrimary(); }
-
- protected:
-  /// The sampler of the training split: this process's slice of every global batch (with
-  /// --balance, the whole global batch: run() takes the balancer's share of it).
-  virtual std::shared_ptr<data::Sampler> makeSampler(int64_t trainSize) const;
-
- private:
-  /// --resume: rank 0 loads the newest good checkpoint, every replica and rank takes its
-  /// weights and optimizer state, and `loader` moves to its position. Returns its step.
-  int64_t resume(data::DataLoader& loader);
-  /// Test accuracy of model(); sharded over the ranks and summed under multi-worker.
-  double evaluate();
-  /// Writes the checkpoint of `step` (primary only; nothing without --checkpoint-dir).
-  void saveCheckpoint(int64_t step, const data::DataLoader& loader);
-  int rank() const { return comm_ ? comm_->rank() : 0; }
-
-  TrainConfig config_;
-  observe::Logger& logger_;
-  std::shared_ptr<data::TensorDataset> train_;
-  std::shared_ptr<data::TensorDataset> test_;
-  std::shared_ptr<comm::Communicator> comm_;  // multi-worker-mirrored only
-  std::unique_ptr<parallel::Balancer> balancer_;  // --balance (outlives the strategy's loss)
-  std::unique_ptr<parallel::Strategy> strategy_;
-  std::unique_ptr<optim::LrSchedule> schedule_;
-  Recipe recipe_;
-  int64_t stepsPerEpoch_ = 0;
-  int64_t totalSteps_ = 0;
-  int64_t tensorBase_ = 0;  // tensor bytes alive before the strategy was built (the data)
-  int prefetch_ = 2;  // DataLoader prefetch depth (0: gather on the training thread)
-};
+/// `kolo train` with a data-parallel strategy (one-device, mirrored, central-storage,
+/// multi-worker-mirrored, fsdp): loads Fashion-MNIST, joins the job (multi-worker-mirrored
+/// and fsdp: parallel::init()), maps the flags onto a train::DataParallelEngine over the
+/// seeded built-in model (and --init weights) and train::fit options, trains, writes --save
+/// and prints the summary lines on rank 0. Returns the exit status; throws kolo::Error
+/// subclasses with clear messages (missing dataset, bad flags, wrong-shape init file, a
+/// global batch the replicas cannot share).
+int runDataParallel(const TrainConfig& config, observe::Logger& logger);
 
 /// `--strategy parameter-server`: runs this process's role (server, worker or chief, from
 /// KOLO_ROLE) of a job started by kolo run --ps P --workers W. The chief writes --metrics and

@@ -32,6 +32,7 @@
 #include "kolo/safetensors.h"
 #include "kolo/serialize.h"
 #include "kolo/threads.h"
+#include "kolo/train/evaluate.h"
 
 namespace kolo::cli {
 namespace {
@@ -506,7 +507,7 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
       for (char c : text) shown.push_back((c == '\n' || c == '\t' || (c >= 32 && c < 127)) ? c : '?');
       std::printf("sample:\n%s\n", shown.c_str());
     } else {
-      const double accuracy = evaluateAccuracy(*whole, images->test());
+      const double accuracy = train::evaluate(*whole, images->test()).accuracy;
       std::printf("test_accuracy %.4f train_loss %.4f steps %lld wall_s %.1f\n", accuracy, lastLoss,
                   static_cast<long long>(totalSteps), wall);
       metrics.event("end", totalSteps);

@@ -1,5 +1,6 @@
 // The `kolo train` flags of the `lm` model and of pipeline parallelism, kept apart from
 // train_command.cc so that the data-parallel flags and these do not share one list.
+#include <CLI/CLI.hpp>
 #include "cli/options.h"
 #include "cli/train_loop.h"
 

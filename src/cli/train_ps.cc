@@ -6,15 +6,16 @@
 #include <cblas.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "cli/train_loop.h"
@@ -29,6 +30,7 @@
 #include "kolo/parallel/parameter_server.h"
 #include "kolo/safetensors.h"
 #include "kolo/settings.h"
+#include "kolo/train/evaluate.h"
 #include "launch/launcher.h"
 
 namespace kolo::cli {
@@ -429,7 +431,7 @@ int runChief(const TrainConfig& config, const PsPlan& plan, comm::Store& store,
       dispatcher.releaseEpoch(epoch + 1);
     }
     const int64_t updates = servers.pull(plan.parameters);
-    accuracy = evaluateAccuracy(*plan.model, test);
+    accuracy = train::evaluate(*plan.model, test).accuracy;
     trainLoss = done.batches > 0 ? done.lossSum / done.batches : 0.0;
     const double epochSamples = static_cast<double>(done.batches * config.batch);
     samples += done.batches * config.batch;
@@ -520,19 +522,26 @@ std::unique_ptr<comm::TcpStoreServer> bootstrapStore(PsPlan& plan) {
   const std::shared_ptr<comm::Communicator> communicator =
       comm::initFromEnvironment({.timeout = plan.timeout});
   std::unique_ptr<comm::TcpStoreServer> hosted;
+  // Whether every rank runs on rank 0's host, from the host names themselves: the launchers'
+  // local sizes cannot tell (a PyTorchJob's pods set RANK and WORLD_SIZE but no
+  // LOCAL_WORLD_SIZE, which reads as one host). Only then may the store listen on loopback.
+  char host[256] = {}, rootHost[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::memcpy(rootHost, host, sizeof host);
+  communicator->broadcast(rootHost, sizeof rootHost, DType::U8, 0);
+  const int32_t away = std::strcmp(host, rootHost) != 0 ? 1 : 0;
+  int32_t ranksAway = 0;
+  communicator->allreduce(&away, &ranksAway, 1, DType::I32, comm::ReduceOp::Sum);
+  plan.role.local = ranksAway == 0;
   char text[512] = {};
   if (communicator->rank() == 0) {
     const std::string token = comm::detail::randomToken(16);  // 128 bits as 32 hex digits
     hosted = std::make_unique<comm::TcpStoreServer>(
         comm::TcpStoreServerOptions{.host = plan.role.local ? "127.0.0.1" : "", .token = token});
-    std::string host = "127.0.0.1";
-    if (!plan.role.local) {
-      char name[256] = {};
-      ::gethostname(name, sizeof name - 1);
-      host = name;
-    }
+    // Elsewhere the others reach this host by its name (a pod's, which its service resolves).
+    const std::string published = plan.role.local ? "127.0.0.1" : host;
     std::snprintf(text, sizeof text, "%s %s",
-                  comm::HostPort{host, hosted->port()}.toString().c_str(), token.c_str());
+                  comm::HostPort{published, hosted->port()}.toString().c_str(), token.c_str());
   }
   communicator->broadcast(text, sizeof text, DType::U8, 0);
   const std::string reply(text);

@@ -30,6 +30,10 @@ int blamePriority(int status) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 5 ? 0 : 1;
 }
 
+/// kolo's status for a flag or setting that is not accepted (and most tools' for a usage
+/// error): a replacement runs the same command and would fail the same way.
+bool usageError(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 2; }
+
 }  // namespace
 
 void Job::reap() {
@@ -74,7 +78,9 @@ void Job::reap() {
   if (blamed) {
     std::string what = describeRank(*blamed) + " (pid " + std::to_string(blamed->pid) + ") " +
                        describeStatus(blamed->status);
-    if (options_.elastic)
+    if (options_.elastic && usageError(blamed->status))
+      what = "elastic job: " + what + ", a usage error that a replacement would repeat";
+    else if (options_.elastic)
       what =
           "elastic job below --min-ranks " + std::to_string(options_.minRanks) + " after " + what;
     say(what + "; stopping the other ranks");
@@ -110,6 +116,10 @@ Rank* Job::settleBlame(Rank* blamed) {
 }
 
 bool Job::loseElasticRank(const Rank& r) {
+  // A usage error ends the job as without --elastic (the other nodes' launchers read the
+  // published failure): replacing the rank would only start the same failure again, over
+  // and over across nodes, where no launcher counts the members.
+  if (usageError(r.status)) return false;
   const std::string what = "rank " + std::to_string(r.globalRank) + " (pid " +
                            std::to_string(r.pid) + ") " + describeStatus(r.status);
   try {

@@ -9,7 +9,9 @@
 #include <sstream>
 #include <string>
 
+#include "cli/exit_codes.h"
 #include "kolo/data.h"
+#include "kolo/error.h"
 #include "kolo/settings.h"
 #include "run_kolo.h"
 
@@ -103,6 +105,24 @@ TEST(EnvCli, ExitCodesFollowTheTable) {
   const RunResult missing = runKolo("train --data /nonexistent/kolo-data --steps 1", kClean);
   EXPECT_EQ(missing.exitCode, 3) << missing.output;
   EXPECT_NE(missing.output.find("/nonexistent/kolo-data"), std::string::npos) << missing.output;
+}
+
+// A failed KOLO_CHECK is a bug, not a flag that is not accepted: its own kind (still an
+// InvalidArgument for library callers that catch broken contracts so) and its own code.
+TEST(EnvCli, AFailedCheckIsAnInternalErrorNotAUsageError) {
+  const int two = 2;
+  try {
+    KOLO_CHECK_EQ(two, 3, "while testing");
+    FAIL() << "KOLO_CHECK_EQ did not throw";
+  } catch (const kolo::InternalError& e) {
+    EXPECT_EQ(kolo::cli::exitCodeFor(e), kolo::cli::kExitCheckFailed);
+    EXPECT_EQ(kolo::cli::kExitCheckFailed, 8);
+    EXPECT_NE(std::string(e.what()).find("check failed: two == 3 (2 vs 3)"), std::string::npos)
+        << e.what();
+    EXPECT_NE(dynamic_cast<const kolo::InvalidArgument*>(&e), nullptr);
+  }
+  EXPECT_EQ(kolo::cli::exitCodeFor(kolo::InvalidArgument("--batch must be at least 1")),
+            kolo::cli::kExitUsage);
 }
 
 TEST(EnvCli, DivergedRunExitsWithItsOwnCode) {

@@ -278,6 +278,27 @@ TEST_F(LauncherTest, FailureOnOneNodeStopsTheOther) {
   EXPECT_NE(r0.err.find("rank 3"), std::string::npos) << r0.err;
 }
 
+TEST_F(LauncherTest, AnElasticRanksUsageErrorEndsTheJobAcrossNodes) {
+  // Status 2 (a flag not accepted) would repeat in every replacement: the launchers end the
+  // job instead of replacing ranks that fail the same way while nobody ends it.
+  const std::string script = "sleep 0.2; exit 2";
+  std::string store;
+  Child node0 =
+      startNodeZero({"--elastic", "--bind", "none", "--", "sh", "-c", script}, "tok", &store);
+  ASSERT_GT(node0.pid, 0);
+  Child node1 = spawnChild({kKolo, "run", "--elastic", "-n", "2", "--nnodes", "2", "--node-rank",
+                            "1", "--store", store, "--bind", "none", "--", "sh", "-c", script},
+                           cleanEnvironment({{"KOLO_TOKEN", "tok"}}));
+  Result r1 = collect(node1);
+  Result r0 = collect(node0);
+  EXPECT_NE(r0.exitCode(), 0) << r0.err;
+  EXPECT_NE(r1.exitCode(), 0) << r1.err;
+  EXPECT_NE(r0.err.find("a usage error that a replacement would repeat"), std::string::npos)
+      << r0.err;
+  EXPECT_EQ(r0.err.find("starting rank"), std::string::npos) << r0.err;
+  EXPECT_EQ(r1.err.find("starting rank"), std::string::npos) << r1.err;
+}
+
 TEST_F(LauncherTest, RanksBuildACommunicatorFromTheEnvironment) {
   Result r = kolo({"run", "-n", "3", "--timeout", "60", "--", kProbe, "allreduce"});
   ASSERT_EQ(r.exitCode(), 0) << r.out << r.err;

@@ -7,10 +7,15 @@
 #      `kolo run -n 4` with the same flags;
 #   2. the same training as an sbatch job (its script runs srun), the same weights again, and
 #      as `srun --ntasks-per-node 1 kolo run -n 2` (one launcher per node, nodes from Slurm);
+#   2c. an sbatch --requeue job requeued (scontrol requeue) once it has written a checkpoint:
+#      its second run resumes from it by itself, and its weights equal an uninterrupted srun's;
+#   3a. federated under srun --ntasks-per-node 1 kolo run (and srun alone refused at once);
 #   3. a parameter-server job under srun, roles from SLURM_PROCID with KOLO_PS_SERVERS=1, and
 #      pipeline (4 stages) and fsdp jobs whose weights equal those of kolo run -n 4;
 #   4. srun of a longer training whose rank 3 (on node 2) is killed with SIGKILL from outside
 #      once the job trains: the step must end, with an error that names rank 3, in bounded time;
+#   4b. srun --ntasks-per-node 1 kolo run --elastic -n 2: both ranks of node 2 killed after a
+#      step; the survivors on node 1 go on and finish, the step ends with status 0;
 #   5. KOLO_BACKEND=mpi under srun: kolo's own error, not Open MPI's abort.
 # Everything is torn down on exit, whatever happens. Exit 77 (ctest SKIP) with a message where
 # namespaces are forbidden or Slurm, munge or Fashion-MNIST is missing.
@@ -117,6 +122,61 @@ result="$(compare_weights "$dir/sbatch.safetensors" "$dir/run.safetensors")" ||
 echo "job $job: sbatch -N 2 --ntasks-per-node 2 (srun kolo train ...): $state"
 echo "  weights equal kolo run -n 4's: $result"
 
+# 2c. A batch job requeued while it trains (sbatch --requeue; scontrol requeue once it has
+# written a checkpoint): its second run (SLURM_RESTART_COUNT=1) resumes from the checkpoint
+# directory by itself, and its final weights equal those of the same srun trained in one go.
+# (Not kolo run -n 4's: on one host its update is sharded, whose rounding differs from the
+# whole update's, and 128 steps of momentum SGD amplify that to 1e-2.)
+long=("$kolo" train "${flags[@]}" --epochs 1 --train-limit 8192)
+slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 2 -O "${long[@]}" \
+  --save "$dir/srun_long.safetensors" >"$dir/srun_long.out" 2>&1 || fail "srun of the long training failed" "$dir/srun_long.out"
+cat >"$dir/requeue.sh" <<JOB
+#!/bin/bash
+#SBATCH -N 2
+#SBATCH --ntasks-per-node 2
+#SBATCH -O
+#SBATCH --requeue
+#SBATCH --open-mode=append
+echo "run \$SLURM_RESTART_COUNT of job \$SLURM_JOB_ID"
+srun ${long[*]} --checkpoint-dir $dir/ckpt --checkpoint-every 8 --save $dir/requeue.safetensors
+JOB
+job="$(slurm_on_host1 sbatch --parsable -o "$dir/requeue.out" "$dir/requeue.sh")" || fail "sbatch refused the requeue job"
+deadline=$((SECONDS + 60))
+until compgen -G "$dir/ckpt/ckpt-*" >/dev/null; do
+  [ $SECONDS -lt $deadline ] || fail "job $job wrote no checkpoint" "$dir/requeue.out"
+  sleep 0.1
+done
+slurm_on_host1 scontrol requeue "$job" || fail "scontrol requeue $job failed" "$dir/requeue.out"
+requeued_at="$(ls "$dir/ckpt")"
+# Slurm makes a requeued job eligible only about two minutes later (its EligibleTime), which
+# a user waits out; the test moves it to now once the job is pending again.
+state=""
+deadline=$((SECONDS + 60))
+until [ "$state" = PENDING ]; do
+  [ $SECONDS -lt $deadline ] || fail "requeued job $job is $state, not pending again" "$dir/requeue.out"
+  sleep 0.1
+  state="$(slurm_on_host1 scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)"
+done
+slurm_on_host1 scontrol update JobId="$job" StartTime=now || fail "scontrol update StartTime=now of job $job failed"
+deadline=$((SECONDS + 120))
+while [ $SECONDS -lt $deadline ]; do
+  state="$(slurm_on_host1 scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)"
+  restarts="$(slurm_on_host1 scontrol show job "$job" 2>/dev/null | grep -o 'Restarts=[0-9]*' | cut -d= -f2)"
+  [ "$state" = COMPLETED ] && [ "${restarts:-0}" -ge 1 ] && break
+  case "$state" in FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
+  sleep 0.2
+done
+[ "$state" = COMPLETED ] && [ "${restarts:-0}" -ge 1 ] || fail "requeued job $job ended $state after ${restarts:-0} restart(s)" "$dir/requeue.out"
+grep -q "run 1 of job $job" "$dir/requeue.out" || fail "job $job did not run a second time" "$dir/requeue.out"
+grep -q "requeued Slurm job (SLURM_RESTART_COUNT=1): resuming from $dir/ckpt" "$dir/requeue.out" ||
+  fail "the requeued job did not resume from its checkpoints" "$dir/requeue.out"
+first_step="$(grep -o 'first_step=[0-9]*' "$dir/requeue.out" | tail -n 1 | cut -d= -f2)"
+[ "${first_step:-0}" -gt 0 ] || fail "the requeued job's second run started at step ${first_step:-0}" "$dir/requeue.out"
+result="$(compare_weights "$dir/requeue.safetensors" "$dir/srun_long.safetensors")" ||
+  fail "the requeued job's weights differ from an srun trained in one go: $result" "$dir/requeue.out"
+echo "job $job: sbatch --requeue (srun kolo train --checkpoint-dir ...), scontrol requeue at $(echo $requeued_at | tr '\n' ' ')"
+echo "  second run (SLURM_RESTART_COUNT=1) resumed at step $first_step: $state; weights equal an uninterrupted srun's: $result"
+
 # 2b. One kolo run per node (srun --ntasks-per-node 1): node count, node rank and the store
 # from Slurm, two ranks each; the same weights again.
 slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 1 -O \
@@ -145,6 +205,23 @@ grep -q 'test_accuracy .* ps_mode sync .* workers_alive 2' "$dir/ps.out" ||
 echo "job: KOLO_PS_SERVERS=1 srun -N 2 --ntasks-per-node 2 kolo train --strategy parameter-server ..."
 echo "  $(grep -o 'test_accuracy [0-9.]*.*workers_alive [0-9]*' "$dir/ps.out")"
 
+# 3a. Federated: one kolo run per node (its launcher serves the store the server and the client
+# hosts share): the server on rank 0, client hosts on ranks 1-3. Started by srun without kolo
+# run, kolo refuses at once, naming the form that works.
+fed=("$kolo" train --strategy federated --model mlp --clients 8 --clients-per-round 4 --rounds 3
+  --local-batch 32 --train-limit 2048 --threads 1 --quiet)
+slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 1 -O "$kolo" run -n 2 --tolerate-failures \
+  --bind none -- "${fed[@]}" >"$dir/fed.out" 2>&1 || fail "the federated job under srun failed" "$dir/fed.out"
+grep -q 'test_accuracy [0-9.]* rounds 3 clients 8 hosts 3 ' "$dir/fed.out" ||
+  fail "no summary of the federated server with 3 client hosts" "$dir/fed.out"
+echo "job: srun -N 2 --ntasks-per-node 1 kolo run -n 2 --tolerate-failures -- kolo train --strategy federated ..."
+echo "  $(grep -o 'test_accuracy .*hosts 3' "$dir/fed.out")"
+slurm_on_host1 timeout 60 srun -N 1 -n 2 "${fed[@]}" >"$dir/fed_srun.out" 2>&1 &&
+  fail "the federated job under srun without kolo run trained" "$dir/fed_srun.out"
+grep -q "strategy federated under slurm (rank 0 of 2) needs kolo run's store" "$dir/fed_srun.out" ||
+  fail "srun of the federated job without kolo run did not give kolo's error" "$dir/fed_srun.out"
+echo "job: srun -n 2 kolo train --strategy federated: $(grep -m1 -o 'strategy federated under slurm (rank 0 of 2)[^:]*' "$dir/fed_srun.out")"
+
 # 3b. Pipeline (4 stages, one per task) and fsdp under srun, each against kolo run -n 4.
 for kind in pipeline fsdp; do
   if [ $kind = pipeline ]; then
@@ -166,25 +243,27 @@ for kind in pipeline fsdp; do
   echo "  weights equal kolo run -n 4's: $result"
 done
 
-# 4. A task killed from outside: rank 3, on node 2, once every rank has its place in the job.
-slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 2 -O \
+# 4. A task killed from outside: rank 3, on node 2, once it has completed a training step
+# (its status file says "training"; a step takes every rank's all-reduce, so the rendezvous is
+# over: a rank killed during it would leave the others waiting for it until KOLO_TIMEOUT).
+KOLO_STATUS_FILE="$dir/kill-status" slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 2 -O \
   "$kolo" train "${flags[@]}" --epochs 50 >"$dir/kill.out" 2>"$dir/kill.err" &
 srun_pid=$!
 pids+=("$srun_pid")
 victim=""
 deadline=$((SECONDS + 60))
 while [ -z "$victim" ] && [ $SECONDS -lt $deadline ] && kill -0 "$srun_pid" 2>/dev/null; do
-  for pid in $(ip netns pids "$NETNS_H2"); do
-    if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$kolo")" ] &&
-      tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'SLURM_PROCID=3' &&
-      # Trained past the rendezvous: rank 3 holds a connection to the store on node 1.
-      ip netns exec "$NETNS_H2" ss -tnp 2>/dev/null | grep "pid=$pid," | grep -q "$NETNS_ADDR1"; then
-      victim=$pid
-    fi
-  done
+  if grep -q '"state": *"training"' "$dir/kill-status.rank-3" 2>/dev/null; then
+    for pid in $(ip netns pids "$NETNS_H2"); do
+      if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$kolo")" ] &&
+        tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'SLURM_PROCID=3'; then
+        victim=$pid
+      fi
+    done
+  fi
   [ -n "$victim" ] || sleep 0.2
 done
-[ -n "$victim" ] || fail "rank 3 of the long job never started on $NETNS_H2" "$dir/kill.out" "$dir/kill.err"
+[ -n "$victim" ] || fail "rank 3 of the long job never trained on $NETNS_H2" "$dir/kill.out" "$dir/kill.err"
 kill -KILL "$victim"
 killed_at=$SECONDS
 wait "$srun_pid"
@@ -194,6 +273,50 @@ grep -q "rank 3" "$dir/kill.err" "$dir/kill.out" ||
   fail "no error names rank 3" "$dir/kill.out" "$dir/kill.err"
 echo "job: rank 3 (pid $victim on $NETNS_H2) killed with SIGKILL; srun exited $rc after $((SECONDS - killed_at)) s:"
 grep -h -m2 "rank 3" "$dir/kill.err" "$dir/kill.out" | sed 's/^/  /'
+
+# 4b. Elastic within the allocation: one `kolo run --elastic` per node (nodes and store from
+# Slurm), two ranks each; once rank 3 has completed a step, both ranks of node 2 are killed
+# with SIGKILL. The survivors on node 1 (--min-ranks 2) must go on and finish the training
+# (node 2's launcher starts replacements, which join if the job is still running: --batch 96
+# splits over 2, 3 and 4 ranks), and the step end with status 0.
+slurm_on_host1 timeout 120 srun -N 2 --ntasks-per-node 1 -O \
+  "$kolo" run --elastic --min-ranks 2 -n 2 --bind none --timeout 8 -- \
+  "$kolo" train --strategy multi-worker-mirrored --model mlp --optimizer sgd --lr 0.1 --batch 96 \
+  --seed 3 --threads 1 --quiet --epochs 1 --train-limit 12288 --debug-sample-log "$dir/samples" \
+  >"$dir/elastic.out" 2>&1 &
+srun_pid=$!
+pids+=("$srun_pid")
+lines() { if [ -e "$1" ]; then wc -l <"$1"; else echo 0; fi; }
+deadline=$((SECONDS + 60))
+while [ "$(lines "$dir/samples.rank-3")" -lt 2 ] && [ $SECONDS -lt $deadline ] &&
+  kill -0 "$srun_pid" 2>/dev/null; do
+  sleep 0.1
+done
+[ "$(lines "$dir/samples.rank-3")" -ge 2 ] || fail "rank 3 of the elastic job never completed a step" "$dir/elastic.out"
+victims=()
+for pid in $(ip netns pids "$NETNS_H2"); do
+  if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$kolo")" ] &&
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'KOLO_RANK=[23]'; then
+    victims+=("$pid")
+  fi
+done
+[ ${#victims[@]} -eq 2 ] || fail "found ${#victims[@]} ranks of the elastic job on $NETNS_H2, not 2" "$dir/elastic.out"
+kill -KILL "${victims[@]}"
+wait "$srun_pid"
+rc=$?
+[ $rc -eq 0 ] || fail "the elastic step ended with status $rc after node 2's ranks were killed" "$dir/elastic.out"
+[ "$(grep -c 'rank [23] (pid [0-9]*) was killed by signal 9 (SIGKILL); the elastic job goes on' "$dir/elastic.out")" = 2 ] ||
+  fail "node 2's launcher did not report both its ranks lost" "$dir/elastic.out"
+# Ranks 2 and 3 left (in one change or two) and ranks 0 and 1 stayed members throughout.
+lost="$(grep -o 'membership changed .*lost_ranks=[0-9,]*' "$dir/elastic.out" | sed 's/.*lost_ranks=//' | tr ',' '\n' | grep . | sort -u | tr '\n' ' ')"
+[ "$lost" = "2 3 " ] || fail "the ranks lost were '$lost', not 2 and 3" "$dir/elastic.out"
+! grep 'membership changed' "$dir/elastic.out" | grep -qv 'members=0,1[, ]' ||
+  fail "ranks 0 and 1 did not stay members of every generation" "$dir/elastic.out"
+grep -q 'test_accuracy .* world_size [2-4] ' "$dir/elastic.out" ||
+  fail "the elastic job did not finish" "$dir/elastic.out"
+echo "job: srun -N 2 --ntasks-per-node 1 kolo run --elastic --min-ranks 2 -n 2 -- kolo train ...: ranks 2-3 (node 2) killed after a step, step exited $rc:"
+grep -h "killed by signal\|membership changed" "$dir/elastic.out" | cut -c1-170 | sed 's/^/  /'
+echo "  $(grep -o 'test_accuracy .* world_size [0-9]* generation [0-9]*' "$dir/elastic.out")"
 
 # 5. The MPI backend asked for under srun.
 KOLO_BACKEND=mpi slurm_on_host1 timeout 60 srun -N 1 -n 1 "${train[@]}" \

@@ -42,7 +42,8 @@ RoleInfo roleFromEnvironment() {
       info.store = launch.storeAddress;
       info.token = launch.token;
     }
-    info.local = launch.localSize == launch.size;
+    // Whether every rank shares this host is for bootstrapStore to find out (host names).
+    info.local = false;
     return info;
   }
   if (role == "ps") {

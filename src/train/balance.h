@@ -1,6 +1,6 @@
-// `kolo train --balance` and `--debug-slow-rank` for the synchronous loops (the Trainer and
-// the elastic loop): a rank made slower on purpose, each rank's share of the global batch,
-// and the re-plan of the split (parallel::Balancer) every --balance-every steps.
+// Balancing for the synchronous loops (train::fit and the command line's elastic loop): each
+// rank's share of the global batch, the re-plan of the split (parallel::Balancer) when due,
+// and --debug-slow-rank's rank made slower on purpose (a benchmark hook of the command line).
 #pragma once
 
 #include <chrono>
@@ -12,7 +12,7 @@
 #include "kolo/parallel/balancer.h"
 #include "kolo/parallel/reducer.h"
 
-namespace kolo::cli {
+namespace kolo::train::detail {
 
 /// --debug-slow-rank RANK:FACTOR: that rank sleeps (FACTOR - 1) times its last step's
 /// compute before each step, as a host FACTOR times slower would take; its compute scales
@@ -45,4 +45,4 @@ data::Batch shareOf(const data::Batch& globalBatch, int64_t offset, int64_t coun
 bool replanWhenDue(parallel::Balancer& balancer, comm::Communicator& comm, int64_t step,
                    bool primary, observe::Logger& logger, observe::MetricsWriter* metrics);
 
-}  // namespace kolo::cli
+}  // namespace kolo::train::detail

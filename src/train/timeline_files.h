@@ -1,5 +1,6 @@
-// `kolo train --timeline DIR` (or KOLO_TIMELINE=DIR): starting the recorder before the job is
-// joined, and at the end writing each rank's trace file and merging them on rank 0.
+// The timeline of a training run (train::startTimeline, `kolo train --timeline DIR`, or
+// KOLO_TIMELINE=DIR): starting the recorder before the job is joined, and at the end writing
+// each rank's trace file and merging them on rank 0.
 #pragma once
 
 #include <string>
@@ -7,7 +8,7 @@
 #include "kolo/comm/communicator.h"
 #include "kolo/observe.h"
 
-namespace kolo::cli {
+namespace kolo::train::detail {
 
 /// Starts the timeline recorder when `dir` (--timeline) or KOLO_TIMELINE names a directory;
 /// the rank's file is also written at exit, so a failed run leaves its spans. Returns the
@@ -19,4 +20,4 @@ std::string startTimeline(const std::string& dir);
 /// primary process logs where the trace is. Nothing when no timeline was started.
 void finishTimeline(comm::Communicator* comm, bool primary, observe::Logger& logger);
 
-}  // namespace kolo::cli
+}  // namespace kolo::train::detail

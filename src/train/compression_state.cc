@@ -1,15 +1,14 @@
-// `kolo train --compress`: the hook on the reducer, and its per-rank state in checkpoints
-// (rank 0 writes them, so the ranks' states travel to it and back as flat messages).
-#include "cli/train_compress.h"
+// The communication hook's per-rank state in checkpoints (rank 0 writes them, so the ranks'
+// states travel to it and back as flat messages).
+#include "train/compression_state.h"
 
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "kolo/error.h"
-#include "kolo/parallel/compression.h"
 
-namespace kolo::cli {
+namespace kolo::train::detail {
 namespace {
 
 constexpr const char* kPrefix = "compress.rank";
@@ -90,21 +89,6 @@ parallel::CommHook* hookOf(parallel::Strategy& strategy) {
 
 }  // namespace
 
-bool checkCompression(const std::string& spec, parallel::StrategyKind kind) {
-  const auto parsed = parallel::compression::parseCompressSpec(spec);
-  if (parsed.method == "none") return false;
-  KOLO_REQUIRE(kind == parallel::StrategyKind::MultiWorkerMirrored, "--compress ", spec,
-               " needs --strategy multi-worker-mirrored (one reducer per rank), not --strategy ",
-               parallel::strategyKindName(kind));
-  return true;
-}
-
-void installCompression(const std::string& spec, parallel::Strategy& strategy) {
-  if (!checkCompression(spec, strategy.kind())) return;
-  strategy.reducer()->registerCommHook(
-      parallel::compression::makeCommHook(parallel::compression::parseCompressSpec(spec)));
-}
-
 parallel::NamedTensors gatherCompressionState(comm::Communicator* comm,
                                               parallel::Strategy& strategy) {
   parallel::CommHook* hook = hookOf(strategy);
@@ -173,4 +157,4 @@ void scatterCompressionState(comm::Communicator* comm, parallel::Strategy& strat
   }
 }
 
-}  // namespace kolo::cli
+}  // namespace kolo::train::detail

@@ -1,12 +1,12 @@
 // The timeline of a `kolo train` run: started before the job is joined (so the clock
 // exchange of the rendezvous sees it), written and merged after the last step.
-#include "cli/train_timeline.h"
+#include "train/timeline_files.h"
 
 #include "kolo/settings.h"
 #include "kolo/timeline.h"
 #include "kolo/trace.h"
 
-namespace kolo::cli {
+namespace kolo::train::detail {
 
 std::string startTimeline(const std::string& dir) {
   const std::string chosen = dir.empty() ? settings::timeline() : dir;
@@ -30,4 +30,4 @@ void finishTimeline(comm::Communicator* comm, bool primary, observe::Logger& log
                                      {"dropped", merged.dropped}});
 }
 
-}  // namespace kolo::cli
+}  // namespace kolo::train::detail

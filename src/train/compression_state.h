@@ -1,5 +1,5 @@
-// `kolo train --compress`: installs the chosen communication hook on the multi-worker
-// reducer, and moves every rank's hook state to rank 0's checkpoint and back on resume.
+// A data-parallel engine's communication-hook state in checkpoints: every rank's state moves
+// to rank 0, which writes the checkpoint, and back on resume.
 #pragma once
 
 #include <memory>
@@ -8,16 +8,7 @@
 #include "kolo/comm/communicator.h"
 #include "kolo/parallel/strategy.h"
 
-namespace kolo::cli {
-
-/// Whether `spec` asks for a hook (false for "none"). Throws InvalidArgument for a bad spec,
-/// or a hook with a strategy other than multi-worker-mirrored.
-bool checkCompression(const std::string& spec, parallel::StrategyKind kind);
-
-/// Registers the hook of `spec` (parallel::compression::parseCompressSpec) on the
-/// strategy's reducer; nothing for "none". Throws InvalidArgument for a bad spec or a
-/// strategy other than multi-worker-mirrored.
-void installCompression(const std::string& spec, parallel::Strategy& strategy);
+namespace kolo::train::detail {
 
 /// Collective over `comm` (may be null: one process): rank 0 gets every rank's hook state,
 /// named "compress.rank<R>.<entry>", for its checkpoint; other ranks get nothing. Empty
@@ -32,4 +23,4 @@ parallel::NamedTensors gatherCompressionState(comm::Communicator* comm,
 void scatterCompressionState(comm::Communicator* comm, parallel::Strategy& strategy,
                              const parallel::NamedTensors& saved);
 
-}  // namespace kolo::cli
+}  // namespace kolo::train::detail

@@ -1,12 +1,12 @@
 // The slow rank of --debug-slow-rank, a rank's share of the global batch and the re-plan of
 // --balance (train_balance.h).
-#include "cli/train_balance.h"
+#include "train/balance.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <thread>
 
-namespace kolo::cli {
+namespace kolo::train::detail {
 namespace {
 
 std::string joined(const std::vector<int64_t>& shares) {
@@ -70,4 +70,4 @@ bool replanWhenDue(parallel::Balancer& balancer, comm::Communicator& comm, int64
   return true;
 }
 
-}  // namespace kolo::cli
+}  // namespace kolo::train::detail

@@ -1,6 +1,6 @@
 // StepMonitor (the ranks' step-time breakdown, exchanged every interval) and RankStatus
 // (each rank's step and state in a file that another terminal reads).
-#include "cli/train_monitor.h"
+#include "train/monitor.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 
 #include "kolo/error.h"
 
-namespace kolo::cli {
+namespace kolo::train::detail {
 namespace {
 
 enum Sum { kSteps, kData, kStep, kComm, kExposed, kBytes, kSums };
@@ -206,4 +206,4 @@ void RankStatus::write(const std::string& state) {
     KOLO_THROW(IoError, "cannot write the status file ", path_, ": ", std::strerror(errno));
 }
 
-}  // namespace kolo::cli
+}  // namespace kolo::train::detail

@@ -1,4 +1,4 @@
-// What `kolo train` tells about its steps while it runs: the step-time breakdown of every
+// What train::fit tells about its steps while it runs: the step-time breakdown of every
 // rank (data, compute, communication, exposed communication, waiting for the slowest rank),
 // exchanged every --metrics-every steps and written as an "interval" metrics line and on the
 // progress line, and each rank's step and state in a status file that `kolo status` reads.
@@ -14,7 +14,7 @@
 #include "kolo/observe.h"
 #include "kolo/parallel/reducer.h"
 
-namespace kolo::cli {
+namespace kolo::train::detail {
 
 /// One rank's share of an interval, per step (seconds) unless said otherwise.
 struct RankTimes {
@@ -89,4 +89,4 @@ class RankStatus {
   std::chrono::steady_clock::time_point lastWrite_{};
 };
 
-}  // namespace kolo::cli
+}  // namespace kolo::train::detail

@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""torch.distributed over kolo vs gloo in one invocation: all_reduce (float32 sum, in place)
+from 4 KiB to 64 MiB at each world size, timed as the anchors time gloo (barrier; t0;
+all_reduce; t1; max over ranks; median), and DDP samples/s of the Fashion-MNIST MLP
+(784-512-256-10, synthetic data of that shape, global batch 128) on 2 ranks."""
+import argparse
+import datetime
+import os
+import socket
+import sys
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
+
+
+def schedule(nbytes, quick):
+    warm, iters = (20, 200) if nbytes <= 64 << 10 else (10, 100) if nbytes <= 1 << 20 else (3, 30) if nbytes <= 16 << 20 else (2, 20)
+    return (warm, max(5, iters // 4)) if quick else (warm, iters)
+
+
+def allreduce_worker(rank, world, port, backend, quick, q):
+    import kolo_torch  # noqa: F401
+    torch.set_num_threads(1)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
+    rows = []
+    for nbytes in SIZES:
+        t = torch.ones(nbytes // 4)
+        dist.all_reduce(t)
+        assert t[0].item() == world, f"{backend}: wrong sum {t[0].item()}"
+        t.zero_()
+        warm, iters = schedule(nbytes, quick)
+        for _ in range(warm):
+            dist.all_reduce(t)
+        times, dt = [], torch.zeros(1, dtype=torch.float64)
+        for _ in range(iters):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(t)
+            dt[0] = time.perf_counter() - t0
+            dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+            times.append(dt.item())
+        times.sort()
+        rows.append((nbytes, times[len(times) // 2]))
+    dist.destroy_process_group()
+    if rank == 0:
+        q.put(rows)
+
+
+def ddp_worker(rank, world, port, backend, steps, q):
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import kolo_torch  # noqa: F401
+    torch.set_num_threads(1)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = DDP(nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    per_rank = 128 // world
+    x, y = torch.rand(per_rank, 784), torch.randint(0, 10, (per_rank,))
+    for step in range(steps + 20):
+        if step == 20:
+            t0 = time.perf_counter()
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    elapsed = time.perf_counter() - t0
+    dist.destroy_process_group()
+    if rank == 0:
+        q.put(steps * 128 / elapsed)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(fn, world, *args):
+    ctx = mp.get_context("spawn")
+    q = ctx.SimpleQueue()
+    mp.start_processes(fn, args=(world, free_port(), *args, q), nprocs=world, join=True, start_method="spawn")
+    return q.get()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worlds", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--quick", action="store_true", help="a quarter of the timed iterations")
+    ap.add_argument("--ddp-steps", type=int, default=200)
+    a = ap.parse_args()
+    print("| ranks | bytes | gloo µs | kolo µs | kolo/gloo time | gloo GB/s | kolo GB/s | bandwidth × |")
+    print("|---|---|---|---|---|---|---|---|")
+    for world in a.worlds:
+        res = {b: dict(run(allreduce_worker, world, b, a.quick)) for b in ("gloo", "kolo")}
+        for nbytes in SIZES:
+            g, k = res["gloo"][nbytes], res["kolo"][nbytes]
+            print(f"| {world} | {nbytes} | {g * 1e6:.1f} | {k * 1e6:.1f} | {k / g:.3f} | {nbytes / g / 1e9:.2f} | "
+                  f"{nbytes / k / 1e9:.2f} | {g / k:.1f} |", flush=True)
+    sps = {b: run(ddp_worker, 2, b, a.ddp_steps) for b in ("gloo", "kolo")}
+    print(f"\nDDP MLP 784-512-256-10, 2 ranks, global batch 128, {a.ddp_steps} steps: gloo {sps['gloo']:.0f} "
+          f"samples/s, kolo {sps['kolo']:.0f} samples/s, kolo/gloo {sps['kolo'] / sps['gloo']:.2f}×")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+// train::fit: the one training loop over any Engine, in the manner of Keras's `fit`: epochs
+// or a step count over a dataset, a learning-rate schedule, evaluation after each epoch,
+// metrics records (the JSON lines `kolo report` reads), a progress line, the numeric checks
+// (divergence, anomalies, replicas in sync), checkpoints and resume, and callbacks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "kolo/data.h"
+#include "kolo/numerics.h"
+#include "kolo/observe.h"
+#include "kolo/optim.h"
+#include "kolo/train/engine.h"
+
+namespace kolo::train {
+
+/// Builds the learning-rate schedule of a run from its total optimizer steps and its steps
+/// per epoch (both known once fit has seen the dataset).
+using ScheduleFactory =
+    std::function<std::unique_ptr<optim::LrSchedule>(int64_t totalSteps, int64_t stepsPerEpoch)>;
+
+struct FitOptions {
+  /// Epochs over the training set. 0 (the default): `steps` alone sets the length, or one
+  /// epoch without it.
+  int64_t epochs = 0;
+  /// Total optimizer steps of the run, resumed steps included (0: all `epochs`). With both
+  /// set, the run ends at whichever comes first. A step is one global batch under every
+  /// engine.
+  int64_t steps = 0;
+  /// The global batch: samples per optimizer step over every replica of the job. It must
+  /// split evenly over the replicas (InvalidArgument otherwise).
+  int64_t batch = 128;
+  /// Shuffle the training set each epoch (seeded by `seed`); false: file order.
+  bool shuffle = true;
+  uint64_t seed = 0;
+  /// A last global batch shorter than `batch` is dropped (true) or padded from the epoch's
+  /// start (false).
+  bool dropLast = true;
+  /// Batches the loader gathers ahead on a thread of its own (0: on the training thread).
+  int prefetch = 2;
+  /// The learning rate per step; default: the optimizer's own, constant.
+  ScheduleFactory schedule{};
+
+  /// Metrics as JSON lines, written by rank 0 ("" : none): an event per start/resume,
+  /// checkpoint, end or failure, an interval line every `metricsEvery` steps (the ranks'
+  /// step-time breakdown), a line per epoch, and a final summary line (docs/training.md).
+  std::string metricsPath{};
+  int64_t metricsEvery = 50;
+  /// Rank 0's progress on stderr: -1 a bar on a terminal and plain lines otherwise, 0 plain
+  /// lines, 1 a bar; `quiet` prints none.
+  int progress = -1;
+  bool quiet = false;
+  /// Each rank keeps its step and state in FILE.rank-N (`kolo status FILE`); "" : none.
+  std::string statusFile{};
+  /// Steps at the start left out of the steady-state throughput.
+  int64_t timingSkip = 20;
+
+  /// Checkpoints (train::save of the engine) every `checkpointEvery` steps (0: only at the
+  /// end) and at the end, into `checkpointDir` ("" : none), the last `keepCheckpoints` kept.
+  std::string checkpointDir{};
+  int64_t checkpointEvery = 0;
+  int keepCheckpoints = 3;
+  /// Continue from the newest good checkpoint in this directory ("" : start fresh); `steps`
+  /// stays the total.
+  std::string resumeDir{};
+  /// What fixes the weights' shapes and the data order (model, batch, seed, ...): stored in
+  /// every checkpoint; a resume whose checkpoint has other values is refused.
+  std::map<std::string, std::string> identity{};
+
+  /// Every N steps compare a hash of every rank's weights and throw ReplicaMismatch naming
+  /// the ranks that differ and the first tensor (0: off). Needs an engine with a
+  /// communicator.
+  int64_t checkSyncEvery = 0;
+  /// Checked after every step, agreed over the ranks: throws DivergedError naming the first
+  /// module, rank and step with a NaN or infinity (null: off). Build it over engine.model().
+  std::shared_ptr<observe::AnomalyDetector> anomalyDetector{};
+  /// Stop recording the timeline at the end (when one is recording, see startTimeline),
+  /// write each rank's file and merge them into DIR/trace.json on rank 0.
+  bool finishTimeline = true;
+
+  /// Log lines (start, resume, checkpoints warnings, tensor memory); null: stderr.
+  observe::Logger* logger = nullptr;
+  /// Further fields of the "training" log line (model, optimizer, ...).
+  observe::Fields describe{};
+};
+
+/// What a step ended with (FitCallbacks::onStepEnd).
+struct StepEnd {
+  int64_t step = 0;       // the step's index (0-based); step + 1 steps are done
+  double loss = 0.0;      // the global batch's mean loss
+  double lr = 0.0;        // the learning rate it used
+  double seconds = 0.0;   // the whole step, loading its batch included
+  double computeSeconds = 0.0;  // forward, backward and update, less waiting for other ranks
+};
+
+/// What an epoch ended with (FitCallbacks::onEpochEnd).
+struct EpochEnd {
+  int64_t epoch = 0;       // 1-based
+  int64_t step = 0;        // steps done
+  double trainLoss = 0.0;  // mean of the epoch's step losses
+  /// The validation set's figures (none without one).
+  std::optional<EvaluateResult> validation{};
+  double samplesPerSecond = 0.0;
+};
+
+/// Hooks into the loop, called on every rank; an exception from one ends fit (rank 0 writes
+/// a "failed" event).
+struct FitCallbacks {
+  /// Before step `step` (0-based) computes, once its batch is loaded. Time spent here counts
+  /// as this rank's busy time for balancing, not as its compute.
+  std::function<void(int64_t step)> onStepBegin{};
+  /// After a step and its checks, before its metrics and progress.
+  std::function<void(const StepEnd&)> onStepEnd{};
+  /// After an epoch's evaluation, before its metrics line.
+  std::function<void(const EpochEnd&)> onEpochEnd{};
+};
+
+/// What a finished fit reports (on every rank; the loss and accuracy are global).
+struct FitSummary {
+  int64_t steps = 0;       // the step count reached (resumed steps included)
+  int64_t epochs = 0;      // epochs begun
+  double trainLoss = 0.0;  // mean loss over the last epoch's steps
+  /// The validation set's accuracy after the last step (0 without one).
+  double validationAccuracy = 0.0;
+  double samplesPerSecond = 0.0;        // global samples per second of training time
+  double steadySamplesPerSecond = 0.0;  // the same without the first timingSkip steps
+  double wallSeconds = 0.0;
+  /// Bytes this rank handed to gradient collectives per step (0 without a reducer).
+  double gradBytesPerStep = 0.0;
+};
+
+/// The number of optimizer steps in one epoch of `datasetSize` samples at global batch
+/// `batch`. Throws InvalidArgument when no step is left (a batch larger than the dataset
+/// with dropLast).
+int64_t stepsPerEpoch(int64_t datasetSize, int64_t batch, bool dropLast);
+
+/// Trains `engine` on `train` until options.steps or the last epoch (after resuming from
+/// options.resumeDir), evaluating on `validation` (may be null) after each epoch and at the
+/// end; rank 0 writes metrics, checkpoints and progress. Each process loads its part of
+/// every global batch (engine.dataShard(), a data::DistributedSampler). Blocking; collective
+/// over the engine's ranks: every rank calls fit with the same options. Throws
+/// InvalidArgument for bad options, DivergedError when the loss is not finite (naming the
+/// step and lr) or the anomaly detector finds a NaN, ReplicaMismatch from checkSyncEvery,
+/// and what the engine, the checkpoint or the callbacks throw.
+FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
+               std::shared_ptr<const data::Dataset> validation, const FitOptions& options,
+               const FitCallbacks& callbacks = {});
+
+/// Starts recording the timeline of this process into `directory` (or KOLO_TIMELINE's when
+/// "" ; nothing when both are empty), also written at exit so that a failed run leaves its
+/// spans. Call it before joining the job (parallel::init, building the engine), so that the
+/// rendezvous aligns the ranks' clocks. Returns the directory ("" when off).
+std::string startTimeline(const std::string& directory = "");
+
+}  // namespace kolo::train

@@ -1,0 +1,366 @@
+// train::fit: epochs of steps from this process's DataLoader, evaluation after each epoch,
+// metrics lines, progress, the numeric checks, checkpoints every N steps and at the end,
+// resume from the newest good checkpoint, and the timeline's files at the end.
+#include "kolo/train/fit.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <optional>
+
+#include "kolo/error.h"
+#include "kolo/memory.h"
+#include "kolo/trace.h"
+#include "train/balance.h"
+#include "train/monitor.h"
+#include "train/timeline_files.h"
+
+namespace kolo::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The bytes Tensor::empty charged for `t`'s storage (64-byte rounded; 0 when undefined).
+int64_t storageBytes(const Tensor& t) {
+  if (!t.defined() || !t.impl()->storage || !t.impl()->storage->bytes) return 0;
+  const auto n = static_cast<int64_t>(t.impl()->storage->nbytes);
+  return n == 0 ? 64 : (n + 63) / 64 * 64;
+}
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string formatRate(double samplesPerSecond) {
+  char text[32];
+  if (samplesPerSecond >= 1000) {
+    std::snprintf(text, sizeof(text), "%.1fk", samplesPerSecond / 1000);
+  } else {
+    std::snprintf(text, sizeof(text), "%.0f", samplesPerSecond);
+  }
+  return text;
+}
+
+// Writes the run's metrics lines (rank 0 with a path; nothing otherwise).
+class Metrics {
+ public:
+  Metrics(const std::string& path, bool append, Clock::time_point start) : start_(start) {
+    if (!path.empty()) writer_ = std::make_unique<observe::MetricsWriter>(path, append);
+  }
+  observe::MetricsWriter* writer() { return writer_.get(); }
+  void write(const observe::Fields& fields) {
+    if (writer_) writer_->write(fields);
+  }
+  // Events for `kolo report`: the run's start (or resume), its checkpoints, its end, and a
+  // failure when an exception leaves the loop.
+  void event(const char* name, int64_t at, const observe::Fields& extra = {}) {
+    if (!writer_) return;
+    observe::Fields fields{{"kind", "event"}, {"event", name}, {"step", at},
+                           {"wall_s", secondsSince(start_)}};
+    writer_->write(fields.update(extra));
+  }
+
+ private:
+  Clock::time_point start_;
+  std::unique_ptr<observe::MetricsWriter> writer_;
+};
+
+}  // namespace
+
+int64_t stepsPerEpoch(int64_t datasetSize, int64_t batch, bool dropLast) {
+  KOLO_REQUIRE(batch >= 1, "--batch must be at least 1, got ", batch);
+  const int64_t steps = dropLast ? datasetSize / batch : (datasetSize + batch - 1) / batch;
+  KOLO_REQUIRE(steps > 0, "--batch ", batch, " is larger than the ", datasetSize,
+               " training samples (with --drop-last no step is left; use --pad-last)");
+  return steps;
+}
+
+std::string startTimeline(const std::string& directory) {
+  return detail::startTimeline(directory);
+}
+
+FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
+               std::shared_ptr<const data::Dataset> validation, const FitOptions& options,
+               const FitCallbacks& callbacks) {
+  const auto start = Clock::now();
+  KOLO_REQUIRE(train != nullptr, "train::fit: no training dataset");
+  KOLO_REQUIRE(options.epochs >= 0, "--epochs must be at least 1, got ", options.epochs);
+  KOLO_REQUIRE(options.steps >= 0, "--steps must be at least 0, got ", options.steps);
+  KOLO_REQUIRE(options.checkpointEvery >= 0, "--checkpoint-every must be at least 0, got ",
+               options.checkpointEvery);
+  KOLO_REQUIRE(options.keepCheckpoints >= 1, "--keep-checkpoints must be at least 1, got ",
+               options.keepCheckpoints);
+  KOLO_REQUIRE(options.timingSkip >= 0, "--timing-skip must be at least 0, got ", options.timingSkip);
+  KOLO_REQUIRE(options.metricsEvery >= 1, "--metrics-every must be at least 1, got ",
+               options.metricsEvery);
+  observe::Logger stderrLogger(stderr);
+  observe::Logger& logger = options.logger ? *options.logger : stderrLogger;
+  const std::shared_ptr<comm::Communicator> comm = engine.communicator();
+  const int rank = engine.rank();
+  const bool primary = engine.isPrimary();
+  const bool quiet = options.quiet || !primary;
+  const int64_t globalBatch = options.batch;
+  parallel::Balancer* balancer = engine.balancer();
+  const DataShard shard = engine.dataShard();
+  if (balancer) {
+    KOLO_REQUIRE(balancer->globalBatch() == globalBatch, "train::fit: the batch ", globalBatch,
+                 " is not the balanced engine's global batch ", balancer->globalBatch());
+  } else {
+    const int replicasHere = engine.replicas() / std::max(1, shard.worldSize);
+    KOLO_REQUIRE(globalBatch % engine.replicas() == 0, "--batch ", globalBatch,
+                 " does not split evenly over ", engine.replicas(), " replicas (", shard.worldSize,
+                 " rank(s) x ", replicasHere, " per rank): use a multiple of ", engine.replicas());
+  }
+  KOLO_REQUIRE(options.checkSyncEvery == 0 || comm != nullptr,
+               "--check-sync compares the weights of several ranks: use it with --strategy "
+               "multi-worker-mirrored under kolo run, or --workers N");
+
+  const int64_t perEpoch = stepsPerEpoch(train->size(), globalBatch, options.dropLast);
+  // --steps is the total step count: it cuts --epochs short, or alone sets the length.
+  int64_t totalSteps = std::max<int64_t>(options.epochs, 1) * perEpoch;
+  if (options.steps > 0)
+    totalSteps = options.epochs > 0 ? std::min(totalSteps, options.steps) : options.steps;
+  std::unique_ptr<optim::LrSchedule> schedule =
+      options.schedule ? options.schedule(totalSteps, perEpoch)
+                       : std::make_unique<optim::ConstantLr>(engine.lr());
+  KOLO_REQUIRE(schedule != nullptr, "train::fit: the schedule factory returned no schedule");
+
+  data::DataLoader loader(
+      train,
+      std::make_shared<data::DistributedSampler>(
+          train->size(), data::DistributedSamplerOptions{.globalBatch = globalBatch,
+                                                         .rank = shard.rank,
+                                                         .worldSize = shard.worldSize,
+                                                         .shuffle = options.shuffle,
+                                                         .seed = options.seed,
+                                                         .dropLast = options.dropLast}),
+      {.batchSize = globalBatch / shard.worldSize, .prefetch = options.prefetch});
+
+  CheckpointOptions checkpoints{.directory = options.checkpointDir,
+                                .keep = options.keepCheckpoints,
+                                .communicator = comm,
+                                .identity = options.identity,
+                                .warn = [&logger](const std::string& line) { logger.warn(line); }};
+  int64_t step = 0;
+  if (!options.resumeDir.empty()) {
+    CheckpointOptions from = checkpoints;
+    from.directory = options.resumeDir;
+    const Position position = load({&engine}, from);
+    if (primary) logger.info("resuming", {{"checkpoint", position.path}, {"step", position.step}});
+    loader.setState(position.loader);
+    step = position.step;
+  }
+  auto saveCheckpoint = [&](int64_t at) {
+    if (options.checkpointDir.empty()) return;
+    trace::Scope span("checkpoint", "checkpoint");
+    span.index(at);
+    const std::string path = save({&engine}, {.step = at, .loader = loader.state(), .path = ""}, checkpoints);
+    if (primary) logger.debug("checkpoint written", {{"dir", path}, {"step", at}});
+  };
+
+  // A resumed run continues the metrics file (and its step count).
+  Metrics metrics(primary ? options.metricsPath : "", step > 0, start);
+  const int64_t epochs = (totalSteps + perEpoch - 1) / perEpoch;
+  detail::StepMonitor monitor(comm.get(), options.metricsEvery, globalBatch / shard.worldSize);
+  detail::RankStatus status(options.statusFile, rank, totalSteps);
+  struct FailureEvent {
+    std::function<void()> write;
+    int uncaught = std::uncaught_exceptions();
+    ~FailureEvent() {
+      if (std::uncaught_exceptions() > uncaught) write();
+    }
+  } failureEvent{[&] {
+    try {
+      metrics.event("failed", step);
+    } catch (const std::exception&) {
+    }
+  }};
+  metrics.event(step > 0 ? "resume" : "start", step,
+                {{"ranks", comm ? comm->size() : 1},
+                 {"replicas", engine.replicas()},
+                 {"strategy", engine.name()},
+                 {"algorithm", engine.algorithm()},
+                 {"batch", globalBatch}});
+  if (primary) {
+    observe::Fields fields = options.describe;
+    fields.update({{"batch", globalBatch},
+                   {"epochs", epochs},
+                   {"steps", totalSteps},
+                   {"first_step", step},
+                   {"strategy", engine.name()},
+                   {"replicas", engine.replicas()}});
+    fields.update(engine.describe());
+    fields.set("loader", options.prefetch > 0 ? "thread" : "inline");
+    logger.info("training", fields);
+  }
+
+  std::string breakdown;  // the last interval's step-time breakdown, for the progress line
+  double intervalLoss = 0.0;
+  int64_t intervalSteps = 0;
+  FitSummary summary;
+  double trainSeconds = 0.0, steadySeconds = 0.0;
+  int64_t trainSteps = 0, steadySteps = 0;
+  int64_t lastCheckpoint = -1;
+  bool evaluated = false;
+  const int64_t tensorBase = engine.tensorBytesBefore();
+  auto validate = [&]() -> std::optional<EvaluateResult> {
+    if (!validation) return std::nullopt;
+    trace::Scope span("evaluate", "train");
+    return engine.evaluate(*validation);
+  };
+  // Tensor bytes beyond the data set: the most alive during a step (its batch included), and
+  // what a step leaves alive besides its batch (parameters, gradients, optimizer state).
+  int64_t stepPeakBytes = 0, stateBytes = 0;
+  while (step < totalSteps) {
+    const data::LoaderState at = loader.state();
+    const int64_t epochSteps = std::min(perEpoch - at.batch, totalSteps - step);
+    observe::ProgressBar bar("epoch " + std::to_string(at.epoch + 1) + "/" + std::to_string(epochs),
+                             at.batch + epochSteps, stderr, 100, options.progress);
+    double lossSum = 0.0, epochSeconds = 0.0;
+    int64_t lossCount = 0;
+    data::Batch batch;
+    while (step < totalSteps) {
+      const auto stepStart = Clock::now();
+      trace::Scope stepSpan("step", "train");
+      stepSpan.index(step);
+      {
+        trace::Scope dataSpan("data", "data");
+        if (!loader.next(batch)) break;
+      }
+      const double dataSeconds = secondsSince(stepStart);
+      if (options.anomalyDetector) options.anomalyDetector->beginStep(step);
+      const auto beginStart = Clock::now();
+      if (callbacks.onStepBegin) callbacks.onStepBegin(step);
+      const double beginSeconds = secondsSince(beginStart);
+      const auto computeStart = Clock::now();
+      resetPeakTensorBytes();
+      const double lr = schedule->lrAt(step);
+      const double loss = engine.step(batch, lr);
+      stepPeakBytes = std::max(stepPeakBytes, peakTensorBytes());
+      stateBytes = liveTensorBytes() - storageBytes(batch.inputs) - storageBytes(batch.labels);
+      const double compute = detail::computeSeconds(secondsSince(computeStart), engine.reducer());
+      const double seconds = secondsSince(stepStart);
+      if (options.anomalyDetector) {
+        if (comm && comm->size() > 1) options.anomalyDetector->agree(*comm);
+        else options.anomalyDetector->throwIfFound();
+      }
+      if (options.checkSyncEvery > 0 && (step + 1) % options.checkSyncEvery == 0)
+        observe::checkReplicasInSync(*comm, engine.model().stateDict(), step + 1);
+      monitor.record(dataSeconds, seconds, engine.reducer());
+      if (!std::isfinite(loss))
+        KOLO_THROW(DivergedError, "training diverged: loss ", loss, " at step ", step, " (lr ",
+                   lr, "); try a smaller --lr");
+      if (callbacks.onStepEnd)
+        callbacks.onStepEnd({.step = step, .loss = loss, .lr = lr, .seconds = seconds,
+                             .computeSeconds = compute});
+      ++step;
+      if (balancer) {
+        balancer->record(beginSeconds + compute);
+        detail::replanWhenDue(*balancer, *comm, step, primary, logger, metrics.writer());
+      }
+      epochSeconds += seconds;
+      if (trainSteps + lossCount >= options.timingSkip) {
+        steadySeconds += seconds;
+        ++steadySteps;
+      }
+      lossSum += loss;
+      ++lossCount;
+      intervalLoss += loss;
+      ++intervalSteps;
+      status.update("training", step, loss, seconds, globalBatch / std::max(seconds, 1e-9));
+      if (const std::optional<detail::IntervalTimes> interval = monitor.endOfStep(step)) {
+        breakdown = "  " + interval->progressText();
+        if (metrics.writer()) {
+          observe::Fields fields = interval->fields(engine.algorithm());
+          fields.set("wall_s", secondsSince(start));
+          fields.set("train_loss", intervalLoss / std::max<int64_t>(intervalSteps, 1));
+          fields.set("lr", engine.lr());
+          metrics.write(fields);
+        }
+        intervalLoss = 0.0;
+        intervalSteps = 0;
+      }
+      if (options.checkpointEvery > 0 && step % options.checkpointEvery == 0) {
+        status.update("checkpoint", step);
+        saveCheckpoint(step);
+        lastCheckpoint = step;
+        metrics.event("checkpoint", step);
+      }
+      if (!quiet) {
+        char suffix[96];
+        std::snprintf(suffix, sizeof(suffix), "loss %.4f  %s samples/s", lossSum / lossCount,
+                      formatRate(lossCount * globalBatch / std::max(epochSeconds, 1e-9)).c_str());
+        bar.update(at.batch + lossCount, suffix + breakdown);
+      }
+    }
+    KOLO_CHECK(lossCount > 0, "the data loader gave no batch at epoch ", at.epoch, " batch ",
+               at.batch);
+    // A run stopped by `steps` mid-epoch leaves the loader where it is; a full epoch ends
+    // with next() returning false, which moves the loader to the next epoch.
+    trainSeconds += epochSeconds;
+    trainSteps += lossCount;
+    summary.trainLoss = lossSum / lossCount;
+    status.update("evaluating", step);
+    const std::optional<EvaluateResult> figures = validate();
+    if (figures) summary.validationAccuracy = figures->accuracy;
+    evaluated = true;
+    summary.epochs = at.epoch + 1;
+    const double rate = lossCount * globalBatch / std::max(epochSeconds, 1e-9);
+    if (callbacks.onEpochEnd)
+      callbacks.onEpochEnd({.epoch = at.epoch + 1, .step = step, .trainLoss = summary.trainLoss,
+                            .validation = figures, .samplesPerSecond = rate});
+    if (!quiet) {
+      char suffix[128];
+      if (figures)
+        std::snprintf(suffix, sizeof(suffix), "loss %.4f  test accuracy %.4f  %s samples/s",
+                      summary.trainLoss, figures->accuracy, formatRate(rate).c_str());
+      else
+        std::snprintf(suffix, sizeof(suffix), "loss %.4f  %s samples/s", summary.trainLoss,
+                      formatRate(rate).c_str());
+      bar.finish(suffix);
+    }
+    observe::Fields epochLine{{"epoch", at.epoch + 1}, {"step", step},
+                              {"train_loss", summary.trainLoss}};
+    if (figures) epochLine.set("test_accuracy", figures->accuracy);
+    epochLine.update({{"samples_per_s", rate}, {"wall_s", secondsSince(start)}, {"lr", engine.lr()}});
+    metrics.write(epochLine);
+  }
+  if (trainSteps > 0)
+    logger.info("tensor memory", {{"rank", rank},
+                                  {"state_bytes", stateBytes - tensorBase},
+                                  {"step_peak_bytes", stepPeakBytes - tensorBase}});
+  if (!evaluated) {
+    const std::optional<EvaluateResult> figures = validate();
+    if (figures) summary.validationAccuracy = figures->accuracy;
+    summary.epochs = loader.state().epoch;
+  }
+  summary.steps = step;
+  summary.samplesPerSecond = trainSteps * globalBatch / std::max(trainSeconds, 1e-9);
+  summary.steadySamplesPerSecond = steadySteps > 0
+                                       ? steadySteps * globalBatch / std::max(steadySeconds, 1e-9)
+                                       : summary.samplesPerSecond;
+  if (const parallel::Reducer* reducer = engine.reducer(); reducer && trainSteps > 0)
+    summary.gradBytesPerStep = static_cast<double>(reducer->bytesSent()) / trainSteps;
+  if (lastCheckpoint != step && trainSteps > 0) {
+    saveCheckpoint(step);
+    if (!options.checkpointDir.empty()) metrics.event("checkpoint", step);
+  }
+  summary.wallSeconds = secondsSince(start);
+  metrics.event("end", step);  // before the final line, which stays the file's last
+  observe::Fields last{{"epoch", summary.epochs}, {"step", summary.steps},
+                       {"train_loss", summary.trainLoss}};
+  if (validation) last.set("test_accuracy", summary.validationAccuracy);
+  last.update({{"samples_per_s", summary.samplesPerSecond},
+               {"steady_samples_per_s", summary.steadySamplesPerSecond},
+               {"grad_bytes_per_step", summary.gradBytesPerStep},
+               {"wall_s", summary.wallSeconds},
+               {"final", true}});
+  metrics.write(last);
+  if (options.finishTimeline) detail::finishTimeline(comm.get(), primary, logger);
+  return summary;
+}
+
+}  // namespace kolo::train

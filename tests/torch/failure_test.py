@@ -1,0 +1,84 @@
+"""Failure over backend "kolo": a rank killed with SIGKILL, and ranks that issue different
+collectives, end every other rank's call in a RuntimeError naming the rank and the
+collective (within the group's timeout: the launcher kills a rank that hangs instead)."""
+import datetime
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ranks  # noqa: E402
+
+
+def worker(case):
+    import torch
+    import torch.distributed as dist
+    import kolo_torch  # noqa: F401
+
+    dist.init_process_group("kolo", timeout=datetime.timedelta(seconds=5))
+    r = dist.get_rank()
+    store = dist.distributed_c10d._get_default_store()
+
+    def report(msg, survivors):
+        # Survivors stay until each has its error: one leaving early would be the next
+        # "vanished" rank another survivor names.
+        print(f"rank {r}: RuntimeError: {msg}", flush=True)
+        store.add(f"reported/{case}", 1)
+        while store.add(f"reported/{case}", 0) < survivors:
+            time.sleep(0.01)
+        sys.exit(0)
+
+    t = torch.ones(1000)
+    dist.all_reduce(t)
+    if case == "kill":
+        if r == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            dist.all_reduce(t)
+        except RuntimeError as e:
+            msg = str(e)
+            assert "rank 1" in msg and "allreduce" in msg, f"the error does not name rank 1 and allreduce: {msg}"
+            report(msg, 1)
+        sys.exit(f"rank {r}: all_reduce returned although rank 1 was killed")
+    if case == "mismatch":
+        try:
+            if r == 0:
+                dist.all_reduce(torch.ones(10))
+            else:
+                dist.broadcast(torch.ones(20), src=0)
+        except RuntimeError as e:
+            msg = str(e)
+            assert "allreduce" in msg or "broadcast" in msg, f"the error names no collective: {msg}"
+            report(msg, 2)
+        sys.exit(f"rank {r}: mismatched collectives returned")
+
+
+def shm_entries():
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+def main():
+    before = shm_entries()
+    results = ranks.launch(os.path.abspath(__file__), 2, args=["kill"], deadline_s=60)
+    killed_rc = results[1][0]
+    if killed_rc != -signal.SIGKILL:
+        print(f"FAIL: rank 1 was to be killed by SIGKILL, it exited {killed_rc}")
+        sys.exit(1)
+    ranks.require_all_ok(results[:1], "killed rank")
+    ranks.require_all_ok(ranks.launch(os.path.abspath(__file__), 2, args=["mismatch"], deadline_s=60),
+                         "mismatched collectives")
+    left = [e for e in shm_entries() - before if "kolo" in e]
+    if left:
+        print(f"FAIL: /dev/shm entries left behind: {left}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
+        worker(sys.argv[2])
+    else:
+        main()

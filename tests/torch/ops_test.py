@@ -1,0 +1,179 @@
+"""Every torch.distributed operation over backend "kolo", for every dtype, at one world
+size (argument), against closed-form values: rank r contributes r + 1 (or bit r), so the sum
+is n(n+1)/2, the product n!, and so on. One process per rank runs every case."""
+import datetime
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ranks  # noqa: E402
+
+FLOATS = ["float32", "float64", "float16", "bfloat16"]
+INTS = ["int8", "int32", "int64", "uint8"]
+ALL = FLOATS + INTS + ["bool"]
+
+
+def worker():
+    import math
+    import torch
+    import torch.distributed as dist
+    import kolo_torch  # noqa: F401
+
+    dist.init_process_group("kolo", timeout=datetime.timedelta(seconds=30))
+    r, n = dist.get_rank(), dist.get_world_size()
+    R = dist.ReduceOp
+    checks = 0
+
+    def check(name, got, expected):
+        nonlocal checks
+        expected = expected.to(got.dtype) if isinstance(expected, torch.Tensor) else expected
+        if not torch.equal(got, expected):
+            raise AssertionError(f"rank {r}: {name}: got {got.tolist()[:8]}, expected {expected.tolist()[:8]}")
+        checks += 1
+
+    def mine(dtype, count, value):
+        return torch.full((count,), value, dtype=dtype)
+
+    for name in ALL:
+        dt = getattr(torch, name)
+        is_bool, is_int = name == "bool", name in INTS
+        # all_reduce: every op the dtype has, counts 0, 1, 7 and 1000, one strided tensor.
+        if is_bool:
+            cases = {R.SUM: True, R.MAX: True, R.BOR: True, R.PRODUCT: n == 1, R.MIN: n == 1,
+                     R.BAND: n == 1, R.BXOR: True}
+            value = r == 0
+        else:
+            cases = {R.SUM: n * (n + 1) // 2, R.PRODUCT: math.factorial(n), R.MIN: 1, R.MAX: n}
+            if not is_int:
+                cases[R.AVG] = (n + 1) / 2
+            value = r + 1
+        for op, expected in cases.items():
+            for count in (0, 1, 7, 1000):
+                t = mine(dt, count, value)
+                dist.all_reduce(t, op=op)
+                check(f"all_reduce {op} {name} x{count}", t, torch.full((count,), expected, dtype=dt))
+        if is_int:
+            for op, expected in ((R.BAND, 1 if n == 1 else 0), (R.BOR, (1 << n) - 1), (R.BXOR, (1 << n) - 1)):
+                t = mine(dt, 7, 1 << r)
+                dist.all_reduce(t, op=op)
+                check(f"all_reduce {op} {name}", t, torch.full((7,), expected, dtype=dt))
+        strided = torch.full((6, 4), value, dtype=dt).t()  # not contiguous
+        dist.all_reduce(strided, op=R.MAX)
+        check(f"all_reduce strided {name}", strided, torch.full((4, 6), True if is_bool else n, dtype=dt))
+        w = dist.all_reduce(mine(dt, 5, value), op=R.MAX, async_op=True)
+        w.wait()
+        fut_value = w.get_future().wait()[0]
+        check(f"all_reduce async future {name}", fut_value, torch.full((5,), True if is_bool else n, dtype=dt))
+
+        v = (lambda k: (k % 2 == 0)) if is_bool else (lambda k: k + 1)
+        # broadcast from the last rank
+        t = mine(dt, 9, v(r))
+        dist.broadcast(t, src=n - 1)
+        check(f"broadcast {name}", t, torch.full((9,), v(n - 1), dtype=dt))
+        # all_gather and all_gather_into_tensor
+        outs = [torch.zeros(3, dtype=dt) for _ in range(n)]
+        dist.all_gather(outs, mine(dt, 3, v(r)))
+        for k in range(n):
+            check(f"all_gather {name} block {k}", outs[k], torch.full((3,), v(k), dtype=dt))
+        flat = torch.zeros(n * 3, dtype=dt)
+        dist.all_gather_into_tensor(flat, mine(dt, 3, v(r)))
+        check(f"all_gather_into_tensor {name}", flat,
+              torch.cat([torch.full((3,), v(k), dtype=dt) for k in range(n)]))
+        # reduce_scatter (list) and reduce_scatter_tensor: block k of rank r holds v(r) + k
+        if not is_bool:
+            ins = [mine(dt, 4, r + 1 + k) for k in range(n)]
+            out = torch.zeros(4, dtype=dt)
+            dist.reduce_scatter(out, ins)
+            check(f"reduce_scatter {name}", out, torch.full((4,), n * (n + 1) // 2 + n * r, dtype=dt))
+            out = torch.zeros(4, dtype=dt)
+            dist.reduce_scatter_tensor(out, torch.cat(ins))
+            check(f"reduce_scatter_tensor {name}", out, torch.full((4,), n * (n + 1) // 2 + n * r, dtype=dt))
+            out = torch.zeros(4, dtype=dt)
+            dist.reduce_scatter_tensor(out, torch.cat(ins), op=R.MAX)
+            check(f"reduce_scatter_tensor MAX {name}", out, torch.full((4,), n + r, dtype=dt))
+            # reduce to rank 0
+            t = mine(dt, 6, r + 1)
+            dist.reduce(t, dst=0)
+            if r == 0:
+                check(f"reduce {name}", t, torch.full((6,), n * (n + 1) // 2, dtype=dt))
+        # gather / scatter at the last rank
+        root = n - 1
+        gl = [torch.zeros(2, dtype=dt) for _ in range(n)] if r == root else None
+        dist.gather(mine(dt, 2, v(r)), gl, dst=root)
+        if r == root:
+            for k in range(n):
+                check(f"gather {name} block {k}", gl[k], torch.full((2,), v(k), dtype=dt))
+        out = torch.zeros(5, dtype=dt)
+        dist.scatter(out, [mine(dt, 5, v(k)) for k in range(n)] if r == root else None, src=root)
+        check(f"scatter {name}", out, torch.full((5,), v(r), dtype=dt))
+        # all_to_all_single, equal and uneven splits: rank r sends k+1 rows of value 10r+k to k
+        if not is_bool:
+            inp = torch.tensor([10 * r + k for k in range(n)], dtype=torch.int64).to(dt)
+            out = torch.zeros(n, dtype=dt)
+            dist.all_to_all_single(out, inp)
+            check(f"all_to_all_single {name}", out, torch.tensor([10 * k + r for k in range(n)]).to(dt))
+            inp = torch.cat([torch.full((k + 1, 2), 10 * r + k, dtype=dt) for k in range(n)])
+            out = torch.zeros(n * (r + 1), 2, dtype=dt)
+            dist.all_to_all_single(out, inp, output_split_sizes=[r + 1] * n,
+                                   input_split_sizes=[k + 1 for k in range(n)])
+            check(f"all_to_all_single uneven {name}", out,
+                  torch.cat([torch.full((r + 1, 2), 10 * k + r, dtype=dt) for k in range(n)]))
+            outs = [torch.zeros(k + 1, dtype=dt) for k in range(n)]
+            dist.all_to_all(outs, [torch.full((r + 1,), 10 * r + k, dtype=dt) for k in range(n)])
+            for k in range(n):
+                check(f"all_to_all {name} block {k}", outs[k], torch.full((k + 1,), 10 * k + r, dtype=dt))
+        # send/recv around the ring, posted before the matching send (isend/irecv)
+        if n > 1:
+            got = torch.zeros(3, dtype=dt)
+            rq = dist.irecv(got, src=(r - 1) % n, tag=5)
+            sq = dist.isend(mine(dt, 3, v(r)), dst=(r + 1) % n, tag=5)
+            sq.wait()
+            rq.wait()
+            check(f"send/recv {name}", got, torch.full((3,), v((r - 1) % n), dtype=dt))
+
+    # A recv posted ahead of a collective does not hold the collective back.
+    if n > 1:
+        got = torch.zeros(4)
+        rq = dist.irecv(got, src=(r + 1) % n)
+        t = torch.ones(4)
+        dist.all_reduce(t)
+        dist.send(torch.full((4,), float(r)), dst=(r - 1) % n)
+        rq.wait()
+        check("recv behind all_reduce", got, torch.full((4,), float((r + 1) % n)))
+        check("all_reduce ahead of recv", t, torch.full((4,), float(n)))
+
+    # A sub-group (every even rank) alongside the default group.
+    evens = list(range(0, n, 2))
+    sub = dist.new_group(evens)
+    if r in evens:
+        t = torch.full((3,), float(r))
+        dist.all_reduce(t, group=sub)
+        check("new_group all_reduce", t, torch.full((3,), float(sum(evens))))
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    check("default group after new_group", t, torch.full((2,), float(n)))
+
+    # Many asynchronous all-reduces complete in issue order with their own values.
+    works = []
+    for i in range(20):
+        t = torch.full((64,), float(i))
+        works.append((t, dist.all_reduce(t, async_op=True)))
+    for i, (t, w) in enumerate(works):
+        w.wait()
+        check(f"async all_reduce #{i}", t, torch.full((64,), float(i * n)))
+    dist.barrier()
+    dist.destroy_process_group()
+    print(f"rank {r}: {checks} checks passed")
+
+
+def main():
+    world = int(sys.argv[1])
+    results = ranks.launch(os.path.abspath(__file__), world, deadline_s=120)
+    ranks.require_all_ok(results, f"ops at world size {world}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker()
+    else:
+        main()

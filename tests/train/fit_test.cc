@@ -1,0 +1,291 @@
+// The train layer in-process: fit over a DataParallelEngine on ranks as threads takes the
+// steps of one device (weights to float tolerance, with a check that training moved them);
+// a run resumed from a checkpoint ends bit-identical to a straight one; evaluate() splits
+// the work over the ranks and returns the figures of one process; save() keeps each
+// Stateful object's sections and refuses two objects that claim one name; the metrics lines
+// keep the schema `kolo report` reads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kolo/checkpoint.h"
+#include "kolo/error.h"
+#include "kolo/nn/layers.h"
+#include "kolo/train/fit.h"
+#include "parallel/native_ranks.h"
+#include "parallel/toy_setup.h"
+
+namespace kolo::train {
+namespace {
+
+namespace fs = std::filesystem;
+using parallel::testing::nativeRanks;
+using parallel::testing::runThreads;
+
+constexpr int64_t kFeatures = 12;
+constexpr int64_t kClasses = 5;
+
+// Labels from a fixed linear map of the inputs, so that there is something to learn.
+std::shared_ptr<data::TensorDataset> dataset(int64_t n, uint64_t seed) {
+  Generator gen(seed);
+  Tensor inputs = Tensor::randn({n, kFeatures}, gen);
+  Generator mapGen(99);
+  Tensor map = Tensor::randn({kFeatures, kClasses}, mapGen);
+  return std::make_shared<data::TensorDataset>(inputs, argmax(matmul(inputs, map), 1));
+}
+
+std::shared_ptr<nn::Module> model() {
+  Generator gen(3);
+  return std::make_shared<nn::Sequential>(
+      std::initializer_list<std::shared_ptr<nn::Module>>{
+          std::make_shared<nn::Linear>(kFeatures, 32, gen), std::make_shared<nn::ReLU>(),
+          std::make_shared<nn::Linear>(32, kClasses, gen)});
+}
+
+std::unique_ptr<optim::Optimizer> sgd(const parallel::NamedTensors& parameters) {
+  return std::make_unique<optim::Sgd>(parameters, optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
+}
+
+// An engine of `kind` over `comm` (null: one device).
+std::unique_ptr<DataParallelEngine> engine(std::shared_ptr<comm::Communicator> comm) {
+  DataParallelOptions options;
+  options.strategy.kind = comm ? parallel::StrategyKind::MultiWorkerMirrored
+                               : parallel::StrategyKind::OneDevice;
+  options.strategy.communicator = std::move(comm);
+  return std::make_unique<DataParallelEngine>(model, sgd, options);
+}
+
+FitOptions quietOptions(observe::Logger& logger) {
+  FitOptions options;
+  options.batch = 32;
+  options.seed = 5;
+  options.quiet = true;
+  options.logger = &logger;
+  options.prefetch = 0;
+  options.schedule = [](int64_t total, int64_t) {
+    return std::make_unique<optim::CosineLr>(0.1, total);
+  };
+  return options;
+}
+
+std::vector<float> weights(nn::Module& module) {
+  std::vector<float> out;
+  for (const auto& [name, tensor] : module.stateDict()) {
+    const std::vector<float> values = tensor.toFloatVector();
+    out.insert(out.end(), values.begin(), values.end());
+  }
+  return out;
+}
+
+double maxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+  return worst;
+}
+
+std::string freshDir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() /
+                       ("kolo_train_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  return dir.string();
+}
+
+// Trains `steps` steps on `ranks` thread ranks (0: one device) and returns rank 0's
+// weights; `change` edits the options first.
+std::vector<float> trainOn(int ranks, int64_t steps,
+                           const std::function<void(FitOptions&)>& change = nullptr,
+                           const FitCallbacks& callbacks = {}) {
+  const auto train = dataset(512, 1);
+  const auto test = dataset(128, 2);
+  observe::Logger logger(stderr, observe::LogLevel::Warn);
+  std::vector<float> result;
+  auto run = [&](std::shared_ptr<comm::Communicator> comm) {
+    auto e = engine(comm);
+    FitOptions options = quietOptions(logger);
+    options.steps = steps;
+    if (change) change(options);
+    fit(*e, train, test, options, callbacks);
+    if (e->isPrimary()) result = weights(e->model());
+  };
+  if (ranks == 0) {
+    run(nullptr);
+  } else {
+    auto make = nativeRanks(ranks);
+    runThreads(ranks, [&](int rank) { run(make(rank)); });
+  }
+  return result;
+}
+
+TEST(FitTest, TwoRanksTakeTheStepsOfOneDevice) {
+  const std::vector<float> initial = weights(*model());
+  const std::vector<float> one = trainOn(0, 24);
+  const std::vector<float> two = trainOn(2, 24);
+  EXPECT_GT(maxAbsDiff(one, initial), 1e-2) << "training did not move the weights";
+  EXPECT_LT(maxAbsDiff(one, two), 2e-5);
+}
+
+TEST(FitTest, AResumedRunEndsBitIdenticalToAStraightOne) {
+  const std::string dir = freshDir("resume");
+  const std::vector<float> straight = trainOn(2, 20);
+  // The first run stops at step 10 (an exception on every rank), after its checkpoint of 8.
+  FitCallbacks crash;
+  crash.onStepBegin = [](int64_t step) {
+    if (step == 10) KOLO_THROW(Error, "stopped at step 10");
+  };
+  EXPECT_THROW(trainOn(2, 20, [&](FitOptions& o) {
+    o.checkpointDir = dir;
+    o.checkpointEvery = 4;
+  }, crash), Error);
+  const std::vector<float> resumed = trainOn(2, 20, [&](FitOptions& o) {
+    o.checkpointDir = dir;
+    o.resumeDir = dir;
+  });
+  EXPECT_EQ(straight, resumed);
+  // And on one device from the two ranks' checkpoint: the layout may change on resume.
+  const std::vector<float> onOne = trainOn(0, 20, [&](FitOptions& o) { o.resumeDir = dir; });
+  EXPECT_LT(maxAbsDiff(straight, onOne), 2e-5);
+  fs::remove_all(dir);
+}
+
+TEST(FitTest, AResumeWithAnotherIdentityIsRefused) {
+  const std::string dir = freshDir("identity");
+  trainOn(0, 2, [&](FitOptions& o) {
+    o.checkpointDir = dir;
+    o.identity = {{"batch", "32"}};
+  });
+  try {
+    trainOn(0, 4, [&](FitOptions& o) {
+      o.resumeDir = dir;
+      o.identity = {{"batch", "64"}};
+    });
+    FAIL() << "resumed a checkpoint of another identity";
+  } catch (const Mismatch& e) {
+    EXPECT_NE(std::string(e.what()).find("--batch 32, this run has 64"), std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(EvaluateTest, RanksShareTheWorkAndAgreeWithOneProcess) {
+  const auto data = dataset(301, 4);  // not divisible by the ranks
+  auto net = model();
+  const EvaluateResult alone = evaluate(*net, *data, {.batch = 64, .loss = nullptr, .communicator = nullptr});
+  EXPECT_EQ(alone.samples, 301);
+  EXPECT_GT(alone.loss, 0.0);
+  auto make = nativeRanks(3);
+  std::vector<EvaluateResult> results(3);
+  runThreads(3, [&](int rank) {
+    auto mine = model();
+    results[static_cast<size_t>(rank)] =
+        evaluate(*mine, *data, {.batch = 7, .loss = nullptr, .communicator = make(rank)});
+  });
+  for (const EvaluateResult& r : results) {
+    EXPECT_EQ(r.accuracy, alone.accuracy);
+    EXPECT_NEAR(r.loss, alone.loss, 1e-6 * alone.loss);
+    EXPECT_EQ(r.samples, 301);
+  }
+}
+
+// A Stateful of its own: a counter kept in a tensor and a metadata string.
+struct Counter : Stateful {
+  int64_t value = 0;
+  std::string tensorName = "counter.value";
+  StateDict stateDict() override {
+    StateDict state;
+    state.tensors.emplace_back(tensorName, Tensor::fromVector({1}, std::vector<int64_t>{value}));
+    state.metadata["counter"] = std::to_string(value);
+    return state;
+  }
+  void loadStateDict(const StateDict& state) override {
+    for (const auto& [name, tensor] : state.tensors)
+      if (name == tensorName) value = static_cast<int64_t>(tensor.item());
+  }
+};
+
+TEST(StateTest, ObjectsKeepTheirSectionsAndNamesMayNotCollide) {
+  const std::string dir = freshDir("state");
+  auto e = engine(nullptr);
+  Counter counter;
+  counter.value = 41;
+  const CheckpointOptions options{.directory = dir, .keep = 2, .communicator = nullptr,
+                                  .identity = {{"model", "toy"}}, .warn = nullptr};
+  const std::string path =
+      save({e.get(), &counter}, {.step = 7, .loader = {1, 3}, .path = ""}, options);
+  EXPECT_EQ(path, dir + "/ckpt-000000007");
+  const checkpoint::CheckpointContents contents = checkpoint::CheckpointManager::read(path);
+  EXPECT_EQ(contents.state.extra.at("counter"), "41");
+  EXPECT_EQ(contents.state.extra.at("model"), "toy");
+  EXPECT_EQ(contents.state.extra.at("strategy"), "one-device");
+  EXPECT_EQ(contents.optimizerKind, "sgd");
+  EXPECT_EQ(contents.weights.size(), e->model().stateDict().size());
+
+  Counter restored;
+  auto fresh = engine(nullptr);
+  const Position at = load({fresh.get(), &restored}, options);
+  EXPECT_EQ(at.step, 7);
+  EXPECT_EQ(at.loader.epoch, 1);
+  EXPECT_EQ(at.loader.batch, 3);
+  EXPECT_EQ(restored.value, 41);
+  EXPECT_EQ(weights(fresh->model()), weights(e->model()));
+
+  Counter twin;  // claims the same tensor name
+  EXPECT_THROW(save({&counter, &twin}, {.step = 8, .loader = {}, .path = ""}, options),
+               InvalidArgument);
+  fs::remove_all(dir);
+}
+
+TEST(FitTest, MetricsLinesKeepTheSchemaThatKoloReportReads) {
+  const std::string dir = freshDir("metrics");
+  fs::create_directories(dir);
+  const std::string path = dir + "/metrics.jsonl";
+  int epochsEnded = 0;
+  const auto train = dataset(128, 1);
+  observe::Logger logger(stderr, observe::LogLevel::Warn);
+  auto e = engine(nullptr);
+  FitOptions options = quietOptions(logger);
+  options.epochs = 2;
+  options.metricsPath = path;
+  options.metricsEvery = 2;
+  FitCallbacks callbacks;
+  callbacks.onEpochEnd = [&](const EpochEnd& end) {
+    ++epochsEnded;
+    EXPECT_TRUE(end.validation.has_value());
+  };
+  const FitSummary summary = fit(*e, train, dataset(64, 2), options, callbacks);
+  EXPECT_EQ(summary.steps, 8);  // 2 epochs of 128 / 32
+  EXPECT_EQ(epochsEnded, 2);
+  std::ifstream in(path);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_GE(lines.size(), 5u);
+  EXPECT_EQ(lines.front()["event"], "start");
+  EXPECT_EQ(lines.front()["strategy"], "one-device");
+  int intervals = 0, epochs = 0;
+  for (const auto& line : lines) {
+    if (line.value("kind", "") == "interval") ++intervals;
+    if (line.contains("epoch") && !line.contains("final")) {
+      ++epochs;
+      EXPECT_TRUE(line.contains("test_accuracy") && line.contains("train_loss") &&
+                  line.contains("samples_per_s") && line.contains("lr"));
+    }
+  }
+  EXPECT_EQ(intervals, 4);
+  EXPECT_EQ(epochs, 2);
+  EXPECT_EQ(lines[lines.size() - 2]["event"], "end");
+  EXPECT_EQ(lines.back()["final"], true);
+  EXPECT_EQ(lines.back()["step"], 8);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kolo::train
