@@ -150,7 +150,8 @@ class Adam : public Optimizer {
   AdamOptions options_;
 };
 
-/// AdamW with torch's default weight decay (0.01) unless `options.weightDecay` is set.
+/// AdamW: `options` with decoupled weight decay. The weight decay is options.weightDecay as
+/// given (AdamOptions' default is 0; torch's AdamW default, 0.01, is what `kolo train` passes).
 std::unique_ptr<Optimizer> makeAdamW(NamedParameters parameters, AdamOptions options);
 
 /// Learning rate as a function of the optimizer step (0-based: lrAt(s) is used by step s).

@@ -48,23 +48,28 @@ T expShifted(const T* s, T* p, int64_t n, T shift) {
 
 // S (rows x keys, row stride ld) of query block r0 -> P in place: row i's first r0 + i + 1
 // entries e^(s - lse) with lse its log-sum-exp (written to lse[i] when `fromLse` is false,
-// read from it when true), the rest of the row 0.
+// read from it when true), the rest of the row 0. The later keys are set to -inf first, so
+// that the exponentials run over whole rows of the block (e^-inf = 0) in full vectors.
 template <class T>
 void causalSoftmaxBlock(T* sp, int64_t ld, int64_t rows, int64_t keys, int64_t r0, T* lse, bool fromLse) {
   for (int64_t i = 0; i < rows; ++i) {
     T* row = sp + i * ld;
-    const int64_t n = r0 + i + 1;
+    std::fill(row + r0 + i + 1, row + keys, -std::numeric_limits<T>::infinity());
     if (fromLse) {
-      expShifted(row, row, n, lse[i]);
-    } else {
-      T mx = row[0];
-      for (int64_t j = 1; j < n; ++j) mx = std::max(mx, row[j]);
-      const T total = expShifted(row, row, n, mx);
-      const T inv = T(1) / total;
-      for (int64_t j = 0; j < n; ++j) row[j] *= inv;
-      lse[i] = mx + std::log(total);
+      expShifted(row, row, keys, lse[i]);
+      continue;
     }
-    std::fill(row + n, row + keys, T(0));
+    T mx;
+    if constexpr (std::is_same_v<T, float>) {
+      mx = detail::rowMax(row, keys);
+    } else {
+      mx = row[0];
+      for (int64_t j = 1; j < keys; ++j) mx = std::max(mx, row[j]);
+    }
+    const T total = expShifted(row, row, keys, mx);
+    const T inv = T(1) / total;
+    for (int64_t j = 0; j < keys; ++j) row[j] *= inv;
+    lse[i] = mx + std::log(total);
   }
 }
 

@@ -63,6 +63,18 @@ KOLO_VECTOR_CLONES void geluBackwardBiasRows(const float* __restrict grad, const
   }
 }
 
+KOLO_VECTOR_CLONES float rowMax(const float* x, int64_t n) {
+  const int64_t whole = n / kLanes * kLanes;
+  float lanes[kLanes];
+  for (int l = 0; l < kLanes; ++l) lanes[l] = -__builtin_inff();
+  for (int64_t i = 0; i < whole; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
+  float mx = -__builtin_inff();
+  for (int l = 0; l < kLanes; ++l) mx = lanes[l] > mx ? lanes[l] : mx;
+  for (int64_t i = whole; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  return mx;
+}
+
 KOLO_VECTOR_CLONES float expShiftedSum(const float* s, float* p, int64_t n, float shift) {
   const int64_t whole = n / kLanes * kLanes;
   float lanes[kLanes] = {};

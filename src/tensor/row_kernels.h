@@ -16,6 +16,8 @@ void geluBackwardRows(const float* grad, const float* x, float* out, int64_t n);
 void biasGeluRows(float* pre, const float* bias, float* y, int64_t rows, int64_t n);
 /// rows x n: gpre = grad * gelu'(pre), and gbias (n, added to) += its column sums.
 void geluBackwardBiasRows(const float* grad, const float* pre, float* gpre, float* gbias, int64_t rows, int64_t n);
+/// The largest of n >= 1 elements (-inf when all are).
+float rowMax(const float* x, int64_t n);
 /// p[i] = e^(s[i] - shift) over n elements (p may be s); returns their sum.
 float expShiftedSum(const float* s, float* p, int64_t n, float shift);
 /// x[i] = e^x[i] over n elements.

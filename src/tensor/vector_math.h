@@ -20,7 +20,9 @@ namespace kolo::detail {
 inline float expApprox(float x) {
   constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float clamped = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
+  // NaN goes through as 0 (and is put back at the end): converting NaN to an integer is
+  // undefined.
+  const float clamped = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : (x == x ? x : 0.0f));
   const float n = (clamped * kLog2e + kRound) - kRound;
   const float r = (clamped - n * kLn2Hi) - n * kLn2Lo;
   float p = 1.9875691500e-4f;
