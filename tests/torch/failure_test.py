@@ -32,7 +32,12 @@ def worker(case):
     t = torch.ones(1000)
     dist.all_reduce(t)
     if case == "kill":
+        # Rank 1 dies only once every other rank has finished the first all-reduce: before
+        # that, a survivor still inside it would rightly report rank 1 gone there instead.
+        store.add(f"first-done/{case}", 1)
         if r == 1:
+            while store.add(f"first-done/{case}", 0) < dist.get_world_size():
+                time.sleep(0.01)
             os.kill(os.getpid(), signal.SIGKILL)
         try:
             dist.all_reduce(t)
