@@ -321,6 +321,27 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return out.reshape(outShape);
 }
 
+namespace {
+
+/// The input and weight gradients of y = x W^T + b from the output gradient g (M, N):
+/// dX = g W when `wd` was kept (the input needs a gradient), dW = g^T X when `xd` was kept,
+/// written straight into the weight's gradient buffer when the engine offers it.
+std::pair<Tensor, Tensor> linearInputWeightGrads(const Tensor& g, const Tensor& xd, const Tensor& wd,
+                                                 const Shape& xShape, const Shape& wShape, DType wDtype) {
+  Tensor gx, gw;
+  if (wd.defined()) gx = kernels::reshapeRaw(kernels::matmul2d(g, wd), xShape);
+  if (xd.defined()) {
+    autograd::GradTarget target;
+    if (autograd::takeGradTarget(1, wShape, wDtype, &target))
+      kernels::matmul2d(kernels::transposeRaw(g, 0, 1), xd, &target.buffer, target.accumulate ? 1.0 : 0.0);
+    else
+      gw = kernels::matmul2d(kernels::transposeRaw(g, 0, 1), xd);
+  }
+  return {gx, gw};
+}
+
+}  // namespace
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   KOLO_CHECK(weight.dim() == 2, "linear: weight must be [out, in], got ", shapeString(weight.shape()));
   KOLO_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1], "linear: input ", shapeString(x.shape()),
@@ -351,17 +372,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const DType wDtype = weight.dtype();
   return record(out, {x, weight, bias}, "LinearBackward", [=](const Tensor& g0) {
     Tensor g = kernels::reshapeRaw(g0, {-1, outF});
-    Tensor gx, gw, gb;
-    if (rx) gx = kernels::reshapeRaw(kernels::matmul2d(g, wd), xShape);
-    autograd::GradTarget target;
-    if (rw) {
-      // Straight into the weight's gradient buffer when the engine offers it.
-      if (autograd::takeGradTarget(1, wShape, wDtype, &target))
-        kernels::matmul2d(kernels::transposeRaw(g, 0, 1), xd, &target.buffer, target.accumulate ? 1.0 : 0.0);
-      else
-        gw = kernels::matmul2d(kernels::transposeRaw(g, 0, 1), xd);
-    }
-    if (rb) gb = kernels::sum(g, {0}, false);
+    auto [gx, gw] = linearInputWeightGrads(g, xd, wd, xShape, wShape, wDtype);
+    Tensor gb = rb ? kernels::sum(g, {0}, false) : Tensor();
     return Grads{gx, gw, gb};
   });
 }
@@ -388,15 +400,7 @@ Tensor linearGelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return record(out, {x, weight, bias}, "LinearGeluBackward", [=](const Tensor& g0) {
     Tensor gb;
     Tensor g = kernels::biasGeluBackward(kernels::reshapeRaw(g0, {-1, outF}), pre, rb ? &gb : nullptr);
-    Tensor gx, gw;
-    if (rx) gx = kernels::reshapeRaw(kernels::matmul2d(g, wd), xShape);
-    autograd::GradTarget target;
-    if (rw) {
-      if (autograd::takeGradTarget(1, wShape, DType::F32, &target))
-        kernels::matmul2d(kernels::transposeRaw(g, 0, 1), xd, &target.buffer, target.accumulate ? 1.0 : 0.0);
-      else
-        gw = kernels::matmul2d(kernels::transposeRaw(g, 0, 1), xd);
-    }
+    auto [gx, gw] = linearInputWeightGrads(g, xd, wd, xShape, wShape, DType::F32);
     return Grads{gx, gw, gb};
   });
 }
