@@ -32,6 +32,9 @@ ctest_phase() {
 
 phase_report() {
   local rc=$?
+  # The report only reads logs: none of its pipes may change the run's status (under pipefail a
+  # `sort | head` would end in SIGPIPE, 141).
+  set +e +o pipefail
   local total=$(( $(date +%s) - phase_start_all ))
   echo
   echo "== phases (wall seconds; budget for the whole: 1800 s; load average now: $(cut -d' ' -f1-3 /proc/loadavg)) =="
@@ -47,8 +50,8 @@ phase_report() {
     # ctest's lines: "  12/774 Test  #12: Suite.Name ......   Passed    1.23 sec"
     grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: ' "$log" |
       sed -E 's/^.*Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec.*$/\2 \1/' |
-      sort -rn | head -15 | awk '{printf "  %8.2f s  %s\n", $1, $2}'
+      sort -rn | awk 'NR <= 15 {printf "  %8.2f s  %s\n", $1, $2}'
   done
-  return $rc
+  exit $rc
 }
 trap phase_report EXIT
