@@ -349,13 +349,33 @@ void Engine::cancel(const std::shared_ptr<Op>& op) {
   failOp(*op, std::make_exception_ptr(Error(op->label.prefix() + ": cancelled")));
 }
 
+std::string Engine::exitedPeers() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> gone;
+  for (int q = 0; q < size_; ++q) {
+    Peer& p = peers_[static_cast<size_t>(q)];
+    if (q == rank_ || !p.channel) continue;
+    if (p.vanished || (p.broken.empty() && !p.channel->peerAlive()))
+      gone.push_back("rank " + std::to_string(q) + " (" + p.channel->kind() + " peer)");
+  }
+  if (gone.empty()) return "";
+  std::string text = "; meanwhile ";
+  for (size_t i = 0; i < gone.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == gone.size() ? " and " : ", ") + gone[i];
+  return text + (gone.size() == 1 ? " has" : " have") + " exited (ranks of the whole job)";
+}
+
 void Engine::throwTimeout(const Op& op, std::chrono::milliseconds budget) {
+  // A rank waiting on a live peer that waits on a dead one runs out of time naming the live
+  // one: the ranks that left are named too, as the likely cause.
+  const std::string exited = exitedPeers();
   const bool isSend = dynamic_cast<const SendOp*>(&op) != nullptr;
   if (isSend) {
     KOLO_THROW(Timeout, op.label.prefix(), ": rank ", op.label.groupPeer, " did not take data after ",
-               seconds(budget));
+               seconds(budget), exited);
   }
-  KOLO_THROW(Timeout, op.label.prefix(), ": no data from rank ", op.label.groupPeer, " after ", seconds(budget));
+  KOLO_THROW(Timeout, op.label.prefix(), ": no data from rank ", op.label.groupPeer, " after ",
+             seconds(budget), exited);
 }
 
 bool Engine::busy(const Peer& p) {

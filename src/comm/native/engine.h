@@ -129,6 +129,9 @@ class Engine {
   static std::exception_ptr brokenError(const Peer& p, const OpLabel& label);
   void failOp(Op& op, std::exception_ptr error);
   [[noreturn]] void throwTimeout(const Op& op, std::chrono::milliseconds budget);
+  /// "; meanwhile rank Q (shm peer) has exited ..." naming every peer that left the job
+  /// (closed its channel or whose process is gone); "" when none did. Takes mutex_.
+  std::string exitedPeers();
   void sleepBriefly(long micros);
 
   int rank_;
