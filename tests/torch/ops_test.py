@@ -142,6 +142,21 @@ def worker():
         check("recv behind all_reduce", got, torch.full((4,), float((r + 1) % n)))
         check("all_reduce ahead of recv", t, torch.full((4,), float(n)))
 
+    # recv without src: rank 0 takes every other rank's message in whatever order they come,
+    # and each call returns its sender (Work._source_rank()).
+    if n > 1:
+        if r == 0:
+            senders = set()
+            for _ in range(n - 1):
+                got = torch.zeros(5)
+                sender = dist.recv(got, tag=9)
+                senders.add(sender)
+                check(f"recv from any rank: {sender}", got, torch.full((5,), float(sender)))
+            if senders != set(range(1, n)):
+                raise AssertionError(f"recv from any rank: senders {sorted(senders)}")
+        else:
+            dist.send(torch.full((5,), float(r)), dst=0, tag=9)
+
     # A sub-group (every even rank) alongside the default group.
     evens = list(range(0, n, 2))
     sub = dist.new_group(evens)

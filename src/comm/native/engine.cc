@@ -117,6 +117,75 @@ std::shared_ptr<RecvOp> Engine::postRecv(int peer, FrameKind kind, uint32_t cont
   return op;
 }
 
+std::shared_ptr<RecvOp> Engine::postRecvAny(std::vector<int> from, std::vector<int> fromGroupRanks,
+                                            uint32_t context, int32_t tag, const Signature& expected, void* data,
+                                            size_t bytes, const OpLabel& label) {
+  KOLO_CHECK(!from.empty() && from.size() == fromGroupRanks.size(), "(receive from any source: no ranks)");
+  auto op = std::make_shared<RecvOp>();
+  op->peer = -1;
+  op->label = label;
+  op->from = std::move(from);
+  op->fromGroupRanks = std::move(fromGroupRanks);
+  op->kind = FrameKind::PointToPoint;
+  op->context = context;
+  op->tag = tag;
+  op->expected = expected;
+  op->data = static_cast<uint8_t*>(data);
+  op->bytes = bytes;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int q : op->from)
+    if (!peers_[static_cast<size_t>(q)].channel)
+      KOLO_THROW(InvalidArgument, label.prefix(), ": no channel to engine rank ", q);
+  anyRecvs_.push_back(op);
+  // An early arrival from any of them (whole; the lowest rank's first) is taken now.
+  for (int q : op->from) {
+    matchUnexpected(q);
+    if (op->complete) break;
+  }
+  failOrphanedAnyRecvs();
+  return op;
+}
+
+std::shared_ptr<RecvOp> Engine::claimAnyRecv(int peer, const FrameHeader& h) {
+  for (auto it = anyRecvs_.begin(); it != anyRecvs_.end(); ++it) {
+    RecvOp& op = **it;
+    if (!sameKey(h, op.kind, op.context, op.tag)) continue;
+    const auto at = std::find(op.from.begin(), op.from.end(), peer);
+    if (at == op.from.end()) continue;
+    std::shared_ptr<RecvOp> claimed = *it;
+    anyRecvs_.erase(it);
+    claimed->peer = peer;
+    claimed->label.groupPeer = claimed->fromGroupRanks[static_cast<size_t>(at - claimed->from.begin())];
+    return claimed;
+  }
+  return nullptr;
+}
+
+void Engine::failOrphanedAnyRecvs() {
+  for (auto it = anyRecvs_.begin(); it != anyRecvs_.end();) {
+    RecvOp& op = **it;
+    const bool orphaned = std::all_of(op.from.begin(), op.from.end(), [&](int q) {
+      return !peers_[static_cast<size_t>(q)].broken.empty();
+    });
+    if (!orphaned) {
+      ++it;
+      continue;
+    }
+    failOp(op, std::make_exception_ptr(PeerError(
+                   op.label.prefix() + ": every rank it could receive from has left (" +
+                   peers_[static_cast<size_t>(op.from.back())].broken + ")")));
+    it = anyRecvs_.erase(it);
+  }
+}
+
+void Engine::checkAlive(int peer, int groupPeer) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  if (!p.channel || !p.broken.empty() || p.channel->peerAlive()) return;
+  progressPeer(peer);  // it may have written everything just before leaving
+  if (p.broken.empty() && !p.channel->peerAlive())
+    breakPeer(peer, "rank " + std::to_string(groupPeer) + " (" + p.channel->kind() + " peer) has exited", true);
+}
+
 void Engine::failOp(Op& op, std::exception_ptr error) {
   op.error = std::move(error);
   op.complete = true;
@@ -142,6 +211,7 @@ void Engine::breakPeer(int peer, const std::string& why, bool vanished) {
   p.recvs.clear();
   if (p.inRecv) failOp(*p.inRecv, brokenError(p, p.inRecv->label));
   p.inRecv.reset();
+  failOrphanedAnyRecvs();
 }
 
 std::exception_ptr Engine::checkFrame(const RecvOp& op, const FrameHeader& h) const {
@@ -197,6 +267,24 @@ void Engine::matchUnexpected(int peer) {
     p.unexpected.erase(uit);
     it = p.recvs.erase(it);
   }
+  // What no named receive took goes to the receives from any source, in arrival order (only
+  // the last frame can still be arriving).
+  for (auto uit = p.unexpected.begin(); uit != p.unexpected.end() && (*uit)->complete && !anyRecvs_.empty();) {
+    const Unexpected& u = **uit;
+    std::shared_ptr<RecvOp> op =
+        u.header.kind == static_cast<uint8_t>(FrameKind::PointToPoint) ? claimAnyRecv(peer, u.header) : nullptr;
+    if (!op) {
+      ++uit;
+      continue;
+    }
+    if (auto err = checkFrame(*op, u.header)) {
+      failOp(*op, err);
+    } else {
+      if (op->bytes > 0) std::memcpy(op->data, u.payload.data(), op->bytes);
+      op->complete = true;
+    }
+    uit = p.unexpected.erase(uit);
+  }
 }
 
 void Engine::onHeader(int peer) {
@@ -225,6 +313,16 @@ void Engine::onHeader(int peer) {
         p.inRecv = op;
       }
       return;
+    }
+    if (kind == FrameKind::PointToPoint) {
+      if (std::shared_ptr<RecvOp> op = claimAnyRecv(peer, h)) {
+        if (auto err = checkFrame(*op, h)) {
+          failOp(*op, err);
+        } else {
+          p.inRecv = op;
+        }
+        return;
+      }
     }
   }
   if (h.length > kMaxUnexpectedBytes) {
@@ -374,6 +472,11 @@ bool Engine::test(Op& op) {
 void Engine::cancel(const std::shared_ptr<Op>& op) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (op->complete) return;
+  if (op->peer < 0) {  // a receive from any source, not matched yet
+    anyRecvs_.erase(std::remove(anyRecvs_.begin(), anyRecvs_.end(), op), anyRecvs_.end());
+    failOp(*op, std::make_exception_ptr(Error(op->label.prefix() + ": cancelled")));
+    return;
+  }
   Peer& p = peers_[static_cast<size_t>(op->peer)];
   for (auto it = p.sends.begin(); it != p.sends.end(); ++it) {
     if (it->get() != op.get()) continue;
@@ -419,6 +522,7 @@ void Engine::throwTimeout(const Op& op, std::chrono::milliseconds budget) {
     KOLO_THROW(Timeout, op.label.prefix(), ": rank ", op.label.groupPeer, " did not take data after ",
                seconds(budget), exited);
   }
+  if (op.peer < 0) KOLO_THROW(Timeout, op.label.prefix(), ": no data from any rank after ", seconds(budget), exited);
   KOLO_THROW(Timeout, op.label.prefix(), ": no data from rank ", op.label.groupPeer, " after ",
              seconds(budget), exited);
 }
@@ -437,6 +541,10 @@ void Engine::sleepBriefly(long micros) {
   if (!tcpPeers_.empty()) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int peer : tcpPeers_) tcpBusy = tcpBusy || busy(peers_[static_cast<size_t>(peer)]);
+    // A receive from any source may be answered over either transport.
+    const bool any = !anyRecvs_.empty();
+    tcpBusy = tcpBusy || any;
+    shmBusy = any && bell_ != nullptr;
     if (tcpBusy && bell_ != nullptr) {
       for (int i = 0; i < size_ && !shmBusy; ++i) {
         const Peer& p = peers_[static_cast<size_t>(i)];
@@ -539,7 +647,7 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
         if (bell_ != nullptr && bell_->cpu.load(std::memory_order_relaxed) != cpu)
           bell_->cpu.store(cpu, std::memory_order_relaxed);
         std::lock_guard<std::mutex> lock(mutex_);
-        const auto& ch = peers_[static_cast<size_t>(op.peer)].channel;
+        const Channel* ch = op.peer >= 0 ? peers_[static_cast<size_t>(op.peer)].channel.get() : nullptr;
         if (cpu >= 0 && ch && ch->peerCpu() == cpu) spinning = false;  // it cannot run while we spin
       }
       ++spins;
@@ -553,13 +661,11 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
     if (now - lastLiveness >= kLivenessInterval) {
       lastLiveness = now;
       std::lock_guard<std::mutex> lock(mutex_);
-      Peer& p = peers_[static_cast<size_t>(op.peer)];
-      if (p.channel && p.broken.empty() && !p.channel->peerAlive()) {
-        progressPeer(op.peer);  // it may have written everything just before leaving
-      }
-      if (!op.complete && p.channel && p.broken.empty() && !p.channel->peerAlive()) {
-        breakPeer(op.peer, "rank " + std::to_string(op.label.groupPeer) + " (" + p.channel->kind() +
-                               " peer) has exited", true);
+      if (op.peer >= 0) {
+        checkAlive(op.peer, op.label.groupPeer);
+      } else {  // a receive from any source: each rank it may come from
+        const auto& r = static_cast<const RecvOp&>(op);
+        for (size_t i = 0; i < r.from.size() && !op.complete; ++i) checkAlive(r.from[i], r.fromGroupRanks[i]);
       }
       if (op.complete && op.error) {
         tellPeers(op);
