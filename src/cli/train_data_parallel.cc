@@ -92,6 +92,7 @@ train::DataParallelOptions engineOptions(const TrainConfig& config,
       config.shardOptimizer == "on" ||
       (config.shardOptimizer == "auto" && config.algorithm == "auto" && !reducer.overlap);
   options.strategy.shard = parallel::parseShardLevel(config.shard);
+  options.recompute = config.recompute;
   if (kind == StrategyKind::FullyShardedDataParallel) {
     options.strategy.shardGroup = shardGroupSize(config, comm->size());
     options.strategy.unitMinParameters = config.unitParams;
