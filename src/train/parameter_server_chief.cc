@@ -158,10 +158,12 @@ ParameterServerSummary runChief(const PsJob& job, comm::Store& store,
   int64_t samples = 0;
   std::optional<EvaluateResult> figures;
   for (int64_t epoch = firstEpoch; epoch < job.epochs; ++epoch) {
-    observe::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(job.epochs),
-                             job.stepsPerEpoch, stderr, 100, options.progress);
-    const ps::EpochReport done = dispatcher.waitEpoch(epoch);
     const bool last = epoch + 1 == job.epochs;
+    const int64_t epochSteps =
+        last ? job.totalSteps - job.stepsPerEpoch * (job.epochs - 1) : job.stepsPerEpoch;
+    observe::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(job.epochs),
+                             epochSteps, stderr, 100, options.progress);
+    const ps::EpochReport done = dispatcher.waitEpoch(epoch);
     if (!options.checkpointDir.empty()) {
       if (last || (options.checkpointEvery > 0 && (epoch + 1) % options.checkpointEvery == 0)) {
         trace::Scope span("checkpoint", "checkpoint");
