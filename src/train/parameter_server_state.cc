@@ -7,13 +7,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "kolo/error.h"
 #include "kolo/safetensors.h"
 #include "kolo/train/parameter_server.h"
+#include "parallel/ps/server_state.h"
 
 namespace kolo::train {
 namespace {
@@ -76,6 +79,16 @@ const std::string& metadataOf(const checkpoint::SafetensorsFile& file, const std
   return it->second;
 }
 
+/// The checkpoint's "ps_version": a non-negative decimal integer, the whole text.
+int64_t parseCount(const std::string& text) {
+  int64_t value = -1;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < 0)
+    KOLO_THROW(FormatError, "the checkpoint's ps_version is '", text,
+               "', not a count (a non-negative integer)");
+  return value;
+}
+
 const Tensor& findWhole(const NamedTensors& tensors, const std::string& name,
                         const std::string& where) {
   for (const auto& [key, tensor] : tensors)
@@ -107,19 +120,20 @@ StateDict ParameterServerState::stateDict() {
   int64_t version = -1, step = -1;
   double lr = 0.0;
   for (int s = 0; s < placement.servers; ++s) {
-    const checkpoint::SafetensorsFile file = checkpoint::loadSafetensors(staging.serverFile(s));
-    const std::string& kind = metadataOf(file, "optimizer", s);
-    const int64_t serverStep = std::stoll(metadataOf(file, "step", s));
+    const std::string path = staging.serverFile(s);
+    const checkpoint::SafetensorsFile file = checkpoint::loadSafetensors(path);
+    // Server 0's optimizer is the job's: the others must hold the same kind, at the same step.
     if (s == 0) {
-      state.optimizerKind = kind;
-      step = serverStep;
-      lr = std::stod(metadataOf(file, "lr", s));
-    } else if (kind != state.optimizerKind || serverStep != step) {
-      KOLO_THROW(Mismatch, "parameter server ", s, " holds ", kind, " state at step ", serverStep,
-                 ", server 0 ", state.optimizerKind, " at step ", step);
+      state.optimizerKind = metadataOf(file, "optimizer", s);
+      lr = std::strtod(metadataOf(file, "lr", s).c_str(), nullptr);
     }
-    const int64_t serverVersion = std::stoll(metadataOf(file, "version", s));
-    version = version < 0 ? serverVersion : std::min(version, serverVersion);
+    const ps::detail::ServerStateFacts facts =
+        ps::detail::checkServerStateMetadata(file.metadata, path, s, state.optimizerKind);
+    if (s == 0) step = facts.step;
+    if (facts.step != step)
+      KOLO_THROW(Mismatch, "parameter server ", s, " has taken ", facts.step,
+                 " optimizer steps, server 0 ", step);
+    version = version < 0 ? facts.version : std::min(version, facts.version);
     for (const ps::Slice& slice : placement.slicesOf(s)) {
       const std::string part = sliceName(placement, slice);
       const auto p = static_cast<size_t>(slice.parameter);
@@ -167,7 +181,7 @@ void ParameterServerState::loadStateDict(const StateDict& state) {
                            ? 0
                            : static_cast<int64_t>(stepIt->second);
   const auto versionIt = state.metadata.find("ps_version");
-  const int64_t version = versionIt == state.metadata.end() ? step : std::stoll(versionIt->second);
+  const int64_t version = versionIt == state.metadata.end() ? step : parseCount(versionIt->second);
   const auto lrIt = state.optimizer.scalars.find("lr");
   char lr[32];
   std::snprintf(lr, sizeof lr, "%.17g", lrIt == state.optimizer.scalars.end() ? 0.0 : lrIt->second);

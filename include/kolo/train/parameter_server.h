@@ -125,8 +125,8 @@ struct ParameterServerSummary {
   /// worker's is its own pushes).
   int64_t steps = 0;
   /// The chief's: epochs begun, the last epoch's mean batch loss, the validation accuracy
-  /// after the last step (0 without a validation set), rates of all workers together (the
-  /// steady one without this run's first epoch), seconds from the first unit to the last.
+  /// after the last epoch (0 without a validation set), rates of all workers together (the
+  /// steady one without this run's first epoch), the chief's wall seconds.
   int64_t epochs = 0;
   double trainLoss = 0.0;
   double validationAccuracy = 0.0;
@@ -159,7 +159,8 @@ struct ParameterServerData {
 /// (parallel::ps::roleFromEnvironment: `kolo run --ps P --workers W`, or mpirun/srun with
 /// KOLO_PS_SERVERS, where server 0 hosts the job's store). `model` is called by every
 /// process (twice on an overlapped worker) and must build the same weights each time
-/// (seeded); `optimizer` builds a server's optimizer over its slices of the parameters.
+/// (seeded), and on the chief the model it built holds the trained weights when this
+/// returns; `optimizer` builds a server's optimizer over its slices of the parameters.
 /// Blocking until the chief ends the job; collective over the job's processes, which all
 /// pass the same options. Throws InvalidArgument for bad options (naming the option),
 /// FileError/Mismatch from resuming, DivergedError when a worker's loss is not finite,
