@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -18,6 +19,8 @@ namespace {
 constexpr int kSpinCheckEvery = 16;
 constexpr int kYieldIterations = 200;
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
+// How long a rank that gives up keeps sending its Abort frames before it throws.
+constexpr auto kAbortFlush = std::chrono::milliseconds(200);
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -130,6 +133,7 @@ void Engine::breakPeer(int peer, const std::string& why, bool vanished) {
   if (p.broken.empty()) {
     p.broken = why;
     p.vanished = vanished;
+    if (vanished && rootCause_.empty()) rootCause_ = why;
   }
   matchUnexpected(peer);  // what arrived complete before the break is still delivered
   for (auto& s : p.sends) failOp(*s, brokenError(p, s->label));
@@ -244,9 +248,48 @@ void Engine::finishBody(int peer) {
     p.inRecv.reset();
   }
   if (p.inUnexpected) {
-    p.inUnexpected->complete = true;
-    p.inUnexpected.reset();
+    std::shared_ptr<Unexpected> u = std::move(p.inUnexpected);
+    u->complete = true;
+    if (u->header.kind == static_cast<uint8_t>(FrameKind::Abort)) {
+      p.unexpected.erase(std::find(p.unexpected.begin(), p.unexpected.end(), u));
+      onAbort(peer, *u);
+      return;
+    }
     matchUnexpected(peer);
+  }
+}
+
+void Engine::onAbort(int peer, const Unexpected& u) {
+  const std::string cause(u.payload.begin(), u.payload.end());
+  if (rootCause_.empty()) rootCause_ = cause;
+  breakPeer(peer, "rank " + std::to_string(peer) + " gave up: " + cause, true);
+}
+
+void Engine::tellPeers(const Op& op) {
+  if (told_ || !op.label.collective || !peers_[static_cast<size_t>(op.peer)].vanished) return;
+  told_ = true;
+  std::vector<std::shared_ptr<SendOp>> sent;
+  for (int q = 0; q < size_; ++q) {
+    Peer& p = peers_[static_cast<size_t>(q)];
+    if (q == rank_ || !p.channel || !p.broken.empty()) continue;
+    auto s = std::make_shared<SendOp>();
+    s->peer = q;
+    s->label = OpLabel{.name = "abort", .collective = false, .groupRank = rank_, .groupPeer = q};
+    s->header.kind = static_cast<uint8_t>(FrameKind::Abort);
+    s->header.length = std::min<uint64_t>(rootCause_.size(), kMaxAbortBytes);
+    s->data = reinterpret_cast<const uint8_t*>(rootCause_.data());
+    s->bytes = static_cast<size_t>(s->header.length);
+    p.sends.push_back(s);
+    sent.push_back(s);
+  }
+  const Clock::time_point until = Clock::now() + kAbortFlush;
+  const auto pending = [&] {
+    return std::any_of(sent.begin(), sent.end(), [](const auto& s) { return !s->complete; });
+  };
+  while (pending() && Clock::now() < until) {
+    for (const auto& s : sent)
+      if (!s->complete) progressPeer(s->peer);
+    if (pending()) sched_yield();
   }
 }
 
@@ -265,6 +308,7 @@ void Engine::readFrames(int peer) {
       if (!p.broken.empty()) return;
       if (p.bodyLeft == 0) {
         finishBody(peer);
+        if (!p.broken.empty()) return;
         continue;
       }
     }
@@ -284,6 +328,7 @@ void Engine::readFrames(int peer) {
     bytesMoved_ += n;
     if (p.bodyLeft != 0) return;
     finishBody(peer);
+    if (!p.broken.empty()) return;
   }
 }
 
@@ -349,13 +394,33 @@ void Engine::cancel(const std::shared_ptr<Op>& op) {
   failOp(*op, std::make_exception_ptr(Error(op->label.prefix() + ": cancelled")));
 }
 
+std::string Engine::exitedPeers() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> gone;
+  for (int q = 0; q < size_; ++q) {
+    Peer& p = peers_[static_cast<size_t>(q)];
+    if (q == rank_ || !p.channel) continue;
+    if (p.vanished || (p.broken.empty() && !p.channel->peerAlive()))
+      gone.push_back("rank " + std::to_string(q) + " (" + p.channel->kind() + " peer)");
+  }
+  if (gone.empty()) return "";
+  std::string text = "; meanwhile ";
+  for (size_t i = 0; i < gone.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == gone.size() ? " and " : ", ") + gone[i];
+  return text + (gone.size() == 1 ? " has" : " have") + " exited (ranks of the whole job)";
+}
+
 void Engine::throwTimeout(const Op& op, std::chrono::milliseconds budget) {
+  // A rank waiting on a live peer that waits on a dead one runs out of time naming the live
+  // one: the ranks that left are named too, as the likely cause.
+  const std::string exited = exitedPeers();
   const bool isSend = dynamic_cast<const SendOp*>(&op) != nullptr;
   if (isSend) {
     KOLO_THROW(Timeout, op.label.prefix(), ": rank ", op.label.groupPeer, " did not take data after ",
-               seconds(budget));
+               seconds(budget), exited);
   }
-  KOLO_THROW(Timeout, op.label.prefix(), ": no data from rank ", op.label.groupPeer, " after ", seconds(budget));
+  KOLO_THROW(Timeout, op.label.prefix(), ": no data from rank ", op.label.groupPeer, " after ",
+             seconds(budget), exited);
 }
 
 bool Engine::busy(const Peer& p) {
@@ -460,8 +525,9 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
       std::lock_guard<std::mutex> lock(mutex_);
       if (!op.complete) progressAll();
       if (op.complete) {
-        if (op.error) std::rethrow_exception(op.error);
-        return;
+        if (!op.error) return;
+        tellPeers(op);
+        std::rethrow_exception(op.error);
       }
     }
     if (spinning) {
@@ -495,7 +561,10 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
         breakPeer(op.peer, "rank " + std::to_string(op.label.groupPeer) + " (" + p.channel->kind() +
                                " peer) has exited", true);
       }
-      if (op.complete && op.error) std::rethrow_exception(op.error);
+      if (op.complete && op.error) {
+        tellPeers(op);
+        std::rethrow_exception(op.error);
+      }
     }
     if (yields++ < kYieldIterations) {
       sched_yield();

@@ -128,7 +128,17 @@ class Engine {
   /// The error an operation on a broken peer fails with.
   static std::exception_ptr brokenError(const Peer& p, const OpLabel& label);
   void failOp(Op& op, std::exception_ptr error);
+  /// `op`, a collective, failed because its peer left (or gave up): tells every other peer
+  /// once, with an Abort frame carrying rootCause_, so that a rank waiting on a live rank
+  /// that waits on the lost one fails now, naming the lost one, instead of at its deadline.
+  /// Sends for up to kAbortFlush. Under mutex_.
+  void tellPeers(const Op& op);
+  /// An Abort frame from `peer` has arrived whole in `u`: the peer is gone for this job.
+  void onAbort(int peer, const Unexpected& u);
   [[noreturn]] void throwTimeout(const Op& op, std::chrono::milliseconds budget);
+  /// "; meanwhile rank Q (shm peer) has exited ..." naming every peer that left the job
+  /// (closed its channel or whose process is gone); "" when none did. Takes mutex_.
+  std::string exitedPeers();
   void sleepBriefly(long micros);
 
   int rank_;
@@ -137,6 +147,10 @@ class Engine {
   Doorbell* bell_ = nullptr;
   std::chrono::microseconds spinTime_{250};
   std::vector<int> tcpPeers_;
+  /// The first loss this engine saw ("rank 1 (shm peer) has exited"), or the one a peer's
+  /// Abort named; what tellPeers() sends (kept alive while it is sent).
+  std::string rootCause_;
+  bool told_ = false;
   /// Bytes written to or read from any channel so far (under mutex_): a sleeper's re-check
   /// compares it to see whether its progress pass did anything.
   uint64_t bytesMoved_ = 0;
