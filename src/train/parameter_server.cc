@@ -69,7 +69,7 @@ detail::PsJob planJob(const parallel::ModelFactory& makeModel,
                       const parallel::OptimizerFactory& makeOptimizer, int64_t trainSize,
                       const ParameterServerOptions& options) {
   detail::PsJob job;
-  job.role = ps::roleFromEnvironment();
+  job.role = options.role ? *options.role : ps::roleFromEnvironment();
   job.trainSize = trainSize;
   job.timeout = options.timeout;
   planLength(job, options);
@@ -179,7 +179,7 @@ ParameterServerSummary trainParameterServer(parallel::ModelFactory model,
   observe::Logger stderrLogger(stderr);
   observe::Logger& logger = options.logger ? *options.logger : stderrLogger;
   // Only workers read training samples; the servers and the chief need their number.
-  const ps::Role role = ps::roleFromEnvironment().role;
+  const ps::Role role = options.role ? options.role->role : ps::roleFromEnvironment().role;
   std::shared_ptr<const data::Dataset> train;
   if (role == ps::Role::Worker || data.trainSize < 0) {
     train = data.train();

@@ -342,38 +342,6 @@ TEST_F(PsJob, AsyncAndSspDefaultToAdamSyncKeepsTheChosenOptimizer) {
   }
 }
 
-/// --steps counts the servers' updates (optimizer steps): in async a worker's batch each, in
-/// sync a round of every worker's batch. A run of 1,280 images in batches of 64 has 20 a
-/// epoch; --steps cuts the last epoch short, or --epochs ends the run first.
-TEST_F(PsJob, StepsCountTheServersUpdates) {
-  struct Case {
-    std::string mode;
-    std::vector<std::string> flags;
-    int64_t steps;   // updates at the end
-    int64_t epochs;  // epochs begun
-  };
-  const std::vector<Case> cases = {{"async", {"--steps", "25"}, 25, 2},
-                                   {"sync", {"--steps", "7"}, 7, 1},
-                                   {"async", {"--steps", "100", "--epochs", "1"}, 20, 1}};
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.mode + " " + c.flags[1]);
-    const std::string metrics = dir_ + "/steps-" + std::to_string(&c - cases.data()) + ".jsonl";
-    std::vector<std::string> args = {kKolo, "run", "--ps", "1", "--workers", "1", "--timeout", "60",
-                                     "--", kKolo, "train", "--strategy", "parameter-server",
-                                     "--ps-mode", c.mode, "--model", "mlp", "--train-limit", "1280",
-                                     "--optimizer", "sgd", "--metrics", metrics, "--quiet"};
-    args.insert(args.end(), c.flags.begin(), c.flags.end());
-    Child job = spawnChild(args, cleanEnvironment({{"KOLO_TOKEN", "ps-steps"}}));
-    const Result r = collect(job);
-    ASSERT_EQ(r.exitCode(), 0) << r.out << r.err;
-    EXPECT_NE(r.out.find("steps " + std::to_string(c.steps) + " "), std::string::npos) << r.out;
-    const nlohmann::json last = epochLines(metrics).back();
-    EXPECT_EQ(last.at("step").get<int64_t>(), c.steps);
-    EXPECT_EQ(last.at("updates").get<int64_t>(), c.steps);
-    EXPECT_EQ(last.at("epoch").get<int64_t>(), c.epochs);
-  }
-}
-
 /// With async's defaults a worker overlaps its exchange with its next step only where a server
 /// is reached over TCP (or when asked): one worker's pushes are then a step stale, through
 /// shared memory they are not stale at all. No --batch: a worker's default batch is 64.

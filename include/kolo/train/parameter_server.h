@@ -33,6 +33,10 @@ namespace kolo::train {
 /// samples); in sync it is one round, the mean of one batch of every worker (W x `batch`
 /// samples, one device's global batch). Steps, the schedule and checkpoints count these.
 struct ParameterServerOptions {
+  /// This process's role and the job's shape, store and token; unset: from the environment
+  /// (parallel::ps::roleFromEnvironment, what `kolo run --ps P --workers W` sets). Set it to
+  /// start the roles some other way (threads of one process share a store this way).
+  std::optional<parallel::ps::RoleInfo> role{};
   /// How the servers turn pushes into updates, and SSP's bound on a worker's lead.
   parallel::ps::Mode mode = parallel::ps::Mode::Sync;
   int staleness = 2;
@@ -155,9 +159,9 @@ struct ParameterServerData {
   std::function<std::shared_ptr<const data::Dataset>()> validation{};
 };
 
-/// Runs this process's role of the parameter-server job described by the environment
-/// (parallel::ps::roleFromEnvironment: `kolo run --ps P --workers W`, or mpirun/srun with
-/// KOLO_PS_SERVERS, where server 0 hosts the job's store). `model` is called by every
+/// Runs this process's role of the parameter-server job described by options.role or the
+/// environment (parallel::ps::roleFromEnvironment: `kolo run --ps P --workers W`, or
+/// mpirun/srun with KOLO_PS_SERVERS, where server 0 hosts the job's store). `model` is called by every
 /// process (twice on an overlapped worker) and must build the same weights each time
 /// (seeded), and on the chief the model it built holds the trained weights when this
 /// returns; `optimizer` builds a server's optimizer over its slices of the parameters.
