@@ -133,18 +133,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
   const int64_t epochs = (totalSteps + perEpoch - 1) / perEpoch;
   detail::StepMonitor monitor(comm.get(), options.metricsEvery, globalBatch / shard.worldSize);
   detail::RankStatus status(options.statusFile, rank, totalSteps);
-  struct FailureEvent {
-    std::function<void()> write;
-    int uncaught = std::uncaught_exceptions();
-    ~FailureEvent() {
-      if (std::uncaught_exceptions() > uncaught) write();
-    }
-  } failureEvent{[&] {
-    try {
-      metrics.event("failed", step);
-    } catch (const std::exception&) {
-    }
-  }};
+  const detail::FailureEvent failureEvent(metrics, step);
   metrics.event(step > 0 ? "resume" : "start", step,
                 {{"ranks", comm ? comm->size() : 1},
                  {"replicas", engine.replicas()},

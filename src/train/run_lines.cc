@@ -31,6 +31,15 @@ void MetricsLog::event(const char* name, int64_t at, const observe::Fields& extr
 
 double MetricsLog::wallSeconds() const { return secondsSince(start_); }
 
+FailureEvent::~FailureEvent() {
+  if (std::uncaught_exceptions() <= uncaught_) return;
+  try {
+    metrics_.event("failed", step_);
+  } catch (const std::exception&) {
+    // The exception already leaving is the one to report.
+  }
+}
+
 std::string formatRate(double samplesPerSecond) {
   char text[32];
   if (samplesPerSecond >= 1000) {

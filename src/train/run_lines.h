@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,6 +31,21 @@ class MetricsLog {
  private:
   std::chrono::steady_clock::time_point start_;
   std::unique_ptr<observe::MetricsWriter> writer_;
+};
+
+/// Writes a "failed" event at the step `step` points to when it is destroyed by an exception
+/// leaving the loop that holds it (nothing on a normal exit).
+class FailureEvent {
+ public:
+  FailureEvent(MetricsLog& metrics, const int64_t& step) : metrics_(metrics), step_(step) {}
+  ~FailureEvent();
+  FailureEvent(const FailureEvent&) = delete;
+  FailureEvent& operator=(const FailureEvent&) = delete;
+
+ private:
+  MetricsLog& metrics_;
+  const int64_t& step_;
+  int uncaught_ = std::uncaught_exceptions();
 };
 
 /// "1.2k" above a thousand samples per second, "850" below.
