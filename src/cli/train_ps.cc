@@ -2,13 +2,11 @@
 // which runs this process's role of the job started by kolo run --ps P --workers W. Here: the
 // flags' defaults for the modes (Adam in async and ssp, a worker's batch of 64), the data
 // (training images on workers only), the test hooks as callbacks, and the chief's summary.
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <thread>
 
 #include "cli/train_loop.h"
-#include "kolo/checkpoint.h"
 #include "kolo/nn/models.h"
 #include "kolo/parallel/parameter_server.h"
 #include "kolo/safetensors.h"
