@@ -49,4 +49,5 @@
 #include "kolo/train/engine.h"
 #include "kolo/train/evaluate.h"
 #include "kolo/train/fit.h"
+#include "kolo/train/parameter_server.h"
 #include "kolo/train/state.h"

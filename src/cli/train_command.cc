@@ -12,7 +12,6 @@
 #include "cli/train_federated.h"
 #include "cli/train_flags.h"
 #include "cli/train_loop.h"
-#include "cli/train_ps_checkpoint.h"
 #include "kolo/checkpoint.h"
 #include "kolo/comm/init.h"
 #include "kolo/error.h"
@@ -43,8 +42,6 @@ bool resumeAfterRequeue(const TrainConfig& config) {
   if (!config.resumeDir.empty() || config.checkpointDir.empty()) return false;
   const std::string* restarts = settings::Environment::process().find("SLURM_RESTART_COUNT");
   if (!restarts || restarts->empty() || *restarts == "0") return false;
-  if (config.strategy == "parameter-server")
-    return !completeCheckpoints(config.checkpointDir).empty();
   checkpoint::CheckpointManager manager(config.checkpointDir, config.keepCheckpoints, false,
                                         [](const std::string&) {});
   return manager.latestGood().has_value();

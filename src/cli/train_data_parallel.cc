@@ -39,20 +39,6 @@ bool onOrSpareCore(const std::string& choice, int localThreads) {
   return hasSpareCore(localThreads);
 }
 
-// --init names the user's file: not finding it, or weights that do not fit the model, is an
-// input-file error (exit code 3), like a malformed file.
-void loadInitialWeights(const std::string& path, nn::Module& model) {
-  try {
-    checkpoint::loadSafetensorsInto(path, model.stateDict());
-  } catch (const FileError&) {
-    throw;
-  } catch (const IoError& e) {
-    throw FileError(e.what());
-  } catch (const InvalidArgument& e) {
-    throw FileError(e.what());
-  }
-}
-
 // The values of the data-parallel flags (which strategies take which flags: train_flags.h).
 void checkFlags(const TrainConfig& config) {
   KOLO_REQUIRE(config.threads >= 1, "--threads must be at least 1, got ", config.threads);

@@ -16,6 +16,7 @@
 #include "kolo/trace.h"
 #include "train/balance.h"
 #include "train/monitor.h"
+#include "train/run_lines.h"
 #include "train/timeline_files.h"
 
 namespace kolo::train {
@@ -33,40 +34,6 @@ int64_t storageBytes(const Tensor& t) {
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-std::string formatRate(double samplesPerSecond) {
-  char text[32];
-  if (samplesPerSecond >= 1000) {
-    std::snprintf(text, sizeof(text), "%.1fk", samplesPerSecond / 1000);
-  } else {
-    std::snprintf(text, sizeof(text), "%.0f", samplesPerSecond);
-  }
-  return text;
-}
-
-// Writes the run's metrics lines (rank 0 with a path; nothing otherwise).
-class Metrics {
- public:
-  Metrics(const std::string& path, bool append, Clock::time_point start) : start_(start) {
-    if (!path.empty()) writer_ = std::make_unique<observe::MetricsWriter>(path, append);
-  }
-  observe::MetricsWriter* writer() { return writer_.get(); }
-  void write(const observe::Fields& fields) {
-    if (writer_) writer_->write(fields);
-  }
-  // Events for `kolo report`: the run's start (or resume), its checkpoints, its end, and a
-  // failure when an exception leaves the loop.
-  void event(const char* name, int64_t at, const observe::Fields& extra = {}) {
-    if (!writer_) return;
-    observe::Fields fields{{"kind", "event"}, {"event", name}, {"step", at},
-                           {"wall_s", secondsSince(start_)}};
-    writer_->write(fields.update(extra));
-  }
-
- private:
-  Clock::time_point start_;
-  std::unique_ptr<observe::MetricsWriter> writer_;
-};
 
 }  // namespace
 
@@ -162,22 +129,11 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
   };
 
   // A resumed run continues the metrics file (and its step count).
-  Metrics metrics(primary ? options.metricsPath : "", step > 0, start);
+  detail::MetricsLog metrics(primary ? options.metricsPath : "", step > 0, start);
   const int64_t epochs = (totalSteps + perEpoch - 1) / perEpoch;
   detail::StepMonitor monitor(comm.get(), options.metricsEvery, globalBatch / shard.worldSize);
   detail::RankStatus status(options.statusFile, rank, totalSteps);
-  struct FailureEvent {
-    std::function<void()> write;
-    int uncaught = std::uncaught_exceptions();
-    ~FailureEvent() {
-      if (std::uncaught_exceptions() > uncaught) write();
-    }
-  } failureEvent{[&] {
-    try {
-      metrics.event("failed", step);
-    } catch (const std::exception&) {
-    }
-  }};
+  const detail::FailureEvent failureEvent(metrics, step);
   metrics.event(step > 0 ? "resume" : "start", step,
                 {{"ranks", comm ? comm->size() : 1},
                  {"replicas", engine.replicas()},
@@ -292,7 +248,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
       if (!quiet) {
         char suffix[96];
         std::snprintf(suffix, sizeof(suffix), "loss %.4f  %s samples/s", lossSum / lossCount,
-                      formatRate(lossCount * globalBatch / std::max(epochSeconds, 1e-9)).c_str());
+                      detail::formatRate(lossCount * globalBatch / std::max(epochSeconds, 1e-9)).c_str());
         bar.update(at.batch + lossCount, suffix + breakdown);
       }
     }
@@ -309,24 +265,11 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
     evaluated = true;
     summary.epochs = at.epoch + 1;
     const double rate = lossCount * globalBatch / std::max(epochSeconds, 1e-9);
-    if (callbacks.onEpochEnd)
-      callbacks.onEpochEnd({.epoch = at.epoch + 1, .step = step, .trainLoss = summary.trainLoss,
-                            .validation = figures, .samplesPerSecond = rate});
-    if (!quiet) {
-      char suffix[128];
-      if (figures)
-        std::snprintf(suffix, sizeof(suffix), "loss %.4f  test accuracy %.4f  %s samples/s",
-                      summary.trainLoss, figures->accuracy, formatRate(rate).c_str());
-      else
-        std::snprintf(suffix, sizeof(suffix), "loss %.4f  %s samples/s", summary.trainLoss,
-                      formatRate(rate).c_str());
-      bar.finish(suffix);
-    }
-    observe::Fields epochLine{{"epoch", at.epoch + 1}, {"step", step},
-                              {"train_loss", summary.trainLoss}};
-    if (figures) epochLine.set("test_accuracy", figures->accuracy);
-    epochLine.update({{"samples_per_s", rate}, {"wall_s", secondsSince(start)}, {"lr", engine.lr()}});
-    metrics.write(epochLine);
+    const EpochEnd ended{.epoch = at.epoch + 1, .step = step, .trainLoss = summary.trainLoss,
+                         .validation = figures, .samplesPerSecond = rate};
+    if (callbacks.onEpochEnd) callbacks.onEpochEnd(ended);
+    if (!quiet) bar.finish(detail::epochProgressText(summary.trainLoss, figures, rate));
+    metrics.write(detail::epochFields(ended, secondsSince(start), engine.lr()));
   }
   if (trainSteps > 0)
     logger.info("tensor memory", {{"rank", rank},
@@ -350,14 +293,8 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
   }
   summary.wallSeconds = secondsSince(start);
   metrics.event("end", step);  // before the final line, which stays the file's last
-  observe::Fields last{{"epoch", summary.epochs}, {"step", summary.steps},
-                       {"train_loss", summary.trainLoss}};
-  if (validation) last.set("test_accuracy", summary.validationAccuracy);
-  last.update({{"samples_per_s", summary.samplesPerSecond},
-               {"steady_samples_per_s", summary.steadySamplesPerSecond},
-               {"grad_bytes_per_step", summary.gradBytesPerStep},
-               {"wall_s", summary.wallSeconds},
-               {"final", true}});
+  observe::Fields last = detail::finalFields(summary, validation != nullptr);
+  last.set("final", true);
   metrics.write(last);
   if (options.finishTimeline) detail::finishTimeline(comm.get(), primary, logger);
   return summary;
