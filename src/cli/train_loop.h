@@ -19,6 +19,7 @@
 #include "kolo/optim.h"
 #include "kolo/parallel/balancer.h"
 #include "kolo/parallel/strategy.h"
+#include "kolo/train/fit.h"
 
 // CLI11 is heavy to parse: only the command files that build options include it.
 namespace CLI {
@@ -210,6 +211,12 @@ std::unique_ptr<optim::LrSchedule> makeSchedule(const Recipe& recipe, int64_t to
 /// checkpoint; a resume with other values is refused. The strategy and the rank count may
 /// change on resume: the loader position counts global batches.
 std::map<std::string, std::string> runIdentity(const TrainConfig& config);
+
+/// train::fit's options from the flags every data-parallel runner shares: length, batch,
+/// data order, schedule (over `recipe`, which must outlive the options), metrics, progress,
+/// status file, checkpoints and resume, the run's identity, `logger` and the describe
+/// fields. The runner sets the rest (prefetch, checks).
+train::FitOptions fitOptions(const TrainConfig& config, const Recipe& recipe, observe::Logger& logger);
 
 /// fsdp's ranks per shard group: --shard-group, or with --hsdp the ranks of one host (from
 /// the launch); 0 for one group of all `worldSize` ranks. Throws InvalidArgument for both
