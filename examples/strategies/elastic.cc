@@ -145,7 +145,6 @@ int main(int argc, char** argv) try {
   // [elastic] The engine: each generation's data parallelism over its members.
   kolo::train::ElasticEngineOptions elastic;
   elastic.dataParallel.strategy.kind = kolo::parallel::StrategyKind::MultiWorkerMirrored;
-  elastic.dataParallel.strategy.communicator = context->communicator();
   kolo::train::ElasticEngine engine(
       context, makeModel,
       [lr](const kolo::parallel::NamedTensors& parameters) { return makeOptimizer(parameters, lr); }, elastic);

@@ -76,11 +76,9 @@ parallel::ElasticOptions elasticOptions(int minRanks, int maxRanks) {
   return options;
 }
 
-ElasticEngineOptions engineOptions(std::shared_ptr<parallel::ElasticContext> context,
-                                   observe::Logger& logger) {
+ElasticEngineOptions engineOptions(observe::Logger& logger) {
   ElasticEngineOptions options;
   options.dataParallel.strategy.kind = parallel::StrategyKind::MultiWorkerMirrored;
-  options.dataParallel.strategy.communicator = context->communicator();
   options.logger = &logger;
   return options;
 }
@@ -180,7 +178,7 @@ TEST_F(ElasticEngineTest, SurvivorsOfALostRankFinishWithOneDeviceWeights) {
   std::vector<int64_t> steps(3, 0);
   const std::vector<std::string> errors = onThreads(3, [&](int id) {
     auto context = std::make_shared<parallel::ElasticContext>(store, id, 3, elasticOptions(2, 3));
-    ElasticEngine engine(context, model, sgd, engineOptions(context, logger_));
+    ElasticEngine engine(context, model, sgd, engineOptions(logger_));
     FitOptions options = fitOptions(logger_);
     options.metricsPath = file("metrics.jsonl");
     FitCallbacks callbacks;
@@ -239,7 +237,7 @@ TEST_F(ElasticEngineTest, AJoinerReceivesTheStateAndFinishesWithTheMembers) {
         id < 2 ? std::make_shared<parallel::ElasticContext>(store, id, 2, elasticOptions(1, 3))
                : parallel::ElasticContext::join(store, id, elasticOptions(1, 3));
     ASSERT_NE(context, nullptr);
-    ElasticEngine engine(context, model, sgd, engineOptions(context, logger_));
+    ElasticEngine engine(context, model, sgd, engineOptions(logger_));
     if (id == 2) joinedAt = engine.joinedAt();
     FitCallbacks callbacks;
     callbacks.onStepBegin = [&](int64_t step) {
@@ -270,7 +268,7 @@ TEST_F(ElasticEngineTest, BelowTheMinimumTheAgreedStateIsSavedAndResumes) {
   auto store = comm::makeMemoryStore();
   const std::vector<std::string> errors = onThreads(2, [&](int id) {
     auto context = std::make_shared<parallel::ElasticContext>(store, id, 2, elasticOptions(2, 2));
-    ElasticEngine engine(context, model, sgd, engineOptions(context, logger_));
+    ElasticEngine engine(context, model, sgd, engineOptions(logger_));
     FitOptions options = fitOptions(logger_);
     options.checkpointDir = file("checkpoints");
     FitCallbacks callbacks;
@@ -295,7 +293,7 @@ TEST_F(ElasticEngineTest, RefusesANullContextAndAnotherStrategy) {
   EXPECT_THROW(ElasticEngine(nullptr, model, sgd, {}), InvalidArgument);
   auto context = std::make_shared<parallel::ElasticContext>(comm::makeMemoryStore(), 0, 1,
                                                             elasticOptions(1, 1));
-  ElasticEngineOptions options = engineOptions(context, logger_);
+  ElasticEngineOptions options = engineOptions(logger_);
   options.dataParallel.strategy.kind = parallel::StrategyKind::OneDevice;
   try {
     ElasticEngine engine(context, model, sgd, options);

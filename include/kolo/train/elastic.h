@@ -28,8 +28,8 @@ namespace kolo::train {
 /// How an ElasticEngine trains and reports.
 struct ElasticEngineOptions {
   /// The settings of every generation's DataParallelEngine: the strategy must be
-  /// multi-worker-mirrored (InvalidArgument otherwise); its communicator is replaced by each
-  /// generation's; the reducer's overlap and sharded update are turned off (a step that
+  /// multi-worker-mirrored (InvalidArgument otherwise); its communicator (may be null) is
+  /// each generation's; the reducer's overlap and sharded update are turned off (a step that
   /// fails must leave every member's state whole). The loss, the buckets, the algorithm and
   /// balancing (balanceBatch: each generation starts from the even split) apply as given;
   /// clipNorm and a communication hook are refused (InvalidArgument).
