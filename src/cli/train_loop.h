@@ -237,9 +237,10 @@ int runDataParallel(const TrainConfig& config, observe::Logger& logger);
 /// --save and prints the summary line; returns the exit status.
 int runParameterServerRole(const TrainConfig& config, observe::Logger& logger);
 
-/// `kolo train --strategy multi-worker-mirrored` under `kolo run --elastic`: synchronous
-/// data parallelism whose survivors carry on when ranks die (parallel::ElasticContext,
-/// docs/elastic.md). Returns the exit status.
+/// `kolo train --strategy multi-worker-mirrored` under `kolo run --elastic`: the flags mapped
+/// onto a train::ElasticEngine (survivors carry on when ranks die, joiners are admitted;
+/// docs/elastic.md) and train::fit; rank 0 writes --save and prints the summary line.
+/// Returns the exit status (0 for a joiner the job finished without).
 int runElasticTraining(const TrainConfig& config, observe::Logger& logger);
 
 /// Registers --layers, --d-model, --heads, --seq-len, --stages, --micro-batches, --split-at,
