@@ -15,7 +15,6 @@
 namespace kolo::train {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using parallel::StrategyKind;
 
 std::string idList(const std::vector<int>& ids) {
