@@ -91,6 +91,7 @@ class KoloTransfer : public Transfer {
  public:
   explicit KoloTransfer(std::unique_ptr<comm::Work> work) : work_(std::move(work)) {}
   void wait() override { work_->wait(); }
+  int source() const override { return work_->source(); }
 
  private:
   std::unique_ptr<comm::Work> work_;
@@ -150,7 +151,8 @@ class KoloGroup : public Group {
     return std::make_unique<KoloTransfer>(comm_->isend(buf, bytes, DType::U8, peer, tag));
   }
   std::unique_ptr<Transfer> recv(void* buf, size_t bytes, int peer, int tag) override {
-    return std::make_unique<KoloTransfer>(comm_->irecv(buf, bytes, DType::U8, peer, tag));
+    return std::make_unique<KoloTransfer>(
+        comm_->irecv(buf, bytes, DType::U8, peer < 0 ? comm::kAnySource : peer, tag));
   }
 
  private:

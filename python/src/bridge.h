@@ -37,6 +37,8 @@ class Transfer {
   virtual ~Transfer() = default;
   /// Blocks until done (or the group's deadline); throws the transfer's error.
   virtual void wait() = 0;
+  /// A finished receive's sender (the rank a receive from any rank took its message from).
+  virtual int source() const = 0;
 };
 
 /// One kolo communicator. Calls block the calling thread until done; errors are thrown as
@@ -68,6 +70,7 @@ class Group {
   virtual void barrier() = 0;
   /// Point to point; `tag` >= 0 (negative tags are kolo_torch's own).
   virtual std::unique_ptr<Transfer> send(const void* buf, size_t bytes, int peer, int tag) = 0;
+  /// `peer` -1: from whichever rank sends with `tag` first (Transfer::source() names it).
   virtual std::unique_ptr<Transfer> recv(void* buf, size_t bytes, int peer, int tag) = 0;
 };
 

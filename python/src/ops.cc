@@ -357,9 +357,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::send(std::vector<at::Tensor>& t
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
-  at::Tensor t = single(tensors, "recv");
   checkRoot(src, getSize(), "recv");
   TORCH_CHECK(src != getRank(), "kolo: recv on rank ", getRank(), " from itself");
+  return receive(tensors, src, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  TORCH_CHECK(getSize() > 1, "kolo: recv from any rank on a group of one rank");
+  return receive(tensors, -1, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::receive(std::vector<at::Tensor>& tensors, int src, int tag) {
+  at::Tensor t = single(tensors, "recv");
   TORCH_CHECK(tag >= 0, "kolo: recv: tag ", tag, " is negative");
   return enqueue(
       "recv", c10d::OpType::RECV, {t},
@@ -367,17 +376,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::recv(std::vector<at::Tensor>& t
         at::Tensor d = dense(t);
         auto transfer = group_->recv(d.data_ptr(), d.nbytes(), src, tag);
         work.setSourceRank(src);
+        const std::string what = *current_ + (src < 0 ? " from any rank" : " from rank " + std::to_string(src));
         if (d.is_same(t)) {
-          postTransfer(work, *current_ + " from rank " + std::to_string(src), std::move(transfer));
+          postTransfer(work, what, std::move(transfer));
         } else {
-          postTransfer(work, *current_ + " from rank " + std::to_string(src), std::move(transfer), d, t);
+          postTransfer(work, what, std::move(transfer), d, t);
         }
       },
       true);
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::recvAnysource(std::vector<at::Tensor>&, int) {
-  TORCH_CHECK(false, "kolo: recv from any source is not supported; name the source rank (src=...)");
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::barrier(const c10d::BarrierOptions&) {

@@ -192,6 +192,7 @@ void ProcessGroupKolo::transferLoop() {
     std::exception_ptr error;
     try {
       pending.transfer->wait();
+      if (const int from = pending.transfer->source(); from >= 0) pending.work->setSourceRank(from);
       if (pending.target.defined()) pending.target.copy_(pending.staging);
     } catch (...) {
       error = describe(pending.what, std::current_exception());

@@ -107,6 +107,8 @@ class ProcessGroupKolo : public c10d::ProcessGroup {
   /// Queues `body` behind every earlier operation of this group; returns its Work.
   c10::intrusive_ptr<c10d::Work> enqueue(const char* name, c10d::OpType type, std::vector<at::Tensor> outputs,
                                          std::function<void(KoloWork&)> body, bool transfer = false);
+  /// recv and recvAnysource (`src` -1): a receive into tensors[0], its sender set on the work.
+  c10::intrusive_ptr<c10d::Work> receive(std::vector<at::Tensor>& tensors, int src, int tag);
   /// From a transfer task's body: the transfer thread waits for `transfer`, copies
   /// `staging` into `target` when staging is defined, then completes `work`.
   void postTransfer(KoloWork& work, const std::string& what, std::unique_ptr<Transfer> transfer,

@@ -159,14 +159,16 @@ Tensor sigmoid(const Tensor& x) {
 Tensor relu(const Tensor& x) {
   Tensor out = kernels::unary(kernels::UnaryOp::Relu, x);
   if (!autograd::needsRecord({&x})) return out;
-  Tensor y = out.detach();
-  return record(out, {x}, "ReluBackward", [y](const Tensor& g) {
-    if (solelyOwned(g) && g.dtype() == y.dtype()) {
+  // A bit per element, not the output: a consumer that does not keep its input (a pooling
+  // layer keeps indices) lets the output go after forward.
+  Tensor mask = kernels::positiveMask(out);
+  return record(out, {x}, "ReluBackward", [mask](const Tensor& g) {
+    if (solelyOwned(g) && g.isContiguous()) {
       Tensor inPlace = g;
-      kernels::reluBackwardInPlace(inPlace, y);
+      kernels::reluBackwardInPlace(inPlace, mask);
       return Grads{inPlace};
     }
-    return Grads{kernels::reluBackward(g, y)};
+    return Grads{kernels::reluBackward(g, mask)};
   });
 }
 

@@ -10,8 +10,8 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/train_federated.h"
+#include "cli/train_flags.h"
 #include "cli/train_loop.h"
-#include "cli/train_ps_checkpoint.h"
 #include "kolo/checkpoint.h"
 #include "kolo/comm/init.h"
 #include "kolo/error.h"
@@ -42,8 +42,6 @@ bool resumeAfterRequeue(const TrainConfig& config) {
   if (!config.resumeDir.empty() || config.checkpointDir.empty()) return false;
   const std::string* restarts = settings::Environment::process().find("SLURM_RESTART_COUNT");
   if (!restarts || restarts->empty() || *restarts == "0") return false;
-  if (config.strategy == "parameter-server")
-    return !completeCheckpoints(config.checkpointDir).empty();
   checkpoint::CheckpointManager manager(config.checkpointDir, config.keepCheckpoints, false,
                                         [](const std::string&) {});
   return manager.latestGood().has_value();
@@ -333,6 +331,7 @@ Command registerTrain(CLI::App& root) {
   app->add_flag("--progress", raw->bar, "always draw a progress bar");
   app->add_flag("--no-progress", raw->noBar, "plain progress lines even on a terminal");
   app->add_flag("--quiet", config->quiet, "no progress output");
+  app->footer(flagScopesText());
 
   Command command;
   command.app = app;
@@ -343,9 +342,7 @@ Command registerTrain(CLI::App& root) {
     for (const CLI::Option* option : app->get_options())
       if (option->count() > 0 && !option->get_lnames().empty())
         config->givenFlags.insert("--" + option->get_lnames().front());
-    KOLO_REQUIRE(config->checkSync == 0 || config->strategy == "multi-worker-mirrored",
-                 "--check-sync compares the weights of several ranks: use it with --strategy "
-                 "multi-worker-mirrored under kolo run, or --workers N");
+    checkFlagScopes(*config);
     if (epochs->count()) config->epochs = raw->epochs;
     if (optimizer->count()) config->optimizer = raw->optimizer;
     if (lr->count()) config->lr = raw->lr;
@@ -430,9 +427,8 @@ Command registerTrain(CLI::App& root) {
     const bool modelParallel =
         config->model == "lm" || config->strategy == "pipeline" || config->strategy == "tensor";
     if (config->strategy == "parameter-server" || config->strategy == "federated" || modelParallel)
-      KOLO_REQUIRE(!config->detectAnomaly && config->checkSync == 0 && config->statusFile.empty(),
-                   "--detect-anomaly, --check-sync and --status-file are not available with "
-                   "--strategy ", config->strategy, modelParallel ? " or --model lm" : "");
+      KOLO_REQUIRE(config->statusFile.empty(), "KOLO_STATUS_FILE is not available with --strategy ",
+                   config->strategy, modelParallel ? " or --model lm" : "");
     if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
     if (config->strategy == "federated") return runFederated(*config, *federated, logger);
     if (modelParallel) return runModelParallel(*config, logger);

@@ -39,22 +39,8 @@ bool onOrSpareCore(const std::string& choice, int localThreads) {
   return hasSpareCore(localThreads);
 }
 
-// --init names the user's file: not finding it, or weights that do not fit the model, is an
-// input-file error (exit code 3), like a malformed file.
-void loadInitialWeights(const std::string& path, nn::Module& model) {
-  try {
-    checkpoint::loadSafetensorsInto(path, model.stateDict());
-  } catch (const FileError&) {
-    throw;
-  } catch (const IoError& e) {
-    throw FileError(e.what());
-  } catch (const InvalidArgument& e) {
-    throw FileError(e.what());
-  }
-}
-
-// The flags that only some strategies have, refused (naming the flag) elsewhere.
-void checkFlags(const TrainConfig& config, StrategyKind kind) {
+// The values of the data-parallel flags (which strategies take which flags: train_flags.h).
+void checkFlags(const TrainConfig& config) {
   KOLO_REQUIRE(config.threads >= 1, "--threads must be at least 1, got ", config.threads);
   KOLO_REQUIRE(config.replicas >= 1, "--replicas must be at least 1, got ", config.replicas);
   KOLO_REQUIRE(config.bucketMb > 0 && config.firstBucketMb > 0,
@@ -67,34 +53,10 @@ void checkFlags(const TrainConfig& config, StrategyKind kind) {
                  "' is not accepted: use auto, on or off");
   }
   KOLO_REQUIRE(config.trainLimit >= 0, "--train-limit must be at least 0, got ", config.trainLimit);
-  const bool compress =
-      parallel::compression::parseCompressSpec(config.compress).method != "none";
-  KOLO_REQUIRE(!compress || kind == StrategyKind::MultiWorkerMirrored, "--compress ",
-               config.compress, " needs --strategy multi-worker-mirrored (one reducer per rank), "
-               "not --strategy ", parallel::strategyKindName(kind));
   // A communication hook replaces the all-reduce that the sharded update reads around.
-  KOLO_REQUIRE(!compress || config.shardOptimizer != "on", "--compress ", config.compress,
-               " cannot be combined with --shard-optimizer on");
-  KOLO_REQUIRE(config.clipNorm == 0.0 || kind == StrategyKind::OneDevice ||
-                   kind == StrategyKind::FullyShardedDataParallel,
-               "--clip-norm is available with --strategy one-device and fsdp only, not ",
-               config.strategy);
-  if (kind == StrategyKind::FullyShardedDataParallel) {
-    KOLO_REQUIRE(config.checkSync == 0 && config.debugPerturb.empty(),
-                 "--check-sync and --debug-perturb are not available with --strategy fsdp");
-    // fsdp reduce-scatters each unit as its backward ends and updates its own shard: the
-    // reducer's buckets, overlap and sharded update do not exist there.
-    refuseFlags(config, {"--overlap", "--shard-optimizer", "--bucket-mb", "--first-bucket-mb"},
-                "multi-worker-mirrored's reducer", "--strategy fsdp",
-                " (it reduce-scatters each unit during backward and updates only its shard)");
-  } else {
-    KOLO_REQUIRE(config.shardGroup == 0 && !config.hsdp && config.unitParams == 0,
-                 "--shard-group, --hsdp and --unit-params need --strategy fsdp, not ",
-                 config.strategy);
-  }
-  KOLO_REQUIRE(!config.balance || kind == StrategyKind::MultiWorkerMirrored,
-               "--balance is available with --strategy multi-worker-mirrored, not ",
-               config.strategy);
+  KOLO_REQUIRE(parallel::compression::parseCompressSpec(config.compress).method == "none" ||
+                   config.shardOptimizer != "on",
+               "--compress ", config.compress, " cannot be combined with --shard-optimizer on");
 }
 
 // The engine's options from the flags. `comm`: the job's communicator (multi-worker-mirrored
@@ -116,6 +78,7 @@ train::DataParallelOptions engineOptions(const TrainConfig& config,
       config.shardOptimizer == "on" ||
       (config.shardOptimizer == "auto" && config.algorithm == "auto" && !reducer.overlap);
   options.strategy.shard = parallel::parseShardLevel(config.shard);
+  options.recompute = config.recompute;
   if (kind == StrategyKind::FullyShardedDataParallel) {
     options.strategy.shardGroup = shardGroupSize(config, comm->size());
     options.strategy.unitMinParameters = config.unitParams;
@@ -135,7 +98,7 @@ train::DataParallelOptions engineOptions(const TrainConfig& config,
 
 int runDataParallel(const TrainConfig& config, observe::Logger& logger) {
   const StrategyKind kind = parallel::parseStrategyKind(config.strategy);
-  checkFlags(config, kind);
+  checkFlags(config);
   setNumThreads(config.threads);
   // Validate the flags before the (slow) data loading and before joining the job.
   Recipe recipe = resolveRecipe(config, 1);

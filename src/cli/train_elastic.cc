@@ -49,8 +49,8 @@ void killAndRecordIfAsked(const TrainConfig& config, int id, int64_t step) {
   ::raise(config.debugKillSignal);
 }
 
-// The engine's options from the flags: multi-worker-mirrored's reducer settings and
-// --balance; the recovered event gains since_kill_s where a --debug-kill-rank rank recorded
+// The engine's options from the flags: multi-worker-mirrored's reducer settings,
+// --recompute and --balance; the recovered event gains since_kill_s where a --debug-kill-rank rank recorded
 // its moment. `comm`: generation 0's communicator (the engine uses each generation's).
 train::ElasticEngineOptions engineOptions(const TrainConfig& config, observe::Logger& logger,
                                           std::shared_ptr<comm::Communicator> comm) {
@@ -60,6 +60,7 @@ train::ElasticEngineOptions engineOptions(const TrainConfig& config, observe::Lo
   parallel::ReducerOptions& reducer = options.dataParallel.strategy.reducer;
   reducer.bucketCapBytes = static_cast<size_t>(config.bucketMb * (1 << 20));
   reducer.firstBucketCapBytes = static_cast<size_t>(config.firstBucketMb * (1 << 20));
+  options.dataParallel.recompute = config.recompute;
   if (config.balance) {
     options.dataParallel.balanceBatch = config.batch;
     options.dataParallel.balancer.replanEvery = config.balanceEvery;

@@ -57,14 +57,14 @@ fed::FederatedOptions federatedOptions(const TrainConfig& config, const Federate
   options.client.localEpochs = flags.localEpochs;
   options.client.localBatch = flags.localBatch;
   options.client.lr = config.lr.value_or(0.05);
-  options.client.algorithm = fed::parseAlgorithm(algorithm);
+  options.client.method = fed::parseMethod(algorithm);
   options.client.proxMu = flags.proxMu;
-  KOLO_REQUIRE(options.client.algorithm == fed::Algorithm::FedProx || flags.proxMu == 0.0,
+  KOLO_REQUIRE(options.client.method == fed::Method::FedProx || flags.proxMu == 0.0,
                "--prox-mu applies to --algorithm fedprox only");
   options.client.shuffle = config.shuffle;
   options.serverLr = flags.serverLr;
   options.roundTimeout = seconds(flags.roundTimeout);
-  options.debugDropRate = flags.debugDropRate;
+  options.simulatedDropRate = flags.debugDropRate;
   options.secureAgg = flags.secureAgg;
   options.saThreshold = flags.saThreshold;
   KOLO_REQUIRE(flags.saThreshold == 0 || flags.secureAgg,

@@ -9,6 +9,7 @@
 
 #include "kolo/comm/init.h"
 #include "kolo/error.h"
+#include "kolo/safetensors.h"
 
 namespace kolo::cli {
 
@@ -42,6 +43,20 @@ void killIfAsked(const TrainConfig& config, int rank, int64_t step) {
     return;
   std::fflush(nullptr);
   ::raise(config.debugKillSignal);
+}
+
+// --init names the user's file: not finding it, or weights that do not fit the model, is an
+// input-file error (exit code 3), like a malformed file.
+void loadInitialWeights(const std::string& path, nn::Module& model) {
+  try {
+    checkpoint::loadSafetensorsInto(path, model.stateDict());
+  } catch (const FileError&) {
+    throw;
+  } catch (const IoError& e) {
+    throw FileError(e.what());
+  } catch (const InvalidArgument& e) {
+    throw FileError(e.what());
+  }
 }
 
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {

@@ -197,6 +197,10 @@ void refuseReducerFlags(const TrainConfig& config, const std::string& where,
 /// when `rank` is one of its debugKillRanks and `step` is its debugKillStep.
 void killIfAsked(const TrainConfig& config, int rank, int64_t step);
 
+/// Loads the --init file `path` into `model`; a missing file or weights that do not fit are
+/// a FileError (exit code 3), like a malformed file.
+void loadInitialWeights(const std::string& path, nn::Module& model);
+
 /// The Fashion-MNIST training set of --data, cut to its first --train-limit samples when
 /// that is set. Throws FileError naming the directory when the files are missing.
 std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config);

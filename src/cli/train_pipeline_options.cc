@@ -37,8 +37,8 @@ void addModelParallelOptions(CLI::App* app, TrainConfig& config) {
   app->add_option("--split-at", config.splitAt,
                   "pipeline: first layer of stages 2..P, e.g. 3,6 (default: split by measured layer cost)");
   app->add_flag("--recompute", config.recompute,
-                "pipeline: keep only each micro-batch's stage input and recompute its forward before "
-                "the backward");
+                "activation checkpointing: keep only each top-level layer's input (pipeline: each "
+                "micro-batch's stage input) and compute its forward again before its backward");
   app->add_option("--memory-limit", config.memoryLimit,
                   "tensor memory budget of each rank, e.g. 512M: an allocation past it ends the run "
                   "with an error naming the tensor and the bytes");

@@ -118,6 +118,7 @@ class ObservedWork final : public Work {
     if (op_.open()) settle();
     return true;
   }
+  int source() const override { return inner_->source(); }
 
  private:
   // Complete: a wait returns at once, with the operation's error if it failed.

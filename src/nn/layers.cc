@@ -4,8 +4,10 @@
 #include <cxxabi.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdlib>
 #include <typeinfo>
+#include <vector>
 
 #include "kolo/autograd.h"
 #include "kolo/ops.h"
@@ -128,9 +130,9 @@ Sequential& Sequential::add(std::shared_ptr<Module> module) {
 
 namespace {
 
-// "forward 0 Linear": a child's span name in the timeline (its index and class).
-std::string childSpanName(const std::string& name, const Module& child) {
-  std::string type = typeid(child).name();
+// A module's class without namespaces ("Linear").
+std::string className(const Module& module) {
+  std::string type = typeid(module).name();
   int status = 0;
   if (char* readable = abi::__cxa_demangle(type.c_str(), nullptr, nullptr, &status)) {
     type = readable;
@@ -138,15 +140,21 @@ std::string childSpanName(const std::string& name, const Module& child) {
   }
   const size_t colon = type.rfind("::");
   if (colon != std::string::npos) type = type.substr(colon + 2);
-  return "forward " + name + " " + type;
+  return type;
+}
+
+// "forward 0 Linear": a child's span name in the timeline (its index and class).
+std::string childSpanName(const std::string& name, const Module& child) {
+  return "forward " + name + " " + className(child);
 }
 
 }  // namespace
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
+  const auto run = [this](Module& child, const Tensor& in) { return recompute_ ? checkpoint(child, in) : child(in); };
   if (!trace::enabled()) {
-    for (const auto& [name, child] : children()) h = (*child)(h);
+    for (const auto& [name, child] : children()) h = run(*child, h);
     return h;
   }
   // The names are made once per child (and kept by the recorder), not on every call.
@@ -157,7 +165,7 @@ Tensor Sequential::forward(const Tensor& x) {
   for (size_t i = 0; i < children().size(); ++i) {
     trace::Scope span(traceNames_[i], "module");
     span.index(static_cast<int64_t>(i));
-    h = (*children()[i].second)(h);
+    h = run(*children()[i].second, h);
   }
   return h;
 }
@@ -168,6 +176,67 @@ Tensor Sequential::forwardInputs(const std::vector<Tensor>& inputs) {
   Tensor h = children().front().second->forward(inputs);
   for (size_t i = 1; i < children().size(); ++i) h = (*children()[i].second)(h);
   return h;
+}
+
+namespace {
+
+thread_local bool tRecomputing = false;
+
+// A few of the output's elements, spread over it: enough to tell a recomputation that drew
+// other random numbers from the first forward.
+std::vector<double> probe(const Tensor& out) {
+  Tensor flat = out.contiguous().reshape({out.numel()}).to(DType::F64);
+  const int64_t n = flat.numel(), count = std::min<int64_t>(n, 16);
+  std::vector<double> values;
+  for (int64_t k = 0; k < count; ++k) values.push_back(flat.data<double>()[k * n / count]);
+  return values;
+}
+
+}  // namespace
+
+bool recomputing() { return tRecomputing; }
+
+Tensor checkpoint(Module& block, const Tensor& x) {
+  std::vector<Tensor> inputs{x};
+  for (const Tensor& p : block.parameters()) inputs.push_back(p);
+  if (!autograd::needsRecord(inputs)) return block(x);
+  Tensor out;
+  {
+    autograd::NoGradGuard noGrad;
+    out = block(x);
+  }
+  const Tensor saved = x.detach();
+  const bool inputNeedsGrad = x.requiresGrad();
+  return autograd::record(
+      out, inputs, "CheckpointBackward",
+      [&block, saved, inputNeedsGrad, first = probe(out), count = inputs.size()](const Tensor& grad) {
+        Tensor in = saved.detach();
+        if (inputNeedsGrad) in.setRequiresGrad();
+        Tensor again;
+        {
+          const bool previous = autograd::isGradEnabled();
+          autograd::setGradEnabled(true);
+          tRecomputing = true;
+          try {
+            again = block(in);
+          } catch (...) {
+            tRecomputing = false;
+            autograd::setGradEnabled(previous);
+            throw;
+          }
+          tRecomputing = false;
+          autograd::setGradEnabled(previous);
+        }
+        if (probe(again) != first)
+          KOLO_THROW(InvalidArgument, "nn::checkpoint: recomputing ", className(block),
+                     " gave another output than its forward: a block computed twice must be "
+                     "deterministic (no Dropout in training inside it)");
+        // The parameters take their gradients here; only the input's goes on.
+        if (again.requiresGrad()) autograd::runBackward(again, grad);
+        std::vector<Tensor> grads(count);
+        if (inputNeedsGrad) grads[0] = in.grad();
+        return grads;
+      });
 }
 
 }  // namespace kolo::nn

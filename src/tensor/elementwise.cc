@@ -1,6 +1,7 @@
 // Broadcasting elementwise kernels (binary, unary, activation gradients, where).
 // Same-shape contiguous operands take a flat loop the compiler vectorises; other cases
 // walk rows of the broadcast shape with per-operand strides (0 on broadcast dimensions).
+#include <algorithm>
 #include <cmath>
 
 #include "tensor/dispatch.h"
@@ -217,21 +218,53 @@ Tensor powScalar(const Tensor& x, double p) {
   return mapUnary(x, "pow", [p](auto v) { return std::pow(v, static_cast<decltype(v)>(p)); });
 }
 
-Tensor reluBackward(const Tensor& grad, const Tensor& y) {
-  return mapBinarySame(grad, y, "relu backward", [](auto g, auto v) { return v > 0 ? g : decltype(g)(0); });
+Tensor positiveMask(const Tensor& y0) {
+  Tensor y = y0.contiguous();
+  const int64_t n = y.numel();
+  Tensor mask = Tensor::empty({(n + 7) / 8}, DType::U8);
+  uint8_t* pm = mask.data<uint8_t>();
+  detail::dispatchFloat(y.dtype(), "relu mask", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* py = y.data<T>();
+    const int64_t whole = n / 8;
+    for (int64_t b = 0; b < whole; ++b) {
+      const T* v = py + 8 * b;
+      uint8_t bits = 0;
+      for (int k = 0; k < 8; ++k) bits |= static_cast<uint8_t>(v[k] > T(0)) << k;
+      pm[b] = bits;
+    }
+    if (whole * 8 < n) {
+      uint8_t bits = 0;
+      for (int64_t i = whole * 8; i < n; ++i) bits |= static_cast<uint8_t>(py[i] > T(0)) << (i - whole * 8);
+      pm[whole] = bits;
+    }
+  });
+  return mask;
 }
 
-void reluBackwardInPlace(Tensor& grad, const Tensor& y0) {
-  KOLO_CHECK(grad.isContiguous() && grad.shape() == y0.shape() && grad.dtype() == y0.dtype(),
-             "relu backward in place: gradient ", shapeString(grad.shape()), " ", dtypeName(grad.dtype()),
-             " for output ", shapeString(y0.shape()), " ", dtypeName(y0.dtype()));
-  Tensor y = y0.contiguous();
+void reluBackwardInPlace(Tensor& grad, const Tensor& mask) {
+  const int64_t n = grad.numel();
+  KOLO_CHECK(grad.isContiguous() && mask.dtype() == DType::U8 && mask.numel() == (n + 7) / 8,
+             "relu backward in place: gradient ", shapeString(grad.shape()), " for a mask of ", mask.numel(),
+             " bytes");
+  const uint8_t* pm = mask.data<uint8_t>();
   detail::dispatchFloat(grad.dtype(), "relu backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* pg = grad.data<T>();
-    const T* py = y.data<T>();
-    for (int64_t i = 0, n = grad.numel(); i < n; ++i) pg[i] = py[i] > 0 ? pg[i] : T(0);
+    for (int64_t b = 0; b * 8 < n; ++b) {
+      const uint8_t bits = pm[b];
+      if (bits == 0xFF) continue;
+      const int64_t end = std::min<int64_t>(8, n - 8 * b);
+      for (int64_t k = 0; k < end; ++k)
+        if (!((bits >> k) & 1)) pg[8 * b + k] = T(0);
+    }
   });
+}
+
+Tensor reluBackward(const Tensor& grad, const Tensor& mask) {
+  Tensor out = grad.isContiguous() ? grad.clone() : grad.contiguous();  // never grad's own buffer
+  reluBackwardInPlace(out, mask);
+  return out;
 }
 
 Tensor geluBackward(const Tensor& grad, const Tensor& x) {

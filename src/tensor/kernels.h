@@ -48,11 +48,15 @@ Tensor unary(UnaryOp op, const Tensor& x);
 Tensor affineScalar(const Tensor& x, double a, double b);
 Tensor powScalar(const Tensor& x, double p);
 
-/// Gradients of the activations given the saved input x or output y.
-Tensor reluBackward(const Tensor& grad, const Tensor& y);
-/// reluBackward written over grad's own elements (grad contiguous, shape and dtype of y);
-/// for a gradient buffer that nothing else references.
-void reluBackwardInPlace(Tensor& grad, const Tensor& y);
+/// What ReLU's backward keeps instead of its output: one bit per element of y (y > 0), eight
+/// to a byte, element i in bit i % 8 of byte i / 8 (U8, ceil(numel / 8) elements).
+Tensor positiveMask(const Tensor& y);
+/// ReLU's gradient: grad where the mask (positiveMask of the output) has its bit set, else 0.
+Tensor reluBackward(const Tensor& grad, const Tensor& mask);
+/// reluBackward written over grad's own elements (grad contiguous, a float dtype); for a
+/// gradient buffer that nothing else references.
+void reluBackwardInPlace(Tensor& grad, const Tensor& mask);
+/// Gradients of the other activations given the saved input x or output y.
 Tensor geluBackward(const Tensor& grad, const Tensor& x);
 Tensor tanhBackward(const Tensor& grad, const Tensor& y);
 Tensor sigmoidBackward(const Tensor& grad, const Tensor& y);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kolo/error.h"
+#include "kolo/nn/layers.h"
 #include "kolo/ops.h"
 #include "kolo/safetensors.h"
 #include "kolo/train/engine.h"
@@ -18,6 +19,20 @@ namespace {
 using parallel::StrategyKind;
 
 constexpr const char* kHookPrefix = "compress.rank";
+
+// The factory's models, each recomputing its top-level layers in backward.
+parallel::ModelFactory recomputed(parallel::ModelFactory model) {
+  return [model = std::move(model)] {
+    std::shared_ptr<nn::Module> built = model();
+    auto* layers = dynamic_cast<nn::Sequential*>(built.get());
+    KOLO_REQUIRE(layers != nullptr,
+                 "recompute needs the model to be an nn::Sequential (its top-level layers are "
+                 "computed again in backward); a model of another shape calls nn::checkpoint on "
+                 "its blocks in its own forward");
+    layers->setRecompute(true);
+    return built;
+  };
+}
 
 }  // namespace
 
@@ -48,6 +63,7 @@ DataParallelEngine::DataParallelEngine(parallel::ModelFactory model,
     balancer_ = std::make_unique<parallel::Balancer>(options_.balanceBatch, comm->rank(),
                                                      comm->size(), options_.balancer);
   }
+  if (options_.recompute) model = recomputed(std::move(model));
   parallel::LossFn loss = options_.loss;
   if (balancer_) loss = balancer_->weightedLoss(loss);
   strategy_ = parallel::makeStrategy(options_.strategy, std::move(model), std::move(optimizer),

@@ -19,6 +19,7 @@
 #include "kolo/train/elastic.h"
 #include "train/balance.h"
 #include "train/monitor.h"
+#include "train/run_lines.h"
 #include "train/timeline_files.h"
 
 namespace kolo::train {
@@ -36,44 +37,6 @@ int64_t storageBytes(const Tensor& t) {
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-std::string formatRate(double samplesPerSecond) {
-  char text[32];
-  if (samplesPerSecond >= 1000) {
-    std::snprintf(text, sizeof(text), "%.1fk", samplesPerSecond / 1000);
-  } else {
-    std::snprintf(text, sizeof(text), "%.0f", samplesPerSecond);
-  }
-  return text;
-}
-
-// Writes the run's metrics lines (rank 0 with a path; nothing otherwise).
-class Metrics {
- public:
-  Metrics(const std::string& path, bool append, Clock::time_point start) : start_(start) {
-    open(path, append);
-  }
-  // An elastic job's new rank 0 takes over the file (appending).
-  void open(const std::string& path, bool append) {
-    if (!path.empty() && !writer_) writer_ = std::make_unique<observe::MetricsWriter>(path, append);
-  }
-  observe::MetricsWriter* writer() { return writer_.get(); }
-  void write(const observe::Fields& fields) {
-    if (writer_) writer_->write(fields);
-  }
-  // Events for `kolo report`: the run's start (or resume), its checkpoints, its end, and a
-  // failure when an exception leaves the loop.
-  void event(const std::string& name, int64_t at, const observe::Fields& extra = {}) {
-    if (!writer_) return;
-    observe::Fields fields{{"kind", "event"}, {"event", name}, {"step", at},
-                           {"wall_s", secondsSince(start_)}};
-    writer_->write(fields.update(extra));
-  }
-
- private:
-  Clock::time_point start_;
-  std::unique_ptr<observe::MetricsWriter> writer_;
-};
 
 }  // namespace
 
@@ -191,26 +154,14 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
   };
 
   // A resumed run continues the metrics file (and its step count).
-  Metrics metrics(primary ? options.metricsPath : "", step > 0, start);
+  detail::MetricsLog metrics(primary ? options.metricsPath : "", step > 0, start);
   const int64_t epochs = (totalSteps + perEpoch - 1) / perEpoch;
   auto makeMonitor = [&] {
     return std::make_unique<detail::StepMonitor>(comm.get(), options.metricsEvery, globalBatch / shard.worldSize);
   };
   std::unique_ptr<detail::StepMonitor> monitor = makeMonitor();
   detail::RankStatus status(options.statusFile, rank, totalSteps);
-  struct FailureEvent {
-    std::function<void()> write;
-    int uncaught = std::uncaught_exceptions();
-    ~FailureEvent() {
-      if (std::uncaught_exceptions() > uncaught) write();
-    }
-  } failureEvent{[&] {
-    try {
-      metrics.event("failed", step);
-    } catch (const std::exception&) {
-    }
-  }};
-  const observe::Fields membership = elastic ? elastic->membershipFields() : observe::Fields{};
+  const detail::FailureEvent failureEvent(metrics, step);
   if (!joined)
     metrics.event(step > 0 ? "resume" : "start", step,
                   observe::Fields{{"ranks", comm ? comm->size() : 1},
@@ -218,7 +169,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
                                   {"strategy", engine.name()},
                                   {"algorithm", engine.algorithm()},
                                   {"batch", globalBatch}}
-                      .update(membership));
+                      .update(elastic ? elastic->membershipFields() : observe::Fields{}));
   if (primary && !joined) {
     observe::Fields fields = options.describe;
     fields.update({{"batch", globalBatch},
@@ -236,7 +187,8 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
   // the state after the steps `recover` or `admitJoiners` returns; fit writes the changes'
   // events, and below the minimum the first survivor saves that state before stopping.
   auto writeElasticEvents = [&] {
-    for (const ElasticEvent& event : elastic->takeEvents()) metrics.event(event.name, event.step, event.fields);
+    for (const ElasticEvent& event : elastic->takeEvents())
+      metrics.event(event.name.c_str(), event.step, event.fields);
   };
   auto recoverFrom = [&](const Error& error) -> std::optional<int64_t> {
     comm.reset();  // the survivors' agreement needs the old communicator closed
@@ -385,7 +337,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
       if (!quiet) {
         char suffix[96];
         std::snprintf(suffix, sizeof(suffix), "loss %.4f  %s samples/s", lossSum / lossCount,
-                      formatRate(lossCount * globalBatch / std::max(epochSeconds, 1e-9)).c_str());
+                      detail::formatRate(lossCount * globalBatch / std::max(epochSeconds, 1e-9)).c_str());
         bar.update(at.batch + stepsThisPass, suffix + breakdown);
       }
     }
@@ -406,24 +358,11 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
     evaluated = true;
     summary.epochs = at.epoch + 1;
     const double rate = lossCount * globalBatch / std::max(epochSeconds, 1e-9);
-    if (callbacks.onEpochEnd)
-      callbacks.onEpochEnd({.epoch = at.epoch + 1, .step = step, .trainLoss = summary.trainLoss,
-                            .validation = figures, .samplesPerSecond = rate});
-    if (!quiet) {
-      char suffix[128];
-      if (figures)
-        std::snprintf(suffix, sizeof(suffix), "loss %.4f  test accuracy %.4f  %s samples/s",
-                      summary.trainLoss, figures->accuracy, formatRate(rate).c_str());
-      else
-        std::snprintf(suffix, sizeof(suffix), "loss %.4f  %s samples/s", summary.trainLoss,
-                      formatRate(rate).c_str());
-      bar.finish(suffix);
-    }
-    observe::Fields epochLine{{"epoch", at.epoch + 1}, {"step", step},
-                              {"train_loss", summary.trainLoss}};
-    if (figures) epochLine.set("test_accuracy", figures->accuracy);
-    epochLine.update({{"samples_per_s", rate}, {"wall_s", secondsSince(start)}, {"lr", engine.lr()}});
-    metrics.write(epochLine);
+    const EpochEnd ended{.epoch = at.epoch + 1, .step = step, .trainLoss = summary.trainLoss,
+                         .validation = figures, .samplesPerSecond = rate};
+    if (callbacks.onEpochEnd) callbacks.onEpochEnd(ended);
+    if (!quiet) bar.finish(detail::epochProgressText(summary.trainLoss, figures, rate));
+    metrics.write(detail::epochFields(ended, secondsSince(start), engine.lr()));
     lossSum = epochSeconds = 0.0;
     lossCount = 0;
   }
@@ -450,14 +389,9 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
   }
   summary.wallSeconds = secondsSince(start);
   metrics.event("end", step);  // before the final line, which stays the file's last
-  observe::Fields last{{"epoch", summary.epochs}, {"step", summary.steps},
-                       {"train_loss", summary.trainLoss}};
-  if (validation) last.set("test_accuracy", summary.validationAccuracy);
-  last.update({{"samples_per_s", summary.samplesPerSecond},
-               {"steady_samples_per_s", summary.steadySamplesPerSecond},
-               {"grad_bytes_per_step", summary.gradBytesPerStep}});
+  observe::Fields last = detail::finalFields(summary, validation != nullptr);
   if (elastic) last.update(elastic->membershipFields());
-  last.update({{"wall_s", summary.wallSeconds}, {"final", true}});
+  last.set("final", true);
   metrics.write(last);
   if (options.finishTimeline) detail::finishTimeline(comm.get(), primary, logger);
   return summary;

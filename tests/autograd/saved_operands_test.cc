@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "kolo/memory.h"
 #include "kolo/ops.h"
 
 namespace kolo {
@@ -68,6 +69,34 @@ TEST(SavedOperands, AFrozenWeightIsKeptAndTheInputIsNot) {
     EXPECT_GT(memoryHolders(w), weightBefore) << layer.name;
     sum(out).backward();
     EXPECT_TRUE(x.grad().defined()) << layer.name;
+  }
+}
+
+// ReLU keeps a bit per element for backward, not its output: once the output is dropped
+// (a pooling layer keeps indices, a sum nothing), the graph holds an eighth of a byte per
+// element; the gradient is still 1 where x > 0 and 0 elsewhere, odd lengths and strided
+// gradients included.
+TEST(SavedOperands, ReluKeepsABitPerElement) {
+  for (int64_t n : {int64_t{1} << 16, int64_t{13}}) {
+    Generator gen(3);
+    Tensor x = Tensor::randn({n}, gen).setRequiresGrad();
+    const int64_t before = liveTensorBytes();
+    Tensor loss = sum(relu(x));
+    const int64_t kept = liveTensorBytes() - before;
+    EXPECT_LE(kept, (n + 7) / 8 + 256) << "n " << n;  // the mask and the loss, allocations rounded up
+    loss.backward();
+    const Tensor g = x.grad();
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(g.data<float>()[i], x.data<float>()[i] > 0 ? 1.0f : 0.0f) << "element " << i;
+  }
+  Generator gen(4);
+  Tensor x = Tensor::randn({6, 5}, gen).setRequiresGrad();
+  Tensor w = Tensor::randn({6, 4}, gen);
+  sum(matmul(relu(x).t(), w)).backward();  // the gradient reaching relu is strided
+  Tensor expected = matmul(w, Tensor::ones({4, 5})).contiguous();
+  for (int64_t i = 0; i < 30; ++i) {
+    const float v = x.data<float>()[i] > 0 ? expected.data<float>()[i] : 0.0f;
+    EXPECT_NEAR(x.grad().contiguous().data<float>()[i], v, 1e-5) << "element " << i;
   }
 }
 

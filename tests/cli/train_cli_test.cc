@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "kolo/data.h"
@@ -123,6 +125,31 @@ TEST_F(TrainCliTest, UnknownStrategyAndBadFlagsFail) {
   run = runKolo("train --model resnet");
   EXPECT_NE(run.exitCode, 0);
   EXPECT_NE(run.output.find("resnet"), std::string::npos) << run.output;
+}
+
+// The table of flags by strategy that --help prints names only flags kolo train has, and
+// every strategy it names refuses what the table does not give it.
+TEST(TrainFlagTable, NamesRealFlagsAndRefusesTheOthersByName) {
+  const RunResult help = runKolo("train --help");
+  ASSERT_EQ(help.exitCode, 0) << help.output;
+  const size_t table = help.output.find("Flags that only some strategies accept");
+  ASSERT_NE(table, std::string::npos) << help.output;
+  const std::string options = help.output.substr(0, table), scopes = help.output.substr(table);
+  const std::regex flag("--[a-z][a-z0-9-]*");
+  std::set<std::string> listed;
+  for (std::sregex_iterator it(scopes.begin(), scopes.end(), flag), end; it != end; ++it)
+    if (it->str() != "--strategy" && it->str() != "--model") listed.insert(it->str());
+  EXPECT_GE(listed.size(), 40u) << scopes;
+  for (const std::string& name : listed)
+    EXPECT_NE(options.find(name + " "), std::string::npos) << name << " is not an option";
+  const RunResult ps = runKolo("train --model mlp --steps 1 --ps-mode async --quiet");
+  EXPECT_EQ(ps.exitCode, 2) << ps.output;
+  EXPECT_NE(ps.output.find("--ps-mode applies to --strategy parameter-server, not to --strategy "
+                           "one-device"),
+            std::string::npos)
+      << ps.output;
+  const RunResult lm = runKolo("train --model mlp --steps 1 --d-model 64 --quiet");
+  EXPECT_NE(lm.output.find("--d-model applies to --model lm"), std::string::npos) << lm.output;
 }
 
 }  // namespace

@@ -247,36 +247,38 @@ TEST_F(TrainFsdpTest, RefusesWhatFsdpDoesNotTake) {
   EXPECT_NE(sync.output.find("--check-sync"), std::string::npos) << sync.output;
   const RunResult group = runKolo("train --model mlp --shard-group 2 --steps 1");
   EXPECT_NE(group.exitCode, 0);
-  EXPECT_NE(group.output.find("--shard-group, --hsdp and --unit-params need --strategy fsdp"),
+  EXPECT_NE(group.output.find("--shard-group applies to --strategy fsdp, not to --strategy one-device"),
             std::string::npos)
       << group.output;
   const RunResult units = runKolo("train --model mlp --unit-params 1000 --steps 1");
   EXPECT_NE(units.exitCode, 0);
-  EXPECT_NE(units.output.find("--unit-params need --strategy fsdp"), std::string::npos)
+  EXPECT_NE(units.output.find("--unit-params applies to --strategy fsdp"), std::string::npos)
       << units.output;
   const RunResult shard = runKolo("train --model mlp --strategy fsdp --shard zero3 --steps 1");
   EXPECT_NE(shard.exitCode, 0);
   EXPECT_NE(shard.output.find("--shard"), std::string::npos) << shard.output;
 }
 
-// The flags of multi-worker-mirrored's reducer are refused, by name, where no reducer would
-// read them (they were ignored before): fsdp, the model-parallel runner, parameter servers
-// and federated training. Each case: the command line, the start of the message.
+// The flags of the data-parallel reducers are refused, by name, where no reducer would read
+// them (they were ignored before): fsdp, the model-parallel runner, parameter servers and
+// federated training. Each case: the command line, the start of the message.
 TEST_F(TrainFsdpTest, ReducerFlagsAreRefusedWhereNoReducerReadsThem) {
-  const std::string reducer = " multi-worker-mirrored's reducer; not available with ";
+  const std::string reducer = " applies to --strategy mirrored or multi-worker-mirrored, not to ";
+  const std::string mwm = " applies to --strategy multi-worker-mirrored, not to ";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--model mlp --workers 2 --steps 1 --strategy fsdp --overlap on",
-       "--overlap sets" + reducer + "--strategy fsdp"},
+       "--overlap" + reducer + "--strategy fsdp"},
       {"--model mlp --workers 2 --steps 1 --strategy fsdp --shard-optimizer off --bucket-mb 5",
-       "--shard-optimizer and --bucket-mb set" + reducer + "--strategy fsdp"},
+       "--bucket-mb" + reducer + "--strategy fsdp"},
       {"--model mlp --steps 1 --strategy pipeline --compress fp16",
-       "--compress sets" + reducer + "--model lm or --strategy pipeline"},
-      {"--model mlp --steps 1 --strategy tensor --balance",
-       "--balance sets" + reducer + "--model lm or --strategy tensor"},
+       "--compress" + mwm + "--strategy pipeline"},
+      {"--model mlp --steps 1 --strategy tensor --balance", "--balance" + mwm + "--strategy tensor"},
       {"--model lm --steps 1 --overlap auto --first-bucket-mb 2",
-       "--overlap and --first-bucket-mb set" + reducer + "--model lm or --strategy one-device"},
+       "--first-bucket-mb" + reducer + "--strategy one-device"},
       {"--model mlp --strategy federated --shard-optimizer on",
-       "--shard-optimizer sets" + reducer + "--strategy federated"}};
+       "--shard-optimizer" + reducer + "--strategy federated"},
+      {"--model mlp --strategy parameter-server --bucket-mb 4",
+       "--bucket-mb" + reducer + "--strategy parameter-server"}};
   for (const auto& [flags, message] : cases) {
     const RunResult r = runKolo("train " + flags);
     EXPECT_NE(r.exitCode, 0) << flags;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <vector>
 
 #include "comm/closed_form.h"
@@ -292,6 +293,27 @@ TEST(MpiCommunicator, PointToPointRing) {
     }
     EXPECT_EQ(got, left * 10);
   }
+}
+
+// kAnySource receives MPI_ANY_SOURCE's message and Work::source() names its sender.
+TEST(MpiCommunicator, ReceiveFromAnySourceNamesTheSender) {
+  auto comm = world();
+  if (comm->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  if (comm->rank() == 0) {
+    std::set<int> senders;
+    for (int i = 1; i < comm->size(); ++i) {
+      int64_t got = -1;
+      auto receive = comm->irecv(&got, 1, DType::I64, kAnySource, 6);
+      receive->wait();
+      EXPECT_EQ(got, receive->source() * 100);
+      senders.insert(receive->source());
+    }
+    EXPECT_EQ(static_cast<int>(senders.size()), comm->size() - 1);
+  } else {
+    const int64_t mine = comm->rank() * 100;
+    comm->send(&mine, 1, DType::I64, 0, 6);
+  }
+  comm->barrier();
 }
 
 TEST(MpiCommunicator, ReceivedLengthMismatchIsMismatch) {

@@ -1,6 +1,7 @@
 // Native communicator with ranks as forked processes over the file store: shared
 // memory, cross-memory attach and TCP between processes, sizes up to 8, and the failure
-// cases: a SIGKILLed rank (PeerError within twice the deadline) and a SIGSTOPped rank
+// cases: a SIGKILLed rank (PeerError within twice the deadline; at four ranks every survivor
+// names it, told by the others' Abort messages) and a SIGSTOPped rank
 // (Timeout naming it), each started by the parent only when the ranks say they are ready.
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -148,6 +149,40 @@ TEST(NativeProcesses, KilledRankGivesPeerErrorOverTcp) {
   NativeOptions options;
   options.sharedMemory = false;
   killedRankCase(options, "is gone");
+}
+
+/// Four ranks, rank 2 killed: a survivor whose all-reduce waits on a live rank (that waits on
+/// rank 2) learns of the loss from that rank's Abort message, long before its deadline, and
+/// names rank 2 like the survivors that saw it go.
+void killedRankOfFourCase(const NativeOptions& options) {
+  const Ms deadline(30000);
+  kolo::testing::ReadinessPipe ready;
+  auto codes = runProcesses(
+      4,
+      [&](int rank, Communicator& comm) {
+        ready.signal();
+        if (rank == 2) {
+          pause();
+          return 0;
+        }
+        return expectFailure<PeerError>(comm, deadline, deadline / 2, "rank 2");
+      },
+      options,
+      [&](const std::vector<pid_t>& pids) {
+        ready.awaitSignals(4);
+        kill(pids[2], SIGKILL);
+      });
+  for (int r : {0, 1, 3}) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+TEST(NativeProcesses, EverySurvivorOfFourNamesTheKilledRankOverSharedMemory) {
+  killedRankOfFourCase({});
+}
+
+TEST(NativeProcesses, EverySurvivorOfFourNamesTheKilledRankOverTcp) {
+  NativeOptions options;
+  options.sharedMemory = false;
+  killedRankOfFourCase(options);
 }
 
 TEST(NativeProcesses, StoppedRankGivesTimeoutNamingIt) {

@@ -3,6 +3,7 @@
 // TCP-only wiring and signature mismatches.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,6 +12,8 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
+#include <set>
 #include <string>
 
 #include "comm/closed_form.h"
@@ -406,6 +409,91 @@ TEST(NativeThreads, PointToPointMatchesTags) {
       w->wait();
       ASSERT_EQ(big.front(), 1.5f);
       ASSERT_EQ(big.back(), 1.5f);
+    }
+    comm.barrier();
+  });
+}
+
+// Receives from kAnySource: messages that arrived before the receive (held aside) and after
+// it (matched on arrival, a large one in several pieces), each sender's in the order sent,
+// a receive for a named sender served first, and the sender named by Work::source() in group
+// ranks (a sub-group's too).
+TEST(NativeThreads, ReceiveFromAnySourceNamesEachSender) {
+  runThreads(4, [](Communicator& comm) {
+    const int me = comm.rank();
+    constexpr int kTag = 7;
+    constexpr size_t kBig = 300000;
+    // Round 1: every other rank sends two small messages, all arriving before rank 0 asks.
+    if (me != 0) {
+      for (int k = 0; k < 2; ++k) {
+        const int32_t v = me * 10 + k;
+        comm.send(&v, 1, DType::I32, 0, kTag);
+      }
+    }
+    comm.barrier();
+    if (me == 0) {
+      int32_t named = -1;
+      comm.recv(&named, 1, DType::I32, 2, kTag);  // the named receive takes rank 2's first
+      EXPECT_EQ(named, 20);
+      std::map<int, std::vector<int32_t>> got;
+      for (int i = 0; i < 5; ++i) {
+        int32_t v = -1;
+        auto w = comm.irecv(&v, 1, DType::I32, kAnySource, kTag);
+        w->wait();
+        got[w->source()].push_back(v);
+      }
+      EXPECT_EQ(got[1], (std::vector<int32_t>{10, 11}));
+      EXPECT_EQ(got[2], (std::vector<int32_t>{21}));
+      EXPECT_EQ(got[3], (std::vector<int32_t>{30, 31}));
+    }
+    comm.barrier();
+    // Round 2: rank 0 asks first; rank 3 sends a large message after the others.
+    std::vector<std::unique_ptr<Work>> works;
+    std::vector<std::vector<float>> bufs(3, std::vector<float>(kBig, -1.0f));
+    if (me == 0)
+      for (auto& b : bufs) works.push_back(comm.irecv(b.data(), kBig, DType::F32, kAnySource, kTag));
+    comm.barrier();
+    if (me != 0) {
+      std::vector<float> mine(kBig, static_cast<float>(me));
+      comm.send(mine.data(), kBig, DType::F32, 0, kTag);
+    }
+    if (me == 0) {
+      std::set<int> sources;
+      for (size_t i = 0; i < works.size(); ++i) {
+        works[i]->wait();
+        sources.insert(works[i]->source());
+        EXPECT_EQ(bufs[i].front(), static_cast<float>(works[i]->source()));
+        EXPECT_EQ(bufs[i].back(), static_cast<float>(works[i]->source()));
+      }
+      EXPECT_EQ(sources, (std::set<int>{1, 2, 3}));
+    }
+    // In a sub-group of the odd ranks, rank 3 is group rank 1.
+    auto odd = comm.split(me % 2, me);
+    if (me == 1) {
+      int32_t v = -1;
+      auto w = odd->irecv(&v, 1, DType::I32, kAnySource, kTag);
+      w->wait();
+      EXPECT_EQ(w->source(), 1);
+      EXPECT_EQ(v, 33);
+    } else if (me == 3) {
+      const int32_t v = 33;
+      odd->send(&v, 1, DType::I32, 0, kTag);
+    }
+    comm.barrier();
+  });
+}
+
+TEST(NativeThreads, ReceiveFromAnySourceTimesOutNamingNoRank) {
+  runThreads(2, [](Communicator& comm) {
+    if (comm.rank() == 0) {
+      int32_t v = 0;
+      auto w = comm.irecv(&v, 1, DType::I32, kAnySource, 3);
+      try {
+        w->wait(std::chrono::milliseconds(200));
+        ADD_FAILURE() << "a receive nobody sent to completed";
+      } catch (const Timeout& e) {
+        EXPECT_EQ(std::string(e.what()), "recv (tag 3) on rank 0: no data from any rank after 0.2 s");
+      }
     }
     comm.barrier();
   });

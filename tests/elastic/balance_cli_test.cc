@@ -96,7 +96,7 @@ TEST_F(BalanceCliTest, ASlowRankGetsASmallerShareAndTheWeightsAreOneDevices) {
 TEST_F(BalanceCliTest, BalanceNeedsMultiWorkerMirrored) {
   const RunResult run = runKolo(kCommon + " --balance");
   EXPECT_NE(run.exitCode, 0) << run.output;
-  EXPECT_NE(run.output.find("--balance is available with --strategy multi-worker-mirrored"),
+  EXPECT_NE(run.output.find("--balance applies to --strategy multi-worker-mirrored"),
             std::string::npos)
       << run.output;
 }

@@ -50,7 +50,7 @@ TEST(FederatedEquivalence, OneClientWithAllDataEqualsOneDevice) {
   auto model = makeMlp();
   model->train(true);
   optim::Sgd sgd(model->namedParameters(), optim::SgdOptions{.lr = 0.05});
-  ClientOptions client = options.client;
+  LocalTrainingOptions client = options.client;
   client.seed = options.seed;
   for (int64_t round = 1; round <= 3; ++round) {
     const std::vector<int64_t> order = clientEpochOrder(all, client, round, 0, 0);
@@ -98,7 +98,7 @@ TEST(FederatedEquivalence, FedProxPullsTowardsTheGlobalModel) {
   std::iota(ids.begin(), ids.end(), 0);
   auto model = makeMlp();
   const std::vector<float> global = flattenParameters(*model);
-  ClientOptions options;
+  LocalTrainingOptions options;
   options.localEpochs = 3;
   options.localBatch = 20;
   options.lr = 0.1;
@@ -108,7 +108,7 @@ TEST(FederatedEquivalence, FedProxPullsTowardsTheGlobalModel) {
     return std::sqrt(s);
   };
   const double plain = norm(trainClient(*model, global, *data, ids, options, 1, 0));
-  options.algorithm = Algorithm::FedProx;
+  options.method = Method::FedProx;
   options.proxMu = 0.0;
   EXPECT_DOUBLE_EQ(norm(trainClient(*model, global, *data, ids, options, 1, 0)), plain);
   options.proxMu = 1.0;

@@ -41,7 +41,7 @@ std::vector<float> expectedAfterOneRound(const FederatedOptions& options,
                                          const std::vector<int>& clients) {
   auto model = makeSmall();
   const std::vector<float> global = flattenParameters(*model);
-  ClientOptions client = options.client;
+  LocalTrainingOptions client = options.client;
   client.seed = options.seed;
   client.dpClip = options.dpClip;
   Aggregator aggregator(1, global.size());
@@ -84,7 +84,7 @@ TEST(FederatedJob, RandomDropOutsAreLeftOut) {
   KOLO_SKIP_WITHOUT_FASHION_MNIST();
   auto data = firstSamples(1000);
   FederatedOptions options = smallJob(20, 10);
-  options.debugDropRate = 0.3;
+  options.simulatedDropRate = 0.3;
   // Dropping clients say so at once: the timeout is only there for a host that is late.
   options.roundTimeout = std::chrono::seconds(60);
   Job job(options, data, iid(1000, 20), 2, {}, {}, kSmall);
@@ -105,7 +105,7 @@ TEST(FederatedJob, BadUpdatesAreRefusedAndNamedAndTheRoundGoesOn) {
   const auto partition = iid(400, 4);
   const FederatedOptions options = smallJob(4, 4);
   auto tamper = [](ClientHost& host) {
-    host.setTamper([](Update& u) {
+    host.setUpdateTransform([](Update& u) {
       if (u.client == 1) u.delta.resize(10);   // wrong shape
       if (u.client == 2) u.delta[1234] = NAN;  // NaN
       if (u.client == 3) u.round -= 1;         // stale round number
@@ -135,7 +135,7 @@ TEST(FederatedJob, SecureAggregationWithThirtyPercentDroppingEqualsPlainFedAvg) 
   auto data = firstSamples(500);
   const auto partition = partitionClients(data->labels(), 10, parsePartition("dirichlet:1"), 2);
   FederatedOptions options = smallJob(10, 10);
-  options.debugDropRate = 0.3;
+  options.simulatedDropRate = 0.3;
   // Dropping clients say so at once: the timeout is only there for a host that is late.
   options.roundTimeout = std::chrono::seconds(60);
   std::vector<float> plainWeights;

@@ -47,7 +47,14 @@ TEST(FrameHeaderTest, EachFieldOutOfRangeThrowsFormatError) {
     return formatErrorOf([&] { parse(bytesOf(h)); });
   };
   EXPECT_NE(broken([](FrameHeader& h) { h.magic = 0; }).find("magic"), std::string::npos);
-  EXPECT_NE(broken([](FrameHeader& h) { h.kind = 3; }).find("kind"), std::string::npos);
+  EXPECT_NE(broken([](FrameHeader& h) { h.kind = 0; }).find("kind"), std::string::npos);
+  EXPECT_NE(broken([](FrameHeader& h) { h.kind = 4; }).find("kind"), std::string::npos);
+  // An Abort's reason is short text: a longer one is not buffered.
+  EXPECT_NE(broken([](FrameHeader& h) {
+              h.kind = static_cast<uint8_t>(FrameKind::Abort);
+              h.length = kMaxAbortBytes + 1;
+            }).find("abort message"),
+            std::string::npos);
   EXPECT_NE(broken([](FrameHeader& h) { h.collective = 200; }).find("collective"), std::string::npos);
   EXPECT_NE(broken([](FrameHeader& h) { h.dtype = 7; }).find("dtype"), std::string::npos);
   EXPECT_NE(broken([](FrameHeader& h) { h.op = 5; }).find("reduce op"), std::string::npos);

@@ -84,6 +84,7 @@ TEST(PsWireTest, ServerRequestsCarryWhatTheirOperationTakes) {
   EXPECT_NE(refused(Op::Push, 17).find("pushed 17 bytes to server 0, which takes 16"), std::string::npos);
   EXPECT_NE(refused(Op::Pull, 1).find("sent 1 bytes with request 2"), std::string::npos);
   EXPECT_NE(refused(Op::Checkpoint, kMaxTextBytes + 1).find("checkpoint path"), std::string::npos);
+  EXPECT_NE(refused(Op::Restore, kMaxTextBytes + 1).find("checkpoint path"), std::string::npos);
   EXPECT_NE(refused(Op::Share, 7).find("share request of 7 bytes"), std::string::npos);
   EXPECT_NE(refused(Op::Hello, 0).find("unknown request 1"), std::string::npos);
   EXPECT_NE(refused(static_cast<Op>(99), 0).find("unknown request 99"), std::string::npos);

@@ -21,6 +21,15 @@ if grep -rnE '#include "(base|tensor|autograd|nn|optim|data|comm|parallel|checkp
   exit 1
 fi
 
+# kolo/kolo.h is the whole public API: it includes every installed header (nn's through
+# kolo/nn/nn.h).
+for header in $(cd "$prefix/include" && find kolo -name '*.h' ! -path kolo/kolo.h | sort); do
+  if ! grep -qF "\"$header\"" "$prefix/include/kolo/kolo.h" "$prefix/include/kolo/nn/nn.h"; then
+    echo "FAIL: kolo/kolo.h does not include $header" >&2
+    exit 1
+  fi
+done
+
 echo "== examples/ against the installed kolo (find_package)"
 "$cmake" -S "$src/examples" -B "$tmp/examples" -G "$generator" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_PREFIX_PATH="$prefix" \

@@ -63,6 +63,34 @@ TEST(UnitDispatcher, FasterWorkersTakeMoreAndEveryUnitIsDoneOnce) {
   EXPECT_EQ(dispatcher.workersAlive(), 2);
 }
 
+// A run that ends mid-epoch (its step count): the last epoch hands out only its first
+// lastEpochSamples positions, its last unit cut to them, and the job ends after it.
+TEST(UnitDispatcher, AShortLastEpochHandsOutOnlyItsSamples) {
+  DispatchOptions o = options(1, 2);
+  o.lastEpochSamples = 250;  // units [0, 100), [100, 200), [200, 250) of epoch 1
+  UnitDispatcher dispatcher(o);
+  std::vector<Unit> units;
+  std::thread worker([&] {
+    UnitClient client(address(dispatcher), 0, kToken, std::chrono::seconds(30));
+    UnitReport report;
+    while (auto unit = client.next(report, nullptr)) {
+      units.push_back(*unit);
+      report = {unit->id, 1.0, 1};
+    }
+  });
+  EXPECT_EQ(dispatcher.waitEpoch(0).batches, 10);
+  EXPECT_EQ(dispatcher.waitEpoch(1).batches, 3);
+  dispatcher.waitWorkersFinished();
+  worker.join();
+  ASSERT_EQ(units.size(), 13u);
+  EXPECT_EQ(units[12].epoch, 1);
+  EXPECT_EQ(units[12].begin, 200);
+  EXPECT_EQ(units[12].end, 250);
+  EXPECT_EQ(dispatcher.unitsDone()[0], 13);
+  o.lastEpochSamples = 1001;
+  EXPECT_THROW(UnitDispatcher{o}, InvalidArgument);
+}
+
 TEST(UnitDispatcher, AWorkerWhoseHeartbeatsStopIsLostAndItsUnitGoesToTheOthers) {
   DispatchOptions o = options(2, 1);
   o.heartbeat = std::chrono::milliseconds(300);

@@ -14,6 +14,7 @@
 #include <numbers>
 #include <set>
 
+#include "kolo/checkpoint.h"
 #include "kolo/safetensors.h"
 #include "launcher/process_helpers.h"
 #include "support/fashion_mnist.h"
@@ -93,7 +94,7 @@ class PsJob : public TempDirTest {
 
   /// Waits until the chief wrote its first epoch's line, then SIGKILLs rank `rank`.
   void killAfterFirstEpoch(const Child& job, int rank) {
-    ASSERT_TRUE(waitFor([&] { return readFile(metrics_).find('\n') != std::string::npos; },
+    ASSERT_TRUE(waitFor([&] { return readFile(metrics_).find("\"epoch\"") != std::string::npos; },
                         std::chrono::seconds(120)))
         << "no epoch finished";
     pid_t victim = -1;
@@ -106,10 +107,15 @@ class PsJob : public TempDirTest {
     ASSERT_EQ(::kill(victim, SIGKILL), 0);
   }
 
-  std::vector<nlohmann::json> metricLines() const {
+  /// The metrics file's epoch lines and final line (fit's schema; its events left out).
+  std::vector<nlohmann::json> metricLines() const { return epochLines(metrics_); }
+
+  static std::vector<nlohmann::json> epochLines(const std::string& path) {
     std::vector<nlohmann::json> lines;
-    for (const std::string& line : splitLines(readFile(metrics_)))
-      lines.push_back(nlohmann::json::parse(line));
+    for (const std::string& line : splitLines(readFile(path))) {
+      nlohmann::json parsed = nlohmann::json::parse(line);
+      if (!parsed.contains("kind")) lines.push_back(std::move(parsed));
+    }
     return lines;
   }
 
@@ -239,7 +245,7 @@ TEST_F(PsJob, ResumeRefusesAnotherJobsCheckpoint) {
   Child other = start(1, 1, "sync", 2, {"--train-limit", "2000", "--resume", dir_ + "/ck"});
   const Result result = collect(other);
   EXPECT_NE(result.exitCode(), 0);
-  EXPECT_NE(result.err.find("train_limit 1000, this run has 2000"), std::string::npos)
+  EXPECT_NE(result.err.find("--train-limit 1000, this run has 2000"), std::string::npos)
       << result.err;
 }
 
@@ -253,7 +259,7 @@ TEST_F(PsJob, AWorkerJoinsARunningJob) {
     SCOPED_TRACE(mode);
     const ReservedPort port;
     Child job = start(1, 1, mode, 8, slow, {"--store", port.address()});
-    ASSERT_TRUE(waitFor([&] { return readFile(metrics_).find('\n') != std::string::npos; },
+    ASSERT_TRUE(waitFor([&] { return readFile(metrics_).find("\"epoch\"") != std::string::npos; },
                         std::chrono::seconds(120)));
     std::vector<std::string> join = {kKolo, "run", "--join", "--store", port.address()};
     const std::vector<std::string> train = trainArgs(mode, 8, slow);
@@ -316,15 +322,20 @@ TEST_F(PsJob, AsyncAndSspDefaultToAdamSyncKeepsTheChosenOptimizer) {
     ASSERT_EQ(r.exitCode(), 0) << r.out << r.err;
     for (const int epoch : {1, 2}) {
       SCOPED_TRACE("after epoch " + std::to_string(epoch));
-      const checkpoint::SafetensorsFile file = checkpoint::loadSafetensors(
-          checkpoints + "/epoch-00000" + std::to_string(epoch) + "/server-0.safetensors");
-      EXPECT_EQ(file.metadata.at("optimizer"), c.kind);
-      const int64_t version = std::stoll(file.metadata.at("version"));
-      EXPECT_EQ(version, 20 * epoch);
+      // A checkpoint like every strategy's: DIR/ckpt-<step>/ with the whole optimizer state.
+      const int64_t version = 20 * epoch;
+      char name[32];
+      std::snprintf(name, sizeof name, "/ckpt-%09lld", static_cast<long long>(version));
+      const checkpoint::CheckpointContents contents =
+          checkpoint::CheckpointManager::read(checkpoints + name);
+      EXPECT_EQ(contents.optimizerKind, c.kind);
+      EXPECT_EQ(contents.state.step, version);
+      EXPECT_EQ(contents.state.loader.epoch, epoch);
       const double expected = c.lrAt(static_cast<double>(version - 1));
-      EXPECT_NEAR(std::stod(file.metadata.at("lr")), expected, 1e-9 * expected);
+      EXPECT_NEAR(contents.optimizerScalars.at("lr"), expected, 1e-9 * expected);
+      EXPECT_EQ(contents.optimizerScalars.at("step"), static_cast<double>(version));
       const bool hasSlot =
-          std::any_of(file.tensors.begin(), file.tensors.end(),
+          std::any_of(contents.optimizerTensors.begin(), contents.optimizerTensors.end(),
                       [&](const auto& t) { return t.first.ends_with("/" + c.slot); });
       EXPECT_TRUE(hasSlot) << "no state slot " << c.slot;
     }
@@ -357,7 +368,7 @@ TEST_F(PsJob, AsyncOverlapsTheExchangeOnlyOverTcp) {
     Child job = spawnChild(args, cleanEnvironment({{"KOLO_TOKEN", "ps-overlap"}}));
     const Result r = collect(job);
     ASSERT_EQ(r.exitCode(), 0) << r.out << r.err;
-    const nlohmann::json last = nlohmann::json::parse(splitLines(readFile(metrics)).back());
+    const nlohmann::json last = epochLines(metrics).back();
     EXPECT_EQ(last.at("updates").get<int64_t>(), 20);  // the default batch, 64 per worker
     EXPECT_EQ(last.at("staleness_max").get<int64_t>(), c.staleness);
     const bool tcp = std::find(c.flags.begin(), c.flags.end(), "tcp") != c.flags.end();

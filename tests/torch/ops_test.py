@@ -1,6 +1,7 @@
 """Every torch.distributed operation over backend "kolo", for every dtype, at one world
 size (argument), against closed-form values: rank r contributes r + 1 (or bit r), so the sum
-is n(n+1)/2, the product n!, and so on. One process per rank runs every case."""
+is n(n+1)/2, the product n!, and so on; then the ops gloo has, on the same random inputs,
+against a gloo group in the same job. One process per rank runs every case."""
 import datetime
 import os
 import sys
@@ -142,6 +143,21 @@ def worker():
         check("recv behind all_reduce", got, torch.full((4,), float((r + 1) % n)))
         check("all_reduce ahead of recv", t, torch.full((4,), float(n)))
 
+    # recv without src: rank 0 takes every other rank's message in whatever order they come,
+    # and each call returns its sender (Work._source_rank()).
+    if n > 1:
+        if r == 0:
+            senders = set()
+            for _ in range(n - 1):
+                got = torch.zeros(5)
+                sender = dist.recv(got, tag=9)
+                senders.add(sender)
+                check(f"recv from any rank: {sender}", got, torch.full((5,), float(sender)))
+            if senders != set(range(1, n)):
+                raise AssertionError(f"recv from any rank: senders {sorted(senders)}")
+        else:
+            dist.send(torch.full((5,), float(r)), dst=0, tag=9)
+
     # A sub-group (every even rank) alongside the default group.
     evens = list(range(0, n, 2))
     sub = dist.new_group(evens)
@@ -161,6 +177,57 @@ def worker():
     for i, (t, w) in enumerate(works):
         w.wait()
         check(f"async all_reduce #{i}", t, torch.full((64,), float(i * n)))
+    # Parity with gloo: the same random float32 inputs through a gloo group beside the default
+    # one give the same results (bit for bit where no sum is taken; sums within rounding,
+    # their order being each backend's own).
+    gloo = dist.new_group(backend="gloo")
+    gen = torch.Generator().manual_seed(1234 + r)
+    x = torch.randn(1000, generator=gen)
+
+    def same(name, ours, theirs, exact):
+        nonlocal checks
+        if exact:
+            ok = torch.equal(ours, theirs)
+        else:
+            ok = torch.allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+        if not ok:
+            raise AssertionError(f"rank {r}: gloo parity, {name}: kolo {ours.tolist()[:4]}, gloo {theirs.tolist()[:4]}")
+        checks += 1
+
+    for op, exact in ((R.SUM, False), (R.MAX, True), (R.MIN, True), (R.PRODUCT, False)):
+        ours, theirs = x.clone(), x.clone()
+        dist.all_reduce(ours, op=op)
+        dist.all_reduce(theirs, op=op, group=gloo)
+        same(f"all_reduce {op}", ours, theirs, exact)
+    ours, theirs = x.clone(), x.clone()
+    dist.broadcast(ours, src=n - 1)
+    dist.broadcast(theirs, src=n - 1, group=gloo)
+    same("broadcast", ours, theirs, True)
+    ours, theirs = [torch.empty(1000) for _ in range(n)], [torch.empty(1000) for _ in range(n)]
+    dist.all_gather(ours, x)
+    dist.all_gather(theirs, x, group=gloo)
+    same("all_gather", torch.stack(ours), torch.stack(theirs), True)
+    ours, theirs = x.clone(), x.clone()
+    dist.reduce(ours, dst=0)
+    dist.reduce(theirs, dst=0, group=gloo)
+    if r == 0:
+        same("reduce", ours, theirs, False)
+    ours, theirs = torch.empty(n * 8), torch.empty(n * 8)
+    dist.all_to_all_single(ours, x[: n * 8].clone())
+    dist.all_to_all_single(theirs, x[: n * 8].clone(), group=gloo)
+    same("all_to_all_single", ours, theirs, True)
+    ours_list = [torch.empty(1000) for _ in range(n)] if r == 0 else None
+    theirs_list = [torch.empty(1000) for _ in range(n)] if r == 0 else None
+    dist.gather(x, ours_list, dst=0)
+    dist.gather(x, theirs_list, dst=0, group=gloo)
+    if r == 0:
+        same("gather", torch.stack(ours_list), torch.stack(theirs_list), True)
+    chunks = list(torch.randn(n, 16, generator=torch.Generator().manual_seed(99)).unbind()) if r == 0 else None
+    ours, theirs = torch.empty(16), torch.empty(16)
+    dist.scatter(ours, chunks, src=0)
+    dist.scatter(theirs, chunks, src=0, group=gloo)
+    same("scatter", ours, theirs, True)
+
     dist.barrier()
     dist.destroy_process_group()
     print(f"rank {r}: {checks} checks passed")

@@ -45,7 +45,14 @@ class Work {
   virtual void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) = 0;
   /// True when complete (successfully or not); never blocks.
   virtual bool test() = 0;
+  /// A receive's sender once it is complete: the rank a receive from kAnySource took its
+  /// message from (or a named receive's peer); -1 for other operations or before completion.
+  virtual int source() const { return -1; }
 };
+
+/// `peer` of Communicator::recv / irecv: the message of whichever rank sends one with the
+/// tag first (MPI_ANY_SOURCE); irecv's Work::source() names it.
+inline constexpr int kAnySource = -1;
 
 /// Memory that the ranks of a communicator on one host address directly, as MPI-3's
 /// MPI_Win_allocate_shared: each rank owns `bytes()` of it and can load and store the
@@ -79,6 +86,8 @@ class Communicator {
   virtual std::shared_ptr<Communicator> split(int color, int key) = 0;
 
   // ---- point to point (blocking, and non-blocking returning a Work) ----
+  // Messages between two ranks with one tag arrive in the order sent. A receive takes exactly
+  // `count` elements (another length is a Mismatch); its `peer` may be kAnySource.
   virtual void send(const void* buf, size_t count, DType dtype, int peer, int tag = 0) = 0;
   virtual void recv(void* buf, size_t count, DType dtype, int peer, int tag = 0) = 0;
   virtual std::unique_ptr<Work> isend(const void* buf, size_t count, DType dtype, int peer, int tag = 0) = 0;

@@ -134,6 +134,11 @@ class Sequential : public Module {
   Tensor forward(const Tensor& x) override;
   size_t size() const { return children().size(); }
   Module& at(size_t i) const { return *children().at(i).second; }
+  /// Activation checkpointing per child: forward keeps only each child's input and backward
+  /// computes the child again before its gradient (nn::checkpoint). Trades one more forward
+  /// per step for the activations inside the children; the numbers do not change.
+  void setRecompute(bool recompute) { recompute_ = recompute; }
+  bool recompute() const { return recompute_; }
 
  protected:
   /// Gives every input to the first child and its output alone to the rest (a first layer
@@ -142,6 +147,21 @@ class Sequential : public Module {
 
  private:
   std::vector<const char*> traceNames_;  // the children's timeline span names, made on first use
+  bool recompute_ = false;
 };
+
+/// Activation checkpointing (torch.utils.checkpoint) of `block` on `x`: block(x) runs without
+/// recording, so that only x is kept for backward; backward runs block(x) again, recording,
+/// and backpropagates through it, the block's parameters accumulating their gradients (and
+/// firing their gradient-ready hooks) then. Equals block(x) and its gradients exactly. The
+/// block must compute the same output both times and must not share a parameter with what
+/// lies outside it: recomputing it with a random layer inside (Dropout in training) throws
+/// InvalidArgument from backward, naming the block. A BatchNorm inside updates its running
+/// statistics twice. Without grad mode, or with nothing that requires grad, it is block(x).
+Tensor checkpoint(Module& block, const Tensor& x);
+
+/// True on this thread while nn::checkpoint computes a block again for its backward (module
+/// hooks that prefetch or free weights for the forward pass skip that then: fsdp).
+bool recomputing();
 
 }  // namespace kolo::nn

@@ -59,15 +59,15 @@ void loadParameters(nn::Module& model, const std::vector<float>& flat);
 
 // ---- a client's local training ----
 
-enum class Algorithm { FedAvg, FedProx };
+enum class Method { FedAvg, FedProx };
 /// "fedavg" or "fedprox"; throws InvalidArgument otherwise.
-Algorithm parseAlgorithm(const std::string& name);
+Method parseMethod(const std::string& name);
 
-struct ClientOptions {
+struct LocalTrainingOptions {
   int64_t localEpochs = 1;
   int64_t localBatch = 10;  // 0: the client's whole data in one batch
   double lr = 0.05;         // the client's plain SGD learning rate
-  Algorithm algorithm = Algorithm::FedAvg;
+  Method method = Method::FedAvg;
   double proxMu = 0.0;  // FedProx: mu/2 ||w - w_global||^2 is added to the loss
   bool shuffle = true;  // reshuffle the client's samples every local epoch
   uint64_t seed = 0;    // shuffling is a function of (seed, round, client, epoch)
@@ -79,11 +79,11 @@ struct ClientOptions {
 /// (local weights - global), clipped to `dpClip` when set. Not thread-safe per model.
 std::vector<float> trainClient(nn::Module& model, const std::vector<float>& global,
                                const data::TensorDataset& data, const std::vector<int64_t>& indices,
-                               const ClientOptions& options, int64_t round, int client);
+                               const LocalTrainingOptions& options, int64_t round, int client);
 
 /// The order in which trainClient visits `indices` in local epoch `epoch` (0-based).
 std::vector<int64_t> clientEpochOrder(const std::vector<int64_t>& indices,
-                                      const ClientOptions& options, int64_t round, int client,
+                                      const LocalTrainingOptions& options, int64_t round, int client,
                                       int64_t epoch);
 
 // ---- one client's update on the wire, and the server's checks ----
@@ -158,16 +158,17 @@ struct FederatedOptions {
   int clients = 100;
   int clientsPerRound = 10;
   int64_t rounds = 1;
-  ClientOptions client;
+  LocalTrainingOptions client;
   double serverLr = 1.0;  // w <- w + serverLr * mean update
   /// How long the server waits for the round's updates (and for each secure-aggregation
   /// step); clients not heard from by then are left out of the round.
   std::chrono::milliseconds roundTimeout{std::chrono::seconds(120)};
-  /// For tests: each selected client drops out with this probability (seeded), after it has
-  /// received the model (and, with secureAgg, after the key exchange) and before it sends.
-  /// Its host, the simulator, tells the server at once (an empty value under the client's
-  /// key), so simulated drop-outs do not cost the round timeout; a silent host still does.
-  double debugDropRate = 0.0;
+  /// Simulation of unreliable clients: each selected client drops out with this probability
+  /// (seeded), after it has received the model (and, with secureAgg, after the key exchange)
+  /// and before it sends. Its host tells the server at once (an empty value under the
+  /// client's key), so simulated drop-outs do not cost the round timeout; a silent host
+  /// still does. 0: no client drops out.
+  double simulatedDropRate = 0.0;
   bool secureAgg = false;
   /// Secure aggregation: shares needed to recover a seed; 0: a majority of the round's
   /// clients (floor(K/2) + 1).
@@ -238,8 +239,12 @@ class ClientHost {
   /// Serves one round (the first call also tells the server this host is ready); returns
   /// false when the server said stop.
   bool serveRound(std::chrono::milliseconds idleTimeout);
-  /// For tests: replaces this host's update of `client` by what `tamper` makes of it.
-  void setTamper(std::function<void(Update&)> tamper) { tamper_ = std::move(tamper); }
+  /// Applies `transform` to each of this host's updates before it is sent (null: none): to
+  /// simulate faulty or malicious clients against the server's checks, or to change updates
+  /// (quantise, add noise) before they leave the host; under secureAgg, before masking.
+  void setUpdateTransform(std::function<void(Update&)> transform) {
+    transform_ = std::move(transform);
+  }
 
  private:
   bool drops(int64_t round, int client) const;
@@ -255,7 +260,7 @@ class ClientHost {
   std::shared_ptr<const data::TensorDataset> data_;
   std::vector<std::vector<int64_t>> partition_;
   int64_t round_ = 0;
-  std::function<void(Update&)> tamper_;
+  std::function<void(Update&)> transform_;
 };
 
 }  // namespace kolo::parallel::fed

@@ -95,10 +95,6 @@ struct ServerOptions {
   /// Deadline of every wait: a sync round for a worker that sent nothing, an SSP wait for
   /// the slowest, a connection's hello, a reply the peer does not read.
   Millis timeout{std::chrono::seconds(300)};
-  /// A file written by a Checkpoint request (ServerGroup::checkpoint) of a server with the
-  /// same index and placement: its values, optimizer state and version replace the initial
-  /// ones. Empty: start fresh.
-  std::string restoreFrom;
 };
 
 /// Counters of one server, as the chief reads them (Stats request) and tests inspect.
@@ -206,6 +202,12 @@ class ServerGroup {
   /// `directory`/server-<i>.safetensors (atomically) and answers once it is on disk; a
   /// consistent checkpoint needs the servers quiet (no pushes in flight). Chief only.
   void checkpoint(const std::string& directory);
+  /// Every server replaces its values, optimizer state and version with those of
+  /// `directory`/server-<i>.safetensors (as checkpoint() writes them, for the same placement)
+  /// and answers once it has. The servers must be quiet (no worker pushing). Chief only.
+  /// Throws PeerError naming the server and the file when one cannot (another optimizer,
+  /// slices that do not fit).
+  void restore(const std::string& directory);
   const Placement& placement() const;
   /// How many of the servers this group exchanges values with through shared memory.
   int sharedServers() const;
@@ -296,6 +298,9 @@ struct DispatchOptions {
   int64_t samplesPerEpoch = 0;  // positions of one epoch's order that are used
   int64_t unitSamples = 512;    // samples per unit (the last of an epoch may be shorter)
   int64_t epochs = 1;
+  /// Positions of the last epoch's order that are used (a run that ends mid-epoch, by its
+  /// step count); 0: samplesPerEpoch.
+  int64_t lastEpochSamples = 0;
   std::string token;
   std::string host = "127.0.0.1";
   uint16_t port = 0;

@@ -111,6 +111,12 @@ struct DataParallelOptions {
   int64_t balanceBatch = 0;
   /// The balancer's settings (re-plan interval, granule) when balanceBatch > 0.
   parallel::BalancerOptions balancer{};
+  /// Activation checkpointing per top-level layer (nn::Sequential::setRecompute): each
+  /// layer's activations are computed again in backward instead of kept, one more forward
+  /// per step for less memory; the weights do not change. The model must be an
+  /// nn::Sequential (InvalidArgument otherwise: a model of another shape calls nn::checkpoint
+  /// in its own forward). Every strategy, fsdp included.
+  bool recompute = false;
 };
 
 /// Synchronous data parallelism over the user's own model: every replica starts from

@@ -311,15 +311,19 @@ std::unique_ptr<Work> MpiCommunicator::startSend(const void* buf, size_t count, 
 std::unique_ptr<Work> MpiCommunicator::startRecv(void* buf, size_t count, DType dtype, int peer, int tag,
                                                  const char* op) {
   checkUsable("recv");
-  checkPeer(peer, tag, "recv");
+  if (peer != kAnySource) checkPeer(peer, tag, "recv");
+  if (tag < 0) KOLO_THROW(InvalidArgument, "recv on rank ", rank_, ": negative tag ", tag);
   PendingOp record = op ? PendingOp(pointToPoint(op, rank_, size_, context_, count, dtype, peer)) : PendingOp();
   MPI_Request request;
   const MPI_Datatype type = mpiDatatype(dtype);
   startRecorded(record, [&] {
-    mpiCheck(MPI_Irecv(buf, mpiCount(count, "recv"), type, peer, tag, comm_, &request), "MPI_Irecv", rank_);
+    mpiCheck(MPI_Irecv(buf, mpiCount(count, "recv"), type, peer == kAnySource ? MPI_ANY_SOURCE : peer, tag, comm_,
+                       &request),
+             "MPI_Irecv", rank_);
   });
-  std::string what = "recv of " + std::to_string(count) + " " + dtypeName(dtype) + " from peer " +
-                     std::to_string(peer) + " tag " + std::to_string(tag);
+  std::string what = "recv of " + std::to_string(count) + " " + dtypeName(dtype) + " from " +
+                     (peer == kAnySource ? std::string("any peer") : "peer " + std::to_string(peer)) + " tag " +
+                     std::to_string(tag);
   const int self = rank_;
   auto finish = [what, type, count, self](const MPI_Status& status) {
     int received = 0;
@@ -328,7 +332,9 @@ std::unique_ptr<Work> MpiCommunicator::startRecv(void* buf, size_t count, DType 
       KOLO_THROW(Mismatch, what, " on rank ", self, ": the message held ", received, " elements, expected ", count);
     }
   };
-  return std::make_unique<MpiWork>(shared_from_this(), request, what, finish, false, std::move(record));
+  auto work = std::make_unique<MpiWork>(shared_from_this(), request, what, finish, false, std::move(record));
+  work->markReceive();
+  return work;
 }
 
 // ---- collectives ----

@@ -68,6 +68,7 @@ void MpiWork::complete(const MPI_Status& status) {
       return;
     }
   }
+  if (receive_) source_ = status.MPI_SOURCE;
   record_.done();
 }
 

@@ -37,6 +37,9 @@ class MpiWork final : public Work {
 
   void wait(std::chrono::milliseconds timeout) override;
   bool test() override;
+  int source() const override { return source_; }
+  /// The operation is a receive: completion records its sender for source().
+  void markReceive() { receive_ = true; }
 
  private:
   void complete(const MPI_Status& status);
@@ -48,6 +51,8 @@ class MpiWork final : public Work {
   bool collective_;
   PendingOp record_;
   bool done_ = false;
+  bool receive_ = false;
+  int source_ = -1;
   std::exception_ptr error_;
 };
 

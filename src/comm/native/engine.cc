@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -18,6 +19,8 @@ namespace {
 constexpr int kSpinCheckEvery = 16;
 constexpr int kYieldIterations = 200;
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
+// How long a rank that gives up keeps sending its Abort frames before it throws.
+constexpr auto kAbortFlush = std::chrono::milliseconds(200);
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -114,6 +117,75 @@ std::shared_ptr<RecvOp> Engine::postRecv(int peer, FrameKind kind, uint32_t cont
   return op;
 }
 
+std::shared_ptr<RecvOp> Engine::postRecvAny(std::vector<int> from, std::vector<int> fromGroupRanks,
+                                            uint32_t context, int32_t tag, const Signature& expected, void* data,
+                                            size_t bytes, const OpLabel& label) {
+  KOLO_CHECK(!from.empty() && from.size() == fromGroupRanks.size(), "(receive from any source: no ranks)");
+  auto op = std::make_shared<RecvOp>();
+  op->peer = -1;
+  op->label = label;
+  op->from = std::move(from);
+  op->fromGroupRanks = std::move(fromGroupRanks);
+  op->kind = FrameKind::PointToPoint;
+  op->context = context;
+  op->tag = tag;
+  op->expected = expected;
+  op->data = static_cast<uint8_t*>(data);
+  op->bytes = bytes;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int q : op->from)
+    if (!peers_[static_cast<size_t>(q)].channel)
+      KOLO_THROW(InvalidArgument, label.prefix(), ": no channel to engine rank ", q);
+  anyRecvs_.push_back(op);
+  // An early arrival from any of them (whole; the lowest rank's first) is taken now.
+  for (int q : op->from) {
+    matchUnexpected(q);
+    if (op->complete) break;
+  }
+  failOrphanedAnyRecvs();
+  return op;
+}
+
+std::shared_ptr<RecvOp> Engine::claimAnyRecv(int peer, const FrameHeader& h) {
+  for (auto it = anyRecvs_.begin(); it != anyRecvs_.end(); ++it) {
+    RecvOp& op = **it;
+    if (!sameKey(h, op.kind, op.context, op.tag)) continue;
+    const auto at = std::find(op.from.begin(), op.from.end(), peer);
+    if (at == op.from.end()) continue;
+    std::shared_ptr<RecvOp> claimed = *it;
+    anyRecvs_.erase(it);
+    claimed->peer = peer;
+    claimed->label.groupPeer = claimed->fromGroupRanks[static_cast<size_t>(at - claimed->from.begin())];
+    return claimed;
+  }
+  return nullptr;
+}
+
+void Engine::failOrphanedAnyRecvs() {
+  for (auto it = anyRecvs_.begin(); it != anyRecvs_.end();) {
+    RecvOp& op = **it;
+    const bool orphaned = std::all_of(op.from.begin(), op.from.end(), [&](int q) {
+      return !peers_[static_cast<size_t>(q)].broken.empty();
+    });
+    if (!orphaned) {
+      ++it;
+      continue;
+    }
+    failOp(op, std::make_exception_ptr(PeerError(
+                   op.label.prefix() + ": every rank it could receive from has left (" +
+                   peers_[static_cast<size_t>(op.from.back())].broken + ")")));
+    it = anyRecvs_.erase(it);
+  }
+}
+
+void Engine::checkAlive(int peer, int groupPeer) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  if (!p.channel || !p.broken.empty() || p.channel->peerAlive()) return;
+  progressPeer(peer);  // it may have written everything just before leaving
+  if (p.broken.empty() && !p.channel->peerAlive())
+    breakPeer(peer, "rank " + std::to_string(groupPeer) + " (" + p.channel->kind() + " peer) has exited", true);
+}
+
 void Engine::failOp(Op& op, std::exception_ptr error) {
   op.error = std::move(error);
   op.complete = true;
@@ -130,6 +202,7 @@ void Engine::breakPeer(int peer, const std::string& why, bool vanished) {
   if (p.broken.empty()) {
     p.broken = why;
     p.vanished = vanished;
+    if (vanished && rootCause_.empty()) rootCause_ = why;
   }
   matchUnexpected(peer);  // what arrived complete before the break is still delivered
   for (auto& s : p.sends) failOp(*s, brokenError(p, s->label));
@@ -138,6 +211,7 @@ void Engine::breakPeer(int peer, const std::string& why, bool vanished) {
   p.recvs.clear();
   if (p.inRecv) failOp(*p.inRecv, brokenError(p, p.inRecv->label));
   p.inRecv.reset();
+  failOrphanedAnyRecvs();
 }
 
 std::exception_ptr Engine::checkFrame(const RecvOp& op, const FrameHeader& h) const {
@@ -193,6 +267,24 @@ void Engine::matchUnexpected(int peer) {
     p.unexpected.erase(uit);
     it = p.recvs.erase(it);
   }
+  // What no named receive took goes to the receives from any source, in arrival order (only
+  // the last frame can still be arriving).
+  for (auto uit = p.unexpected.begin(); uit != p.unexpected.end() && (*uit)->complete && !anyRecvs_.empty();) {
+    const Unexpected& u = **uit;
+    std::shared_ptr<RecvOp> op =
+        u.header.kind == static_cast<uint8_t>(FrameKind::PointToPoint) ? claimAnyRecv(peer, u.header) : nullptr;
+    if (!op) {
+      ++uit;
+      continue;
+    }
+    if (auto err = checkFrame(*op, u.header)) {
+      failOp(*op, err);
+    } else {
+      if (op->bytes > 0) std::memcpy(op->data, u.payload.data(), op->bytes);
+      op->complete = true;
+    }
+    uit = p.unexpected.erase(uit);
+  }
 }
 
 void Engine::onHeader(int peer) {
@@ -222,6 +314,16 @@ void Engine::onHeader(int peer) {
       }
       return;
     }
+    if (kind == FrameKind::PointToPoint) {
+      if (std::shared_ptr<RecvOp> op = claimAnyRecv(peer, h)) {
+        if (auto err = checkFrame(*op, h)) {
+          failOp(*op, err);
+        } else {
+          p.inRecv = op;
+        }
+        return;
+      }
+    }
   }
   if (h.length > kMaxUnexpectedBytes) {
     breakPeer(peer, "frame of " + std::to_string(h.length) + " bytes from rank " + std::to_string(peer) +
@@ -244,9 +346,48 @@ void Engine::finishBody(int peer) {
     p.inRecv.reset();
   }
   if (p.inUnexpected) {
-    p.inUnexpected->complete = true;
-    p.inUnexpected.reset();
+    std::shared_ptr<Unexpected> u = std::move(p.inUnexpected);
+    u->complete = true;
+    if (u->header.kind == static_cast<uint8_t>(FrameKind::Abort)) {
+      p.unexpected.erase(std::find(p.unexpected.begin(), p.unexpected.end(), u));
+      onAbort(peer, *u);
+      return;
+    }
     matchUnexpected(peer);
+  }
+}
+
+void Engine::onAbort(int peer, const Unexpected& u) {
+  const std::string cause(u.payload.begin(), u.payload.end());
+  if (rootCause_.empty()) rootCause_ = cause;
+  breakPeer(peer, "rank " + std::to_string(peer) + " gave up: " + cause, true);
+}
+
+void Engine::tellPeers(const Op& op) {
+  if (told_ || !op.label.collective || !peers_[static_cast<size_t>(op.peer)].vanished) return;
+  told_ = true;
+  std::vector<std::shared_ptr<SendOp>> sent;
+  for (int q = 0; q < size_; ++q) {
+    Peer& p = peers_[static_cast<size_t>(q)];
+    if (q == rank_ || !p.channel || !p.broken.empty()) continue;
+    auto s = std::make_shared<SendOp>();
+    s->peer = q;
+    s->label = OpLabel{.name = "abort", .collective = false, .groupRank = rank_, .groupPeer = q};
+    s->header.kind = static_cast<uint8_t>(FrameKind::Abort);
+    s->header.length = std::min<uint64_t>(rootCause_.size(), kMaxAbortBytes);
+    s->data = reinterpret_cast<const uint8_t*>(rootCause_.data());
+    s->bytes = static_cast<size_t>(s->header.length);
+    p.sends.push_back(s);
+    sent.push_back(s);
+  }
+  const Clock::time_point until = Clock::now() + kAbortFlush;
+  const auto pending = [&] {
+    return std::any_of(sent.begin(), sent.end(), [](const auto& s) { return !s->complete; });
+  };
+  while (pending() && Clock::now() < until) {
+    for (const auto& s : sent)
+      if (!s->complete) progressPeer(s->peer);
+    if (pending()) sched_yield();
   }
 }
 
@@ -265,6 +406,7 @@ void Engine::readFrames(int peer) {
       if (!p.broken.empty()) return;
       if (p.bodyLeft == 0) {
         finishBody(peer);
+        if (!p.broken.empty()) return;
         continue;
       }
     }
@@ -284,6 +426,7 @@ void Engine::readFrames(int peer) {
     bytesMoved_ += n;
     if (p.bodyLeft != 0) return;
     finishBody(peer);
+    if (!p.broken.empty()) return;
   }
 }
 
@@ -329,6 +472,11 @@ bool Engine::test(Op& op) {
 void Engine::cancel(const std::shared_ptr<Op>& op) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (op->complete) return;
+  if (op->peer < 0) {  // a receive from any source, not matched yet
+    anyRecvs_.erase(std::remove(anyRecvs_.begin(), anyRecvs_.end(), op), anyRecvs_.end());
+    failOp(*op, std::make_exception_ptr(Error(op->label.prefix() + ": cancelled")));
+    return;
+  }
   Peer& p = peers_[static_cast<size_t>(op->peer)];
   for (auto it = p.sends.begin(); it != p.sends.end(); ++it) {
     if (it->get() != op.get()) continue;
@@ -349,13 +497,34 @@ void Engine::cancel(const std::shared_ptr<Op>& op) {
   failOp(*op, std::make_exception_ptr(Error(op->label.prefix() + ": cancelled")));
 }
 
+std::string Engine::exitedPeers() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> gone;
+  for (int q = 0; q < size_; ++q) {
+    Peer& p = peers_[static_cast<size_t>(q)];
+    if (q == rank_ || !p.channel) continue;
+    if (p.vanished || (p.broken.empty() && !p.channel->peerAlive()))
+      gone.push_back("rank " + std::to_string(q) + " (" + p.channel->kind() + " peer)");
+  }
+  if (gone.empty()) return "";
+  std::string text = "; meanwhile ";
+  for (size_t i = 0; i < gone.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == gone.size() ? " and " : ", ") + gone[i];
+  return text + (gone.size() == 1 ? " has" : " have") + " exited (ranks of the whole job)";
+}
+
 void Engine::throwTimeout(const Op& op, std::chrono::milliseconds budget) {
+  // A rank waiting on a live peer that waits on a dead one runs out of time naming the live
+  // one: the ranks that left are named too, as the likely cause.
+  const std::string exited = exitedPeers();
   const bool isSend = dynamic_cast<const SendOp*>(&op) != nullptr;
   if (isSend) {
     KOLO_THROW(Timeout, op.label.prefix(), ": rank ", op.label.groupPeer, " did not take data after ",
-               seconds(budget));
+               seconds(budget), exited);
   }
-  KOLO_THROW(Timeout, op.label.prefix(), ": no data from rank ", op.label.groupPeer, " after ", seconds(budget));
+  if (op.peer < 0) KOLO_THROW(Timeout, op.label.prefix(), ": no data from any rank after ", seconds(budget), exited);
+  KOLO_THROW(Timeout, op.label.prefix(), ": no data from rank ", op.label.groupPeer, " after ",
+             seconds(budget), exited);
 }
 
 bool Engine::busy(const Peer& p) {
@@ -372,6 +541,10 @@ void Engine::sleepBriefly(long micros) {
   if (!tcpPeers_.empty()) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int peer : tcpPeers_) tcpBusy = tcpBusy || busy(peers_[static_cast<size_t>(peer)]);
+    // A receive from any source may be answered over either transport.
+    const bool any = !anyRecvs_.empty();
+    tcpBusy = tcpBusy || any;
+    shmBusy = any && bell_ != nullptr;
     if (tcpBusy && bell_ != nullptr) {
       for (int i = 0; i < size_ && !shmBusy; ++i) {
         const Peer& p = peers_[static_cast<size_t>(i)];
@@ -460,8 +633,9 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
       std::lock_guard<std::mutex> lock(mutex_);
       if (!op.complete) progressAll();
       if (op.complete) {
-        if (op.error) std::rethrow_exception(op.error);
-        return;
+        if (!op.error) return;
+        tellPeers(op);
+        std::rethrow_exception(op.error);
       }
     }
     if (spinning) {
@@ -473,7 +647,7 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
         if (bell_ != nullptr && bell_->cpu.load(std::memory_order_relaxed) != cpu)
           bell_->cpu.store(cpu, std::memory_order_relaxed);
         std::lock_guard<std::mutex> lock(mutex_);
-        const auto& ch = peers_[static_cast<size_t>(op.peer)].channel;
+        const Channel* ch = op.peer >= 0 ? peers_[static_cast<size_t>(op.peer)].channel.get() : nullptr;
         if (cpu >= 0 && ch && ch->peerCpu() == cpu) spinning = false;  // it cannot run while we spin
       }
       ++spins;
@@ -487,15 +661,16 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
     if (now - lastLiveness >= kLivenessInterval) {
       lastLiveness = now;
       std::lock_guard<std::mutex> lock(mutex_);
-      Peer& p = peers_[static_cast<size_t>(op.peer)];
-      if (p.channel && p.broken.empty() && !p.channel->peerAlive()) {
-        progressPeer(op.peer);  // it may have written everything just before leaving
+      if (op.peer >= 0) {
+        checkAlive(op.peer, op.label.groupPeer);
+      } else {  // a receive from any source: each rank it may come from
+        const auto& r = static_cast<const RecvOp&>(op);
+        for (size_t i = 0; i < r.from.size() && !op.complete; ++i) checkAlive(r.from[i], r.fromGroupRanks[i]);
       }
-      if (!op.complete && p.channel && p.broken.empty() && !p.channel->peerAlive()) {
-        breakPeer(op.peer, "rank " + std::to_string(op.label.groupPeer) + " (" + p.channel->kind() +
-                               " peer) has exited", true);
+      if (op.complete && op.error) {
+        tellPeers(op);
+        std::rethrow_exception(op.error);
       }
-      if (op.complete && op.error) std::rethrow_exception(op.error);
     }
     if (yields++ < kYieldIterations) {
       sched_yield();

@@ -47,6 +47,11 @@ struct SendOp : Op {
 };
 
 struct RecvOp : Op {
+  /// A receive from any of these engine ranks (postRecvAny; `peer` is -1 until a frame from
+  /// one of them matches it); empty for a receive from `peer`.
+  std::vector<int> from;
+  /// The group ranks of `from`, in the same order (for messages and Work::source()).
+  std::vector<int> fromGroupRanks;
   FrameKind kind = FrameKind::Collective;
   uint32_t context = 0;
   int32_t tag = 0;
@@ -80,6 +85,15 @@ class Engine {
   /// Posts a receive of exactly `bytes` into `data`.
   std::shared_ptr<RecvOp> postRecv(int peer, FrameKind kind, uint32_t context, int32_t tag, uint64_t seq,
                                    const Signature& expected, void* data, size_t bytes, const OpLabel& label);
+
+  /// Posts a point-to-point receive of exactly `bytes` into `data` from whichever of `from`
+  /// (engine ranks; `fromGroupRanks` their group ranks) sends a frame with this context and
+  /// tag first; an early arrival is taken at once. Frames from one peer still match in the
+  /// order sent, and a receive posted for that peer by name is matched before this one.
+  /// Fails with PeerError once every rank of `from` has left.
+  std::shared_ptr<RecvOp> postRecvAny(std::vector<int> from, std::vector<int> fromGroupRanks, uint32_t context,
+                                      int32_t tag, const Signature& expected, void* data, size_t bytes,
+                                      const OpLabel& label);
 
   /// Blocks until `op` completes or `deadline` passes; rethrows its error. On expiry
   /// throws Timeout ("... no data from rank P after T s"); a vanished peer -> PeerError.
@@ -128,7 +142,25 @@ class Engine {
   /// The error an operation on a broken peer fails with.
   static std::exception_ptr brokenError(const Peer& p, const OpLabel& label);
   void failOp(Op& op, std::exception_ptr error);
+  /// `op`, a collective, failed because its peer left (or gave up): tells every other peer
+  /// once, with an Abort frame carrying rootCause_, so that a rank waiting on a live rank
+  /// that waits on the lost one fails now, naming the lost one, instead of at its deadline.
+  /// Sends for up to kAbortFlush. Under mutex_.
+  void tellPeers(const Op& op);
+  /// The oldest receive from any source that `peer`'s frame `h` matches, taken out of
+  /// anyRecvs_ and bound to `peer`; null when none.
+  std::shared_ptr<RecvOp> claimAnyRecv(int peer, const FrameHeader& h);
+  /// Fails the receives from any source whose every rank has left.
+  void failOrphanedAnyRecvs();
+  /// Breaks the channel to `peer` (group rank `groupPeer` in messages) when its process is
+  /// gone, after reading what it wrote before leaving.
+  void checkAlive(int peer, int groupPeer);
+  /// An Abort frame from `peer` has arrived whole in `u`: the peer is gone for this job.
+  void onAbort(int peer, const Unexpected& u);
   [[noreturn]] void throwTimeout(const Op& op, std::chrono::milliseconds budget);
+  /// "; meanwhile rank Q (shm peer) has exited ..." naming every peer that left the job
+  /// (closed its channel or whose process is gone); "" when none did. Takes mutex_.
+  std::string exitedPeers();
   void sleepBriefly(long micros);
 
   int rank_;
@@ -137,6 +169,12 @@ class Engine {
   Doorbell* bell_ = nullptr;
   std::chrono::microseconds spinTime_{250};
   std::vector<int> tcpPeers_;
+  /// Receives from any source not matched yet, oldest first.
+  std::deque<std::shared_ptr<RecvOp>> anyRecvs_;
+  /// The first loss this engine saw ("rank 1 (shm peer) has exited"), or the one a peer's
+  /// Abort named; what tellPeers() sends (kept alive while it is sent).
+  std::string rootCause_;
+  bool told_ = false;
   /// Bytes written to or read from any channel so far (under mutex_): a sleeper's re-check
   /// compares it to see whether its progress pass did anything.
   uint64_t bytesMoved_ = 0;

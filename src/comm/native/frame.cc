@@ -49,9 +49,10 @@ void checkFrameHeader(const FrameHeader& h) {
   // The enum fields are compared as bytes: a value outside the enum must not reach the
   // switches that name it (dtypeSize throws on one, the others print "unknown").
   if (h.magic != kFrameMagic) KOLO_THROW(FormatError, "bad magic 0x", std::hex, h.magic);
-  if (h.kind != static_cast<uint8_t>(FrameKind::Collective) &&
-      h.kind != static_cast<uint8_t>(FrameKind::PointToPoint))
+  if (h.kind < static_cast<uint8_t>(FrameKind::Collective) || h.kind > static_cast<uint8_t>(FrameKind::Abort))
     KOLO_THROW(FormatError, "unknown frame kind ", int(h.kind));
+  if (h.kind == static_cast<uint8_t>(FrameKind::Abort) && h.length > kMaxAbortBytes)
+    KOLO_THROW(FormatError, "abort message of ", h.length, " bytes");
   if (h.collective > static_cast<uint8_t>(CollectiveKind::Split))
     KOLO_THROW(FormatError, "unknown collective ", int(h.collective));
   if (h.dtype > static_cast<uint8_t>(DType::U8)) KOLO_THROW(FormatError, "unknown dtype ", int(h.dtype));

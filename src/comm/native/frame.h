@@ -14,7 +14,10 @@ namespace kolo::comm::native {
 
 inline constexpr uint32_t kFrameMagic = 0x4b4f4c4fu;  // "KOLO"
 
-enum class FrameKind : uint8_t { Collective = 1, PointToPoint = 2 };
+/// Abort: the sender gave up on the job's collectives; its payload (at most kMaxAbortBytes)
+/// says why (the first rank that left, as the sender saw it).
+enum class FrameKind : uint8_t { Collective = 1, PointToPoint = 2, Abort = 3 };
+inline constexpr uint64_t kMaxAbortBytes = 4096;
 
 /// Which collective a frame belongs to (part of the signature).
 enum class CollectiveKind : uint8_t {

@@ -28,6 +28,12 @@ bool EngineWork::test() {
   return true;
 }
 
+int EngineWork::source() const {
+  const auto* recv = dynamic_cast<const RecvOp*>(op_.get());
+  if (recv == nullptr || !done_ || recv->error) return -1;
+  return recv->label.groupPeer;
+}
+
 GroupLinks::GroupLinks(std::shared_ptr<Engine> engine, std::vector<int> members, int groupRank, uint32_t context,
                        std::vector<bool> sameHost)
     : engine_(std::move(engine)),
@@ -106,6 +112,25 @@ std::unique_ptr<Work> GroupLinks::recvTagged(int peer, int tag, void* data, size
   OpLabel l{what, 0, false, groupRank_, peer, tag};
   auto op = engine_->postRecv(engineRank(peer), FrameKind::PointToPoint, context_, tag, 0, expected, data,
                               count * dtypeSize(dtype), l);
+  return std::make_unique<EngineWork>(engine_, std::move(op), Clock::now() + budget, budget);
+}
+
+std::unique_ptr<Work> GroupLinks::recvTaggedAny(int tag, void* data, size_t count, DType dtype,
+                                                std::chrono::milliseconds budget, const char* what) {
+  if (size() < 2)
+    KOLO_THROW(InvalidArgument, what, " from any rank on rank ", groupRank_, ": the group has no other rank");
+  std::vector<int> from, fromGroupRanks;
+  for (int r = 0; r < size(); ++r) {
+    if (r == groupRank_) continue;
+    from.push_back(engineRank(r));
+    fromGroupRanks.push_back(r);
+  }
+  Signature expected;
+  expected.dtype = dtype;
+  expected.count = count;
+  OpLabel l{what, 0, false, groupRank_, -1, tag};
+  auto op = engine_->postRecvAny(std::move(from), std::move(fromGroupRanks), context_, tag, expected, data,
+                                 count * dtypeSize(dtype), l);
   return std::make_unique<EngineWork>(engine_, std::move(op), Clock::now() + budget, budget);
 }
 

@@ -22,6 +22,8 @@ class EngineWork : public Work {
   ~EngineWork() override;
   void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) override;
   bool test() override;
+  /// A complete receive's sender (its group rank); -1 otherwise.
+  int source() const override;
 
  private:
   std::shared_ptr<Engine> engine_;
@@ -57,6 +59,9 @@ class GroupLinks : public kolo::comm::detail::Links {
                                    std::chrono::milliseconds budget, const char* what);
   std::unique_ptr<Work> recvTagged(int peer, int tag, void* data, size_t count, DType dtype,
                                    std::chrono::milliseconds budget, const char* what);
+  /// recvTagged from whichever other rank of the group sends first (Work::source() names it).
+  std::unique_ptr<Work> recvTaggedAny(int tag, void* data, size_t count, DType dtype,
+                                      std::chrono::milliseconds budget, const char* what);
 
   int engineRank(int groupRank) const { return members_[static_cast<size_t>(groupRank)]; }
   const std::vector<int>& members() const { return members_; }

@@ -335,7 +335,12 @@ void NativeCommunicator::send(const void* buf, size_t count, DType dtype, int pe
 void NativeCommunicator::recv(void* buf, size_t count, DType dtype, int peer, int tag) {
   if (peer == rank()) KOLO_THROW(InvalidArgument, "recv on rank ", rank(), ": receiving from oneself is not supported");
   observedBlocking(pointToPoint("recv", rank(), size(), links_->context(), count, dtype, peer),
-                   [&] { links_->recvTagged(peer, tag, buf, count, dtype, timeout(), "recv")->wait(); });
+                   [&] { postRecv(buf, count, dtype, peer, tag)->wait(); });
+}
+
+std::unique_ptr<Work> NativeCommunicator::postRecv(void* buf, size_t count, DType dtype, int peer, int tag) {
+  if (peer == kAnySource) return links_->recvTaggedAny(tag, buf, count, dtype, timeout(), "recv");
+  return links_->recvTagged(peer, tag, buf, count, dtype, timeout(), "recv");
 }
 
 std::unique_ptr<Work> NativeCommunicator::isend(const void* buf, size_t count, DType dtype, int peer, int tag) {
@@ -353,7 +358,7 @@ std::unique_ptr<Work> NativeCommunicator::irecv(void* buf, size_t count, DType d
   if (peer == rank()) KOLO_THROW(InvalidArgument, "recv on rank ", rank(), ": receiving from oneself is not supported");
   PendingOp op(pointToPoint("irecv", rank(), size(), links_->context(), count, dtype, peer));
   try {
-    return observeWork(links_->recvTagged(peer, tag, buf, count, dtype, timeout(), "recv"), std::move(op));
+    return observeWork(postRecv(buf, count, dtype, peer, tag), std::move(op));
   } catch (const std::exception& e) {
     op.fail(e, true);
     throw;

@@ -97,6 +97,8 @@ class NativeCommunicator : public Communicator {
   int hostCount() const { return hostCount_; }
 
  private:
+  /// Posts a receive from `peer` or, for kAnySource, from whichever other rank sends first.
+  std::unique_ptr<Work> postRecv(void* buf, size_t count, DType dtype, int peer, int tag);
   struct Task;
   struct WorkState;
   class TaskWork;

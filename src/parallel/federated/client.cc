@@ -37,14 +37,14 @@ void loadParameters(nn::Module& model, const std::vector<float>& flat) {
   }
 }
 
-Algorithm parseAlgorithm(const std::string& name) {
-  if (name == "fedavg") return Algorithm::FedAvg;
-  if (name == "fedprox") return Algorithm::FedProx;
+Method parseMethod(const std::string& name) {
+  if (name == "fedavg") return Method::FedAvg;
+  if (name == "fedprox") return Method::FedProx;
   KOLO_THROW(InvalidArgument, "--algorithm '", name, "' is not accepted: use fedavg or fedprox");
 }
 
 std::vector<int64_t> clientEpochOrder(const std::vector<int64_t>& indices,
-                                      const ClientOptions& options, int64_t round, int client,
+                                      const LocalTrainingOptions& options, int64_t round, int client,
                                       int64_t epoch) {
   std::vector<int64_t> order = indices;
   if (!options.shuffle) return order;
@@ -60,7 +60,7 @@ std::vector<int64_t> clientEpochOrder(const std::vector<int64_t>& indices,
 
 std::vector<float> trainClient(nn::Module& model, const std::vector<float>& global,
                                const data::TensorDataset& data, const std::vector<int64_t>& indices,
-                               const ClientOptions& options, int64_t round, int client) {
+                               const LocalTrainingOptions& options, int64_t round, int client) {
   KOLO_REQUIRE(!indices.empty(), "federated: client ", client, " holds no samples");
   KOLO_REQUIRE(options.localEpochs >= 1, "federated: --local-epochs must be at least 1, got ",
                options.localEpochs);
@@ -70,7 +70,7 @@ std::vector<float> trainClient(nn::Module& model, const std::vector<float>& glob
   model.train(true);
   optim::NamedParameters named = model.namedParameters();
   optim::Sgd sgd(named, optim::SgdOptions{.lr = options.lr});
-  const bool prox = options.algorithm == Algorithm::FedProx && options.proxMu > 0.0;
+  const bool prox = options.method == Method::FedProx && options.proxMu > 0.0;
   const int64_t n = static_cast<int64_t>(indices.size());
   const int64_t batch = options.localBatch == 0 ? n : std::min(options.localBatch, n);
   for (int64_t epoch = 0; epoch < options.localEpochs; ++epoch) {

@@ -52,10 +52,10 @@ ClientHost::ClientHost(std::shared_ptr<comm::Store> store, FederatedOptions opti
 }
 
 bool ClientHost::drops(int64_t round, int client) const {
-  if (options_.debugDropRate <= 0.0) return false;
+  if (options_.simulatedDropRate <= 0.0) return false;
   Generator generator(detail::mixSeed(options_.seed, 0xd209 + static_cast<uint64_t>(client),
                                       static_cast<uint64_t>(round)));
-  return generator.uniform() < options_.debugDropRate;
+  return generator.uniform() < options_.simulatedDropRate;
 }
 
 void ClientHost::serve(std::chrono::milliseconds idleTimeout) {
@@ -111,7 +111,7 @@ void ClientHost::plainRound(int64_t round, const std::vector<int>& mine,
       detail::announceLeave(*store_, key);
       continue;
     }
-    if (tamper_) tamper_(update);
+    if (transform_) transform_(update);
     store_->set(key, encodeUpdate(update));
   }
 }
@@ -123,11 +123,15 @@ void ClientHost::secureRound(int64_t round, const std::vector<int>& mine,
   std::map<int, std::vector<uint64_t>> inputs;
   std::map<int, std::unique_ptr<sa::Client>> parties;
   for (int c : mine) {
-    const std::vector<float> delta =
-        trainClient(*model_, global, *data_, partition_[c], options_.client, round, c);
+    Update update;
+    update.round = round;
+    update.client = c;
+    update.samples = static_cast<int64_t>(partition_[c].size());
+    update.delta = trainClient(*model_, global, *data_, partition_[c], options_.client, round, c);
+    if (transform_) transform_(update);
     // DP-FedAvg weighs every clipped update alike; FedAvg by the client's sample count.
     const int64_t weight = options_.dpClip > 0.0 ? 1 : static_cast<int64_t>(partition_[c].size());
-    inputs[c] = sa::quantize(delta, weight);
+    inputs[c] = sa::quantize(update.delta, weight);
     parties[c] = std::make_unique<sa::Client>(round, c, options_.saThreshold);
     store_->set(roundKey(round, "sa/keys/" + std::to_string(c)),
                 sa::encodeKeys(parties[c]->publicKeys()));

@@ -11,6 +11,7 @@
 #include "fsdp_unit.h"
 #include "kolo/autograd.h"
 #include "kolo/error.h"
+#include "kolo/nn/layers.h"
 #include "kolo/ops.h"
 #include "kolo/parallel/distributed.h"
 #include "kolo/trace.h"
@@ -233,6 +234,7 @@ class FsdpStrategy : public Strategy {
       for (nn::Module* module : unit.modules) {
         module->addForwardPreHook([this, u](nn::Module&) {
           gather(units_[u]);
+          if (nn::recomputing()) return;  // backward's recomputation: no forward order, no prefetch
           if (recording_ && (forwardOrder_.empty() || forwardOrder_.back() != u))
             forwardOrder_.push_back(u);
           prefetchAfter(u, +1);
@@ -247,6 +249,10 @@ class FsdpStrategy : public Strategy {
       // Forward leaves the unit after its last child's forward.
       unit.modules.back()->addForwardHook([this, u](nn::Module&, const Tensor&) {
         Unit& owner = units_[u];
+        if (nn::recomputing()) {  // its backward comes next: the weights stay gathered
+          owner.readInBackward = true;
+          return;
+        }
         // Backward can read the parameters only through a handle that a recorded node kept
         // (linear and conv2d keep the weight only when their input needs a gradient, so a
         // first layer fed by the data keeps none): without one, backward needs no gather.

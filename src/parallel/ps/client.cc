@@ -161,6 +161,18 @@ class ServerGroup::Impl {
     for (Socket& socket : sockets_) expectOk(socket, until, "the checkpoint reply");
   }
 
+  void restore(const std::string& directory) {
+    const auto until = detail::deadlineAfter(options_.timeout);
+    for (size_t s = 0; s < sockets_.size(); ++s) {
+      const std::string path = directory + "/server-" + std::to_string(s) + ".safetensors";
+      const Header h = detail::request(Op::Restore, 0, 0, path.size());
+      iovec parts[2] = {{const_cast<Header*>(&h), sizeof h},
+                        {const_cast<char*>(path.data()), path.size()}};
+      sockets_[s].sendAll(parts, 2, until, "a restore request");
+    }
+    for (Socket& socket : sockets_) expectOk(socket, until, "the restore reply");
+  }
+
   const Placement& placement() const { return placement_; }
 
   int sharedServers() const {
@@ -385,6 +397,7 @@ std::vector<ServerStats> ServerGroup::stats() { return impl_->stats(); }
 void ServerGroup::shutdown() { impl_->shutdown(); }
 void ServerGroup::drop(int worker) { impl_->drop(worker); }
 void ServerGroup::checkpoint(const std::string& directory) { impl_->checkpoint(directory); }
+void ServerGroup::restore(const std::string& directory) { impl_->restore(directory); }
 const Placement& ServerGroup::placement() const { return impl_->placement(); }
 int ServerGroup::sharedServers() const { return impl_->sharedServers(); }
 int ServerGroup::sharedValueServers() const { return impl_->sharedValueServers(); }

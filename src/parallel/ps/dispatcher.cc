@@ -35,16 +35,21 @@ class UnitDispatcher::Impl {
     unitsPerEpoch_ = (options_.samplesPerEpoch + options_.unitSamples - 1) / options_.unitSamples;
     KOLO_REQUIRE(options_.firstEpoch >= 0 && options_.firstEpoch <= options_.epochs, "first epoch ",
                  options_.firstEpoch, " is outside 0..", options_.epochs);
-    for (int64_t u = options_.firstEpoch * unitsPerEpoch_; u < unitsPerEpoch_ * options_.epochs;
-         ++u)
-      queue_.push_back(u);
+    KOLO_REQUIRE(options_.lastEpochSamples >= 0 &&
+                     options_.lastEpochSamples <= options_.samplesPerEpoch,
+                 "the last epoch's samples ", options_.lastEpochSamples, " are outside 0..",
+                 options_.samplesPerEpoch);
+    // Unit ids keep one epoch's stride (id / unitsPerEpoch_ is its epoch) when the last
+    // epoch is shorter.
+    for (int64_t e = options_.firstEpoch; e < options_.epochs; ++e)
+      for (int64_t k = 0; k < unitsOf(e); ++k) queue_.push_back(e * unitsPerEpoch_ + k);
     allowedEpoch_ = options_.pauseBetweenEpochs ? options_.firstEpoch : INT64_MAX;
     done_.assign(static_cast<size_t>(options_.epochs), 0);
     lossSum_.assign(static_cast<size_t>(options_.epochs), 0.0);
     batches_.assign(static_cast<size_t>(options_.epochs), 0);
     // Epochs before the first were done by the run that wrote the checkpoint.
     for (int64_t e = 0; e < options_.firstEpoch; ++e)
-      done_[static_cast<size_t>(e)] = unitsPerEpoch_;
+      done_[static_cast<size_t>(e)] = unitsOf(e);
     finishedAt_.assign(static_cast<size_t>(options_.epochs), Clock::time_point{});
     workers_.resize(static_cast<size_t>(options_.workers));
     listener_ = detail::listenOn(options_.host, options_.port, &port_);
@@ -67,16 +72,16 @@ class UnitDispatcher::Impl {
     KOLO_CHECK(epoch >= 0 && epoch < options_.epochs, "epoch ", epoch);
     std::unique_lock lock(mutex_);
     const auto e = static_cast<size_t>(epoch);
-    while (done_[e] < unitsPerEpoch_) {
+    while (done_[e] < unitsOf(epoch)) {
       if (alive() == 0 && everConnected_)
-        KOLO_THROW(PeerError, "every worker was lost; ", unitsPerEpoch_ - done_[e],
+        KOLO_THROW(PeerError, "every worker was lost; ", unitsOf(epoch) - done_[e],
                    " unit(s) of "
                    "epoch ",
                    epoch + 1, " are left undone");
       changed_.wait_for(lock, kPollSlice);
       if (Clock::now() - lastProgress_ > options_.timeout)
         KOLO_THROW(Timeout, "the chief: no worker finished a unit for ", options_.timeout.count(),
-                   " ms (epoch ", epoch + 1, ", ", done_[e], " of ", unitsPerEpoch_,
+                   " ms (epoch ", epoch + 1, ", ", done_[e], " of ", unitsOf(epoch),
                    " units done)");
     }
     return {lossSum_[e], batches_[e],
@@ -292,7 +297,7 @@ class UnitDispatcher::Impl {
         if (answer.op == static_cast<uint32_t>(Status::Ok)) {
           const int64_t k = answer.a % unitsPerEpoch_;
           range[0] = k * options_.unitSamples;
-          range[1] = std::min(range[0] + options_.unitSamples, options_.samplesPerEpoch);
+          range[1] = std::min(range[0] + options_.unitSamples, samplesOf(answer.a / unitsPerEpoch_));
         }
         iovec parts[2] = {{const_cast<Header*>(&answer), sizeof answer}, {range, answer.payload}};
         socket.sendAll(parts, 2, deadline(), "the next unit");
@@ -322,7 +327,7 @@ class UnitDispatcher::Impl {
       lossSum_[epoch] += lossSum;
       batches_[epoch] += batches;
       ++w.units;
-      if (done_[epoch] == unitsPerEpoch_) finishedAt_[epoch] = Clock::now();
+      if (done_[epoch] == unitsOf(static_cast<int64_t>(epoch))) finishedAt_[epoch] = Clock::now();
       w.held = -1;
       lastProgress_ = Clock::now();
       changed_.notify_all();
@@ -337,7 +342,8 @@ class UnitDispatcher::Impl {
       return detail::reply(Status::Ok, w.held, w.held / unitsPerEpoch_, 2 * sizeof(int64_t));
     }
     bool allDone = true;
-    for (int64_t d : done_) allDone = allDone && d == unitsPerEpoch_;
+    for (size_t e = 0; e < done_.size(); ++e)
+      allDone = allDone && done_[e] == unitsOf(static_cast<int64_t>(e));
     if (!allDone) return detail::reply(Status::Wait);
     w.told = true;
     changed_.notify_all();
@@ -346,6 +352,15 @@ class UnitDispatcher::Impl {
 
   DispatchOptions options_;
   Clock::time_point start_;
+  /// Samples of epoch `epoch` in use: the whole epoch's, or lastEpochSamples for the last.
+  int64_t samplesOf(int64_t epoch) const {
+    const bool shortLast = epoch + 1 == options_.epochs && options_.lastEpochSamples > 0;
+    return shortLast ? options_.lastEpochSamples : options_.samplesPerEpoch;
+  }
+  int64_t unitsOf(int64_t epoch) const {
+    return (samplesOf(epoch) + options_.unitSamples - 1) / options_.unitSamples;
+  }
+
   int64_t unitsPerEpoch_ = 0;
   Socket listener_;
   uint16_t port_ = 0;

@@ -76,8 +76,6 @@ class ParameterServer::Impl {
     }
     optimizer_ = makeOptimizer(views);
     views_ = views;
-    if (!options_.restoreFrom.empty())
-      version_ = restoreServerState(options_.restoreFrom, options_.index, views_, *optimizer_);
     listener_ = detail::listenOn(options_.host, options_.port, &port_);
     hostId_ = comm::detail::machineHostId();
   }
@@ -326,6 +324,23 @@ class ParameterServer::Impl {
         }
         const Header ok = detail::reply(Status::Ok, version_);
         socket.sendAll(&ok, sizeof ok, deadline(), "the checkpoint reply");
+        return true;
+      }
+      case Op::Restore: {
+        if (worker >= 0)
+          KOLO_THROW(FormatError, socket.peer(), " sent a restore request to ", name());
+        std::string path(request.payload, '\0');
+        socket.recvAll(path.data(), path.size(), deadline(), "the checkpoint path");
+        try {
+          std::lock_guard lock(mutex_);
+          version_ = restoreServerState(path, options_.index, views_, *optimizer_);
+        } catch (const Error& e) {
+          detail::sendError(socket, name() + " could not restore " + path + ": " + e.what(),
+                            deadline());
+          return true;
+        }
+        const Header ok = detail::reply(Status::Ok, version_);
+        socket.sendAll(&ok, sizeof ok, deadline(), "the restore reply");
         return true;
       }
       case Op::Drop: {

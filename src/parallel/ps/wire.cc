@@ -91,6 +91,7 @@ void checkServerRequest(const Header& request, uint64_t pushBytes, const std::st
                    ", which takes ", pushBytes);
       return;
     case Op::Checkpoint:
+    case Op::Restore:
       if (request.payload > kMaxTextBytes)
         KOLO_THROW(FormatError, peer, " sent a checkpoint path of ", request.payload, " bytes to ",
                    server);

@@ -27,7 +27,8 @@ inline constexpr auto kPollSlice = std::chrono::milliseconds(100);
 /// Pull: -. Push: a = the version the gradients were computed on, payload = gradients.
 /// Leave: -. Stats: -. Shutdown: -. Next (dispatcher): a = unit done (-1: none), b = its
 /// batches, payload = its loss sum (f64).
-/// Checkpoint: payload = the file to write.
+/// Checkpoint: payload = the file to write. Restore (the chief, with no push in flight):
+/// payload = a file Checkpoint wrote (for this server's index and placement) to load.
 /// Heartbeat (worker to the chief, on a connection of its own whose Hello has a = 2): -.
 /// Drop (the chief to a server): index = a worker declared lost; it leaves the job for good.
 /// Share (a client on the server's host, right after Hello): a = its pid, b = the descriptor
@@ -50,7 +51,8 @@ enum class Op : uint32_t {
   Checkpoint = 8,
   Heartbeat = 9,
   Drop = 10,
-  Share = 11
+  Share = 11,
+  Restore = 12
 };
 
 /// Where a server keeps its values in shared memory: its pid and the descriptor to open

@@ -1,0 +1,217 @@
+// The parameter-server engine of the train layer: what a user's own program calls to train its
+// own model with parameter servers, in a job started by `kolo run --ps P --workers W`. Every
+// process of the job calls trainParameterServer() with the same arguments; the library reads
+// the process's role from the environment (parallel::ps::roleFromEnvironment) and runs it:
+// a server holds its slices of the parameters and their optimizer state and applies the
+// updates; a worker asks the chief for units of data, pushes a gradient per batch and takes
+// the values it gets back; the chief hands out the data, evaluates after each epoch, writes
+// fit's metrics schema, progress line and checkpoints (train::save over the servers' state),
+// and stops the servers at the end.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kolo/data.h"
+#include "kolo/observe.h"
+#include "kolo/parallel/parameter_server.h"
+#include "kolo/parallel/strategy.h"
+#include "kolo/train/evaluate.h"
+#include "kolo/train/fit.h"
+#include "kolo/train/state.h"
+
+namespace kolo::train {
+
+/// How a parameter-server job trains. What a step is: one update of the servers' parameters,
+/// one optimizer step. In async and ssp a step is one worker's pushed batch (`batch`
+/// samples); in sync it is one round, the mean of one batch of every worker (W x `batch`
+/// samples, one device's global batch). Steps, the schedule and checkpoints count these.
+struct ParameterServerOptions {
+  /// This process's role and the job's shape, store and token; unset: from the environment
+  /// (parallel::ps::roleFromEnvironment, what `kolo run --ps P --workers W` sets). Set it to
+  /// start the roles some other way (threads of one process share a store this way).
+  std::optional<parallel::ps::RoleInfo> role{};
+  /// How the servers turn pushes into updates, and SSP's bound on a worker's lead.
+  parallel::ps::Mode mode = parallel::ps::Mode::Sync;
+  int staleness = 2;
+  /// Parameters of more than this many bytes are split over the servers; smaller ones go
+  /// whole to the server holding the fewest bytes (parallel::ps::placeParameters).
+  int64_t shardBytes = 1 << 20;
+  /// Batches per unit of data the chief hands a worker at a time (faster workers take more).
+  int64_t unitBatches = 8;
+  /// Values on the workers' wire: f32, bf16 or fp16 (the servers keep f32).
+  parallel::ps::Compression compression = parallel::ps::Compression::None;
+  /// Exchange values through shared memory with servers on the worker's host (false: TCP).
+  bool sharedMemory = true;
+  /// A worker that sends no heartbeat for this long is lost, its unit handed to the others
+  /// (0: only a closed connection tells).
+  std::chrono::milliseconds heartbeat{std::chrono::seconds(10)};
+  /// Async and ssp: divide a gradient `tau` updates stale by tau (staleness-aware SGD). Unset:
+  /// on in async and ssp; sync ignores it.
+  std::optional<bool> stalenessLr{};
+  /// A worker computes its next step while its exchange runs (async and ssp only; true in
+  /// sync is InvalidArgument). Unset: on where some server is reached over TCP.
+  std::optional<bool> overlap{};
+  /// Overlapped workers compute on the newest values plus `lookahead` times their last change
+  /// (parallel::ps::WorkerExchange); 0: off. Workers that do not overlap ignore it; with
+  /// `overlap` false or in sync it is InvalidArgument.
+  double lookahead = 0.0;
+  /// Deadline of every wait on a peer (connecting, a reply, a sync round, a unit).
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+
+  /// Samples of one push: a worker's batch.
+  int64_t batch = 64;
+  /// Epochs over the training set (0: `steps` alone sets the length, or one epoch without it).
+  int64_t epochs = 0;
+  /// Total steps (server updates, see above) of the run, resumed ones included; with
+  /// `epochs` too, whichever ends first. The chief hands out `steps` batches (sync: W x
+  /// `steps`), so a sync round that a worker sits out (waiting for a unit) adds a step.
+  int64_t steps = 0;
+  /// Each epoch's sample order: a permutation seeded by (seed, epoch), or file order.
+  bool shuffle = true;
+  uint64_t seed = 0;
+  /// The learning rate of step u: the schedule built from the total steps and steps per
+  /// epoch; default: the optimizer's own rate, constant.
+  ScheduleFactory schedule{};
+  /// A worker's loss of a batch; default cross-entropy of the model's output.
+  OutputLoss loss{};
+
+  /// The chief's metrics (fit's schema, docs/training.md, with the servers' fields), progress
+  /// lines on stderr (fit's `progress`: -1 bar on a terminal, 0 plain lines, 1 a bar) and
+  /// log lines (null: stderr).
+  std::string metricsPath{};
+  int progress = -1;
+  bool quiet = false;
+  observe::Logger* logger = nullptr;
+  /// Further fields of the chief's "training" log line.
+  observe::Fields describe{};
+
+  /// Checkpoints (train::save of the servers' state, ParameterServerState) into
+  /// `checkpointDir` every `checkpointEvery` epochs (0: at the end only) and at the end, the
+  /// last `keepCheckpoints` kept. Taken between epochs with the servers quiet.
+  std::string checkpointDir{};
+  int64_t checkpointEvery = 0;
+  int keepCheckpoints = 3;
+  /// Continue from the newest good checkpoint here ("" : start fresh): any strategy's
+  /// checkpoint of the same model, at an epoch's end.
+  std::string resumeDir{};
+  /// Stored in every checkpoint; a resume whose checkpoint has other values is refused.
+  std::map<std::string, std::string> identity{};
+};
+
+/// What a worker is about to push (ParameterServerCallbacks::beforePush).
+struct WorkerPush {
+  int worker = 0;         // the worker's index (0..W-1)
+  int64_t push = 0;       // this worker's pushes before this one
+  double seconds = 0.0;   // its batch's gather, forward and backward
+};
+
+/// Hooks into the roles' loops.
+struct ParameterServerCallbacks {
+  /// On a worker, before each push (once the gradient is computed): a benchmark slows a
+  /// worker here, a test kills or stops one at a chosen push.
+  std::function<void(const WorkerPush&)> beforePush{};
+  /// On the chief, after each epoch's evaluation and checkpoint, before its metrics line.
+  std::function<void(const EpochEnd&)> onEpochEnd{};
+};
+
+/// What a role returns when the job is over.
+struct ParameterServerSummary {
+  parallel::ps::Role role = parallel::ps::Role::Worker;
+  int index = 0;  // among the processes of its role
+  /// Steps (server updates) done, resumed ones included (the chief's and servers' figure; a
+  /// worker's is its own pushes).
+  int64_t steps = 0;
+  /// The chief's: epochs begun, the last epoch's mean batch loss, the validation accuracy
+  /// after the last epoch (0 without a validation set), rates of all workers together (the
+  /// steady one without this run's first epoch), the chief's wall seconds.
+  int64_t epochs = 0;
+  double trainLoss = 0.0;
+  double validationAccuracy = 0.0;
+  double samplesPerSecond = 0.0;
+  double steadySamplesPerSecond = 0.0;
+  double wallSeconds = 0.0;
+  /// The chief's: the servers' largest staleness, the workers still in the job at the end,
+  /// the units each worker did.
+  int64_t stalenessMax = 0;
+  int workersAlive = 0;
+  std::vector<int64_t> unitsDone{};
+  /// A worker that started after the job ended had nothing to do.
+  bool joinedTooLate = false;
+};
+
+/// The training data of a parameter-server job, loaded only where needed: workers read
+/// samples, while the servers and the chief need only the training set's size.
+struct ParameterServerData {
+  /// The training set (called once, on workers; and on the other roles too when `trainSize`
+  /// is not given).
+  std::function<std::shared_ptr<const data::Dataset>()> train{};
+  /// The training set's size (< 0: train()->size()).
+  int64_t trainSize = -1;
+  /// The validation set the chief evaluates on after each epoch (called once, on the chief;
+  /// empty: none).
+  std::function<std::shared_ptr<const data::Dataset>()> validation{};
+};
+
+/// Runs this process's role of the parameter-server job described by options.role or the
+/// environment (parallel::ps::roleFromEnvironment: `kolo run --ps P --workers W`, or
+/// mpirun/srun with KOLO_PS_SERVERS, where server 0 hosts the job's store). `model` is called by every
+/// process (twice on an overlapped worker) and must build the same weights each time
+/// (seeded), and on the chief the model it built holds the trained weights when this
+/// returns; `optimizer` builds a server's optimizer over its slices of the parameters.
+/// Blocking until the chief ends the job; collective over the job's processes, which all
+/// pass the same options. Throws InvalidArgument for bad options (naming the option),
+/// FileError/Mismatch from resuming, DivergedError when a worker's loss is not finite,
+/// PeerError/Timeout naming a server or the chief that vanished (a lost worker is not an
+/// error: its units go to the others).
+ParameterServerSummary trainParameterServer(parallel::ModelFactory model,
+                                            parallel::OptimizerFactory optimizer,
+                                            const ParameterServerData& data,
+                                            const ParameterServerOptions& options,
+                                            const ParameterServerCallbacks& callbacks = {});
+
+/// The same over datasets every role has loaded (`validation` may be null).
+ParameterServerSummary trainParameterServer(parallel::ModelFactory model,
+                                            parallel::OptimizerFactory optimizer,
+                                            std::shared_ptr<const data::Dataset> train,
+                                            std::shared_ptr<const data::Dataset> validation,
+                                            const ParameterServerOptions& options,
+                                            const ParameterServerCallbacks& callbacks = {});
+
+/// The servers' state as the chief sees it, for train::save and train::load: the weights
+/// whole (assembled from the servers' slices), the optimizer state whole per parameter and
+/// the servers' version (metadata "ps_version"), so that a parameter-server checkpoint is
+/// the same kind of directory as every other strategy's (any strategy, and any number of
+/// servers, may load it). The servers write and read their parts through files in
+/// `staging` (a directory the chief and every server can reach), deleted afterwards.
+class ParameterServerState : public Stateful {
+ public:
+  /// `servers`: the chief's connections to every server; `parameters`: a model's parameters
+  /// in placement order (their shapes are the whole tensors'; stateDict() pulls the values
+  /// into them).
+  ParameterServerState(std::shared_ptr<parallel::ps::ServerGroup> servers,
+                       parallel::NamedTensors parameters, std::string staging);
+  /// Every server's values, optimizer state and version, merged. The servers must be quiet.
+  /// Blocking. Throws Mismatch when the servers' optimizers disagree in kind or step count.
+  StateDict stateDict() override;
+  /// Splits `state` over the servers by the placement and makes every server take its part.
+  /// The servers must be quiet. Blocking. Throws Mismatch naming a tensor the state lacks or
+  /// whose size differs, or an optimizer kind other than the servers'.
+  void loadStateDict(const StateDict& state) override;
+  /// The servers' version after the last stateDict() or loadStateDict().
+  int64_t version() const { return version_; }
+
+ private:
+  std::shared_ptr<parallel::ps::ServerGroup> servers_;
+  parallel::NamedTensors parameters_;
+  std::string staging_;
+  int64_t version_ = 0;
+};
+
+}  // namespace kolo::train

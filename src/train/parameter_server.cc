@@ -1,0 +1,219 @@
+// trainParameterServer: reads the process's role from the environment, derives what every
+// role computes alike (the model, the placement, the run's length and schedule), joins the
+// job's store (hosting it on server 0 under mpirun/srun, where none was given) and runs the
+// role: the server here, the worker and the chief in files of their own.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "comm/token.h"
+#include "kolo/comm/init.h"
+#include "kolo/comm/stores.h"
+#include "kolo/error.h"
+#include "kolo/train/parameter_server.h"
+#include "train/parameter_server_roles.h"
+
+namespace kolo::train {
+namespace {
+
+namespace ps = parallel::ps;
+
+void checkOptions(const ParameterServerOptions& options) {
+  KOLO_REQUIRE(options.batch >= 1, "--batch must be at least 1, got ", options.batch);
+  KOLO_REQUIRE(options.epochs >= 0, "--epochs must be at least 0, got ", options.epochs);
+  KOLO_REQUIRE(options.steps >= 0, "--steps must be at least 0, got ", options.steps);
+  KOLO_REQUIRE(options.unitBatches >= 1, "--ps-unit-batches must be at least 1, got ",
+               options.unitBatches);
+  KOLO_REQUIRE(options.shardBytes >= 1, "--ps-shard-bytes must be at least 1, got ",
+               options.shardBytes);
+  KOLO_REQUIRE(options.checkpointEvery >= 0, "--checkpoint-every must be at least 0, got ",
+               options.checkpointEvery);
+  KOLO_REQUIRE(options.keepCheckpoints >= 1, "--keep-checkpoints must be at least 1, got ",
+               options.keepCheckpoints);
+  KOLO_REQUIRE(options.lookahead >= 0.0, "--ps-lookahead must be at least 0, got ",
+               options.lookahead);
+  KOLO_REQUIRE(options.heartbeat.count() >= 0, "--ps-heartbeat-seconds must be at least 0");
+  KOLO_REQUIRE(options.mode != ps::Mode::Sync || !options.overlap.value_or(false),
+               "--ps-overlap on is not available with --ps-mode sync: a round's mean must be of "
+               "gradients computed on the same parameters");
+  KOLO_REQUIRE((options.mode != ps::Mode::Sync && options.overlap.value_or(true)) ||
+                   options.lookahead == 0.0,
+               "--ps-lookahead needs the exchange overlapped (--ps-overlap, async and ssp)");
+}
+
+/// The run's length: `epochs` epochs of whole batches, cut short by `steps` (server updates:
+/// a batch each in async and ssp, a round of W batches in sync).
+void planLength(detail::PsJob& job, const ParameterServerOptions& options) {
+  job.batchesPerEpoch = job.trainSize / options.batch;
+  KOLO_REQUIRE(job.batchesPerEpoch > 0, "--batch ", options.batch, " is larger than the ",
+               job.trainSize, " training samples");
+  const int64_t workers = job.role.workers;
+  const bool sync = options.mode == ps::Mode::Sync;
+  const int64_t batchesPerStep = sync ? workers : 1;
+  job.stepsPerEpoch = (job.batchesPerEpoch + batchesPerStep - 1) / batchesPerStep;
+  const int64_t epochs = std::max<int64_t>(options.epochs, 1);
+  int64_t batches = epochs * job.batchesPerEpoch;
+  job.totalSteps = epochs * job.stepsPerEpoch;
+  if (options.steps > 0 && (options.epochs == 0 || options.steps < job.totalSteps)) {
+    job.totalSteps = options.steps;
+    batches = options.steps * batchesPerStep;
+  }
+  job.epochs = (batches + job.batchesPerEpoch - 1) / job.batchesPerEpoch;
+  const int64_t lastBatches = batches - (job.epochs - 1) * job.batchesPerEpoch;
+  job.lastEpochSamples = lastBatches < job.batchesPerEpoch ? lastBatches * options.batch : 0;
+}
+
+detail::PsJob planJob(const parallel::ModelFactory& makeModel,
+                      const parallel::OptimizerFactory& makeOptimizer, int64_t trainSize,
+                      const ParameterServerOptions& options) {
+  detail::PsJob job;
+  job.role = options.role ? *options.role : ps::roleFromEnvironment();
+  job.trainSize = trainSize;
+  job.timeout = options.timeout;
+  planLength(job, options);
+  job.model = makeModel();
+  KOLO_REQUIRE(job.model != nullptr, "trainParameterServer: the model factory returned no model");
+  job.parameters = job.model->namedParameters();
+  // Without a schedule, the optimizer's own rate throughout (the chief records it).
+  std::unique_ptr<optim::LrSchedule> schedule =
+      options.schedule ? options.schedule(job.totalSteps, job.stepsPerEpoch)
+                       : std::make_unique<optim::ConstantLr>(makeOptimizer(job.parameters)->lr());
+  KOLO_REQUIRE(schedule != nullptr, "trainParameterServer: the schedule factory returned none");
+  job.schedule = std::move(schedule);
+  job.placement = ps::placeParameters(job.parameters, job.role.servers, options.shardBytes);
+  return job;
+}
+
+/// A store for a job that was started without one (mpirun, srun): rank 0 (server 0) hosts it
+/// with a fresh token and tells every rank where it is through one broadcast over the job's
+/// communicator. Returns the hosted server on rank 0 (it must outlive the job's start).
+std::unique_ptr<comm::TcpStoreServer> bootstrapStore(detail::PsJob& job) {
+  const std::shared_ptr<comm::Communicator> communicator =
+      comm::initFromEnvironment({.timeout = job.timeout});
+  std::unique_ptr<comm::TcpStoreServer> hosted;
+  // Whether every rank runs on rank 0's host, from the host names themselves: the launchers'
+  // local sizes cannot tell (a PyTorchJob's pods set RANK and WORLD_SIZE but no
+  // LOCAL_WORLD_SIZE, which reads as one host). Only then may the store listen on loopback.
+  char host[256] = {}, rootHost[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::memcpy(rootHost, host, sizeof host);
+  communicator->broadcast(rootHost, sizeof rootHost, DType::U8, 0);
+  const int32_t away = std::strcmp(host, rootHost) != 0 ? 1 : 0;
+  int32_t ranksAway = 0;
+  communicator->allreduce(&away, &ranksAway, 1, DType::I32, comm::ReduceOp::Sum);
+  job.role.local = ranksAway == 0;
+  char text[512] = {};
+  if (communicator->rank() == 0) {
+    const std::string token = comm::detail::randomToken(16);  // 128 bits as 32 hex digits
+    hosted = std::make_unique<comm::TcpStoreServer>(
+        comm::TcpStoreServerOptions{.host = job.role.local ? "127.0.0.1" : "", .token = token});
+    // Elsewhere the others reach this host by its name (a pod's, which its service resolves).
+    const std::string published = job.role.local ? "127.0.0.1" : host;
+    std::snprintf(text, sizeof text, "%s %s",
+                  comm::HostPort{published, hosted->port()}.toString().c_str(), token.c_str());
+  }
+  communicator->broadcast(text, sizeof text, DType::U8, 0);
+  const std::string reply(text);
+  const size_t space = reply.find(' ');
+  KOLO_CHECK(space != std::string::npos, "store address from rank 0: '", reply, "'");
+  job.role.store = reply.substr(0, space);
+  job.role.token = reply.substr(space + 1);
+  return hosted;
+}
+
+ParameterServerSummary runServer(const detail::PsJob& job, comm::Store& store,
+                                 const parallel::OptimizerFactory& makeOptimizer,
+                                 const ParameterServerOptions& options) {
+  ps::ServerOptions server;
+  server.index = job.role.index;
+  server.workers = job.role.workers;
+  server.mode = options.mode;
+  server.staleness = options.staleness;
+  server.stalenessLr = options.stalenessLr.value_or(options.mode != ps::Mode::Sync);
+  server.token = job.role.token;
+  server.host = ps::localHost(store);
+  server.timeout = job.timeout;
+  ps::ParameterServer instance(
+      server, job.placement, job.parameters, makeOptimizer,
+      [schedule = job.schedule](int64_t update) { return schedule->lrAt(update); });
+  store.setString(ps::serverAddressKey(job.role.index),
+                  comm::HostPort{server.host, instance.port()}.toString());
+  instance.serve();
+  const ps::ServerStats stats = instance.stats();
+  return {.role = ps::Role::Server, .index = job.role.index, .steps = stats.updates,
+          .stalenessMax = stats.stalenessMax};
+}
+
+}  // namespace
+
+namespace detail {
+
+std::vector<std::string> serverAddresses(comm::Store& store, const PsJob& job) {
+  std::vector<std::string> addresses;
+  for (int s = 0; s < job.role.servers; ++s)
+    addresses.push_back(store.getString(ps::serverAddressKey(s), job.timeout));
+  return addresses;
+}
+
+bool jobFinished(comm::Store& store) {
+  try {
+    return store.check({ps::finishedKey()});
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace detail
+
+ParameterServerSummary trainParameterServer(parallel::ModelFactory model,
+                                            parallel::OptimizerFactory optimizer,
+                                            const ParameterServerData& data,
+                                            const ParameterServerOptions& options,
+                                            const ParameterServerCallbacks& callbacks) {
+  KOLO_REQUIRE(model != nullptr, "trainParameterServer: no model factory");
+  KOLO_REQUIRE(optimizer != nullptr, "trainParameterServer: no optimizer factory");
+  KOLO_REQUIRE(data.train != nullptr, "trainParameterServer: no training set");
+  checkOptions(options);
+  observe::Logger stderrLogger(stderr);
+  observe::Logger& logger = options.logger ? *options.logger : stderrLogger;
+  // Only workers read training samples; the servers and the chief need their number.
+  const ps::Role role = options.role ? options.role->role : ps::roleFromEnvironment().role;
+  std::shared_ptr<const data::Dataset> train;
+  if (role == ps::Role::Worker || data.trainSize < 0) {
+    train = data.train();
+    KOLO_REQUIRE(train != nullptr, "trainParameterServer: the training set's loader returned none");
+  }
+  const int64_t trainSize = data.trainSize >= 0 ? data.trainSize : train->size();
+  detail::PsJob job = planJob(model, optimizer, trainSize, options);
+  const std::unique_ptr<comm::TcpStoreServer> hostedStore =
+      job.role.store.empty() ? bootstrapStore(job) : nullptr;
+  const std::shared_ptr<comm::Store> store =
+      comm::connectTcpStore(job.role.store, job.role.token, job.timeout);
+  switch (job.role.role) {
+    case ps::Role::Server:
+      return runServer(job, *store, optimizer, options);
+    case ps::Role::Worker:
+      return detail::runWorker(job, *store, model, *train, options, callbacks, logger);
+    case ps::Role::Chief:
+      return detail::runChief(job, *store, data.validation ? data.validation() : nullptr, options,
+                              callbacks, logger);
+  }
+  KOLO_CHECK(false, "unknown parameter-server role");
+  return {};
+}
+
+ParameterServerSummary trainParameterServer(parallel::ModelFactory model,
+                                            parallel::OptimizerFactory optimizer,
+                                            std::shared_ptr<const data::Dataset> train,
+                                            std::shared_ptr<const data::Dataset> validation,
+                                            const ParameterServerOptions& options,
+                                            const ParameterServerCallbacks& callbacks) {
+  KOLO_REQUIRE(train != nullptr, "trainParameterServer: no training set");
+  ParameterServerData data{.train = [train] { return train; }, .trainSize = train->size()};
+  if (validation) data.validation = [validation] { return validation; };
+  return trainParameterServer(std::move(model), std::move(optimizer), data, options, callbacks);
+}
+
+}  // namespace kolo::train
