@@ -46,6 +46,7 @@
 #include "kolo/threads.h"
 #include "kolo/timeline.h"
 #include "kolo/trace.h"
+#include "kolo/train/elastic.h"
 #include "kolo/train/engine.h"
 #include "kolo/train/evaluate.h"
 #include "kolo/train/fit.h"

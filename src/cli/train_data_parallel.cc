@@ -126,36 +126,12 @@ int runDataParallel(const TrainConfig& config, observe::Logger& logger) {
     logger.info("loaded initial weights", {{"file", config.initPath}});
   const int rank = engine.rank();
 
-  train::FitOptions options;
-  // --epochs given: the run ends at the first of --epochs and --steps; --steps alone sets it.
-  options.epochs = config.epochs ? *config.epochs : (config.steps > 0 ? 0 : recipe.epochs);
-  options.steps = config.steps;
-  options.batch = config.batch;
-  options.shuffle = config.shuffle;
-  options.seed = config.seed;
-  options.dropLast = config.dropLast;
+  train::FitOptions options = fitOptions(config, recipe, logger);
   const bool inProcessReplicas =
       kind == StrategyKind::Mirrored || kind == StrategyKind::CentralStorage;
   options.prefetch =
       onOrSpareCore(config.prefetch, (inProcessReplicas ? config.replicas : 1) * config.threads) ? 2 : 0;
-  options.schedule = [&recipe](int64_t totalSteps, int64_t) { return makeSchedule(recipe, totalSteps); };
-  options.metricsPath = config.metricsPath;
-  options.metricsEvery = config.metricsEvery;
-  options.progress = config.progress;
-  options.quiet = config.quiet;
-  options.statusFile = config.statusFile;
-  options.timingSkip = config.timingSkip;
-  options.checkpointDir = config.checkpointDir;
-  options.checkpointEvery = config.checkpointEvery;
-  options.keepCheckpoints = config.keepCheckpoints;
-  options.resumeDir = config.resumeDir;
-  options.identity = runIdentity(config);
   options.checkSyncEvery = config.checkSync;
-  options.logger = &logger;
-  options.describe = {{"model", config.model},
-                      {"optimizer", recipe.optimizer},
-                      {"lr", recipe.lr},
-                      {"schedule", recipe.schedule}};
   TrainChecks checks(config, engine.model(), rank, kind == StrategyKind::OneDevice);
   options.anomalyDetector = checks.detector();
 

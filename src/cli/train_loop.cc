@@ -144,6 +144,35 @@ std::map<std::string, std::string> runIdentity(const TrainConfig& config) {
   return identity;
 }
 
+train::FitOptions fitOptions(const TrainConfig& config, const Recipe& recipe, observe::Logger& logger) {
+  train::FitOptions options;
+  // --epochs given: the run ends at the first of --epochs and --steps; --steps alone sets it.
+  options.epochs = config.epochs ? *config.epochs : (config.steps > 0 ? 0 : recipe.epochs);
+  options.steps = config.steps;
+  options.batch = config.batch;
+  options.shuffle = config.shuffle;
+  options.seed = config.seed;
+  options.dropLast = config.dropLast;
+  options.schedule = [&recipe](int64_t totalSteps, int64_t) { return makeSchedule(recipe, totalSteps); };
+  options.metricsPath = config.metricsPath;
+  options.metricsEvery = config.metricsEvery;
+  options.progress = config.progress;
+  options.quiet = config.quiet;
+  options.statusFile = config.statusFile;
+  options.timingSkip = config.timingSkip;
+  options.checkpointDir = config.checkpointDir;
+  options.checkpointEvery = config.checkpointEvery;
+  options.keepCheckpoints = config.keepCheckpoints;
+  options.resumeDir = config.resumeDir;
+  options.identity = runIdentity(config);
+  options.logger = &logger;
+  options.describe = {{"model", config.model},
+                      {"optimizer", recipe.optimizer},
+                      {"lr", recipe.lr},
+                      {"schedule", recipe.schedule}};
+  return options;
+}
+
 int shardGroupSize(const TrainConfig& config, int worldSize) {
   KOLO_REQUIRE(!config.hsdp || config.shardGroup == 0, "--hsdp sets the shard group to the ranks "
                "of one host; give it or --shard-group ", config.shardGroup, ", not both");

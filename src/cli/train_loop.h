@@ -19,6 +19,7 @@
 #include "kolo/optim.h"
 #include "kolo/parallel/balancer.h"
 #include "kolo/parallel/strategy.h"
+#include "kolo/train/fit.h"
 
 // CLI11 is heavy to parse: only the command files that build options include it.
 namespace CLI {
@@ -215,6 +216,12 @@ std::unique_ptr<optim::LrSchedule> makeSchedule(const Recipe& recipe, int64_t to
 /// change on resume: the loader position counts global batches.
 std::map<std::string, std::string> runIdentity(const TrainConfig& config);
 
+/// train::fit's options from the flags every data-parallel runner shares: length, batch,
+/// data order, schedule (over `recipe`, which must outlive the options), metrics, progress,
+/// status file, checkpoints and resume, the run's identity, `logger` and the describe
+/// fields. The runner sets the rest (prefetch, checks).
+train::FitOptions fitOptions(const TrainConfig& config, const Recipe& recipe, observe::Logger& logger);
+
 /// fsdp's ranks per shard group: --shard-group, or with --hsdp the ranks of one host (from
 /// the launch); 0 for one group of all `worldSize` ranks. Throws InvalidArgument for both
 /// flags, or a group that does not divide `worldSize`.
@@ -234,9 +241,10 @@ int runDataParallel(const TrainConfig& config, observe::Logger& logger);
 /// --save and prints the summary line; returns the exit status.
 int runParameterServerRole(const TrainConfig& config, observe::Logger& logger);
 
-/// `kolo train --strategy multi-worker-mirrored` under `kolo run --elastic`: synchronous
-/// data parallelism whose survivors carry on when ranks die (parallel::ElasticContext,
-/// docs/elastic.md). Returns the exit status.
+/// `kolo train --strategy multi-worker-mirrored` under `kolo run --elastic`: the flags mapped
+/// onto a train::ElasticEngine (survivors carry on when ranks die, joiners are admitted;
+/// docs/elastic.md) and train::fit; rank 0 writes --save and prints the summary line.
+/// Returns the exit status (0 for a joiner the job finished without).
 int runElasticTraining(const TrainConfig& config, observe::Logger& logger);
 
 /// Registers --layers, --d-model, --heads, --seq-len, --stages, --micro-batches, --split-at,

@@ -1,6 +1,8 @@
 // train::fit: epochs of steps from this process's DataLoader, evaluation after each epoch,
 // metrics lines, progress, the numeric checks, checkpoints every N steps and at the end,
-// resume from the newest good checkpoint, and the timeline's files at the end.
+// resume from the newest good checkpoint, and the timeline's files at the end. Under an
+// elastic engine the loop also commits the state after each step, admits joiners at step
+// boundaries, recovers from a lost member, and repositions the loader for the new shard.
 #include "kolo/train/fit.h"
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "kolo/error.h"
 #include "kolo/memory.h"
 #include "kolo/trace.h"
+#include "kolo/train/elastic.h"
 #include "train/balance.h"
 #include "train/monitor.h"
 #include "train/run_lines.h"
@@ -65,22 +68,32 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
                options.metricsEvery);
   observe::Logger stderrLogger(stderr);
   observe::Logger& logger = options.logger ? *options.logger : stderrLogger;
-  const std::shared_ptr<comm::Communicator> comm = engine.communicator();
-  const int rank = engine.rank();
-  const bool primary = engine.isPrimary();
-  const bool quiet = options.quiet || !primary;
+  ElasticEngine* elastic = engine.elastic();
   const int64_t globalBatch = options.batch;
-  parallel::Balancer* balancer = engine.balancer();
-  const DataShard shard = engine.dataShard();
-  if (balancer) {
-    KOLO_REQUIRE(balancer->globalBatch() == globalBatch, "train::fit: the batch ", globalBatch,
-                 " is not the balanced engine's global batch ", balancer->globalBatch());
-  } else {
-    const int replicasHere = engine.replicas() / std::max(1, shard.worldSize);
-    KOLO_REQUIRE(globalBatch % engine.replicas() == 0, "--batch ", globalBatch,
-                 " does not split evenly over ", engine.replicas(), " replicas (", shard.worldSize,
-                 " rank(s) x ", replicasHere, " per rank): use a multiple of ", engine.replicas());
-  }
+  // Who this process is in the job; an elastic engine's membership changes it.
+  std::shared_ptr<comm::Communicator> comm;
+  int rank = 0;
+  bool primary = true, quiet = true;
+  parallel::Balancer* balancer = nullptr;
+  DataShard shard;
+  auto refreshMembership = [&] {
+    comm = engine.communicator();
+    rank = engine.rank();
+    primary = engine.isPrimary();
+    quiet = options.quiet || !primary;
+    balancer = engine.balancer();
+    shard = engine.dataShard();
+    if (balancer) {
+      KOLO_REQUIRE(balancer->globalBatch() == globalBatch, "train::fit: the batch ", globalBatch,
+                   " is not the balanced engine's global batch ", balancer->globalBatch());
+    } else {
+      const int replicasHere = engine.replicas() / std::max(1, shard.worldSize);
+      KOLO_REQUIRE(globalBatch % engine.replicas() == 0, "--batch ", globalBatch,
+                   " does not split evenly over ", engine.replicas(), " replicas (", shard.worldSize,
+                   " rank(s) x ", replicasHere, " per rank): use a multiple of ", engine.replicas());
+    }
+  };
+  refreshMembership();
   KOLO_REQUIRE(options.checkSyncEvery == 0 || comm != nullptr,
                "--check-sync compares the weights of several ranks: use it with --strategy "
                "multi-worker-mirrored under kolo run, or --workers N");
@@ -95,16 +108,22 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
                        : std::make_unique<optim::ConstantLr>(engine.lr());
   KOLO_REQUIRE(schedule != nullptr, "train::fit: the schedule factory returned no schedule");
 
-  data::DataLoader loader(
-      train,
-      std::make_shared<data::DistributedSampler>(
-          train->size(), data::DistributedSamplerOptions{.globalBatch = globalBatch,
-                                                         .rank = shard.rank,
-                                                         .worldSize = shard.worldSize,
-                                                         .shuffle = options.shuffle,
-                                                         .seed = options.seed,
-                                                         .dropLast = options.dropLast}),
-      {.batchSize = globalBatch / shard.worldSize, .prefetch = options.prefetch});
+  // This process's part of every global batch (engine.dataShard()).
+  auto makeLoader = [&] {
+    return std::make_unique<data::DataLoader>(
+        train,
+        std::make_shared<data::DistributedSampler>(
+            train->size(), data::DistributedSamplerOptions{.globalBatch = globalBatch,
+                                                           .rank = shard.rank,
+                                                           .worldSize = shard.worldSize,
+                                                           .shuffle = options.shuffle,
+                                                           .seed = options.seed,
+                                                           .dropLast = options.dropLast}),
+        data::DataLoaderOptions{.batchSize = globalBatch / shard.worldSize, .prefetch = options.prefetch});
+  };
+  std::unique_ptr<data::DataLoader> loader = makeLoader();
+  // Step `at`'s place in the data (what the loader's state is after `at` steps).
+  auto positionOf = [perEpoch](int64_t at) { return data::LoaderState{at / perEpoch, at % perEpoch}; };
 
   CheckpointOptions checkpoints{.directory = options.checkpointDir,
                                 .keep = options.keepCheckpoints,
@@ -112,35 +131,46 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
                                 .identity = options.identity,
                                 .warn = [&logger](const std::string& line) { logger.warn(line); }};
   int64_t step = 0;
-  if (!options.resumeDir.empty()) {
+  const bool joined = elastic && elastic->joinedAt();
+  if (joined) {
+    // Admitted into a running elastic job: the state came from its members.
+    step = *elastic->joinedAt();
+    loader->setState(positionOf(step));
+  } else if (!options.resumeDir.empty()) {
     CheckpointOptions from = checkpoints;
     from.directory = options.resumeDir;
     const Position position = load({&engine}, from);
     if (primary) logger.info("resuming", {{"checkpoint", position.path}, {"step", position.step}});
-    loader.setState(position.loader);
+    loader->setState(position.loader);
     step = position.step;
   }
+  if (elastic) elastic->commit(step);
   auto saveCheckpoint = [&](int64_t at) {
     if (options.checkpointDir.empty()) return;
     trace::Scope span("checkpoint", "checkpoint");
     span.index(at);
-    const std::string path = save({&engine}, {.step = at, .loader = loader.state(), .path = ""}, checkpoints);
+    const std::string path = save({&engine}, {.step = at, .loader = loader->state(), .path = ""}, checkpoints);
     if (primary) logger.debug("checkpoint written", {{"dir", path}, {"step", at}});
   };
 
   // A resumed run continues the metrics file (and its step count).
   detail::MetricsLog metrics(primary ? options.metricsPath : "", step > 0, start);
   const int64_t epochs = (totalSteps + perEpoch - 1) / perEpoch;
-  detail::StepMonitor monitor(comm.get(), options.metricsEvery, globalBatch / shard.worldSize);
+  auto makeMonitor = [&] {
+    return std::make_unique<detail::StepMonitor>(comm.get(), options.metricsEvery, globalBatch / shard.worldSize);
+  };
+  std::unique_ptr<detail::StepMonitor> monitor = makeMonitor();
   detail::RankStatus status(options.statusFile, rank, totalSteps);
   const detail::FailureEvent failureEvent(metrics, step);
-  metrics.event(step > 0 ? "resume" : "start", step,
-                {{"ranks", comm ? comm->size() : 1},
-                 {"replicas", engine.replicas()},
-                 {"strategy", engine.name()},
-                 {"algorithm", engine.algorithm()},
-                 {"batch", globalBatch}});
-  if (primary) {
+  if (!joined)
+    metrics.event(step > 0 ? "resume" : "start", step,
+                  observe::Fields{{"ranks", comm ? comm->size() : 1},
+                                  {"replicas", engine.replicas()},
+                                  {"strategy", engine.name()},
+                                  {"algorithm", engine.algorithm()},
+                                  {"batch", globalBatch}}
+                      .update(elastic ? elastic->membershipFields() : observe::Fields{}));
+  if (primary && !joined) {
     observe::Fields fields = options.describe;
     fields.update({{"batch", globalBatch},
                    {"epochs", epochs},
@@ -152,6 +182,41 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
     fields.set("loader", options.prefetch > 0 ? "thread" : "inline");
     logger.info("training", fields);
   }
+
+  // Elastic: the survivors of a failure (or the members admitting joiners) continue from
+  // the state after the steps `recover` or `admitJoiners` returns; fit writes the changes'
+  // events, and below the minimum the first survivor saves that state before stopping.
+  auto writeElasticEvents = [&] {
+    for (const ElasticEvent& event : elastic->takeEvents())
+      metrics.event(event.name.c_str(), event.step, event.fields);
+  };
+  auto recoverFrom = [&](const Error& error) -> std::optional<int64_t> {
+    comm.reset();  // the survivors' agreement needs the old communicator closed
+    checkpoints.communicator.reset();
+    try {
+      return elastic->recover(error, step);
+    } catch (const parallel::BelowMinRanksError& stop) {
+      const int64_t at = stop.change().step;
+      if (!options.checkpointDir.empty() && engine.isPrimary()) {
+        CheckpointOptions alone = checkpoints;
+        alone.communicator = nullptr;
+        const std::string path = save({&engine}, {.step = at, .loader = positionOf(at), .path = ""}, alone);
+        logger.warn("elastic: checkpoint written before stopping", {{"dir", path}, {"step", at}});
+        metrics.event("checkpoint", at);
+      }
+      throw;
+    }
+  };
+  auto reposition = [&](int64_t at) {
+    step = at;
+    refreshMembership();
+    checkpoints.communicator = comm;
+    loader = makeLoader();
+    loader->setState(positionOf(at));
+    monitor = makeMonitor();
+    if (primary) metrics.open(options.metricsPath, true);
+    writeElasticEvents();
+  };
 
   std::string breakdown;  // the last interval's step-time breakdown, for the progress line
   double intervalLoss = 0.0;
@@ -170,13 +235,16 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
   // Tensor bytes beyond the data set: the most alive during a step (its batch included), and
   // what a step leaves alive besides its batch (parameters, gradients, optimizer state).
   int64_t stepPeakBytes = 0, stateBytes = 0;
+  // The epoch's figures so far (an elastic membership change resumes the epoch).
+  double lossSum = 0.0, epochSeconds = 0.0;
+  int64_t lossCount = 0;
   while (step < totalSteps) {
-    const data::LoaderState at = loader.state();
+    const data::LoaderState at = loader->state();
     const int64_t epochSteps = std::min(perEpoch - at.batch, totalSteps - step);
     observe::ProgressBar bar("epoch " + std::to_string(at.epoch + 1) + "/" + std::to_string(epochs),
                              at.batch + epochSteps, stderr, 100, options.progress);
-    double lossSum = 0.0, epochSeconds = 0.0;
-    int64_t lossCount = 0;
+    std::optional<int64_t> regrouped;  // elastic: the step the new generation continues from
+    int64_t stepsThisPass = 0;
     data::Batch batch;
     while (step < totalSteps) {
       const auto stepStart = Clock::now();
@@ -184,7 +252,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
       stepSpan.index(step);
       {
         trace::Scope dataSpan("data", "data");
-        if (!loader.next(batch)) break;
+        if (!loader->next(batch)) break;
       }
       const double dataSeconds = secondsSince(stepStart);
       if (options.anomalyDetector) options.anomalyDetector->beginStep(step);
@@ -194,7 +262,15 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
       const auto computeStart = Clock::now();
       resetPeakTensorBytes();
       const double lr = schedule->lrAt(step);
-      const double loss = engine.step(batch, lr);
+      double loss = 0.0;
+      try {
+        if (elastic) regrouped = elastic->admitJoiners(step);
+        if (regrouped) break;
+        loss = engine.step(batch, lr);
+      } catch (const Error& error) {
+        if (!elastic || !(regrouped = recoverFrom(error))) throw;
+        break;
+      }
       stepPeakBytes = std::max(stepPeakBytes, peakTensorBytes());
       stateBytes = liveTensorBytes() - storageBytes(batch.inputs) - storageBytes(batch.labels);
       const double compute = detail::computeSeconds(secondsSince(computeStart), engine.reducer());
@@ -205,17 +281,18 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
       }
       if (options.checkSyncEvery > 0 && (step + 1) % options.checkSyncEvery == 0)
         observe::checkReplicasInSync(*comm, engine.model().stateDict(), step + 1);
-      monitor.record(dataSeconds, seconds, engine.reducer());
+      monitor->record(dataSeconds, seconds, engine.reducer());
       if (!std::isfinite(loss))
         KOLO_THROW(DivergedError, "training diverged: loss ", loss, " at step ", step, " (lr ",
                    lr, "); try a smaller --lr");
       if (callbacks.onStepEnd)
         callbacks.onStepEnd({.step = step, .loss = loss, .lr = lr, .seconds = seconds,
-                             .computeSeconds = compute});
+                             .computeSeconds = compute, .batch = &batch});
       ++step;
-      if (balancer) {
-        balancer->record(beginSeconds + compute);
-        detail::replanWhenDue(*balancer, *comm, step, primary, logger, metrics.writer());
+      ++stepsThisPass;
+      if (elastic) {
+        elastic->commit(step);
+        writeElasticEvents();
       }
       epochSeconds += seconds;
       if (trainSteps + lossCount >= options.timingSkip) {
@@ -227,13 +304,25 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
       intervalLoss += loss;
       ++intervalSteps;
       status.update("training", step, loss, seconds, globalBatch / std::max(seconds, 1e-9));
-      if (const std::optional<detail::IntervalTimes> interval = monitor.endOfStep(step)) {
+      std::optional<detail::IntervalTimes> interval;
+      try {
+        if (balancer) {
+          balancer->record(beginSeconds + compute);
+          detail::replanWhenDue(*balancer, *comm, step, primary, logger, metrics.writer());
+        }
+        interval = monitor->endOfStep(step);
+      } catch (const Error& error) {
+        if (!elastic || !(regrouped = recoverFrom(error))) throw;
+        break;
+      }
+      if (interval) {
         breakdown = "  " + interval->progressText();
         if (metrics.writer()) {
           observe::Fields fields = interval->fields(engine.algorithm());
           fields.set("wall_s", secondsSince(start));
           fields.set("train_loss", intervalLoss / std::max<int64_t>(intervalSteps, 1));
           fields.set("lr", engine.lr());
+          if (elastic) fields.update(elastic->membershipFields());
           metrics.write(fields);
         }
         intervalLoss = 0.0;
@@ -249,8 +338,12 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
         char suffix[96];
         std::snprintf(suffix, sizeof(suffix), "loss %.4f  %s samples/s", lossSum / lossCount,
                       detail::formatRate(lossCount * globalBatch / std::max(epochSeconds, 1e-9)).c_str());
-        bar.update(at.batch + lossCount, suffix + breakdown);
+        bar.update(at.batch + stepsThisPass, suffix + breakdown);
       }
+    }
+    if (regrouped) {
+      reposition(*regrouped);
+      continue;
     }
     KOLO_CHECK(lossCount > 0, "the data loader gave no batch at epoch ", at.epoch, " batch ",
                at.batch);
@@ -270,7 +363,10 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
     if (callbacks.onEpochEnd) callbacks.onEpochEnd(ended);
     if (!quiet) bar.finish(detail::epochProgressText(summary.trainLoss, figures, rate));
     metrics.write(detail::epochFields(ended, secondsSince(start), engine.lr()));
+    lossSum = epochSeconds = 0.0;
+    lossCount = 0;
   }
+  if (elastic && primary) elastic->finish();  // ranks still waiting to join stop waiting
   if (trainSteps > 0)
     logger.info("tensor memory", {{"rank", rank},
                                   {"state_bytes", stateBytes - tensorBase},
@@ -278,7 +374,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
   if (!evaluated) {
     const std::optional<EvaluateResult> figures = validate();
     if (figures) summary.validationAccuracy = figures->accuracy;
-    summary.epochs = loader.state().epoch;
+    summary.epochs = loader->state().epoch;
   }
   summary.steps = step;
   summary.samplesPerSecond = trainSteps * globalBatch / std::max(trainSeconds, 1e-9);
@@ -294,6 +390,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
   summary.wallSeconds = secondsSince(start);
   metrics.event("end", step);  // before the final line, which stays the file's last
   observe::Fields last = detail::finalFields(summary, validation != nullptr);
+  if (elastic) last.update(elastic->membershipFields());
   last.set("final", true);
   metrics.write(last);
   if (options.finishTimeline) detail::finishTimeline(comm.get(), primary, logger);

@@ -15,7 +15,11 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 MetricsLog::MetricsLog(const std::string& path, bool append,
                        std::chrono::steady_clock::time_point start)
     : start_(start) {
-  if (!path.empty()) writer_ = std::make_unique<observe::MetricsWriter>(path, append);
+  open(path, append);
+}
+
+void MetricsLog::open(const std::string& path, bool append) {
+  if (!path.empty() && !writer_) writer_ = std::make_unique<observe::MetricsWriter>(path, append);
 }
 
 void MetricsLog::write(const observe::Fields& fields) {

@@ -21,6 +21,9 @@ class MetricsLog {
   /// Opens `path` ("" : no file), continuing it when `append` (a resumed run); wall times
   /// count from `start`.
   MetricsLog(const std::string& path, bool append, std::chrono::steady_clock::time_point start);
+  /// Opens `path` when no file is open yet ("" : nothing): an elastic job's new rank 0
+  /// takes the file over (appending).
+  void open(const std::string& path, bool append);
   observe::MetricsWriter* writer() { return writer_.get(); }
   void write(const observe::Fields& fields);
   /// An event for `kolo report`: "start", "resume", "checkpoint", "end" or "failed" at step

@@ -297,7 +297,6 @@ TEST_F(ElasticCliTest, CheckpointEveryAndResumeContinueAnUninterruptedRun) {
   const RunResult killed = runKolo(elastic + "--debug-kill-rank 0,1:13 --checkpoint-every 5 " +
                                    "--checkpoint-dir " + file("checkpoints"));
   EXPECT_NE(killed.exitCode, 0) << killed.output;
-  EXPECT_NE(killed.output.find("elastic: checkpoint written dir="), std::string::npos) << killed.output;
   ASSERT_TRUE(fs::exists(file("checkpoints") + "/ckpt-000000010")) << killed.output;
   EXPECT_FALSE(fs::exists(file("checkpoints") + "/ckpt-000000015")) << killed.output;
 

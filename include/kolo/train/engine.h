@@ -22,6 +22,8 @@
 
 namespace kolo::train {
 
+class ElasticEngine;
+
 /// Which part of every global batch this process loads: the samples a
 /// data::DistributedSampler of (rank, worldSize) gives it.
 struct DataShard {
@@ -72,8 +74,11 @@ class Engine : public Stateful {
   /// whole batch and step() takes this rank's share); null when the split is even. fit
   /// records each step's busy time into it and re-plans when due.
   virtual parallel::Balancer* balancer() { return nullptr; }
+  /// The elastic protocol fit drives around step() when the job's membership may change
+  /// (train::ElasticEngine); null for a fixed set of ranks.
+  virtual ElasticEngine* elastic() { return nullptr; }
   /// This process's rank in communicator() (0 without one).
-  int rank() const;
+  virtual int rank() const;
   /// True on the one process that writes metrics, checkpoints and progress (rank 0).
   bool isPrimary() const { return rank() == 0; }
   /// Tensor bytes alive when the engine began to be built (the data loaded before it):

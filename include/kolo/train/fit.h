@@ -96,6 +96,9 @@ struct StepEnd {
   double lr = 0.0;        // the learning rate it used
   double seconds = 0.0;   // the whole step, loading its batch included
   double computeSeconds = 0.0;  // forward, backward and update, less waiting for other ranks
+  /// The batch this process loaded for the step (its part of the global batch); valid
+  /// during the call.
+  const data::Batch* batch = nullptr;
 };
 
 /// What an epoch ended with (FitCallbacks::onEpochEnd).
@@ -147,6 +150,19 @@ int64_t stepsPerEpoch(int64_t datasetSize, int64_t batch, bool dropLast);
 /// InvalidArgument for bad options, DivergedError when the loss is not finite (naming the
 /// step and lr) or the anomaly detector finds a NaN, ReplicaMismatch from checkSyncEvery,
 /// and what the engine, the checkpoint or the callbacks throw.
+///
+/// With an elastic engine (engine.elastic(), train::ElasticEngine) fit also drives its
+/// protocol: a joiner starts at the step it was admitted at (not from resumeDir); the state
+/// is committed after every step; at each step boundary, after onStepBegin, waiting joiners
+/// are admitted; a PeerError or Timeout from a step (or from the balancer's or the
+/// metrics' exchange after it) makes the survivors regroup. After either change fit
+/// continues from the step the members agreed on with the new shard (rank, world size):
+/// the loader is repositioned there, so every sample of each epoch is still used once and
+/// the global batches are one device's. Rank 0 of each generation writes the metrics (a
+/// new one appends), with "membership", "joined" and "recovered" events and world_size and
+/// generation on the interval and final lines. When the job falls below its minimum, the
+/// first survivor saves the state the members agreed on into checkpointDir before fit
+/// rethrows parallel::BelowMinRanksError.
 FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
                std::shared_ptr<const data::Dataset> validation, const FitOptions& options,
                const FitCallbacks& callbacks = {});
