@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <optional>
@@ -37,6 +39,56 @@ int64_t storageBytes(const Tensor& t) {
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
+
+volatile std::sig_atomic_t gTerminateRequested = 0;
+
+extern "C" void requestTerminate(int) { gTerminateRequested = 1; }
+
+// While fit runs with checkpoints, SIGTERM only asks it to save and stop at a step's end
+// (where SIGTERM had its default action); the previous action comes back afterwards.
+class TerminateRequests {
+ public:
+  explicit TerminateRequests(bool wanted) {
+    struct sigaction current {};
+    if (!wanted || ::sigaction(SIGTERM, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
+    struct sigaction ask {};
+    ask.sa_handler = requestTerminate;
+    sigemptyset(&ask.sa_mask);
+    ask.sa_flags = SA_RESTART;
+    gTerminateRequested = 0;
+    installed_ = ::sigaction(SIGTERM, &ask, &previous_) == 0;
+  }
+  ~TerminateRequests() { restore(); }
+  TerminateRequests(const TerminateRequests&) = delete;
+  TerminateRequests& operator=(const TerminateRequests&) = delete;
+
+  /// Whether any rank got SIGTERM since fit started: agreed over `comm` (collective when
+  /// installed and comm has several ranks).
+  bool agreed(comm::Communicator* comm) const {
+    if (!installed_) return false;
+    int32_t asked = gTerminateRequested ? 1 : 0;
+    if (comm != nullptr && comm->size() > 1)
+      comm->allreduce(&asked, &asked, 1, DType::I32, comm::ReduceOp::Max);
+    return asked != 0;
+  }
+  /// Ends the process by SIGTERM, its default action.
+  [[noreturn]] void terminate() {
+    restore();
+    std::fflush(nullptr);
+    ::signal(SIGTERM, SIG_DFL);
+    ::raise(SIGTERM);
+    std::_Exit(128 + SIGTERM);  // not reached
+  }
+
+ private:
+  void restore() {
+    if (installed_) ::sigaction(SIGTERM, &previous_, nullptr);
+    installed_ = false;
+  }
+
+  bool installed_ = false;
+  struct sigaction previous_ {};
+};
 
 }  // namespace
 
@@ -155,6 +207,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
 
   // A resumed run continues the metrics file (and its step count).
   detail::MetricsLog metrics(primary ? options.metricsPath : "", step > 0, start);
+  TerminateRequests terminateRequests(options.checkpointOnTerminate && !options.checkpointDir.empty());
   const int64_t epochs = (totalSteps + perEpoch - 1) / perEpoch;
   auto makeMonitor = [&] {
     return std::make_unique<detail::StepMonitor>(comm.get(), options.metricsEvery, globalBatch / shard.worldSize);
@@ -305,7 +358,9 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
       ++intervalSteps;
       status.update("training", step, loss, seconds, globalBatch / std::max(seconds, 1e-9));
       std::optional<detail::IntervalTimes> interval;
+      bool terminate = false;
       try {
+        terminate = terminateRequests.agreed(comm.get());
         if (balancer) {
           balancer->record(beginSeconds + compute);
           detail::replanWhenDue(*balancer, *comm, step, primary, logger, metrics.writer());
@@ -328,11 +383,17 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
         intervalLoss = 0.0;
         intervalSteps = 0;
       }
-      if (options.checkpointEvery > 0 && step % options.checkpointEvery == 0) {
+      if (terminate || (options.checkpointEvery > 0 && step % options.checkpointEvery == 0)) {
         status.update("checkpoint", step);
         saveCheckpoint(step);
         lastCheckpoint = step;
         metrics.event("checkpoint", step);
+      }
+      if (terminate) {
+        logger.warn("SIGTERM: stopping after the checkpoint of this step",
+                    {{"step", step}, {"dir", options.checkpointDir}});
+        metrics.event("failed", step, {{"signal", "SIGTERM"}});
+        terminateRequests.terminate();
       }
       if (!quiet) {
         char suffix[96];

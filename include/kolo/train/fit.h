@@ -65,6 +65,13 @@ struct FitOptions {
   std::string checkpointDir{};
   int64_t checkpointEvery = 0;
   int keepCheckpoints = 3;
+  /// With a checkpointDir: a SIGTERM (kolo run stopping the job, Slurm preempting or
+  /// cancelling it, Kubernetes deleting the pod) lets the step under way finish, the ranks
+  /// agree on it at the step's end, a checkpoint of it is saved, and the process then ends by
+  /// SIGTERM as it would have at once; a later run with resumeDir continues from there. Only
+  /// where SIGTERM has its default action when fit starts (a program's own handler is kept).
+  /// false, or without a checkpointDir: SIGTERM ends the process at once.
+  bool checkpointOnTerminate = true;
   /// Continue from the newest good checkpoint in this directory ("" : start fresh); `steps`
   /// stays the total.
   std::string resumeDir{};
