@@ -349,6 +349,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
     if (!options.checkpointDir.empty()) metrics.event("checkpoint", step);
   }
   summary.wallSeconds = secondsSince(start);
+  const observe::Fields endFields = callbacks.onEnd ? callbacks.onEnd(summary) : observe::Fields{};
   metrics.event("end", step);  // before the final line, which stays the file's last
   observe::Fields last{{"epoch", summary.epochs}, {"step", summary.steps},
                        {"train_loss", summary.trainLoss}};
@@ -356,8 +357,9 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
   last.update({{"samples_per_s", summary.samplesPerSecond},
                {"steady_samples_per_s", summary.steadySamplesPerSecond},
                {"grad_bytes_per_step", summary.gradBytesPerStep},
-               {"wall_s", summary.wallSeconds},
-               {"final", true}});
+               {"wall_s", summary.wallSeconds}});
+  last.update(endFields);
+  last.set("final", true);
   metrics.write(last);
   if (options.finishTimeline) detail::finishTimeline(comm.get(), primary, logger);
   return summary;

@@ -56,7 +56,7 @@ ModelParallelEngine::ModelParallelEngine(SequentialFactory model,
   const std::shared_ptr<comm::Communicator>& world = options_.communicator;
   const int worldSize = world ? world->size() : 1;
   KOLO_REQUIRE(shape.size() == worldSize, "ModelParallelEngine: the mesh ", meshText(shape),
-               " needs ", shape.size(), " ranks, the communicator has ", worldSize);
+               " needs ", shape.size(), " ranks, this job has ", worldSize);
   KOLO_REQUIRE(options_.microBatches >= 1,
                "ModelParallelEngine: microBatches must be at least 1, got ", options_.microBatches);
   KOLO_REQUIRE(!options_.loss || shape.tp == 1,
