@@ -217,10 +217,10 @@ observe::Fields ModelParallelEngine::describe() const {
           {"tp", options_.mesh.tp},
           {"sequence_parallel", options_.sequenceParallel},
           {"micro_batches", options_.microBatches},
-          {"schedule", parallel::pipelineScheduleName(options_.schedule)},
+          {"pipeline_schedule", parallel::pipelineScheduleName(options_.schedule)},
           {"recompute", options_.recompute},
           {"stage_layers", layers},
-          {"split", layerCosts_.empty() ? "given" : "measured"},
+          {"split", options_.mesh.pp == 1 ? "none" : layerCosts_.empty() ? "given" : "measured"},
           {"layer_ms", costs}};
 }
 
