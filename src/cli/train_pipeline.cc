@@ -148,6 +148,7 @@ train::FitOptions fitOptions(const TrainConfig& config, const RunData& run, obse
                              : std::max<int64_t>(1, run.totalSteps / 10);
   options.progress = config.progress;
   options.quiet = config.quiet;
+  options.statusFile = config.statusFile;
   options.timingSkip = std::min<int64_t>(config.timingSkip, run.totalSteps / 4);
   options.checkpointDir = config.checkpointDir;
   options.checkpointEvery = config.checkpointEvery;

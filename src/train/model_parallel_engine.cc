@@ -168,8 +168,9 @@ std::vector<parallel::ModelPiece> ModelParallelEngine::weightPieces() const {
                               tensorModel_ ? tensorModel_->shardSpecs() : detail::ShardSpecs{});
 }
 
-std::vector<parallel::ModelPiece> ModelParallelEngine::optimizerPieces() const {
-  return detail::optimizerPieces(stage_->module(), stage_->optimizer().stateDict(),
+std::vector<parallel::ModelPiece> ModelParallelEngine::optimizerPieces(
+    const optim::StateDict& state) const {
+  return detail::optimizerPieces(stage_->module(), state,
                                  tensorModel_ ? tensorModel_->shardSpecs() : detail::ShardSpecs{});
 }
 
@@ -230,7 +231,7 @@ StateDict ModelParallelEngine::stateDict() {
   comm::Communicator* group = gatherGroup();
   NamedTensors weights = detail::gatherPieces(group, weightPieces());
   const optim::StateDict local = stage_->optimizer().stateDict();
-  NamedTensors slots = detail::gatherPieces(group, optimizerPieces());
+  NamedTensors slots = detail::gatherPieces(group, optimizerPieces(local));
   if (!isPrimary()) return state;
   state.weights = std::move(weights);
   state.optimizerKind = stage_->optimizer().kind();

@@ -141,7 +141,7 @@ class ModelParallelEngine : public Engine {
  private:
   std::shared_ptr<nn::Sequential> buildLocalModel();
   std::vector<parallel::ModelPiece> weightPieces() const;
-  std::vector<parallel::ModelPiece> optimizerPieces() const;
+  std::vector<parallel::ModelPiece> optimizerPieces(const optim::StateDict& state) const;
   comm::Communicator* gatherGroup() const;
 
   SequentialFactory factory_;
