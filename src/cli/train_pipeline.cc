@@ -18,7 +18,6 @@
 #include "kolo/memory.h"
 #include "kolo/nn/language_model.h"
 #include "kolo/nn/models.h"
-#include "kolo/ops.h"
 #include "kolo/parallel/distributed.h"
 #include "kolo/parallel/fsdp.h"
 #include "kolo/safetensors.h"

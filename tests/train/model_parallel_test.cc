@@ -2,8 +2,8 @@
 // split, 1F1B, micro-batches), 2 tensor ranks, and a dp=2 × pp=2 mesh takes the steps of the
 // unsplit model on one process (with a check that training moved the weights); a checkpoint
 // written by one layout resumes in another (and in a DataParallelEngine) to the weights of a
-// straight run; evaluate() and gatherModel() give rank 0 the whole model's figures and
-// weights; bad options are named.
+// straight run, and a checkpoint of another model is refused on every rank; evaluate() and
+// gatherModel() give rank 0 the whole model's figures and weights; bad options are named.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -200,6 +200,37 @@ TEST(ModelParallelEngineTest, ADataParallelEngineResumesAPipelinesCheckpoint) {
   options.resumeDir = dir;
   fit(engine, dataset(256, 1), nullptr, options);
   EXPECT_LT(maxAbsDiff(straight.weights, weights(engine.model())), 2e-5);
+  fs::remove_all(dir);
+}
+
+// A checkpoint of another model (a wider first layer) is refused with Mismatch naming the
+// tensor, on every rank, rather than loaded in part or left waiting.
+TEST(ModelParallelEngineTest, ACheckpointOfAnotherModelIsRefusedOnEveryRank) {
+  const std::string dir = freshDir("other_model");
+  trainIn(kPipeline, 2, [&](FitOptions& o) { o.checkpointDir = dir; });
+  auto wider = [] {
+    Generator gen(3);
+    return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Linear>(kFeatures, 32, gen), std::make_shared<nn::ReLU>(),
+        std::make_shared<nn::Linear>(32, 16, gen), std::make_shared<nn::LayerNorm>(Shape{16}),
+        std::make_shared<nn::Linear>(16, kClasses, gen)});
+  };
+  auto make = nativeRanks(2);
+  std::vector<std::string> messages(2);
+  runThreads(2, [&](int rank) {
+    const ModelParallelOptions options{.communicator = make(rank), .mesh = {.dp = 1, .pp = 1, .tp = 2}};
+    ModelParallelEngine engine(wider, sgd, options);
+    try {
+      load({&engine}, {.directory = dir, .communicator = options.communicator});
+      ADD_FAILURE() << "rank " << rank << " loaded another model's checkpoint";
+    } catch (const Mismatch& e) {
+      messages[static_cast<size_t>(rank)] = e.what();
+    }
+  });
+  for (const std::string& message : messages)
+    EXPECT_NE(message.find("0.weight gives [8, 12] for this rank, which holds [16, 12]"),
+              std::string::npos)
+        << message;
   fs::remove_all(dir);
 }
 
