@@ -47,4 +47,5 @@
 #include "kolo/train/engine.h"
 #include "kolo/train/evaluate.h"
 #include "kolo/train/fit.h"
+#include "kolo/train/model_parallel.h"
 #include "kolo/train/state.h"
