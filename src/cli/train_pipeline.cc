@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -226,6 +227,7 @@ class StageFigures {
   static constexpr size_t kCount = 7;
   explicit StageFigures(int64_t skip) : skip_(skip) {}
   void beforeStep() { before_ = liveTensorBytes(); }
+  int64_t bytesBeforeStep() const { return before_; }
   void afterStep(int64_t step, const parallel::PipelineStepStats& stats) {
     peakTensors_ = std::max(peakTensors_, before_ + stats.peakStepBytes);
     peak_.peakStepBytes = std::max(peak_.peakStepBytes, stats.peakStepBytes);
@@ -250,6 +252,42 @@ class StageFigures {
   parallel::PipelineStepStats peak_;
 };
 
+// Who a rank of the report is and which layers it holds.
+struct RankPlace {
+  std::string who;  // "stage 1", "rank 0", "stage 1 rank 0"
+  int first = 0, last = 0;
+};
+
+// This rank's figures (StageFigures::values()) gathered over `group` (null: this rank alone),
+// in group rank order.
+std::vector<double> gatherFigures(comm::Communicator* group, const std::vector<double>& mine) {
+  if (!group) return mine;
+  std::vector<double> all(mine.size() * static_cast<size_t>(group->size()));
+  group->allgather(mine.data(), all.data(), mine.size(), DType::F64);
+  return all;
+}
+
+// Rank 0: one line per rank of `all` (unless --quiet); returns the slowest rank's compute and
+// the longest step, per step.
+std::pair<double, double> printRankFigures(const TrainConfig& config, const std::vector<double>& all,
+                                           const std::function<RankPlace(size_t rank)>& place) {
+  double slowest = 0.0, stepTime = 0.0;
+  for (size_t r = 0; r < all.size() / StageFigures::kCount; ++r) {
+    const double* f = &all[r * StageFigures::kCount];
+    slowest = std::max(slowest, f[0]);
+    stepTime = std::max(stepTime, f[1]);
+    const RankPlace at = place(r);
+    if (!config.quiet)
+      std::fprintf(stderr,
+                   "%s: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %d  "
+                   "peak boundary activations %.2f MiB  peak step memory %.2f MiB  peak tensors %.2f MiB  "
+                   "peak rss %.1f MiB\n",
+                   at.who.c_str(), at.first, at.last, 1000.0 * f[0], 1000.0 * f[1], static_cast<int>(f[2]),
+                   f[3] / (1 << 20), f[5] / (1 << 20), f[6] / (1 << 20), f[4] / 1024.0);
+  }
+  return {slowest, stepTime};
+}
+
 // Rank 0 of the model group: each rank's (stage s, tensor rank t: group rank s·tp + t)
 // figures against the schedule's ideal (the slowest stage's compute times (M + P − 1) / M).
 void printStageReport(const TrainConfig& config, const train::ModelParallelEngine& engine,
@@ -257,29 +295,15 @@ void printStageReport(const TrainConfig& config, const train::ModelParallelEngin
   const parallel::MeshShape& shape = engine.mesh();
   const std::vector<int>& bounds = engine.bounds();
   const bool tensorOnly = shape.pp == 1 && shape.tp > 1;
-  const size_t parts = all.size() / StageFigures::kCount;
-  double slowest = 0.0, stepTime = 0.0;
-  for (size_t r = 0; r < parts; ++r) {
-    const double* f = &all[r * StageFigures::kCount];
-    slowest = std::max(slowest, f[0]);
-    stepTime = std::max(stepTime, f[1]);
-    const size_t s = tensorOnly ? 0 : r / static_cast<size_t>(shape.tp);
-    char who[48];
-    if (shape.tp > 1 && !tensorOnly) {
-      std::snprintf(who, sizeof who, "stage %zu rank %zu", s, r % static_cast<size_t>(shape.tp));
-    } else {
-      std::snprintf(who, sizeof who, "%s %zu", tensorOnly ? "rank" : "stage", r);
-    }
-    if (!config.quiet)
-      std::fprintf(stderr,
-                   "%s: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %d  "
-                   "peak boundary activations %.2f MiB  peak step memory %.2f MiB  peak tensors %.2f MiB  "
-                   "peak rss %.1f MiB\n",
-                   who, bounds[s], bounds[s + 1] - 1, 1000.0 * f[0], 1000.0 * f[1], static_cast<int>(f[2]),
-                   f[3] / (1 << 20), f[5] / (1 << 20), f[6] / (1 << 20), f[4] / 1024.0);
-  }
+  const auto tp = static_cast<size_t>(shape.tp);
+  const auto [slowest, stepTime] = printRankFigures(config, all, [&](size_t r) {
+    const size_t s = tensorOnly ? 0 : r / tp;
+    std::string who = tensorOnly ? "rank " + std::to_string(r) : "stage " + std::to_string(s);
+    if (tp > 1 && !tensorOnly) who += " rank " + std::to_string(r % tp);
+    return RankPlace{who, bounds[s], bounds[s + 1] - 1};
+  });
   if (tensorOnly) {
-    std::printf("tensor_parallel ranks %zu step_ms %.2f\n", parts, 1000.0 * stepTime);
+    std::printf("tensor_parallel ranks %zu step_ms %.2f\n", all.size() / StageFigures::kCount, 1000.0 * stepTime);
     return;
   }
   const int m = config.microBatches, stages = shape.pp;
@@ -373,15 +397,20 @@ int runLanguageModelFsdp(const TrainConfig& config, const RunData& run,
                                    options);
   RunReport report(config, run);
   const int rank = engine.rank();
-  double stepSum = 0.0;
-  int64_t timed = 0;
-  const int64_t skip = std::min<int64_t>(config.timingSkip, run.totalSteps / 4);
+  StageFigures figures(std::min<int64_t>(config.timingSkip, run.totalSteps / 4));
   train::FitCallbacks callbacks;
-  callbacks.onStepBegin = [&](int64_t step) { injectFailures(config, rank, step); };
+  callbacks.onStepBegin = [&](int64_t step) {
+    injectFailures(config, rank, step);
+    figures.beforeStep();
+  };
   callbacks.onStepEnd = [&](const train::StepEnd& end) {
-    if (end.step < skip) return;
-    stepSum += end.seconds;
-    ++timed;
+    // fit resets the peak of tensor bytes just before each step.
+    parallel::PipelineStepStats stats;
+    stats.peakMicroBatchesHeld = 1;
+    stats.peakStepBytes = peakTensorBytes() - figures.bytesBeforeStep();
+    stats.computeSeconds = end.computeSeconds;
+    stats.stepSeconds = end.seconds;
+    figures.afterStep(end.step, stats);
   };
   callbacks.onEnd = [&](const train::FitSummary&) {
     setTensorMemoryLimit(0);  // the budget covers training, not the whole model
@@ -389,8 +418,13 @@ int runLanguageModelFsdp(const TrainConfig& config, const RunData& run,
     return engine.isPrimary() ? report.heldOut(engine.model()) : observe::Fields{};
   };
   const train::FitSummary summary = train::fit(engine, run.train, run.validation, fitOptions(config, run, logger), callbacks);
+  const std::vector<double> all = gatherFigures(world.get(), figures.values());
   if (!engine.isPrimary()) return 0;
-  std::printf("fsdp ranks %d step_ms %.2f\n", world->size(), timed ? 1000.0 * stepSum / timed : 0.0);
+  const int layers = static_cast<int>(layerCount(config));
+  const double stepTime = printRankFigures(config, all, [&](size_t r) {
+    return RankPlace{"rank " + std::to_string(r), 0, layers - 1};
+  }).second;
+  std::printf("fsdp ranks %d step_ms %.2f\n", world->size(), 1000.0 * stepTime);
   report.finish(engine.model(), summary, logger);
   return 0;
 }
@@ -449,12 +483,7 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
 
   // Per-rank figures to rank 0 of replica 0's model group; the other replicas hold the same.
   if (engine.groups().replica != 0) return 0;
-  const std::vector<double> mine = figures.values();
-  std::vector<double> all = mine;
-  if (comm::Communicator* group = engine.groups().model.get()) {
-    all.resize(mine.size() * static_cast<size_t>(group->size()));
-    group->allgather(mine.data(), all.data(), mine.size(), DType::F64);
-  }
+  const std::vector<double> all = gatherFigures(engine.groups().model.get(), figures.values());
   if (!engine.isPrimary()) return 0;
   printStageReport(config, engine, all);
   report.finish(engine.model(), summary, logger);
