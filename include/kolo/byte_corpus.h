@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,10 @@ class ByteCorpus {
   const std::string& source() const { return source_; }
   /// `count` bytes from `offset` on (clipped to the file), as text: a prompt for sampling.
   std::string text(int64_t offset, int64_t count) const;
+  /// The batch of the windows numbered `indices` of the training (or held-out) part (window
+  /// w: inputs are bytes [w*T, w*T + T) of the part, as in fileOrderBatch). Throws
+  /// InvalidArgument for an index outside [0, windows()).
+  Batch windowBatch(const std::vector<int64_t>& indices, bool heldOut = false) const;
 
  private:
   // The batch of the windows starting at `starts` (offsets into the whole file).
@@ -54,6 +59,20 @@ class ByteCorpus {
   int64_t seqLen_;
   int64_t trainEnd_ = 0;
   std::string source_;
+};
+
+/// The windows of a ByteCorpus part as a Dataset (sample w: window w, see fileOrderBatch), so
+/// that train::fit's loader draws them: in file order, a global batch s holds the windows
+/// fileOrderBatch(s) holds; shuffled, a seeded permutation of them each epoch.
+class ByteWindows : public Dataset {
+ public:
+  explicit ByteWindows(std::shared_ptr<const ByteCorpus> corpus, bool heldOut = false);
+  int64_t size() const override;
+  Batch gather(const std::vector<int64_t>& indices) const override;
+
+ private:
+  std::shared_ptr<const ByteCorpus> corpus_;
+  bool heldOut_;
 };
 
 }  // namespace kolo::data

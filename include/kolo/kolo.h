@@ -50,5 +50,6 @@
 #include "kolo/train/engine.h"
 #include "kolo/train/evaluate.h"
 #include "kolo/train/fit.h"
+#include "kolo/train/model_parallel.h"
 #include "kolo/train/parameter_server.h"
 #include "kolo/train/state.h"

@@ -426,9 +426,14 @@ Command registerTrain(CLI::App& root) {
     const MatmulPrecisionGuard products(parseMatmulPrecision(config->precision));
     const bool modelParallel =
         config->model == "lm" || config->strategy == "pipeline" || config->strategy == "tensor";
-    if (config->strategy == "parameter-server" || config->strategy == "federated" || modelParallel)
+    if (config->strategy == "parameter-server" || config->strategy == "federated")
       KOLO_REQUIRE(config->statusFile.empty(), "KOLO_STATUS_FILE is not available with --strategy ",
-                   config->strategy, modelParallel ? " or --model lm" : "");
+                   config->strategy);
+    // The ranks of a model-parallel run hold different parts: no replicas to compare.
+    if (modelParallel)
+      KOLO_REQUIRE(!config->detectAnomaly && config->checkSync == 0,
+                   "--detect-anomaly and --check-sync are not available with --strategy ",
+                   config->strategy, " or --model lm");
     if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
     if (config->strategy == "federated") return runFederated(*config, *federated, logger);
     if (modelParallel) return runModelParallel(*config, logger);

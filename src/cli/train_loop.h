@@ -1,6 +1,7 @@
 // `kolo train`'s configuration (the CLI flags as a struct), recipe defaults, and the runners
 // that map it onto the library: runDataParallel onto train::DataParallelEngine and
-// train::fit (train_data_parallel.cc); the other families' runners still hold their loops.
+// train::fit (train_data_parallel.cc), runModelParallel onto train::ModelParallelEngine and
+// train::fit (train_pipeline.cc); the other families' runners still hold their loops.
 #pragma once
 
 #include <csignal>
@@ -251,11 +252,13 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger);
 /// --recompute, --sample-bytes and --memory-limit on `kolo train` (train_pipeline_options.cc).
 void addModelParallelOptions(CLI::App* app, TrainConfig& config);
 
-/// `--model lm`, `--strategy pipeline` or `--strategy tensor` (the model's layers split over
-/// --tp ranks, the whole batch on each): trains the model split into --stages stages (one
-/// rank each, under kolo run -n P; one stage without it) with --micro-batches and the
-/// pipeline schedule; rank 0 prints progress, the per-stage timings and the summary, writes
-/// --save, and for lm prints a sample of generated text. Returns the exit status.
+/// `--model lm`, `--strategy pipeline`, `--strategy tensor` or `--mesh`: maps the flags onto a
+/// train::ModelParallelEngine (--stages stages, one rank each under kolo run -n P, one stage
+/// without it; --tp tensor ranks; --mesh replicas of either) and train::fit (`--model lm
+/// --strategy fsdp` onto a train::DataParallelEngine); rank 0 prints the per-stage timings
+/// and the summary, writes --save, and for lm the held-out loss (also in the metrics' final
+/// line) and a sample of generated text. Returns the exit status; throws InvalidArgument
+/// naming the flag for flags these runs do not take or sizes the job cannot hold.
 int runModelParallel(const TrainConfig& config, observe::Logger& logger);
 
 /// `--workers N`: the command line that runs this `kolo train` under `kolo run -n N`:

@@ -1,38 +1,31 @@
-// `kolo train --model lm`, `--strategy pipeline` and `--strategy tensor`: the model cut into
-// stages (one rank each; one stage on a lone rank), trained with micro-batches under the GPipe
-// or 1F1B schedule (parallel::PipelineStage), or its layers split over --tp ranks
-// (parallel::TensorParallelModel); `--model lm --strategy fsdp` shards it over the ranks
-// (parallel::makeFsdpStrategy). Batches come from a byte-level text file (lm) or
-// Fashion-MNIST (mlp, cnn); every rank draws the same global batch, the first stage reads
-// its inputs and the last its labels. At the end rank 0 gathers the whole model, reports
-// per-stage timings against the schedule's ideal, evaluates, saves, and for lm samples text.
+// `kolo train --model lm`, `--strategy pipeline`, `--strategy tensor` and `--mesh`: the flags
+// mapped onto a train::ModelParallelEngine (the model cut into stages, its layers split over
+// tensor ranks, replicas of either) and onto train::fit; `--model lm --strategy fsdp` onto a
+// train::DataParallelEngine. Batches come from a byte-level text file (lm, data::ByteWindows)
+// or Fashion-MNIST (mlp, cnn). What stays here is the command line's own: the per-stage
+// timings against the schedule's ideal and peak memory, the lm's held-out loss and text
+// sample, and --save. The loop is the library's.
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <numeric>
+#include <functional>
 #include <set>
 #include <sstream>
 
 #include "cli/train_loop.h"
-#include "cli/train_model_state.h"
-#include "cli/train_runners.h"
 #include "kolo/autograd.h"
 #include "kolo/byte_corpus.h"
 #include "kolo/memory.h"
 #include "kolo/nn/language_model.h"
 #include "kolo/nn/models.h"
-#include "kolo/ops.h"
 #include "kolo/parallel/distributed.h"
 #include "kolo/parallel/fsdp.h"
-#include "kolo/parallel/mesh.h"
-#include "kolo/parallel/pipeline.h"
-#include "kolo/parallel/tensor_parallel.h"
 #include "kolo/safetensors.h"
 #include "kolo/serialize.h"
 #include "kolo/threads.h"
-#include "kolo/train/evaluate.h"
+#include "kolo/train/fit.h"
+#include "kolo/train/model_parallel.h"
 
 namespace kolo::cli {
 namespace {
@@ -59,85 +52,38 @@ std::vector<int> parseSplits(const std::string& text) {
   return splits;
 }
 
-// Fashion-MNIST batches in an order that depends on the seed and the epoch only.
-class ImageBatches {
- public:
-  ImageBatches(const TrainConfig& config) : seed_(config.seed), shuffle_(config.shuffle), batch_(config.batch) {
-    train_ = loadTrainingSet(config);
-    test_ = std::make_shared<data::FashionMnist>(config.dataDir, false);
-    stepsPerEpoch_ = train_->size() / batch_;
-    KOLO_REQUIRE(stepsPerEpoch_ > 0, "--batch ", batch_, " is larger than the ", train_->size(),
-                 " training samples");
-  }
-  data::Batch at(int64_t step) {
-    const int64_t epoch = step / stepsPerEpoch_;
-    if (epoch != orderEpoch_) {
-      order_.resize(static_cast<size_t>(train_->size()));
-      std::iota(order_.begin(), order_.end(), int64_t{0});
-      if (shuffle_) {
-        Generator gen(seed_ * 1000003 + static_cast<uint64_t>(epoch));
-        for (size_t i = order_.size() - 1; i > 0; --i) std::swap(order_[i], order_[gen.nextU64() % (i + 1)]);
-      }
-      orderEpoch_ = epoch;
-    }
-    const auto first = order_.begin() + (step % stepsPerEpoch_) * batch_;
-    return train_->gather(std::vector<int64_t>(first, first + batch_));
-  }
-  int64_t stepsPerEpoch() const { return stepsPerEpoch_; }
-  const data::TensorDataset& test() const { return *test_; }
-
- private:
-  uint64_t seed_;
-  bool shuffle_;
-  int64_t batch_;
-  std::shared_ptr<data::TensorDataset> train_, test_;
-  int64_t stepsPerEpoch_ = 0;
-  int64_t orderEpoch_ = -1;
-  std::vector<int64_t> order_;
-};
-
-// The model, or for lm only its layers [begin, end) (end < 0: all) with placeholders for the
-// others, so that a stage never holds the whole model; --init fills what it holds.
-std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin = 0, int end = -1) {
-  Generator gen(config.seed);
-  std::shared_ptr<nn::Sequential> model;
-  const bool part = config.model == "lm" && end >= 0;
-  if (config.model == "lm") {
-    const nn::LanguageModelConfig sizes{.vocab = 256, .layers = config.layers, .dModel = config.dModel,
-                                        .heads = config.heads, .seqLen = config.seqLen};
-    model = part ? nn::makeLanguageModelPart(sizes, gen, begin, end) : nn::makeLanguageModel(sizes, gen);
-  } else {
-    model = nn::makeModel(config.model, gen);
-  }
-  if (!config.initPath.empty()) {
-    if (!part) {
-      kolo::load(*model, config.initPath);
-    } else {
-      std::vector<std::pair<std::string, Tensor>> mine;
-      std::set<std::string> names;
-      for (const auto& entry : model->stateDict()) names.insert(entry.first);
-      for (auto& entry : checkpoint::loadSafetensors(config.initPath).tensors)
-        if (names.count(entry.first)) mine.push_back(std::move(entry));
-      model->loadStateDict(mine, config.initPath);
-    }
-  }
-  return model;
-}
-
 int64_t layerCount(const TrainConfig& config) {
   if (config.model == "lm") return config.layers + 3;
   Generator gen(0);
   return static_cast<int64_t>(nn::makeModel(config.model, gen)->size());
 }
 
-std::string costsText(const std::vector<double>& costs) {
-  std::string text;
-  char one[32];
-  for (double c : costs) {
-    std::snprintf(one, sizeof(one), "%s%.2f", text.empty() ? "" : " ", 1000.0 * c);
-    text += one;
+// The model, or for lm only its layers [begin, end) (end < 0: to the last) with placeholders
+// for the others, so that a stage never holds the whole model; --init fills what it holds.
+std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin = 0, int end = -1) {
+  Generator gen(config.seed);
+  const bool part = config.model == "lm" && (begin > 0 || end >= 0);
+  std::shared_ptr<nn::Sequential> model;
+  if (config.model == "lm") {
+    const nn::LanguageModelConfig sizes{.vocab = 256, .layers = config.layers, .dModel = config.dModel,
+                                        .heads = config.heads, .seqLen = config.seqLen};
+    model = part ? nn::makeLanguageModelPart(sizes, gen, begin, end < 0 ? layerCount(config) : end)
+                 : nn::makeLanguageModel(sizes, gen);
+  } else {
+    model = nn::makeModel(config.model, gen);
   }
-  return text;
+  if (config.initPath.empty()) return model;
+  if (!part) {
+    kolo::load(*model, config.initPath);
+    return model;
+  }
+  std::vector<std::pair<std::string, Tensor>> mine;
+  std::set<std::string> names;
+  for (const auto& entry : model->stateDict()) names.insert(entry.first);
+  for (auto& entry : checkpoint::loadSafetensors(config.initPath).tensors)
+    if (names.count(entry.first)) mine.push_back(std::move(entry));
+  model->loadStateDict(mine, config.initPath);
+  return model;
 }
 
 long peakRssKib() {
@@ -146,10 +92,230 @@ long peakRssKib() {
   return usage.ru_maxrss;
 }
 
-}  // namespace
+// The run's data and length: the lm's text windows (no validation set: the held-out loss is
+// computed at the end) or Fashion-MNIST with its test split.
+struct RunData {
+  std::shared_ptr<data::ByteCorpus> corpus;  // lm
+  std::shared_ptr<const data::Dataset> train, validation;
+  Recipe recipe;
+  int64_t totalSteps = 0;
+};
 
-int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
-  TrainConfig config = configIn;
+RunData loadRunData(TrainConfig& config) {
+  RunData run;
+  if (config.model == "lm") {
+    // lm without --optimizer and --lr: AdamW at 2e-3, warm-up over a tenth of the run, then
+    // cosine decay.
+    const std::string path = config.dataDir == data::kFashionMnistDir ? kDefaultText : config.dataDir;
+    run.corpus = std::make_shared<data::ByteCorpus>(path, config.seqLen);
+    run.train = std::make_shared<data::ByteWindows>(run.corpus);
+    run.totalSteps = config.steps > 0 ? config.steps : kDefaultLmSteps;
+    if (!config.optimizer && !config.lr) {
+      config.optimizer = "adamw";
+      config.lr = 2e-3;
+      if (config.schedule == "auto") config.schedule = "warmup-cosine";
+      if (!config.warmupSteps) config.warmupSteps = run.totalSteps / 10;
+    }
+    run.recipe = resolveRecipe(config, run.totalSteps);
+    return run;
+  }
+  std::shared_ptr<data::TensorDataset> images = loadTrainingSet(config);
+  run.train = images;
+  run.validation = std::make_shared<data::FashionMnist>(config.dataDir, false);
+  const int64_t perEpoch = train::stepsPerEpoch(images->size(), config.batch, config.dropLast);
+  run.recipe = resolveRecipe(config, perEpoch);
+  run.totalSteps = run.recipe.epochs * perEpoch;
+  if (config.steps > 0) run.totalSteps = config.epochs ? std::min(run.totalSteps, config.steps) : config.steps;
+  return run;
+}
+
+// train::fit's options from the flags.
+train::FitOptions fitOptions(const TrainConfig& config, const RunData& run, observe::Logger& logger) {
+  train::FitOptions options;
+  options.epochs = 0;
+  options.steps = run.totalSteps;
+  options.batch = config.batch;
+  options.shuffle = config.shuffle;
+  options.seed = config.seed;
+  options.dropLast = config.dropLast;
+  options.prefetch = config.prefetch == "on" ? 2 : 0;
+  const Recipe recipe = run.recipe;
+  options.schedule = [recipe](int64_t totalSteps, int64_t) { return makeSchedule(recipe, totalSteps); };
+  options.metricsPath = config.metricsPath;
+  // Ten metrics intervals per run unless --metrics-every says otherwise.
+  options.metricsEvery = config.givenFlags.count("--metrics-every")
+                             ? config.metricsEvery
+                             : std::max<int64_t>(1, run.totalSteps / 10);
+  options.progress = config.progress;
+  options.quiet = config.quiet;
+  options.statusFile = config.statusFile;
+  options.timingSkip = std::min<int64_t>(config.timingSkip, run.totalSteps / 4);
+  options.checkpointDir = config.checkpointDir;
+  options.checkpointEvery = config.checkpointEvery;
+  options.keepCheckpoints = config.keepCheckpoints;
+  options.resumeDir = config.resumeDir;
+  options.identity = runIdentity(config);
+  options.logger = &logger;
+  options.describe = {{"model", config.model},
+                      {"optimizer", recipe.optimizer},
+                      {"lr", recipe.lr},
+                      {"schedule", recipe.schedule}};
+  return options;
+}
+
+// --fail-at-step and --debug-kill-rank before each step.
+void injectFailures(const TrainConfig& config, int rank, int64_t step) {
+  killIfAsked(config, rank, step);
+  if (step == config.failStep && rank == config.failRank)
+    KOLO_THROW(Error, "rank ", config.failRank, ": failure injected before step ", step, " (--fail-at-step)");
+}
+
+// What a finished run reports on rank 0 beyond fit's figures: for lm the held-out loss (the
+// metrics' final line) and a text sample, for the images the test accuracy; and --save.
+class RunReport {
+ public:
+  RunReport(const TrainConfig& config, const RunData& run) : config_(config), run_(run) {}
+  // Rank 0 with the whole model: the lm's held-out loss over 8 batches of the last tenth of
+  // the text.
+  observe::Fields heldOut(nn::Module& whole) {
+    if (!run_.corpus) return {};
+    autograd::NoGradGuard noGrad;
+    whole.train(false);
+    heldOutLoss_ = 0.0;
+    for (int64_t i = 0; i < 8; ++i) {
+      const data::Batch b = run_.corpus->batch(i, config_.batch, config_.seed, true);
+      heldOutLoss_ += nn::languageModelLoss(whole.forward(b.inputs), b.labels).item() / 8;
+    }
+    return {{"held_out_loss", heldOutLoss_}};
+  }
+  // Rank 0 after fit: the summary line, --save, and the lm's sample.
+  void finish(nn::Module& whole, const train::FitSummary& summary, observe::Logger& logger) {
+    if (!config_.savePath.empty()) {
+      checkpoint::saveSafetensors(config_.savePath, whole.namedParameters(),
+                                  {{"format", "pt"}, {"model", config_.model}, {"step", std::to_string(summary.steps)}});
+      logger.info("saved weights", {{"file", config_.savePath}});
+    }
+    if (!run_.corpus) {
+      std::printf("test_accuracy %.4f train_loss %.4f steps %lld wall_s %.1f\n", summary.validationAccuracy,
+                  summary.trainLoss, static_cast<long long>(summary.steps), summary.wallSeconds);
+      std::fflush(stdout);
+      return;
+    }
+    std::printf("train_loss %.4f held_out_loss %.4f steps %lld wall_s %.1f\n", summary.trainLoss, heldOutLoss_,
+                static_cast<long long>(summary.steps), summary.wallSeconds);
+    Generator gen(config_.seed + 1);
+    // The prompt: the start of the held-out part, text the model did not train on.
+    const data::ByteCorpus& corpus = *run_.corpus;
+    const std::string prompt = corpus.text(corpus.trainBytes(), std::min<int64_t>(32, config_.seqLen));
+    const std::string text = nn::generateText(whole, prompt, config_.sampleBytes, config_.seqLen, 0.8, gen);
+    std::string shown;
+    for (char c : text) shown.push_back((c == '\n' || c == '\t' || (c >= 32 && c < 127)) ? c : '?');
+    std::printf("sample:\n%s\n", shown.c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  const TrainConfig& config_;
+  const RunData& run_;
+  double heldOutLoss_ = 0.0;
+};
+
+// This rank's figures over the steps after the first timingSkip ones: compute and step time
+// per step, held micro-batches, boundary bytes, peak resident memory, step memory, tensors.
+class StageFigures {
+ public:
+  static constexpr size_t kCount = 7;
+  explicit StageFigures(int64_t skip) : skip_(skip) {}
+  void beforeStep() { before_ = liveTensorBytes(); }
+  int64_t bytesBeforeStep() const { return before_; }
+  void afterStep(int64_t step, const parallel::PipelineStepStats& stats) {
+    peakTensors_ = std::max(peakTensors_, before_ + stats.peakStepBytes);
+    peak_.peakStepBytes = std::max(peak_.peakStepBytes, stats.peakStepBytes);
+    peak_.peakMicroBatchesHeld = std::max(peak_.peakMicroBatchesHeld, stats.peakMicroBatchesHeld);
+    peak_.peakBoundaryBytes = std::max(peak_.peakBoundaryBytes, stats.peakBoundaryBytes);
+    if (step < skip_) return;
+    compute_ += stats.computeSeconds;
+    step_ += stats.stepSeconds;
+    ++timed_;
+  }
+  std::vector<double> values() const {
+    return {timed_ ? compute_ / timed_ : 0.0, timed_ ? step_ / timed_ : 0.0,
+            static_cast<double>(peak_.peakMicroBatchesHeld), static_cast<double>(peak_.peakBoundaryBytes),
+            static_cast<double>(peakRssKib()), static_cast<double>(peak_.peakStepBytes),
+            static_cast<double>(peakTensors_)};
+  }
+
+ private:
+  int64_t skip_;
+  int64_t before_ = 0, peakTensors_ = 0, timed_ = 0;
+  double compute_ = 0.0, step_ = 0.0;
+  parallel::PipelineStepStats peak_;
+};
+
+// Who a rank of the report is and which layers it holds.
+struct RankPlace {
+  std::string who;  // "stage 1", "rank 0", "stage 1 rank 0"
+  int first = 0, last = 0;
+};
+
+// This rank's figures (StageFigures::values()) gathered over `group` (null: this rank alone),
+// in group rank order.
+std::vector<double> gatherFigures(comm::Communicator* group, const std::vector<double>& mine) {
+  if (!group) return mine;
+  std::vector<double> all(mine.size() * static_cast<size_t>(group->size()));
+  group->allgather(mine.data(), all.data(), mine.size(), DType::F64);
+  return all;
+}
+
+// Rank 0: one line per rank of `all` (unless --quiet); returns the slowest rank's compute and
+// the longest step, per step.
+std::pair<double, double> printRankFigures(const TrainConfig& config, const std::vector<double>& all,
+                                           const std::function<RankPlace(size_t rank)>& place) {
+  double slowest = 0.0, stepTime = 0.0;
+  for (size_t r = 0; r < all.size() / StageFigures::kCount; ++r) {
+    const double* f = &all[r * StageFigures::kCount];
+    slowest = std::max(slowest, f[0]);
+    stepTime = std::max(stepTime, f[1]);
+    const RankPlace at = place(r);
+    if (!config.quiet)
+      std::fprintf(stderr,
+                   "%s: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %d  "
+                   "peak boundary activations %.2f MiB  peak step memory %.2f MiB  peak tensors %.2f MiB  "
+                   "peak rss %.1f MiB\n",
+                   at.who.c_str(), at.first, at.last, 1000.0 * f[0], 1000.0 * f[1], static_cast<int>(f[2]),
+                   f[3] / (1 << 20), f[5] / (1 << 20), f[6] / (1 << 20), f[4] / 1024.0);
+  }
+  return {slowest, stepTime};
+}
+
+// Rank 0 of the model group: each rank's (stage s, tensor rank t: group rank s·tp + t)
+// figures against the schedule's ideal (the slowest stage's compute times (M + P − 1) / M).
+void printStageReport(const TrainConfig& config, const train::ModelParallelEngine& engine,
+                      const std::vector<double>& all) {
+  const parallel::MeshShape& shape = engine.mesh();
+  const std::vector<int>& bounds = engine.bounds();
+  const bool tensorOnly = shape.pp == 1 && shape.tp > 1;
+  const auto tp = static_cast<size_t>(shape.tp);
+  const auto [slowest, stepTime] = printRankFigures(config, all, [&](size_t r) {
+    const size_t s = tensorOnly ? 0 : r / tp;
+    std::string who = tensorOnly ? "rank " + std::to_string(r) : "stage " + std::to_string(s);
+    if (tp > 1 && !tensorOnly) who += " rank " + std::to_string(r % tp);
+    return RankPlace{who, bounds[s], bounds[s + 1] - 1};
+  });
+  if (tensorOnly) {
+    std::printf("tensor_parallel ranks %zu step_ms %.2f\n", all.size() / StageFigures::kCount, 1000.0 * stepTime);
+    return;
+  }
+  const int m = config.microBatches, stages = shape.pp;
+  const double ideal = slowest * (m + stages - 1) / m;
+  std::printf("pipeline stages %d micro_batches %d schedule %s step_ms %.2f ideal_ms %.2f measured_over_ideal %.3f\n",
+              stages, m, config.pipelineSchedule.c_str(), 1000.0 * stepTime, 1000.0 * ideal,
+              ideal > 0 ? stepTime / ideal : 0.0);
+}
+
+// The flags of the model-parallel strategies; returns the mesh they set up (--mesh, or
+// --stages, or --tp), with config.strategy set to what --mesh implies.
+parallel::MeshShape checkFlags(TrainConfig& config) {
   parallel::MeshShape shape;
   if (!config.mesh.empty()) {
     // --mesh dp=D,pp=P,tp=T sets the strategy and its sizes: pipeline stages (split over
@@ -170,9 +336,9 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
   KOLO_REQUIRE(
       tensor || config.tp == 1 || !config.mesh.empty(), "--tp ", config.tp,
       " needs --strategy tensor (pipeline stages split over tensor groups: --mesh dp=1,pp=P,tp=T)");
-  KOLO_REQUIRE(!(tensor || fsdp) || (config.microBatches == 1 && config.stages == 1 && !config.recompute &&
-                                     config.splitAt.empty()),
-               "--strategy ", config.strategy, " takes no --stages, --micro-batches, --split-at or --recompute");
+  KOLO_REQUIRE(!(tensor || fsdp) || (config.microBatches == 1 && config.stages == 1 && config.splitAt.empty()),
+               "--strategy ", config.strategy, " takes no --stages, --micro-batches or --split-at");
+  KOLO_REQUIRE(!tensor || !config.recompute, "--strategy tensor takes no --recompute");
   KOLO_REQUIRE(tensor || config.tp > 1 || !config.sequenceParallel,
                "--sequence-parallel needs --strategy tensor (or a mesh with tp)");
   KOLO_REQUIRE(lm || !config.sequenceParallel, "--sequence-parallel works with --model lm only");
@@ -183,339 +349,145 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
                "--strategy pipeline or tensor, except under --strategy fsdp");
   KOLO_REQUIRE(config.stages >= 1 && config.microBatches >= 1, "--stages and --micro-batches must be at least 1");
   KOLO_REQUIRE(pipeline || config.stages == 1, "--stages ", config.stages, " needs --strategy pipeline");
-  const parallel::PipelineSchedule schedule = parallel::parsePipelineSchedule(config.pipelineSchedule);
+  parallel::parsePipelineSchedule(config.pipelineSchedule);
   if (lm && !config.batchGiven) config.batch = kDefaultLmBatch;
   KOLO_REQUIRE(config.batch % (shape.dp * config.microBatches) == 0, "--batch ", config.batch,
                " cannot be split into ", shape.dp * config.microBatches, " equal micro-batches (",
                shape.dp, " replica(s) x ", config.microBatches, "): use a multiple of --micro-batches",
                shape.dp > 1 ? " times the mesh's dp" : "");
-  setNumThreads(config.threads);
+  if (config.mesh.empty()) shape = {.dp = 1, .pp = config.stages, .tp = config.tp};
+  return shape;
+}
 
-  // The recipe. lm without --optimizer and --lr: AdamW at 2e-3, warm-up over a tenth of the
-  // run, then cosine decay.
-  std::unique_ptr<data::ByteCorpus> corpus;
-  std::unique_ptr<ImageBatches> images;
-  int64_t totalSteps = 0;
-  if (lm) {
-    const std::string path = config.dataDir == data::kFashionMnistDir ? kDefaultText : config.dataDir;
-    corpus = std::make_unique<data::ByteCorpus>(path, config.seqLen);
-    totalSteps = config.steps > 0 ? config.steps : kDefaultLmSteps;
-    if (!config.optimizer && !config.lr) {
-      config.optimizer = "adamw";
-      config.lr = 2e-3;
-      if (config.schedule == "auto") config.schedule = "warmup-cosine";
-      if (!config.warmupSteps) config.warmupSteps = totalSteps / 10;
-    }
-  } else {
-    images = std::make_unique<ImageBatches>(config);
-  }
-  const Recipe recipe = resolveRecipe(config, images ? images->stepsPerEpoch() : totalSteps);
-  if (images) {
-    totalSteps = recipe.epochs * images->stepsPerEpoch();
-    if (config.steps > 0) totalSteps = config.epochs ? std::min(totalSteps, config.steps) : config.steps;
-  }
-  const auto lrSchedule = makeSchedule(recipe, totalSteps);
-  // Every rank draws the global batch; a data-parallel replica keeps its rows.
-  int replica = 0;
-  auto batchAt = [&](int64_t step) {
-    data::Batch b = !corpus              ? images->at(step)
-                    : config.shuffle ? corpus->batch(step, config.batch, config.seed)
-                                     : corpus->fileOrderBatch(step, config.batch);
-    if (shape.dp == 1) return b;
-    const int64_t rows = config.batch / shape.dp;
-    b.inputs = b.inputs.slice(0, replica * rows, (replica + 1) * rows).contiguous();
-    b.labels = b.labels.slice(0, replica * rows, (replica + 1) * rows).contiguous();
-    return b;
-  };
-
-  // The job's ranks; the model group (one replica: its stages, its tensor ranks, or both);
-  // the stages of this rank's tensor rank; the tensor ranks of this rank's stage.
-  std::shared_ptr<comm::Communicator> world, group, pipelineComm, tensorComm;
-  parallel::MeshGroups mesh;
-  if (!config.mesh.empty()) {
-    world = parallel::init();
-    mesh = parallel::makeMesh(*world, shape);
-    group = mesh.model;
-    pipelineComm = mesh.pipeline;
-    tensorComm = mesh.tensor;
-    replica = mesh.replica;
-  } else if (fsdp) {
-    world = group = parallel::init();
-    KOLO_REQUIRE(config.batch % world->size() == 0, "--batch ", config.batch, " does not split evenly over ",
-                 world->size(), " fsdp ranks: use a multiple of ", world->size());
-  } else if (tensor) {
-    world = group = tensorComm = parallel::init();
+// The job: none for one process (a lone stage), else parallel::init() of the size the
+// layout needs.
+std::shared_ptr<comm::Communicator> joinJob(const TrainConfig& config, const parallel::MeshShape& shape) {
+  if (config.mesh.empty() && shape.size() == 1 && config.strategy != "fsdp") return nullptr;
+  std::shared_ptr<comm::Communicator> world = parallel::init();
+  if (!config.mesh.empty()) return world;  // the engine names --mesh and the sizes
+  if (config.strategy == "tensor") {
     KOLO_REQUIRE(world->size() == config.tp, "--tp ", config.tp, " needs ", config.tp,
                  " ranks, this job has ", world->size(), ": run it under kolo run -n ", config.tp);
-  } else if (config.stages > 1) {
-    world = group = pipelineComm = parallel::init();
-    KOLO_REQUIRE(world->size() == config.stages, "--stages ", config.stages, " needs ",
-                 config.stages, " ranks (one per stage), this job has ", world->size(),
-                 ": run it under kolo run -n ", config.stages);
+  } else if (config.strategy != "fsdp") {
+    KOLO_REQUIRE(world->size() == config.stages, "--stages ", config.stages, " needs ", config.stages,
+                 " ranks (one per stage), this job has ", world->size(), ": run it under kolo run -n ",
+                 config.stages);
   }
-  const int stageIndex = pipelineComm ? pipelineComm->rank() : 0;
-  const bool primary = !world || world->rank() == 0;
+  return world;
+}
 
-  // Every rank builds the model from the same seed (or --init file), only its own layers when
-  // the split points are given, and keeps its stage.
-  std::vector<int> splits;
-  std::vector<double> layerCosts;
-  {
-    std::shared_ptr<nn::Sequential> model;
-    if (!config.splitAt.empty()) {
-      splits = parseSplits(config.splitAt);
-      // Given split points: build only this rank's layers (the stage checks the points).
-      std::vector<int> bounds = {0};
-      bounds.insert(bounds.end(), splits.begin(), splits.end());
-      bounds.push_back(static_cast<int>(layerCount(config)));
-      const bool fits = static_cast<int>(splits.size()) == config.stages - 1 &&
-                        std::is_sorted(bounds.begin(), bounds.end()) &&
-                        std::adjacent_find(bounds.begin(), bounds.end()) == bounds.end();
-      model = fits ? buildModel(config, bounds[static_cast<size_t>(stageIndex)],
-                                bounds[static_cast<size_t>(stageIndex) + 1])
-                   : buildModel(config);
-    } else {
-      model = buildModel(config);
-    }
-    if (config.splitAt.empty() && config.stages > 1) {
-      // World rank 0 measures, so that every replica and tensor rank cuts alike.
-      const Tensor rows = batchAt(0).inputs;
-      const Tensor sample = rows.slice(0, 0, rows.shape()[0] / config.microBatches).contiguous();
-      splits = parallel::measuredSplit(*world, *model, sample, 3, &layerCosts, config.stages);
-    }
-    parallel::StageLossFn loss;
-    if (lm) {
-      loss = [](const Tensor& out, const Tensor& y) { return nn::languageModelLoss(out, y); };
-    } else {
-      loss = [](const Tensor& out, const Tensor& y) { return crossEntropy(out, y); };
-    }
-    parallel::PipelineOptions options{.microBatches = config.microBatches,
-                                      .schedule = schedule,
-                                      .recompute = config.recompute};
-    const parallel::TensorParallelOptions tpOptions{.sequenceParallel = config.sequenceParallel};
-    std::unique_ptr<Runner> stage;
-    if (fsdp) {
-      stage = makeFsdpRunner(group, model, loss, recipe,
-                             parallel::FsdpOptions{.shard = parallel::parseShardLevel(config.shard),
-                                                   .shardGroup = shardGroupSize(config, group->size()),
-                                                   .clipNorm = config.clipNorm,
-                                                   .unitMinParameters = config.unitParams});
-    } else if (tensor) {
-      stage = makeTensorRunner(tensorComm, *model, tpOptions, recipe, mesh.data);
-    } else {
-      // Stages of a mesh with tp > 1 are cut from the tensor-parallel model, whose loss
-      // takes logits split by vocabulary.
-      std::shared_ptr<parallel::TensorParallelModel> tp;
-      if (config.tp > 1) {
-        tp = std::make_shared<parallel::TensorParallelModel>(*model, tensorComm, tpOptions);
-        loss = [tp](const Tensor& out, const Tensor& y) { return tp->loss(out, y); };
-      }
-      stage = makePipelineRunner(
-          std::make_unique<parallel::PipelineStage>(
-              pipelineComm, tp ? static_cast<const nn::Sequential&>(*tp) : *model, splits, options,
-              loss,
-              [&recipe](const optim::NamedParameters& p) { return makeOptimizer(recipe, p); }),
-          mesh.data, tp);
-    }
-    model.reset();  // the stage holds its own layers (or shards); the others go
-    std::vector<int> bounds = stage->bounds();
-    if (primary) {
-      std::string text;
-      for (size_t s = 0; s + 1 < bounds.size(); ++s)
-        text += (s ? " " : "") + std::to_string(bounds[s]) + "-" + std::to_string(bounds[s + 1] - 1);
-      logger.info("training",
-                  {{"model", config.model},
-                   {"rank_parameters", stage->parameterCount()},
-                   {"strategy", config.strategy},
-                   {"tp", config.tp},
-                   {"sequence_parallel", config.sequenceParallel},
-                   {"dp", shape.dp},
-                   {"stages", config.stages},
-                   {"micro_batches", config.microBatches},
-                   {"schedule", config.pipelineSchedule},
-                   {"recompute", config.recompute},
-                   {"stage_layers", text},
-                   {"split", config.splitAt.empty() && config.stages > 1 ? "measured" : "given"},
-                   {"layer_ms", costsText(layerCosts)},
-                   {"optimizer", recipe.optimizer},
-                   {"lr", recipe.lr},
-                   {"batch", config.batch},
-                   {"steps", totalSteps}});
-    }
+Tensor languageModelLoss(const Tensor& out, const Tensor& y) { return nn::languageModelLoss(out, y); }
 
-    // --resume: every rank continues from its part of the newest good checkpoint (under fsdp
-    // from the whole state, of which it then keeps its shards).
-    int64_t firstStep = 0;
-    if (!config.resumeDir.empty()) {
-      firstStep = resumeModelPart(config, world.get(), stage->statePart(), logger);
-      stage->stateLoaded();
-    }
-    // Only replica 0's model group writes checkpoints (the others hold the same weights); its
-    // ranks' parts are gathered to its rank 0, except under fsdp, where every rank assembles the
-    // whole state and world rank 0 alone writes it.
-    auto checkpointAt = [&](int64_t step) {
-      if (config.checkpointDir.empty() || replica != 0) return;
-      const ModelPart state = stage->statePart();
-      if (!fsdp || primary)
-        saveModelCheckpoint(config, recipe, fsdp ? nullptr : group.get(), state, step, logger);
-    };
-    RunMetrics metrics(primary ? config.metricsPath : "", firstStep);
-    metrics.event(firstStep > 0 ? "resume" : "start", firstStep,
-                  {{"ranks", world ? world->size() : 1},
-                   {"strategy", config.strategy},
-                   {"mesh", config.mesh},
-                   {"batch", config.batch}});
+// `--model lm --strategy fsdp`: the lm sharded over every rank (train::DataParallelEngine).
+int runLanguageModelFsdp(const TrainConfig& config, const RunData& run,
+                         std::shared_ptr<comm::Communicator> world, observe::Logger& logger) {
+  KOLO_REQUIRE(config.batch % world->size() == 0, "--batch ", config.batch, " does not split evenly over ",
+               world->size(), " fsdp ranks: use a multiple of ", world->size());
+  train::DataParallelOptions options;
+  options.strategy.kind = parallel::StrategyKind::FullyShardedDataParallel;
+  options.strategy.communicator = world;
+  options.strategy.shard = parallel::parseShardLevel(config.shard);
+  options.strategy.shardGroup = shardGroupSize(config, world->size());
+  options.strategy.unitMinParameters = config.unitParams;
+  options.clipNorm = config.clipNorm;
+  options.recompute = config.recompute;  // per block of the lm
+  options.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) { return languageModelLoss(m.forward(x), y); };
+  const Recipe recipe = run.recipe;
+  train::DataParallelEngine engine([&config] { return buildModel(config); },
+                                   [recipe](const parallel::NamedTensors& p) { return makeOptimizer(recipe, p); },
+                                   options);
+  RunReport report(config, run);
+  const int rank = engine.rank();
+  StageFigures figures(std::min<int64_t>(config.timingSkip, run.totalSteps / 4));
+  train::FitCallbacks callbacks;
+  callbacks.onStepBegin = [&](int64_t step) {
+    injectFailures(config, rank, step);
+    figures.beforeStep();
+  };
+  callbacks.onStepEnd = [&](const train::StepEnd& end) {
+    // fit resets the peak of tensor bytes just before each step.
+    parallel::PipelineStepStats stats;
+    stats.peakMicroBatchesHeld = 1;
+    stats.peakStepBytes = peakTensorBytes() - figures.bytesBeforeStep();
+    stats.computeSeconds = end.computeSeconds;
+    stats.stepSeconds = end.seconds;
+    figures.afterStep(end.step, stats);
+  };
+  callbacks.onEnd = [&](const train::FitSummary&) {
+    setTensorMemoryLimit(0);  // the budget covers training, not the whole model
+    engine.gatherModel();
+    return engine.isPrimary() ? report.heldOut(engine.model()) : observe::Fields{};
+  };
+  const train::FitSummary summary = train::fit(engine, run.train, run.validation, fitOptions(config, run, logger), callbacks);
+  const std::vector<double> all = gatherFigures(world.get(), figures.values());
+  if (!engine.isPrimary()) return 0;
+  const int layers = static_cast<int>(layerCount(config));
+  const double stepTime = printRankFigures(config, all, [&](size_t r) {
+    return RankPlace{"rank " + std::to_string(r), 0, layers - 1};
+  }).second;
+  std::printf("fsdp ranks %d step_ms %.2f\n", world->size(), 1000.0 * stepTime);
+  report.finish(engine.model(), summary, logger);
+  return 0;
+}
 
-    // The loop. Timings leave out the first steps (allocation, first touches).
-    const int64_t skip = std::min<int64_t>(config.timingSkip, totalSteps / 4);
-    const int64_t every = std::max<int64_t>(1, totalSteps / 10);
-    double computeSum = 0.0, stepSum = 0.0, lossWindow = 0.0, lastLoss = 0.0;
-    double intervalCompute = 0.0, intervalStep = 0.0;
-    int64_t timed = 0, windowCount = 0;
-    int64_t peakTensors = 0;  // the most tensor bytes alive at once during any step
-    parallel::PipelineStepStats peak;
-    const auto start = std::chrono::steady_clock::now();
-    for (int64_t step = firstStep; step < totalSteps; ++step) {
-      const data::Batch batch = batchAt(step);
-      killIfAsked(config, world ? world->rank() : 0, step);
-      if (step == config.failStep && (world ? world->rank() : 0) == config.failRank)
-        KOLO_THROW(Error, "rank ", config.failRank, ": failure injected before step ", step,
-                   " (--fail-at-step)");
-      stage->optimizer().setLr(lrSchedule->lrAt(step));
-      const int64_t before = liveTensorBytes();
-      const parallel::PipelineStepStats stats = stage->trainStep(batch.inputs, batch.labels);
-      peakTensors = std::max(peakTensors, before + stats.peakStepBytes);
-      peak.peakStepBytes = std::max(peak.peakStepBytes, stats.peakStepBytes);
-      if (!std::isfinite(stats.loss))
-        KOLO_THROW(DivergedError, "training diverged: loss ", stats.loss, " at step ", step, " (lr ",
-                   lrSchedule->lrAt(step), "); try a smaller --lr");
-      peak.peakMicroBatchesHeld = std::max(peak.peakMicroBatchesHeld, stats.peakMicroBatchesHeld);
-      peak.peakBoundaryBytes = std::max(peak.peakBoundaryBytes, stats.peakBoundaryBytes);
-      if (step >= skip) {
-        computeSum += stats.computeSeconds;
-        stepSum += stats.stepSeconds;
-        ++timed;
-      }
-      lossWindow += stats.loss;
-      intervalCompute += stats.computeSeconds;
-      intervalStep += stats.stepSeconds;
-      ++windowCount;
-      lastLoss = stats.loss;
-      if ((step + 1) % every == 0 || step + 1 == totalSteps) {
-        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (primary && !config.quiet)
-          std::fprintf(stderr, "step %lld/%lld  loss %.4f  %.1f ms/step  %.0f s\n",
-                       static_cast<long long>(step + 1), static_cast<long long>(totalSteps),
-                       lossWindow / windowCount, 1000.0 * stats.stepSeconds, elapsed);
-        metrics.interval(step + 1, {{"train_loss", lossWindow / windowCount},
-                                    {"step_s", intervalStep / windowCount},
-                                    {"compute_s", intervalCompute / windowCount},
-                                    {"lr", stage->optimizer().lr()},
-                                    {"wall_s", elapsed}});
-        lossWindow = intervalCompute = intervalStep = 0.0;
-        windowCount = 0;
-      }
-      if (config.checkpointEvery > 0 && (step + 1) % config.checkpointEvery == 0 &&
-          step + 1 < totalSteps)
-        checkpointAt(step + 1);
-    }
-    if (firstStep < totalSteps) checkpointAt(totalSteps);
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}  // namespace
 
-    // Per-stage figures to rank 0: compute and step time per step, held micro-batches,
-    // boundary bytes, peak resident memory.
-    const int parts = group ? group->size() : 1;  // ranks of the model group, s·tp + t
-    std::vector<double> mine = {timed ? computeSum / timed : 0.0, timed ? stepSum / timed : 0.0,
-                                static_cast<double>(peak.peakMicroBatchesHeld),
-                                static_cast<double>(peak.peakBoundaryBytes), static_cast<double>(peakRssKib()),
-                                static_cast<double>(peak.peakStepBytes), static_cast<double>(peakTensors)};
-    std::vector<double> all(mine.size() * static_cast<size_t>(parts));
-    if (group) {
-      group->allgather(mine.data(), all.data(), mine.size(), DType::F64);
-    } else {
-      all = mine;
-    }
-    // Replica 0's model group gathers the model; the other replicas hold the same weights.
-    if (replica != 0) return 0;
-    // The budget covers training; rank 0 gathers the whole model outside it (--save, sample).
-    setTensorMemoryLimit(0);
-    stage->gatherWhole();
-    const checkpoint::NamedTensors gathered = gatherWholeWeights(fsdp ? nullptr : group.get(), stage->part());
-    stage.reset();
-    if (!primary) return 0;
-    auto whole = buildModel(config);
-    checkpoint::copyIntoTensors({gathered, {}}, whole->stateDict(), true, "the gathered model");
+int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
+  TrainConfig config = configIn;
+  const parallel::MeshShape shape = checkFlags(config);
+  setNumThreads(config.threads);
+  const RunData run = loadRunData(config);
+  std::shared_ptr<comm::Communicator> world = joinJob(config, shape);
+  if (config.strategy == "fsdp") return runLanguageModelFsdp(config, run, world, logger);
 
-    double slowest = 0.0, stepTime = 0.0;
-    for (int r = 0; r < parts; ++r) {
-      const double* f = &all[static_cast<size_t>(r) * mine.size()];
-      slowest = std::max(slowest, f[0]);
-      stepTime = std::max(stepTime, f[1]);
-      // Model group rank r = s·tp + t holds stage s (all layers under tensor parallelism).
-      const size_t s = tensor || fsdp ? 0 : static_cast<size_t>(r / config.tp);
-      char who[48];
-      if (config.tp > 1 && !tensor) {
-        std::snprintf(who, sizeof who, "stage %zu rank %d", s, r % config.tp);
-      } else {
-        std::snprintf(who, sizeof who, "%s %d", tensor || fsdp ? "rank" : "stage", r);
-      }
-      if (!config.quiet)
-        std::fprintf(
-            stderr,
-            "%s: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %d  "
-            "peak boundary activations %.2f MiB  peak step memory %.2f MiB  peak tensors %.2f MiB  "
-            "peak rss %.1f MiB\n",
-            who, bounds[s], bounds[s + 1] - 1, 1000.0 * f[0], 1000.0 * f[1], static_cast<int>(f[2]),
-            f[3] / (1 << 20), f[5] / (1 << 20), f[6] / (1 << 20), f[4] / 1024.0);
-    }
-    const int m = config.microBatches, stages = config.stages;
-    const double ideal = slowest * (m + stages - 1) / m;
-    if (tensor || fsdp) {
-      std::printf("%s ranks %d step_ms %.2f\n", fsdp ? "fsdp" : "tensor_parallel", parts, 1000.0 * stepTime);
-    } else {
-      std::printf("pipeline stages %d micro_batches %d schedule %s step_ms %.2f ideal_ms %.2f measured_over_ideal %.3f\n",
-                  stages, m, config.pipelineSchedule.c_str(), 1000.0 * stepTime, 1000.0 * ideal,
-                  ideal > 0 ? stepTime / ideal : 0.0);
-    }
-
-    if (!config.savePath.empty()) {
-      checkpoint::saveSafetensors(config.savePath, whole->namedParameters(),
-                                  {{"format", "pt"}, {"model", config.model}, {"step", std::to_string(totalSteps)}});
-      logger.info("saved weights", {{"file", config.savePath}});
-    }
-    if (lm) {
-      // Held-out loss over 8 batches of the last tenth of the text, then a sample.
-      double heldOut = 0.0;
-      {
-        autograd::NoGradGuard noGrad;
-        whole->train(false);
-        for (int64_t i = 0; i < 8; ++i) {
-          const data::Batch b = corpus->batch(i, config.batch, config.seed, true);
-          heldOut += nn::languageModelLoss(whole->forward(b.inputs), b.labels).item() / 8;
-        }
-      }
-      std::printf("train_loss %.4f held_out_loss %.4f steps %lld wall_s %.1f\n", lastLoss, heldOut,
-                  static_cast<long long>(totalSteps), wall);
-      metrics.event("end", totalSteps);
-      metrics.final(totalSteps,
-                    {{"train_loss", lastLoss}, {"held_out_loss", heldOut}, {"wall_s", wall}});
-      Generator gen(config.seed + 1);
-      // The prompt: the start of the held-out part, text the model did not train on.
-      const std::string prompt = corpus->text(corpus->trainBytes(), std::min<int64_t>(32, config.seqLen));
-      const std::string text = nn::generateText(*whole, prompt, config.sampleBytes, config.seqLen, 0.8, gen);
-      std::string shown;
-      for (char c : text) shown.push_back((c == '\n' || c == '\t' || (c >= 32 && c < 127)) ? c : '?');
-      std::printf("sample:\n%s\n", shown.c_str());
-    } else {
-      const double accuracy = train::evaluate(*whole, images->test()).accuracy;
-      std::printf("test_accuracy %.4f train_loss %.4f steps %lld wall_s %.1f\n", accuracy, lastLoss,
-                  static_cast<long long>(totalSteps), wall);
-      metrics.event("end", totalSteps);
-      metrics.final(totalSteps,
-                    {{"train_loss", lastLoss}, {"test_accuracy", accuracy}, {"wall_s", wall}});
-    }
-    std::fflush(stdout);
+  train::ModelParallelOptions options;
+  options.communicator = world;
+  options.mesh = shape;
+  options.microBatches = config.microBatches;
+  options.schedule = parallel::parsePipelineSchedule(config.pipelineSchedule);
+  options.recompute = config.recompute;
+  options.sequenceParallel = config.sequenceParallel;
+  if (!config.splitAt.empty()) {
+    options.splitAt = parseSplits(config.splitAt);
+    if (config.model == "lm")
+      options.modelPart = [&config](int begin, int end) { return buildModel(config, begin, end); };
+  } else if (shape.pp > 1) {
+    // The layers are measured on one micro-batch of the training set's first samples.
+    const int64_t rows = config.batch / shape.dp / config.microBatches;
+    std::vector<int64_t> first(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) first[static_cast<size_t>(i)] = i;
+    options.splitSample = run.train->gather(first).inputs;
   }
+  if (config.model == "lm" && shape.tp == 1) options.loss = languageModelLoss;
+  const Recipe recipe = run.recipe;
+  train::ModelParallelEngine engine([&config] { return buildModel(config); },
+                                    [recipe](const parallel::NamedTensors& p) { return makeOptimizer(recipe, p); },
+                                    options);
+
+  RunReport report(config, run);
+  StageFigures figures(std::min<int64_t>(config.timingSkip, run.totalSteps / 4));
+  const int rank = engine.rank();
+  train::FitCallbacks callbacks;
+  callbacks.onStepBegin = [&](int64_t step) {
+    injectFailures(config, rank, step);
+    figures.beforeStep();
+  };
+  callbacks.onStepEnd = [&](const train::StepEnd& end) { figures.afterStep(end.step, engine.lastStepStats()); };
+  callbacks.onEnd = [&](const train::FitSummary&) {
+    setTensorMemoryLimit(0);  // the budget covers training, not the whole model on rank 0
+    engine.gatherModel();
+    return engine.isPrimary() ? report.heldOut(engine.model()) : observe::Fields{};
+  };
+  train::FitOptions fitOptionsHere = fitOptions(config, run, logger);
+  fitOptionsHere.describe.update({{"mesh", config.mesh}});
+  const train::FitSummary summary = train::fit(engine, run.train, run.validation, fitOptionsHere, callbacks);
+
+  // Per-rank figures to rank 0 of replica 0's model group; the other replicas hold the same.
+  if (engine.groups().replica != 0) return 0;
+  const std::vector<double> all = gatherFigures(engine.groups().model.get(), figures.values());
+  if (!engine.isPrimary()) return 0;
+  printStageReport(config, engine, all);
+  report.finish(engine.model(), summary, logger);
   return 0;
 }
 

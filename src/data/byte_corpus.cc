@@ -70,6 +70,30 @@ Batch ByteCorpus::fileOrderBatch(int64_t step, int64_t batchSize, bool heldOut) 
   return gather(rows);
 }
 
+Batch ByteCorpus::windowBatch(const std::vector<int64_t>& indices, bool heldOut) const {
+  const int64_t count = windows(heldOut);
+  const int64_t begin = heldOut ? trainEnd_ : 0;
+  std::vector<int64_t> starts;
+  starts.reserve(indices.size());
+  for (const int64_t w : indices) {
+    KOLO_REQUIRE(w >= 0 && w < count, "text ", source_, ": window ", w, " is not among the ",
+                 heldOut ? "held-out" : "training", " part's ", count);
+    starts.push_back(begin + w * seqLen_);
+  }
+  return gather(starts);
+}
+
+ByteWindows::ByteWindows(std::shared_ptr<const ByteCorpus> corpus, bool heldOut)
+    : corpus_(std::move(corpus)), heldOut_(heldOut) {
+  KOLO_REQUIRE(corpus_ != nullptr, "ByteWindows: no corpus");
+}
+
+int64_t ByteWindows::size() const { return corpus_->windows(heldOut_); }
+
+Batch ByteWindows::gather(const std::vector<int64_t>& indices) const {
+  return corpus_->windowBatch(indices, heldOut_);
+}
+
 Batch ByteCorpus::gather(const std::vector<int64_t>& starts) const {
   const int64_t batchSize = static_cast<int64_t>(starts.size());
   std::vector<int64_t> inputs, labels;

@@ -125,6 +125,19 @@ Tensor Tensor::randn(const Shape& shape, Generator& gen, double mean, double std
 #define KOLO_REQUIRE_DEFINED(what) \
   KOLO_CHECK(impl_ != nullptr, what, " called on an undefined tensor")
 
+namespace {
+// A tensor whose storage's bytes were taken back (fsdp's ZeRO-3 frees a unit's whole
+// parameters outside the unit's forward) has nothing to read: name it rather than hand out a
+// null pointer.
+void requireMemory(const TensorImpl& impl) {
+  if (impl.storage->bytes || shapeNumel(impl.shape) == 0) return;
+  KOLO_THROW(InvalidArgument, "tensor ", impl.name.empty() ? "" : "'" + impl.name + "' ", "of shape ",
+             shapeString(impl.shape), " has no memory: its storage was released (fsdp frees a unit's "
+             "parameters outside the unit's forward; a model must call its children as (*child)(x), "
+             "not child->forward(x), so that the hooks that gather them run)");
+}
+}  // namespace
+
 const Shape& Tensor::shape() const {
   KOLO_REQUIRE_DEFINED("shape()");
   return impl_->shape;
@@ -197,6 +210,7 @@ T* Tensor::data() {
   if (!matchesDType<T>(impl_->dtype))
     KOLO_THROW(InvalidArgument, "data<", typeLabel<T>(), ">() on a tensor of dtype ",
                dtypeName(impl_->dtype), (impl_->name.empty() ? "" : " ('" + impl_->name + "')"));
+  requireMemory(*impl_);
   return reinterpret_cast<T*>(impl_->storage->bytes.get()) + impl_->offset;
 }
 template <class T>
@@ -218,6 +232,7 @@ template const uint16_t* Tensor::data<uint16_t>() const;
 
 void* Tensor::rawData() {
   KOLO_REQUIRE_DEFINED("rawData()");
+  requireMemory(*impl_);
   return impl_->storage->bytes.get() + impl_->offset * static_cast<int64_t>(dtypeSize(impl_->dtype));
 }
 const void* Tensor::rawData() const { return const_cast<Tensor*>(this)->rawData(); }

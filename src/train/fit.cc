@@ -449,9 +449,11 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
     if (!options.checkpointDir.empty()) metrics.event("checkpoint", step);
   }
   summary.wallSeconds = secondsSince(start);
+  const observe::Fields endFields = callbacks.onEnd ? callbacks.onEnd(summary) : observe::Fields{};
   metrics.event("end", step);  // before the final line, which stays the file's last
   observe::Fields last = detail::finalFields(summary, validation != nullptr);
   if (elastic) last.update(elastic->membershipFields());
+  last.update(endFields);
   last.set("final", true);
   metrics.write(last);
   if (options.finishTimeline) detail::finishTimeline(comm.get(), primary, logger);

@@ -1,11 +1,13 @@
 // ByteCorpus: the split into training and held-out parts, random windows that depend on the
 // seed and step only, and file-order windows (row i of step s at byte (s*B + i)*T, wrapping
-// to byte 0 after the last full batch).
+// to byte 0 after the last full batch); ByteWindows, the windows as a dataset whose samples
+// in file order give fileOrderBatch's batches.
 #include "kolo/byte_corpus.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 
 #include "support/error_text.h"
@@ -51,6 +53,24 @@ TEST(ByteCorpus, FileOrderRowIOfStepSStartsAtByteSBPlusITimesT) {
       }
     }
   }
+}
+
+TEST(ByteWindows, SamplesInFileOrderAreFileOrderBatchesAndIndicesAreChecked) {
+  const int64_t t = 4, b = 3;
+  auto corpus = std::make_shared<const ByteCorpus>(countingBytes(240), t, 0.1, "counting");
+  const ByteWindows windows(corpus);
+  EXPECT_EQ(windows.size(), corpus->windows());
+  for (int64_t s = 0; s < 4; ++s) {
+    const Batch expected = corpus->fileOrderBatch(s, b);
+    const Batch got = windows.gather({s * b, s * b + 1, s * b + 2});
+    EXPECT_EQ(rowStarts(got.inputs), rowStarts(expected.inputs)) << "step " << s;
+    EXPECT_EQ(got.labels.toFloatVector(), expected.labels.toFloatVector()) << "step " << s;
+  }
+  const ByteWindows heldOut(corpus, true);
+  EXPECT_EQ(heldOut.size(), corpus->windows(true));
+  EXPECT_EQ(rowStarts(heldOut.gather({0}).inputs), rowStarts(corpus->fileOrderBatch(0, 1, true).inputs));
+  EXPECT_THROW(windows.gather({windows.size()}), InvalidArgument);
+  EXPECT_THROW(windows.gather({-1}), InvalidArgument);
 }
 
 TEST(ByteCorpus, FileOrderWrapsToByteZeroAfterTheLastFullBatch) {

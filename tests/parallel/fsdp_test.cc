@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <utility>
@@ -216,6 +217,47 @@ TEST(Fsdp, AUnitThatBackwardDoesNotReadIsNotGatheredForIt) {
       EXPECT_EQ(first[r], std::make_pair(c.firstGathered, c.firstGathered)) << what << ", rank " << r;
       EXPECT_EQ(second[r], std::make_pair(c.secondGathered, c.secondGathered)) << what << ", rank " << r;
     }
+  }
+}
+
+// A model that calls its children's forward() directly skips the hooks that operator() runs,
+// fsdp's gathers among them: under ZeRO-3 its layers would read parameters whose memory was
+// released. That is an error naming the cause, not a crash; with ZeRO-2 (parameters kept
+// whole) the same model trains.
+TEST(Fsdp, AModelThatSkipsItsChildrensHooksIsToldWhy) {
+  class DirectCalls : public nn::Module {
+   public:
+    DirectCalls() {
+      Generator gen(1);
+      first_ = registerModule("first", std::make_shared<nn::Linear>(6, 8, gen));
+      second_ = registerModule("second", std::make_shared<nn::Linear>(8, 3, gen));
+    }
+    Tensor forward(const Tensor& x) override { return second_->forward(relu(first_->forward(x))); }
+
+   private:
+    std::shared_ptr<nn::Linear> first_, second_;
+  };
+  Generator gen(2);
+  const Tensor x = Tensor::randn({4, 6}, gen);
+  const Tensor y = Tensor::fromVector({4}, std::vector<int64_t>{0, 1, 2, 0});
+  for (const ShardLevel level : {ShardLevel::Full, ShardLevel::Gradients}) {
+    auto connect = nativeRanks(2);
+    runThreads(2, [&](int rank) {
+      auto strategy = makeFsdpStrategy(connect(rank), {.shard = level},
+                                       [] { return std::make_shared<DirectCalls>(); },
+                                       optimizerFor(Opt::SgdMomentum));
+      if (level == ShardLevel::Gradients) {
+        for (int s = 0; s < 2; ++s) EXPECT_TRUE(std::isfinite(strategy->trainStep(x, y).loss));
+        return;
+      }
+      try {
+        for (int s = 0; s < 2; ++s) strategy->trainStep(x, y);
+        ADD_FAILURE() << "rank " << rank << ": ZeRO-3 read released parameters without an error";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find("call its children as (*child)(x)"), std::string::npos)
+            << e.what();
+      }
+    });
   }
 }
 

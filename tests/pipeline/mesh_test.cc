@@ -3,7 +3,8 @@
 // without sequence parallelism) and 1 × 2 × 2; each replica trains on its share of every batch
 // and the data groups average gradients. After 10 SGD steps the losses and weights (gathered
 // from the parts with gatherWholeTensors) equal one rank's on the whole batch (1e-5 of the
-// largest value). Mesh texts that are not accepted are named.
+// largest value). broadcastTensors gives every rank the root's tensors. Mesh texts that are
+// not accepted are named.
 #include "kolo/parallel/mesh.h"
 
 #include <gtest/gtest.h>
@@ -182,6 +183,36 @@ TEST(Mesh, GroupsFollowTheRankLayout) {
     EXPECT_EQ(sumOver(*mesh.pipeline), 2 * (d * 4 + t) + 2);
     EXPECT_EQ(sumOver(*mesh.data), 2 * (s * 2 + t) + 4);
   });
+}
+
+// broadcastTensors: every rank ends with the root's names, shapes, dtypes and values (an
+// empty tensor included), whatever it passed itself.
+TEST(Mesh, BroadcastTensorsGivesEveryRankTheRootsTensors) {
+  const int n = 3, root = 1;
+  auto connect = nativeRanks(n);
+  std::vector<std::vector<std::pair<std::string, Tensor>>> got(n);
+  runThreads(n, [&](int rank) {
+    std::vector<std::pair<std::string, Tensor>> mine = {{"ignored", Tensor::zeros({2})}};
+    if (rank == root) {
+      Generator gen(5);
+      mine = {{"0.weight", Tensor::randn({3, 4}, gen)},
+              {"1.ids", Tensor::fromVector({2}, std::vector<int64_t>{7, -9})},
+              {"empty", Tensor::zeros({0, 5})}};
+    }
+    got[static_cast<size_t>(rank)] = broadcastTensors(*connect(rank), mine, root);
+  });
+  for (int r = 0; r < n; ++r) {
+    const auto& tensors = got[static_cast<size_t>(r)];
+    ASSERT_EQ(tensors.size(), 3u) << "rank " << r;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto& expected = got[root][i];
+      EXPECT_EQ(tensors[i].first, expected.first) << "rank " << r;
+      EXPECT_EQ(tensors[i].second.shape(), expected.second.shape()) << "rank " << r;
+      EXPECT_EQ(tensors[i].second.dtype(), expected.second.dtype()) << "rank " << r;
+      EXPECT_EQ(tensors[i].second.toFloatVector(), expected.second.toFloatVector()) << "rank " << r;
+    }
+  }
+  EXPECT_EQ(got[0][1].second.toFloatVector(), (std::vector<float>{7.0f, -9.0f}));
 }
 
 TEST(Mesh, ShapesAreParsedOrNamed) {

@@ -3,7 +3,7 @@
 // a run resumed from a checkpoint ends bit-identical to a straight one; evaluate() splits
 // the work over the ranks and returns the figures of one process; save() keeps each
 // Stateful object's sections and refuses two objects that claim one name; the metrics lines
-// keep the schema `kolo report` reads.
+// keep the schema `kolo report` reads, with what onEnd adds to the final line.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -261,6 +261,8 @@ TEST(FitTest, MetricsLinesKeepTheSchemaThatKoloReportReads) {
     ++epochsEnded;
     EXPECT_TRUE(end.validation.has_value());
   };
+  // onEnd's fields join the final line (the lm's held-out loss under kolo train).
+  callbacks.onEnd = [](const FitSummary& done) { return observe::Fields{{"extra_figure", done.steps}}; };
   const FitSummary summary = fit(*e, train, dataset(64, 2), options, callbacks);
   EXPECT_EQ(summary.steps, 8);  // 2 epochs of 128 / 32
   EXPECT_EQ(epochsEnded, 2);
@@ -284,6 +286,7 @@ TEST(FitTest, MetricsLinesKeepTheSchemaThatKoloReportReads) {
   EXPECT_EQ(lines[lines.size() - 2]["event"], "end");
   EXPECT_EQ(lines.back()["final"], true);
   EXPECT_EQ(lines.back()["step"], 8);
+  EXPECT_EQ(lines.back()["extra_figure"], 8);
   fs::remove_all(dir);
 }
 

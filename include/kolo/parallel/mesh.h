@@ -64,6 +64,14 @@ struct ModelPiece {
 std::vector<std::pair<std::string, Tensor>> gatherWholeTensors(
     comm::Communicator& group, const std::vector<ModelPiece>& pieces, int root = 0);
 
+/// Collective over `comm`: every rank returns `root`'s `tensors` (names, shapes, dtypes and
+/// values; what the other ranks pass is ignored), e.g. a checkpoint's whole tensors that each
+/// rank then cuts its part from (pieceOfWhole). Blocking. Throws InvalidArgument on a rank
+/// that receives a header out of bounds.
+std::vector<std::pair<std::string, Tensor>> broadcastTensors(
+    comm::Communicator& comm, const std::vector<std::pair<std::string, Tensor>>& tensors,
+    int root = 0);
+
 /// `whole` cut as `spec` for tensor rank `rank` of `parts` (whole itself when replicated).
 Tensor pieceOfWhole(const Tensor& whole, const ShardSpec& spec, int rank, int parts);
 

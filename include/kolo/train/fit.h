@@ -118,18 +118,6 @@ struct EpochEnd {
   double samplesPerSecond = 0.0;
 };
 
-/// Hooks into the loop, called on every rank; an exception from one ends fit (rank 0 writes
-/// a "failed" event).
-struct FitCallbacks {
-  /// Before step `step` (0-based) computes, once its batch is loaded. Time spent here counts
-  /// as this rank's busy time for balancing, not as its compute.
-  std::function<void(int64_t step)> onStepBegin{};
-  /// After a step and its checks, before its metrics and progress.
-  std::function<void(const StepEnd&)> onStepEnd{};
-  /// After an epoch's evaluation, before its metrics line.
-  std::function<void(const EpochEnd&)> onEpochEnd{};
-};
-
 /// What a finished fit reports (on every rank; the loss and accuracy are global).
 struct FitSummary {
   int64_t steps = 0;       // the step count reached (resumed steps included)
@@ -142,6 +130,22 @@ struct FitSummary {
   double wallSeconds = 0.0;
   /// Bytes this rank handed to gradient collectives per step (0 without a reducer).
   double gradBytesPerStep = 0.0;
+};
+
+/// Hooks into the loop, called on every rank; an exception from one ends fit (rank 0 writes
+/// a "failed" event).
+struct FitCallbacks {
+  /// Before step `step` (0-based) computes, once its batch is loaded. Time spent here counts
+  /// as this rank's busy time for balancing, not as its compute.
+  std::function<void(int64_t step)> onStepBegin{};
+  /// After a step and its checks, before its metrics and progress.
+  std::function<void(const StepEnd&)> onStepEnd{};
+  /// After an epoch's evaluation, before its metrics line.
+  std::function<void(const EpochEnd&)> onEpochEnd{};
+  /// After the last step, evaluation and checkpoint, before the "end" event: further fields
+  /// of the final metrics line (rank 0's are written), e.g. a figure the caller computes
+  /// over the trained model. Called on every rank, so it may be collective.
+  std::function<observe::Fields(const FitSummary&)> onEnd{};
 };
 
 /// The number of optimizer steps in one epoch of `datasetSize` samples at global batch

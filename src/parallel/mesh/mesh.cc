@@ -4,6 +4,8 @@
 // Protocol of gatherWholeTensors, from each rank but the root to the root (tag kGatherTag):
 //   count (1 i64), then per piece: header (kHeaderWords i64: name bytes, dtype, spec dim,
 //   spec blocks, ndim, dims...), the name (u8), the data (contiguous).
+// broadcastTensors, from the root to every rank: the count, then per tensor the same header
+// and name, then its data, each as a broadcast.
 #include "kolo/parallel/mesh.h"
 
 #include <cstring>
@@ -172,6 +174,48 @@ std::vector<std::pair<std::string, Tensor>> gatherWholeTensors(
     whole.emplace_back(name, unshardTensor(parts, spec.dim, spec.blocks));
   }
   return whole;
+}
+
+std::vector<std::pair<std::string, Tensor>> broadcastTensors(
+    comm::Communicator& comm, const std::vector<std::pair<std::string, Tensor>>& tensors,
+    int root) {
+  const bool sender = comm.rank() == root;
+  int64_t count = sender ? static_cast<int64_t>(tensors.size()) : 0;
+  comm.broadcast(&count, 1, DType::I64, root);
+  KOLO_REQUIRE(count >= 0 && count <= (int64_t{1} << 24), "broadcastTensors: rank ", root,
+               " announced ", count, " tensors");
+  std::vector<std::pair<std::string, Tensor>> out(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    auto& [name, tensor] = out[static_cast<size_t>(i)];
+    std::vector<int64_t> header(kHeaderWords, 0);
+    if (sender) {
+      name = tensors[static_cast<size_t>(i)].first;
+      tensor = tensors[static_cast<size_t>(i)].second.detach().contiguous();
+      KOLO_CHECK(tensor.dim() <= kMaxDims, "broadcastTensors: ", name, " has ", tensor.dim(),
+                 " dimensions");
+      header[0] = static_cast<int64_t>(name.size());
+      header[1] = static_cast<int64_t>(tensor.dtype());
+      header[4] = tensor.dim();
+      for (int64_t d = 0; d < tensor.dim(); ++d)
+        header[static_cast<size_t>(5 + d)] = tensor.shape()[static_cast<size_t>(d)];
+    }
+    comm.broadcast(header.data(), header.size(), DType::I64, root);
+    const int64_t ndim = header[4];
+    KOLO_REQUIRE(header[0] > 0 && header[0] <= 4096 && header[1] >= 0 &&
+                     header[1] <= static_cast<int64_t>(DType::U8) && ndim >= 0 && ndim <= kMaxDims,
+                 "broadcastTensors: bad tensor header from rank ", root);
+    if (!sender) {
+      Shape shape(header.begin() + 5, header.begin() + 5 + ndim);
+      for (int64_t d : shape)
+        KOLO_REQUIRE(d >= 0 && d <= (int64_t{1} << 40), "broadcastTensors: dimension ", d,
+                     " from rank ", root);
+      name.assign(static_cast<size_t>(header[0]), '\0');
+      tensor = Tensor::empty(shape, static_cast<DType>(header[1]));
+    }
+    comm.broadcast(name.data(), name.size(), DType::U8, root);
+    comm.broadcast(tensor.rawData(), static_cast<size_t>(tensor.numel()), tensor.dtype(), root);
+  }
+  return out;
 }
 
 Tensor pieceOfWhole(const Tensor& whole, const ShardSpec& spec, int rank, int parts) {

@@ -1,0 +1,266 @@
+// ModelParallelEngine: the mesh's groups, this rank's part of the model (a pipeline stage,
+// cut from the tensor-parallel model when tp > 1), the step with the replicas' gradient
+// average, and the whole model's state gathered to rank 0 and cut back into parts.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "kolo/error.h"
+#include "kolo/ops.h"
+#include "kolo/safetensors.h"
+#include "kolo/train/model_parallel.h"
+#include "train/model_parts.h"
+
+namespace kolo::train {
+namespace {
+
+std::string meshText(const parallel::MeshShape& shape) {
+  return "dp=" + std::to_string(shape.dp) + ",pp=" + std::to_string(shape.pp) +
+         ",tp=" + std::to_string(shape.tp);
+}
+
+// Split points that are increasing and above 0 (the stage checks them against the model).
+bool plausibleSplits(const std::vector<int>& splits, int stages) {
+  if (static_cast<int>(splits.size()) != stages - 1) return false;
+  int previous = 0;
+  for (const int s : splits) {
+    if (s <= previous) return false;
+    previous = s;
+  }
+  return true;
+}
+
+// The loss averaged over the data group (the replicas' shares of the batch are equal).
+double meanOverReplicas(double loss, comm::Communicator* data) {
+  if (data) data->allreduce(&loss, &loss, 1, DType::F64, comm::ReduceOp::Avg);
+  return loss;
+}
+
+// A group of one rank needs no messages: treat it as none.
+std::shared_ptr<comm::Communicator> unlessAlone(std::shared_ptr<comm::Communicator> comm) {
+  return comm && comm->size() > 1 ? comm : nullptr;
+}
+
+}  // namespace
+
+ModelParallelEngine::ModelParallelEngine(SequentialFactory model,
+                                         parallel::OptimizerFactory optimizer,
+                                         ModelParallelOptions options)
+    : factory_(std::move(model)), options_(std::move(options)) {
+  const parallel::MeshShape& shape = options_.mesh;
+  KOLO_REQUIRE(factory_ != nullptr && optimizer != nullptr,
+               "ModelParallelEngine: the model and optimizer factories must be set");
+  KOLO_REQUIRE(shape.dp >= 1 && shape.pp >= 1 && shape.tp >= 1,
+               "ModelParallelEngine: the mesh's sizes must be at least 1, got ", meshText(shape));
+  const std::shared_ptr<comm::Communicator>& world = options_.communicator;
+  const int worldSize = world ? world->size() : 1;
+  KOLO_REQUIRE(shape.size() == worldSize, "ModelParallelEngine: the mesh ", meshText(shape),
+               " needs ", shape.size(), " ranks, this job has ", worldSize);
+  KOLO_REQUIRE(options_.microBatches >= 1,
+               "ModelParallelEngine: microBatches must be at least 1, got ", options_.microBatches);
+  KOLO_REQUIRE(!options_.loss || shape.tp == 1,
+               "ModelParallelEngine: with tp ", shape.tp, " the loss is the tensor-parallel "
+               "model's cross-entropy; leave ModelParallelOptions::loss empty");
+  KOLO_REQUIRE(!options_.sequenceParallel || shape.tp > 1,
+               "ModelParallelEngine: sequenceParallel needs tp > 1, the mesh is ", meshText(shape));
+  if (worldSize > 1) {
+    groups_ = parallel::makeMesh(*world, shape);
+    groups_.data = unlessAlone(groups_.data);
+    groups_.pipeline = unlessAlone(groups_.pipeline);
+    groups_.tensor = unlessAlone(groups_.tensor);
+    groups_.model = unlessAlone(groups_.model);
+  }
+
+  std::shared_ptr<nn::Sequential> local = buildLocalModel();
+  std::vector<int> splits = options_.splitAt;
+  if (shape.pp > 1 && splits.empty()) {
+    KOLO_REQUIRE(options_.splitSample.defined(),
+                 "ModelParallelEngine: ", shape.pp, " stages without splitAt need a splitSample "
+                 "to measure the layers on");
+    // World rank 0 measures, so that every replica and tensor rank cuts alike.
+    splits = parallel::measuredSplit(*world, *local, options_.splitSample,
+                                     options_.measureRepeats, &layerCosts_, shape.pp);
+  }
+  parallel::StageLossFn loss = options_.loss;
+  if (!loss) loss = [](const Tensor& out, const Tensor& y) { return crossEntropy(out, y); };
+  if (shape.tp > 1) {
+    // Stages are cut from the tensor-parallel model, whose loss takes logits split by
+    // vocabulary.
+    tensorModel_ = std::make_shared<parallel::TensorParallelModel>(
+        *local, groups_.tensor, parallel::TensorParallelOptions{.sequenceParallel = options_.sequenceParallel});
+    loss = [tp = tensorModel_](const Tensor& out, const Tensor& y) { return tp->loss(out, y); };
+  }
+  const nn::Sequential& cut = tensorModel_ ? static_cast<const nn::Sequential&>(*tensorModel_) : *local;
+  stage_ = std::make_unique<parallel::PipelineStage>(
+      groups_.pipeline, cut, std::move(splits),
+      parallel::PipelineOptions{.microBatches = options_.microBatches,
+                                .schedule = options_.schedule,
+                                .recompute = options_.recompute},
+      std::move(loss), optimizer);
+}
+
+ModelParallelEngine::~ModelParallelEngine() = default;
+
+std::shared_ptr<nn::Sequential> ModelParallelEngine::buildLocalModel() {
+  const int stages = options_.mesh.pp;
+  if (!options_.modelPart || !plausibleSplits(options_.splitAt, stages)) return factory_();
+  // Given split points: build only this rank's layers (the stage checks the points).
+  const int stageIndex = groups_.stage;
+  const int begin = stageIndex == 0 ? 0 : options_.splitAt[static_cast<size_t>(stageIndex) - 1];
+  const int end = stageIndex + 1 < stages ? options_.splitAt[static_cast<size_t>(stageIndex)] : -1;
+  return options_.modelPart(begin, end);
+}
+
+double ModelParallelEngine::step(const data::Batch& batch, double lr) {
+  wholeCurrent_ = false;
+  stage_->optimizer().setLr(lr);
+  comm::Communicator* data = groups_.data.get();
+  if (!data) {
+    lastStats_ = stage_->trainStep(batch.inputs, batch.labels);
+    return lastStats_.loss;
+  }
+  // A replica of a hybrid: its gradients are averaged with the same part of the others.
+  const auto start = std::chrono::steady_clock::now();
+  stage_->optimizer().zeroGrad();
+  parallel::PipelineStepStats stats = stage_->forwardBackward(batch.inputs, batch.labels);
+  const auto update = std::chrono::steady_clock::now();
+  parallel::averageGradients(stage_->module(), *data);
+  stage_->optimizer().step();
+  stats.loss = meanOverReplicas(stats.loss, data);
+  const auto end = std::chrono::steady_clock::now();
+  stats.computeSeconds += std::chrono::duration<double>(end - update).count();
+  stats.stepSeconds = std::chrono::duration<double>(end - start).count();
+  lastStats_ = stats;
+  return stats.loss;
+}
+
+EvaluateResult ModelParallelEngine::evaluate(const data::Dataset& dataset,
+                                             EvaluateOptions options) {
+  gatherModel();
+  if (!options.loss) options.loss = options_.loss;
+  options.communicator = nullptr;
+  // Rank 0 holds the whole model now: it evaluates alone and shares the figures.
+  EvaluateResult result;
+  detail::onRoot(options_.communicator.get(), "the evaluation", [&] {
+    result = train::evaluate(*whole_, dataset, options);
+    whole_->train(true);
+  });
+  double figures[3] = {result.loss, result.accuracy, static_cast<double>(result.samples)};
+  if (options_.communicator && options_.communicator->size() > 1)
+    options_.communicator->broadcast(figures, 3, DType::F64, 0);
+  return {figures[0], figures[1], static_cast<int64_t>(figures[2])};
+}
+
+DataShard ModelParallelEngine::dataShard() const {
+  return {groups_.replica, options_.mesh.dp};
+}
+
+nn::Module& ModelParallelEngine::model() {
+  if (wholeCurrent_ && whole_) return *whole_;
+  return stage_->module();
+}
+
+comm::Communicator* ModelParallelEngine::gatherGroup() const { return groups_.model.get(); }
+
+std::vector<parallel::ModelPiece> ModelParallelEngine::weightPieces() const {
+  return detail::weightPieces(stage_->module(),
+                              tensorModel_ ? tensorModel_->shardSpecs() : detail::ShardSpecs{});
+}
+
+std::vector<parallel::ModelPiece> ModelParallelEngine::optimizerPieces(
+    const optim::StateDict& state) const {
+  return detail::optimizerPieces(stage_->module(), state,
+                                 tensorModel_ ? tensorModel_->shardSpecs() : detail::ShardSpecs{});
+}
+
+void ModelParallelEngine::gatherModel() {
+  // Replica 0's model group gathers; the other replicas hold the same weights.
+  if (groups_.replica != 0) return;
+  const NamedTensors gathered = detail::gatherPieces(gatherGroup(), weightPieces());
+  if (!isPrimary()) return;
+  if (!whole_) whole_ = factory_();
+  checkpoint::copyIntoTensors({gathered, {}}, whole_->stateDict(), true, "the gathered model");
+  wholeCurrent_ = true;
+}
+
+double ModelParallelEngine::lr() const { return stage_->optimizer().lr(); }
+
+std::shared_ptr<comm::Communicator> ModelParallelEngine::communicator() const {
+  return options_.communicator;
+}
+
+std::string ModelParallelEngine::name() const {
+  const parallel::MeshShape& shape = options_.mesh;
+  if (shape.dp == 1 && shape.tp == 1) return "pipeline";
+  if (shape.dp == 1 && shape.pp == 1) return "tensor";
+  return "mesh " + meshText(shape);
+}
+
+int ModelParallelEngine::replicas() const { return options_.mesh.dp; }
+
+observe::Fields ModelParallelEngine::describe() const {
+  const std::vector<int>& b = stage_->bounds();
+  std::string layers;
+  char one[48];
+  for (size_t s = 0; s + 1 < b.size(); ++s) {
+    std::snprintf(one, sizeof(one), "%s%d-%d", s ? " " : "", b[s], b[s + 1] - 1);
+    layers += one;
+  }
+  std::string costs;
+  for (const double c : layerCosts_) {
+    std::snprintf(one, sizeof(one), "%s%.2f", costs.empty() ? "" : " ", 1000.0 * c);
+    costs += one;
+  }
+  return {{"rank_parameters", parameterCount()},
+          {"dp", options_.mesh.dp},
+          {"stages", options_.mesh.pp},
+          {"tp", options_.mesh.tp},
+          {"sequence_parallel", options_.sequenceParallel},
+          {"micro_batches", options_.microBatches},
+          {"pipeline_schedule", parallel::pipelineScheduleName(options_.schedule)},
+          {"recompute", options_.recompute},
+          {"stage_layers", layers},
+          {"split", options_.mesh.pp == 1 ? "none" : layerCosts_.empty() ? "given" : "measured"},
+          {"layer_ms", costs}};
+}
+
+StateDict ModelParallelEngine::stateDict() {
+  StateDict state;
+  if (groups_.replica != 0) return state;  // the other replicas hold the same state
+  comm::Communicator* group = gatherGroup();
+  NamedTensors weights = detail::gatherPieces(group, weightPieces());
+  const optim::StateDict local = stage_->optimizer().stateDict();
+  NamedTensors slots = detail::gatherPieces(group, optimizerPieces(local));
+  if (!isPrimary()) return state;
+  state.weights = std::move(weights);
+  state.optimizerKind = stage_->optimizer().kind();
+  state.optimizer = optim::StateDict::fromFlat(slots, local.scalars);
+  state.metadata = {{"strategy", name()}};
+  return state;
+}
+
+void ModelParallelEngine::loadStateDict(const StateDict& state) {
+  comm::Communicator* world = options_.communicator.get();
+  detail::WholeState whole{state.weights, state.optimizerKind, state.optimizer};
+  if (world && world->size() > 1) whole = detail::broadcastWholeState(*world, whole);
+  detail::PartShape part{&stage_->module(), &stage_->optimizer(),
+                         tensorModel_ ? tensorModel_->shardSpecs() : detail::ShardSpecs{},
+                         groups_.tensorRank, options_.mesh.tp};
+  std::exception_ptr problem;
+  try {
+    detail::loadPart(whole, part);
+  } catch (const Error&) {
+    problem = std::current_exception();
+  }
+  detail::agreeLoaded(world, problem, "the checkpoint's state");
+  wholeCurrent_ = false;
+}
+
+const std::vector<int>& ModelParallelEngine::bounds() const { return stage_->bounds(); }
+parallel::PipelineStage& ModelParallelEngine::stage() { return *stage_; }
+optim::Optimizer& ModelParallelEngine::optimizer() { return stage_->optimizer(); }
+
+int64_t ModelParallelEngine::parameterCount() const { return stage_->module().parameterCount(); }
+
+}  // namespace kolo::train
