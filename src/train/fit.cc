@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <optional>
 
 #include "kolo/error.h"
@@ -45,27 +46,35 @@ volatile std::sig_atomic_t gTerminateRequested = 0;
 extern "C" void requestTerminate(int) { gTerminateRequested = 1; }
 
 // While fit runs with checkpoints, SIGTERM only asks it to save and stop at a step's end
-// (where SIGTERM had its default action); the previous action comes back afterwards.
+// (where SIGTERM had its default action); the previous action comes back when the last fit
+// of the process ends (ranks as threads of one process share the handler).
 class TerminateRequests {
  public:
-  explicit TerminateRequests(bool wanted) {
+  explicit TerminateRequests(bool wanted) : wanted_(wanted) {
+    if (!wanted_) return;
+    std::lock_guard<std::mutex> lock(mutex());
+    if (users()++ > 0) return;
     struct sigaction current {};
-    if (!wanted || ::sigaction(SIGTERM, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
+    if (::sigaction(SIGTERM, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
     struct sigaction ask {};
     ask.sa_handler = requestTerminate;
     sigemptyset(&ask.sa_mask);
     ask.sa_flags = SA_RESTART;
     gTerminateRequested = 0;
-    installed_ = ::sigaction(SIGTERM, &ask, &previous_) == 0;
+    installed() = ::sigaction(SIGTERM, &ask, &previous()) == 0;
   }
-  ~TerminateRequests() { restore(); }
+  ~TerminateRequests() {
+    if (!wanted_) return;
+    std::lock_guard<std::mutex> lock(mutex());
+    if (--users() == 0) restore();
+  }
   TerminateRequests(const TerminateRequests&) = delete;
   TerminateRequests& operator=(const TerminateRequests&) = delete;
 
-  /// Whether any rank got SIGTERM since fit started: agreed over `comm` (collective when
-  /// installed and comm has several ranks).
+  /// Whether any rank got SIGTERM since fit started, agreed over `comm`: collective on every
+  /// rank whenever checkpoints are on (whether or not this process could take the signal).
   bool agreed(comm::Communicator* comm) const {
-    if (!installed_) return false;
+    if (!wanted_) return false;
     int32_t asked = gTerminateRequested ? 1 : 0;
     if (comm != nullptr && comm->size() > 1)
       comm->allreduce(&asked, &asked, 1, DType::I32, comm::ReduceOp::Max);
@@ -73,7 +82,10 @@ class TerminateRequests {
   }
   /// Ends the process by SIGTERM, its default action.
   [[noreturn]] void terminate() {
-    restore();
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      restore();
+    }
     std::fflush(nullptr);
     ::signal(SIGTERM, SIG_DFL);
     ::raise(SIGTERM);
@@ -81,13 +93,28 @@ class TerminateRequests {
   }
 
  private:
-  void restore() {
-    if (installed_) ::sigaction(SIGTERM, &previous_, nullptr);
-    installed_ = false;
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static int& users() {
+    static int n = 0;
+    return n;
+  }
+  static bool& installed() {
+    static bool b = false;
+    return b;
+  }
+  static struct sigaction& previous() {
+    static struct sigaction p {};
+    return p;
+  }
+  static void restore() {
+    if (installed()) ::sigaction(SIGTERM, &previous(), nullptr);
+    installed() = false;
   }
 
-  bool installed_ = false;
-  struct sigaction previous_ {};
+  bool wanted_;
 };
 
 }  // namespace
