@@ -445,7 +445,10 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
   options.mesh = shape;
   options.microBatches = config.microBatches;
   options.schedule = parallel::parsePipelineSchedule(config.pipelineSchedule);
-  options.recompute = config.recompute;
+  // One stage (one device, or data parallel only): recomputation per block, whose peak is one
+  // block's activations; across stages the engine recomputes each stage per micro-batch.
+  const bool perBlock = config.recompute && shape.pp == 1 && shape.tp == 1;
+  options.recompute = config.recompute && !perBlock;
   options.sequenceParallel = config.sequenceParallel;
   if (!config.splitAt.empty()) {
     options.splitAt = parseSplits(config.splitAt);
@@ -460,7 +463,11 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
   }
   if (config.model == "lm" && shape.tp == 1) options.loss = languageModelLoss;
   const Recipe recipe = run.recipe;
-  train::ModelParallelEngine engine([&config] { return buildModel(config); },
+  train::ModelParallelEngine engine([&config, perBlock] {
+                                      std::shared_ptr<nn::Sequential> model = buildModel(config);
+                                      model->setRecompute(perBlock);
+                                      return model;
+                                    },
                                     [recipe](const parallel::NamedTensors& p) { return makeOptimizer(recipe, p); },
                                     options);
 

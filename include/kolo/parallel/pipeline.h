@@ -77,6 +77,8 @@ std::vector<int> measuredSplit(comm::Communicator& comm, nn::Sequential& model, 
 /// Shares the layers with the model it was cut from.
 class StageModule : public nn::Module {
  public:
+  /// Layers [begin, end) of `model`; a model with recompute() on recomputes each of them in
+  /// backward (nn::checkpoint per layer) inside the stage too.
   StageModule(const nn::Sequential& model, int begin, int end);
   using Module::forward;
   Tensor forward(const Tensor& x) override;
@@ -85,6 +87,7 @@ class StageModule : public nn::Module {
 
  private:
   int begin_, end_;
+  bool recompute_ = false;
 };
 
 struct PipelineOptions {

@@ -38,7 +38,8 @@ bool differentiable(DType dtype) {
 
 }  // namespace
 
-StageModule::StageModule(const nn::Sequential& model, int begin, int end) : begin_(begin), end_(end) {
+StageModule::StageModule(const nn::Sequential& model, int begin, int end)
+    : begin_(begin), end_(end), recompute_(model.recompute()) {
   KOLO_REQUIRE(begin >= 0 && begin < end && end <= static_cast<int>(model.size()), "pipeline stage: layers [",
                begin, ", ", end, ") do not fit a model of ", model.size(), " layers");
   for (int i = begin; i < end; ++i) {
@@ -49,7 +50,7 @@ StageModule::StageModule(const nn::Sequential& model, int begin, int end) : begi
 
 Tensor StageModule::forward(const Tensor& x) {
   Tensor h = x;
-  for (const auto& child : children()) h = child.second->forward(h);
+  for (const auto& child : children()) h = recompute_ ? nn::checkpoint(*child.second, h) : child.second->forward(h);
   return h;
 }
 
