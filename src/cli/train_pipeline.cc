@@ -129,37 +129,19 @@ RunData loadRunData(TrainConfig& config) {
   return run;
 }
 
-// train::fit's options from the flags.
+// train::fit's options from the flags: the shared mapping, over the run's step count.
 train::FitOptions fitOptions(const TrainConfig& config, const RunData& run, observe::Logger& logger) {
-  train::FitOptions options;
+  train::FitOptions options = cli::fitOptions(config, run.recipe, logger);
   options.epochs = 0;
   options.steps = run.totalSteps;
-  options.batch = config.batch;
-  options.shuffle = config.shuffle;
-  options.seed = config.seed;
-  options.dropLast = config.dropLast;
   options.prefetch = config.prefetch == "on" ? 2 : 0;
-  const Recipe recipe = run.recipe;
+  const Recipe recipe = run.recipe;  // the options outlive this call's arguments
   options.schedule = [recipe](int64_t totalSteps, int64_t) { return makeSchedule(recipe, totalSteps); };
-  options.metricsPath = config.metricsPath;
   // Ten metrics intervals per run unless --metrics-every says otherwise.
   options.metricsEvery = config.givenFlags.count("--metrics-every")
                              ? config.metricsEvery
                              : std::max<int64_t>(1, run.totalSteps / 10);
-  options.progress = config.progress;
-  options.quiet = config.quiet;
-  options.statusFile = config.statusFile;
   options.timingSkip = std::min<int64_t>(config.timingSkip, run.totalSteps / 4);
-  options.checkpointDir = config.checkpointDir;
-  options.checkpointEvery = config.checkpointEvery;
-  options.keepCheckpoints = config.keepCheckpoints;
-  options.resumeDir = config.resumeDir;
-  options.identity = runIdentity(config);
-  options.logger = &logger;
-  options.describe = {{"model", config.model},
-                      {"optimizer", recipe.optimizer},
-                      {"lr", recipe.lr},
-                      {"schedule", recipe.schedule}};
   return options;
 }
 
