@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/elastic/store_keys.h"
 #include "kolo/comm/stores.h"
 #include "launch/debug.h"
 #include "launch/events.h"

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <string>
 
+#include "parallel/elastic/store_keys.h"
 #include "kolo/error.h"
 #include "kolo/parallel/elastic.h"
 #include "launch/job.h"

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "parallel/ps/store_keys.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
 #include "kolo/parallel/parameter_server.h"

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "comm/token.h"
+#include "parallel/ps/store_keys.h"
 #include "kolo/comm/init.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"

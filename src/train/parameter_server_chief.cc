@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "parallel/ps/store_keys.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
 #include "kolo/trace.h"

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <optional>
 
+#include "parallel/ps/store_keys.h"
 #include "kolo/autograd.h"
 #include "kolo/error.h"
 #include "kolo/ops.h"

@@ -3,6 +3,7 @@
 // works; a rank that comes back late, still in the old generation, is refused; fewer
 // members than the minimum is an error naming the lost rank; a joiner is admitted at a step
 // boundary and the late rank is still refused.
+#include "parallel/elastic/store_keys.h"
 #include "kolo/parallel/elastic.h"
 
 #include <gtest/gtest.h>

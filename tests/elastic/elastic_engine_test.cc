@@ -4,6 +4,7 @@
 // finishes with them; falling below the minimum saves the agreed state, which a one-device
 // run resumes to the uninterrupted weights. In process, so each case takes a second, not a
 // whole job under kolo run.
+#include "parallel/elastic/store_keys.h"
 #include "kolo/train/elastic.h"
 
 #include <gtest/gtest.h>

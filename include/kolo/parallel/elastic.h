@@ -38,7 +38,8 @@ struct ElasticOptions {
   /// Key prefix of the membership records in the store.
   std::string prefix = "kolo-elastic";
   /// Called by regroup() once the members of a generation are agreed, before its
-  /// communicator is built (tests kill a rank here: a failure during the change itself).
+  /// communicator is built (to log the change, or to fail at that moment on purpose: a
+  /// failure during the change itself is recovered like any other).
   std::function<void(int64_t generation)> onAgreed;
 };
 
@@ -67,16 +68,6 @@ class BelowMinRanksError : public Error {
  private:
   MembershipChange change_;
 };
-
-/// The key under which the launcher (or anyone who knows) marks launch rank `id` as lost,
-/// so that the survivors need not wait for it.
-std::string elasticLostKey(int id, const std::string& prefix = "kolo-elastic");
-/// The key a member writes when the job is over (finish(): training ended, or fewer than
-/// minRanks members are left), with the reason.
-std::string elasticFinishedKey(const std::string& prefix = "kolo-elastic");
-/// The key a joiner `id` writes once a generation admitted it (the launcher counts it as a
-/// member from then on).
-std::string elasticAdmittedKey(int id, const std::string& prefix = "kolo-elastic");
 
 /// One rank's view of an elastic job. Generation 0 is every launched rank. Not thread-safe.
 class ElasticContext {

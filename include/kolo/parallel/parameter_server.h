@@ -410,17 +410,6 @@ struct RoleInfo {
 /// rest workers. Throws InvalidArgument naming what is missing.
 RoleInfo roleFromEnvironment();
 
-/// The store keys under which server i and the chief publish "host:port".
-std::string serverAddressKey(int server);
-std::string chiefAddressKey();
-/// The store key under which the chief publishes "P W" (kolo run --join reads it).
-std::string shapeKey();
-/// The store counter of workers that joined with kolo run --join.
-std::string joinCounterKey();
-/// The store key the chief sets once the job is over, before it stops the servers: a worker
-/// that starts after that has nothing to do.
-std::string finishedKey();
-
 /// The address of this host that peers reach it at, as the connection to the store sees it
 /// (127.0.0.1 for a store that is not TCP).
 std::string localHost(comm::Store& store);

@@ -5,6 +5,7 @@
 // from the record was too late and is refused. Joiners take a ticket from a counter and
 // name themselves under it; the decider admits the tickets not yet decided on (up to
 // maxRanks members), and the record says how many tickets are decided.
+#include "parallel/elastic/store_keys.h"
 #include "kolo/parallel/elastic.h"
 
 #include <algorithm>

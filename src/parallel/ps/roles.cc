@@ -2,6 +2,7 @@
 // (KOLO_ROLE, KOLO_ROLE_INDEX, KOLO_PS_SERVERS, KOLO_PS_WORKERS), or, under mpirun / srun,
 // what the rank says with KOLO_PS_SERVERS given; and where the servers and the chief publish
 // their addresses in the job's store.
+#include "parallel/ps/store_keys.h"
 #include "kolo/comm/init.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
