@@ -1,29 +1,25 @@
 // `kolo train --strategy federated` (train_federated.h): maps the flags onto
-// parallel::fed::FederatedOptions, splits Fashion-MNIST over the clients, and runs the server
-// (rank 0: rounds, test accuracy, metrics, --save) or a client host (other ranks).
+// train::trainFederated (the server on rank 0, client hosts elsewhere), then --save and the
+// summary line.
 #include "cli/train_federated.h"
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <thread>
 #include <CLI/CLI.hpp>
 
 #include "cli/options.h"
 #include "kolo/comm/init.h"
-#include "kolo/comm/stores.h"
 #include "kolo/nn/models.h"
 #include "kolo/parallel/federated.h"
-#include "kolo/precision.h"
 #include "kolo/safetensors.h"
 #include "kolo/settings.h"
 #include "kolo/threads.h"
-#include "kolo/train/evaluate.h"
+#include "kolo/train/federated.h"
 
 namespace kolo::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 namespace fed = parallel::fed;
 
 std::chrono::milliseconds seconds(double s) {
@@ -77,79 +73,6 @@ fed::FederatedOptions federatedOptions(const TrainConfig& config, const Federate
   return options;
 }
 
-
-std::shared_ptr<nn::Module> initialModel(const TrainConfig& config) {
-  Generator generator(config.seed);
-  std::shared_ptr<nn::Module> model = nn::makeModel(config.model, generator);
-  if (!config.initPath.empty())
-    checkpoint::loadSafetensorsInto(config.initPath, model->namedParameters());
-  return model;
-}
-
-std::shared_ptr<fed::ClientHost> makeHost(const TrainConfig& config, const FederatedFlags& flags,
-                                          const fed::FederatedOptions& options,
-                                          std::shared_ptr<comm::Store> store, int index,
-                                          int hosts) {
-  auto train = loadTrainingSet(config);
-  auto partition = fed::partitionClients(train->labels(), options.clients,
-                                         fed::parsePartition(flags.partition), config.seed);
-  return std::make_shared<fed::ClientHost>(std::move(store), options, index, hosts,
-                                           initialModel(config), std::move(train),
-                                           std::move(partition));
-}
-
-int serve(const TrainConfig& config, const fed::FederatedOptions& options,
-          std::shared_ptr<comm::Store> store, int hosts, observe::Logger& logger) {
-  const auto start = Clock::now();
-  const data::FashionMnist test(config.dataDir, false);
-  std::shared_ptr<nn::Module> model = initialModel(config);
-  fed::FederatedServer server(store, options, fed::flattenParameters(*model));
-  std::unique_ptr<observe::MetricsWriter> metrics;
-  if (!config.metricsPath.empty())
-    metrics = std::make_unique<observe::MetricsWriter>(config.metricsPath);
-  const int ready = server.awaitHosts(hosts, options.roundTimeout * 2 + std::chrono::minutes(5));
-  if (ready < hosts)
-    logger.warn("not every client host is ready; starting without the others",
-                {{"ready", ready}, {"hosts", hosts}});
-  double accuracy = 0.0;
-  int64_t bytesUp = 0, bytesDown = 0;
-  for (int64_t r = 0; r < options.rounds; ++r) {
-    const fed::RoundReport report = server.runRound();
-    for (const std::string& why : report.refused) logger.warn(why, {{"round", report.round}});
-    fed::loadParameters(*model, server.weights());
-    accuracy = train::evaluate(*model, test).accuracy;
-    bytesUp += report.bytesUp;
-    bytesDown += report.bytesDown;
-    observe::Fields fields{
-        {"round", report.round},          {"clients", report.clients},
-        {"dropped", report.dropped},      {"refused", static_cast<int64_t>(report.refused.size())},
-        {"test_accuracy", accuracy},      {"bytes_up", report.bytesUp},
-        {"bytes_down", report.bytesDown}, {"round_s", report.seconds}};
-    if (report.epsilon >= 0.0) fields.set("epsilon", report.epsilon);
-    if (metrics) metrics->write(fields);
-    if (!config.quiet) {
-      std::fprintf(
-          stderr, "round %lld/%lld clients %d dropped %d test_accuracy %.4f%s (%.1f s)\n",
-          static_cast<long long>(report.round), static_cast<long long>(options.rounds),
-          report.clients, report.dropped, accuracy,
-          report.epsilon >= 0.0 ? (" epsilon " + std::to_string(report.epsilon)).c_str() : "",
-          report.seconds);
-    }
-  }
-  server.finish();
-  if (!config.savePath.empty()) {
-    checkpoint::saveSafetensors(config.savePath, model->namedParameters());
-    logger.info("saved weights", {{"file", config.savePath}});
-  }
-  std::printf(
-      "test_accuracy %.4f rounds %lld clients %d hosts %d bytes_up %lld bytes_down %lld wall_s "
-      "%.1f\n",
-      accuracy, static_cast<long long>(options.rounds), options.clients, hosts,
-      static_cast<long long>(bytesUp), static_cast<long long>(bytesDown),
-      std::chrono::duration<double>(Clock::now() - start).count());
-  std::fflush(stdout);
-  return 0;
-}
 
 }  // namespace
 
@@ -227,64 +150,47 @@ int runFederated(const TrainConfig& config, const FederatedFlags& flags, observe
   KOLO_REQUIRE(flags.debugDropRate <= 1.0, "--debug-drop-rate must be at most 1, got ",
                flags.debugDropRate);
   KOLO_REQUIRE(flags.dpDelta < 1.0, "--dp-delta must be below 1, got ", flags.dpDelta);
-  fed::parsePartition(flags.partition);  // bad flags fail before the data is read
-  const fed::FederatedOptions options = federatedOptions(config, flags);
+  train::FederatedTrainOptions options;
+  options.partition = fed::parsePartition(flags.partition);  // bad flags fail before the data is read
+  options.federated = federatedOptions(config, flags);
+  options.metricsPath = config.metricsPath;
+  options.quiet = config.quiet;
+  options.logger = &logger;
+  if (settings::timeout()) options.storeTimeout = seconds(*settings::timeout());
   setNumThreads(config.threads);
   const comm::LaunchInfo launch = comm::detectLaunch();
-  // Client hosts wait for the next round's plan while the server trains nothing: allow them
-  // the server's whole round (every step of it, with secure aggregation) and an evaluation.
-  const std::chrono::milliseconds idle = options.roundTimeout * 5 + std::chrono::minutes(5);
-  if (launch.size <= 1) {
-    // One process: the server here, one client host on a thread, over an in-memory store.
-    auto store = comm::makeMemoryStore();
-    std::shared_ptr<fed::ClientHost> host = makeHost(config, flags, options, store, 0, 1);
-    auto hostError = std::make_shared<std::exception_ptr>();
-    std::thread hostThread([host, hostError, idle, precision = matmulPrecision()] {
-      const MatmulPrecisionGuard products(precision);  // the clients train on this thread
-      try {
-        host->serve(idle);
-      } catch (...) {
-        *hostError = std::current_exception();
-      }
-    });
-    int status = 0;
-    try {
-      status = serve(config, options, store, 1, logger);
-    } catch (...) {
-      hostThread.detach();  // it holds what it uses; the error ends the process
-      throw;
-    }
-    hostThread.join();
-    if (*hostError) std::rethrow_exception(*hostError);
-    return status;
+  train::FederatedCallbacks callbacks;
+  // --fail-at-step ROUND:RANK: that client host fails before serving ROUND (for tests);
+  // --debug-kill-rank RANK:ROUND: it is SIGKILLed there.
+  callbacks.beforeRound = [&config, rank = launch.rank](int64_t round) {
+    killIfAsked(config, rank, round);
+    if (round == config.failStep && rank == config.failRank)
+      KOLO_THROW(Error, "injected failure of client host rank ", rank, " before round ", round);
+  };
+  auto model = [&config]() -> std::shared_ptr<nn::Module> {
+    Generator generator(config.seed);
+    std::shared_ptr<nn::Module> built = nn::makeModel(config.model, generator);
+    if (!config.initPath.empty()) checkpoint::loadSafetensorsInto(config.initPath, built->namedParameters());
+    return built;
+  };
+  const bool server = launch.size <= 1 || launch.rank == 0;
+  std::shared_ptr<const data::TensorDataset> train = loadTrainingSet(config);
+  std::shared_ptr<const data::Dataset> test;
+  if (server) test = std::make_shared<data::FashionMnist>(config.dataDir, false);
+  const train::FederatedSummary summary = train::trainFederated(model, train, test, options, callbacks);
+  if (!summary.server) return 0;
+  if (!config.savePath.empty()) {
+    checkpoint::saveSafetensors(config.savePath, summary.model->namedParameters());
+    logger.info("saved weights", {{"file", config.savePath}});
   }
-  // The job's store must outlive every client host's last read, which kolo run's launcher
-  // guarantees (it serves the store until its ranks end); under srun or torchrun's variables
-  // nobody would serve it, and every rank would wait out the store timeout to say so.
-  KOLO_REQUIRE(launch.launcher == "kolo" && !launch.storeAddress.empty(),
-               "--strategy federated under ", launch.launcher, " (rank ", launch.rank, " of ",
-               launch.size,
-               ") needs kolo run's store (KOLO_STORE): start it with kolo run -n N "
-               "--tolerate-failures -- kolo train ...; under Slurm one launcher per node: srun "
-               "--ntasks-per-node=1 kolo run -n G --tolerate-failures -- kolo train --strategy "
-               "federated ...");
-  const std::chrono::milliseconds storeTimeout =
-      settings::timeout() ? seconds(*settings::timeout())
-                          : std::chrono::milliseconds(std::chrono::minutes(5));
-  auto store = comm::prefixStore(
-      comm::connectTcpStore(launch.storeAddress, launch.token, storeTimeout), "kolo-federated/");
-  if (launch.rank == 0) return serve(config, options, store, launch.size - 1, logger);
-  std::shared_ptr<fed::ClientHost> host =
-      makeHost(config, flags, options, store, launch.rank - 1, launch.size - 1);
-  for (int64_t round = 1;; ++round) {
-    // --fail-at-step ROUND:RANK: this client host fails before serving ROUND (for tests);
-    // --debug-kill-rank RANK:ROUND: it is SIGKILLed there.
-    killIfAsked(config, launch.rank, round);
-    if (round == config.failStep && launch.rank == config.failRank)
-      KOLO_THROW(Error, "injected failure of client host rank ", launch.rank, " before round ",
-                 round);
-    if (!host->serveRound(idle)) return 0;
-  }
+  std::printf(
+      "test_accuracy %.4f rounds %lld clients %d hosts %d bytes_up %lld bytes_down %lld wall_s "
+      "%.1f\n",
+      summary.validationAccuracy, static_cast<long long>(summary.rounds), options.federated.clients,
+      summary.hosts, static_cast<long long>(summary.bytesUp), static_cast<long long>(summary.bytesDown),
+      summary.wallSeconds);
+  std::fflush(stdout);
+  return 0;
 }
 
 }  // namespace kolo::cli

@@ -1,0 +1,85 @@
+// The federated engine of the train layer: what a user's own program calls to train its own
+// model with FedAvg or FedProx over simulated clients, in one process or in a job started by
+// `kolo run -n N` (rank 0 serves, the other ranks host the clients), in the manner of
+// Flower's simulation or TensorFlow Federated's iterative process. Every process calls
+// trainFederated() with the same arguments; the library picks its role from the launch.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kolo/data.h"
+#include "kolo/nn/module.h"
+#include "kolo/observe.h"
+#include "kolo/parallel/federated.h"
+#include "kolo/parallel/strategy.h"
+
+namespace kolo::train {
+
+struct FederatedTrainOptions {
+  /// Clients, clients per round, rounds, local training (epochs, batch, lr, FedAvg/FedProx),
+  /// server rate, round timeout, secure aggregation, DP-FedAvg, simulated drop-outs, seed.
+  parallel::fed::FederatedOptions federated{};
+  /// How the training set is split over the clients (by its labels), seeded by
+  /// federated.seed.
+  parallel::fed::PartitionSpec partition{};
+  /// The server's metrics, one JSON line per round (round, clients, dropped, refused,
+  /// test_accuracy, bytes_up, bytes_down, round_s, epsilon with DP); "" : none.
+  std::string metricsPath{};
+  /// The server's line per round on stderr ("round r/R clients ... test_accuracy ...").
+  bool quiet = false;
+  /// Warnings (refused updates, hosts that never came); null: stderr.
+  observe::Logger* logger = nullptr;
+  /// How long to reach the job's store, and how long a client host waits for the next round
+  /// (default: five round timeouts and five minutes, the server's whole round and an
+  /// evaluation).
+  std::chrono::milliseconds storeTimeout{std::chrono::minutes(5)};
+  std::chrono::milliseconds idleTimeout{0};
+};
+
+/// What a round ended with, on the server (FederatedCallbacks::onRoundEnd).
+struct FederatedRoundEnd {
+  parallel::fed::RoundReport report{};
+  double validationAccuracy = 0.0;  // 0 without a validation set
+};
+
+struct FederatedCallbacks {
+  /// On a client host before it serves round `round` (1-based): a test fails or kills a host
+  /// here.
+  std::function<void(int64_t round)> beforeRound{};
+  /// On the server after each round's evaluation.
+  std::function<void(const FederatedRoundEnd&)> onRoundEnd{};
+};
+
+struct FederatedSummary {
+  bool server = false;  // this process served (rank 0, or the one process)
+  /// The server's: the global model after the last round (built by the model factory).
+  std::shared_ptr<nn::Module> model{};
+  double validationAccuracy = 0.0;
+  int64_t rounds = 0;
+  int hosts = 0;  // client host processes (1 in one process)
+  int64_t bytesUp = 0, bytesDown = 0;
+  double wallSeconds = 0.0;
+};
+
+/// Trains `model` (built by every process, seeded alike) federatedly on `train` split over
+/// the clients, evaluating the global model on `validation` (may be null) after each round.
+/// One process: the server and one client host (a thread) over an in-memory store. Under
+/// `kolo run -n N`: rank 0 serves, ranks 1..N-1 host the clients (client c on host c mod
+/// N-1) over the job's store; the launcher must keep serving the store to the end (it
+/// does), so other launchers are refused with the command that works. Blocking until the
+/// last round; collective over the job's processes. Throws InvalidArgument for bad options,
+/// what the server's store throws when the job's store is gone, and a client host's
+/// exception (its model, its data); a client host that vanishes only leaves its clients out
+/// of the rounds.
+FederatedSummary trainFederated(parallel::ModelFactory model,
+                                std::shared_ptr<const data::TensorDataset> train,
+                                std::shared_ptr<const data::Dataset> validation,
+                                const FederatedTrainOptions& options,
+                                const FederatedCallbacks& callbacks = {});
+
+}  // namespace kolo::train

@@ -1,0 +1,163 @@
+// train::trainFederated: the federated job's roles from the launch (the server on rank 0 or
+// in the one process, client hosts elsewhere), the server's rounds with evaluation, metrics
+// and progress lines, and a client host's loop.
+#include "kolo/train/federated.h"
+
+#include <cstdio>
+#include <exception>
+#include <thread>
+
+#include "kolo/comm/init.h"
+#include "kolo/comm/stores.h"
+#include "kolo/error.h"
+#include "kolo/precision.h"
+#include "kolo/train/evaluate.h"
+
+namespace kolo::train {
+namespace {
+
+namespace fed = parallel::fed;
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::chrono::milliseconds idleTimeout(const FederatedTrainOptions& options) {
+  if (options.idleTimeout.count() > 0) return options.idleTimeout;
+  // The server's whole round (every step of it with secure aggregation) and an evaluation.
+  return options.federated.roundTimeout * 5 + std::chrono::minutes(5);
+}
+
+observe::Fields roundFields(const FederatedRoundEnd& end) {
+  const fed::RoundReport& r = end.report;
+  observe::Fields fields{{"round", r.round},
+                         {"clients", r.clients},
+                         {"dropped", r.dropped},
+                         {"refused", static_cast<int64_t>(r.refused.size())},
+                         {"test_accuracy", end.validationAccuracy},
+                         {"bytes_up", r.bytesUp},
+                         {"bytes_down", r.bytesDown},
+                         {"round_s", r.seconds}};
+  if (r.epsilon >= 0.0) fields.set("epsilon", r.epsilon);
+  return fields;
+}
+
+// Rank 0's part: the rounds, each evaluated, with a metrics line and a progress line.
+FederatedSummary serve(const parallel::ModelFactory& makeModel, const data::Dataset* validation,
+                       const FederatedTrainOptions& options, const FederatedCallbacks& callbacks,
+                       std::shared_ptr<comm::Store> store, int hosts) {
+  const auto start = Clock::now();
+  observe::Logger fallback(stderr);
+  observe::Logger& logger = options.logger ? *options.logger : fallback;
+  FederatedSummary summary;
+  summary.server = true;
+  summary.hosts = hosts;
+  summary.model = makeModel();
+  fed::FederatedServer server(store, options.federated, fed::flattenParameters(*summary.model));
+  std::unique_ptr<observe::MetricsWriter> metrics;
+  if (!options.metricsPath.empty()) metrics = std::make_unique<observe::MetricsWriter>(options.metricsPath);
+  const int ready = server.awaitHosts(hosts, options.federated.roundTimeout * 2 + std::chrono::minutes(5));
+  if (ready < hosts)
+    logger.warn("not every client host is ready; starting without the others", {{"ready", ready}, {"hosts", hosts}});
+  for (int64_t r = 0; r < options.federated.rounds; ++r) {
+    FederatedRoundEnd end{.report = server.runRound()};
+    for (const std::string& why : end.report.refused) logger.warn(why, {{"round", end.report.round}});
+    fed::loadParameters(*summary.model, server.weights());
+    if (validation) end.validationAccuracy = evaluate(*summary.model, *validation).accuracy;
+    summary.validationAccuracy = end.validationAccuracy;
+    summary.bytesUp += end.report.bytesUp;
+    summary.bytesDown += end.report.bytesDown;
+    summary.rounds = end.report.round;
+    if (metrics) metrics->write(roundFields(end));
+    if (!options.quiet) {
+      const std::string epsilon =
+          end.report.epsilon >= 0.0 ? " epsilon " + std::to_string(end.report.epsilon) : "";
+      std::fprintf(stderr, "round %lld/%lld clients %d dropped %d test_accuracy %.4f%s (%.1f s)\n",
+                   static_cast<long long>(end.report.round), static_cast<long long>(options.federated.rounds),
+                   end.report.clients, end.report.dropped, end.validationAccuracy, epsilon.c_str(),
+                   end.report.seconds);
+    }
+    if (callbacks.onRoundEnd) callbacks.onRoundEnd(end);
+  }
+  server.finish();
+  summary.wallSeconds = secondsSince(start);
+  return summary;
+}
+
+std::shared_ptr<fed::ClientHost> makeHost(const parallel::ModelFactory& makeModel,
+                                          std::shared_ptr<const data::TensorDataset> train,
+                                          const FederatedTrainOptions& options,
+                                          std::shared_ptr<comm::Store> store, int index, int hosts) {
+  auto partition = fed::partitionClients(train->labels(), options.federated.clients, options.partition,
+                                         options.federated.seed);
+  return std::make_shared<fed::ClientHost>(std::move(store), options.federated, index, hosts, makeModel(),
+                                           std::move(train), std::move(partition));
+}
+
+}  // namespace
+
+FederatedSummary trainFederated(parallel::ModelFactory model, std::shared_ptr<const data::TensorDataset> train,
+                                std::shared_ptr<const data::Dataset> validation,
+                                const FederatedTrainOptions& options, const FederatedCallbacks& callbacks) {
+  KOLO_REQUIRE(train != nullptr, "train::trainFederated: no training dataset");
+  const fed::FederatedOptions& f = options.federated;
+  KOLO_REQUIRE(f.clients >= 1 && f.clientsPerRound >= 1 && f.clientsPerRound <= f.clients,
+               "federated: ", f.clientsPerRound, " clients per round of ", f.clients,
+               " clients; use 1 <= clients per round <= clients");
+  KOLO_REQUIRE(f.rounds >= 1, "federated: rounds must be at least 1, got ", f.rounds);
+  const std::chrono::milliseconds idle = idleTimeout(options);
+  const comm::LaunchInfo launch = comm::detectLaunch();
+  if (launch.size <= 1) {
+    // One process: the server here, one client host on a thread, over an in-memory store.
+    auto store = comm::makeMemoryStore();
+    std::shared_ptr<fed::ClientHost> host = makeHost(model, train, options, store, 0, 1);
+    auto hostError = std::make_shared<std::exception_ptr>();
+    std::thread hostThread([host, hostError, idle, beforeRound = callbacks.beforeRound,
+                            precision = matmulPrecision()] {
+      const MatmulPrecisionGuard products(precision);  // the clients train on this thread
+      try {
+        for (int64_t round = 1;; ++round) {
+          if (beforeRound) beforeRound(round);
+          if (!host->serveRound(idle)) return;
+        }
+      } catch (...) {
+        *hostError = std::current_exception();
+      }
+    });
+    FederatedSummary summary;
+    try {
+      summary = serve(model, validation.get(), options, callbacks, store, 1);
+    } catch (...) {
+      hostThread.detach();  // it holds what it uses; the error ends the caller's run
+      throw;
+    }
+    hostThread.join();
+    if (*hostError) std::rethrow_exception(*hostError);
+    return summary;
+  }
+  // The job's store must outlive every client host's last read, which kolo run's launcher
+  // guarantees (it serves the store until its ranks end); under srun or torchrun's variables
+  // nobody would serve it, and every rank would wait out the store timeout to say so.
+  KOLO_REQUIRE(launch.launcher == "kolo" && !launch.storeAddress.empty(), "--strategy federated under ",
+               launch.launcher, " (rank ", launch.rank, " of ", launch.size,
+               ") needs kolo run's store (KOLO_STORE): start it with kolo run -n N --tolerate-failures -- "
+               "kolo train ...; under Slurm one launcher per node: srun --ntasks-per-node=1 kolo run -n G "
+               "--tolerate-failures -- kolo train --strategy federated ...");
+  auto store = comm::prefixStore(comm::connectTcpStore(launch.storeAddress, launch.token, options.storeTimeout),
+                                 "kolo-federated/");
+  if (launch.rank == 0) return serve(model, validation.get(), options, callbacks, store, launch.size - 1);
+  std::shared_ptr<fed::ClientHost> host = makeHost(model, train, options, store, launch.rank - 1, launch.size - 1);
+  const auto start = Clock::now();
+  FederatedSummary summary;
+  summary.hosts = launch.size - 1;
+  for (int64_t round = 1;; ++round) {
+    if (callbacks.beforeRound) callbacks.beforeRound(round);
+    if (!host->serveRound(idle)) break;
+    summary.rounds = round;
+  }
+  summary.wallSeconds = secondsSince(start);
+  return summary;
+}
+
+}  // namespace kolo::train
