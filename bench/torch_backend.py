@@ -2,7 +2,8 @@
 """torch.distributed over kolo vs gloo in one invocation: all_reduce (float32 sum, in place)
 from 4 KiB to 64 MiB at each world size, timed as the anchors time gloo (barrier; t0;
 all_reduce; t1; max over ranks; median), and DDP samples/s of the Fashion-MNIST MLP
-(784-512-256-10, synthetic data of that shape, global batch 128) on 2 ranks."""
+(784-512-256-10) and CNN (bench/peers/torch_ddp_fmnist.py's: two 5x5 convolutions, 32 and 64
+channels, max-pooling, 1024-128-10) on synthetic data of that shape, global batch 128, 2 ranks."""
 import argparse
 import datetime
 import os
@@ -55,14 +56,20 @@ def allreduce_worker(rank, world, port, backend, quick, q):
         q.put(rows)
 
 
-def ddp_worker(rank, world, port, backend, steps, q):
+def ddp_worker(rank, world, port, backend, model_name, steps, q):
     import torch.nn as nn
     from torch.nn.parallel import DistributedDataParallel as DDP
     import kolo_torch  # noqa: F401
     torch.set_num_threads(1)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = DDP(nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10)))
+    if model_name == "cnn":
+        net = nn.Sequential(nn.Unflatten(1, (1, 28, 28)), nn.Conv2d(1, 32, 5), nn.ReLU(), nn.MaxPool2d(2),
+                            nn.Conv2d(32, 64, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                            nn.Linear(1024, 128), nn.ReLU(), nn.Linear(128, 10))
+    else:
+        net = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
+    model = DDP(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     per_rank = 128 // world
     x, y = torch.rand(per_rank, 784), torch.randint(0, 10, (per_rank,))
@@ -95,8 +102,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--worlds", type=int, nargs="+", default=[2, 4])
     ap.add_argument("--quick", action="store_true", help="a quarter of the timed iterations")
-    ap.add_argument("--ddp-steps", type=int, default=200)
+    ap.add_argument("--ddp-steps", type=int, default=200, help="the MLP's DDP steps")
+    ap.add_argument("--cnn-steps", type=int, default=60, help="the CNN's DDP steps")
+    ap.add_argument("--ddp-only", action="store_true", help="only the DDP rows")
     a = ap.parse_args()
+    if a.ddp_only:
+        a.worlds = []
     print("| ranks | bytes | gloo µs | kolo µs | kolo/gloo time | gloo GB/s | kolo GB/s | bandwidth × |")
     print("|---|---|---|---|---|---|---|---|")
     for world in a.worlds:
@@ -105,9 +116,11 @@ def main():
             g, k = res["gloo"][nbytes], res["kolo"][nbytes]
             print(f"| {world} | {nbytes} | {g * 1e6:.1f} | {k * 1e6:.1f} | {k / g:.3f} | {nbytes / g / 1e9:.2f} | "
                   f"{nbytes / k / 1e9:.2f} | {g / k:.1f} |", flush=True)
-    sps = {b: run(ddp_worker, 2, b, a.ddp_steps) for b in ("gloo", "kolo")}
-    print(f"\nDDP MLP 784-512-256-10, 2 ranks, global batch 128, {a.ddp_steps} steps: gloo {sps['gloo']:.0f} "
-          f"samples/s, kolo {sps['kolo']:.0f} samples/s, kolo/gloo {sps['kolo'] / sps['gloo']:.2f}×")
+    print()
+    for name, label, steps in (("mlp", "MLP 784-512-256-10", a.ddp_steps), ("cnn", "CNN", a.cnn_steps)):
+        sps = {b: run(ddp_worker, 2, b, name, steps) for b in ("gloo", "kolo")}
+        print(f"DDP {label}, 2 ranks, global batch 128, {steps} steps: gloo {sps['gloo']:.0f} "
+              f"samples/s, kolo {sps['kolo']:.0f} samples/s, kolo/gloo {sps['kolo'] / sps['gloo']:.2f}×", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # torch.distributed over kolo vs gloo, measured in one run: all_reduce 4 KiB..64 MiB at 2 and
-# 4 ranks (the anchors' timer), and DDP samples/s of the Fashion-MNIST MLP on 2 ranks.
+# 4 ranks (the anchors' timer), and DDP samples/s of the Fashion-MNIST MLP and CNN on 2 ranks.
 # Usage: bench/torch_backend.sh [--quick] (after building kolo_torch in build/release).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
