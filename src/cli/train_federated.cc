@@ -39,7 +39,6 @@ fed::FederatedOptions federatedOptions(const TrainConfig& config, const Federate
                "--strategy federated counts --rounds and --local-epochs, not --epochs or --steps");
   KOLO_REQUIRE(config.checkpointDir.empty() && config.resumeDir.empty(),
                "--checkpoint-dir and --resume are not available with --strategy federated");
-  refuseReducerFlags(config, "--strategy federated");
   const std::string algorithm = config.algorithm == "auto" ? "fedavg" : config.algorithm;
   fed::FederatedOptions options;
   options.clients = flags.clients;

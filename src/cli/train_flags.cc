@@ -28,7 +28,11 @@ const std::vector<FlagScope>& scopes() {
       {{"--reduction"}, {"mirrored"}},
       {{"--bucket-mb", "--first-bucket-mb", "--overlap", "--shard-optimizer"},
        {"mirrored", "multi-worker-mirrored"}},
-      {{"--compress", "--balance", "--balance-every"}, {"multi-worker-mirrored"}},
+      {{"--compress"},
+       {"multi-worker-mirrored"},
+       " (parameter-server workers compress with --ps-compress; kolo train --help lists the flags of "
+       "each strategy)"},
+      {{"--balance", "--balance-every"}, {"multi-worker-mirrored"}},
       {{"--check-sync"},
        {"multi-worker-mirrored"},
        ": it compares the weights of several ranks (under kolo run, or --workers N)"},

@@ -1,5 +1,5 @@
 // What every `kolo train` runner shares: recipe defaults, optimizer and schedule, the
-// training data, refusing flags, the --debug-kill-rank hook, fsdp's shard group.
+// training data, the --debug-kill-rank hook, fsdp's shard group.
 #include "cli/train_loop.h"
 
 #include <algorithm>
@@ -16,24 +16,6 @@ namespace kolo::cli {
 std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config) {
   // Only the samples used are read: a short run does not inflate the whole split.
   return std::make_shared<data::FashionMnist>(config.dataDir, true, config.trainLimit);
-}
-
-void refuseFlags(const TrainConfig& config, const std::vector<std::string>& flags,
-                 const std::string& what, const std::string& where, const std::string& hint) {
-  std::vector<std::string> given;
-  for (const std::string& flag : flags)
-    if (config.givenFlags.count(flag)) given.push_back(flag);
-  if (given.empty()) return;
-  std::string names = given.front();
-  for (size_t i = 1; i < given.size(); ++i)
-    names += (i + 1 == given.size() ? " and " : ", ") + given[i];
-  KOLO_THROW(InvalidArgument, names, given.size() == 1 ? " sets " : " set ", what,
-             "; not available with ", where, hint);
-}
-
-void refuseReducerFlags(const TrainConfig& config, const std::string& where,
-                        const std::string& hint) {
-  refuseFlags(config, kReducerFlags, "multi-worker-mirrored's reducer", where, hint);
 }
 
 void killIfAsked(const TrainConfig& config, int rank, int64_t step) {

@@ -37,7 +37,7 @@ namespace kolo::cli {
 /// (see resolveRecipe).
 struct TrainConfig {
   /// The options given on the command line ("--overlap", ...), whatever their values: what a
-  /// runner that cannot honour them refuses (refuseFlags).
+  /// strategy that does not read them refuses (checkFlagScopes, train_flags.h).
   std::set<std::string> givenFlags;
   std::string model = "mlp";             // mlp | cnn | lm
   std::optional<int64_t> epochs;         // default: the recipe's
@@ -179,20 +179,6 @@ struct Recipe {
 /// 0.9; adam/adamw: lr 1e-3. Schedule "auto" is warm-up + cosine when --lr was not given
 /// and constant when it was. Throws InvalidArgument for unknown names or bad values.
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch);
-
-/// Throws InvalidArgument naming those of `flags` that were given (config.givenFlags), which
-/// `what` (the flags' owner) sets and `where` (this runner) does not have; `hint` ends the
-/// message.
-void refuseFlags(const TrainConfig& config, const std::vector<std::string>& flags,
-                 const std::string& what, const std::string& where, const std::string& hint = "");
-
-/// The flags of multi-worker-mirrored's reducer, refused where no such reducer runs.
-inline const std::vector<std::string> kReducerFlags = {
-    "--compress", "--overlap", "--shard-optimizer", "--balance", "--bucket-mb", "--first-bucket-mb"};
-
-/// refuseFlags of kReducerFlags.
-void refuseReducerFlags(const TrainConfig& config, const std::string& where,
-                        const std::string& hint = "");
 
 /// --debug-kill-rank: raises the config's debugKillSignal in this process (output flushed)
 /// when `rank` is one of its debugKillRanks and `step` is its debugKillStep.

@@ -326,7 +326,6 @@ parallel::MeshShape checkFlags(TrainConfig& config) {
   KOLO_REQUIRE(lm || !config.sequenceParallel, "--sequence-parallel works with --model lm only");
   KOLO_REQUIRE(config.checkpointEvery >= 0, "--checkpoint-every must be at least 0, got ",
                config.checkpointEvery);
-  refuseReducerFlags(config, "--model lm or --strategy " + config.strategy);
   KOLO_REQUIRE(config.clipNorm == 0.0 || fsdp, "--clip-norm is not available with --model lm or "
                "--strategy pipeline or tensor, except under --strategy fsdp");
   KOLO_REQUIRE(config.stages >= 1 && config.microBatches >= 1, "--stages and --micro-batches must be at least 1");

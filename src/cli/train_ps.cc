@@ -138,10 +138,6 @@ void printChiefSummary(const TrainConfig& config, const train::ParameterServerSu
 
 int runParameterServerRole(const TrainConfig& given, observe::Logger& logger) {
   const TrainConfig config = withModeDefaults(given, ps::parseMode(given.psMode));
-  KOLO_REQUIRE(config.clipNorm == 0.0,
-               "--clip-norm is not available with --strategy parameter-server");
-  refuseReducerFlags(config, "--strategy parameter-server",
-                     " (its workers compress with --ps-compress fp16|bf16)");
   KOLO_REQUIRE(config.threads >= 1, "--threads must be at least 1, got ", config.threads);
   setNumThreads(config.threads);
   const Recipe recipe = resolveRecipe(config, 1);

@@ -182,6 +182,24 @@ namespace {
 
 thread_local bool tRecomputing = false;
 
+// While a block is computed again for its backward: recording on, recomputing() true.
+class RecomputeScope {
+ public:
+  RecomputeScope() : gradWas_(autograd::isGradEnabled()) {
+    autograd::setGradEnabled(true);
+    tRecomputing = true;
+  }
+  ~RecomputeScope() {
+    tRecomputing = false;
+    autograd::setGradEnabled(gradWas_);
+  }
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+
+ private:
+  bool gradWas_;
+};
+
 // A few of the output's elements, spread over it: enough to tell a recomputation that drew
 // other random numbers from the first forward.
 std::vector<double> probe(const Tensor& out) {
@@ -214,18 +232,8 @@ Tensor checkpoint(Module& block, const Tensor& x) {
         if (inputNeedsGrad) in.setRequiresGrad();
         Tensor again;
         {
-          const bool previous = autograd::isGradEnabled();
-          autograd::setGradEnabled(true);
-          tRecomputing = true;
-          try {
-            again = block(in);
-          } catch (...) {
-            tRecomputing = false;
-            autograd::setGradEnabled(previous);
-            throw;
-          }
-          tRecomputing = false;
-          autograd::setGradEnabled(previous);
+          RecomputeScope recording;
+          again = block(in);
         }
         if (probe(again) != first)
           KOLO_THROW(InvalidArgument, "nn::checkpoint: recomputing ", className(block),
