@@ -33,20 +33,6 @@ void keepFreedMemory() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
-// A Slurm job that was requeued (`scontrol requeue`, or a node failure under `sbatch
-// --requeue`) runs its script again with SLURM_RESTART_COUNT > 0; it continues from the
-// checkpoints it wrote before, where --checkpoint-dir holds a good one, as with --resume DIR.
-// Every rank sees the same directory (nothing writes to it before training), so all decide
-// alike; which checkpoint is then rank 0's choice, as under --resume.
-bool resumeAfterRequeue(const TrainConfig& config) {
-  if (!config.resumeDir.empty() || config.checkpointDir.empty()) return false;
-  const std::string* restarts = settings::Environment::process().find("SLURM_RESTART_COUNT");
-  if (!restarts || restarts->empty() || *restarts == "0") return false;
-  checkpoint::CheckpointManager manager(config.checkpointDir, config.keepCheckpoints, false,
-                                        [](const std::string&) {});
-  return manager.latestGood().has_value();
-}
-
 }  // namespace
 
 Command registerTrain(CLI::App& root) {
@@ -360,14 +346,6 @@ Command registerTrain(CLI::App& root) {
     if (raw->padLast) config->dropLast = false;
     if (config->resumeDir.size() && config->checkpointDir.empty())
       config->checkpointDir = config->resumeDir;
-    if (resumeAfterRequeue(*config)) {
-      config->resumeDir = config->checkpointDir;
-      if (comm::detectLaunch().rank == 0)
-        std::fprintf(stderr,
-                     "kolo train: requeued Slurm job (SLURM_RESTART_COUNT=%s): resuming from %s\n",
-                     settings::Environment::process().find("SLURM_RESTART_COUNT")->c_str(),
-                     config->checkpointDir.c_str());
-    }
     if (!raw->failAt.empty()) {
       const size_t colon = raw->failAt.find(':');
       try {

@@ -5,8 +5,6 @@
 // or Fashion-MNIST (mlp, cnn). What stays here is the command line's own: the per-stage
 // timings against the schedule's ideal and peak memory, the lm's held-out loss and text
 // sample, and --save. The loop is the library's.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -14,7 +12,6 @@
 #include <sstream>
 
 #include "cli/train_loop.h"
-#include "kolo/autograd.h"
 #include "kolo/byte_corpus.h"
 #include "kolo/memory.h"
 #include "kolo/nn/language_model.h"
@@ -86,12 +83,6 @@ std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin 
   return model;
 }
 
-long peakRssKib() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_maxrss;
-}
-
 // The run's data and length: the lm's text windows (no validation set: the held-out loss is
 // computed at the end) or Fashion-MNIST with its test split.
 struct RunData {
@@ -152,23 +143,19 @@ void injectFailures(const TrainConfig& config, int rank, int64_t step) {
     KOLO_THROW(Error, "rank ", config.failRank, ": failure injected before step ", step, " (--fail-at-step)");
 }
 
-// What a finished run reports on rank 0 beyond fit's figures: for lm the held-out loss (the
+// What a finished run reports beyond fit's figures: for lm the held-out loss and accuracy (the
 // metrics' final line) and a text sample, for the images the test accuracy; and --save.
 class RunReport {
  public:
   RunReport(const TrainConfig& config, const RunData& run) : config_(config), run_(run) {}
-  // Rank 0 with the whole model: the lm's held-out loss over 8 batches of the last tenth of
-  // the text.
-  observe::Fields heldOut(nn::Module& whole) {
+  // The lm's loss and next-byte accuracy over every window of the held-out last tenth of the
+  // text (train::Engine::evaluate). Collective.
+  observe::Fields heldOut(train::Engine& engine) {
     if (!run_.corpus) return {};
-    autograd::NoGradGuard noGrad;
-    whole.train(false);
-    heldOutLoss_ = 0.0;
-    for (int64_t i = 0; i < 8; ++i) {
-      const data::Batch b = run_.corpus->batch(i, config_.batch, config_.seed, true);
-      heldOutLoss_ += nn::languageModelLoss(whole.forward(b.inputs), b.labels).item() / 8;
-    }
-    return {{"held_out_loss", heldOutLoss_}};
+    const train::EvaluateResult figures = engine.evaluate(data::ByteWindows(run_.corpus, true),
+                                                          {.batch = config_.batch, .loss = nn::languageModelLoss});
+    heldOutLoss_ = figures.loss;
+    return {{"held_out_loss", figures.loss}, {"held_out_accuracy", figures.accuracy}};
   }
   // Rank 0 after fit: the summary line, --save, and the lm's sample.
   void finish(nn::Module& whole, const train::FitSummary& summary, observe::Logger& logger) {
@@ -202,90 +189,53 @@ class RunReport {
   double heldOutLoss_ = 0.0;
 };
 
-// This rank's figures over the steps after the first timingSkip ones: compute and step time
-// per step, held micro-batches, boundary bytes, peak resident memory, step memory, tensors.
-class StageFigures {
- public:
-  static constexpr size_t kCount = 7;
-  explicit StageFigures(int64_t skip) : skip_(skip) {}
-  void beforeStep() { before_ = liveTensorBytes(); }
-  int64_t bytesBeforeStep() const { return before_; }
-  void afterStep(int64_t step, const parallel::PipelineStepStats& stats) {
-    peakTensors_ = std::max(peakTensors_, before_ + stats.peakStepBytes);
-    peak_.peakStepBytes = std::max(peak_.peakStepBytes, stats.peakStepBytes);
-    peak_.peakMicroBatchesHeld = std::max(peak_.peakMicroBatchesHeld, stats.peakMicroBatchesHeld);
-    peak_.peakBoundaryBytes = std::max(peak_.peakBoundaryBytes, stats.peakBoundaryBytes);
-    if (step < skip_) return;
-    compute_ += stats.computeSeconds;
-    step_ += stats.stepSeconds;
-    ++timed_;
-  }
-  std::vector<double> values() const {
-    return {timed_ ? compute_ / timed_ : 0.0, timed_ ? step_ / timed_ : 0.0,
-            static_cast<double>(peak_.peakMicroBatchesHeld), static_cast<double>(peak_.peakBoundaryBytes),
-            static_cast<double>(peakRssKib()), static_cast<double>(peak_.peakStepBytes),
-            static_cast<double>(peakTensors_)};
-  }
-
- private:
-  int64_t skip_;
-  int64_t before_ = 0, peakTensors_ = 0, timed_ = 0;
-  double compute_ = 0.0, step_ = 0.0;
-  parallel::PipelineStepStats peak_;
-};
-
 // Who a rank of the report is and which layers it holds.
 struct RankPlace {
   std::string who;  // "stage 1", "rank 0", "stage 1 rank 0"
   int first = 0, last = 0;
 };
 
-// This rank's figures (StageFigures::values()) gathered over `group` (null: this rank alone),
-// in group rank order.
-std::vector<double> gatherFigures(comm::Communicator* group, const std::vector<double>& mine) {
-  if (!group) return mine;
-  std::vector<double> all(mine.size() * static_cast<size_t>(group->size()));
-  group->allgather(mine.data(), all.data(), mine.size(), DType::F64);
-  return all;
-}
-
-// Rank 0: one line per rank of `all` (unless --quiet); returns the slowest rank's compute and
-// the longest step, per step.
-std::pair<double, double> printRankFigures(const TrainConfig& config, const std::vector<double>& all,
+// Rank 0: one line per rank of `ranks` (unless --quiet); returns the slowest rank's compute
+// and the longest step, per step.
+std::pair<double, double> printRankFigures(const TrainConfig& config, const std::vector<train::RankFigures>& ranks,
                                            const std::function<RankPlace(size_t rank)>& place) {
   double slowest = 0.0, stepTime = 0.0;
-  for (size_t r = 0; r < all.size() / StageFigures::kCount; ++r) {
-    const double* f = &all[r * StageFigures::kCount];
-    slowest = std::max(slowest, f[0]);
-    stepTime = std::max(stepTime, f[1]);
+  constexpr double kMiB = 1 << 20;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const train::RankFigures& f = ranks[r];
+    slowest = std::max(slowest, f.computeSeconds);
+    stepTime = std::max(stepTime, f.stepSeconds);
     const RankPlace at = place(r);
     if (!config.quiet)
       std::fprintf(stderr,
-                   "%s: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %d  "
+                   "%s: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %lld  "
                    "peak boundary activations %.2f MiB  peak step memory %.2f MiB  peak tensors %.2f MiB  "
                    "peak rss %.1f MiB\n",
-                   at.who.c_str(), at.first, at.last, 1000.0 * f[0], 1000.0 * f[1], static_cast<int>(f[2]),
-                   f[3] / (1 << 20), f[5] / (1 << 20), f[6] / (1 << 20), f[4] / 1024.0);
+                   at.who.c_str(), at.first, at.last, 1000.0 * f.computeSeconds, 1000.0 * f.stepSeconds,
+                   static_cast<long long>(f.peakMicroBatchesHeld), f.peakBoundaryBytes / kMiB,
+                   f.peakStepBytes / kMiB, f.peakTensorBytes / kMiB, f.peakResidentBytes / kMiB);
   }
   return {slowest, stepTime};
 }
 
-// Rank 0 of the model group: each rank's (stage s, tensor rank t: group rank s·tp + t)
-// figures against the schedule's ideal (the slowest stage's compute times (M + P − 1) / M).
+// Rank 0: each rank of replica 0's model group (stage s, tensor rank t: world rank s·tp + t;
+// the other replicas hold the same) against the schedule's ideal (the slowest stage's compute
+// times (M + P − 1) / M).
 void printStageReport(const TrainConfig& config, const train::ModelParallelEngine& engine,
-                      const std::vector<double>& all) {
+                      std::vector<train::RankFigures> ranks) {
   const parallel::MeshShape& shape = engine.mesh();
   const std::vector<int>& bounds = engine.bounds();
   const bool tensorOnly = shape.pp == 1 && shape.tp > 1;
   const auto tp = static_cast<size_t>(shape.tp);
-  const auto [slowest, stepTime] = printRankFigures(config, all, [&](size_t r) {
+  ranks.resize(static_cast<size_t>(shape.pp * shape.tp));
+  const auto [slowest, stepTime] = printRankFigures(config, ranks, [&](size_t r) {
     const size_t s = tensorOnly ? 0 : r / tp;
     std::string who = tensorOnly ? "rank " + std::to_string(r) : "stage " + std::to_string(s);
     if (tp > 1 && !tensorOnly) who += " rank " + std::to_string(r % tp);
     return RankPlace{who, bounds[s], bounds[s + 1] - 1};
   });
   if (tensorOnly) {
-    std::printf("tensor_parallel ranks %zu step_ms %.2f\n", all.size() / StageFigures::kCount, 1000.0 * stepTime);
+    std::printf("tensor_parallel ranks %zu step_ms %.2f\n", ranks.size(), 1000.0 * stepTime);
     return;
   }
   const int m = config.microBatches, stages = shape.pp;
@@ -379,31 +329,18 @@ int runLanguageModelFsdp(const TrainConfig& config, const RunData& run,
                                    options);
   RunReport report(config, run);
   const int rank = engine.rank();
-  StageFigures figures(std::min<int64_t>(config.timingSkip, run.totalSteps / 4));
   train::FitCallbacks callbacks;
-  callbacks.onStepBegin = [&](int64_t step) {
-    injectFailures(config, rank, step);
-    figures.beforeStep();
-  };
-  callbacks.onStepEnd = [&](const train::StepEnd& end) {
-    // fit resets the peak of tensor bytes just before each step.
-    parallel::PipelineStepStats stats;
-    stats.peakMicroBatchesHeld = 1;
-    stats.peakStepBytes = peakTensorBytes() - figures.bytesBeforeStep();
-    stats.computeSeconds = end.computeSeconds;
-    stats.stepSeconds = end.seconds;
-    figures.afterStep(end.step, stats);
-  };
+  callbacks.onStepBegin = [&](int64_t step) { injectFailures(config, rank, step); };
   callbacks.onEnd = [&](const train::FitSummary&) {
     setTensorMemoryLimit(0);  // the budget covers training, not the whole model
-    engine.gatherModel();
-    return engine.isPrimary() ? report.heldOut(engine.model()) : observe::Fields{};
+    observe::Fields heldOut = report.heldOut(engine);
+    engine.gatherModel();  // for --save and the sample
+    return heldOut;
   };
   const train::FitSummary summary = train::fit(engine, run.train, run.validation, fitOptions(config, run, logger), callbacks);
-  const std::vector<double> all = gatherFigures(world.get(), figures.values());
   if (!engine.isPrimary()) return 0;
   const int layers = static_cast<int>(layerCount(config));
-  const double stepTime = printRankFigures(config, all, [&](size_t r) {
+  const double stepTime = printRankFigures(config, summary.ranks, [&](size_t r) {
     return RankPlace{"rank " + std::to_string(r), 0, layers - 1};
   }).second;
   std::printf("fsdp ranks %d step_ms %.2f\n", world->size(), 1000.0 * stepTime);
@@ -453,28 +390,20 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
                                     options);
 
   RunReport report(config, run);
-  StageFigures figures(std::min<int64_t>(config.timingSkip, run.totalSteps / 4));
   const int rank = engine.rank();
   train::FitCallbacks callbacks;
-  callbacks.onStepBegin = [&](int64_t step) {
-    injectFailures(config, rank, step);
-    figures.beforeStep();
-  };
-  callbacks.onStepEnd = [&](const train::StepEnd& end) { figures.afterStep(end.step, engine.lastStepStats()); };
+  callbacks.onStepBegin = [&](int64_t step) { injectFailures(config, rank, step); };
   callbacks.onEnd = [&](const train::FitSummary&) {
-    setTensorMemoryLimit(0);  // the budget covers training, not the whole model on rank 0
-    engine.gatherModel();
-    return engine.isPrimary() ? report.heldOut(engine.model()) : observe::Fields{};
+    setTensorMemoryLimit(0);  // the budget covers training: evaluating gathers the model on rank 0
+    observe::Fields heldOut = report.heldOut(engine);
+    engine.gatherModel();  // for --save and the sample (images: no held-out text)
+    return heldOut;
   };
   train::FitOptions fitOptionsHere = fitOptions(config, run, logger);
   fitOptionsHere.describe.update({{"mesh", config.mesh}});
   const train::FitSummary summary = train::fit(engine, run.train, run.validation, fitOptionsHere, callbacks);
-
-  // Per-rank figures to rank 0 of replica 0's model group; the other replicas hold the same.
-  if (engine.groups().replica != 0) return 0;
-  const std::vector<double> all = gatherFigures(engine.groups().model.get(), figures.values());
   if (!engine.isPrimary()) return 0;
-  printStageReport(config, engine, all);
+  printStageReport(config, engine, summary.ranks);
   report.finish(engine.model(), summary, logger);
   return 0;
 }

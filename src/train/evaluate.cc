@@ -22,15 +22,20 @@ data::Batch rows(const data::Dataset& dataset, int64_t from, int64_t to) {
   return dataset.gather(indices);
 }
 
-// Correct argmax predictions of `output` (b, C) against integer `labels` (b).
+// Whether `output` holds one row of class scores per label: (..., C) against labels (...).
+bool scoresPerLabel(const Tensor& output, const Tensor& labels) {
+  return output.dtype() == DType::F32 && output.dim() >= 2 && labels.dim() == output.dim() - 1 &&
+         labels.numel() * output.size(output.dim() - 1) == output.numel();
+}
+
+// Correct argmax predictions of `output` (..., C) against integer `labels` (...).
 int64_t countCorrect(const Tensor& output, const Tensor& labels) {
-  if (output.dim() != 2 || output.dtype() != DType::F32) return 0;
   const Tensor logits = output.contiguous();
   const std::vector<double> classes = labels.toDoubleVector();
-  const int64_t width = logits.size(1);
+  const int64_t width = logits.size(logits.dim() - 1);
   const float* values = logits.data<float>();
   int64_t correct = 0;
-  for (int64_t i = 0; i < logits.size(0); ++i) {
+  for (int64_t i = 0; i < labels.numel(); ++i) {
     const float* row = values + i * width;
     int64_t best = 0;
     for (int64_t c = 1; c < width; ++c)
@@ -54,25 +59,29 @@ EvaluateResult evaluate(nn::Module& model, const data::Dataset& dataset,
   const int64_t end = n * (rank + 1) / size;
   autograd::NoGradGuard noGrad;
   model.train(false);
-  double sums[2] = {0.0, 0.0};  // loss summed over samples, correct predictions
+  // The loss summed over samples, correct predictions, and the predictions counted.
+  double sums[3] = {0.0, 0.0, 0.0};
   for (int64_t from = begin; from < end; from += options.batch) {
     const int64_t to = std::min(from + options.batch, end);
     const data::Batch batch = rows(dataset, from, to);
-    const Tensor output = model.forward(batch.inputs);  // (b, C)
+    const Tensor output = model.forward(batch.inputs);  // (b, ..., C)
     const Tensor loss = options.loss ? options.loss(output, batch.labels)
                                      : crossEntropy(output, batch.labels);
     sums[0] += loss.item() * static_cast<double>(to - from);
-    sums[1] += static_cast<double>(countCorrect(output, batch.labels));
+    if (scoresPerLabel(output, batch.labels)) {
+      sums[1] += static_cast<double>(countCorrect(output, batch.labels));
+      sums[2] += static_cast<double>(batch.labels.numel());
+    }
   }
   if (size > 1) {
-    const double mine[2] = {sums[0], sums[1]};
-    comm->allreduce(mine, sums, 2, DType::F64, comm::ReduceOp::Sum);
+    const double mine[3] = {sums[0], sums[1], sums[2]};
+    comm->allreduce(mine, sums, 3, DType::F64, comm::ReduceOp::Sum);
   }
   EvaluateResult result;
   result.samples = n;
   if (n > 0) {
     result.loss = sums[0] / static_cast<double>(n);
-    result.accuracy = sums[1] / static_cast<double>(n);
+    result.accuracy = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
   }
   return result;
 }

@@ -215,11 +215,14 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
     // Admitted into a running elastic job: the state came from its members.
     step = *elastic->joinedAt();
     loader->setState(positionOf(step));
-  } else if (!options.resumeDir.empty()) {
+  } else if (const std::string resumeDir = resumeDirectory(options.resumeDir, options.checkpointDir);
+             !resumeDir.empty()) {
     CheckpointOptions from = checkpoints;
-    from.directory = options.resumeDir;
+    from.directory = resumeDir;
     const Position position = load({&engine}, from);
-    if (primary) logger.info("resuming", {{"checkpoint", position.path}, {"step", position.step}});
+    if (primary)
+      logger.info(options.resumeDir.empty() ? "requeued Slurm job: resuming from its checkpoints" : "resuming",
+                  {{"checkpoint", position.path}, {"step", position.step}});
     loader->setState(position.loader);
     step = position.step;
   }
@@ -307,6 +310,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
   int64_t lastCheckpoint = -1;
   bool evaluated = false;
   const int64_t tensorBase = engine.tensorBytesBefore();
+  detail::RankFiguresLog rankFigures(tensorBase);
   auto validate = [&]() -> std::optional<EvaluateResult> {
     if (!validation) return std::nullopt;
     trace::Scope span("evaluate", "train");
@@ -341,6 +345,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
       const double beginSeconds = secondsSince(beginStart);
       const auto computeStart = Clock::now();
       resetPeakTensorBytes();
+      const int64_t bytesBeforeStep = liveTensorBytes();
       const double lr = schedule->lrAt(step);
       double loss = 0.0;
       try {
@@ -351,10 +356,14 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
         if (!elastic || !(regrouped = recoverFrom(error))) throw;
         break;
       }
-      stepPeakBytes = std::max(stepPeakBytes, peakTensorBytes());
+      const int64_t peakBytes = peakTensorBytes();
+      stepPeakBytes = std::max(stepPeakBytes, peakBytes);
       stateBytes = liveTensorBytes() - storageBytes(batch.inputs) - storageBytes(batch.labels);
       const double compute = detail::computeSeconds(secondsSince(computeStart), engine.reducer());
       const double seconds = secondsSince(stepStart);
+      StepFigures stepFigures{.computeSeconds = compute, .peakStepBytes = peakBytes - bytesBeforeStep};
+      engine.refineStepFigures(stepFigures);
+      rankFigures.record(stepFigures, seconds, peakBytes, trainSteps + lossCount >= options.timingSkip);
       if (options.anomalyDetector) {
         if (comm && comm->size() > 1) options.anomalyDetector->agree(*comm);
         else options.anomalyDetector->throwIfFound();
@@ -442,7 +451,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
     summary.trainLoss = lossSum / lossCount;
     status.update("evaluating", step);
     const std::optional<EvaluateResult> figures = validate();
-    if (figures) summary.validationAccuracy = figures->accuracy;
+    if (figures) summary.validationAccuracy = figures->accuracy, summary.validationLoss = figures->loss;
     evaluated = true;
     summary.epochs = at.epoch + 1;
     const double rate = lossCount * globalBatch / std::max(epochSeconds, 1e-9);
@@ -461,7 +470,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
                                   {"step_peak_bytes", stepPeakBytes - tensorBase}});
   if (!evaluated) {
     const std::optional<EvaluateResult> figures = validate();
-    if (figures) summary.validationAccuracy = figures->accuracy;
+    if (figures) summary.validationAccuracy = figures->accuracy, summary.validationLoss = figures->loss;
     summary.epochs = loader->state().epoch;
   }
   summary.steps = step;
@@ -475,6 +484,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
     saveCheckpoint(step);
     if (!options.checkpointDir.empty()) metrics.event("checkpoint", step);
   }
+  summary.ranks = rankFigures.gather(comm.get());
   summary.wallSeconds = secondsSince(start);
   const observe::Fields endFields = callbacks.onEnd ? callbacks.onEnd(summary) : observe::Fields{};
   metrics.event("end", step);  // before the final line, which stays the file's last

@@ -152,6 +152,12 @@ EvaluateResult ModelParallelEngine::evaluate(const data::Dataset& dataset,
   return {figures[0], figures[1], static_cast<int64_t>(figures[2])};
 }
 
+void ModelParallelEngine::refineStepFigures(StepFigures& figures) const {
+  figures.computeSeconds = lastStats_.computeSeconds;
+  figures.microBatchesHeld = lastStats_.peakMicroBatchesHeld;
+  figures.boundaryBytes = static_cast<int64_t>(lastStats_.peakBoundaryBytes);
+}
+
 DataShard ModelParallelEngine::dataShard() const {
   return {groups_.replica, options_.mesh.dp};
 }

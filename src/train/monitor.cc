@@ -1,7 +1,9 @@
-// StepMonitor (the ranks' step-time breakdown, exchanged every interval) and RankStatus
+// StepMonitor (the ranks' step-time breakdown, exchanged every interval), RankFiguresLog
+// (each rank's step times and memory peaks over a fit, gathered at its end) and RankStatus
 // (each rank's step and state in a file that another terminal reads).
 #include "train/monitor.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -204,6 +206,51 @@ void RankStatus::write(const std::string& state) {
   const bool written = std::fwrite(line.data(), 1, line.size(), file) == line.size();
   if (std::fclose(file) != 0 || !written || std::rename(temporary.c_str(), path_.c_str()) != 0)
     KOLO_THROW(IoError, "cannot write the status file ", path_, ": ", std::strerror(errno));
+}
+
+void RankFiguresLog::record(const StepFigures& figures, double stepSeconds, int64_t peakTensorBytes,
+                            bool steady) {
+  for (int i = 0; i < (steady ? 2 : 1); ++i) {
+    compute_[i] += figures.computeSeconds;
+    step_[i] += stepSeconds;
+    ++steps_[i];
+  }
+  peaks_.peakStepBytes = std::max(peaks_.peakStepBytes, figures.peakStepBytes);
+  peaks_.peakTensorBytes = std::max(peaks_.peakTensorBytes, peakTensorBytes - tensorBase_);
+  peaks_.peakMicroBatchesHeld = std::max(peaks_.peakMicroBatchesHeld, figures.microBatchesHeld);
+  peaks_.peakBoundaryBytes = std::max(peaks_.peakBoundaryBytes, figures.boundaryBytes);
+}
+
+std::vector<RankFigures> RankFiguresLog::gather(comm::Communicator* comm) const {
+  const int which = steps_[1] > 0 ? 1 : 0;
+  const double steps = static_cast<double>(std::max<int64_t>(steps_[which], 1));
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  constexpr size_t kFields = 7;
+  const double mine[kFields] = {compute_[which] / steps,
+                                step_[which] / steps,
+                                static_cast<double>(peaks_.peakStepBytes),
+                                static_cast<double>(peaks_.peakTensorBytes),
+                                static_cast<double>(peaks_.peakMicroBatchesHeld),
+                                static_cast<double>(peaks_.peakBoundaryBytes),
+                                static_cast<double>(usage.ru_maxrss) * 1024.0};
+  const int size = comm ? comm->size() : 1;
+  std::vector<double> all(kFields * static_cast<size_t>(size));
+  if (comm) comm->allgather(mine, all.data(), kFields, DType::F64);
+  else std::copy(mine, mine + kFields, all.begin());
+  std::vector<RankFigures> ranks(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    const double* f = &all[static_cast<size_t>(r) * kFields];
+    ranks[static_cast<size_t>(r)] = {.rank = r,
+                                     .computeSeconds = f[0],
+                                     .stepSeconds = f[1],
+                                     .peakStepBytes = static_cast<int64_t>(f[2]),
+                                     .peakTensorBytes = static_cast<int64_t>(f[3]),
+                                     .peakMicroBatchesHeld = static_cast<int64_t>(f[4]),
+                                     .peakBoundaryBytes = static_cast<int64_t>(f[5]),
+                                     .peakResidentBytes = static_cast<int64_t>(f[6])};
+  }
+  return ranks;
 }
 
 }  // namespace kolo::train::detail

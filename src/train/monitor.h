@@ -13,6 +13,8 @@
 #include "kolo/comm/communicator.h"
 #include "kolo/observe.h"
 #include "kolo/parallel/reducer.h"
+#include "kolo/train/engine.h"
+#include "kolo/train/fit.h"
 
 namespace kolo::train::detail {
 
@@ -62,6 +64,23 @@ class StepMonitor {
   int64_t every_;
   int64_t localBatch_;
   double sums_[6] = {};  // steps, data, step, comm, exposed, bytes
+};
+
+/// This rank's RankFigures over a fit: steady means of its step times, peaks of its memory.
+class RankFiguresLog {
+ public:
+  explicit RankFiguresLog(int64_t tensorBase) : tensorBase_(tensorBase) {}
+  /// One step: `figures` as the engine refined them, the step's seconds, the tensor bytes
+  /// at its fullest (absolute), and whether it counts for the means (after timingSkip).
+  void record(const StepFigures& figures, double stepSeconds, int64_t peakTensorBytes, bool steady);
+  /// Every rank's figures in `comm`'s rank order (this rank's alone when null). Collective.
+  std::vector<RankFigures> gather(comm::Communicator* comm) const;
+
+ private:
+  int64_t tensorBase_;
+  RankFigures peaks_;
+  double compute_[2] = {}, step_[2] = {};  // sums over the steady steps, over all
+  int64_t steps_[2] = {};
 };
 
 /// This rank's line in the status file: FILE.rank-N, rewritten atomically (a temporary file

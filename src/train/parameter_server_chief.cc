@@ -103,7 +103,8 @@ class Chief {
   ParameterServerSummary run() {
     // Resuming restores the servers before any worker can reach the chief (its address is
     // published by startDispatching), so every worker's first pull has the checkpoint's values.
-    const int64_t firstEpoch = options_.resumeDir.empty() ? 0 : resume();
+    const std::string resumeDir = resumeDirectory(options_.resumeDir, options_.checkpointDir);
+    const int64_t firstEpoch = resumeDir.empty() ? 0 : resume(resumeDir);
     startDispatching(firstEpoch);
     metrics_ = std::make_unique<MetricsLog>(options_.metricsPath, firstEpoch > 0, start_);
     step_ = job_.stepsPerEpoch * firstEpoch;
@@ -115,11 +116,11 @@ class Chief {
   }
 
  private:
-  /// Restores the servers from the newest checkpoint of options.resumeDir; returns the
-  /// epochs it had done.
-  int64_t resume() {
+  /// Restores the servers from the newest checkpoint of `directory`; returns the epochs it
+  /// had done.
+  int64_t resume(const std::string& directory) {
     CheckpointOptions from = checkpoints_;
-    from.directory = options_.resumeDir;
+    from.directory = directory;
     const Position position = load({&state_}, from);
     KOLO_REQUIRE(position.loader.batch == 0, "--resume ", position.path, " was written at batch ",
                  position.loader.batch, " of epoch ", position.loader.epoch + 1,

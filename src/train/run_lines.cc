@@ -68,7 +68,7 @@ std::string epochProgressText(double trainLoss, const std::optional<EvaluateResu
 
 observe::Fields epochFields(const EpochEnd& epoch, double wallSeconds, double lr) {
   observe::Fields line{{"epoch", epoch.epoch}, {"step", epoch.step}, {"train_loss", epoch.trainLoss}};
-  if (epoch.validation) line.set("test_accuracy", epoch.validation->accuracy);
+  if (epoch.validation) line.update({{"test_accuracy", epoch.validation->accuracy}, {"test_loss", epoch.validation->loss}});
   line.update({{"samples_per_s", epoch.samplesPerSecond}, {"wall_s", wallSeconds}, {"lr", lr}});
   return line;
 }
@@ -76,7 +76,7 @@ observe::Fields epochFields(const EpochEnd& epoch, double wallSeconds, double lr
 observe::Fields finalFields(const FitSummary& summary, bool validation) {
   observe::Fields last{{"epoch", summary.epochs}, {"step", summary.steps},
                        {"train_loss", summary.trainLoss}};
-  if (validation) last.set("test_accuracy", summary.validationAccuracy);
+  if (validation) last.update({{"test_accuracy", summary.validationAccuracy}, {"test_loss", summary.validationLoss}});
   last.update({{"samples_per_s", summary.samplesPerSecond},
                {"steady_samples_per_s", summary.steadySamplesPerSecond},
                {"grad_bytes_per_step", summary.gradBytesPerStep},

@@ -9,6 +9,7 @@
 
 #include "kolo/checkpoint.h"
 #include "kolo/error.h"
+#include "kolo/settings.h"
 
 namespace kolo::train {
 namespace {
@@ -112,6 +113,15 @@ Position load(const std::vector<Stateful*>& objects, const CheckpointOptions& op
   }
   for (Stateful* object : objects) object->loadStateDict(state);
   return Position{.step = position[1], .loader = {position[2], position[3]}, .path = path};
+}
+
+std::string resumeDirectory(const std::string& resumeDir, const std::string& checkpointDir) {
+  if (!resumeDir.empty() || checkpointDir.empty()) return resumeDir;
+  const settings::Environment environment = settings::Environment::process();
+  const std::string* restarts = environment.find("SLURM_RESTART_COUNT");
+  if (!restarts || restarts->empty() || *restarts == "0") return "";
+  const checkpoint::CheckpointManager manager(checkpointDir, 1, false, [](const std::string&) {});
+  return manager.latestGood() ? checkpointDir : "";
 }
 
 }  // namespace kolo::train

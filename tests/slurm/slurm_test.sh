@@ -168,7 +168,7 @@ while [ $SECONDS -lt $deadline ]; do
 done
 [ "$state" = COMPLETED ] && [ "${restarts:-0}" -ge 1 ] || fail "requeued job $job ended $state after ${restarts:-0} restart(s)" "$dir/requeue.out"
 grep -q "run 1 of job $job" "$dir/requeue.out" || fail "job $job did not run a second time" "$dir/requeue.out"
-grep -q "requeued Slurm job (SLURM_RESTART_COUNT=1): resuming from $dir/ckpt" "$dir/requeue.out" ||
+grep -q "requeued Slurm job: resuming from its checkpoints checkpoint=$dir/ckpt" "$dir/requeue.out" ||
   fail "the requeued job did not resume from its checkpoints" "$dir/requeue.out"
 first_step="$(grep -o 'first_step=[0-9]*' "$dir/requeue.out" | tail -n 1 | cut -d= -f2)"
 [ "${first_step:-0}" -gt 0 ] || fail "the requeued job's second run started at step ${first_step:-0}" "$dir/requeue.out"

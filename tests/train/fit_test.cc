@@ -3,7 +3,9 @@
 // a run resumed from a checkpoint ends bit-identical to a straight one; evaluate() splits
 // the work over the ranks and returns the figures of one process; save() keeps each
 // Stateful object's sections and refuses two objects that claim one name; the metrics lines
-// keep the schema `kolo report` reads, with what onEnd adds to the final line.
+// keep the schema `kolo report` reads, with what onEnd adds to the final line; every rank
+// learns every rank's figures; evaluate() counts each position of a sequence; a requeued
+// Slurm job resumes from its checkpoint directory.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -287,6 +289,99 @@ TEST(FitTest, MetricsLinesKeepTheSchemaThatKoloReportReads) {
   EXPECT_EQ(lines.back()["final"], true);
   EXPECT_EQ(lines.back()["step"], 8);
   EXPECT_EQ(lines.back()["extra_figure"], 8);
+  fs::remove_all(dir);
+}
+
+TEST(FitTest, EveryRankReportsItsFiguresAndTheValidationFigures) {
+  const auto train = dataset(512, 1);
+  const auto test = dataset(128, 2);
+  observe::Logger logger(stderr, observe::LogLevel::Warn);
+  auto make = nativeRanks(2);
+  std::vector<FitSummary> summaries(2);
+  std::vector<EvaluateResult> after(2);
+  runThreads(2, [&](int rank) {
+    auto e = engine(make(rank));
+    FitOptions options = quietOptions(logger);
+    options.steps = 6;
+    options.timingSkip = 2;
+    summaries[static_cast<size_t>(rank)] = fit(*e, train, test, options);
+    after[static_cast<size_t>(rank)] = e->evaluate(*test);
+  });
+  for (size_t rank = 0; rank < 2; ++rank) {
+    const FitSummary& summary = summaries[rank];
+    EXPECT_EQ(summary.validationLoss, after[rank].loss);
+    EXPECT_EQ(summary.validationAccuracy, after[rank].accuracy);
+    ASSERT_EQ(summary.ranks.size(), 2u);
+    for (int r = 0; r < 2; ++r) {
+      const RankFigures& f = summary.ranks[static_cast<size_t>(r)];
+      const RankFigures& other = summaries[1 - rank].ranks[static_cast<size_t>(r)];
+      EXPECT_EQ(f.rank, r);
+      EXPECT_GT(f.stepSeconds, 0.0);
+      EXPECT_GT(f.computeSeconds, 0.0);
+      // The weights, gradients and momentum of the model at least; a step's own on top.
+      EXPECT_GE(f.peakTensorBytes, 3 * (kFeatures * 32 + 32 + 32 * kClasses + kClasses) * 4);
+      EXPECT_GT(f.peakStepBytes, 0);
+      EXPECT_EQ(f.peakMicroBatchesHeld, 1);
+      EXPECT_EQ(f.peakBoundaryBytes, 0);
+      EXPECT_GT(f.peakResidentBytes, f.peakTensorBytes);
+      EXPECT_EQ(f.stepSeconds, other.stepSeconds) << "the ranks were told different figures";
+    }
+  }
+}
+
+// Returns its input: a model whose outputs the test writes itself.
+struct Identity : nn::Module {
+  Tensor forward(const Tensor& x) override { return x; }
+};
+
+TEST(EvaluateTest, SequencesCountEveryPosition) {
+  // Outputs (2, 3, 4): the argmax of each position's scores against labels (2, 3), 4 of the 6
+  // right.
+  const Tensor scores = Tensor::fromVector({2, 3, 4}, std::vector<float>{
+      9, 0, 0, 0,  0, 9, 0, 0,  0, 0, 9, 0,    // argmax 0, 1, 2
+      0, 0, 0, 9,  9, 0, 0, 0,  0, 9, 0, 0});  // argmax 3, 0, 1
+  const Tensor labels = Tensor::fromVector({2, 3}, std::vector<int64_t>{0, 1, 3, 3, 2, 1});
+  struct Sequences : data::Dataset {
+    Tensor scores, labels;
+    int64_t size() const override { return 2; }
+    data::Batch gather(const std::vector<int64_t>& rows) const override {
+      return {index(scores, rows), index(labels, rows), {}};
+    }
+    static Tensor index(const Tensor& t, const std::vector<int64_t>& rows) {
+      std::vector<Tensor> picked;
+      for (int64_t row : rows) picked.push_back(t.slice(0, row, row + 1));
+      return cat(picked, 0);
+    }
+  } data;
+  data.scores = scores;
+  data.labels = labels;
+  Identity identity;
+  const auto zero = [](const Tensor&, const Tensor&) { return Tensor::zeros({1}); };
+  const EvaluateResult result = evaluate(identity, data, {.batch = 1, .loss = zero, .communicator = nullptr});
+  EXPECT_EQ(result.samples, 2);
+  EXPECT_DOUBLE_EQ(result.accuracy, 4.0 / 6.0);
+}
+
+TEST(FitTest, ARequeuedSlurmJobResumesFromItsCheckpoints) {
+  const std::string dir = freshDir("requeue");
+  const std::vector<float> straight = trainOn(0, 20);
+  EXPECT_EQ(resumeDirectory("", dir), "") << "no requeue: a fresh start";
+  FitCallbacks crash;
+  crash.onStepBegin = [](int64_t step) {
+    if (step == 10) KOLO_THROW(Error, "stopped at step 10");
+  };
+  EXPECT_THROW(trainOn(0, 20, [&](FitOptions& o) {
+    o.checkpointDir = dir;
+    o.checkpointEvery = 4;
+  }, crash), Error);
+  // The job script runs again with SLURM_RESTART_COUNT=1 and the same flags.
+  ::setenv("SLURM_RESTART_COUNT", "1", 1);
+  EXPECT_EQ(resumeDirectory("", dir), dir);
+  EXPECT_EQ(resumeDirectory("/elsewhere", dir), "/elsewhere") << "an explicit resume wins";
+  EXPECT_EQ(resumeDirectory("", dir + "-empty"), "") << "nothing to resume: a fresh start";
+  const std::vector<float> requeued = trainOn(0, 20, [&](FitOptions& o) { o.checkpointDir = dir; });
+  ::unsetenv("SLURM_RESTART_COUNT");
+  EXPECT_EQ(straight, requeued);
   fs::remove_all(dir);
 }
 

@@ -155,6 +155,16 @@ TEST(ModelParallelEngineTest, EveryLayoutTakesTheStepsOfOneProcess) {
       EXPECT_NEAR(split.losses[s], one.losses[s], 1e-5) << name << " step " << s;
     // The whole model on rank 0 evaluates as one process does.
     EXPECT_NEAR(split.summary.validationAccuracy, one.summary.validationAccuracy, 1e-9) << name;
+    EXPECT_NEAR(split.summary.validationLoss, one.summary.validationLoss, 1e-5) << name;
+    // Every rank's figures; a pipeline's stages held micro-batches and boundary activations.
+    ASSERT_EQ(split.summary.ranks.size(), static_cast<size_t>(layout.mesh.size())) << name;
+    for (const RankFigures& f : split.summary.ranks) {
+      EXPECT_GT(f.peakTensorBytes, 0) << name << " rank " << f.rank;
+      if (layout.mesh.pp == 1) continue;
+      EXPECT_GE(f.peakMicroBatchesHeld, 1) << name << " rank " << f.rank;
+      EXPECT_LE(f.peakMicroBatchesHeld, layout.microBatches) << name << " rank " << f.rank;
+      EXPECT_GT(f.peakBoundaryBytes, 0) << name << " rank " << f.rank;
+    }
   }
 }
 

@@ -31,6 +31,20 @@ struct DataShard {
   int worldSize = 1;
 };
 
+/// What one step took and held on this rank, as train::fit measures it; an engine that knows
+/// more refines it (Engine::refineStepFigures).
+struct StepFigures {
+  /// Forward, backward and update, less waiting for other ranks.
+  double computeSeconds = 0.0;
+  /// The most tensor bytes alive during the step beyond those alive just before it
+  /// (activations, saved tensors, gradients, messages, temporaries).
+  int64_t peakStepBytes = 0;
+  /// Micro-batches whose activations were alive at once (pipeline stages; 1 elsewhere).
+  int64_t microBatchesHeld = 1;
+  /// The most bytes of activations kept at a pipeline stage's boundaries (0 elsewhere).
+  int64_t boundaryBytes = 0;
+};
+
 /// The interface train::fit drives. An engine is also Stateful: its state (weights,
 /// optimizer state, what its communication keeps) is what a checkpoint holds. Not
 /// thread-safe: one thread drives an engine; the calls marked collective are made by every
@@ -77,6 +91,10 @@ class Engine : public Stateful {
   /// The elastic protocol fit drives around step() when the job's membership may change
   /// (train::ElasticEngine); null for a fixed set of ranks.
   virtual ElasticEngine* elastic() { return nullptr; }
+  /// Refines fit's figures of the step just taken (FitSummary::ranks): a pipeline stage gives
+  /// its own compute time (waits for its neighbours left out), the micro-batches it held and
+  /// its boundary bytes. Default: fit's figures as they are.
+  virtual void refineStepFigures(StepFigures& figures) const { (void)figures; }
   /// This process's rank in communicator() (0 without one).
   virtual int rank() const;
   /// True on the one process that writes metrics, checkpoints and progress (rank 0).

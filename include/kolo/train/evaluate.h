@@ -32,8 +32,9 @@ struct EvaluateOptions {
 struct EvaluateResult {
   /// Mean loss per sample.
   double loss = 0.0;
-  /// Fraction of the samples whose output's argmax is their label (outputs (B, C) with
-  /// integer labels; 0 when the output has another shape).
+  /// Fraction of the predictions whose argmax is their label: one per sample for outputs
+  /// (B, C) against labels (B), one per position for sequences, (B, T, C) against (B, T)
+  /// (a language model's next-token accuracy); 0 when the output has another shape.
   double accuracy = 0.0;
   /// Samples evaluated (the dataset's size).
   int64_t samples = 0;

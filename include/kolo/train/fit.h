@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kolo/data.h"
 #include "kolo/numerics.h"
@@ -73,7 +74,8 @@ struct FitOptions {
   /// false, or without a checkpointDir: SIGTERM ends the process at once.
   bool checkpointOnTerminate = true;
   /// Continue from the newest good checkpoint in this directory ("" : start fresh); `steps`
-  /// stays the total.
+  /// stays the total. Without it, a requeued Slurm job resumes from checkpointDir
+  /// (train::resumeDirectory).
   std::string resumeDir{};
   /// What fixes the weights' shapes and the data order (model, batch, seed, ...): stored in
   /// every checkpoint; a resume whose checkpoint has other values is refused.
@@ -118,18 +120,41 @@ struct EpochEnd {
   double samplesPerSecond = 0.0;
 };
 
+/// One rank's figures over a fit (FitSummary::ranks).
+struct RankFigures {
+  int rank = 0;
+  /// Per step: the mean over the steps after FitOptions::timingSkip (over every step when
+  /// there were no more).
+  double computeSeconds = 0.0;  // forward, backward and update, less waiting (StepFigures)
+  double stepSeconds = 0.0;     // the whole step, loading its batch included
+  /// Peaks over every step.
+  int64_t peakStepBytes = 0;    // tensor bytes a step held beyond those alive before it
+  /// Tensor bytes alive at the fullest moment of a step, beyond those alive before the
+  /// engine was built (the data set): weights, optimizer state and the step's own.
+  int64_t peakTensorBytes = 0;
+  int64_t peakMicroBatchesHeld = 0;  // pipeline stages (1 elsewhere)
+  int64_t peakBoundaryBytes = 0;     // pipeline stages (0 elsewhere)
+  /// The process's peak resident memory so far (getrusage), tensors or not.
+  int64_t peakResidentBytes = 0;
+};
+
 /// What a finished fit reports (on every rank; the loss and accuracy are global).
 struct FitSummary {
   int64_t steps = 0;       // the step count reached (resumed steps included)
   int64_t epochs = 0;      // epochs begun
   double trainLoss = 0.0;  // mean loss over the last epoch's steps
-  /// The validation set's accuracy after the last step (0 without one).
+  /// The validation set's accuracy and mean loss after the last step (0 without one; see
+  /// EvaluateResult).
   double validationAccuracy = 0.0;
+  double validationLoss = 0.0;
   double samplesPerSecond = 0.0;        // global samples per second of training time
   double steadySamplesPerSecond = 0.0;  // the same without the first timingSkip steps
   double wallSeconds = 0.0;
   /// Bytes this rank handed to gradient collectives per step (0 without a reducer).
   double gradBytesPerStep = 0.0;
+  /// Every rank's figures, in rank order of the engine's communicator at the end (this
+  /// process's alone without one): where the time and the memory went, rank by rank.
+  std::vector<RankFigures> ranks{};
 };
 
 /// Hooks into the loop, called on every rank; an exception from one ends fit (rank 0 writes

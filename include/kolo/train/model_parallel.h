@@ -120,6 +120,9 @@ class ModelParallelEngine : public Engine {
   /// optimizer slots cut as its parameters are). Blocking; collective. Throws Mismatch on
   /// every rank when a tensor is missing or of another shape, or the optimizer kind differs.
   void loadStateDict(const StateDict& state) override;
+  /// The stage's own compute (waits for its neighbours left out), the micro-batches it held
+  /// and its boundary bytes in the last step.
+  void refineStepFigures(StepFigures& figures) const override;
 
   /// Layer bounds of the stages, {0, splits…, n}.
   const std::vector<int>& bounds() const;

@@ -99,7 +99,8 @@ struct ParameterServerOptions {
   int64_t checkpointEvery = 0;
   int keepCheckpoints = 3;
   /// Continue from the newest good checkpoint here ("" : start fresh): any strategy's
-  /// checkpoint of the same model, at an epoch's end.
+  /// checkpoint of the same model, at an epoch's end. Without it, a requeued Slurm job
+  /// resumes from checkpointDir (train::resumeDirectory).
   std::string resumeDir{};
   /// Stored in every checkpoint; a resume whose checkpoint has other values is refused.
   std::map<std::string, std::string> identity{};

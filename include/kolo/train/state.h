@@ -97,4 +97,12 @@ std::string save(const std::vector<Stateful*>& objects, const Position& position
 /// 0) rather than waiting.
 Position load(const std::vector<Stateful*>& objects, const CheckpointOptions& options);
 
+/// The directory a run resumes from: `resumeDir` when given; otherwise, in a Slurm job that
+/// was requeued (SLURM_RESTART_COUNT above 0: `scontrol requeue`, or a node failure under
+/// `sbatch --requeue`, which runs the job script again), `checkpointDir` when it holds a good
+/// checkpoint, so that the job's next life continues where the last one stopped; else ""
+/// (start fresh). Every rank sees the same directory before anything writes to it, so all
+/// decide alike.
+std::string resumeDirectory(const std::string& resumeDir, const std::string& checkpointDir);
+
 }  // namespace kolo::train
