@@ -332,9 +332,10 @@ int runLanguageModelFsdp(const TrainConfig& config, const RunData& run,
   train::FitCallbacks callbacks;
   callbacks.onStepBegin = [&](int64_t step) { injectFailures(config, rank, step); };
   callbacks.onEnd = [&](const train::FitSummary&) {
-    setTensorMemoryLimit(0);  // the budget covers training, not the whole model
     observe::Fields heldOut = report.heldOut(engine);
-    engine.gatherModel();  // for --save and the sample
+    // --save and the sample take the whole model on rank 0: the budget covers training.
+    setTensorMemoryLimit(0);
+    engine.gatherModel();
     return heldOut;
   };
   const train::FitSummary summary = train::fit(engine, run.train, run.validation, fitOptions(config, run, logger), callbacks);
@@ -394,9 +395,10 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
   train::FitCallbacks callbacks;
   callbacks.onStepBegin = [&](int64_t step) { injectFailures(config, rank, step); };
   callbacks.onEnd = [&](const train::FitSummary&) {
-    setTensorMemoryLimit(0);  // the budget covers training: evaluating gathers the model on rank 0
     observe::Fields heldOut = report.heldOut(engine);
-    engine.gatherModel();  // for --save and the sample (images: no held-out text)
+    // --save and the sample take the whole model on rank 0: the budget covers training.
+    setTensorMemoryLimit(0);
+    engine.gatherModel();
     return heldOut;
   };
   train::FitOptions fitOptionsHere = fitOptions(config, run, logger);

@@ -9,12 +9,12 @@
 #include "kolo/autograd.h"
 #include "kolo/error.h"
 #include "kolo/ops.h"
+#include "train/evaluate_parts.h"
 
 namespace kolo::train {
-namespace {
+namespace detail {
 
-// Rows [from, to) of the dataset: views of a TensorDataset, gathered otherwise.
-data::Batch rows(const data::Dataset& dataset, int64_t from, int64_t to) {
+data::Batch datasetRows(const data::Dataset& dataset, int64_t from, int64_t to) {
   if (const auto* tensors = dynamic_cast<const data::TensorDataset*>(&dataset))
     return {tensors->inputs().slice(0, from, to), tensors->labels().slice(0, from, to), {}};
   std::vector<int64_t> indices(static_cast<size_t>(to - from));
@@ -22,13 +22,11 @@ data::Batch rows(const data::Dataset& dataset, int64_t from, int64_t to) {
   return dataset.gather(indices);
 }
 
-// Whether `output` holds one row of class scores per label: (..., C) against labels (...).
 bool scoresPerLabel(const Tensor& output, const Tensor& labels) {
   return output.dtype() == DType::F32 && output.dim() >= 2 && labels.dim() == output.dim() - 1 &&
          labels.numel() * output.size(output.dim() - 1) == output.numel();
 }
 
-// Correct argmax predictions of `output` (..., C) against integer `labels` (...).
 int64_t countCorrect(const Tensor& output, const Tensor& labels) {
   const Tensor logits = output.contiguous();
   const std::vector<double> classes = labels.toDoubleVector();
@@ -45,7 +43,7 @@ int64_t countCorrect(const Tensor& output, const Tensor& labels) {
   return correct;
 }
 
-}  // namespace
+}  // namespace detail
 
 EvaluateResult evaluate(nn::Module& model, const data::Dataset& dataset,
                         const EvaluateOptions& options) {
@@ -63,13 +61,13 @@ EvaluateResult evaluate(nn::Module& model, const data::Dataset& dataset,
   double sums[3] = {0.0, 0.0, 0.0};
   for (int64_t from = begin; from < end; from += options.batch) {
     const int64_t to = std::min(from + options.batch, end);
-    const data::Batch batch = rows(dataset, from, to);
+    const data::Batch batch = detail::datasetRows(dataset, from, to);
     const Tensor output = model.forward(batch.inputs);  // (b, ..., C)
     const Tensor loss = options.loss ? options.loss(output, batch.labels)
                                      : crossEntropy(output, batch.labels);
     sums[0] += loss.item() * static_cast<double>(to - from);
-    if (scoresPerLabel(output, batch.labels)) {
-      sums[1] += static_cast<double>(countCorrect(output, batch.labels));
+    if (detail::scoresPerLabel(output, batch.labels)) {
+      sums[1] += static_cast<double>(detail::countCorrect(output, batch.labels));
       sums[2] += static_cast<double>(batch.labels.numel());
     }
   }

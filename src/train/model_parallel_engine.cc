@@ -1,15 +1,18 @@
 // ModelParallelEngine: the mesh's groups, this rank's part of the model (a pipeline stage,
 // cut from the tensor-parallel model when tp > 1), the step with the replicas' gradient
 // average, and the whole model's state gathered to rank 0 and cut back into parts.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kolo/error.h"
 #include "kolo/ops.h"
 #include "kolo/safetensors.h"
 #include "kolo/train/model_parallel.h"
+#include "train/evaluate_parts.h"
 #include "train/model_parts.h"
 
 namespace kolo::train {
@@ -35,6 +38,37 @@ bool plausibleSplits(const std::vector<int>& splits, int stages) {
 double meanOverReplicas(double loss, comm::Communicator* data) {
   if (data) data->allreduce(&loss, &loss, 1, DType::F64, comm::ReduceOp::Avg);
   return loss;
+}
+
+// Correct predictions of logits split by vocabulary over `tensor` (rank t holds classes
+// t·W … t·W + W − 1, W the local width) against whole `labels`: every rank's best class per
+// position is gathered, and the first of equal maxima wins, as over whole logits.
+// Collective over `tensor`.
+int64_t countCorrectSplit(const Tensor& logits, const Tensor& labels, comm::Communicator& tensor) {
+  const Tensor local = logits.contiguous();
+  const int64_t width = local.size(local.dim() - 1);
+  const auto positions = static_cast<size_t>(labels.numel());
+  const float* values = local.data<float>();
+  std::vector<double> mine(2 * positions);
+  for (size_t i = 0; i < positions; ++i) {
+    const float* row = values + static_cast<int64_t>(i) * width;
+    int64_t best = 0;
+    for (int64_t c = 1; c < width; ++c)
+      if (row[c] > row[best]) best = c;
+    mine[2 * i] = row[best];
+    mine[2 * i + 1] = static_cast<double>(best + tensor.rank() * width);
+  }
+  std::vector<double> all(mine.size() * static_cast<size_t>(tensor.size()));
+  tensor.allgather(mine.data(), all.data(), mine.size(), DType::F64);
+  const std::vector<double> classes = labels.toDoubleVector();
+  int64_t correct = 0;
+  for (size_t i = 0; i < positions; ++i) {
+    size_t best = 2 * i;
+    for (size_t r = 1; r < static_cast<size_t>(tensor.size()); ++r)
+      if (all[r * mine.size() + 2 * i] > all[best]) best = r * mine.size() + 2 * i;
+    correct += all[best + 1] == classes[i];
+  }
+  return correct;
 }
 
 // A group of one rank needs no messages: treat it as none.
@@ -137,19 +171,52 @@ double ModelParallelEngine::step(const data::Batch& batch, double lr) {
 
 EvaluateResult ModelParallelEngine::evaluate(const data::Dataset& dataset,
                                              EvaluateOptions options) {
-  gatherModel();
-  if (!options.loss) options.loss = options_.loss;
-  options.communicator = nullptr;
-  // Rank 0 holds the whole model now: it evaluates alone and shares the figures.
+  KOLO_REQUIRE(options.batch >= 1, "train::evaluate: batch must be at least 1, got ", options.batch);
+  // Each replica takes a contiguous slice of the dataset and passes it through its stages in
+  // chunks of options.batch rows; no rank holds more than its part of the model.
+  const int dp = options_.mesh.dp;
+  const int64_t n = dataset.size();
+  const int64_t begin = n * groups_.replica / dp;
+  const int64_t end = n * (groups_.replica + 1) / dp;
+  const int64_t chunks = (end - begin + options.batch - 1) / options.batch;
+  auto chunk = [&](int64_t c) {
+    const int64_t from = begin + c * options.batch;
+    return detail::datasetRows(dataset, from, std::min(from + options.batch, end));
+  };
+  const bool splitOutput = tensorModel_ && tensorModel_->outputSplitByVocabulary();
+  OutputLoss loss = options.loss ? options.loss : options_.loss;
+  if (tensorModel_) loss = [tp = tensorModel_](const Tensor& out, const Tensor& y) { return tp->loss(out, y); };
+  if (!loss) loss = [](const Tensor& out, const Tensor& y) { return crossEntropy(out, y); };
+  double sums[3] = {0.0, 0.0, 0.0};  // loss summed over samples, correct predictions, predictions
+  stage_->module().train(false);
+  stage_->forwardOnly(chunks, [&](int64_t c) { return chunk(c).inputs; },
+                      [&](int64_t c, const Tensor& output) {
+                        const Tensor labels = chunk(c).labels;
+                        const double lossSum = loss(output, labels).item() * static_cast<double>(labels.size(0));
+                        int64_t correct = 0, predictions = 0;
+                        if (splitOutput) {
+                          correct = countCorrectSplit(output, labels, *groups_.tensor);
+                          predictions = labels.numel();
+                        } else if (detail::scoresPerLabel(output, labels)) {
+                          correct = detail::countCorrect(output, labels);
+                          predictions = labels.numel();
+                        }
+                        if (groups_.tensorRank != 0) return;  // the tensor ranks hold the same figures
+                        sums[0] += lossSum;
+                        sums[1] += static_cast<double>(correct);
+                        sums[2] += static_cast<double>(predictions);
+                      });
+  stage_->module().train(true);
+  comm::Communicator* world = options_.communicator.get();
+  if (world && world->size() > 1) {
+    const double mine[3] = {sums[0], sums[1], sums[2]};
+    world->allreduce(mine, sums, 3, DType::F64, comm::ReduceOp::Sum);
+  }
   EvaluateResult result;
-  detail::onRoot(options_.communicator.get(), "the evaluation", [&] {
-    result = train::evaluate(*whole_, dataset, options);
-    whole_->train(true);
-  });
-  double figures[3] = {result.loss, result.accuracy, static_cast<double>(result.samples)};
-  if (options_.communicator && options_.communicator->size() > 1)
-    options_.communicator->broadcast(figures, 3, DType::F64, 0);
-  return {figures[0], figures[1], static_cast<int64_t>(figures[2])};
+  result.samples = n;
+  if (n > 0) result.loss = sums[0] / static_cast<double>(n);
+  if (sums[2] > 0) result.accuracy = sums[1] / sums[2];
+  return result;
 }
 
 void ModelParallelEngine::refineStepFigures(StepFigures& figures) const {

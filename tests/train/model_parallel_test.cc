@@ -2,8 +2,9 @@
 // split, 1F1B, micro-batches), 2 tensor ranks, and a dp=2 × pp=2 mesh takes the steps of the
 // unsplit model on one process (with a check that training moved the weights); a checkpoint
 // written by one layout resumes in another (and in a DataParallelEngine) to the weights of a
-// straight run, and a checkpoint of another model is refused on every rank; evaluate() and
-// gatherModel() give rank 0 the whole model's figures and weights; bad options are named.
+// straight run, and a checkpoint of another model is refused on every rank; evaluate() over
+// the stages and tensor ranks (a language model's logits split by vocabulary too) gives the
+// figures of one process, and gatherModel() rank 0 the whole weights; bad options are named.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -14,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "kolo/byte_corpus.h"
 #include "kolo/error.h"
+#include "kolo/nn/language_model.h"
 #include "kolo/nn/layers.h"
 #include "kolo/ops.h"
 #include "kolo/train/fit.h"
@@ -164,6 +167,44 @@ TEST(ModelParallelEngineTest, EveryLayoutTakesTheStepsOfOneProcess) {
       EXPECT_GE(f.peakMicroBatchesHeld, 1) << name << " rank " << f.rank;
       EXPECT_LE(f.peakMicroBatchesHeld, layout.microBatches) << name << " rank " << f.rank;
       EXPECT_GT(f.peakBoundaryBytes, 0) << name << " rank " << f.rank;
+    }
+  }
+}
+
+TEST(ModelParallelEngineTest, EvaluationWhereTheModelLivesGivesOneProcesssFigures) {
+  // A small lm: 7 layers to cut into stages; under tp its logits are split by vocabulary.
+  const nn::LanguageModelConfig sizes{.vocab = 256, .layers = 2, .dModel = 16, .heads = 2, .seqLen = 8};
+  auto lm = [&sizes] {
+    Generator gen(11);
+    return nn::makeLanguageModel(sizes, gen);
+  };
+  std::vector<uint8_t> text;
+  for (int i = 0; i < 700; ++i) text.push_back(static_cast<uint8_t>("the quick brown fox "[i % 20] + (i % 7 == 0)));
+  const auto corpus = std::make_shared<data::ByteCorpus>(text, 8, 0.1, "test text");
+  const data::ByteWindows windows(corpus);  // 78 windows
+  const EvaluateOptions byLm{.batch = 10, .loss = nn::languageModelLoss, .communicator = nullptr};
+  const EvaluateResult one = evaluate(*lm(), windows, byLm);
+  EXPECT_GT(one.accuracy, 0.0);
+  for (const parallel::MeshShape mesh : {parallel::MeshShape{.dp = 1, .pp = 2, .tp = 2},
+                                        parallel::MeshShape{.dp = 2, .pp = 1, .tp = 2},
+                                        parallel::MeshShape{.dp = 2, .pp = 2, .tp = 1}}) {
+    auto make = nativeRanks(mesh.size());
+    std::vector<EvaluateResult> results(static_cast<size_t>(mesh.size()));
+    runThreads(mesh.size(), [&](int rank) {
+      ModelParallelOptions options;
+      options.communicator = make(rank);
+      options.mesh = mesh;
+      options.splitAt = mesh.pp > 1 ? std::vector<int>{3} : std::vector<int>{};
+      if (mesh.tp == 1) options.loss = nn::languageModelLoss;
+      ModelParallelEngine engine(lm, sgd, options);
+      results[static_cast<size_t>(rank)] = engine.evaluate(windows, byLm);
+    });
+    const std::string name = "dp=" + std::to_string(mesh.dp) + ",pp=" + std::to_string(mesh.pp) +
+                             ",tp=" + std::to_string(mesh.tp);
+    for (const EvaluateResult& r : results) {
+      EXPECT_EQ(r.samples, one.samples) << name;
+      EXPECT_NEAR(r.loss, one.loss, 1e-5 * one.loss) << name;
+      EXPECT_DOUBLE_EQ(r.accuracy, one.accuracy) << name;
     }
   }
 }

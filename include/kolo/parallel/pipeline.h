@@ -153,6 +153,15 @@ class PipelineStage {
   /// what the parameters hold).
   PipelineStepStats forwardBackward(const Tensor& inputs, const Tensor& labels, bool shareLoss = true);
 
+  /// Forward only, without recording autograd (evaluation, inference): `chunks` batches pass
+  /// every stage in turn, the first stage reading chunk c from `input(c)` and the last
+  /// handing its output to `onOutput(c, output)` (the other stages call neither). Chunks
+  /// may differ in rows; the stage's train/eval mode is the caller's. Blocking; collective
+  /// over the stages, every one with the same `chunks`. A neighbour that fails ends it in
+  /// PeerError or Timeout.
+  void forwardOnly(int64_t chunks, const std::function<Tensor(int64_t chunk)>& input,
+                   const std::function<void(int64_t chunk, const Tensor& output)>& onOutput);
+
   /// Collective: copies every stage's parameters and buffers into `whole` on rank `root`
   /// (a model of the same architecture, e.g. built with the same seed; may be null on the
   /// other ranks). The result is the model one-rank training would hold.
@@ -173,6 +182,7 @@ class PipelineStage {
   void runForward(int microBatch, const Tensor& inputs, const Tensor& labels, PipelineStepStats& stats);
   void runBackward(int microBatch, PipelineStepStats& stats);
   Tensor receiveActivation(int microBatch);
+  void sendActivation(int microBatch, const Tensor& output);
   void sendTensor(const Tensor& t, int peer, int tag);
   void waitSends();
   size_t heldBytes() const;

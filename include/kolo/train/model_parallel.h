@@ -90,9 +90,13 @@ class ModelParallelEngine : public Engine {
   /// InvalidArgument when the micro-batches cannot share the batch's rows, PeerError or
   /// Timeout when a neighbour fails.
   double step(const data::Batch& batch, double lr) override;
-  /// Gathers the whole model onto rank 0 (gatherModel), which evaluates it alone (the loss
-  /// of options.loss, else this engine's, on outputs the whole model computes); every rank
-  /// returns rank 0's figures. Blocking; collective.
+  /// Evaluates where the model lives: each replica passes its contiguous slice of `dataset`
+  /// through its stages in chunks of options.batch rows (PipelineStage::forwardOnly, no
+  /// autograd, eval mode), its last stage sums the loss (options.loss, else this engine's;
+  /// with tp > 1 always the tensor-parallel model's cross-entropy) and the correct argmax
+  /// predictions (over logits split by vocabulary too), and every rank returns the figures
+  /// of the whole dataset, as train::evaluate would give on one process. No rank holds more
+  /// than its part of the model. Blocking; collective.
   EvaluateResult evaluate(const data::Dataset& dataset, EvaluateOptions options = {}) override;
   /// The replica's index and the replica count: every rank of a replica loads its share.
   DataShard dataShard() const override;

@@ -112,6 +112,22 @@ void PipelineStage::sendTensor(const Tensor& t, int peer, int tag) {
   while (!sends_.empty() && sends_.front()->work->test()) sends_.erase(sends_.begin());
 }
 
+void PipelineStage::sendActivation(int microBatch, const Tensor& output) {
+  KOLO_REQUIRE(output.dim() <= kMaxDims, "pipeline stage ", stage_, ": output ", shapeString(output.shape()),
+               " has more than ", kMaxDims, " dimensions, more than a stage can send");
+  auto header = std::make_unique<PendingSend>();
+  header->header.assign(kHeaderWords, 0);
+  header->header[0] = microBatch;
+  header->header[1] = static_cast<int64_t>(output.dtype());
+  header->header[2] = output.dim();
+  for (int64_t d = 0; d < output.dim(); ++d)
+    header->header[static_cast<size_t>(3 + d)] = output.shape()[static_cast<size_t>(d)];
+  header->work = comm_->isend(header->header.data(), header->header.size(), DType::I64, stage_ + 1,
+                              options_.tagBase);
+  sends_.push_back(std::move(header));
+  sendTensor(output, stage_ + 1, options_.tagBase + 1);
+}
+
 void PipelineStage::waitSends() {
   for (auto& send : sends_) send->work->wait();
   sends_.clear();
@@ -174,18 +190,7 @@ void PipelineStage::runForward(int m, const Tensor& inputs, const Tensor& labels
   }
   stats.computeSeconds += secondsSince(start);
   if (!isLast()) {
-    KOLO_CHECK(output.dim() <= kMaxDims, "pipeline stage ", stage_, ": output ", shapeString(output.shape()),
-               " has more than ", kMaxDims, " dimensions");
-    auto header = std::make_unique<PendingSend>();
-    header->header.assign(kHeaderWords, 0);
-    header->header[0] = m;
-    header->header[1] = static_cast<int64_t>(output.dtype());
-    header->header[2] = output.dim();
-    for (int64_t d = 0; d < output.dim(); ++d) header->header[static_cast<size_t>(3 + d)] = output.shape()[static_cast<size_t>(d)];
-    header->work = comm_->isend(header->header.data(), header->header.size(), DType::I64, stage_ + 1,
-                                options_.tagBase);
-    sends_.push_back(std::move(header));
-    sendTensor(output.detach(), stage_ + 1, options_.tagBase + 1);
+    sendActivation(m, output.detach());
     if (options_.recompute) flight->output = Tensor();  // the send holds the bytes until it completes
   }
   inFlight_[static_cast<size_t>(m)] = std::move(flight);
@@ -271,6 +276,28 @@ PipelineStepStats PipelineStage::forwardBackward(const Tensor& inputs, const Ten
   if (shareLoss && stages_ > 1) comm_->broadcast(&stats.loss, 1, DType::F64, stages_ - 1);
   stats.stepSeconds = secondsSince(start);
   return stats;
+}
+
+void PipelineStage::forwardOnly(int64_t chunks, const std::function<Tensor(int64_t chunk)>& input,
+                                const std::function<void(int64_t chunk, const Tensor& output)>& onOutput) {
+  autograd::NoGradGuard noGrad;
+  try {
+    for (int64_t c = 0; c < chunks; ++c) {
+      // The header's micro-batch word counts chunks here (an int, as in training).
+      const int tag = static_cast<int>(c % (int64_t{1} << 30));
+      const Tensor x = isFirst() ? input(c) : receiveActivation(tag);
+      const Tensor output = module_->forward(x);
+      if (isLast()) {
+        onOutput(c, output);
+      } else {
+        sendActivation(tag, output.contiguous());
+      }
+    }
+    if (comm_) waitSends();
+  } catch (...) {
+    sends_.clear();
+    throw;
+  }
 }
 
 PipelineStepStats PipelineStage::trainStep(const Tensor& inputs, const Tensor& labels, bool shareLoss) {
