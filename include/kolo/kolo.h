@@ -49,6 +49,7 @@
 #include "kolo/train/elastic.h"
 #include "kolo/train/engine.h"
 #include "kolo/train/evaluate.h"
+#include "kolo/train/faults.h"
 #include "kolo/train/federated.h"
 #include "kolo/train/fit.h"
 #include "kolo/train/model_parallel.h"

@@ -43,9 +43,7 @@ Command registerTrain(CLI::App& root) {
     std::string optimizer;
     bool noShuffle = false, bar = false, noBar = false, padLast = false;
     int workers = 0;
-    std::string failAt;
-    std::string slowWorker;
-    std::string killRank;
+    std::string failAt, slowRank, killRank, nanAt, perturb;
   };
   auto raw = std::make_shared<Raw>();
   CLI::App* app = root.add_subcommand("train", "train a built-in model on Fashion-MNIST");
@@ -258,7 +256,7 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--fail-at-step", raw->failAt,
                   "STEP[:RANK] inject a failure before STEP on RANK (default 0), for tests")
       ->group("");
-  app->add_option("--debug-slow-worker,--debug-slow-rank", raw->slowWorker,
+  app->add_option("--debug-slow-worker,--debug-slow-rank", raw->slowRank,
                   "WORKER:FACTOR parameter-server worker WORKER (or rank WORKER of the other "
                   "strategies, the launch rank under kolo run --elastic) takes FACTOR times as "
                   "long per step, for benchmarks and tests")
@@ -305,11 +303,11 @@ Command registerTrain(CLI::App& root) {
   app->add_option("--status-file", config->statusFile,
                   "each rank keeps its step and state in FILE.rank-N (kolo status FILE); "
                   "default KOLO_STATUS_FILE");
-  app->add_option("--debug-nan-at", config->debugNanAt,
+  app->add_option("--debug-nan-at", raw->nanAt,
                   "STEP:RANK:MODULE[:grad] write a NaN into MODULE's output (or its gradient) at "
                   "STEP on RANK, for tests")
       ->group("");
-  app->add_option("--debug-perturb", config->debugPerturb,
+  app->add_option("--debug-perturb", raw->perturb,
                   "STEP:RANK:TENSOR add 1e-3 to one weight of TENSOR before STEP on RANK, for tests")
       ->group("");
   addModelParallelOptions(app, *config);
@@ -346,54 +344,12 @@ Command registerTrain(CLI::App& root) {
     if (raw->padLast) config->dropLast = false;
     if (config->resumeDir.size() && config->checkpointDir.empty())
       config->checkpointDir = config->resumeDir;
-    if (!raw->failAt.empty()) {
-      const size_t colon = raw->failAt.find(':');
-      try {
-        config->failStep = std::stoll(raw->failAt.substr(0, colon));
-        if (colon != std::string::npos) config->failRank = std::stoi(raw->failAt.substr(colon + 1));
-      } catch (const std::exception&) {
-        KOLO_THROW(InvalidArgument, "--fail-at-step '", raw->failAt, "' is not accepted: use STEP or STEP:RANK");
-      }
-    }
-    if (!raw->slowWorker.empty()) {
-      const size_t colon = raw->slowWorker.find(':');
-      try {
-        KOLO_REQUIRE(colon != std::string::npos, "");
-        config->slowWorker = std::stoi(raw->slowWorker.substr(0, colon));
-        config->slowFactor = std::stod(raw->slowWorker.substr(colon + 1));
-      } catch (const std::exception&) {
-        KOLO_THROW(InvalidArgument, "--debug-slow-worker '", raw->slowWorker,
-                   "' is not accepted: use WORKER:FACTOR, e.g. 0:2");
-      }
-      KOLO_REQUIRE(config->slowWorker >= 0 && config->slowFactor >= 1.0, "--debug-slow-worker '",
-                   raw->slowWorker, "': the worker must be at least 0 and the factor at least 1");
-    }
-    if (!raw->killRank.empty()) {
-      const size_t colon = raw->killRank.find(':');
-      try {
-        KOLO_REQUIRE(colon != std::string::npos, "");
-        std::istringstream ranks(raw->killRank.substr(0, colon));
-        for (std::string rank; std::getline(ranks, rank, ',');) {
-          size_t used = 0;
-          config->debugKillRanks.push_back(std::stoi(rank, &used));
-          KOLO_REQUIRE(used == rank.size(), "");
-        }
-        const size_t second = raw->killRank.find(':', colon + 1);
-        const std::string step = raw->killRank.substr(colon + 1, second - colon - 1);
-        size_t used = 0;
-        config->debugKillStep = std::stoll(step, &used);
-        KOLO_REQUIRE(used == step.size(), "");
-        if (second != std::string::npos) {
-          const std::string signal = raw->killRank.substr(second + 1);
-          KOLO_REQUIRE(signal == "KILL" || signal == "STOP", "");
-          config->debugKillSignal = signal == "STOP" ? SIGSTOP : SIGKILL;
-        }
-      } catch (const std::exception&) {
-        KOLO_THROW(InvalidArgument, "--debug-kill-rank '", raw->killRank,
-                   "' is not accepted: use RANK[,RANK...]:STEP[:KILL|:STOP], e.g. 3:5, 1,2:5 "
-                   "or 3:40:STOP");
-      }
-    }
+    train::FaultPlan& faults = config->faults;
+    if (!raw->failAt.empty()) faults.fail = train::FaultPlan::parseFail(raw->failAt, "--fail-at-step");
+    if (!raw->slowRank.empty()) faults.slow = train::FaultPlan::parseSlow(raw->slowRank, "--debug-slow-rank");
+    if (!raw->killRank.empty()) faults.kill = train::FaultPlan::parseKill(raw->killRank, "--debug-kill-rank");
+    if (!raw->nanAt.empty()) faults.nan = train::FaultPlan::parseNan(raw->nanAt, "--debug-nan-at");
+    if (!raw->perturb.empty()) faults.perturb = train::FaultPlan::parsePerturb(raw->perturb, "--debug-perturb");
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);
     if (config->statusFile.empty()) config->statusFile = settings::statusFile();
     keepFreedMemory();

@@ -1,12 +1,11 @@
 // `kolo train` under the data-parallel strategies: the flags mapped onto a
 // train::DataParallelEngine over the built-in model and onto train::fit's options; the
-// test and benchmark flags (--fail-at-step, --debug-kill-rank, --debug-slow-rank,
-// --debug-perturb, --debug-nan-at) become fit's callbacks. The loop is the library's.
+// faults of the test and benchmark flags become fit's callbacks (train::injectFaults). The
+// loop is the library's.
 #include <algorithm>
 #include <cstdio>
 #include <thread>
 
-#include "cli/train_checks.h"
 #include "cli/train_loop.h"
 #include "kolo/comm/init.h"
 #include "kolo/nn/models.h"
@@ -15,8 +14,8 @@
 #include "kolo/parallel/fsdp.h"
 #include "kolo/safetensors.h"
 #include "kolo/threads.h"
+#include "kolo/train/faults.h"
 #include "kolo/train/fit.h"
-#include "train/balance.h"
 
 namespace kolo::cli {
 namespace {
@@ -132,22 +131,19 @@ int runDataParallel(const TrainConfig& config, observe::Logger& logger) {
   options.prefetch =
       onOrSpareCore(config.prefetch, (inProcessReplicas ? config.replicas : 1) * config.threads) ? 2 : 0;
   options.checkSyncEvery = config.checkSync;
-  TrainChecks checks(config, engine.model(), rank, kind == StrategyKind::OneDevice);
-  options.anomalyDetector = checks.detector();
-
-  // The test and benchmark hooks, in the order the loop always ran them before a step.
-  train::detail::SlowRank slowRank(config.slowWorker, rank, config.slowFactor);
-  train::FitCallbacks callbacks;
-  callbacks.onStepBegin = [&](int64_t step) {
-    checks.beforeStep(step);
-    killIfAsked(config, rank, step);
-    if (step == config.failStep && rank == config.failRank)
-      KOLO_THROW(Error, "rank ", rank, ": failure injected before step ", step, " (--fail-at-step)");
-    // --debug-slow-rank RANK:FACTOR (benchmarks, the slow-rank walk-through): that rank
-    // takes FACTOR times its compute time, sleeping the difference before each step.
-    slowRank.sleepBeforeStep();
-  };
-  callbacks.onStepEnd = [&](const train::StepEnd& end) { slowRank.computed(end.computeSeconds); };
+  // --detect-anomaly, and --debug-nan-at whose NaN it must name, watch the modules that run
+  // forward: central storage's model never does.
+  if (config.detectAnomaly || config.faults.nan.step >= 0) {
+    KOLO_REQUIRE(kind != StrategyKind::CentralStorage,
+                 "--detect-anomaly watches the modules that run forward: use it with one-device, "
+                 "mirrored (replica 0) or multi-worker-mirrored, not central-storage");
+    // Parameter gradients are read as they become final, not while a reducer all-reduces
+    // buckets in place during backward.
+    options.anomalyDetector = std::make_shared<observe::AnomalyDetector>(
+        engine.model(), observe::AnomalyOptions{.parameterGradients = kind == StrategyKind::OneDevice, .rank = rank});
+  }
+  const train::FitCallbacks callbacks =
+      train::injectFaults(config.faults, rank, {}, &engine.model(), options.anomalyDetector.get());
 
   const train::FitSummary summary = train::fit(engine, train, test, options, callbacks);
   if (!config.savePath.empty()) {

@@ -20,6 +20,7 @@
 #include "kolo/settings.h"
 #include "kolo/threads.h"
 #include "kolo/train/elastic.h"
+#include "kolo/train/faults.h"
 #include "train/balance.h"
 
 namespace kolo::cli {
@@ -40,13 +41,11 @@ std::shared_ptr<comm::Store> connectJobStore() {
 
 // --debug-kill-rank R:STEP under --elastic: launch rank R records the moment, then raises
 // the signal before STEP.
-void killAndRecordIfAsked(const TrainConfig& config, int id, int64_t step) {
-  if (step != config.debugKillStep ||
-      std::find(config.debugKillRanks.begin(), config.debugKillRanks.end(), id) == config.debugKillRanks.end())
-    return;
+void killAndRecordIfAsked(const train::FaultPlan::Kill& kill, int id, int64_t step) {
+  if (step != kill.step || std::find(kill.ranks.begin(), kill.ranks.end(), id) == kill.ranks.end()) return;
   std::fflush(nullptr);
   connectJobStore()->setString(kKillMomentKey, std::to_string(wallNanos()));
-  ::raise(config.debugKillSignal);
+  ::raise(kill.signal);
 }
 
 // The engine's options from the flags: multi-worker-mirrored's reducer settings,
@@ -66,7 +65,7 @@ train::ElasticEngineOptions engineOptions(const TrainConfig& config, observe::Lo
     options.dataParallel.balancer.replanEvery = config.balanceEvery;
   }
   options.logger = &logger;
-  if (!config.debugKillRanks.empty())
+  if (!config.faults.kill.ranks.empty())
     options.onRecovered = [](observe::Fields& fields) {
       std::shared_ptr<comm::Store> store = connectJobStore();
       if (!store->check({kKillMomentKey})) return;
@@ -147,20 +146,19 @@ int runElasticTraining(const TrainConfig& config, observe::Logger& logger) {
   options.prefetch = 0;
   options.describe.set("min_ranks", context->minRanks());
   // The test and benchmark hooks, before each step in the order the members agree on it:
-  // a kill, the wait for a joiner, a slow rank's sleep.
+  // a failure and a slow rank's sleep (train::injectFaults), a kill that records its moment,
+  // the wait for a joiner; after it the sample log.
   SampleLog sampleLog(config.debugSampleLog, id);
-  train::detail::SlowRank slowRank(config.slowWorker, id, config.slowFactor);
-  train::FitCallbacks callbacks;
-  callbacks.onStepBegin = [&](int64_t step) {
-    killAndRecordIfAsked(config, id, step);
+  train::FitCallbacks hooks;
+  hooks.onStepBegin = [&](int64_t step) {
+    killAndRecordIfAsked(config.faults.kill, id, step);
     if (step == config.debugAwaitJoin && context->size() < context->maxRanks())
       context->awaitJoiners(std::chrono::minutes(5));
-    slowRank.sleepBeforeStep();
   };
-  callbacks.onStepEnd = [&](const train::StepEnd& end) {
-    sampleLog.write(engine, end);
-    slowRank.computed(end.computeSeconds);
-  };
+  hooks.onStepEnd = [&](const train::StepEnd& end) { sampleLog.write(engine, end); };
+  train::FaultPlan faults = config.faults;
+  faults.kill = {};  // killAndRecordIfAsked's
+  const train::FitCallbacks callbacks = train::injectFaults(faults, id, hooks);
 
   const train::FitSummary summary = train::fit(engine, train, test, options, callbacks);
   if (!engine.isPrimary()) return 0;

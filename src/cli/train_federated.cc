@@ -161,11 +161,7 @@ int runFederated(const TrainConfig& config, const FederatedFlags& flags, observe
   train::FederatedCallbacks callbacks;
   // --fail-at-step ROUND:RANK: that client host fails before serving ROUND (for tests);
   // --debug-kill-rank RANK:ROUND: it is SIGKILLed there.
-  callbacks.beforeRound = [&config, rank = launch.rank](int64_t round) {
-    killIfAsked(config, rank, round);
-    if (round == config.failStep && rank == config.failRank)
-      KOLO_THROW(Error, "injected failure of client host rank ", rank, " before round ", round);
-  };
+  callbacks.beforeRound = [&config, rank = launch.rank](int64_t round) { config.faults.strike(rank, round, "round"); };
   auto model = [&config]() -> std::shared_ptr<nn::Module> {
     Generator generator(config.seed);
     std::shared_ptr<nn::Module> built = nn::makeModel(config.model, generator);

@@ -1,5 +1,5 @@
 // What every `kolo train` runner shares: recipe defaults, optimizer and schedule, the
-// training data, the --debug-kill-rank hook, fsdp's shard group.
+// training data, fsdp's shard group.
 #include "cli/train_loop.h"
 
 #include <algorithm>
@@ -16,15 +16,6 @@ namespace kolo::cli {
 std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config) {
   // Only the samples used are read: a short run does not inflate the whole split.
   return std::make_shared<data::FashionMnist>(config.dataDir, true, config.trainLimit);
-}
-
-void killIfAsked(const TrainConfig& config, int rank, int64_t step) {
-  if (step != config.debugKillStep ||
-      std::find(config.debugKillRanks.begin(), config.debugKillRanks.end(), rank) ==
-          config.debugKillRanks.end())
-    return;
-  std::fflush(nullptr);
-  ::raise(config.debugKillSignal);
 }
 
 // --init names the user's file: not finding it, or weights that do not fit the model, is an

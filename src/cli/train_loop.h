@@ -4,7 +4,6 @@
 // train::fit (train_pipeline.cc); the other families' runners still hold their loops.
 #pragma once
 
-#include <csignal>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -20,6 +19,7 @@
 #include "kolo/optim.h"
 #include "kolo/parallel/balancer.h"
 #include "kolo/parallel/strategy.h"
+#include "kolo/train/faults.h"
 #include "kolo/train/fit.h"
 
 // CLI11 is heavy to parse: only the command files that build options include it.
@@ -96,10 +96,6 @@ struct TrainConfig {
   /// Overlapped: compute at reply + a (reply - previous reply); default 1.5 with the Adam
   /// defaults of async and ssp, 0 (off) otherwise.
   std::optional<double> psLookahead;
-  /// For benchmarks: worker `slowWorker` takes `slowFactor` times as long per step (it
-  /// sleeps (factor - 1) times its compute time); -1: off.
-  int slowWorker = -1;
-  double slowFactor = 1.0;
   /// --balance (multi-worker-mirrored, elastic jobs too): each global batch is split over the
   /// ranks in proportion to their measured speed, re-planned every `balanceEvery` steps
   /// (parallel::Balancer, train_balance.h).
@@ -128,21 +124,16 @@ struct TrainConfig {
 
   /// Steps at the start of the run left out of the steady-state throughput.
   int64_t timingSkip = 20;
-  /// Failure injection for tests: rank `failRank` throws before step `failStep` (-1: off).
-  int64_t failStep = -1;
-  int failRank = 0;
-
-  // Tests: launch ranks `debugKillRanks` raise `debugKillSignal` (SIGKILL, or SIGSTOP: a rank
-  // that hangs with its sockets open) before step `debugKillStep` (parameter-server workers:
-  // before that push; federated client hosts: before that round).
-  // Elastic jobs (kolo run --elastic, train_elastic.cc): launch rank `debugKillInRegroup` SIGKILLs
-  // itself in the first membership change, once the members are agreed and before their
-  // communicator is built; each rank appends "GENERATION STEP ID..." for every step it
-  // completes to debugSampleLog.rank-N; at step debugAwaitJoin the members wait for
-  // joiners to register (up to --max-ranks), so that they are admitted there.
-  std::vector<int> debugKillRanks;
-  int64_t debugKillStep = -1;
-  int debugKillSignal = SIGKILL;
+  /// Faults injected for tests and benchmarks (--fail-at-step, --debug-kill-rank,
+  /// --debug-slow-rank, --debug-nan-at, --debug-perturb; kolo/train/faults.h). Ranks are
+  /// launch ranks; parameter-server workers strike before their push STEP, federated client
+  /// hosts before round STEP.
+  train::FaultPlan faults;
+  // Tests of elastic jobs (kolo run --elastic, train_elastic.cc): launch rank
+  // `debugKillInRegroup` SIGKILLs itself in the first membership change, once the members are
+  // agreed and before their communicator is built; each rank appends "GENERATION STEP ID..."
+  // for every step it completes to debugSampleLog.rank-N; at step debugAwaitJoin the members
+  // wait for joiners to register (up to --max-ranks), so that they are admitted there.
   int debugKillInRegroup = -1;
   int64_t debugAwaitJoin = -1;
   std::string debugSampleLog;
@@ -150,8 +141,6 @@ struct TrainConfig {
   // Numeric checks and monitoring (train_checks.h, train_monitor.h).
   bool detectAnomaly = false;   // name the first module/rank/step with a NaN or infinity
   int64_t checkSync = 0;        // compare the ranks' weight hashes every N steps (0: off)
-  std::string debugNanAt;       // tests: STEP:RANK:MODULE[:grad] injects a NaN
-  std::string debugPerturb;     // tests: STEP:RANK:TENSOR changes one weight on one rank
   int64_t metricsEvery = 50;    // steps between the ranks' timing exchange (metrics, progress)
   std::string statusFile;       // each rank writes FILE.rank-N (KOLO_STATUS_FILE)
 
@@ -179,10 +168,6 @@ struct Recipe {
 /// 0.9; adam/adamw: lr 1e-3. Schedule "auto" is warm-up + cosine when --lr was not given
 /// and constant when it was. Throws InvalidArgument for unknown names or bad values.
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch);
-
-/// --debug-kill-rank: raises the config's debugKillSignal in this process (output flushed)
-/// when `rank` is one of its debugKillRanks and `step` is its debugKillStep.
-void killIfAsked(const TrainConfig& config, int rank, int64_t step);
 
 /// Loads the --init file `path` into `model`; a missing file or weights that do not fit are
 /// a FileError (exit code 3), like a malformed file.

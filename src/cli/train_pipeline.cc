@@ -21,6 +21,7 @@
 #include "kolo/safetensors.h"
 #include "kolo/serialize.h"
 #include "kolo/threads.h"
+#include "kolo/train/faults.h"
 #include "kolo/train/fit.h"
 #include "kolo/train/model_parallel.h"
 
@@ -134,13 +135,6 @@ train::FitOptions fitOptions(const TrainConfig& config, const RunData& run, obse
                              : std::max<int64_t>(1, run.totalSteps / 10);
   options.timingSkip = std::min<int64_t>(config.timingSkip, run.totalSteps / 4);
   return options;
-}
-
-// --fail-at-step and --debug-kill-rank before each step.
-void injectFailures(const TrainConfig& config, int rank, int64_t step) {
-  killIfAsked(config, rank, step);
-  if (step == config.failStep && rank == config.failRank)
-    KOLO_THROW(Error, "rank ", config.failRank, ": failure injected before step ", step, " (--fail-at-step)");
 }
 
 // What a finished run reports beyond fit's figures: for lm the held-out loss and accuracy (the
@@ -328,9 +322,7 @@ int runLanguageModelFsdp(const TrainConfig& config, const RunData& run,
                                    [recipe](const parallel::NamedTensors& p) { return makeOptimizer(recipe, p); },
                                    options);
   RunReport report(config, run);
-  const int rank = engine.rank();
-  train::FitCallbacks callbacks;
-  callbacks.onStepBegin = [&](int64_t step) { injectFailures(config, rank, step); };
+  train::FitCallbacks callbacks = train::injectFaults(config.faults, engine.rank());
   callbacks.onEnd = [&](const train::FitSummary&) {
     observe::Fields heldOut = report.heldOut(engine);
     // --save and the sample take the whole model on rank 0: the budget covers training.
@@ -391,9 +383,7 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
                                     options);
 
   RunReport report(config, run);
-  const int rank = engine.rank();
-  train::FitCallbacks callbacks;
-  callbacks.onStepBegin = [&](int64_t step) { injectFailures(config, rank, step); };
+  train::FitCallbacks callbacks = train::injectFaults(config.faults, engine.rank());
   callbacks.onEnd = [&](const train::FitSummary&) {
     observe::Fields heldOut = report.heldOut(engine);
     // --save and the sample take the whole model on rank 0: the budget covers training.

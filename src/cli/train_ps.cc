@@ -100,17 +100,16 @@ train::ParameterServerOptions psOptions(const TrainConfig& given, const TrainCon
   return options;
 }
 
-/// --debug-kill-rank (a worker whose launch rank is listed raises the signal before that
-/// push, counted from 0) and --debug-slow-worker (that worker takes FACTOR times as long per
-/// step, sleeping the difference before each push).
+/// The faults before each push (counted from 0): --debug-slow-worker's worker (a worker index)
+/// takes FACTOR times as long, sleeping the difference; --debug-kill-rank's and
+/// --fail-at-step's launch ranks strike.
 train::ParameterServerCallbacks testHooks(const TrainConfig& config) {
   train::ParameterServerCallbacks callbacks;
   const int rank = static_cast<int>(settings::rank().value_or(-1));
-  callbacks.beforePush = [config, rank](const train::WorkerPush& push) {
-    if (push.worker == config.slowWorker)
-      std::this_thread::sleep_for(
-          std::chrono::duration<double>(push.seconds * (config.slowFactor - 1.0)));
-    killIfAsked(config, rank, push.push);
+  callbacks.beforePush = [faults = config.faults, rank](const train::WorkerPush& push) {
+    if (push.worker == faults.slow.rank)
+      std::this_thread::sleep_for(std::chrono::duration<double>(push.seconds * (faults.slow.factor - 1.0)));
+    faults.strike(rank, push.push, "push");
   };
   return callbacks;
 }

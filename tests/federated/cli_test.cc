@@ -36,7 +36,7 @@ TEST(FederatedCli, DeadClientHostIsLeftOutAndTheJobCompletes) {
                              "--fail-at-step 2:2 --quiet --metrics " +
                              metrics);
   ASSERT_EQ(result.exitCode, 0) << result.output;
-  EXPECT_NE(result.output.find("injected failure of client host rank 2 before round 2"),
+  EXPECT_NE(result.output.find("rank 2: failure injected before round 2"),
             std::string::npos)
       << result.output;
   EXPECT_NE(result.output.find("the job goes on without it"), std::string::npos) << result.output;
