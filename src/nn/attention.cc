@@ -38,8 +38,8 @@ Tensor CausalSelfAttention::forwardInputs(const std::vector<Tensor>& inputs) {
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& mask) {
-  KOLO_CHECK(x.dim() == 3 && x.shape()[2] == embedDim_, "CausalSelfAttention: input ", shapeString(x.shape()),
-             " is not (B, T, ", embedDim_, ")");
+  KOLO_REQUIRE(x.dim() == 3 && x.shape()[2] == embedDim_, "CausalSelfAttention: input ", shapeString(x.shape()),
+               " is not (B, T, ", embedDim_, ")");
   const int64_t b = x.shape()[0], t = x.shape()[1], c = embedDim_, h = numHeads_, hd = c / h;
   Tensor qkv = qkv_->forward(x);  // (B, T, 3C)
   // The causal path alone is one fused op; a further mask goes through the separate ops.

@@ -5,8 +5,6 @@
 // regions.cc.
 #include "kolo/parallel/tensor_parallel.h"
 
-#include <cmath>
-#include <limits>
 
 #include "kolo/autograd.h"
 #include "kolo/error.h"
@@ -74,7 +72,7 @@ class ParallelAttention : public nn::Module {
  public:
   ParallelAttention(const nn::CausalSelfAttention& full, std::shared_ptr<comm::Communicator> comm,
                     bool sequenceParallel)
-      : heads_(full.numHeads() / comm->size()), width_(full.embedDim() / comm->size()) {
+      : heads_(full.numHeads() / comm->size()) {
     KOLO_REQUIRE(full.numHeads() % comm->size() == 0, "tensor parallel: ", full.numHeads(),
                  " attention heads cannot be split over ", comm->size(), " ranks (--heads must be a multiple of --tp)");
     registerModule("qkv", std::make_shared<ParallelLinear>(*childOf(full, "qkv"), comm, true, 3,
@@ -84,20 +82,14 @@ class ParallelAttention : public nn::Module {
   }
   using Module::forward;
   Tensor forward(const Tensor& x) override {
-    Tensor qkv = children()[0].second->forward(
-        x);  // (B, T, 3C/T): every token, also under sequence parallelism
-    const int64_t b = qkv.shape()[0], t = qkv.shape()[1], c = width_, h = heads_, hd = c / h;
-    auto head = [&](int64_t i) { return qkv.slice(2, i * c, (i + 1) * c).reshape({b, t, h, hd}).transpose(1, 2); };
-    Tensor q = head(0), k = head(1), v = head(2);  // (B, H/T, T, hd)
-    Tensor att = matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-    att = where(trilMask(t), att, Tensor::scalar(-std::numeric_limits<double>::infinity(), att.dtype()));
-    att = softmax(att, -1);
-    Tensor y = matmul(att, v).transpose(1, 2).reshape({b, t, c});  // (B, T, C/T)
-    return children()[1].second->forward(y);
+    // (B, T, 3C/T): every token, also under sequence parallelism; q, k and v of this rank's
+    // heads side by side, the layout the fused causal attention takes (no T x T matrix kept).
+    const Tensor qkv = children()[0].second->forward(x);
+    return children()[1].second->forward(causalAttention(qkv, heads_));  // proj of (B, T, C/T)
   }
 
  private:
-  int64_t heads_, width_;
+  int64_t heads_;
 };
 
 // A LayerNorm inside a sequence-parallel region: each rank normalises its own tokens, so its
