@@ -4,7 +4,8 @@
 // never computed): S = Q K^T / sqrt(hd) by GEMM on strided views of qkv into a kBlock x T
 // buffer, a causal softmax over each row's prefix, and Y = P V straight into the head's
 // columns of (B, T, C). Nothing T x T is kept: backward recomputes each block's P from the
-// saved row log-sum-exp (one GEMM more than keeping P). No mask tensor, no head transposes.
+// saved row log-sum-exp (one GEMM more than keeping P). No mask tensor; a head's K (and V in
+// backward) is copied transposed once, T x hd elements, so that every product runs along keys.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -15,6 +16,7 @@
 #include "tensor/gemm.h"
 #include "tensor/kernels.h"
 #include "tensor/row_kernels.h"
+#include "tensor/transpose.h"
 
 namespace kolo::kernels {
 
@@ -73,6 +75,19 @@ void causalSoftmaxBlock(T* sp, int64_t ld, int64_t rows, int64_t keys, int64_t r
   }
 }
 
+// to (cols x rows, row stride rows) = from (rows x cols, row stride ld) transposed: a head's
+// keys or values as K^T, so that S = Q K^T and dP = dY V^T are plain products whose columns
+// are keys (the GEMM kernels' fast direction) rather than products with B transposed.
+template <class T>
+void transposeHead(const T* from, int64_t ld, int64_t rows, int64_t cols, T* to) {
+  if constexpr (std::is_same_v<T, float>) {
+    detail::transposeF32(rows, cols, from, ld, to, rows);
+  } else {
+    for (int64_t d = 0; d < cols; ++d)
+      for (int64_t i = 0; i < rows; ++i) to[d * rows + i] = from[i * ld + d];
+  }
+}
+
 }  // namespace
 
 Tensor causalAttentionForward(const Tensor& qkv0, int64_t heads, Tensor* logSumExp) {
@@ -85,6 +100,7 @@ Tensor causalAttentionForward(const Tensor& qkv0, int64_t heads, Tensor* logSumE
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.hd)));
     const int64_t ld = 3 * s.c;
     std::vector<T> block(static_cast<size_t>(kBlock * s.t));  // (kBlock, T): S, then P
+    std::vector<T> kt(static_cast<size_t>(s.hd * s.t));        // (hd, T): K^T of the head
     for (int64_t b = 0; b < s.b; ++b)
       for (int64_t h = 0; h < s.h; ++h) {
         const T* q = qkv.data<T>() + b * s.t * ld + h * s.hd;  // (T, hd), row stride 3C
@@ -92,10 +108,11 @@ Tensor causalAttentionForward(const Tensor& qkv0, int64_t heads, Tensor* logSumE
         const T* v = q + 2 * s.c;
         T* yb = y.data<T>() + b * s.t * s.c + h * s.hd;  // (T, hd), row stride C
         T* lseb = lse.data<T>() + (b * s.h + h) * s.t;
+        transposeHead(k, ld, s.t, s.hd, kt.data());
         for (int64_t r0 = 0; r0 < s.t; r0 += kBlock) {
           const int64_t rows = std::min(kBlock, s.t - r0), keys = r0 + rows;
-          detail::gemm<T>(CblasNoTrans, CblasTrans, rows, keys, s.hd, scale, q + r0 * ld, ld, k, ld, T(0),
-                          block.data(), s.t);
+          detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, keys, s.hd, scale, q + r0 * ld, ld, kt.data(), s.t,
+                          T(0), block.data(), s.t);
           causalSoftmaxBlock(block.data(), s.t, rows, keys, r0, lseb + r0, false);
           detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, s.hd, keys, T(1), block.data(), s.t, v, ld, T(0),
                           yb + r0 * s.c, s.c);
@@ -121,6 +138,7 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.hd)));
     const int64_t ld = 3 * s.c;
     std::vector<T> p(static_cast<size_t>(kBlock * s.t)), ds(p.size());  // (kBlock, T) each
+    std::vector<T> kt(static_cast<size_t>(s.hd * s.t)), vt(kt.size());  // (hd, T): K^T, V^T
     for (int64_t b = 0; b < s.b; ++b)
       for (int64_t h = 0; h < s.h; ++h) {
         const int64_t at = b * s.t * ld + h * s.hd;
@@ -131,6 +149,8 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
         const T* gy = grad.data<T>() + b * s.t * s.c + h * s.hd;  // (T, hd), row stride C
         const T* yb = y.data<T>() + b * s.t * s.c + h * s.hd;
         T* lseb = lse.data<T>() + (b * s.h + h) * s.t;
+        transposeHead(q + s.c, ld, s.t, s.hd, kt.data());
+        transposeHead(q + 2 * s.c, ld, s.t, s.hd, vt.data());
         // dK and dV gather from every later query block: they start at 0.
         for (int64_t i = 0; i < s.t; ++i) {
           std::fill(dk + i * ld, dk + i * ld + s.hd, T(0));
@@ -139,15 +159,15 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
         for (int64_t r0 = 0; r0 < s.t; r0 += kBlock) {
           const int64_t rows = std::min(kBlock, s.t - r0), keys = r0 + rows;
           // P of the block again, from the saved log-sum-exp.
-          detail::gemm<T>(CblasNoTrans, CblasTrans, rows, keys, s.hd, scale, q + r0 * ld, ld, q + s.c, ld, T(0),
-                          p.data(), s.t);
+          detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, keys, s.hd, scale, q + r0 * ld, ld, kt.data(), s.t,
+                          T(0), p.data(), s.t);
           causalSoftmaxBlock(p.data(), s.t, rows, keys, r0, lseb + r0, true);
           // dV += P^T dY_r; dP = dY_r V^T; dS = P (dP - rowsum(P dP)) / sqrt(hd), where
           // rowsum(P dP) = dY . Y of the row; dQ_r = dS K; dK += dS^T Q_r.
           detail::gemm<T>(CblasTrans, CblasNoTrans, keys, s.hd, rows, T(1), p.data(), s.t, gy + r0 * s.c, s.c, T(1),
                           dv, ld);
-          detail::gemm<T>(CblasNoTrans, CblasTrans, rows, keys, s.hd, T(1), gy + r0 * s.c, s.c, q + 2 * s.c, ld, T(0),
-                          ds.data(), s.t);
+          detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, keys, s.hd, T(1), gy + r0 * s.c, s.c, vt.data(), s.t,
+                          T(0), ds.data(), s.t);
           for (int64_t i = 0; i < rows; ++i) {
             const T* g = gy + (r0 + i) * s.c;
             const T* yr = yb + (r0 + i) * s.c;

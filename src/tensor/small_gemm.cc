@@ -6,7 +6,8 @@
 //   TN  C = A^T B      the same with A read down its columns (the weight gradient, whose
 //                      inner dimension is the batch).
 //   NT  C = A B^T      A (the small batch) is packed transposed, then C^T is computed as
-//                      B's rows times A^T and written back transposed.
+//                      B's rows times A^T and written back transposed; with many rows of A,
+//                      B is copied transposed instead and the product goes as NN.
 #include "tensor/small_gemm.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "kolo/settings.h"
+#include "tensor/transpose.h"
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
@@ -38,6 +40,9 @@ constexpr int64_t kMaxDepth = 4096;
 constexpr int64_t kMaxTransposedDepth = 512;
 constexpr int64_t kMinTransposedCols = 32;
 constexpr int64_t kMinChunkedWidth = 64;
+// The largest B (n k elements, 1 MiB: the size of L2) that an NT product over many rows
+// copies transposed; past it the copy costs more than the kernels win (n 1152-1536, k 384).
+constexpr int64_t kMaxTransposedElements = int64_t{1} << 18;
 
 // C[r, 0..16 NV) = alpha * sum_k a(r, k) B[k, 0..16 NV) + beta C for r < MR, the last
 // vector masked by `last`. a(r, k) is A[r * lda + k], or A[k * lda + r] when kDown.
@@ -148,6 +153,18 @@ KOLO_AVX512 void gemmNT(int64_t m, int64_t n, int64_t k, float alpha, const floa
   }
 }
 
+// C[m x n] = alpha A[m x k] B[n x k]^T + beta C with m large (a linear layer's forward over
+// many tokens): B, the weight, is transposed once into [k x n] (a copy of n k elements, next
+// to the m n k of the product), and the product goes as NN in blocks of kMaxBatchRows rows.
+KOLO_AVX512 void gemmNTManyRows(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  thread_local std::vector<float> transposed;
+  transposed.resize(static_cast<size_t>(k * n));
+  transposeF32(n, k, b, ldb, transposed.data(), n);
+  for (int64_t r = 0; r < m; r += kMaxBatchRows)
+    gemmNN(std::min(kMaxBatchRows, m - r), n, k, alpha, a + r * lda, lda, transposed.data(), n, beta, c + r * ldc, ldc);
+}
+
 // AVX-512 present and not switched off with KOLO_SMALL_GEMM=0 (to compare with OpenBLAS).
 bool enabled() {
   static const bool on = [] {
@@ -190,6 +207,13 @@ bool smallGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int
   }
   if (!transA && transB && m <= kMaxBatchRows && n >= kMinTransposedCols && k <= kMaxDepth) {
     gemmNT(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return true;
+  }
+  // The forward of those linears: 4-9% over OpenBLAS at the same shapes (M 1024, K and N of
+  // 128-512), whose packing of both operands the one transposed copy of B replaces.
+  if (!transA && transB && m > kMaxBatchRows && k <= kMaxDepth && n >= kMinChunkedWidth && k >= kMinChunkedWidth &&
+      n * k <= kMaxTransposedElements) {
+    gemmNTManyRows(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return true;
   }
   return false;

@@ -10,7 +10,7 @@
 
 namespace kolo::detail {
 
-/// C = alpha op(A) op(B) + beta C, row-major, as cblas_sgemm. Products with many rows (NN)
+/// C = alpha op(A) op(B) + beta C, row-major, as cblas_sgemm. Products with many rows (NN, NT)
 /// or a long inner dimension (TN) whose other sizes are at least 64 go in blocks the kernels
 /// win on. Returns false, touching nothing, when no kernel here suits the call: no AVX-512,
 /// more than one OpenBLAS thread, both operands transposed, shapes outside the small range,

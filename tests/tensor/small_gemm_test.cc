@@ -2,7 +2,7 @@
 // tile remainders (rows 1..7, columns around multiples of 16 and 64), leading dimensions
 // wider than the matrix, alpha/beta, a NaN in a C that beta = 0 must not read, and the
 // calls the kernels must leave to OpenBLAS; transformer shapes in blocks of rows and chunks
-// of the inner dimension.
+// of the inner dimension, and their forward with the weight copied transposed.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -138,6 +138,10 @@ TEST_F(SmallGemm, TheShapesOfAnLmStepInBlocks) {
   check(CblasNoTrans, CblasNoTrans, 513, 64, 64, 1.0f, 1.0f);
   check(CblasTrans, CblasNoTrans, 384, 128, 1100, 1.0f, 0.0f);
   check(CblasTrans, CblasNoTrans, 64, 70, 1025, 0.5f, 1.0f);
+  // Their forward, C = X W^T onto the bias (beta 1), with W copied transposed: edges of the
+  // 16 x 16 copy squares in both of W's sizes.
+  check(CblasNoTrans, CblasTrans, 600, 384, 128, 1.0f, 1.0f);
+  check(CblasNoTrans, CblasTrans, 257, 70, 75, 0.5f, 0.0f);
 }
 
 TEST_F(SmallGemm, LeavesOtherProductsToOpenBlas) {
@@ -149,6 +153,10 @@ TEST_F(SmallGemm, LeavesOtherProductsToOpenBlas) {
                          out.data(), 8));
   EXPECT_FALSE(smallGemm(CblasNoTrans, CblasTrans, 300, 8, 8, 1.0f, big.data(), 8, big.data(), 8, 0.0f,
                          out.data(), 8));
+  // And an NT product over many rows whose B (1200 x 1000) is too large to copy transposed.
+  std::vector<float> wide(1200 * 1000, 1.0f), wideOut(300 * 1200);
+  EXPECT_FALSE(smallGemm(CblasNoTrans, CblasTrans, 300, 1200, 1000, 1.0f, wide.data(), 1000, wide.data(), 1000,
+                         0.0f, wideOut.data(), 1200));
   // So is an inner dimension of 600 for TN.
   std::vector<float> tall(600 * 8, 1.0f);
   EXPECT_FALSE(smallGemm(CblasTrans, CblasNoTrans, 8, 8, 600, 1.0f, tall.data(), 8, tall.data(), 8, 0.0f,
