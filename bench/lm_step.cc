@@ -1,6 +1,9 @@
 // Times one training step of the `lm` (zero grad + forward + loss + backward + AdamW) on one
 // thread in fp32 (or with bf16 products: --precision bf16), on file-order batches of a text,
 // as bench/peers/torch_lm.py does in PyTorch. Prints one JSON line with the median step time.
+// Under `kolo run -n N` the ranks train it data-parallel (train::DataParallelEngine,
+// multi-worker-mirrored: bucketed all-reduce overlapped with backward), each on its rows of the
+// same global batch, as the twin does under DDP (`--ranks N`); rank 0 prints the line.
 // bench/lm_vs_torch.sh runs both.
 #include <malloc.h>
 
@@ -13,10 +16,13 @@
 #include <vector>
 
 #include "kolo/byte_corpus.h"
+#include "kolo/comm/init.h"
 #include "kolo/nn/language_model.h"
 #include "kolo/optim.h"
 #include "kolo/precision.h"
+#include "kolo/parallel/distributed.h"
 #include "kolo/threads.h"
+#include "kolo/train/engine.h"
 
 namespace {
 
@@ -57,30 +63,45 @@ int main(int argc, char** argv) {
   }
   try {
     MatmulPrecisionGuard products(parseMatmulPrecision(precision));
-    Generator gen(0);
-    auto model = nn::makeLanguageModel(config, gen);
+    const bool distributed = comm::detectLaunch().size > 1;
+    train::DataParallelOptions options;
+    if (distributed) {
+      options.strategy.kind = parallel::StrategyKind::MultiWorkerMirrored;
+      options.strategy.communicator = parallel::init();
+    }
+    options.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) {
+      return nn::languageModelLoss(m.forward(x), y);
+    };
+    auto build = [&config] {
+      Generator gen(0);
+      return nn::makeLanguageModel(config, gen);
+    };
+    auto adamw = [](const optim::NamedParameters& p) {
+      return optim::makeAdamW(p, {.lr = 1e-3, .weightDecay = 0.01});
+    };
+    train::DataParallelEngine engine(build, adamw, options);
+    const int rank = engine.dataShard().rank, ranks = engine.dataShard().worldSize;
     int64_t parameters = 0;
-    for (const auto& p : model->parameters()) parameters += p.numel();
-    auto optimizer = optim::makeAdamW(model->namedParameters(), {.lr = 1e-3, .weightDecay = 0.01});
+    for (const auto& p : engine.model().parameters()) parameters += p.numel();
     const data::ByteCorpus corpus(text, config.seqLen);
     std::vector<double> total;
     double lastLoss = 0.0;
     for (int64_t step = 0; step < warmup + steps; ++step) {
-      const data::Batch b = corpus.fileOrderBatch(step, batch);
+      const data::Batch whole = corpus.fileOrderBatch(step, batch);
+      const int64_t rows = batch / ranks;  // this rank's rows of the global batch
+      const data::Batch b{whole.inputs.slice(0, rank * rows, (rank + 1) * rows).contiguous(),
+                          whole.labels.slice(0, rank * rows, (rank + 1) * rows).contiguous(), {}};
       const auto t0 = std::chrono::steady_clock::now();
-      optimizer->zeroGrad();
-      Tensor loss = nn::languageModelLoss(model->forward(b.inputs), b.labels);
-      loss.backward();
-      optimizer->step();
+      lastLoss = engine.step(b, 1e-3);
       const auto t1 = std::chrono::steady_clock::now();
-      lastLoss = loss.item();
       if (step >= warmup) total.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
+    if (rank != 0) return 0;
     std::printf(
-        "{\"bench\": \"kolo_lm_step\", \"precision\": \"%s\", \"layers\": %lld, \"d_model\": %lld, \"heads\": %lld, \"seq_len\": %lld, "
+        "{\"bench\": \"kolo_lm_step\", \"ranks\": %d, \"precision\": \"%s\", \"layers\": %lld, \"d_model\": %lld, \"heads\": %lld, \"seq_len\": %lld, "
         "\"batch\": %lld, \"parameters\": %lld, \"steps\": %lld, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, "
         "\"final_loss\": %.4f}\n",
-        precision.c_str(), static_cast<long long>(config.layers), static_cast<long long>(config.dModel),
+        ranks, precision.c_str(), static_cast<long long>(config.layers), static_cast<long long>(config.dModel),
         static_cast<long long>(config.heads), static_cast<long long>(config.seqLen), static_cast<long long>(batch),
         static_cast<long long>(parameters), static_cast<long long>(steps), median(total),
         *std::min_element(total.begin(), total.end()), lastLoss);

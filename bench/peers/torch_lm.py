@@ -15,7 +15,10 @@ Loss: mean cross-entropy over all B*T positions.
 
 Usage: /usr/bin/python3 bench/peers/torch_lm.py [--layers L] [--d-model C] [--heads H]
          [--seq-len T] [--batch B] [--warmup W] [--steps N] [--data FILE] [--precision bf16]
-(bf16: forward and loss under torch.autocast("cpu", dtype=torch.bfloat16), f32 weights)
+         [--ranks N]
+(bf16: forward and loss under torch.autocast("cpu", dtype=torch.bfloat16), f32 weights;
+--ranks N: N processes under DistributedDataParallel over gloo, rank r training on rows
+r*B/N ... (r+1)*B/N - 1 of each global batch of B, one thread each; rank 0 prints)
 """
 import argparse
 import json
@@ -112,6 +115,47 @@ def median(v):
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
+def train(rank, args):
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = make_lm(args.layers, args.d_model, args.heads, args.seq_len)
+    parameters = sum(p.numel() for p in model.parameters())
+    if args.ranks > 1:
+        import torch.distributed as dist
+        dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+        # The causal masks are constant bool buffers, which gloo cannot broadcast.
+        DDP = torch.nn.parallel.DistributedDataParallel
+        DDP._set_params_and_buffers_to_ignore_for_model(
+            model, [name for name, _ in model.named_buffers() if name.endswith("causal")])
+        model = DDP(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    part = training_bytes(args.data)
+    rows = args.batch // args.ranks
+    times, loss = [], None
+    for step in range(args.warmup + args.steps):
+        x, y = file_order_batch(part, step, args.batch, args.seq_len)
+        x, y = x[rank * rows:(rank + 1) * rows], y[rank * rows:(rank + 1) * rows]
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = lm_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        t1 = time.perf_counter()
+        if step >= args.warmup:
+            times.append(1000.0 * (t1 - t0))
+    if rank == 0:
+        print(json.dumps({"bench": "torch_lm_step", "ranks": args.ranks, "precision": args.precision,
+                          "layers": args.layers, "d_model": args.d_model,
+                          "heads": args.heads, "seq_len": args.seq_len, "batch": args.batch,
+                          "parameters": parameters,
+                          "steps": args.steps, "step_ms_median": round(median(times), 3),
+                          "step_ms_min": round(min(times), 3), "final_loss": round(loss.item(), 4)}),
+              flush=True)
+    if args.ranks > 1:
+        torch.distributed.destroy_process_group()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=4)
@@ -123,29 +167,19 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--data", default=DEFAULT_TEXT)
     ap.add_argument("--precision", default="f32", choices=["f32", "bf16"])
+    ap.add_argument("--ranks", type=int, default=1)
     args = ap.parse_args()
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = make_lm(args.layers, args.d_model, args.heads, args.seq_len)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    part = training_bytes(args.data)
-    times, loss = [], None
-    for step in range(args.warmup + args.steps):
-        x, y = file_order_batch(part, step, args.batch, args.seq_len)
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
-            loss = lm_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        t1 = time.perf_counter()
-        if step >= args.warmup:
-            times.append(1000.0 * (t1 - t0))
-    print(json.dumps({"bench": "torch_lm_step", "precision": args.precision, "layers": args.layers, "d_model": args.d_model,
-                      "heads": args.heads, "seq_len": args.seq_len, "batch": args.batch,
-                      "parameters": sum(p.numel() for p in model.parameters()),
-                      "steps": args.steps, "step_ms_median": round(median(times), 3),
-                      "step_ms_min": round(min(times), 3), "final_loss": round(loss.item(), 4)}))
+    assert args.batch % args.ranks == 0, "--batch must split evenly over --ranks"
+    if args.ranks == 1:
+        train(0, args)
+        return
+    import os
+    import socket
+    import torch.multiprocessing as mp
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(s.getsockname()[1]))
+    mp.spawn(train, args=(args,), nprocs=args.ranks)
 
 
 if __name__ == "__main__":
