@@ -358,19 +358,20 @@ Command registerTrain(CLI::App& root) {
     train::startTimeline(config->timelineDir);
     // Every strategy computes on this thread (or on replica threads that take its setting).
     const MatmulPrecisionGuard products(parseMatmulPrecision(config->precision));
-    const bool modelParallel =
-        config->model == "lm" || config->strategy == "pipeline" || config->strategy == "tensor";
+    const bool modelParallel = config->strategy == "pipeline" || config->strategy == "tensor" || !config->mesh.empty();
     if (config->strategy == "parameter-server" || config->strategy == "federated")
       KOLO_REQUIRE(config->statusFile.empty(), "KOLO_STATUS_FILE is not available with --strategy ",
                    config->strategy);
     // The ranks of a model-parallel run hold different parts: no replicas to compare.
     if (modelParallel)
       KOLO_REQUIRE(!config->detectAnomaly && config->checkSync == 0,
-                   "--detect-anomaly and --check-sync are not available with --strategy ",
-                   config->strategy, " or --model lm");
+                   "--detect-anomaly and --check-sync are not available with --strategy ", config->strategy);
+    KOLO_REQUIRE(!config->detectAnomaly || config->model != "lm", "--detect-anomaly is not available with --model lm");
+    KOLO_REQUIRE(config->model != "lm" || !parallel::ElasticContext::launchedElastic(),
+                 "kolo run --elastic trains --model mlp or cnn, not lm");
     if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
     if (config->strategy == "federated") return runFederated(*config, *federated, logger);
-    if (modelParallel) return runModelParallel(*config, logger);
+    if (modelParallel || config->model == "lm") return runModelParallel(*config, logger);
     if (parallel::ElasticContext::launchedElastic()) return runElasticTraining(*config, logger);
     return runDataParallel(*config, logger);
   };

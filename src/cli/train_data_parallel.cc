@@ -38,8 +38,10 @@ bool onOrSpareCore(const std::string& choice, int localThreads) {
   return hasSpareCore(localThreads);
 }
 
-// The values of the data-parallel flags (which strategies take which flags: train_flags.h).
-void checkFlags(const TrainConfig& config) {
+
+}  // namespace
+
+void checkDataParallelFlags(const TrainConfig& config) {
   KOLO_REQUIRE(config.threads >= 1, "--threads must be at least 1, got ", config.threads);
   KOLO_REQUIRE(config.replicas >= 1, "--replicas must be at least 1, got ", config.replicas);
   KOLO_REQUIRE(config.bucketMb > 0 && config.firstBucketMb > 0,
@@ -58,8 +60,6 @@ void checkFlags(const TrainConfig& config) {
                "--compress ", config.compress, " cannot be combined with --shard-optimizer on");
 }
 
-// The engine's options from the flags. `comm`: the job's communicator (multi-worker-mirrored
-// and fsdp), else null.
 train::DataParallelOptions engineOptions(const TrainConfig& config,
                                          std::shared_ptr<comm::Communicator> comm) {
   const StrategyKind kind = parallel::parseStrategyKind(config.strategy);
@@ -93,11 +93,9 @@ train::DataParallelOptions engineOptions(const TrainConfig& config,
   return options;
 }
 
-}  // namespace
-
 int runDataParallel(const TrainConfig& config, observe::Logger& logger) {
   const StrategyKind kind = parallel::parseStrategyKind(config.strategy);
-  checkFlags(config);
+  checkDataParallelFlags(config);
   setNumThreads(config.threads);
   // Validate the flags before the (slow) data loading and before joining the job.
   Recipe recipe = resolveRecipe(config, 1);

@@ -19,6 +19,7 @@
 #include "kolo/optim.h"
 #include "kolo/parallel/balancer.h"
 #include "kolo/parallel/strategy.h"
+#include "kolo/train/engine.h"
 #include "kolo/train/faults.h"
 #include "kolo/train/fit.h"
 
@@ -198,6 +199,16 @@ train::FitOptions fitOptions(const TrainConfig& config, const Recipe& recipe, ob
 /// the launch); 0 for one group of all `worldSize` ranks. Throws InvalidArgument for both
 /// flags, or a group that does not divide `worldSize`.
 int shardGroupSize(const TrainConfig& config, int worldSize);
+
+/// The values of the data-parallel flags (which strategies take which flags: train_flags.h).
+/// Throws InvalidArgument naming the flag.
+void checkDataParallelFlags(const TrainConfig& config);
+
+/// A train::DataParallelEngine's options from the flags: the strategy, the reducer's buckets,
+/// overlap and sharded update, fsdp's shard level, group and units, clipping, recomputation,
+/// --compress's hook and --balance. `comm`: the job's communicator (multi-worker-mirrored and
+/// fsdp), else null.
+train::DataParallelOptions engineOptions(const TrainConfig& config, std::shared_ptr<comm::Communicator> comm);
 
 /// `kolo train` with a data-parallel strategy (one-device, mirrored, central-storage,
 /// multi-worker-mirrored, fsdp): loads Fashion-MNIST, joins the job (multi-worker-mirrored

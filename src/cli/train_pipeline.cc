@@ -1,7 +1,7 @@
 // `kolo train --model lm`, `--strategy pipeline`, `--strategy tensor` and `--mesh`: the flags
 // mapped onto a train::ModelParallelEngine (the model cut into stages, its layers split over
-// tensor ranks, replicas of either) and onto train::fit; `--model lm --strategy fsdp` onto a
-// train::DataParallelEngine. Batches come from a byte-level text file (lm, data::ByteWindows)
+// tensor ranks, replicas of either) and onto train::fit; `--model lm` under the data-parallel
+// strategies onto a train::DataParallelEngine. Batches come from a byte-level text file (lm, data::ByteWindows)
 // or Fashion-MNIST (mlp, cnn). What stays here is the command line's own: the per-stage
 // timings against the schedule's ideal and peak memory, the lm's held-out loss and text
 // sample, and --save. The loop is the library's.
@@ -239,6 +239,12 @@ void printStageReport(const TrainConfig& config, const train::ModelParallelEngin
               ideal > 0 ? stepTime / ideal : 0.0);
 }
 
+// Whether the lm trains as replicas (train::DataParallelEngine) rather than in stages.
+bool dataParallel(const TrainConfig& config) {
+  return config.mesh.empty() && (config.strategy == "mirrored" || config.strategy == "central-storage" ||
+                                 config.strategy == "multi-worker-mirrored" || config.strategy == "fsdp");
+}
+
 // The flags of the model-parallel strategies; returns the mesh they set up (--mesh, or
 // --stages, or --tp), with config.strategy set to what --mesh implies.
 parallel::MeshShape checkFlags(TrainConfig& config) {
@@ -256,13 +262,15 @@ parallel::MeshShape checkFlags(TrainConfig& config) {
   const bool pipeline = config.strategy == "pipeline";
   const bool tensor = config.strategy == "tensor";
   const bool fsdp = config.strategy == "fsdp";
-  KOLO_REQUIRE(pipeline || tensor || fsdp || config.strategy == "one-device", "--model lm trains with "
-               "--strategy one-device, pipeline, tensor or fsdp, not ", config.strategy);
+  const bool replicated = dataParallel(config);
+  KOLO_REQUIRE(pipeline || tensor || replicated || config.strategy == "one-device", "--model lm trains with "
+               "--strategy one-device, mirrored, central-storage, multi-worker-mirrored, fsdp, pipeline or "
+               "tensor, not ", config.strategy);
   KOLO_REQUIRE(config.tp >= 1, "--tp must be at least 1, got ", config.tp);
   KOLO_REQUIRE(
       tensor || config.tp == 1 || !config.mesh.empty(), "--tp ", config.tp,
       " needs --strategy tensor (pipeline stages split over tensor groups: --mesh dp=1,pp=P,tp=T)");
-  KOLO_REQUIRE(!(tensor || fsdp) || (config.microBatches == 1 && config.stages == 1 && config.splitAt.empty()),
+  KOLO_REQUIRE(!(tensor || replicated) || (config.microBatches == 1 && config.stages == 1 && config.splitAt.empty()),
                "--strategy ", config.strategy, " takes no --stages, --micro-batches or --split-at");
   KOLO_REQUIRE(!tensor || !config.recompute, "--strategy tensor takes no --recompute");
   KOLO_REQUIRE(tensor || config.tp > 1 || !config.sequenceParallel,
@@ -287,13 +295,14 @@ parallel::MeshShape checkFlags(TrainConfig& config) {
 // The job: none for one process (a lone stage), else parallel::init() of the size the
 // layout needs.
 std::shared_ptr<comm::Communicator> joinJob(const TrainConfig& config, const parallel::MeshShape& shape) {
-  if (config.mesh.empty() && shape.size() == 1 && config.strategy != "fsdp") return nullptr;
+  const bool job = config.strategy == "fsdp" || config.strategy == "multi-worker-mirrored";
+  if (config.mesh.empty() && shape.size() == 1 && !job) return nullptr;
   std::shared_ptr<comm::Communicator> world = parallel::init();
   if (!config.mesh.empty()) return world;  // the engine names --mesh and the sizes
   if (config.strategy == "tensor") {
     KOLO_REQUIRE(world->size() == config.tp, "--tp ", config.tp, " needs ", config.tp,
                  " ranks, this job has ", world->size(), ": run it under kolo run -n ", config.tp);
-  } else if (config.strategy != "fsdp") {
+  } else if (!job) {
     KOLO_REQUIRE(world->size() == config.stages, "--stages ", config.stages, " needs ", config.stages,
                  " ranks (one per stage), this job has ", world->size(), ": run it under kolo run -n ",
                  config.stages);
@@ -303,19 +312,14 @@ std::shared_ptr<comm::Communicator> joinJob(const TrainConfig& config, const par
 
 Tensor languageModelLoss(const Tensor& out, const Tensor& y) { return nn::languageModelLoss(out, y); }
 
-// `--model lm --strategy fsdp`: the lm sharded over every rank (train::DataParallelEngine).
-int runLanguageModelFsdp(const TrainConfig& config, const RunData& run,
-                         std::shared_ptr<comm::Communicator> world, observe::Logger& logger) {
-  KOLO_REQUIRE(config.batch % world->size() == 0, "--batch ", config.batch, " does not split evenly over ",
-               world->size(), " fsdp ranks: use a multiple of ", world->size());
-  train::DataParallelOptions options;
-  options.strategy.kind = parallel::StrategyKind::FullyShardedDataParallel;
-  options.strategy.communicator = world;
-  options.strategy.shard = parallel::parseShardLevel(config.shard);
-  options.strategy.shardGroup = shardGroupSize(config, world->size());
-  options.strategy.unitMinParameters = config.unitParams;
-  options.clipNorm = config.clipNorm;
-  options.recompute = config.recompute;  // per block of the lm
+// `--model lm` under a data-parallel strategy (mirrored, central-storage,
+// multi-worker-mirrored, fsdp): a train::DataParallelEngine over the flags' options, as for
+// the images (train_data_parallel.cc); one-device runs as one stage (its micro-batches
+// accumulate gradients). `world`: the job for multi-worker-mirrored and fsdp, else null.
+int runLanguageModelDataParallel(const TrainConfig& config, const RunData& run,
+                                 std::shared_ptr<comm::Communicator> world, observe::Logger& logger) {
+  checkDataParallelFlags(config);
+  train::DataParallelOptions options = engineOptions(config, world);
   options.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) { return languageModelLoss(m.forward(x), y); };
   const Recipe recipe = run.recipe;
   train::DataParallelEngine engine([&config] { return buildModel(config); },
@@ -330,13 +334,16 @@ int runLanguageModelFsdp(const TrainConfig& config, const RunData& run,
     engine.gatherModel();
     return heldOut;
   };
-  const train::FitSummary summary = train::fit(engine, run.train, run.validation, fitOptions(config, run, logger), callbacks);
+  train::FitOptions fitOptionsHere = fitOptions(config, run, logger);
+  fitOptionsHere.checkSyncEvery = config.checkSync;
+  const train::FitSummary summary = train::fit(engine, run.train, run.validation, fitOptionsHere, callbacks);
   if (!engine.isPrimary()) return 0;
   const int layers = static_cast<int>(layerCount(config));
   const double stepTime = printRankFigures(config, summary.ranks, [&](size_t r) {
     return RankPlace{"rank " + std::to_string(r), 0, layers - 1};
   }).second;
-  std::printf("fsdp ranks %d step_ms %.2f\n", world->size(), 1000.0 * stepTime);
+  std::printf("%s ranks %d replicas %d step_ms %.2f\n", config.strategy.c_str(), world ? world->size() : 1,
+              engine.replicas(), 1000.0 * stepTime);
   report.finish(engine.model(), summary, logger);
   return 0;
 }
@@ -349,7 +356,7 @@ int runModelParallel(const TrainConfig& configIn, observe::Logger& logger) {
   setNumThreads(config.threads);
   const RunData run = loadRunData(config);
   std::shared_ptr<comm::Communicator> world = joinJob(config, shape);
-  if (config.strategy == "fsdp") return runLanguageModelFsdp(config, run, world, logger);
+  if (dataParallel(config)) return runLanguageModelDataParallel(config, run, world, logger);
 
   train::ModelParallelOptions options;
   options.communicator = world;

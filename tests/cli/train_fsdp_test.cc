@@ -153,6 +153,7 @@ TEST_F(TrainFsdpTest, ClipNormClipsAsOneDeviceDoes) {
   }
 }
 
+// The lm under fsdp and multi-worker-mirrored ends with the weights of the dp=2 mesh.
 TEST_F(TrainFsdpTest, LanguageModelMatchesDataParallelism) {
   {
     std::ofstream text(file("text.txt"));
@@ -163,12 +164,12 @@ TEST_F(TrainFsdpTest, LanguageModelMatchesDataParallelism) {
                          "--sample-bytes 16 --threads 1 --quiet --steps 6 --save ";
   const RunResult dp = runKolo("run -n 2 -- " + kolo() + lm + file("dp.safetensors") + " --mesh dp=2");
   ASSERT_EQ(dp.exitCode, 0) << dp.output;
-  for (const char* shard : {"full", "grad"}) {
-    const RunResult run =
-        runKolo("run -n 2 -- " + kolo() + lm + file("fsdp.safetensors") + " --strategy fsdp --shard " + shard);
+  // fsdp (ZeRO-3 and ZeRO-2) and multi-worker-mirrored (bucketed all-reduce during backward).
+  for (const std::string strategy : {"fsdp --shard full", "fsdp --shard grad", "multi-worker-mirrored --check-sync 2"}) {
+    const RunResult run = runKolo("run -n 2 -- " + kolo() + lm + file("fsdp.safetensors") + " --strategy " + strategy);
     ASSERT_EQ(run.exitCode, 0) << run.output;
-    EXPECT_NE(run.output.find("fsdp ranks 2"), std::string::npos) << run.output;
-    expectClose(file("dp.safetensors"), file("fsdp.safetensors"), 1e-5, std::string("--shard ") + shard);
+    EXPECT_NE(run.output.find(strategy.substr(0, strategy.find(' ')) + " ranks 2"), std::string::npos) << run.output;
+    expectClose(file("dp.safetensors"), file("fsdp.safetensors"), 1e-5, strategy);
   }
 }
 

@@ -270,7 +270,7 @@ TEST_F(TrainPipelineCliTest, BadFlagsAreNamed) {
       {lm(2, "", "--layers 2 --d-model 16 --heads 3 --seq-len 8"),
        "--d-model 16 is not divisible by --heads 3", 2},
       {lm(2, "", "--layers 2 --d-model 16 --heads 2 --seq-len 4000"), "too few for windows", 2},
-      {lm(2) + " --strategy mirrored", "one-device, pipeline, tensor or fsdp", 2},
+      {lm(2) + " --strategy mirrored --replicas 3", "--batch 8 does not split evenly over 3 replicas", 2},
       {lm(2) + " --strategy tensor --tp 2", "--tp 2 needs 2 ranks", 2},
       {lm(2) + " --mesh dp=2,pp=2", "needs 4 ranks, this job has 1", 2},
       {lm(2) + " --mesh dp=2,qq=2", "--mesh 'dp=2,qq=2' is not accepted", 2},
