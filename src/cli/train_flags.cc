@@ -54,7 +54,7 @@ const std::vector<FlagScope>& scopes() {
         "--dp-delta"},
        {"federated"}},
       {{"--stages", "--split-at"}, {"pipeline"}},
-      {{"--micro-batches"}, {"pipeline", "lm"}},
+      {{"--micro-batches", "--pipeline-schedule"}, {"pipeline", "lm"}},
       {{"--recompute"},
        {"pipeline", "one-device", "mirrored", "central-storage", "multi-worker-mirrored", "fsdp"}},
       {{"--sequence-parallel"}, {"tensor", "pipeline"}},

@@ -34,6 +34,10 @@ void addModelParallelOptions(CLI::App* app, TrainConfig& config) {
                   "pipeline: micro-batches per step (--batch must be a multiple)")
       ->capture_default_str()
       ->check(atLeast(1));
+  app->add_option("--pipeline-schedule", config.pipelineSchedule,
+                  "pipeline: gpipe or 1f1b (also --schedule gpipe|1f1b, when no lr schedule is named)")
+      ->check(oneOf({"gpipe", "1f1b"}))
+      ->capture_default_str();
   app->add_option("--split-at", config.splitAt,
                   "pipeline: first layer of stages 2..P, e.g. 3,6 (default: split by measured layer cost)");
   app->add_flag("--recompute", config.recompute,

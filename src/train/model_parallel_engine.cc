@@ -265,6 +265,7 @@ std::shared_ptr<comm::Communicator> ModelParallelEngine::communicator() const {
 
 std::string ModelParallelEngine::name() const {
   const parallel::MeshShape& shape = options_.mesh;
+  if (shape.size() == 1) return "one-device";
   if (shape.dp == 1 && shape.tp == 1) return "pipeline";
   if (shape.dp == 1 && shape.pp == 1) return "tensor";
   return "mesh " + meshText(shape);

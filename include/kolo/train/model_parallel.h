@@ -108,8 +108,8 @@ class ModelParallelEngine : public Engine {
   void gatherModel() override;
   double lr() const override;
   std::shared_ptr<comm::Communicator> communicator() const override;
-  /// "pipeline" (one replica, no tensor split; also one process), "tensor" (one replica of
-  /// one stage), else "mesh dp=D,pp=P,tp=T".
+  /// "one-device" (one process), "pipeline" (one replica, no tensor split), "tensor" (one
+  /// replica of one stage), else "mesh dp=D,pp=P,tp=T".
   std::string name() const override;
   /// The data-parallel replicas (mesh.dp).
   int replicas() const override;
