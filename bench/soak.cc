@@ -24,8 +24,9 @@
 #include <thread>
 #include <vector>
 
-#include "cli/bench_case.h"
+#include "comm/benchmark_case.h"
 #include "comm/closed_form.h"
+#include "kolo/comm/benchmark.h"
 #include "kolo/comm/native.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
@@ -51,13 +52,13 @@ struct SoakOptions {
   int timeoutSeconds = 300;
 };
 
-// The 8 collectives of `kolo bench` (checked by cli::BenchCase) come first; then the
+// The 8 collectives of comm::benchmarkCollective (checked by its BenchmarkCase) come first; then the
 // non-blocking ones, allgatherv, split and barrier, checked here.
 enum class Kind { Allreduce, Reduce, Broadcast, Allgather, ReduceScatter, Alltoall, Gather, Scatter,
                   Iallreduce, Ibroadcast, Allgatherv, Split, Barrier };
 constexpr int kKinds = 13;
-static_assert(static_cast<int>(Kind::Scatter) == static_cast<int>(cli::BenchCollective::Scatter) &&
-              static_cast<int>(Kind::Reduce) == static_cast<int>(cli::BenchCollective::Reduce));
+static_assert(static_cast<int>(Kind::Scatter) == static_cast<int>(comm::Collective::Scatter) &&
+              static_cast<int>(Kind::Reduce) == static_cast<int>(comm::Collective::Reduce));
 constexpr const char* kKindNames[kKinds] = {"allreduce", "reduce",     "broadcast",  "allgather", "reducescatter",
                                             "alltoall",  "gather",     "scatter",    "iallreduce", "ibroadcast",
                                             "allgatherv", "split",     "barrier"};
@@ -200,13 +201,13 @@ bool runOne(comm::Communicator& comm, const Draw& d, std::mt19937_64& rng) {
     case Kind::Barrier: comm.barrier(opts); return true;
     default: break;
   }
-  cli::BenchConfig config;
-  config.collective = static_cast<cli::BenchCollective>(static_cast<int>(d.kind));
-  config.dtype = d.dtype;
-  config.op = d.op;
-  config.root = d.root;
-  config.inPlace = d.inPlace;
-  cli::BenchCase one(comm, config, d.bytes);
+  comm::BenchmarkOptions options;
+  options.collective = static_cast<comm::Collective>(static_cast<int>(d.kind));
+  options.dtype = d.dtype;
+  options.op = d.op;
+  options.root = d.root;
+  options.inPlace = d.inPlace;
+  comm::detail::BenchmarkCase one(comm, options, d.bytes);
   one.fillForCheck();
   one.run(opts);
   return one.verify();

@@ -4,7 +4,9 @@
 
 #include "kolo/autograd.h"
 #include "kolo/byte_corpus.h"
+#include "kolo/byte_size.h"
 #include "kolo/checkpoint.h"
+#include "kolo/comm/benchmark.h"
 #include "kolo/comm/communicator.h"
 #include "kolo/comm/init.h"
 #include "kolo/comm/mpi.h"

@@ -32,9 +32,6 @@ void resetPeakTensorBytes();
 /// what is alive already stays. Thread-safe.
 void setTensorMemoryLimit(int64_t bytes);
 int64_t tensorMemoryLimit();
-/// "512M", "1.5G", "65536", "64K": bytes (K, M, G are powers of 1024). Throws
-/// InvalidArgument naming `text` otherwise.
-int64_t parseByteSize(const std::string& text);
 
 namespace detail {
 /// Tensor::empty's accounting: adds `bytes`, or throws MemoryLimitError (nothing added).

@@ -6,9 +6,9 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/bench_launch.h"
-#include "cli/bench_options.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "kolo/byte_size.h"
 #include "kolo/error.h"
 
 namespace kolo::cli {
@@ -35,24 +35,25 @@ struct BenchArgs {
 };
 
 BenchConfig toConfig(const BenchArgs& args) {
-  BenchConfig config;
-  config.collective = parseBenchCollective(args.collective);
-  config.sizes = args.sizes.empty() ? sizeSweep(parseByteSize(args.minBytes), parseByteSize(args.maxBytes),
-                                                args.factor, parseByteSize(args.stepBytes))
-                                    : parseSizeList(args.sizes);
   KOLO_REQUIRE(args.iters >= 1, "kolo bench: -n/--iters must be at least 1, got ", args.iters);
   KOLO_REQUIRE(args.warmup >= 0, "kolo bench: -w/--warmup must be at least 0, got ", args.warmup);
   KOLO_REQUIRE(args.timeoutSeconds > 0, "kolo bench: --timeout must be above 0, got ", args.timeoutSeconds);
-  config.iters = args.iters;
-  config.warmup = args.warmup;
-  config.anchorSchedule = args.anchorSchedule;
-  config.algorithm = comm::parseAlgorithm(args.algo);
-  config.dtype = parseDType(args.dtype);
-  config.op = comm::parseReduceOp(args.op);
-  config.root = args.root;
-  config.inPlace = !args.outOfPlace;
+  BenchConfig config;
+  comm::BenchmarkOptions& o = config.options;
+  o.collective = comm::parseCollective(args.collective);
+  o.dtype = parseDType(args.dtype);
+  o.op = comm::parseReduceOp(args.op);
+  o.root = args.root;
+  o.inPlace = !args.outOfPlace;
+  o.algorithm = comm::parseAlgorithm(args.algo);
+  o.warmup = args.warmup;
+  o.iters = args.iters;
+  o.anchorSchedule = args.anchorSchedule;
+  o.timeout = std::chrono::milliseconds(static_cast<long long>(args.timeoutSeconds * 1000));
+  config.sizes = args.sizes.empty() ? comm::sizeSweep(parseByteSize(args.minBytes), parseByteSize(args.maxBytes),
+                                                      args.factor, parseByteSize(args.stepBytes))
+                                    : comm::parseSizeList(args.sizes);
   config.json = args.json;
-  config.timeout = std::chrono::milliseconds(static_cast<long long>(args.timeoutSeconds * 1000));
   return config;
 }
 

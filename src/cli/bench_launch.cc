@@ -18,7 +18,6 @@
 #include <filesystem>
 #include <vector>
 
-#include "cli/bench_runner.h"
 #include "kolo/comm/init.h"
 #include "kolo/comm/mpi.h"
 #include "kolo/comm/native.h"
@@ -34,7 +33,7 @@ constexpr int kExitFailed = 1;
 
 comm::NativeOptions nativeOptions(const BenchConfig& config, const BenchLaunch& launch) {
   comm::NativeOptions options;
-  options.timeout = config.timeout;
+  options.timeout = config.options.timeout;
   options.listenAddress = launch.listenAddress;
   options.hostId = launch.hostId;
   options.sharedMemory = launch.sharedMemory;
@@ -47,7 +46,7 @@ template <class MakeComm>
 int runRank(const BenchConfig& config, int rankForMessages, MakeComm makeComm) {
   try {
     auto comm = makeComm();
-    comm->setTimeout(config.timeout);
+    comm->setTimeout(config.options.timeout);
     const bool ok = runBenchmark(*comm, config, comm->backendName(), stdout);
     if (!ok && comm->rank() == 0) std::fprintf(stderr, "kolo bench: some results were wrong\n");
     return ok ? 0 : kExitWrong;
@@ -157,13 +156,13 @@ int launchBenchmark(const BenchConfig& config, const BenchLaunch& launch) {
   if (launch.backend == "mpi") {
     return runRank(config, -1, [&] {
       comm::MpiOptions options = comm::mpiOptionsFromEnvironment();
-      options.timeout = config.timeout;
+      options.timeout = config.options.timeout;
       return comm::createMpiCommunicator(options);
     });
   }
   comm::InitOptions init;
   init.backend = launch.backend;
-  init.timeout = config.timeout;
+  init.timeout = config.options.timeout;
   return runRank(config, -1, [&] { return comm::initFromEnvironment(init); });
 }
 

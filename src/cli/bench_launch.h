@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "cli/bench_options.h"
+#include "cli/bench_runner.h"
 
 namespace kolo::cli {
 

@@ -1,26 +1,20 @@
-// The benchmark loop of `kolo bench` on one rank: for each size, a checked operation with
-// closed-form expected values, warm-up, then timed operations (barrier; t0; op; t1, the
-// time being the maximum over ranks) and a second check; rank 0 prints the rows.
+// The rows of `kolo bench` on one rank: comm::benchmarkCollective for each size of the
+// sweep; rank 0 prints the header and one table row (or JSON line) per size.
 #pragma once
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
-#include "cli/bench_options.h"
-#include "kolo/comm/communicator.h"
+#include "kolo/comm/benchmark.h"
 
 namespace kolo::cli {
 
-/// One size's figures, as printed.
-struct BenchRow {
-  size_t bytes = 0;
-  size_t count = 0;  // elements per rank's share (the whole message for allreduce/reduce/broadcast)
-  int warmup = 0;
-  int iters = 0;
-  double medianUs = 0, minUs = 0, p10Us = 0, p90Us = 0, maxUs = 0;
-  double algbw = 0;  // GB/s, GB = 1e9 bytes
-  double busbw = 0;
-  bool correct = false;
+/// Everything one rank needs to run the sweep.
+struct BenchConfig {
+  comm::BenchmarkOptions options;
+  std::vector<size_t> sizes;  // bytes, in sweep order
+  bool json = false;
 };
 
 /// Runs the sweep on `comm` (collective: every rank calls it with the same config). Rank 0

@@ -12,6 +12,7 @@
 #include "cli/train_federated.h"
 #include "cli/train_flags.h"
 #include "cli/train_loop.h"
+#include "kolo/byte_size.h"
 #include "kolo/checkpoint.h"
 #include "kolo/comm/init.h"
 #include "kolo/error.h"
@@ -353,7 +354,7 @@ Command registerTrain(CLI::App& root) {
     config->progress = raw->bar ? 1 : (raw->noBar ? 0 : -1);
     if (config->statusFile.empty()) config->statusFile = settings::statusFile();
     keepFreedMemory();
-    if (!config->memoryLimit.empty()) setTensorMemoryLimit(parseByteSize(config->memoryLimit));
+    if (!config->memoryLimit.empty()) setTensorMemoryLimit(static_cast<int64_t>(parseByteSize(config->memoryLimit)));
     observe::Logger logger(stderr);
     train::startTimeline(config->timelineDir);
     // Every strategy computes on this thread (or on replica threads that take its setting).

@@ -2,7 +2,6 @@
 #include "kolo/memory.h"
 
 #include <atomic>
-#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -31,25 +30,6 @@ void setTensorMemoryLimit(int64_t bytes) {
   limit.store(bytes, std::memory_order_relaxed);
 }
 int64_t tensorMemoryLimit() { return limit.load(std::memory_order_relaxed); }
-
-int64_t parseByteSize(const std::string& text) {
-  size_t used = 0;
-  double value = -1.0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  double scale = 1.0;
-  const std::string unit = text.substr(used);
-  if (unit == "K" || unit == "k" || unit == "KiB") scale = 1024.0;
-  else if (unit == "M" || unit == "m" || unit == "MiB") scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "g" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) used = 0;
-  KOLO_REQUIRE(used > 0 && std::isfinite(value) && value >= 0.0, "size '", text,
-               "' is not accepted: use bytes or a number with K, M or G (e.g. 512M)");
-  return static_cast<int64_t>(value * scale);
-}
 
 namespace detail {
 

@@ -4,6 +4,7 @@
 // model's values, and a part holds a fraction of the memory.
 #include <gtest/gtest.h>
 
+#include "kolo/byte_size.h"
 #include "kolo/memory.h"
 #include "kolo/nn/language_model.h"
 

@@ -1,20 +1,22 @@
-// One collective at one size for `kolo bench`: its buffers, how to fill them (values with
-// a closed-form result, or zeros for timing), how to run it once, and how to check it.
+// One collective at one size, as benchmarkCollective measures it and bench/soak checks it:
+// its buffers, how to fill them (values with a closed-form result, or zeros for timing),
+// how to run it once, and how to check it.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "cli/bench_options.h"
+#include "kolo/comm/benchmark.h"
 #include "kolo/comm/communicator.h"
 
-namespace kolo::cli {
+namespace kolo::comm::detail {
 
-class BenchCase {
+class BenchmarkCase {
  public:
   /// Sizes the buffers for `requestedBytes` (rounded down to whole elements; for the
-  /// collectives that split the message, to whole elements per rank).
-  BenchCase(comm::Communicator& comm, const BenchConfig& config, size_t requestedBytes);
+  /// collectives that split the message, to whole elements per rank). Reads the
+  /// collective, dtype, op, root and inPlace of `options`, which must outlive the case.
+  BenchmarkCase(Communicator& comm, const BenchmarkOptions& options, size_t requestedBytes);
 
   /// Bytes the operation moves in nccl-tests' sense (the whole message).
   size_t bytes() const { return bytes_; }
@@ -26,7 +28,7 @@ class BenchCase {
   /// All-zero inputs, so repeated in-place operations keep values finite.
   void fillZeros();
   /// One operation.
-  void run(const comm::CollectiveOptions& options);
+  void run(const CollectiveOptions& options);
   /// After fillForCheck() + run(): whether this rank's outputs hold the expected values.
   bool verify() const;
 
@@ -34,8 +36,8 @@ class BenchCase {
   void* sendPtr();
   void* recvPtr();
 
-  comm::Communicator& comm_;
-  const BenchConfig& config_;
+  Communicator& comm_;
+  const BenchmarkOptions& options_;
   int rank_;
   int size_;
   size_t count_ = 0;
@@ -46,4 +48,4 @@ class BenchCase {
   std::vector<uint8_t> recv_;
 };
 
-}  // namespace kolo::cli
+}  // namespace kolo::comm::detail
