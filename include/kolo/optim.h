@@ -210,6 +210,32 @@ class WarmupLr : public LrSchedule {
   double startFactor_;
 };
 
+/// An optimizer by name, as a configuration or a command line gives it.
+struct OptimizerSpec {
+  std::string name = "sgd";  // sgd | adam | adamw
+  double lr = 0.01;
+  double momentum = 0.0;     // sgd
+  bool nesterov = false;     // sgd
+  double beta1 = 0.9;        // adam, adamw
+  double weightDecay = 0.0;  // sgd and adam: added to the gradient; adamw: decoupled
+};
+
+/// `spec`'s optimizer over `parameters`. Throws InvalidArgument naming an unknown name or a
+/// setting the optimizer does not take (nesterov without momentum).
+std::unique_ptr<Optimizer> makeOptimizer(const OptimizerSpec& spec, NamedParameters parameters);
+
+/// A learning-rate schedule by name, for a run whose length is known when it starts.
+struct ScheduleSpec {
+  std::string name = "constant";  // constant | cosine | warmup-cosine | step
+  double lr = 0.01;               // the peak rate
+  int64_t warmupSteps = 0;        // warmup-cosine: linear warm-up steps (at most the run)
+};
+
+/// `spec`'s schedule over a run of `totalSteps` optimizer steps: constant; cosine from lr to
+/// 0 over the run; warmup-cosine, a linear warm-up then cosine over the steps left; step,
+/// lr times 0.3 after each third of the run. Throws InvalidArgument naming an unknown name.
+std::unique_ptr<LrSchedule> makeSchedule(const ScheduleSpec& spec, int64_t totalSteps);
+
 /// Scales all gradients so that their global L2 norm is at most maxNorm (as
 /// torch.nn.utils.clip_grad_norm_: coefficient maxNorm / (norm + 1e-6), capped at 1).
 /// Returns the norm before clipping. Parameters without a gradient are skipped.

@@ -77,32 +77,14 @@ Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {
 
 std::unique_ptr<optim::Optimizer> makeOptimizer(const Recipe& recipe,
                                                 const optim::NamedParameters& parameters) {
-  if (recipe.optimizer == "sgd") {
-    return std::make_unique<optim::Sgd>(parameters,
-                                        optim::SgdOptions{.lr = recipe.lr,
-                                                          .momentum = recipe.momentum,
-                                                          .weightDecay = recipe.weightDecay,
-                                                          .nesterov = recipe.nesterov});
-  }
-  optim::AdamOptions options{.lr = recipe.lr, .beta1 = recipe.beta1,
-                             .weightDecay = recipe.weightDecay};
-  if (recipe.optimizer == "adamw") return optim::makeAdamW(parameters, options);
-  return std::make_unique<optim::Adam>(parameters, options);
+  return optim::makeOptimizer({.name = recipe.optimizer, .lr = recipe.lr, .momentum = recipe.momentum,
+                               .nesterov = recipe.nesterov, .beta1 = recipe.beta1, .weightDecay = recipe.weightDecay},
+                              parameters);
 }
 
 std::unique_ptr<optim::LrSchedule> makeSchedule(const Recipe& recipe, int64_t totalSteps) {
-  totalSteps = std::max<int64_t>(totalSteps, 1);
-  if (recipe.schedule == "constant") return std::make_unique<optim::ConstantLr>(recipe.lr);
-  if (recipe.schedule == "step") {
-    // Decay by 10x at 50% and 75% would need a multi-step schedule; one decay per third.
-    return std::make_unique<optim::StepLr>(recipe.lr, std::max<int64_t>(totalSteps / 3, 1), 0.3);
-  }
-  const int64_t warmup =
-      recipe.schedule == "warmup-cosine" ? std::min(recipe.warmupSteps, totalSteps) : 0;
-  auto cosine =
-      std::make_unique<optim::CosineLr>(recipe.lr, std::max<int64_t>(totalSteps - warmup, 1));
-  if (warmup == 0) return cosine;
-  return std::make_unique<optim::WarmupLr>(std::move(cosine), warmup);
+  return optim::makeSchedule({.name = recipe.schedule, .lr = recipe.lr, .warmupSteps = recipe.warmupSteps},
+                             totalSteps);
 }
 
 std::map<std::string, std::string> runIdentity(const TrainConfig& config) {

@@ -1,7 +1,9 @@
-// Learning-rate schedules and gradient-norm clipping.
+// Learning-rate schedules, gradient-norm clipping, and optimizers and schedules by name.
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
+#include "kolo/error.h"
 #include "kolo/optim.h"
 
 namespace kolo::optim {
@@ -64,6 +66,32 @@ double clipGradNorm(const std::vector<Tensor>& parameters, double maxNorm) {
     }
   }
   return norm;
+}
+
+std::unique_ptr<Optimizer> makeOptimizer(const OptimizerSpec& spec, NamedParameters parameters) {
+  if (spec.name == "sgd")
+    return std::make_unique<Sgd>(std::move(parameters), SgdOptions{.lr = spec.lr,
+                                                                   .momentum = spec.momentum,
+                                                                   .weightDecay = spec.weightDecay,
+                                                                   .nesterov = spec.nesterov});
+  KOLO_REQUIRE(spec.name == "adam" || spec.name == "adamw", "optimizer '", spec.name,
+               "' is not accepted: use sgd, adam or adamw");
+  const AdamOptions options{.lr = spec.lr, .beta1 = spec.beta1, .weightDecay = spec.weightDecay};
+  if (spec.name == "adamw") return makeAdamW(std::move(parameters), options);
+  return std::make_unique<Adam>(std::move(parameters), options);
+}
+
+std::unique_ptr<LrSchedule> makeSchedule(const ScheduleSpec& spec, int64_t totalSteps) {
+  KOLO_REQUIRE(spec.name == "constant" || spec.name == "cosine" || spec.name == "warmup-cosine" ||
+                   spec.name == "step",
+               "schedule '", spec.name, "' is not accepted: use constant, cosine, warmup-cosine or step");
+  totalSteps = std::max<int64_t>(totalSteps, 1);
+  if (spec.name == "constant") return std::make_unique<ConstantLr>(spec.lr);
+  if (spec.name == "step") return std::make_unique<StepLr>(spec.lr, std::max<int64_t>(totalSteps / 3, 1), 0.3);
+  const int64_t warmup = spec.name == "warmup-cosine" ? std::clamp<int64_t>(spec.warmupSteps, 0, totalSteps) : 0;
+  auto cosine = std::make_unique<CosineLr>(spec.lr, std::max<int64_t>(totalSteps - warmup, 1));
+  if (warmup == 0) return cosine;
+  return std::make_unique<WarmupLr>(std::move(cosine), warmup);
 }
 
 }  // namespace kolo::optim

@@ -284,5 +284,34 @@ TEST(ClipTest, ScalesToMaxNormAndReturnsTotal) {
   EXPECT_NEAR(b.grad().toFloatVector()[0], 4.0f / 5.0f, 1e-6);
 }
 
+TEST(ByNameTest, OptimizersAndSchedulesByNameAreTheClassesTheyName) {
+  Tensor w = Tensor::fromVector({2}, std::vector<float>{1.0f, 2.0f});
+  w.setRequiresGrad(true);
+  const NamedParameters parameters{{"w", w}};
+  EXPECT_EQ(makeOptimizer({.name = "sgd", .lr = 0.1, .momentum = 0.9, .nesterov = true}, parameters)->kind(), "sgd");
+  EXPECT_EQ(makeOptimizer({.name = "adam"}, parameters)->kind(), "adam");
+  const auto adamw = makeOptimizer({.name = "adamw", .lr = 2e-3, .beta1 = 0.8, .weightDecay = 0.01}, parameters);
+  const auto* adam = dynamic_cast<const Adam*>(adamw.get());
+  ASSERT_NE(adam, nullptr);
+  EXPECT_TRUE(adam->options().decoupled);
+  EXPECT_DOUBLE_EQ(adam->options().beta1, 0.8);
+  EXPECT_DOUBLE_EQ(adam->options().weightDecay, 0.01);
+  EXPECT_THROW(makeOptimizer({.name = "lamb"}, parameters), InvalidArgument);
+
+  EXPECT_DOUBLE_EQ(makeSchedule({.name = "constant", .lr = 0.5}, 10)->lrAt(7), 0.5);
+  EXPECT_DOUBLE_EQ(makeSchedule({.name = "step", .lr = 1.0}, 9)->lrAt(3), 0.3);
+  EXPECT_NEAR(makeSchedule({.name = "cosine", .lr = 1.0}, 10)->lrAt(5), 0.5, 1e-12);
+  const auto warm = makeSchedule({.name = "warmup-cosine", .lr = 1.0, .warmupSteps = 4}, 14);
+  EXPECT_DOUBLE_EQ(warm->lrAt(0), 0.25);  // (s + 1) / W of the way
+  EXPECT_DOUBLE_EQ(warm->lrAt(4), 1.0);   // then cosine over the 10 steps left
+  EXPECT_NEAR(warm->lrAt(9), 0.5, 1e-12);
+  try {
+    makeSchedule({.name = "linear"}, 10);
+    FAIL() << "accepted an unknown schedule";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("schedule 'linear' is not accepted"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace kolo::optim
