@@ -3,6 +3,7 @@
 // (each rank's step and state in a file that another terminal reads).
 #include "train/monitor.h"
 
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -12,8 +13,12 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "kolo/error.h"
+#include "observe/rank_files.h"
 
 namespace kolo::train::detail {
 namespace {
@@ -254,3 +259,42 @@ std::vector<RankFigures> RankFiguresLog::gather(comm::Communicator* comm) const 
 }
 
 }  // namespace kolo::train::detail
+
+namespace kolo::train {
+
+std::vector<RankStatusLine> readRankStatus(const std::string& file) {
+  namespace fs = std::filesystem;
+  const fs::path base(file);
+  const fs::path dir = base.has_parent_path() ? base.parent_path() : fs::path(".");
+  const std::string prefix = base.filename().string() + ".rank-";
+  std::error_code error;
+  fs::directory_iterator entries(dir, error);
+  if (error) KOLO_THROW(FileError, "cannot read the directory ", dir.string(), " of status file ", file, ": ", error.message());
+  std::vector<RankStatusLine> ranks;
+  for (const fs::directory_entry& entry : entries) {
+    const std::optional<int> rank = observe::detail::rankOfFile(entry.path().filename().string(), prefix, "");
+    if (!rank) continue;
+    std::ifstream in(entry.path());
+    std::string text;
+    std::getline(in, text);
+    const nlohmann::json f = nlohmann::json::parse(text, nullptr, false);
+    if (f.is_discarded() || !f.is_object())
+      KOLO_THROW(FormatError, entry.path().string(), " is not a status line");
+    RankStatusLine line{.rank = *rank,
+                        .pid = f.value("pid", int64_t{0}),
+                        .state = f.value("state", "?"),
+                        .step = f.value("step", int64_t{0}),
+                        .totalSteps = f.value("total_steps", int64_t{0}),
+                        .loss = f.value("loss", 0.0),
+                        .stepSeconds = f.value("step_s", 0.0),
+                        .samplesPerSecond = f.value("samples_per_s", 0.0),
+                        .updated = f.value("updated", 0.0)};
+    line.gone = line.state != "done" && line.state != "failed" && line.pid > 0 &&
+                ::kill(static_cast<pid_t>(line.pid), 0) != 0 && errno == ESRCH;
+    ranks.push_back(std::move(line));
+  }
+  std::sort(ranks.begin(), ranks.end(), [](const RankStatusLine& a, const RankStatusLine& b) { return a.rank < b.rank; });
+  return ranks;
+}
+
+}  // namespace kolo::train

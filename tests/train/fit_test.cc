@@ -299,11 +299,13 @@ TEST(FitTest, EveryRankReportsItsFiguresAndTheValidationFigures) {
   auto make = nativeRanks(2);
   std::vector<FitSummary> summaries(2);
   std::vector<EvaluateResult> after(2);
+  const std::string status = freshDir("status") + "-status";
   runThreads(2, [&](int rank) {
     auto e = engine(make(rank));
     FitOptions options = quietOptions(logger);
     options.steps = 6;
     options.timingSkip = 2;
+    options.statusFile = status;
     summaries[static_cast<size_t>(rank)] = fit(*e, train, test, options);
     after[static_cast<size_t>(rank)] = e->evaluate(*test);
   });
@@ -326,6 +328,19 @@ TEST(FitTest, EveryRankReportsItsFiguresAndTheValidationFigures) {
       EXPECT_GT(f.peakResidentBytes, f.peakTensorBytes);
       EXPECT_EQ(f.stepSeconds, other.stepSeconds) << "the ranks were told different figures";
     }
+  }
+  // Each rank's status line, as another process (kolo status) reads it.
+  const std::vector<RankStatusLine> lines = readRankStatus(status);
+  ASSERT_EQ(lines.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    const RankStatusLine& line = lines[static_cast<size_t>(r)];
+    EXPECT_EQ(line.rank, r);
+    EXPECT_EQ(line.state, "done");
+    EXPECT_FALSE(line.gone);
+    EXPECT_EQ(line.step, 6);
+    EXPECT_EQ(line.totalSteps, 6);
+    EXPECT_EQ(line.pid, static_cast<int64_t>(::getpid()));
+    fs::remove(status + ".rank-" + std::to_string(r));
   }
 }
 

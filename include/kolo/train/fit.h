@@ -203,6 +203,28 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
                std::shared_ptr<const data::Dataset> validation, const FitOptions& options,
                const FitCallbacks& callbacks = {});
 
+/// One rank's line of a status file (FitOptions::statusFile), as `kolo status` shows it.
+struct RankStatusLine {
+  int rank = 0;
+  int64_t pid = 0;
+  /// starting, training, evaluating, checkpoint, done or failed.
+  std::string state{};
+  /// The process is not there any more and its line does not say it ended (killed).
+  bool gone = false;
+  int64_t step = 0;        // steps done
+  int64_t totalSteps = 0;
+  double loss = 0.0;       // the last step's
+  double stepSeconds = 0.0;
+  double samplesPerSecond = 0.0;
+  double updated = 0.0;    // when the line was written, seconds since the Unix epoch
+};
+
+/// Every rank's line of the status file `file` (the ranks keep FILE.rank-N), by rank; none
+/// when no rank has written yet. Another process may read them while the job runs: lines are
+/// replaced whole. Throws FileError when the directory cannot be read, FormatError naming a
+/// file that holds no status line.
+std::vector<RankStatusLine> readRankStatus(const std::string& file);
+
 /// Starts recording the timeline of this process into `directory` (or KOLO_TIMELINE's when
 /// "" ; nothing when both are empty), also written at exit so that a failed run leaves its
 /// spans. Call it before joining the job (parallel::init, building the engine), so that the
