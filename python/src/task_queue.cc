@@ -47,20 +47,26 @@ void TaskQueue::serve() {
       runFront(lock);
     if (tasks_.empty()) urgent_ = false;
     if (stopping_ && tasks_.empty() && !running_) return;
-    idleWindows = pushes_ == stale ? idleWindows + 1 : 0;
-    if (idleWindows < kIdleWindows) {
-      stale = pushes_;
-      cv_.wait_for(lock, kClaimWindow);  // an early wake (hurry, stop) only runs tasks sooner
+    if (running_) {
+      // A caller runs a task, perhaps a long one: looking in meanwhile would take a CPU from
+      // the ranks that run it. It wakes us when done (runThrough), whatever came meanwhile.
+      awaitingRunner_ = true;
+      cv_.wait(lock, [&] { return !running_; });
+      awaitingRunner_ = false;
       continue;
     }
-    // Nothing came for a while: sleep until something does. A task that wakes us gets a
-    // whole window for its caller to claim it.
-    parked_ = true;
-    cv_.wait(lock, [&] { return !parked_ || urgent_ || stopping_; });
-    parked_ = false;
-    idleWindows = 0;
+    idleWindows = pushes_ == stale ? idleWindows + 1 : 0;
+    if (idleWindows >= kIdleWindows) {
+      // Nothing came for a while: sleep until something does.
+      parked_ = true;
+      cv_.wait(lock, [&] { return !parked_ || urgent_ || stopping_; });
+      parked_ = false;
+      idleWindows = 0;
+      if (urgent_ || stopping_) continue;
+    }
+    // A task pushed by now gets a whole window for its caller to claim it.
     stale = pushes_;
-    if (!urgent_ && !stopping_) cv_.wait_for(lock, kClaimWindow);
+    cv_.wait_for(lock, kClaimWindow);  // an early wake (hurry, stop) only runs tasks sooner
   }
 }
 
@@ -78,7 +84,7 @@ void TaskQueue::runThrough(const void* key) {
   for (auto left = std::distance(tasks_.begin(), mine) + 1; left > 0; --left) runFront(lock);
   // Whatever was issued meanwhile (by other threads), and the stop, are the worker's now.
   if (!tasks_.empty()) urgent_ = true;
-  const bool wake = stopping_ || !tasks_.empty();
+  const bool wake = stopping_ || !tasks_.empty() || awaitingRunner_;
   lock.unlock();
   if (wake) cv_.notify_one();
 }

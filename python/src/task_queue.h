@@ -54,6 +54,7 @@ class TaskQueue {
   bool running_ = false;  // a task taken from tasks_ runs (on the worker or a waiting caller)
   bool urgent_ = false;   // the worker runs everything queued, without a window
   bool parked_ = false;   // the worker sleeps until a push (or hurry, or stop) wakes it
+  bool awaitingRunner_ = false;  // the worker sleeps until the caller that runs a task is done
   bool stopping_ = false;
 };
 
