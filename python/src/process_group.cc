@@ -33,16 +33,61 @@ class TorchStore : public RendezvousStore {
 
 }  // namespace
 
-KoloWork::KoloWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs)
-    : c10d::Work(rank, type, title),
-      outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+KoloWork::KoloWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
+                   std::shared_ptr<TaskQueue> queue)
+    : c10d::Work(rank, type, title), outputs_(std::move(outputs)), queue_(std::move(queue)) {}
 
-void KoloWork::completeFuture(std::exception_ptr error) {
+bool KoloWork::wait(std::chrono::milliseconds timeout) {
+  if (!c10d::Work::isCompleted()) {
+    if (timeout == kNoTimeout) {
+      queue_->runThrough(this);
+    } else {
+      queue_->hurry();
+    }
+  }
+  return c10d::Work::wait(timeout);
+}
+
+bool KoloWork::isCompleted() {
+  if (c10d::Work::isCompleted()) return true;
+  queue_->hurry();
+  return false;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> KoloWork::getFuture() {
+  std::unique_lock<std::mutex> lock(futureMutex_);
+  if (future_) return future_;
+  future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  if (!finished_) {
+    lock.unlock();
+    queue_->hurry();
+    return future_;
+  }
+  // Finished before anyone asked: nothing can have been chained to this new future yet.
+  auto future = future_;
+  lock.unlock();
+  completeFuture(future, error_);
+  return future;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> KoloWork::finishWork(std::exception_ptr error) {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    // One section with getFuture()'s: exactly one of the two completes the future.
+    std::lock_guard<std::mutex> lock(futureMutex_);
+    finished_ = true;
+    error_ = error;
+    future = future_;
+  }
+  finish(error);
+  return future;
+}
+
+void KoloWork::completeFuture(const c10::intrusive_ptr<c10::ivalue::Future>& future, std::exception_ptr error) {
   if (error) {
-    future_->setError(error);
+    future->setError(error);
   } else {
-    future_->markCompleted(c10::IValue(outputs_));
+    future->markCompleted(c10::IValue(outputs_));
   }
 }
 
@@ -55,7 +100,7 @@ ProcessGroupKolo::ProcessGroupKolo(const c10::intrusive_ptr<c10d::Store>& store,
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "kolo: rendezvous of rank ", rank, " of ", size, " failed: ", e.what());
   }
-  worker_ = std::thread([this] { workerLoop(); });
+  worker_ = std::thread([this] { tasks_->serve(); });
   transferThread_ = std::thread([this] { transferLoop(); });
 }
 
@@ -77,7 +122,7 @@ void ProcessGroupKolo::shutdown() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  tasks_->stop();
   worker_.join();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -94,9 +139,10 @@ void ProcessGroupKolo::shutdown() {
 }
 
 void ProcessGroupKolo::complete(const c10::intrusive_ptr<KoloWork>& work, std::exception_ptr error) {
-  work->finishWork(error);
+  auto future = work->finishWork(error);
+  if (!future) return;  // nobody asked for it: getFuture() completes one made later
   std::lock_guard<std::mutex> lock(mutex_);
-  completions_.emplace_back(work, error);
+  completions_.push_back(Completion{work, std::move(future), error});
   if (idleCompleters_ < completions_.size()) {
     ++idleCompleters_;  // counted idle until it takes its first item
     completers_.emplace_back([this] { completerLoop(); });
@@ -110,12 +156,12 @@ void ProcessGroupKolo::completerLoop() {
   for (;;) {
     completionCv_.wait(lock, [&] { return completersStopping_ || !completions_.empty(); });
     if (completions_.empty()) return;
-    auto [work, error] = std::move(completions_.front());
+    Completion done = std::move(completions_.front());
     completions_.pop_front();
     --idleCompleters_;
     lock.unlock();
-    work->completeFuture(error);
-    work.reset();
+    done.work->completeFuture(done.future, done.error);
+    done = Completion{};
     lock.lock();
     ++idleCompleters_;
   }
@@ -124,13 +170,16 @@ void ProcessGroupKolo::completerLoop() {
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::enqueue(const char* name, c10d::OpType type,
                                                          std::vector<at::Tensor> outputs,
                                                          std::function<void(KoloWork&)> body, bool transfer) {
-  auto work = c10::make_intrusive<KoloWork>(getRank(), type, name, std::move(outputs));
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    TORCH_CHECK(!stopping_, "kolo: ", name, " on a process group that is being destroyed");
-    tasks_.push_back(Task{work, std::string(name) + " #" + std::to_string(issued_++), std::move(body), transfer});
-  }
-  cv_.notify_one();
+  // Names and queue places are given under one lock, so "#N" is the N-th to run.
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(!stopping_, "kolo: ", name, " on a process group that is being destroyed");
+  auto work = c10::make_intrusive<KoloWork>(getRank(), type, name, std::move(outputs), tasks_);
+  std::string what = std::string(name) + " #" + std::to_string(issued_++);
+  // The task may run on a caller's thread: it holds the group's `this`, which outlives it
+  // (the destructor waits until the queue has run everything).
+  tasks_->push(work.get(), [this, work, what = std::move(what), body = std::move(body), transfer] {
+    runTask(work, what, body, transfer);
+  });
   return work;
 }
 
@@ -155,27 +204,18 @@ std::exception_ptr ProcessGroupKolo::describe(const std::string& what, std::exce
   }
 }
 
-void ProcessGroupKolo::workerLoop() {
+void ProcessGroupKolo::runTask(const c10::intrusive_ptr<KoloWork>& work, const std::string& what,
+                               const std::function<void(KoloWork&)>& body, bool transfer) {
   at::NoGradGuard noGrad;  // in-place copies into tensors that may require grad
-  for (;;) {
-    Task task;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
-      if (tasks_.empty()) return;
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
-    }
-    std::exception_ptr error;
-    try {
-      current_ = &task.what;
-      task.body(*task.work);
-    } catch (...) {
-      error = describe(task.what, std::current_exception());
-    }
-    // A point-to-point body hands its Work to the transfer thread, which completes it.
-    if (error || !task.transfer) complete(task.work, error);
+  std::exception_ptr error;
+  try {
+    current_ = &what;
+    body(*work);
+  } catch (...) {
+    error = describe(what, std::current_exception());
   }
+  // A point-to-point body hands its Work to the transfer thread, which completes it.
+  if (error || !transfer) complete(work, error);
 }
 
 void ProcessGroupKolo::transferLoop() {

@@ -1,7 +1,8 @@
 // ProcessGroupKolo: torch.distributed's process-group interface (c10d, torch 1.13) over a
-// kolo Group. Operations run in issue order on one worker thread per group; point-to-point
-// transfers are posted there and completed by a second thread, so a pending recv never
-// holds back the collectives behind it. Compiled at torch's C++ standard (C++17).
+// kolo Group. Operations run in issue order, one at a time, on one worker thread per group
+// or on a thread that waits for them (see KoloWork::wait); point-to-point transfers are
+// posted there and completed by a second thread, so a pending recv never holds back the
+// collectives behind it. Compiled at torch's C++ standard (C++17).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -18,26 +19,43 @@
 #include <vector>
 
 #include "bridge.h"
+#include "task_queue.h"
 
 namespace kolo_torch {
 
-/// The Work of one operation: completes (and completes its future with `outputs`) when the
-/// worker has run it; keeps its tensors alive until then.
+/// The Work of one operation: completes (and completes its future with `outputs`) when it
+/// has run; keeps its tensors alive until then.
 class KoloWork : public c10d::Work {
  public:
-  KoloWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs);
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  /// An operation that `queue` runs.
+  KoloWork(int rank, c10d::OpType type, const char* title, std::vector<at::Tensor> outputs,
+           std::shared_ptr<TaskQueue> queue);
+  /// Without a timeout, first runs this operation on the calling thread when it has not
+  /// started and the worker is idle (TaskQueue::runThrough); then waits as c10d's Work does.
+  /// With one, has the worker run it (the caller gets control back when the timeout passes).
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  /// Whether it has run; a caller that polls has the worker start it now.
+  bool isCompleted() override;
+  /// Made on the first request, completed when the work is (at once if it already is): an
+  /// operation whose future nobody asks for completes without waking a completer thread.
+  /// The worker starts the operation now: whoever chains on the future will not run it.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   std::vector<at::Tensor> result() override { return outputs_; }
   int sourceRank() const override { return sourceRank_; }
-  /// Marks the work done, with `error` when it failed (wait() returns or throws).
-  void finishWork(std::exception_ptr error) { finish(error); }
-  /// Completes the future; its callbacks run here, and may block.
-  void completeFuture(std::exception_ptr error);
+  /// Marks the work done, with `error` when it failed (wait() returns or throws). Returns
+  /// the future when one was requested: the caller completes it (completeFuture).
+  c10::intrusive_ptr<c10::ivalue::Future> finishWork(std::exception_ptr error);
+  /// Completes `future`; its callbacks run here, and may block.
+  void completeFuture(const c10::intrusive_ptr<c10::ivalue::Future>& future, std::exception_ptr error);
   void setSourceRank(int rank) { sourceRank_ = rank; }
 
  private:
   std::vector<at::Tensor> outputs_;
+  std::shared_ptr<TaskQueue> queue_;
+  std::mutex futureMutex_;  // future_, finished_, error_
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool finished_ = false;
+  std::exception_ptr error_;
   int sourceRank_ = -1;
 };
 
@@ -90,18 +108,17 @@ class ProcessGroupKolo : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
-  struct Task {
-    c10::intrusive_ptr<KoloWork> work;
-    std::string what;  // "allreduce #4", for error messages
-    std::function<void(KoloWork&)> body;
-    bool transfer = false;  // the body posts a transfer that completes the Work later
-  };
   struct PendingTransfer {
     c10::intrusive_ptr<KoloWork> work;
     std::string what;
     std::unique_ptr<Transfer> transfer;
     at::Tensor staging;  // received into, then copied to `target`, when that is not contiguous
     at::Tensor target;
+  };
+  struct Completion {
+    c10::intrusive_ptr<KoloWork> work;
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    std::exception_ptr error;
   };
 
   /// Queues `body` behind every earlier operation of this group; returns its Work.
@@ -124,11 +141,15 @@ class ProcessGroupKolo : public c10d::ProcessGroup {
   std::exception_ptr describe(const std::string& what, std::exception_ptr error) const;
   /// Lets the threads finish every issued operation, then joins them.
   void shutdown();
-  void workerLoop();
+  /// Runs `body` (on the worker or a waiting caller; `what` is "allreduce #4", for error
+  /// messages) and completes `work`, unless the body posted a transfer, which does.
+  void runTask(const c10::intrusive_ptr<KoloWork>& work, const std::string& what,
+               const std::function<void(KoloWork&)>& body, bool transfer);
   void transferLoop();
-  /// Finishes `work` now and completes its future on a completer thread: the future's
-  /// callbacks (DDP's hooks) may issue operations of this group and wait for them, so they
-  /// must not run on the worker. A new completer starts whenever every one is busy.
+  /// Finishes `work` now and completes its future, when one was requested, on a completer
+  /// thread: the future's callbacks (DDP's hooks) may issue operations of this group and
+  /// wait for them, so they must not run where tasks run. A new completer starts whenever
+  /// every one is busy.
   void complete(const c10::intrusive_ptr<KoloWork>& work, std::exception_ptr error);
   void completerLoop();
 
@@ -136,18 +157,17 @@ class ProcessGroupKolo : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Store> store_;
   uint64_t issued_ = 0;
 
+  std::shared_ptr<TaskQueue> tasks_ = std::make_shared<TaskQueue>();
   std::mutex mutex_;
-  std::condition_variable cv_;          // tasks_
   std::condition_variable transferCv_;  // transfers_
-  std::deque<Task> tasks_;
   std::deque<PendingTransfer> transfers_;
   bool stopping_ = false;
   bool transfersStopping_ = false;
-  const std::string* current_ = nullptr;  // the worker's task name, for transfers it posts
+  const std::string* current_ = nullptr;  // the running task's name, for transfers it posts
   std::thread worker_;
   std::thread transferThread_;
   std::condition_variable completionCv_;  // completions_
-  std::deque<std::pair<c10::intrusive_ptr<KoloWork>, std::exception_ptr>> completions_;
+  std::deque<Completion> completions_;
   std::vector<std::thread> completers_;
   size_t idleCompleters_ = 0;
   bool completersStopping_ = false;

@@ -16,6 +16,7 @@ ALL = FLOATS + INTS + ["bool"]
 
 def worker():
     import math
+    import threading
     import torch
     import torch.distributed as dist
     import kolo_torch  # noqa: F401
@@ -183,6 +184,28 @@ def worker():
     gloo = dist.new_group(backend="gloo")
     gen = torch.Generator().manual_seed(1234 + r)
     x = torch.randn(1000, generator=gen)
+
+    # An operation nobody waits for runs anyway (the worker takes what no caller claims):
+    # rank 0 blocks in a gloo collective that the others reach only after this all_reduce.
+    t = torch.ones(4)
+    if r == 0:
+        w = dist.all_reduce(t, async_op=True)
+        dist.all_reduce(torch.ones(1), group=gloo)
+        w.wait()
+    else:
+        dist.all_reduce(t)
+        dist.all_reduce(torch.ones(1), group=gloo)
+    check("all_reduce nobody waits for", t, torch.full((4,), float(n)))
+    # Waited on another thread than the one that issued it, and with a timeout.
+    t = torch.ones(4)
+    w = dist.all_reduce(t, async_op=True)
+    waiter = threading.Thread(target=w.wait)
+    waiter.start()
+    waiter.join()
+    check("all_reduce waited on another thread", t, torch.full((4,), float(n)))
+    t = torch.ones(4)
+    dist.all_reduce(t, async_op=True).wait(datetime.timedelta(seconds=30))
+    check("all_reduce waited with a timeout", t, torch.full((4,), float(n)))
 
     def same(name, ours, theirs, exact):
         nonlocal checks
