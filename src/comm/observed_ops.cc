@@ -1,11 +1,13 @@
 // The flight-recorder entries and timeline spans of blocking and non-blocking operations,
-// and the Work wrapper that finishes a non-blocking one when its completion is seen.
+// the Work wrapper that finishes a non-blocking one when its completion is seen, and the
+// time each thread spends blocked in them (comm::blockedSeconds).
 #include "comm/observed_ops.h"
 
 #include <cstdio>
 #include <string>
 #include <utility>
 
+#include "comm/blocked_time.h"
 #include "kolo/error.h"
 
 namespace kolo::comm::detail {
@@ -102,6 +104,7 @@ class ObservedWork final : public Work {
     }
   }
   void wait(std::chrono::milliseconds timeout) override {
+    const BlockedTime blocked;
     try {
       inner_->wait(timeout);
     } catch (const Timeout& e) {
@@ -141,4 +144,28 @@ std::unique_ptr<Work> observeWork(std::unique_ptr<Work> inner, PendingOp op) {
   return std::make_unique<ObservedWork>(std::move(inner), std::move(op));
 }
 
+namespace {
+
+thread_local double tBlockedSeconds = 0.0;
+thread_local int tBlockedDepth = 0;
+
+}  // namespace
+
+BlockedTime::BlockedTime() {
+  if (tBlockedDepth++ == 0) start_ = std::chrono::steady_clock::now();
+}
+
+BlockedTime::~BlockedTime() {
+  if (--tBlockedDepth == 0)
+    tBlockedSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+double blockedSecondsOfThisThread() { return tBlockedSeconds; }
+
 }  // namespace kolo::comm::detail
+
+namespace kolo::comm {
+
+double blockedSeconds() { return detail::blockedSecondsOfThisThread(); }
+
+}  // namespace kolo::comm

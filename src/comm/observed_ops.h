@@ -9,6 +9,7 @@
 #include <exception>
 #include <memory>
 
+#include "comm/blocked_time.h"
 #include "kolo/comm/communicator.h"
 #include "kolo/flight_recorder.h"
 #include "kolo/trace.h"
@@ -32,6 +33,7 @@ flight::Description pointToPoint(const char* op, int rank, int size, uint32_t co
 /// (the span keeps the pointers). Rethrows what `body` throws, after recording it.
 template <class Body>
 void observedBlocking(const flight::Description& d, Body&& body) {
+  const BlockedTime blocked;
   const uint64_t id = flight::enabled() ? flight::begin(d, true) : 0;
   trace::Scope span(d.op, "comm");
   span.bytes(d.bytes);

@@ -346,6 +346,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
       const auto computeStart = Clock::now();
       resetPeakTensorBytes();
       const int64_t bytesBeforeStep = liveTensorBytes();
+      const double blockedBefore = comm::blockedSeconds();
       const double lr = schedule->lrAt(step);
       double loss = 0.0;
       try {
@@ -359,7 +360,10 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
       const int64_t peakBytes = peakTensorBytes();
       stepPeakBytes = std::max(stepPeakBytes, peakBytes);
       stateBytes = liveTensorBytes() - storageBytes(batch.inputs) - storageBytes(batch.labels);
-      const double compute = detail::computeSeconds(secondsSince(computeStart), engine.reducer());
+      // Where no reducer times the communication, the time this thread waited in it.
+      const double blocked = engine.reducer() ? 0.0 : comm::blockedSeconds() - blockedBefore;
+      const double compute =
+          std::max(detail::computeSeconds(secondsSince(computeStart), engine.reducer()) - blocked, 0.0);
       const double seconds = secondsSince(stepStart);
       StepFigures stepFigures{.computeSeconds = compute, .peakStepBytes = peakBytes - bytesBeforeStep};
       engine.refineStepFigures(stepFigures);
@@ -370,7 +374,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
       }
       if (options.checkSyncEvery > 0 && (step + 1) % options.checkSyncEvery == 0)
         observe::checkReplicasInSync(*comm, engine.model().stateDict(), step + 1);
-      monitor->record(dataSeconds, seconds, engine.reducer());
+      monitor->record(dataSeconds, seconds, engine.reducer(), blocked);
       if (!std::isfinite(loss))
         KOLO_THROW(DivergedError, "training diverged: loss ", loss, " at step ", step, " (lr ",
                    lr, "); try a smaller --lr");

@@ -38,11 +38,17 @@ std::string millis(double s) {
 StepMonitor::StepMonitor(comm::Communicator* comm, int64_t every, int64_t localBatch)
     : comm_(comm), every_(std::max<int64_t>(every, 1)), localBatch_(localBatch) {}
 
-void StepMonitor::record(double dataSeconds, double stepSeconds, const parallel::Reducer* reducer) {
+void StepMonitor::record(double dataSeconds, double stepSeconds, const parallel::Reducer* reducer,
+                         double blockedSeconds) {
   sums_[kSteps] += 1;
   sums_[kData] += dataSeconds;
   sums_[kStep] += stepSeconds;
-  if (!reducer) return;
+  if (!reducer) {
+    // fsdp's gathers, a pipeline's messages, tensor parallelism's all-reduces: all exposed.
+    sums_[kComm] += blockedSeconds;
+    sums_[kExposed] += std::min(blockedSeconds, stepSeconds);
+    return;
+  }
   const parallel::StepTimeline& t = reducer->timeline();
   double comm = 0.0, bytes = 0.0;
   for (size_t b = 0; b < t.bucketStart.size() && b < t.bucketFinish.size(); ++b) {

@@ -52,8 +52,9 @@ class StepMonitor {
   /// `comm` null for one-process strategies. `every` >= 1 steps per interval.
   StepMonitor(comm::Communicator* comm, int64_t every, int64_t localBatch);
   /// Adds one step: seconds waiting for data, seconds of the whole step (data included),
-  /// and the reducer of the step (null: no communication), whose timeline it reads.
-  void record(double dataSeconds, double stepSeconds, const parallel::Reducer* reducer);
+  /// and the reducer of the step, whose timeline it reads; without one, `blockedSeconds` is
+  /// the step's communication that nothing overlapped (comm::blockedSeconds).
+  void record(double dataSeconds, double stepSeconds, const parallel::Reducer* reducer, double blockedSeconds = 0.0);
   /// After `stepsDone` steps: at the end of an interval, exchanges every rank's times
   /// (collective: every rank calls this after every step) and returns them; otherwise
   /// nothing.

@@ -44,7 +44,8 @@ std::unique_ptr<optim::Optimizer> sgd(const parallel::NamedTensors& parameters) 
 std::vector<std::string> trainWith(const FaultPlan& plan, const std::function<void(FitOptions&, DataParallelEngine&, int)>& change = nullptr) {
   const auto train = dataset();
   observe::Logger logger(stderr, observe::LogLevel::Error);
-  auto make = nativeRanks(2);
+  // A short deadline: a rank that fails leaves its peer waiting in a collective until then.
+  auto make = nativeRanks(2, std::chrono::seconds(5));
   std::vector<std::string> errors(2);
   runThreads(2, [&](int rank) {
     try {

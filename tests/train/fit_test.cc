@@ -400,5 +400,52 @@ TEST(FitTest, ARequeuedSlurmJobResumesFromItsCheckpoints) {
   fs::remove_all(dir);
 }
 
+// Without a reducer (fsdp: the gathers and reduce-scatters run inside forward and backward)
+// the interval lines' communication is the time the ranks waited in it, not 0; one device
+// communicates nothing.
+TEST(FitTest, IntervalLinesTimeTheCommunicationOfEnginesWithoutAReducer) {
+  const std::string dir = freshDir("fsdp_comm");
+  fs::create_directories(dir);
+  const auto train = dataset(256, 1);
+  observe::Logger logger(stderr, observe::LogLevel::Warn);
+  auto intervals = [&](int ranks) {
+    const std::string path = dir + "/metrics" + std::to_string(ranks) + ".jsonl";
+    auto run = [&](std::shared_ptr<comm::Communicator> comm) {
+      DataParallelOptions options;
+      options.strategy.kind = comm ? parallel::StrategyKind::FullyShardedDataParallel : parallel::StrategyKind::OneDevice;
+      options.strategy.communicator = comm;
+      DataParallelEngine e(model, sgd, options);
+      EXPECT_EQ(e.reducer(), nullptr);
+      FitOptions fitOptions = quietOptions(logger);
+      fitOptions.steps = 8;
+      fitOptions.metricsPath = path;
+      fitOptions.metricsEvery = 4;
+      const FitSummary summary = fit(e, train, nullptr, fitOptions);
+      for (const RankFigures& f : summary.ranks) EXPECT_LE(f.computeSeconds, f.stepSeconds);
+    };
+    if (ranks == 1) {
+      run(nullptr);
+    } else {
+      auto make = nativeRanks(ranks);
+      runThreads(ranks, [&](int rank) { run(make(rank)); });
+    }
+    std::vector<nlohmann::json> found;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json json = nlohmann::json::parse(line);
+      if (json.value("kind", "") == "interval") found.push_back(json);
+    }
+    EXPECT_EQ(found.size(), 2u);
+    return found;
+  };
+  for (const nlohmann::json& line : intervals(2)) {
+    EXPECT_GT(line["comm_s"].get<double>(), 0.0) << line.dump();
+    EXPECT_GE(line["exposed_comm_s"].get<double>() + line["wait_s"].get<double>(), line["comm_s"].get<double>() * 0.999)
+        << line.dump();
+  }
+  for (const nlohmann::json& line : intervals(1)) EXPECT_EQ(line["comm_s"].get<double>(), 0.0) << line.dump();
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kolo::train

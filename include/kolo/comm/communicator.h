@@ -30,6 +30,12 @@ ReduceOp parseReduceOp(const std::string& name);
 const char* algorithmName(Algorithm algo);
 Algorithm parseAlgorithm(const std::string& name);
 
+/// Seconds the calling thread has spent blocked in communication so far: in blocking
+/// operations and in waits on non-blocking ones, over every communicator of the process (what
+/// the thread could not overlap with its work, waiting for slower ranks included).
+/// train::fit reads it to split a step's time where no reducer measures it.
+double blockedSeconds();
+
 /// Per-call options. A zero timeout means the communicator's default deadline.
 struct CollectiveOptions {
   Algorithm algorithm = Algorithm::Auto;

@@ -105,6 +105,7 @@ void MpiCommunicator::checkPeer(int peer, int tag, const char* call) const {
 
 void MpiCommunicator::waitRequest(MPI_Request& request, MPI_Status* status, const std::string& what,
                                   std::chrono::milliseconds timeout, bool collective) {
+  const detail::BlockedTime blocked;
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + timeout;
   // Spin briefly (latency), then yield between polls so that oversubscribed ranks on few

@@ -17,6 +17,7 @@
 
 namespace kolo::comm::native {
 
+using detail::BlockedTime;
 using detail::dumpFlightRecorder;
 using detail::observeWork;
 using detail::observedBlocking;
@@ -50,6 +51,7 @@ class NativeCommunicator::TaskWork : public Work {
     state_->cv.wait_for(lock, budget_ * 2, [&] { return state_->done; });
   }
   void wait(std::chrono::milliseconds timeout) override {
+    const BlockedTime blocked;
     const auto limit = timeout.count() > 0 ? timeout : budget_;
     std::unique_lock<std::mutex> lock(state_->mutex);
     if (!state_->cv.wait_for(lock, limit, [&] { return state_->done; })) {
@@ -235,6 +237,7 @@ void NativeCommunicator::execute(Task& task) {
 }
 
 void NativeCommunicator::runBlocking(const Signature& sig, const CollectiveOptions& opts, std::function<void()> body) {
+  const BlockedTime blocked;
   Task task{sig, 0, 0, budget(opts), std::move(body), nullptr};
   std::unique_lock<std::mutex> lock(queueMutex_);
   task.seq = nextSeq_++;
