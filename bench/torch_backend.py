@@ -3,7 +3,9 @@
 from 4 KiB to 64 MiB at each world size, timed as the anchors time gloo (barrier; t0;
 all_reduce; t1; max over ranks; median), and DDP samples/s of the Fashion-MNIST MLP
 (784-512-256-10) and CNN (bench/peers/torch_ddp_fmnist.py's: two 5x5 convolutions, 32 and 64
-channels, max-pooling, 1024-128-10) on synthetic data of that shape, global batch 128, 2 ranks."""
+channels, max-pooling, 1024-128-10) on synthetic data of that shape, global batch 128, 2 ranks.
+Rank i is bound to the i-th CPU it may use (modulo their count), as `kolo bench` and mpirun bind
+ranks; --bind none leaves placement to the scheduler."""
 import argparse
 import datetime
 import os
@@ -27,8 +29,15 @@ def schedule(nbytes, quick):
     return (warm, max(5, iters // 4)) if quick else (warm, iters)
 
 
-def allreduce_worker(rank, world, port, backend, quick, q):
+def bind_rank(rank, bind):
+    if bind == "core":
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+
+
+def allreduce_worker(rank, world, port, backend, quick, bind, q):
     import kolo_torch  # noqa: F401
+    bind_rank(rank, bind)
     torch.set_num_threads(1)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))
@@ -56,10 +65,11 @@ def allreduce_worker(rank, world, port, backend, quick, q):
         q.put(rows)
 
 
-def ddp_worker(rank, world, port, backend, model_name, steps, q):
+def ddp_worker(rank, world, port, backend, model_name, steps, bind, q):
     import torch.nn as nn
     from torch.nn.parallel import DistributedDataParallel as DDP
     import kolo_torch  # noqa: F401
+    bind_rank(rank, bind)
     torch.set_num_threads(1)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.manual_seed(0)
@@ -105,20 +115,22 @@ def main():
     ap.add_argument("--ddp-steps", type=int, default=200, help="the MLP's DDP steps")
     ap.add_argument("--cnn-steps", type=int, default=60, help="the CNN's DDP steps")
     ap.add_argument("--ddp-only", action="store_true", help="only the DDP rows")
+    ap.add_argument("--bind", choices=("core", "none"), default="core",
+                    help="core: rank i on the i-th CPU this process may use (modulo their count); none: the scheduler's")
     a = ap.parse_args()
     if a.ddp_only:
         a.worlds = []
     print("| ranks | bytes | gloo µs | kolo µs | kolo/gloo time | gloo GB/s | kolo GB/s | bandwidth × |")
     print("|---|---|---|---|---|---|---|---|")
     for world in a.worlds:
-        res = {b: dict(run(allreduce_worker, world, b, a.quick)) for b in ("gloo", "kolo")}
+        res = {b: dict(run(allreduce_worker, world, b, a.quick, a.bind)) for b in ("gloo", "kolo")}
         for nbytes in SIZES:
             g, k = res["gloo"][nbytes], res["kolo"][nbytes]
             print(f"| {world} | {nbytes} | {g * 1e6:.1f} | {k * 1e6:.1f} | {k / g:.3f} | {nbytes / g / 1e9:.2f} | "
                   f"{nbytes / k / 1e9:.2f} | {g / k:.1f} |", flush=True)
     print()
     for name, label, steps in (("mlp", "MLP 784-512-256-10", a.ddp_steps), ("cnn", "CNN", a.cnn_steps)):
-        sps = {b: run(ddp_worker, 2, b, name, steps) for b in ("gloo", "kolo")}
+        sps = {b: run(ddp_worker, 2, b, name, steps, a.bind) for b in ("gloo", "kolo")}
         print(f"DDP {label}, 2 ranks, global batch 128, {steps} steps: gloo {sps['gloo']:.0f} "
               f"samples/s, kolo {sps['kolo']:.0f} samples/s, kolo/gloo {sps['kolo'] / sps['gloo']:.2f}×", flush=True)
 
