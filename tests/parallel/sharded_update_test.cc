@@ -1,7 +1,8 @@
 // The Reducer's sharded optimizer update (ZeRO stage 1 over a shared window), ranks as
 // threads over the native communicator: weights after several steps equal one device's
 // full-batch training for SGD (momentum, Nesterov with weight decay) and Adam/AdamW with
-// 2, 3 and 4 ranks; the consolidated optimizer state equals one device's; a parameter
+// 2, 3 and 4 ranks; the consolidated optimizer state equals one device's; the bytes handed
+// over are counted as the buckets' would be; a parameter
 // without gradient is named; join() is refused.
 #include <gtest/gtest.h>
 
@@ -82,6 +83,11 @@ TEST_P(ShardedUpdate, MatchesOneDeviceAndConsolidatesTheState) {
       reducer.step(*optimizer);
       EXPECT_EQ(reducer.activeRanks(), n);
     }
+    // Each step hands over the whole gradient and the 3 extra slots (active ranks, missing
+    // gradients, loss), as the buckets would.
+    int64_t elements = 0;
+    for (const auto& entry : p) elements += entry.second.numel();
+    EXPECT_EQ(reducer.bytesSent(), static_cast<uint64_t>(kSteps * (elements + 3) * 4));
     got[r].weights = flatValues(p);
     reducer.consolidateOptimizerState(*optimizer);
     got[r].state = flatState(optimizer->stateDict());

@@ -146,6 +146,11 @@ void Reducer::shardedStep(optim::Optimizer& optimizer) {
   std::vector<const float*> grads(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) grads[static_cast<size_t>(r)] = static_cast<const float*>(window_->part(r));
   const size_t extras = bucketStart_.back() + buckets_.back().numel;
+  // What this rank handed over: its whole gradient and the extra slots (the window's padding
+  // between shards carries nothing).
+  size_t handed = kExtraSlots;
+  for (const auto& param : params_) handed += static_cast<size_t>(param.second.numel());
+  bytesSent_ += handed * sizeof(float);
   double missingTotal = 0.0;
   double lossTotal = 0.0;
   for (int r = 0; r < n; ++r) {
