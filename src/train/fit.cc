@@ -455,7 +455,10 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
     summary.trainLoss = lossSum / lossCount;
     status.update("evaluating", step);
     const std::optional<EvaluateResult> figures = validate();
-    if (figures) summary.validationAccuracy = figures->accuracy, summary.validationLoss = figures->loss;
+    if (figures) {
+      summary.validationAccuracy = figures->accuracy;
+      summary.validationLoss = figures->loss;
+    }
     evaluated = true;
     summary.epochs = at.epoch + 1;
     const double rate = lossCount * globalBatch / std::max(epochSeconds, 1e-9);
@@ -474,7 +477,10 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
                                   {"step_peak_bytes", stepPeakBytes - tensorBase}});
   if (!evaluated) {
     const std::optional<EvaluateResult> figures = validate();
-    if (figures) summary.validationAccuracy = figures->accuracy, summary.validationLoss = figures->loss;
+    if (figures) {
+      summary.validationAccuracy = figures->accuracy;
+      summary.validationLoss = figures->loss;
+    }
     summary.epochs = loader->state().epoch;
   }
   summary.steps = step;
