@@ -80,7 +80,9 @@ Batch ByteCorpus::windowBatch(const std::vector<int64_t>& indices, bool heldOut)
                  heldOut ? "held-out" : "training", " part's ", count);
     starts.push_back(begin + w * seqLen_);
   }
-  return gather(starts);
+  Batch batch = gather(starts);
+  batch.indices = indices;
+  return batch;
 }
 
 ByteWindows::ByteWindows(std::shared_ptr<const ByteCorpus> corpus, bool heldOut)

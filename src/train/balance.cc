@@ -49,7 +49,8 @@ data::Batch shareOf(const data::Batch& globalBatch, int64_t offset, int64_t coun
   data::Batch share;
   share.inputs = globalBatch.inputs.slice(0, offset, offset + count).contiguous();
   share.labels = globalBatch.labels.slice(0, offset, offset + count).contiguous();
-  share.indices.assign(globalBatch.indices.begin() + offset, globalBatch.indices.begin() + offset + count);
+  if (static_cast<int64_t>(globalBatch.indices.size()) >= offset + count)
+    share.indices.assign(globalBatch.indices.begin() + offset, globalBatch.indices.begin() + offset + count);
   return share;
 }
 

@@ -447,5 +447,36 @@ TEST(FitTest, IntervalLinesTimeTheCommunicationOfEnginesWithoutAReducer) {
   fs::remove_all(dir);
 }
 
+// A dataset of one's own that leaves a batch's indices out still trains balanced: the loader
+// fills them in (each rank's share of the global batch is cut by them).
+TEST(FitTest, ABalancedRunTakesADatasetThatLeavesItsIndicesOut) {
+  struct WithoutIndices : data::Dataset {
+    std::shared_ptr<data::TensorDataset> inner = dataset(256, 1);
+    int64_t size() const override { return inner->size(); }
+    data::Batch gather(const std::vector<int64_t>& rows) const override {
+      data::Batch batch = inner->gather(rows);
+      batch.indices.clear();
+      return batch;
+    }
+  };
+  const auto train = std::make_shared<WithoutIndices>();
+  observe::Logger logger(stderr, observe::LogLevel::Warn);
+  auto make = nativeRanks(2);
+  std::vector<int64_t> steps(2);
+  runThreads(2, [&](int rank) {
+    DataParallelOptions options;
+    options.strategy.kind = parallel::StrategyKind::MultiWorkerMirrored;
+    options.strategy.communicator = make(rank);
+    options.balanceBatch = 32;
+    DataParallelEngine e(model, sgd, options);
+    FitOptions fitOptions = quietOptions(logger);
+    fitOptions.steps = 4;
+    FitCallbacks callbacks;
+    callbacks.onStepEnd = [](const StepEnd& end) { EXPECT_EQ(end.batch->indices.size(), 32u); };
+    steps[static_cast<size_t>(rank)] = fit(e, train, nullptr, fitOptions, callbacks).steps;
+  });
+  EXPECT_EQ(steps, (std::vector<int64_t>{4, 4}));
+}
+
 }  // namespace
 }  // namespace kolo::train
