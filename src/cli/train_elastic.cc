@@ -21,7 +21,6 @@
 #include "kolo/threads.h"
 #include "kolo/train/elastic.h"
 #include "kolo/train/faults.h"
-#include "train/balance.h"
 
 namespace kolo::cli {
 namespace {
@@ -89,11 +88,12 @@ class SampleLog {
   void write(train::ElasticEngine& engine, const train::StepEnd& end) {
     if (!out_.is_open()) return;
     // Balanced: the whole global batch was loaded; this rank trained on its share.
+    const std::vector<int64_t>& loaded = end.batch->indices;
     const parallel::Balancer* balancer = engine.balancer();
-    const data::Batch share = balancer ? train::detail::shareOf(*end.batch, balancer->offset(), balancer->share())
-                                       : *end.batch;
+    const auto first = loaded.begin() + (balancer ? balancer->offset() : 0);
+    const auto last = balancer ? first + balancer->share() : loaded.end();
     out_ << engine.context().generation() << ' ' << end.step;
-    for (int64_t index : share.indices) out_ << ' ' << index;
+    for (auto index = first; index != last; ++index) out_ << ' ' << *index;
     out_ << '\n' << std::flush;
   }
 

@@ -33,14 +33,16 @@ int64_t countCorrect(const Tensor& output, const Tensor& labels) {
   const int64_t width = logits.size(logits.dim() - 1);
   const float* values = logits.data<float>();
   int64_t correct = 0;
-  for (int64_t i = 0; i < labels.numel(); ++i) {
-    const float* row = values + i * width;
-    int64_t best = 0;
-    for (int64_t c = 1; c < width; ++c)
-      if (row[c] > row[best]) best = c;
-    correct += best == static_cast<int64_t>(classes[static_cast<size_t>(i)]);
-  }
+  for (int64_t i = 0; i < labels.numel(); ++i)
+    correct += argmaxOf(values + i * width, width) == static_cast<int64_t>(classes[static_cast<size_t>(i)]);
   return correct;
+}
+
+int64_t argmaxOf(const float* scores, int64_t width) {
+  int64_t best = 0;
+  for (int64_t c = 1; c < width; ++c)
+    if (scores[c] > scores[best]) best = c;
+  return best;
 }
 
 }  // namespace detail

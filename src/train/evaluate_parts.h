@@ -15,6 +15,9 @@ data::Batch datasetRows(const data::Dataset& dataset, int64_t from, int64_t to);
 /// Whether `output` holds one row of class scores per label: (..., C) against labels (...).
 bool scoresPerLabel(const Tensor& output, const Tensor& labels);
 
+/// The index of the largest of `width` scores (the first of equal ones).
+int64_t argmaxOf(const float* scores, int64_t width);
+
 /// Correct argmax predictions of `output` (..., C) against integer `labels` (...); the first
 /// of equal scores wins.
 int64_t countCorrect(const Tensor& output, const Tensor& labels);

@@ -52,9 +52,7 @@ int64_t countCorrectSplit(const Tensor& logits, const Tensor& labels, comm::Comm
   std::vector<double> mine(2 * positions);
   for (size_t i = 0; i < positions; ++i) {
     const float* row = values + static_cast<int64_t>(i) * width;
-    int64_t best = 0;
-    for (int64_t c = 1; c < width; ++c)
-      if (row[c] > row[best]) best = c;
+    const int64_t best = detail::argmaxOf(row, width);
     mine[2 * i] = row[best];
     mine[2 * i + 1] = static_cast<double>(best + tensor.rank() * width);
   }

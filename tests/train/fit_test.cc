@@ -24,6 +24,7 @@
 #include "kolo/train/fit.h"
 #include "parallel/native_ranks.h"
 #include "parallel/toy_setup.h"
+#include "train/train_fixtures.h"
 
 namespace kolo::train {
 namespace {
@@ -31,17 +32,15 @@ namespace {
 namespace fs = std::filesystem;
 using parallel::testing::nativeRanks;
 using parallel::testing::runThreads;
+using testing::maxAbsDiff;
+using testing::sgd;
+using testing::weights;
 
 constexpr int64_t kFeatures = 12;
 constexpr int64_t kClasses = 5;
 
-// Labels from a fixed linear map of the inputs, so that there is something to learn.
 std::shared_ptr<data::TensorDataset> dataset(int64_t n, uint64_t seed) {
-  Generator gen(seed);
-  Tensor inputs = Tensor::randn({n, kFeatures}, gen);
-  Generator mapGen(99);
-  Tensor map = Tensor::randn({kFeatures, kClasses}, mapGen);
-  return std::make_shared<data::TensorDataset>(inputs, argmax(matmul(inputs, map), 1));
+  return testing::linearDataset(n, seed, kFeatures, kClasses);
 }
 
 std::shared_ptr<nn::Module> model() {
@@ -50,10 +49,6 @@ std::shared_ptr<nn::Module> model() {
       std::initializer_list<std::shared_ptr<nn::Module>>{
           std::make_shared<nn::Linear>(kFeatures, 32, gen), std::make_shared<nn::ReLU>(),
           std::make_shared<nn::Linear>(32, kClasses, gen)});
-}
-
-std::unique_ptr<optim::Optimizer> sgd(const parallel::NamedTensors& parameters) {
-  return std::make_unique<optim::Sgd>(parameters, optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
 }
 
 // An engine of `kind` over `comm` (null: one device).
@@ -78,29 +73,7 @@ FitOptions quietOptions(observe::Logger& logger) {
   return options;
 }
 
-std::vector<float> weights(nn::Module& module) {
-  std::vector<float> out;
-  for (const auto& [name, tensor] : module.stateDict()) {
-    const std::vector<float> values = tensor.toFloatVector();
-    out.insert(out.end(), values.begin(), values.end());
-  }
-  return out;
-}
-
-double maxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
-  return worst;
-}
-
-std::string freshDir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("kolo_train_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  return dir.string();
-}
+std::string freshDir(const std::string& name) { return testing::freshDir("kolo_train_test", name); }
 
 // Trains `steps` steps on `ranks` thread ranks (0: one device) and returns rank 0's
 // weights; `change` edits the options first.

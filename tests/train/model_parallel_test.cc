@@ -24,6 +24,7 @@
 #include "kolo/train/model_parallel.h"
 #include "parallel/native_ranks.h"
 #include "parallel/toy_setup.h"
+#include "train/train_fixtures.h"
 
 namespace kolo::train {
 namespace {
@@ -31,17 +32,15 @@ namespace {
 namespace fs = std::filesystem;
 using parallel::testing::nativeRanks;
 using parallel::testing::runThreads;
+using testing::maxAbsDiff;
+using testing::sgd;
+using testing::weights;
 
 constexpr int64_t kFeatures = 12;
 constexpr int64_t kClasses = 4;
 
-// Labels from a fixed linear map of the inputs, so that there is something to learn.
 std::shared_ptr<data::TensorDataset> dataset(int64_t n, uint64_t seed) {
-  Generator gen(seed);
-  Tensor inputs = Tensor::randn({n, kFeatures}, gen);
-  Generator mapGen(99);
-  Tensor map = Tensor::randn({kFeatures, kClasses}, mapGen);
-  return std::make_shared<data::TensorDataset>(inputs, argmax(matmul(inputs, map), 1));
+  return testing::linearDataset(n, seed, kFeatures, kClasses);
 }
 
 // Linear-ReLU-Linear (split column- then row-parallel under tp), then LayerNorm, ReLU and a
@@ -54,33 +53,7 @@ std::shared_ptr<nn::Sequential> model() {
       std::make_shared<nn::Linear>(16, kClasses, gen)});
 }
 
-std::unique_ptr<optim::Optimizer> sgd(const parallel::NamedTensors& parameters) {
-  return std::make_unique<optim::Sgd>(parameters, optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
-}
-
-std::vector<float> weights(nn::Module& module) {
-  std::vector<float> out;
-  for (const auto& [name, tensor] : module.stateDict()) {
-    const std::vector<float> values = tensor.toFloatVector();
-    out.insert(out.end(), values.begin(), values.end());
-  }
-  return out;
-}
-
-double maxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
-  return worst;
-}
-
-std::string freshDir(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("kolo_model_parallel_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  return dir.string();
-}
+std::string freshDir(const std::string& name) { return testing::freshDir("kolo_model_parallel_test", name); }
 
 // A layout: the mesh and the pipeline's settings (sample: measure the split).
 struct Layout {

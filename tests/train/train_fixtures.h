@@ -1,0 +1,66 @@
+// What the train layer's tests share: a dataset with something to learn, the SGD they train
+// with, a model's weights flattened, their largest difference, and a fresh directory.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kolo/data.h"
+#include "kolo/ops.h"
+#include "kolo/optim.h"
+#include "kolo/parallel/strategy.h"
+
+namespace kolo::train::testing {
+
+/// `n` samples of `features` normal inputs, labelled by the argmax of a fixed linear map into
+/// `classes` (seeded apart from the inputs), so that there is something to learn.
+inline std::shared_ptr<data::TensorDataset> linearDataset(int64_t n, uint64_t seed, int64_t features,
+                                                          int64_t classes) {
+  Generator gen(seed);
+  Tensor inputs = Tensor::randn({n, features}, gen);
+  Generator mapGen(99);
+  Tensor map = Tensor::randn({features, classes}, mapGen);
+  return std::make_shared<data::TensorDataset>(inputs, argmax(matmul(inputs, map), 1));
+}
+
+/// SGD with lr 0.1 and momentum 0.9.
+inline std::unique_ptr<optim::Optimizer> sgd(const parallel::NamedTensors& parameters) {
+  return std::make_unique<optim::Sgd>(parameters, optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
+}
+
+/// Every tensor of `module`'s state dict, in its order, flattened into one vector.
+inline std::vector<float> weights(nn::Module& module) {
+  std::vector<float> out;
+  for (const auto& [name, tensor] : module.stateDict()) {
+    const std::vector<float> values = tensor.toFloatVector();
+    out.insert(out.end(), values.begin(), values.end());
+  }
+  return out;
+}
+
+/// The largest element-wise difference of two equally long vectors.
+inline double maxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+  return worst;
+}
+
+/// TMPDIR/<prefix>_<name>_<pid>, emptied (not created).
+inline std::string freshDir(const std::string& prefix, const std::string& name) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / (prefix + "_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+}  // namespace kolo::train::testing
