@@ -28,12 +28,14 @@ struct DataLoader::Prefetcher {
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset,
                        std::shared_ptr<const Sampler> sampler, DataLoaderOptions options)
     : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(options) {
-  KOLO_CHECK(dataset_ && sampler_, "DataLoader needs a dataset and a sampler");
-  KOLO_CHECK_GT(options_.batchSize, 0, "DataLoader batch size");
-  KOLO_CHECK_GE(options_.prefetch, 0, "DataLoader prefetch depth");
-  KOLO_CHECK(batchesPerEpoch() > 0, "DataLoader: ", sampler_->numSamples(),
-             " samples per epoch make no batch of ", options_.batchSize,
-             options_.dropLast ? " with dropLast" : "");
+  KOLO_REQUIRE(dataset_ && sampler_, "DataLoader needs a dataset and a sampler");
+  KOLO_REQUIRE(options_.batchSize > 0, "DataLoader batch size must be positive, got ",
+               options_.batchSize);
+  KOLO_REQUIRE(options_.prefetch >= 0, "DataLoader prefetch depth must be at least 0, got ",
+               options_.prefetch);
+  KOLO_REQUIRE(batchesPerEpoch() > 0, "DataLoader: ", sampler_->numSamples(),
+               " samples per epoch make no batch of ", options_.batchSize,
+               options_.dropLast ? " with dropLast" : "");
   startPrefetch();
 }
 
@@ -136,9 +138,9 @@ bool DataLoader::next(Batch& batch) {
 }
 
 void DataLoader::setState(const LoaderState& state) {
-  KOLO_CHECK(state.epoch >= 0 && state.batch >= 0 && state.batch <= batchesPerEpoch(),
-             "DataLoader state epoch ", state.epoch, " batch ", state.batch, " (",
-             batchesPerEpoch(), " batches per epoch)");
+  KOLO_REQUIRE(state.epoch >= 0 && state.batch >= 0 && state.batch <= batchesPerEpoch(),
+               "DataLoader state epoch ", state.epoch, " batch ", state.batch, " (",
+               batchesPerEpoch(), " batches per epoch)");
   stopPrefetch();
   state_ = state;
   if (state_.batch == batchesPerEpoch()) state_ = {state_.epoch + 1, 0};

@@ -8,15 +8,16 @@
 namespace kolo::data {
 
 TensorDataset::TensorDataset(Tensor inputs, Tensor labels) {
-  KOLO_CHECK(inputs.defined() && labels.defined(), "TensorDataset needs inputs and labels");
-  KOLO_CHECK(inputs.dim() >= 1 && labels.dim() == 1, "TensorDataset: inputs ",
-             shapeString(inputs.shape()), ", labels ", shapeString(labels.shape()),
-             " (labels must be [N])");
-  KOLO_CHECK_EQ(inputs.size(0), labels.size(0), "TensorDataset: inputs and labels count");
-  KOLO_CHECK(inputs.dtype() == DType::F32, "TensorDataset inputs must be f32, got ",
-             dtypeName(inputs.dtype()));
-  KOLO_CHECK(labels.dtype() == DType::I64, "TensorDataset labels must be i64, got ",
-             dtypeName(labels.dtype()));
+  KOLO_REQUIRE(inputs.defined() && labels.defined(), "TensorDataset needs inputs and labels");
+  KOLO_REQUIRE(inputs.dim() >= 1 && labels.dim() == 1, "TensorDataset: inputs ",
+               shapeString(inputs.shape()), ", labels ", shapeString(labels.shape()),
+               " (labels must be [N])");
+  KOLO_REQUIRE(inputs.size(0) == labels.size(0), "TensorDataset: ", inputs.size(0), " inputs but ",
+               labels.size(0), " labels");
+  KOLO_REQUIRE(inputs.dtype() == DType::F32, "TensorDataset inputs must be f32, got ",
+               dtypeName(inputs.dtype()));
+  KOLO_REQUIRE(labels.dtype() == DType::I64, "TensorDataset labels must be i64, got ",
+               dtypeName(labels.dtype()));
   inputs_ = inputs.contiguous();
   labels_ = labels.contiguous();
 }
@@ -37,7 +38,7 @@ Batch TensorDataset::gather(const std::vector<int64_t>& indices) const {
   int64_t* dstLabels = batch.labels.data<int64_t>();
   const int64_t n = size();
   for (const int64_t index : indices)
-    KOLO_CHECK(index >= 0 && index < n, "sample index ", index, " out of range [0, ", n, ")");
+    KOLO_REQUIRE(index >= 0 && index < n, "sample index ", index, " out of range [0, ", n, ")");
   // Rows are scattered over the whole set: start every row's first cache line on its way
   // (and its page walk) at once, instead of one row's memory latency after another.
   for (const int64_t index : indices) __builtin_prefetch(src + index * rowElements);

@@ -4,7 +4,9 @@
 
 namespace kolo::data {
 
-SequentialSampler::SequentialSampler(int64_t n) : n_(n) { KOLO_CHECK_GE(n, 0, "sampler size"); }
+SequentialSampler::SequentialSampler(int64_t n) : n_(n) {
+  KOLO_REQUIRE(n >= 0, "sampler size ", n, " is negative");
+}
 
 std::vector<int64_t> SequentialSampler::indices(int64_t) const {
   std::vector<int64_t> order(n_);
@@ -30,7 +32,7 @@ std::vector<int64_t> epochPermutation(int64_t n, uint64_t seed, int64_t epoch) {
 }
 
 ShuffleSampler::ShuffleSampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {
-  KOLO_CHECK_GE(n, 0, "sampler size");
+  KOLO_REQUIRE(n >= 0, "sampler size ", n, " is negative");
 }
 
 std::vector<int64_t> ShuffleSampler::indices(int64_t epoch) const {
@@ -39,12 +41,12 @@ std::vector<int64_t> ShuffleSampler::indices(int64_t epoch) const {
 
 DistributedSampler::DistributedSampler(int64_t n, DistributedSamplerOptions options)
     : n_(n), options_(options) {
-  KOLO_CHECK_GE(n, 0, "sampler size");
-  KOLO_CHECK(options.worldSize >= 1 && options.rank >= 0 && options.rank < options.worldSize,
-             "DistributedSampler: rank ", options.rank, " of world size ", options.worldSize);
-  KOLO_CHECK(options.globalBatch > 0 && options.globalBatch % options.worldSize == 0,
-             "DistributedSampler: global batch ", options.globalBatch,
-             " must be a positive multiple of world size ", options.worldSize);
+  KOLO_REQUIRE(n >= 0, "sampler size ", n, " is negative");
+  KOLO_REQUIRE(options.worldSize >= 1 && options.rank >= 0 && options.rank < options.worldSize,
+               "DistributedSampler: rank ", options.rank, " of world size ", options.worldSize);
+  KOLO_REQUIRE(options.globalBatch > 0 && options.globalBatch % options.worldSize == 0,
+               "DistributedSampler: global batch ", options.globalBatch,
+               " must be a positive multiple of world size ", options.worldSize);
 }
 
 int64_t DistributedSampler::numSamples() const {

@@ -20,8 +20,8 @@ StateDict StateDict::fromFlat(const std::vector<std::pair<std::string, Tensor>>&
   state.scalars = std::move(scalars);
   for (const auto& [name, tensor] : tensors) {
     const size_t slash = name.rfind('/');
-    KOLO_CHECK(slash != std::string::npos && slash > 0 && slash + 1 < name.size(),
-               "optimizer state name '", name, "' is not <parameter>/<slot>");
+    KOLO_REQUIRE(slash != std::string::npos && slash > 0 && slash + 1 < name.size(),
+                 "optimizer state name '", name, "' is not <parameter>/<slot>");
     state.perParameter[name.substr(0, slash)][name.substr(slash + 1)] = tensor;
   }
   return state;
@@ -31,10 +31,10 @@ Optimizer::Optimizer(NamedParameters parameters, double lr)
     : parameters_(std::move(parameters)), lr_(lr) {
   std::set<std::string> names;
   for (const auto& [name, parameter] : parameters_) {
-    KOLO_CHECK(parameter.defined(), "optimizer parameter ", name, " is undefined");
-    KOLO_CHECK(names.insert(name).second, "optimizer parameter name ", name, " appears twice");
+    KOLO_REQUIRE(parameter.defined(), "optimizer parameter ", name, " is undefined");
+    KOLO_REQUIRE(names.insert(name).second, "optimizer parameter name ", name, " appears twice");
   }
-  KOLO_CHECK(lr >= 0.0, "learning rate ", lr, " is negative");
+  KOLO_REQUIRE(lr >= 0.0, "learning rate ", lr, " is negative");
 }
 
 void Optimizer::step() {
@@ -42,10 +42,11 @@ void Optimizer::step() {
   for (auto& [name, parameter] : parameters_) {
     Tensor grad = parameter.grad();
     if (!grad.defined()) continue;
-    KOLO_CHECK(parameter.dtype() == DType::F32 && parameter.isContiguous(), "optimizer parameter ",
-               name, " must be contiguous f32 (is ", dtypeName(parameter.dtype()), ")");
-    KOLO_CHECK(grad.shape() == parameter.shape(), "gradient of ", name, " has shape ",
-               shapeString(grad.shape()), ", parameter ", shapeString(parameter.shape()));
+    KOLO_REQUIRE(parameter.dtype() == DType::F32 && parameter.isContiguous(),
+                 "optimizer parameter ", name, " must be contiguous f32 (is ",
+                 dtypeName(parameter.dtype()), ")");
+    KOLO_REQUIRE(grad.shape() == parameter.shape(), "gradient of ", name, " has shape ",
+                 shapeString(grad.shape()), ", parameter ", shapeString(parameter.shape()));
     Tensor g = grad.dtype() == DType::F32 ? grad.contiguous() : grad.to(DType::F32);
     Tensor p = parameter;
     update(name, p.data<float>(), Gradient{.data = g.data<float>()}, p.numel(), state_[name], stepCount_);
@@ -114,18 +115,18 @@ void Optimizer::loadStateDict(const StateDict& state) {
   std::map<std::string, std::map<std::string, Tensor>> restored;
   for (const auto& [name, saved] : state.perParameter) {
     auto found = byName.find(name);
-    KOLO_CHECK(found != byName.end(), "optimizer state names parameter ", name, ", which this ",
-               kind(), " optimizer does not hold");
+    KOLO_REQUIRE(found != byName.end(), "optimizer state names parameter ", name, ", which this ",
+                 kind(), " optimizer does not hold");
     for (const auto& [slot, tensor] : saved) {
-      KOLO_CHECK(std::find(slots.begin(), slots.end(), slot) != slots.end(),
-                 "optimizer state slot ", name, "/", slot, " is not one of ", kind(), "'s");
+      KOLO_REQUIRE(std::find(slots.begin(), slots.end(), slot) != slots.end(),
+                   "optimizer state slot ", name, "/", slot, " is not one of ", kind(), "'s");
       // A per-element slot comes in the parameter's shape, or flat as update() creates it.
       if (slot != "step") {
         const Tensor& parameter = *found->second;
-        KOLO_CHECK(tensor.shape() == parameter.shape() ||
-                       (tensor.dim() == 1 && tensor.numel() == parameter.numel()),
-                   "optimizer state ", name, "/", slot, " has shape ", shapeString(tensor.shape()),
-                   ", parameter ", shapeString(parameter.shape()));
+        KOLO_REQUIRE(tensor.shape() == parameter.shape() ||
+                         (tensor.dim() == 1 && tensor.numel() == parameter.numel()),
+                     "optimizer state ", name, "/", slot, " has shape ",
+                     shapeString(tensor.shape()), ", parameter ", shapeString(parameter.shape()));
       }
       restored[name][slot] = tensor.clone();
     }

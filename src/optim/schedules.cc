@@ -10,7 +10,7 @@ namespace kolo::optim {
 
 StepLr::StepLr(double lr, int64_t stepSize, double gamma)
     : lr_(lr), stepSize_(stepSize), gamma_(gamma) {
-  KOLO_CHECK_GT(stepSize, 0, "StepLr step size");
+  KOLO_REQUIRE(stepSize > 0, "StepLr step size must be positive, got ", stepSize);
 }
 
 double StepLr::lrAt(int64_t step) const {
@@ -19,7 +19,7 @@ double StepLr::lrAt(int64_t step) const {
 
 CosineLr::CosineLr(double lr, int64_t totalSteps, double minLr)
     : lr_(lr), totalSteps_(totalSteps), minLr_(minLr) {
-  KOLO_CHECK_GT(totalSteps, 0, "CosineLr total steps");
+  KOLO_REQUIRE(totalSteps > 0, "CosineLr total steps must be positive, got ", totalSteps);
 }
 
 double CosineLr::lrAt(int64_t step) const {
@@ -31,8 +31,8 @@ double CosineLr::lrAt(int64_t step) const {
 
 WarmupLr::WarmupLr(std::unique_ptr<LrSchedule> after, int64_t warmupSteps, double startFactor)
     : after_(std::move(after)), warmupSteps_(warmupSteps), startFactor_(startFactor) {
-  KOLO_CHECK(after_ != nullptr, "WarmupLr needs the schedule that follows the warm-up");
-  KOLO_CHECK_GE(warmupSteps, 0, "WarmupLr warm-up steps");
+  KOLO_REQUIRE(after_ != nullptr, "WarmupLr needs the schedule that follows the warm-up");
+  KOLO_REQUIRE(warmupSteps >= 0, "WarmupLr warm-up steps ", warmupSteps, " is negative");
 }
 
 double WarmupLr::lrAt(int64_t step) const {
@@ -47,9 +47,9 @@ double clipGradNorm(const std::vector<Tensor>& parameters, double maxNorm) {
   for (const Tensor& parameter : parameters) {
     Tensor grad = parameter.grad();
     if (!grad.defined()) continue;
-    KOLO_CHECK(grad.dtype() == DType::F32 && grad.isContiguous(),
-               "clipGradNorm needs contiguous f32 gradients (", parameter.name(), " is ",
-               dtypeName(grad.dtype()), ")");
+    KOLO_REQUIRE(grad.dtype() == DType::F32 && grad.isContiguous(),
+                 "clipGradNorm needs contiguous f32 gradients (", parameter.name(), " is ",
+                 dtypeName(grad.dtype()), ")");
     const float* g = grad.data<float>();
     double partial = 0.0;
     for (int64_t i = 0, n = grad.numel(); i < n; ++i) partial += static_cast<double>(g[i]) * g[i];

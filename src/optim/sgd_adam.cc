@@ -110,10 +110,11 @@ float gradientAt(const Gradient& grad, int64_t i) {
 
 Sgd::Sgd(NamedParameters parameters, SgdOptions options)
     : Optimizer(std::move(parameters), options.lr), options_(options) {
-  KOLO_CHECK(options.momentum >= 0.0, "SGD momentum ", options.momentum, " is negative");
-  KOLO_CHECK(options.weightDecay >= 0.0, "SGD weight decay ", options.weightDecay, " is negative");
-  KOLO_CHECK(!options.nesterov || (options.momentum > 0.0 && options.dampening == 0.0),
-             "Nesterov momentum requires a momentum and zero dampening");
+  KOLO_REQUIRE(options.momentum >= 0.0, "SGD momentum ", options.momentum, " is negative");
+  KOLO_REQUIRE(options.weightDecay >= 0.0, "SGD weight decay ", options.weightDecay,
+               " is negative");
+  KOLO_REQUIRE(!options.nesterov || (options.momentum > 0.0 && options.dampening == 0.0),
+               "Nesterov momentum requires a momentum and zero dampening");
 }
 
 std::vector<std::string> Sgd::slotNames() const { return {"momentum_buffer"}; }
@@ -148,12 +149,13 @@ void Sgd::update(const std::string& name, float* param, const Gradient& grad, in
 
 Adam::Adam(NamedParameters parameters, AdamOptions options)
     : Optimizer(std::move(parameters), options.lr), options_(options) {
-  KOLO_CHECK(options.beta1 >= 0.0 && options.beta1 < 1.0, "Adam beta1 ", options.beta1,
-             " not in [0, 1)");
-  KOLO_CHECK(options.beta2 >= 0.0 && options.beta2 < 1.0, "Adam beta2 ", options.beta2,
-             " not in [0, 1)");
-  KOLO_CHECK(options.eps >= 0.0, "Adam eps ", options.eps, " is negative");
-  KOLO_CHECK(options.weightDecay >= 0.0, "Adam weight decay ", options.weightDecay, " is negative");
+  KOLO_REQUIRE(options.beta1 >= 0.0 && options.beta1 < 1.0, "Adam beta1 ", options.beta1,
+               " not in [0, 1)");
+  KOLO_REQUIRE(options.beta2 >= 0.0 && options.beta2 < 1.0, "Adam beta2 ", options.beta2,
+               " not in [0, 1)");
+  KOLO_REQUIRE(options.eps >= 0.0, "Adam eps ", options.eps, " is negative");
+  KOLO_REQUIRE(options.weightDecay >= 0.0, "Adam weight decay ", options.weightDecay,
+               " is negative");
 }
 
 std::vector<std::string> Adam::slotNames() const { return {"exp_avg", "exp_avg_sq", "step"}; }

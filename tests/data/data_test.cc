@@ -277,6 +277,26 @@ std::vector<std::vector<int64_t>> drain(DataLoader& loader, int epochs) {
   return batches;
 }
 
+// Arguments a caller got wrong are InvalidArgument naming the values, not a failed internal
+// check ("check failed: ... (file:line)", InternalError).
+TEST(DataTest, ACallersWrongArgumentsAreUsageErrorsNamingTheValues) {
+  const auto usage = [](auto&& fn) {
+    const std::string message = errorOf<InvalidArgument>(fn);
+    EXPECT_EQ(message.find("check failed"), std::string::npos) << message;
+    return message;
+  };
+  EXPECT_NE(usage([] { TensorDataset(Tensor::zeros({3, 2}), Tensor::zeros({2}, DType::I64)); })
+                .find("3 inputs but 2 labels"),
+            std::string::npos);
+  EXPECT_NE(usage([] { TensorDataset(Tensor::zeros({2, 2}), Tensor::zeros({2})); }).find("labels must be i64"),
+            std::string::npos);
+  EXPECT_NE(usage([] { countingDataset(4)->gather({4}); }).find("sample index 4 out of range"), std::string::npos);
+  EXPECT_NE(usage([] { DataLoader(countingDataset(4), std::make_shared<SequentialSampler>(4), {.batchSize = 0}); })
+                .find("batch size must be positive"),
+            std::string::npos);
+  EXPECT_NE(usage([] { SequentialSampler(-1); }).find("sampler size -1"), std::string::npos);
+}
+
 TEST(DataLoaderTest, PrefetchGivesTheSameBatchesAsInline) {
   auto dataset = countingDataset(50);
   auto sampler = std::make_shared<ShuffleSampler>(50, 11);

@@ -58,6 +58,24 @@ TEST(SgdTest, NesterovWithoutMomentumIsRefused) {
   EXPECT_THROW(Sgd({{"w", p}}, SgdOptions{.lr = 1.0, .nesterov = true}), InvalidArgument);
 }
 
+TEST(OptimizerTest, ACallersWrongOptionsAreUsageErrorsNotFailedChecks) {
+  Tensor p = parameter({0.0f});
+  for (const auto& make : std::vector<std::function<void()>>{
+           [&] { Sgd({{"w", p}}, SgdOptions{.lr = 0.1, .momentum = -1.0}); },
+           [&] { Sgd({{"w", p}}, SgdOptions{.lr = -0.1}); },
+           [&] { Adam({{"w", p}}, AdamOptions{.beta1 = 1.0}); },
+           [&] { Sgd({{"w", p}, {"w", p}}, SgdOptions{.lr = 0.1}); },
+           [] { CosineLr(0.1, 0); }}) {
+    try {
+      make();
+      ADD_FAILURE() << "no error";
+    } catch (const InternalError& e) {
+      ADD_FAILURE() << "reported as an internal error: " << e.what();
+    } catch (const InvalidArgument&) {
+    }
+  }
+}
+
 TEST(SgdTest, ParameterWithoutGradIsLeftAlone) {
   Tensor p = parameter({3.0f});
   Sgd sgd({{"w", p}}, SgdOptions{.lr = 1.0});
