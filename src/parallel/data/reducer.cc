@@ -30,10 +30,10 @@ Reducer::Reducer(NamedTensors parameters, std::shared_ptr<comm::Communicator> co
       buffers_(std::move(buffers)),
       comm_(std::move(comm)),
       options_(options) {
-  KOLO_CHECK(comm_ != nullptr, "Reducer needs a communicator");
-  KOLO_CHECK(!params_.empty(), "Reducer needs at least one parameter");
-  KOLO_CHECK_GT(options_.bucketCapBytes, size_t{0}, "(bucketCapBytes)");
-  KOLO_CHECK_GT(options_.firstBucketCapBytes, size_t{0}, "(firstBucketCapBytes)");
+  KOLO_REQUIRE(comm_ != nullptr, "Reducer needs a communicator");
+  KOLO_REQUIRE(!params_.empty(), "Reducer needs at least one parameter");
+  KOLO_REQUIRE(options_.bucketCapBytes > 0, "Reducer: bucketCapBytes must be positive");
+  KOLO_REQUIRE(options_.firstBucketCapBytes > 0, "Reducer: firstBucketCapBytes must be positive");
   dtype_ = params_.front().second.dtype();
   KOLO_CHECK(dtype_ == DType::F32 || dtype_ == DType::F64, "Reducer: parameter '",
              params_.front().first, "' has dtype ", dtypeName(dtype_),

@@ -50,7 +50,7 @@ StrategyOptions strategyOptionsFromNames(const std::string& strategy, int replic
   options.reducer.collective.algorithm = comm::parseAlgorithm(algorithm);
   if (options.kind == StrategyKind::MultiWorkerMirrored ||
       options.kind == StrategyKind::FullyShardedDataParallel)
-    KOLO_CHECK(communicator != nullptr, strategy, " needs the job's communicator");
+    KOLO_REQUIRE(communicator != nullptr, strategy, " needs the job's communicator");
   options.communicator = std::move(communicator);
   return options;
 }
@@ -76,11 +76,11 @@ Tensor shard(const Tensor& t, int r, int k) {
 }
 
 void checkShardable(const Tensor& inputs, const Tensor& labels, int k, const char* who) {
-  KOLO_CHECK(inputs.defined() && labels.defined(), who, ": undefined batch");
-  KOLO_CHECK_EQ(inputs.size(0), labels.size(0), who,
-                ": inputs and labels disagree on the batch size");
-  KOLO_CHECK(inputs.size(0) % k == 0, who, ": batch of ", inputs.size(0),
-             " samples does not split evenly over ", k, " replicas");
+  KOLO_REQUIRE(inputs.defined() && labels.defined(), who, ": undefined batch");
+  KOLO_REQUIRE(inputs.size(0) == labels.size(0), who, ": a batch of ", inputs.size(0),
+               " inputs and ", labels.size(0), " labels");
+  KOLO_REQUIRE(inputs.size(0) % k == 0, who, ": batch of ", inputs.size(0),
+               " samples does not split evenly over ", k, " replicas");
 }
 
 void copyTensors(const NamedTensors& from, const NamedTensors& to) {
@@ -332,15 +332,17 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, ModelFact
       return std::make_unique<OneDeviceStrategy>(std::move(modelFactory),
                                                  std::move(optimizerFactory), std::move(loss));
     case StrategyKind::Mirrored:
-      KOLO_CHECK_GE(options.replicas, 1, "(mirrored replicas)");
+      KOLO_REQUIRE(options.replicas >= 1, "mirrored needs at least one replica, got ",
+                   options.replicas);
       return std::make_unique<MirroredStrategy>(options, std::move(modelFactory),
                                                 std::move(optimizerFactory), std::move(loss));
     case StrategyKind::MultiWorkerMirrored:
-      KOLO_CHECK(options.communicator != nullptr, "multi-worker-mirrored needs a communicator");
+      KOLO_REQUIRE(options.communicator != nullptr, "multi-worker-mirrored needs a communicator");
       return std::make_unique<MultiWorkerMirroredStrategy>(
           options, std::move(modelFactory), std::move(optimizerFactory), std::move(loss));
     case StrategyKind::CentralStorage:
-      KOLO_CHECK_GE(options.replicas, 1, "(central-storage replicas)");
+      KOLO_REQUIRE(options.replicas >= 1, "central-storage needs at least one replica, got ",
+                   options.replicas);
       return std::make_unique<CentralStorageStrategy>(options, std::move(modelFactory),
                                                       std::move(optimizerFactory), std::move(loss));
     case StrategyKind::FullyShardedDataParallel:

@@ -46,8 +46,8 @@ class FsdpStrategy : public Strategy {
         options_(options),
         optimizers_(std::move(optimizers)),
         loss_(std::move(loss)) {
-    KOLO_CHECK(world_ != nullptr, "fsdp needs the job's communicator");
-    KOLO_CHECK(options_.clipNorm >= 0.0, "fsdp: clip norm ", options_.clipNorm, " is negative");
+    KOLO_REQUIRE(world_ != nullptr, "fsdp needs the job's communicator");
+    KOLO_REQUIRE(options_.clipNorm >= 0.0, "fsdp: clip norm ", options_.clipNorm, " is negative");
     model_ = models();
     KOLO_CHECK(model_ != nullptr, "fsdp: the model factory returned no model");
     splitGroups();
@@ -65,8 +65,9 @@ class FsdpStrategy : public Strategy {
   int dataWorldSize() const override { return world_->size(); }
 
   StepResult trainStep(const Tensor& inputs, const Tensor& labels) override {
-    KOLO_CHECK(inputs.defined() && labels.defined(), "fsdp: undefined batch");
-    KOLO_CHECK_EQ(inputs.size(0), labels.size(0), "fsdp: inputs and labels disagree on the batch size");
+    KOLO_REQUIRE(inputs.defined() && labels.defined(), "fsdp: undefined batch");
+    KOLO_REQUIRE(inputs.size(0) == labels.size(0), "fsdp: a batch of ", inputs.size(0),
+                 " inputs and ", labels.size(0), " labels");
     keepGathered_ = false;
     whole_.reset();  // a checkpoint's whole optimizer state is not kept between steps
     for (Unit& unit : units_) {
@@ -444,7 +445,7 @@ class FsdpStrategy : public Strategy {
 std::unique_ptr<Strategy> makeFsdpStrategy(std::shared_ptr<comm::Communicator> communicator,
                                            FsdpOptions options, ModelFactory modelFactory,
                                            OptimizerFactory optimizerFactory, LossFn loss) {
-  KOLO_CHECK(communicator != nullptr, "fsdp needs the job's communicator");
+  KOLO_REQUIRE(communicator != nullptr, "fsdp needs the job's communicator");
   KOLO_CHECK(modelFactory != nullptr, "fsdp: no model factory");
   KOLO_CHECK(optimizerFactory != nullptr, "fsdp: no optimizer factory");
   if (!loss) loss = crossEntropyOfModel;
