@@ -23,7 +23,7 @@
 #include "kolo/comm/native.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
-#include "launch/affinity.h"
+#include "comm/affinity.h"
 
 namespace kolo::cli {
 namespace {
@@ -67,10 +67,10 @@ int forkRanks(const BenchConfig& config, const BenchLaunch& launch) {
   std::fflush(stdout);
   std::fflush(stderr);
 
-  const parallel::CpuBinding binding =
-      launch.ranks > 1 ? parallel::parseCpuBinding(launch.bind) : parallel::CpuBinding::None;
+  const comm::CpuBinding binding =
+      launch.ranks > 1 ? comm::parseCpuBinding(launch.bind) : comm::CpuBinding::None;
   const std::vector<int> cpus =
-      binding == parallel::CpuBinding::None ? std::vector<int>{} : parallel::allowedCpus();
+      binding == comm::CpuBinding::None ? std::vector<int>{} : comm::allowedCpus();
   std::vector<pid_t> children;
   const pid_t launcher = getpid();
   for (int r = 0; r < launch.ranks; ++r) {
@@ -87,7 +87,7 @@ int forkRanks(const BenchConfig& config, const BenchLaunch& launch) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != launcher) _exit(1);
       const int code = runRank(config, r, [&] {
-        if (const int cpu = parallel::cpuForLocalRank(binding, r, cpus); cpu >= 0) parallel::bindThisThread(cpu);
+        if (const int cpu = comm::cpuForLocalRank(binding, r, cpus); cpu >= 0) comm::bindThisThread(cpu);
         return comm::createNativeCommunicator(comm::makeFileStore(storeDir), r, launch.ranks,
                                               nativeOptions(config, launch));
       });

@@ -15,7 +15,7 @@ struct BenchLaunch {
   std::string backend = "auto";
   /// > 0: fork this many local ranks.
   int ranks = 0;
-  /// With `ranks`: "core" binds forked rank i to one CPU (launch/affinity.h),
+  /// With `ranks`: "core" binds forked rank i to one CPU (comm/affinity.h),
   /// "none" leaves them unbound.
   std::string bind = "core";
   /// Non-empty: join as rank `rank` of `worldSize` through a file store in this directory.
