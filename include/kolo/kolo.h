@@ -12,6 +12,7 @@
 #include "kolo/comm/mpi.h"
 #include "kolo/comm/native.h"
 #include "kolo/comm/slurm.h"
+#include "kolo/comm/spawn.h"
 #include "kolo/comm/store.h"
 #include "kolo/comm/stores.h"
 #include "kolo/data.h"

@@ -1,14 +1,24 @@
-// `kolo bench COLLECTIVE`: a collectives benchmark in the manner of nccl-tests (size
-// sweep, warm-up and timed iterations, algbw/busbw, a correctness check per size), run on
-// ranks it forks itself (--ranks), on a shared store directory, or under kolo run / mpirun.
+// `kolo bench COLLECTIVE`: comm::benchmarkCollective over a size sweep, as nccl-tests
+// measures, on local ranks started with comm::spawn (--ranks), on a shared store directory,
+// or as a rank of an enclosing kolo run / mpirun. Rank 0 prints a table row or a JSON line
+// (the fields bench/*.sh and the tests read) per size. Exit codes: 0 every result correct,
+// 3 a wrong result, 1 a rank failed.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
-#include "cli/bench_launch.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "kolo/byte_size.h"
+#include "kolo/comm/benchmark.h"
+#include "kolo/comm/init.h"
+#include "kolo/comm/spawn.h"
+#include "kolo/comm/stores.h"
 #include "kolo/error.h"
 
 namespace kolo::cli {
@@ -31,13 +41,30 @@ struct BenchArgs {
   bool outOfPlace = false;
   bool json = false;
   double timeoutSeconds = 60;
-  BenchLaunch launch;
+  std::string backend = "auto";  // auto, native or mpi
+  int ranks = 0;                 // > 0: start this many local ranks
+  std::string bind = "core";
+  std::string storeDir;  // non-empty: join as rank `rank` of `worldSize` through this directory
+  int rank = -1;
+  int worldSize = 0;
+  comm::NativeOptions native;
 };
+
+/// Everything one rank needs to run the sweep.
+struct BenchConfig {
+  comm::BenchmarkOptions options;
+  std::vector<size_t> sizes;  // bytes, in sweep order
+  bool json = false;
+};
+
+constexpr int kExitWrong = 3;
+constexpr int kExitFailed = 1;
 
 BenchConfig toConfig(const BenchArgs& args) {
   KOLO_REQUIRE(args.iters >= 1, "kolo bench: -n/--iters must be at least 1, got ", args.iters);
   KOLO_REQUIRE(args.warmup >= 0, "kolo bench: -w/--warmup must be at least 0, got ", args.warmup);
   KOLO_REQUIRE(args.timeoutSeconds > 0, "kolo bench: --timeout must be above 0, got ", args.timeoutSeconds);
+  KOLO_REQUIRE(args.ranks >= 0, "kolo bench: --ranks must be at least 1, got ", args.ranks);
   BenchConfig config;
   comm::BenchmarkOptions& o = config.options;
   o.collective = comm::parseCollective(args.collective);
@@ -55,6 +82,110 @@ BenchConfig toConfig(const BenchArgs& args) {
                                     : comm::parseSizeList(args.sizes);
   config.json = args.json;
   return config;
+}
+
+double rounded(double value, double scale) { return std::round(value * scale) / scale; }
+
+void printHeader(const comm::Communicator& comm, const comm::BenchmarkOptions& o, const std::string& backend) {
+  std::printf("# kolo bench %s: np %d, backend %s, algo %s, dtype %s, op %s, root %d, %s, ",
+               comm::collectiveName(o.collective), comm.size(), backend.c_str(), comm::algorithmName(o.algorithm),
+               dtypeName(o.dtype), comm::reduceOpName(o.op), o.root, o.inPlace ? "in place" : "out of place");
+  if (o.anchorSchedule) std::printf("anchor schedule\n");
+  else std::printf("warmup %d, iters %d\n", o.warmup, o.iters);
+  std::printf("# time: median over iterations of the slowest rank; GB = 1e9 bytes\n");
+  std::printf("%14s %12s %12s %12s %12s %8s\n", "bytes", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+               "correct");
+}
+
+void printRow(const comm::Communicator& comm, const BenchConfig& config, const std::string& backend,
+              const comm::BenchmarkResult& row) {
+  if (!config.json) {
+    std::printf("%14zu %12zu %12.2f %12.4f %12.4f %8s\n", row.bytes, row.count, row.medianUs, row.algbw, row.busbw,
+                row.correct ? "yes" : "NO");
+    std::fflush(stdout);
+    return;
+  }
+  const comm::BenchmarkOptions& o = config.options;
+  nlohmann::ordered_json line;
+  line["bench"] = std::string("kolo_") + comm::collectiveName(o.collective);
+  line["impl"] = "kolo-" + backend;
+  line["collective"] = comm::collectiveName(o.collective);
+  line["backend"] = backend;
+  line["algo"] = comm::algorithmName(o.algorithm);
+  line["np"] = comm.size();
+  line["dtype"] = dtypeName(o.dtype);
+  line["op"] = comm::reduceOpName(o.op);
+  line["root"] = o.root;
+  line["inplace"] = o.inPlace;
+  line["bytes"] = row.bytes;
+  line["count"] = row.count;
+  line["warmup"] = row.warmup;
+  line["iters"] = row.iters;
+  line["t_median_us"] = rounded(row.medianUs, 1e3);
+  line["t_min_us"] = rounded(row.minUs, 1e3);
+  line["t_p10_us"] = rounded(row.p10Us, 1e3);
+  line["t_p90_us"] = rounded(row.p90Us, 1e3);
+  line["t_max_us"] = rounded(row.maxUs, 1e3);
+  line["algbw_GBps"] = rounded(row.algbw, 1e4);
+  line["busbw_GBps"] = rounded(row.busbw, 1e4);
+  line["correct"] = row.correct;
+  std::printf("%s\n", line.dump().c_str());
+  std::fflush(stdout);
+}
+
+// One rank's sweep (rank 0 prints): 0 when every result was correct, else kExitWrong.
+int runRank(comm::Communicator& comm, const BenchConfig& config) {
+  const std::string backend = comm.backendName();
+  if (comm.rank() == 0 && !config.json) printHeader(comm, config.options, backend);
+  bool allCorrect = true;
+  for (size_t bytes : config.sizes) {
+    const comm::BenchmarkResult row = comm::benchmarkCollective(comm, config.options, bytes);
+    allCorrect = allCorrect && row.correct;
+    if (comm.rank() == 0) printRow(comm, config, backend, row);
+  }
+  if (!allCorrect && comm.rank() == 0) std::fprintf(stderr, "kolo bench: some results were wrong\n");
+  return allCorrect ? 0 : kExitWrong;
+}
+
+// This process's communicator in a job started elsewhere: --store-dir, else the environment
+// (kolo run, mpirun, srun, torchrun).
+std::shared_ptr<comm::Communicator> joinJob(const BenchArgs& args, const comm::NativeOptions& native) {
+  if (!args.storeDir.empty()) {
+    return comm::createNativeCommunicator(comm::makeFileStore(args.storeDir), args.rank, args.worldSize, native);
+  }
+  comm::InitOptions init;
+  init.backend = args.backend;
+  init.timeout = native.timeout;
+  return comm::initFromEnvironment(init);
+}
+
+int launchBenchmark(const BenchArgs& args, const BenchConfig& config) {
+  comm::NativeOptions native = args.native;
+  native.timeout = config.options.timeout;
+  native.storePrefix = "kolo-bench";
+  if (args.ranks > 0) {
+    KOLO_REQUIRE(args.backend != "mpi", "kolo bench: --ranks starts native ranks; for MPI run `mpirun -np ",
+                 args.ranks, " kolo bench ... --backend mpi`");
+    try {
+      const std::vector<int> codes = comm::spawn(args.ranks, [&](auto comm) { return runRank(*comm, config); },
+                                                 {native, comm::parseCpuBinding(args.bind)});
+      return *std::max_element(codes.begin(), codes.end());
+    } catch (const PeerError& e) {
+      std::fprintf(stderr, "kolo bench: %s\n", e.what());
+      return kExitFailed;
+    }
+  }
+  KOLO_REQUIRE(args.storeDir.empty() || (args.rank >= 0 && args.rank < args.worldSize),
+               "kolo bench: --store-dir needs --rank R and --world-size N with 0 <= R < N (got ", args.rank, " and ",
+               args.worldSize, ")");
+  try {
+    auto comm = joinJob(args, native);
+    comm->setTimeout(native.timeout);
+    return runRank(*comm, config);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kolo bench: rank %d: %s\n", args.storeDir.empty() ? -1 : args.rank, e.what());
+    return kExitFailed;
+  }
 }
 
 }  // namespace
@@ -91,26 +222,26 @@ Command registerBench(CLI::App& root) {
   app->add_flag("--out-of-place", args->outOfPlace, "separate send and receive buffers (default: in place)");
   app->add_flag("--json", args->json, "one JSON object per size instead of the table");
   app->add_option("--timeout", args->timeoutSeconds, "deadline of every collective, seconds")->capture_default_str();
-  app->add_option("--backend", args->launch.backend, "auto, native or mpi")
+  app->add_option("--backend", args->backend, "auto, native or mpi")
       ->check(oneOf({"auto", "native", "mpi"}))
       ->capture_default_str();
-  app->add_option("--ranks", args->launch.ranks, "fork this many local ranks (native backend)");
-  app->add_option("--store-dir", args->launch.storeDir,
+  app->add_option("--ranks", args->ranks, "fork this many local ranks (native backend)");
+  app->add_option("--store-dir", args->storeDir,
                   "join a job through a file store in this shared directory (with --rank, --world-size)");
-  app->add_option("--rank", args->launch.rank, "this process's rank (with --store-dir)");
-  app->add_option("--world-size", args->launch.worldSize, "number of ranks (with --store-dir)");
-  app->add_option("--listen", args->launch.listenAddress, "address the native backend listens on for TCP peers");
-  app->add_option("--host-id", args->launch.hostId, "host identity (ranks with equal ids use shared memory)");
-  app->add_option("--bind", args->launch.bind,
+  app->add_option("--rank", args->rank, "this process's rank (with --store-dir)");
+  app->add_option("--world-size", args->worldSize, "number of ranks (with --store-dir)");
+  app->add_option("--listen", args->native.listenAddress, "address the native backend listens on for TCP peers");
+  app->add_option("--host-id", args->native.hostId, "host identity (ranks with equal ids use shared memory)");
+  app->add_option("--bind", args->bind,
                   "with --ranks: core binds rank i to the i-th CPU (modulo their count) this process may "
                   "use, as mpirun does; none leaves placement to the scheduler")
       ->check(oneOf({"none", "core"}))
       ->capture_default_str();
-  app->add_flag("!--no-shm", args->launch.sharedMemory, "TCP between all ranks, no shared memory");
+  app->add_flag("!--no-shm", args->native.sharedMemory, "TCP between all ranks, no shared memory");
 
   Command command;
   command.app = app;
-  command.run = [args]() -> int { return launchBenchmark(toConfig(*args), args->launch); };
+  command.run = [args]() -> int { return launchBenchmark(*args, toConfig(*args)); };
   return command;
 }
 

@@ -179,7 +179,7 @@ Command registerRun(CLI::App& root) {
     } else if (nproc->count() == 0) {
       KOLO_THROW(InvalidArgument, "kolo run: give -n N (or --ps P --workers W)");
     }
-    options->bind = parallel::parseCpuBinding(*bind);
+    options->bind = comm::parseCpuBinding(*bind);
     options->gracePeriod = std::chrono::milliseconds(static_cast<int64_t>(*graceSeconds * 1000));
     if (std::max(options->nnodes, options->maxNodes) > 1 && !slurmNodes)
       options->token = settings::token();

@@ -151,7 +151,7 @@ class Job {
   std::shared_ptr<comm::Store> store_;
   std::vector<Rank> ranks_;
   std::vector<std::pair<std::string, std::string>> vars_;  // every rank's KOLO_* variables
-  CpuBinding bind_ = CpuBinding::None;
+  comm::CpuBinding bind_ = comm::CpuBinding::None;
   std::vector<int> cpus_;  // the CPUs ranks are bound to (bind_)
   int replacements_ = 0;   // --elastic: replacements started so far
   // --elastic: (local rank, launch rank) of each lost rank to replace once reap() is done.

@@ -2,7 +2,7 @@
 // their own process groups, one poll() loop over their output pipes and a signal pipe
 // (SIGCHLD, SIGINT, SIGTERM), and stopping every rank (SIGTERM, then SIGKILL after the
 // grace period) when one fails or the launcher is told to stop. Ranks die with the launcher
-// (spawn.h), and each starts bound to its CPU (affinity.h) unless binding is off. How the
+// (spawn.h), and each starts bound to its CPU (comm/affinity.h) unless binding is off. How the
 // launchers of several nodes agree is nodes.cc's; what a failed rank means for the job
 // (stop, or go on) is loss_policy.cc's.
 #include "launch/launcher.h"
@@ -166,8 +166,8 @@ int Job::run() {
         std::to_string(options_.procsPerNode) + " rank(s)");
   // A lone rank has no local peer to keep apart from: it keeps the whole mask (its
   // threads may use every CPU).
-  bind_ = options_.procsPerNode > 1 ? options_.bind : CpuBinding::None;
-  if (bind_ != CpuBinding::None) cpus_ = allowedCpus();
+  bind_ = options_.procsPerNode > 1 ? options_.bind : comm::CpuBinding::None;
+  if (bind_ != comm::CpuBinding::None) cpus_ = comm::allowedCpus();
   for (int local = 0; local < options_.procsPerNode; ++local) {
     Rank& r = ranks_[static_cast<size_t>(local)];
     r.localRank = local;
@@ -296,7 +296,7 @@ bool Job::start(Rank& r, std::vector<std::pair<std::string, std::string>> vars) 
   vars.emplace_back("KOLO_RANK", std::to_string(r.globalRank));
   vars.emplace_back("KOLO_LOCAL_RANK", std::to_string(r.localRank));
   // The rank inherits the spawning thread's mask: bind this thread while it spawns.
-  ScopedThreadBinding bound(cpuForLocalRank(bind_, r.localRank, cpus_));
+  comm::ScopedThreadBinding bound(comm::cpuForLocalRank(bind_, r.localRank, cpus_));
   return spawn(r, rankEnvironment(vars));
 }
 

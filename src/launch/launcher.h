@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/affinity.h"
+#include "comm/affinity.h"
 
 namespace kolo::parallel {
 
@@ -33,7 +33,7 @@ struct LauncherOptions {
   /// Core: local rank i starts bound to one CPU, the i-th (modulo their count) of those the
   /// launcher may use, as mpirun binds its ranks; None: ranks inherit the launcher's mask.
   /// A single local rank (procsPerNode 1) is never bound.
-  CpuBinding bind = CpuBinding::Core;
+  comm::CpuBinding bind = comm::CpuBinding::Core;
   /// A parameter-server job (kolo run --ps P --workers W) when psServers > 0: the job has
   /// P + 1 + W ranks, of which this node runs psNodeRanks(...).count (procsPerNode must be
   /// that); ranks 0..P-1 are servers, rank P the chief, the others workers, and each gets

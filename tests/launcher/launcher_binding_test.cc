@@ -6,9 +6,9 @@
 #include <map>
 #include <regex>
 
+#include "comm/affinity.h"
 #include "kolo/error.h"
 #include "launcher/process_helpers.h"
-#include "launch/affinity.h"
 
 namespace kolo {
 namespace {
@@ -51,17 +51,17 @@ std::map<int, std::vector<int>> rankCpus(int n, const std::vector<std::string>& 
 
 TEST(CpuBinding, ChoiceIsRoundRobinOverTheAllowedSet) {
   const std::vector<int> allowed = {2, 5, 7};
-  EXPECT_EQ(parallel::cpuForLocalRank(parallel::CpuBinding::Core, 0, allowed), 2);
-  EXPECT_EQ(parallel::cpuForLocalRank(parallel::CpuBinding::Core, 2, allowed), 7);
-  EXPECT_EQ(parallel::cpuForLocalRank(parallel::CpuBinding::Core, 4, allowed), 5);
-  EXPECT_EQ(parallel::cpuForLocalRank(parallel::CpuBinding::None, 1, allowed), -1);
-  EXPECT_EQ(parallel::parseCpuBinding("core"), parallel::CpuBinding::Core);
-  EXPECT_EQ(parallel::parseCpuBinding("none"), parallel::CpuBinding::None);
-  EXPECT_THROW(parallel::parseCpuBinding("socket"), InvalidArgument);
+  EXPECT_EQ(comm::cpuForLocalRank(comm::CpuBinding::Core, 0, allowed), 2);
+  EXPECT_EQ(comm::cpuForLocalRank(comm::CpuBinding::Core, 2, allowed), 7);
+  EXPECT_EQ(comm::cpuForLocalRank(comm::CpuBinding::Core, 4, allowed), 5);
+  EXPECT_EQ(comm::cpuForLocalRank(comm::CpuBinding::None, 1, allowed), -1);
+  EXPECT_EQ(comm::parseCpuBinding("core"), comm::CpuBinding::Core);
+  EXPECT_EQ(comm::parseCpuBinding("none"), comm::CpuBinding::None);
+  EXPECT_THROW(comm::parseCpuBinding("socket"), InvalidArgument);
 }
 
 TEST(CpuBinding, KoloRunBindsEachRankToOneCpu) {
-  const std::vector<int> allowed = parallel::allowedCpus();
+  const std::vector<int> allowed = comm::allowedCpus();
   ASSERT_FALSE(allowed.empty());
   const int n = 3;  // more ranks than CPUs on small machines: they wrap around
   auto cpus = rankCpus(n, {});
@@ -72,28 +72,28 @@ TEST(CpuBinding, KoloRunBindsEachRankToOneCpu) {
 }
 
 TEST(CpuBinding, KoloRunRespectsANarrowerLauncherMask) {
-  const std::vector<int> allowed = parallel::allowedCpus();
+  const std::vector<int> allowed = comm::allowedCpus();
   ASSERT_FALSE(allowed.empty());
   const int only = allowed.back();
   std::map<int, std::vector<int>> cpus;
   {
     // The launcher inherits this thread's mask: one CPU, so every rank lands on it.
-    parallel::ScopedThreadBinding narrow(only);
+    comm::ScopedThreadBinding narrow(only);
     cpus = rankCpus(2, {"--bind", "core"});
   }
-  EXPECT_EQ(parallel::allowedCpus(), allowed);  // restored
+  EXPECT_EQ(comm::allowedCpus(), allowed);  // restored
   for (int rank = 0; rank < 2; ++rank)
     EXPECT_EQ(cpus[rank], std::vector<int>{only}) << "rank " << rank;
 }
 
 TEST(CpuBinding, ALoneRankKeepsTheLauncherMask) {
-  const std::vector<int> allowed = parallel::allowedCpus();
+  const std::vector<int> allowed = comm::allowedCpus();
   auto cpus = rankCpus(1, {});
   EXPECT_EQ(cpus[0], allowed);
 }
 
 TEST(CpuBinding, BindNoneLeavesTheLauncherMask) {
-  const std::vector<int> allowed = parallel::allowedCpus();
+  const std::vector<int> allowed = comm::allowedCpus();
   auto cpus = rankCpus(2, {"--bind", "none"});
   for (int rank = 0; rank < 2; ++rank) EXPECT_EQ(cpus[rank], allowed) << "rank " << rank;
 }

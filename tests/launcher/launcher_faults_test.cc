@@ -100,10 +100,14 @@ TEST_F(LauncherFaultsTest, SigkilledTrainWorkersLeavesNoRankBehind) {
 }
 
 TEST_F(LauncherFaultsTest, SigkilledBenchLeavesNoRankBehind) {
-  // `kolo bench --ranks 2` forks its ranks itself; a long sweep keeps them busy.
+  // `kolo bench --ranks 2` forks its ranks itself (comm::spawn); a long sweep keeps them busy.
+  // A process killed by SIGKILL cannot remove its ranks' store directory, so it makes that
+  // under a TMPDIR of the test's own.
+  char tmpdir[] = "/tmp/kolo-bench-faults-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpdir), nullptr);
   Child bench = spawnChild({kKolo, "bench", "allreduce", "--ranks", "2", "-b", "1M", "-e", "1M",
                             "-n", "100000000"},
-                           cleanEnvironment());
+                           cleanEnvironment({{"TMPDIR", tmpdir}}));
   ASSERT_GT(bench.pid, 0);
   std::vector<pid_t> ranks;
   ASSERT_TRUE(waitFor([&] {
@@ -111,6 +115,7 @@ TEST_F(LauncherFaultsTest, SigkilledBenchLeavesNoRankBehind) {
     return ranks.size() == 2;
   }));
   killLauncherAndExpectGone(bench, ranks);
+  std::filesystem::remove_all(tmpdir);
 }
 
 TEST_F(LauncherFaultsTest, RankKilledWhileItsPeerTrainsIsNamed) {

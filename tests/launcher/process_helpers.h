@@ -81,7 +81,8 @@ inline std::string sleepingRankScript(const std::string& dir, int seconds) {
          dir + "/p.tmp" + rank + " " + dir + "/pid" + rank + "; wait";
 }
 
-/// The test process's environment without the variables any launcher sets, plus `extra`.
+/// The test process's environment without the variables any launcher sets, plus `extra`
+/// (which replaces a variable of the same name).
 inline std::vector<std::string> cleanEnvironment(
     const std::map<std::string, std::string>& extra = {}) {
   static const char* kLauncherVars[] = {
@@ -92,6 +93,7 @@ inline std::vector<std::string> cleanEnvironment(
     std::string entry = *e;
     bool drop = false;
     for (const char* prefix : kLauncherVars) drop = drop || entry.rfind(prefix, 0) == 0;
+    for (const auto& [k, v] : extra) drop = drop || entry.rfind(k + "=", 0) == 0;  // replaced below
     if (!drop) env.push_back(entry);
   }
   for (const auto& [k, v] : extra) env.push_back(k + "=" + v);

@@ -1,25 +1,14 @@
 // CPU binding of local ranks, as mpirun binds its ranks: local rank i runs on the i-th CPU
 // (modulo their count) of the set the launcher itself may use, so a narrower mask given
-// to the launcher (taskset, cgroups) is respected. Used by `kolo run` and `kolo bench --ranks`.
+// to the launcher (taskset, cgroups) is respected. Used by `kolo run` and comm::spawn
+// (`kolo bench --ranks`); the CpuBinding choice itself is public (kolo/comm/spawn.h).
 #pragma once
 
-#include <string>
 #include <vector>
 
-namespace kolo::parallel {
+#include "kolo/comm/spawn.h"
 
-/// How local ranks are placed on CPUs.
-enum class CpuBinding {
-  /// Ranks inherit the launcher's affinity; the scheduler places them.
-  None,
-  /// Each rank is bound to one CPU of the launcher's allowed set (round robin).
-  Core,
-};
-
-/// Parses "none" or "core"; throws InvalidArgument naming the text otherwise.
-CpuBinding parseCpuBinding(const std::string& text);
-/// "none" or "core".
-const char* cpuBindingName(CpuBinding binding);
+namespace kolo::comm {
 
 /// CPUs the calling thread may run on, ascending. Throws IoError when the kernel does not say.
 std::vector<int> allowedCpus();
@@ -45,4 +34,4 @@ class ScopedThreadBinding {
   std::vector<int> previous_;
 };
 
-}  // namespace kolo::parallel
+}  // namespace kolo::comm

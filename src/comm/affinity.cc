@@ -1,6 +1,6 @@
 // CPU binding of local ranks: the launcher's allowed set, round-robin choice, and binding
 // of the calling thread (sched_setaffinity on thread id 0) so spawned children inherit it.
-#include "launch/affinity.h"
+#include "comm/affinity.h"
 
 #include <sched.h>
 
@@ -9,7 +9,7 @@
 
 #include "kolo/error.h"
 
-namespace kolo::parallel {
+namespace kolo::comm {
 namespace {
 
 void setMask(const std::vector<int>& cpus) {
@@ -72,4 +72,4 @@ ScopedThreadBinding::~ScopedThreadBinding() {
   }
 }
 
-}  // namespace kolo::parallel
+}  // namespace kolo::comm
