@@ -6,9 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <CLI/CLI.hpp>
 
-#include "cli/options.h"
 #include "kolo/comm/init.h"
 #include "kolo/nn/models.h"
 #include "kolo/parallel/federated.h"
@@ -74,76 +72,6 @@ fed::FederatedOptions federatedOptions(const TrainConfig& config, const Federate
 
 
 }  // namespace
-
-std::shared_ptr<FederatedFlags> addFederatedOptions(CLI::App* app) {
-  auto flags = std::make_shared<FederatedFlags>();
-  const char* group = "Federated (--strategy federated)";
-  app->add_option("--clients", flags->clients, "simulated clients")
-      ->capture_default_str()
-      ->check(atLeast(1))
-      ->group(group);
-  app->add_option("--clients-per-round", flags->clientsPerRound, "clients sampled each round (K)")
-      ->check(atLeast(1))
-      ->group(group);
-  app->add_option("--client-fraction", flags->clientFraction,
-                  "fraction of the clients sampled each round, without --clients-per-round")
-      ->capture_default_str()
-      ->check(above(0))
-      ->group(group);
-  app->add_option("--rounds", flags->rounds, "communication rounds")
-      ->capture_default_str()
-      ->check(atLeast(1))
-      ->group(group);
-  app->add_option("--local-epochs", flags->localEpochs, "epochs each client trains per round (E)")
-      ->capture_default_str()
-      ->check(atLeast(1))
-      ->group(group);
-  app->add_option("--local-batch", flags->localBatch,
-                  "client batch size (B); 0: the client's whole data (FedSGD with E = 1)")
-      ->capture_default_str()
-      ->check(atLeast(0))
-      ->group(group);
-  app->add_option("--prox-mu", flags->proxMu, "FedProx proximal weight mu (--algorithm fedprox)")
-      ->check(notBelow(0))
-      ->group(group);
-  app->add_option("--server-lr", flags->serverLr, "server step on the mean update")
-      ->capture_default_str()
-      ->check(above(0))
-      ->group(group);
-  app->add_option("--partition", flags->partition, "iid, shards:S or dirichlet:ALPHA")
-      ->capture_default_str()
-      ->group(group);
-  app->add_option("--round-timeout", flags->roundTimeout,
-                  "seconds the server waits for a round's updates; later ones are left out")
-      ->capture_default_str()
-      ->check(above(0))
-      ->group(group);
-  app->add_option("--debug-drop-rate", flags->debugDropRate,
-                  "each selected client drops out with this probability, for tests")
-      ->check(notBelow(0))
-      ->group("");
-  app->add_flag("--secure-agg", flags->secureAgg,
-                "secure aggregation (Bonawitz et al. 2017): the server learns only the sum")
-      ->group(group);
-  app->add_option("--sa-threshold", flags->saThreshold,
-                  "secure aggregation: shares needed to recover a dropped client's masks "
-                  "(default: a majority of K)")
-      ->check(atLeast(1))
-      ->group(group);
-  app->add_option("--dp-clip", flags->dpClip,
-                  "DP-FedAvg: clip each client's update to this L2 norm")
-      ->check(above(0))
-      ->group(group);
-  app->add_option("--dp-noise", flags->dpNoise,
-                  "DP-FedAvg: Gaussian noise multiplier sigma (std sigma * clip on the sum)")
-      ->check(notBelow(0))
-      ->group(group);
-  app->add_option("--dp-delta", flags->dpDelta, "DP-FedAvg: delta of the reported epsilon")
-      ->capture_default_str()
-      ->check(above(0))
-      ->group(group);
-  return flags;
-}
 
 int runFederated(const TrainConfig& config, const FederatedFlags& flags, observe::Logger& logger) {
   KOLO_REQUIRE(flags.debugDropRate <= 1.0, "--debug-drop-rate must be at most 1, got ",

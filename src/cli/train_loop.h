@@ -34,120 +34,108 @@ class Module;
 
 namespace kolo::cli {
 
-/// Everything `kolo train` can be told. Unset optionals take the recipe's defaults
-/// (see resolveRecipe).
+/// The flags of --strategy federated (train_federated.cc).
+struct FederatedFlags {
+  int clients = 100;
+  int clientsPerRound = 0;  // 0: from clientFraction
+  double clientFraction = 0.1;
+  int64_t rounds = 50;
+  int64_t localEpochs = 1;
+  int64_t localBatch = 10;  // 0: the client's whole data
+  double proxMu = 0.0;
+  double serverLr = 1.0;
+  std::string partition = "iid";
+  double roundTimeout = 120;  // seconds
+  double debugDropRate = 0.0;
+  bool secureAgg = false;
+  int saThreshold = 0;
+  double dpClip = 0.0, dpNoise = 0.0, dpDelta = 1e-5;
+};
+
+/// Everything `kolo train` can be told: one member per flag (train_flags.cc declares each
+/// with its help). Unset optionals take the recipe's defaults (see resolveRecipe).
 struct TrainConfig {
-  /// The options given on the command line ("--overlap", ...), whatever their values: what a
-  /// strategy that does not read them refuses (checkFlagScopes, train_flags.h).
+  /// The flags given on the command line, whatever their values (checkFlagScopes).
   std::set<std::string> givenFlags;
-  std::string model = "mlp";             // mlp | cnn | lm
-  std::optional<int64_t> epochs;         // default: the recipe's
-  int64_t steps = 0;                     // total optimizer steps; 0 = all epochs
-  int64_t batch = 128;                   // the global batch (over every replica of the job)
-  std::optional<std::string> optimizer;  // sgd | adam | adamw
-  std::optional<double> lr;
-  std::optional<double> momentum;  // sgd only
-  std::optional<double> beta1;     // adam and adamw only
-  std::optional<double> weightDecay;
+  std::string model = "mlp";
+  std::optional<int64_t> epochs;
+  int64_t steps = 0;
+  int64_t batch = 128;  // the global batch (parameter servers: each worker's)
+  std::optional<std::string> optimizer;
+  std::optional<double> lr, momentum, beta1, weightDecay;
   bool nesterov = false;
-  std::string schedule = "auto";       // auto | constant | cosine | warmup-cosine | step
-  std::optional<int64_t> warmupSteps;  // default: half an epoch (warmup-cosine)
-  double clipNorm = 0.0;               // 0: no clipping (one-device and fsdp)
+  std::string schedule = "auto";
+  std::optional<int64_t> warmupSteps;
+  double clipNorm = 0.0;
   uint64_t seed = 0;
   bool shuffle = true;
-  /// A last global batch shorter than --batch is dropped (true) or padded (false).
   bool dropLast = true;
-  /// Train on the first `trainLimit` samples of the training split only (0: all).
   int64_t trainLimit = 0;
   std::string dataDir = data::kFashionMnistDir;
-  std::string initPath;
-  std::string savePath;
-  std::string metricsPath;
-  std::string timelineDir;  // --timeline: Chrome trace of every rank (kolo/trace.h)
+  std::string initPath, savePath, metricsPath, timelineDir;
   int threads = 1;
-  std::string precision = "f32";  // --precision: f32 | bf16 matrix products (kolo/precision.h)
+  std::string precision = "f32";
 
-  // Distribution (see parallel::strategyOptionsFromNames).
+  // Data parallel (parallel::strategyOptionsFromNames) and fsdp.
   std::string strategy = "one-device";
-  int replicas = 2;                // mirrored, central-storage
-  std::string reduction = "ring";  // mirrored: reduce-to-one | hierarchical-copy | ring
-  std::string algorithm = "auto";  // multi-worker-mirrored all-reduce algorithm
-  double bucketMb = 25.0;          // gradient bucket capacity (MiB)
-  double firstBucketMb = 1.0;      // first bucket's capacity (MiB)
-  std::string overlap = "auto";    // auto | on | off: bucket all-reduces during backward
-  std::string shardOptimizer = "auto";  // auto | on | off: sharded update on one host
-  std::string prefetch = "auto";   // auto | on | off: a loader thread gathers the next batches
-  std::string shard = "full";      // fsdp: grad (ZeRO-2) | full (ZeRO-3)
-  int shardGroup = 0;              // fsdp: ranks per shard group (HSDP); 0: every rank
-  bool hsdp = false;               // fsdp: shard groups of the ranks of one host
-  int64_t unitParams = 0;          // fsdp: the fewest parameters of a unit; 0: one per child
-  std::string compress = "none";   // none | fp16 | bf16 | powersgd:RANK | topk:FRACTION
-
-  // Parameter servers (--strategy parameter-server, under kolo run --ps P --workers W);
-  // `batch` is then each worker's batch (one push).
-  std::string psMode = "sync";      // sync | async | ssp
-  int staleness = 2;                // ssp: the most pushes a worker may be ahead of the slowest
-  int64_t psShardBytes = 1 << 20;   // parameters above this are split over the servers
-  int64_t psUnitBatches = 8;        // batches per unit of data the chief hands out
-  std::string psCompress = "none";  // none | bf16: values on the workers' wire
-  std::string psTransport = "auto";  // auto (shared memory on one host, else TCP) | tcp
-  double psHeartbeatSeconds = 10.0;  // a worker silent this long is lost (0: no heartbeats)
-  std::string psStalenessLr = "auto";  // auto (on in async/ssp) | on | off: gradient / staleness
-  std::string psOverlap = "auto";  // auto (async/ssp over TCP) | on | off: exchange during compute
-  /// Overlapped: compute at reply + a (reply - previous reply); default 1.5 with the Adam
-  /// defaults of async and ssp, 0 (off) otherwise.
-  std::optional<double> psLookahead;
-  /// --balance (multi-worker-mirrored, elastic jobs too): each global batch is split over the
-  /// ranks in proportion to their measured speed, re-planned every `balanceEvery` steps
-  /// (parallel::Balancer, train_balance.h).
+  int replicas = 2;
+  std::string reduction = "ring";
+  std::string algorithm = "auto";
+  double bucketMb = 25.0, firstBucketMb = 1.0;
+  std::string overlap = "auto", shardOptimizer = "auto", prefetch = "auto";
+  std::string shard = "full";
+  int shardGroup = 0;
+  bool hsdp = false;
+  int64_t unitParams = 0;
+  std::string compress = "none";
   bool balance = false;
   int64_t balanceEvery = 10;
 
-  // The `lm` model and pipeline parallelism (train_pipeline.cc, docs/model_parallel.md).
-  bool batchGiven = false;  // --batch was given (lm's default batch is smaller)
+  // Parameter servers (under kolo run --ps P --workers W).
+  std::string psMode = "sync";
+  int staleness = 2;
+  int64_t psShardBytes = 1 << 20;
+  int64_t psUnitBatches = 8;
+  std::string psCompress = "none", psTransport = "auto", psStalenessLr = "auto", psOverlap = "auto";
+  double psHeartbeatSeconds = 10.0;
+  std::optional<double> psLookahead;  // default: 1.5 with async's and ssp's Adam, else 0
+
+  FederatedFlags federated;
+
+  // The lm and model parallelism (docs/model_parallel.md).
+  bool batchGiven = false;  // --batch was given (the lm's default batch is smaller)
   int64_t layers = 4, dModel = 128, heads = 4, seqLen = 64;
-  std::string pipelineSchedule = "1f1b";  // gpipe | 1f1b
-  int stages = 1;                         // --stages: one rank per stage
-  int tp = 1;                             // --tp: ranks of --strategy tensor
-  bool sequenceParallel = false;          // --sequence-parallel: norms on seq/tp tokens
-  std::string mesh;                       // --mesh dp=D,pp=P | dp=D,tp=T (hybrids)
+  std::string pipelineSchedule = "1f1b";
+  int stages = 1, tp = 1;
+  bool sequenceParallel = false;
+  std::string mesh;
   int microBatches = 1;
-  std::string splitAt;  // "i,j,...": first layer of stages 1..P-1 ("" = by measured cost)
+  std::string splitAt;  // "" = by measured cost
   bool recompute = false;
-  int64_t sampleBytes = 240;  // lm: bytes generated at the end
-  std::string memoryLimit;    // --memory-limit: tensor memory budget of each rank ("" = none)
+  int64_t sampleBytes = 240;
+  std::string memoryLimit;
 
   // Checkpoints.
-  std::string checkpointDir;    // "" = none
-  int64_t checkpointEvery = 0;  // steps between checkpoints (0: only at the end)
+  std::string checkpointDir;
+  int64_t checkpointEvery = 0;
   int keepCheckpoints = 3;
-  std::string resumeDir;  // "" = start fresh
+  std::string resumeDir;
 
-  /// Steps at the start of the run left out of the steady-state throughput.
+  // Metrics and checks.
   int64_t timingSkip = 20;
-  /// Faults injected for tests and benchmarks (--fail-at-step, --debug-kill-rank,
-  /// --debug-slow-rank, --debug-nan-at, --debug-perturb; kolo/train/faults.h). Ranks are
-  /// launch ranks; parameter-server workers strike before their push STEP, federated client
-  /// hosts before round STEP.
+  bool detectAnomaly = false;
+  int64_t checkSync = 0;
+  int64_t metricsEvery = 50;
+  std::string statusFile;
+  int progress = -1;  // -1: a bar on a terminal, plain lines otherwise; 0: plain lines; 1: a bar
+  bool quiet = false;
+
+  /// Faults for tests and benchmarks (kolo/train/faults.h); ranks are launch ranks.
   train::FaultPlan faults;
-  // Tests of elastic jobs (kolo run --elastic, train_elastic.cc): launch rank
-  // `debugKillInRegroup` SIGKILLs itself in the first membership change, once the members are
-  // agreed and before their communicator is built; each rank appends "GENERATION STEP ID..."
-  // for every step it completes to debugSampleLog.rank-N; at step debugAwaitJoin the members
-  // wait for joiners to register (up to --max-ranks), so that they are admitted there.
+  // Elastic jobs' test hooks (train_elastic.cc).
   int debugKillInRegroup = -1;
   int64_t debugAwaitJoin = -1;
   std::string debugSampleLog;
-
-  // Numeric checks and monitoring (train_checks.h, train_monitor.h).
-  bool detectAnomaly = false;   // name the first module/rank/step with a NaN or infinity
-  int64_t checkSync = 0;        // compare the ranks' weight hashes every N steps (0: off)
-  int64_t metricsEvery = 50;    // steps between the ranks' timing exchange (metrics, progress)
-  std::string statusFile;       // each rank writes FILE.rank-N (KOLO_STATUS_FILE)
-
-  /// -1: a bar if stderr is a terminal, plain lines otherwise; 0: plain lines; 1: bar.
-  int progress = -1;
-  bool quiet = false;
 };
 
 /// The configuration after defaults: every optional filled in.
@@ -229,10 +217,6 @@ int runParameterServerRole(const TrainConfig& config, observe::Logger& logger);
 /// docs/elastic.md) and train::fit; rank 0 writes --save and prints the summary line.
 /// Returns the exit status (0 for a joiner the job finished without).
 int runElasticTraining(const TrainConfig& config, observe::Logger& logger);
-
-/// Registers --layers, --d-model, --heads, --seq-len, --stages, --micro-batches, --split-at,
-/// --recompute, --sample-bytes and --memory-limit on `kolo train` (train_pipeline_options.cc).
-void addModelParallelOptions(CLI::App* app, TrainConfig& config);
 
 /// `--model lm`, `--strategy pipeline`, `--strategy tensor` or `--mesh`: maps the flags onto a
 /// train::ModelParallelEngine (--stages stages, one rank each under kolo run -n P, one stage
