@@ -3,9 +3,11 @@
 // only the keys up to their block's last row (the upper triangle beyond the diagonal block is
 // never computed): S = Q K^T / sqrt(hd) by GEMM on strided views of qkv into a kBlock x T
 // buffer, a causal softmax over each row's prefix, and Y = P V straight into the head's
-// columns of (B, T, C). Nothing T x T is kept: backward recomputes each block's P from the
-// saved row log-sum-exp (one GEMM more than keeping P). No mask tensor; a head's K (and V in
-// backward) is copied transposed once, T x hd elements, so that every product runs along keys.
+// columns of (B, T, C). The caller chooses whether P is kept: with it, backward reads each
+// block's P; without it, nothing T x T is kept and backward recomputes P from the saved row
+// log-sum-exp (one GEMM and one exponential per score more). No mask tensor; a head's K (and
+// V in backward) is copied transposed once, T x hd elements, so that every product runs along
+// keys.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -90,11 +92,12 @@ void transposeHead(const T* from, int64_t ld, int64_t rows, int64_t cols, T* to)
 
 }  // namespace
 
-Tensor causalAttentionForward(const Tensor& qkv0, int64_t heads, Tensor* logSumExp) {
+Tensor causalAttentionForward(const Tensor& qkv0, int64_t heads, Tensor* logSumExp, Tensor* probabilities) {
   const AttentionSizes s = attentionSizes(qkv0, heads);
   Tensor qkv = qkv0.contiguous();
   Tensor y = Tensor::empty({s.b, s.t, s.c}, qkv.dtype());
   Tensor lse = Tensor::empty({s.b, s.h, s.t}, qkv.dtype());
+  Tensor kept = probabilities ? Tensor::empty({s.b, s.h, s.t, s.t}, qkv.dtype()) : Tensor();
   detail::dispatchFloat(qkv.dtype(), "causal attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.hd)));
@@ -108,30 +111,38 @@ Tensor causalAttentionForward(const Tensor& qkv0, int64_t heads, Tensor* logSumE
         const T* v = q + 2 * s.c;
         T* yb = y.data<T>() + b * s.t * s.c + h * s.hd;  // (T, hd), row stride C
         T* lseb = lse.data<T>() + (b * s.h + h) * s.t;
+        // (T, T) of the head when P is kept: each block's S and P go straight there.
+        T* pb = kept.defined() ? kept.data<T>() + (b * s.h + h) * s.t * s.t : nullptr;
         transposeHead(k, ld, s.t, s.hd, kt.data());
         for (int64_t r0 = 0; r0 < s.t; r0 += kBlock) {
           const int64_t rows = std::min(kBlock, s.t - r0), keys = r0 + rows;
+          T* sp = pb ? pb + r0 * s.t : block.data();
           detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, keys, s.hd, scale, q + r0 * ld, ld, kt.data(), s.t,
-                          T(0), block.data(), s.t);
-          causalSoftmaxBlock(block.data(), s.t, rows, keys, r0, lseb + r0, false);
-          detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, s.hd, keys, T(1), block.data(), s.t, v, ld, T(0),
-                          yb + r0 * s.c, s.c);
+                          T(0), sp, s.t);
+          causalSoftmaxBlock(sp, s.t, rows, keys, r0, lseb + r0, false);
+          detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, s.hd, keys, T(1), sp, s.t, v, ld, T(0), yb + r0 * s.c,
+                          s.c);
         }
       }
   });
   if (logSumExp) *logSumExp = lse;
+  if (probabilities) *probabilities = kept;
   return y;
 }
 
 Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Tensor& out0, const Tensor& logSumExp,
-                               int64_t heads) {
+                               int64_t heads, const Tensor& probabilities) {
   const AttentionSizes s = attentionSizes(qkv0, heads);
   KOLO_CHECK(grad0.shape() == (Shape{s.b, s.t, s.c}) && out0.shape() == grad0.shape() &&
                  logSumExp.shape() == (Shape{s.b, s.h, s.t}),
              "causal attention backward: gradient ", shapeString(grad0.shape()), ", output ",
              shapeString(out0.shape()), " and log-sum-exp ", shapeString(logSumExp.shape()), " do not match qkv ",
              shapeString(qkv0.shape()));
+  KOLO_CHECK(!probabilities.defined() || probabilities.shape() == (Shape{s.b, s.h, s.t, s.t}),
+             "causal attention backward: probabilities ", shapeString(probabilities.shape()), " do not match qkv ",
+             shapeString(qkv0.shape()));
   Tensor qkv = qkv0.contiguous(), grad = grad0.contiguous(), y = out0.contiguous(), lse = logSumExp.contiguous();
+  Tensor kept = probabilities.defined() ? probabilities.contiguous() : Tensor();
   Tensor out = Tensor::empty(qkv.shape(), qkv.dtype());
   detail::dispatchFloat(qkv.dtype(), "causal attention backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -149,7 +160,8 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
         const T* gy = grad.data<T>() + b * s.t * s.c + h * s.hd;  // (T, hd), row stride C
         const T* yb = y.data<T>() + b * s.t * s.c + h * s.hd;
         T* lseb = lse.data<T>() + (b * s.h + h) * s.t;
-        transposeHead(q + s.c, ld, s.t, s.hd, kt.data());
+        const T* pb = kept.defined() ? kept.data<T>() + (b * s.h + h) * s.t * s.t : nullptr;
+        if (!pb) transposeHead(q + s.c, ld, s.t, s.hd, kt.data());  // only to recompute S
         transposeHead(q + 2 * s.c, ld, s.t, s.hd, vt.data());
         // dK and dV gather from every later query block: they start at 0.
         for (int64_t i = 0; i < s.t; ++i) {
@@ -158,14 +170,17 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
         }
         for (int64_t r0 = 0; r0 < s.t; r0 += kBlock) {
           const int64_t rows = std::min(kBlock, s.t - r0), keys = r0 + rows;
-          // P of the block again, from the saved log-sum-exp.
-          detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, keys, s.hd, scale, q + r0 * ld, ld, kt.data(), s.t,
-                          T(0), p.data(), s.t);
-          causalSoftmaxBlock(p.data(), s.t, rows, keys, r0, lseb + r0, true);
+          // P of the block: kept by the forward, or again from the saved log-sum-exp.
+          const T* pr = pb ? pb + r0 * s.t : p.data();
+          if (!pb) {
+            detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, keys, s.hd, scale, q + r0 * ld, ld, kt.data(), s.t,
+                            T(0), p.data(), s.t);
+            causalSoftmaxBlock(p.data(), s.t, rows, keys, r0, lseb + r0, true);
+          }
           // dV += P^T dY_r; dP = dY_r V^T; dS = P (dP - rowsum(P dP)) / sqrt(hd), where
           // rowsum(P dP) = dY . Y of the row; dQ_r = dS K; dK += dS^T Q_r.
-          detail::gemm<T>(CblasTrans, CblasNoTrans, keys, s.hd, rows, T(1), p.data(), s.t, gy + r0 * s.c, s.c, T(1),
-                          dv, ld);
+          detail::gemm<T>(CblasTrans, CblasNoTrans, keys, s.hd, rows, T(1), pr, s.t, gy + r0 * s.c, s.c, T(1), dv,
+                          ld);
           detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, keys, s.hd, T(1), gy + r0 * s.c, s.c, vt.data(), s.t,
                           T(0), ds.data(), s.t);
           for (int64_t i = 0; i < rows; ++i) {
@@ -173,7 +188,7 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
             const T* yr = yb + (r0 + i) * s.c;
             T dot = 0;
             for (int64_t d = 0; d < s.hd; ++d) dot += g[d] * yr[d];
-            const T* prow = p.data() + i * s.t;
+            const T* prow = pr + i * s.t;
             T* row = ds.data() + i * s.t;
             for (int64_t j = 0; j < keys; ++j) row[j] = prow[j] * (row[j] - dot) * scale;
           }

@@ -128,12 +128,14 @@ Tensor biasGeluForward(Tensor& pre, const Tensor& bias);
 Tensor biasGeluBackward(const Tensor& grad, const Tensor& pre, Tensor* gradBias);
 /// Causal multi-head attention over packed qkv (B, T, 3C) (q, k, v the thirds; head h the
 /// columns [h*hd, (h+1)*hd) of each, hd = C/heads) -> (B, T, C), by blocks without a T x T
-/// matrix; writes each row's log-sum-exp of its scaled scores, (B, H, T), into *logSumExp
-/// (may be null).
-Tensor causalAttentionForward(const Tensor& qkv, int64_t heads, Tensor* logSumExp);
-/// Gradient (B, T, 3C) with respect to qkv, from the forward's output and log-sum-exp.
+/// scratch matrix; writes each row's log-sum-exp of its scaled scores, (B, H, T), into
+/// *logSumExp (may be null), and the attention probabilities P, (B, H, T, T), into
+/// *probabilities when it is not null (entries above the diagonal unspecified).
+Tensor causalAttentionForward(const Tensor& qkv, int64_t heads, Tensor* logSumExp, Tensor* probabilities = nullptr);
+/// Gradient (B, T, 3C) with respect to qkv, from the forward's output and log-sum-exp, reading
+/// P from `probabilities` (the forward's) when it is defined and recomputing it otherwise.
 Tensor causalAttentionBackward(const Tensor& grad, const Tensor& qkv, const Tensor& out, const Tensor& logSumExp,
-                               int64_t heads);
+                               int64_t heads, const Tensor& probabilities = Tensor());
 /// Concatenates along dim (shapes equal elsewhere).
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
 

@@ -3,6 +3,7 @@
 // causalAttention (also checked by central differences in gradcheck_test.cc).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -56,9 +57,14 @@ TEST(FusedOps, LinearGeluEqualsLinearThenGelu) {
   for (size_t i = 0; i < fused.size(); ++i) EXPECT_LE(relative(fused[i], reference[i]), 2e-6) << what[i];
 }
 
-TEST(FusedOps, CausalAttentionEqualsTheMaskedSoftmaxOfTheHeads) {
+// causalAttention keeps P for backward while H T <= 3C and recomputes it beyond: both sizes,
+// with T not a multiple of the 32-row query blocks.
+class CausalAttentionSizes : public ::testing::TestWithParam<std::array<int64_t, 3>> {};
+
+TEST_P(CausalAttentionSizes, EqualsTheMaskedSoftmaxOfTheHeads) {
   Generator gen(6);
-  const int64_t b = 2, t = 45, c = 16, h = 2, hd = c / h;
+  const auto [t, c, h] = GetParam();
+  const int64_t b = 2, hd = c / h;
   const std::vector<Tensor> values = {Tensor::randn({b, t, 3 * c}, gen, 0.0, 1.0, DType::F64)};
   const auto fused = outputAndGrads([h](const std::vector<Tensor>& v) { return causalAttention(v[0], h); }, values,
                                     DType::F32);
@@ -73,6 +79,11 @@ TEST(FusedOps, CausalAttentionEqualsTheMaskedSoftmaxOfTheHeads) {
   EXPECT_LE(relative(fused[0], reference[0]), 2e-6) << "output";
   EXPECT_LE(relative(fused[1], reference[1]), 2e-6) << "qkv gradient";
 }
+
+INSTANTIATE_TEST_SUITE_P(FusedOps, CausalAttentionSizes,
+                         ::testing::Values(std::array<int64_t, 3>{45, 16, 2},    // P recomputed: 90 > 48
+                                           std::array<int64_t, 3>{45, 48, 2},    // P kept: 90 <= 144
+                                           std::array<int64_t, 3>{70, 96, 3}));  // P kept, three blocks
 
 }  // namespace
 }  // namespace kolo
