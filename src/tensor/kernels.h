@@ -82,6 +82,12 @@ Tensor maxDimBackward(const Tensor& grad, const Tensor& indices, const Shape& xS
 /// flag instead of being copied. out (if given) must be contiguous [M,N]; beta scales its
 /// previous content.
 Tensor matmul2d(const Tensor& a, const Tensor& b, Tensor* out = nullptr, double beta = 0.0);
+/// A linear layer's forward: x [M,K] times weight [N,K] transposed, plus bias [N] on every
+/// row when it is defined -> [M,N]; with `gelu` not null (f32, bias defined) *gelu = GELU of
+/// that result too. f32 products over many rows go in one pass, the bias and GELU applied
+/// by the GEMM's tiles; other dtypes, shapes and bf16 products as the product, then the bias
+/// (prefilled, beta = 1) or bias and GELU in one pass over it (biasGeluForward).
+Tensor linearForward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor* gelu = nullptr);
 /// Batched matmul [B,M,K] x [B,K,N] -> [B,M,N].
 Tensor bmm(const Tensor& a, const Tensor& b);
 

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "tensor/gelu_avx512.h"
 #include "tensor/vector_math.h"
 
 namespace kolo::detail {
@@ -24,18 +25,18 @@ inline float geluDerivative(float v) {
 
 }  // namespace
 
-KOLO_VECTOR_CLONES void geluRows(const float* __restrict x, float* __restrict y, int64_t n) {
+KOLO_VECTOR_CLONES void geluRowsPortable(const float* __restrict x, float* __restrict y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + erfApprox(x[i] * kInvSqrt2));
 }
 
-KOLO_VECTOR_CLONES void geluBackwardRows(const float* __restrict grad, const float* __restrict x,
+KOLO_VECTOR_CLONES void geluBackwardRowsPortable(const float* __restrict grad, const float* __restrict x,
                                          float* __restrict out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     out[i] = grad[i] * geluDerivative(x[i]);
   }
 }
 
-KOLO_VECTOR_CLONES void biasGeluRows(float* __restrict pre, const float* __restrict bias, float* __restrict y,
+KOLO_VECTOR_CLONES void biasGeluRowsPortable(float* __restrict pre, const float* __restrict bias, float* __restrict y,
                                      int64_t rows, int64_t n) {
   for (int64_t row = 0; row < rows; ++row) {
     float* p = pre + row * n;
@@ -48,7 +49,7 @@ KOLO_VECTOR_CLONES void biasGeluRows(float* __restrict pre, const float* __restr
   }
 }
 
-KOLO_VECTOR_CLONES void geluBackwardBiasRows(const float* __restrict grad, const float* __restrict pre,
+KOLO_VECTOR_CLONES void geluBackwardBiasRowsPortable(const float* __restrict grad, const float* __restrict pre,
                                              float* __restrict gpre, float* __restrict gbias, int64_t rows,
                                              int64_t n) {
   for (int64_t row = 0; row < rows; ++row) {
@@ -62,6 +63,89 @@ KOLO_VECTOR_CLONES void geluBackwardBiasRows(const float* __restrict grad, const
     }
   }
 }
+
+#ifdef KOLO_HAVE_GELU_AVX512
+namespace {
+
+// The mask of the first min(16, n - i) lanes.
+inline __mmask16 lanesFrom(int64_t i, int64_t n) {
+  return n - i >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+}
+
+KOLO_GELU_AVX512 void geluRowsAvx512(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const __mmask16 m = lanesFrom(i, n);
+    _mm512_mask_storeu_ps(y + i, m, geluVector(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+KOLO_GELU_AVX512 void geluBackwardRowsAvx512(const float* grad, const float* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const __mmask16 m = lanesFrom(i, n);
+    const __m512 d = geluDerivativeVector(_mm512_maskz_loadu_ps(m, x + i));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, grad + i), d));
+  }
+}
+
+KOLO_GELU_AVX512 void biasGeluRowsAvx512(float* pre, const float* bias, float* y, int64_t rows, int64_t n) {
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t i = 0; i < n; i += kLanes) {
+      const __mmask16 m = lanesFrom(i, n);
+      float* p = pre + row * n + i;
+      const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), _mm512_maskz_loadu_ps(m, bias + i));
+      _mm512_mask_storeu_ps(p, m, v);
+      _mm512_mask_storeu_ps(y + row * n + i, m, geluVector(v));
+    }
+}
+
+KOLO_GELU_AVX512 void geluBackwardBiasRowsAvx512(const float* grad, const float* pre, float* gpre, float* gbias,
+                                                 int64_t rows, int64_t n) {
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t i = 0; i < n; i += kLanes) {
+      const __mmask16 m = lanesFrom(i, n);
+      const int64_t at = row * n + i;
+      const __m512 d = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, grad + at),
+                                     geluDerivativeVector(_mm512_maskz_loadu_ps(m, pre + at)));
+      _mm512_mask_storeu_ps(gpre + at, m, d);
+      _mm512_mask_storeu_ps(gbias + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, gbias + i), d));
+    }
+}
+
+bool hasAvx512() {
+  static const bool on = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+  return on;
+}
+
+}  // namespace
+
+void geluRows(const float* x, float* y, int64_t n) {
+  hasAvx512() ? geluRowsAvx512(x, y, n) : geluRowsPortable(x, y, n);
+}
+
+void geluBackwardRows(const float* grad, const float* x, float* out, int64_t n) {
+  hasAvx512() ? geluBackwardRowsAvx512(grad, x, out, n) : geluBackwardRowsPortable(grad, x, out, n);
+}
+
+void biasGeluRows(float* pre, const float* bias, float* y, int64_t rows, int64_t n) {
+  hasAvx512() ? biasGeluRowsAvx512(pre, bias, y, rows, n) : biasGeluRowsPortable(pre, bias, y, rows, n);
+}
+
+void geluBackwardBiasRows(const float* grad, const float* pre, float* gpre, float* gbias, int64_t rows, int64_t n) {
+  hasAvx512() ? geluBackwardBiasRowsAvx512(grad, pre, gpre, gbias, rows, n)
+              : geluBackwardBiasRowsPortable(grad, pre, gpre, gbias, rows, n);
+}
+#else
+void geluRows(const float* x, float* y, int64_t n) { geluRowsPortable(x, y, n); }
+void geluBackwardRows(const float* grad, const float* x, float* out, int64_t n) {
+  geluBackwardRowsPortable(grad, x, out, n);
+}
+void biasGeluRows(float* pre, const float* bias, float* y, int64_t rows, int64_t n) {
+  biasGeluRowsPortable(pre, bias, y, rows, n);
+}
+void geluBackwardBiasRows(const float* grad, const float* pre, float* gpre, float* gbias, int64_t rows, int64_t n) {
+  geluBackwardBiasRowsPortable(grad, pre, gpre, gbias, rows, n);
+}
+#endif
 
 KOLO_VECTOR_CLONES float rowMax(const float* x, int64_t n) {
   const int64_t whole = n / kLanes * kLanes;

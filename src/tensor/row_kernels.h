@@ -7,7 +7,7 @@
 
 namespace kolo::detail {
 
-/// y = x Phi(x) (exact GELU, erf to 5e-7 absolute) over n elements.
+/// y = x Phi(x) (exact GELU, within 3e-7 absolute of the erf form) over n elements.
 void geluRows(const float* x, float* y, int64_t n);
 /// out = grad * (Phi(x) + x phi(x)) over n elements.
 void geluBackwardRows(const float* grad, const float* x, float* out, int64_t n);
@@ -16,6 +16,14 @@ void geluBackwardRows(const float* grad, const float* x, float* out, int64_t n);
 void biasGeluRows(float* pre, const float* bias, float* y, int64_t rows, int64_t n);
 /// rows x n: gpre = grad * gelu'(pre), and gbias (n, added to) += its column sums.
 void geluBackwardBiasRows(const float* grad, const float* pre, float* gpre, float* gbias, int64_t rows, int64_t n);
+/// The four above as a CPU without AVX-512 runs them (erf by Abramowitz and Stegun 7.1.26, to
+/// 5e-7 absolute, with a vectorised exponential; AVX2 or baseline clones); the functions above
+/// use the table polynomials of gelu_avx512.h where the CPU has AVX-512. For tests.
+void geluRowsPortable(const float* x, float* y, int64_t n);
+void geluBackwardRowsPortable(const float* grad, const float* x, float* out, int64_t n);
+void biasGeluRowsPortable(float* pre, const float* bias, float* y, int64_t rows, int64_t n);
+void geluBackwardBiasRowsPortable(const float* grad, const float* pre, float* gpre, float* gbias, int64_t rows,
+                                  int64_t n);
 /// The largest of n >= 1 elements (-inf when all are).
 float rowMax(const float* x, int64_t n);
 /// p[i] = e^(s[i] - shift) over n elements (p may be s); returns their sum.
