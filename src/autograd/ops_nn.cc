@@ -111,11 +111,10 @@ Tensor causalAttention(const Tensor& qkv, int64_t heads) {
   const bool keep = qkv.dim() == 3 && heads * qkv.shape()[1] <= qkv.shape()[2];
   Tensor logSumExp, probabilities;
   Tensor out = kernels::causalAttentionForward(qkv, heads, &logSumExp, keep ? &probabilities : nullptr);
-  // The output is kept anyway by the projection that reads it; with the log-sum-exp (and P)
-  // it is all backward needs besides qkv.
-  Tensor qd = qkv.detach(), yd = out.detach();
-  return record(out, {qkv}, "CausalAttentionBackward", [qd, yd, logSumExp, probabilities, heads](const Tensor& g) {
-    return Grads{kernels::causalAttentionBackward(g, qd, yd, logSumExp, heads, probabilities)};
+  // With the log-sum-exp (and P), qkv is all backward needs.
+  Tensor qd = qkv.detach();
+  return record(out, {qkv}, "CausalAttentionBackward", [qd, logSumExp, probabilities, heads](const Tensor& g) {
+    return Grads{kernels::causalAttentionBackward(g, qd, logSumExp, heads, probabilities)};
   });
 }
 

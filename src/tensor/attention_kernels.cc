@@ -130,18 +130,16 @@ Tensor causalAttentionForward(const Tensor& qkv0, int64_t heads, Tensor* logSumE
   return y;
 }
 
-Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Tensor& out0, const Tensor& logSumExp,
-                               int64_t heads, const Tensor& probabilities) {
+Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Tensor& logSumExp, int64_t heads,
+                               const Tensor& probabilities) {
   const AttentionSizes s = attentionSizes(qkv0, heads);
-  KOLO_CHECK(grad0.shape() == (Shape{s.b, s.t, s.c}) && out0.shape() == grad0.shape() &&
-                 logSumExp.shape() == (Shape{s.b, s.h, s.t}),
-             "causal attention backward: gradient ", shapeString(grad0.shape()), ", output ",
-             shapeString(out0.shape()), " and log-sum-exp ", shapeString(logSumExp.shape()), " do not match qkv ",
-             shapeString(qkv0.shape()));
+  KOLO_CHECK(grad0.shape() == (Shape{s.b, s.t, s.c}) && logSumExp.shape() == (Shape{s.b, s.h, s.t}),
+             "causal attention backward: gradient ", shapeString(grad0.shape()), " and log-sum-exp ",
+             shapeString(logSumExp.shape()), " do not match qkv ", shapeString(qkv0.shape()));
   KOLO_CHECK(!probabilities.defined() || probabilities.shape() == (Shape{s.b, s.h, s.t, s.t}),
              "causal attention backward: probabilities ", shapeString(probabilities.shape()), " do not match qkv ",
              shapeString(qkv0.shape()));
-  Tensor qkv = qkv0.contiguous(), grad = grad0.contiguous(), y = out0.contiguous(), lse = logSumExp.contiguous();
+  Tensor qkv = qkv0.contiguous(), grad = grad0.contiguous(), lse = logSumExp.contiguous();
   Tensor kept = probabilities.defined() ? probabilities.contiguous() : Tensor();
   Tensor out = Tensor::empty(qkv.shape(), qkv.dtype());
   detail::dispatchFloat(qkv.dtype(), "causal attention backward", [&](auto tag) {
@@ -158,7 +156,6 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
         T* dk = dq + s.c;
         T* dv = dq + 2 * s.c;
         const T* gy = grad.data<T>() + b * s.t * s.c + h * s.hd;  // (T, hd), row stride C
-        const T* yb = y.data<T>() + b * s.t * s.c + h * s.hd;
         T* lseb = lse.data<T>() + (b * s.h + h) * s.t;
         const T* pb = kept.defined() ? kept.data<T>() + (b * s.h + h) * s.t * s.t : nullptr;
         if (!pb) transposeHead(q + s.c, ld, s.t, s.hd, kt.data());  // only to recompute S
@@ -177,19 +174,19 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
                             T(0), p.data(), s.t);
             causalSoftmaxBlock(p.data(), s.t, rows, keys, r0, lseb + r0, true);
           }
-          // dV += P^T dY_r; dP = dY_r V^T; dS = P (dP - rowsum(P dP)) / sqrt(hd), where
-          // rowsum(P dP) = dY . Y of the row; dQ_r = dS K; dK += dS^T Q_r.
+          // dV += P^T dY_r; dP = dY_r V^T; dS = P (dP - rowsum(P dP)) / sqrt(hd), the row sum
+          // taken over the P in hand (as PyTorch's softmax backward does) rather than as the
+          // equal dY . Y: the key third of the qkv bias, whose true gradient is zero, then
+          // gets the rounding of P's row sums only; dQ_r = dS K; dK += dS^T Q_r.
           detail::gemm<T>(CblasTrans, CblasNoTrans, keys, s.hd, rows, T(1), pr, s.t, gy + r0 * s.c, s.c, T(1), dv,
                           ld);
           detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, keys, s.hd, T(1), gy + r0 * s.c, s.c, vt.data(), s.t,
                           T(0), ds.data(), s.t);
           for (int64_t i = 0; i < rows; ++i) {
-            const T* g = gy + (r0 + i) * s.c;
-            const T* yr = yb + (r0 + i) * s.c;
-            T dot = 0;
-            for (int64_t d = 0; d < s.hd; ++d) dot += g[d] * yr[d];
             const T* prow = pr + i * s.t;
             T* row = ds.data() + i * s.t;
+            T dot = 0;
+            for (int64_t j = 0; j < keys; ++j) dot += prow[j] * row[j];
             for (int64_t j = 0; j < keys; ++j) row[j] = prow[j] * (row[j] - dot) * scale;
           }
           detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, s.hd, keys, T(1), ds.data(), s.t, q + s.c, ld, T(0),

@@ -138,10 +138,10 @@ Tensor biasGeluBackward(const Tensor& grad, const Tensor& pre, Tensor* gradBias)
 /// *logSumExp (may be null), and the attention probabilities P, (B, H, T, T), into
 /// *probabilities when it is not null (entries above the diagonal unspecified).
 Tensor causalAttentionForward(const Tensor& qkv, int64_t heads, Tensor* logSumExp, Tensor* probabilities = nullptr);
-/// Gradient (B, T, 3C) with respect to qkv, from the forward's output and log-sum-exp, reading
-/// P from `probabilities` (the forward's) when it is defined and recomputing it otherwise.
-Tensor causalAttentionBackward(const Tensor& grad, const Tensor& qkv, const Tensor& out, const Tensor& logSumExp,
-                               int64_t heads, const Tensor& probabilities = Tensor());
+/// Gradient (B, T, 3C) with respect to qkv, from the forward's log-sum-exp, reading P from
+/// `probabilities` (the forward's) when it is defined and recomputing it otherwise.
+Tensor causalAttentionBackward(const Tensor& grad, const Tensor& qkv, const Tensor& logSumExp, int64_t heads,
+                               const Tensor& probabilities = Tensor());
 /// Concatenates along dim (shapes equal elsewhere).
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
 
