@@ -38,42 +38,26 @@ AttentionSizes attentionSizes(const Tensor& qkv, int64_t heads) {
   return {qkv.shape()[0], qkv.shape()[1], c, heads, c / heads};
 }
 
-// p[j] = e^(s[j] - shift) for j < n (p may be s); returns the sum.
-template <class T>
-T expShifted(const T* s, T* p, int64_t n, T shift) {
-  if constexpr (std::is_same_v<T, float>) {
-    return detail::expShiftedSum(s, p, n, shift);
-  } else {
-    T total = 0;
-    for (int64_t j = 0; j < n; ++j) total += p[j] = std::exp(s[j] - shift);
-    return total;
-  }
-}
-
 // S (rows x keys, row stride ld) of query block r0 -> P in place: row i's first r0 + i + 1
 // entries e^(s - lse) with lse its log-sum-exp (written to lse[i] when `fromLse` is false,
-// read from it when true), the rest of the row 0. The later keys are set to -inf first, so
-// that the exponentials run over whole rows of the block (e^-inf = 0) in full vectors.
+// read from it when true), the rest of the row 0 (detail::causalSoftmaxRows for f32).
 template <class T>
 void causalSoftmaxBlock(T* sp, int64_t ld, int64_t rows, int64_t keys, int64_t r0, T* lse, bool fromLse) {
-  for (int64_t i = 0; i < rows; ++i) {
-    T* row = sp + i * ld;
-    std::fill(row + r0 + i + 1, row + keys, -std::numeric_limits<T>::infinity());
-    if (fromLse) {
-      expShifted(row, row, keys, lse[i]);
-      continue;
+  if constexpr (std::is_same_v<T, float>) {
+    detail::causalSoftmaxRows(sp, ld, rows, keys, r0, lse, fromLse);
+  } else {
+    for (int64_t i = 0; i < rows; ++i) {
+      T* row = sp + i * ld;
+      std::fill(row + r0 + i + 1, row + keys, T(0));
+      const int64_t visible = r0 + i + 1;
+      T shift = fromLse ? lse[i] : *std::max_element(row, row + visible);
+      T total = 0;
+      for (int64_t j = 0; j < visible; ++j) total += row[j] = std::exp(row[j] - shift);
+      if (fromLse) continue;
+      const T inv = T(1) / total;
+      for (int64_t j = 0; j < visible; ++j) row[j] *= inv;
+      lse[i] = shift + std::log(total);
     }
-    T mx;
-    if constexpr (std::is_same_v<T, float>) {
-      mx = detail::rowMax(row, keys);
-    } else {
-      mx = row[0];
-      for (int64_t j = 1; j < keys; ++j) mx = std::max(mx, row[j]);
-    }
-    const T total = expShifted(row, row, keys, mx);
-    const T inv = T(1) / total;
-    for (int64_t j = 0; j < keys; ++j) row[j] *= inv;
-    lse[i] = mx + std::log(total);
   }
 }
 

@@ -3,9 +3,10 @@
 // allowed to reorder floating-point sums itself.
 #include "tensor/row_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 
-#include "tensor/gelu_avx512.h"
+#include "tensor/vector_avx512.h"
 #include "tensor/vector_math.h"
 
 namespace kolo::detail {
@@ -64,7 +65,7 @@ KOLO_VECTOR_CLONES void geluBackwardBiasRowsPortable(const float* __restrict gra
   }
 }
 
-#ifdef KOLO_HAVE_GELU_AVX512
+#ifdef KOLO_HAVE_VECTOR_AVX512
 namespace {
 
 // The mask of the first min(16, n - i) lanes.
@@ -72,14 +73,14 @@ inline __mmask16 lanesFrom(int64_t i, int64_t n) {
   return n - i >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
 }
 
-KOLO_GELU_AVX512 void geluRowsAvx512(const float* x, float* y, int64_t n) {
+KOLO_VECTOR_AVX512 void geluRowsAvx512(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += kLanes) {
     const __mmask16 m = lanesFrom(i, n);
     _mm512_mask_storeu_ps(y + i, m, geluVector(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
 
-KOLO_GELU_AVX512 void geluBackwardRowsAvx512(const float* grad, const float* x, float* out, int64_t n) {
+KOLO_VECTOR_AVX512 void geluBackwardRowsAvx512(const float* grad, const float* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; i += kLanes) {
     const __mmask16 m = lanesFrom(i, n);
     const __m512 d = geluDerivativeVector(_mm512_maskz_loadu_ps(m, x + i));
@@ -87,7 +88,7 @@ KOLO_GELU_AVX512 void geluBackwardRowsAvx512(const float* grad, const float* x, 
   }
 }
 
-KOLO_GELU_AVX512 void biasGeluRowsAvx512(float* pre, const float* bias, float* y, int64_t rows, int64_t n) {
+KOLO_VECTOR_AVX512 void biasGeluRowsAvx512(float* pre, const float* bias, float* y, int64_t rows, int64_t n) {
   for (int64_t row = 0; row < rows; ++row)
     for (int64_t i = 0; i < n; i += kLanes) {
       const __mmask16 m = lanesFrom(i, n);
@@ -98,7 +99,7 @@ KOLO_GELU_AVX512 void biasGeluRowsAvx512(float* pre, const float* bias, float* y
     }
 }
 
-KOLO_GELU_AVX512 void geluBackwardBiasRowsAvx512(const float* grad, const float* pre, float* gpre, float* gbias,
+KOLO_VECTOR_AVX512 void geluBackwardBiasRowsAvx512(const float* grad, const float* pre, float* gpre, float* gbias,
                                                  int64_t rows, int64_t n) {
   for (int64_t row = 0; row < rows; ++row)
     for (int64_t i = 0; i < n; i += kLanes) {
@@ -109,6 +110,43 @@ KOLO_GELU_AVX512 void geluBackwardBiasRowsAvx512(const float* grad, const float*
       _mm512_mask_storeu_ps(gpre + at, m, d);
       _mm512_mask_storeu_ps(gbias + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, gbias + i), d));
     }
+}
+
+KOLO_VECTOR_AVX512 void causalSoftmaxRowsAvx512(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0,
+                                                float* lse, bool fromLse) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = s + i * ld;
+    const int64_t visible = r0 + i + 1;
+    float shift = 0.0f;
+    if (fromLse) {
+      shift = lse[i];
+    } else {
+      __m512 mx = _mm512_set1_ps(-__builtin_inff());
+      for (int64_t j = 0; j < visible; j += kLanes) {
+        const __mmask16 m = lanesFrom(j, visible);
+        mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, row + j));
+      }
+      shift = maxLanes(mx);
+    }
+    // e^(s - shift) over the visible keys and 0 over the later ones, in whole vectors.
+    const __m512 shiftV = _mm512_set1_ps(shift);
+    __m512 total = _mm512_setzero_ps();
+    for (int64_t j = 0; j < keys; j += kLanes) {
+      const __mmask16 m = lanesFrom(j, keys);
+      const __m512 e = _mm512_maskz_mov_ps(lanesFrom(std::min(j, visible), visible),
+                                           expVector(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + j), shiftV)));
+      total = _mm512_add_ps(total, e);
+      _mm512_mask_storeu_ps(row + j, m, e);
+    }
+    if (fromLse) continue;
+    const float sum = sumLanes(total);
+    const __m512 inv = _mm512_set1_ps(1.0f / sum);
+    for (int64_t j = 0; j < visible; j += kLanes) {
+      const __mmask16 m = lanesFrom(j, visible);
+      _mm512_mask_storeu_ps(row + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), inv));
+    }
+    lse[i] = shift + std::log(sum);
+  }
 }
 
 bool hasAvx512() {
@@ -130,11 +168,19 @@ void biasGeluRows(float* pre, const float* bias, float* y, int64_t rows, int64_t
   hasAvx512() ? biasGeluRowsAvx512(pre, bias, y, rows, n) : biasGeluRowsPortable(pre, bias, y, rows, n);
 }
 
+void causalSoftmaxRows(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0, float* lse, bool fromLse) {
+  hasAvx512() ? causalSoftmaxRowsAvx512(s, ld, rows, keys, r0, lse, fromLse)
+              : causalSoftmaxRowsPortable(s, ld, rows, keys, r0, lse, fromLse);
+}
+
 void geluBackwardBiasRows(const float* grad, const float* pre, float* gpre, float* gbias, int64_t rows, int64_t n) {
   hasAvx512() ? geluBackwardBiasRowsAvx512(grad, pre, gpre, gbias, rows, n)
               : geluBackwardBiasRowsPortable(grad, pre, gpre, gbias, rows, n);
 }
 #else
+void causalSoftmaxRows(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0, float* lse, bool fromLse) {
+  causalSoftmaxRowsPortable(s, ld, rows, keys, r0, lse, fromLse);
+}
 void geluRows(const float* x, float* y, int64_t n) { geluRowsPortable(x, y, n); }
 void geluBackwardRows(const float* grad, const float* x, float* out, int64_t n) {
   geluBackwardRowsPortable(grad, x, out, n);
@@ -176,6 +222,24 @@ KOLO_VECTOR_CLONES float expShiftedSum(const float* s, float* p, int64_t n, floa
     total += e;
   }
   return total;
+}
+
+void causalSoftmaxRowsPortable(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0, float* lse,
+                               bool fromLse) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = s + i * ld;
+    // The later keys at -inf, so that the exponentials run over the whole row (e^-inf = 0).
+    for (int64_t j = r0 + i + 1; j < keys; ++j) row[j] = -__builtin_inff();
+    if (fromLse) {
+      expShiftedSum(row, row, keys, lse[i]);
+      continue;
+    }
+    const float mx = rowMax(row, keys);
+    const float total = expShiftedSum(row, row, keys, mx);
+    const float inv = 1.0f / total;
+    for (int64_t j = 0; j < keys; ++j) row[j] *= inv;
+    lse[i] = mx + std::log(total);
+  }
 }
 
 KOLO_VECTOR_CLONES void expInPlace(float* __restrict x, int64_t n) {

@@ -18,7 +18,7 @@ void biasGeluRows(float* pre, const float* bias, float* y, int64_t rows, int64_t
 void geluBackwardBiasRows(const float* grad, const float* pre, float* gpre, float* gbias, int64_t rows, int64_t n);
 /// The four above as a CPU without AVX-512 runs them (erf by Abramowitz and Stegun 7.1.26, to
 /// 5e-7 absolute, with a vectorised exponential; AVX2 or baseline clones); the functions above
-/// use the table polynomials of gelu_avx512.h where the CPU has AVX-512. For tests.
+/// use the table polynomials of vector_avx512.h where the CPU has AVX-512. For tests.
 void geluRowsPortable(const float* x, float* y, int64_t n);
 void geluBackwardRowsPortable(const float* grad, const float* x, float* out, int64_t n);
 void biasGeluRowsPortable(float* pre, const float* bias, float* y, int64_t rows, int64_t n);
@@ -28,6 +28,14 @@ void geluBackwardBiasRowsPortable(const float* grad, const float* pre, float* gp
 float rowMax(const float* x, int64_t n);
 /// p[i] = e^(s[i] - shift) over n elements (p may be s); returns their sum.
 float expShiftedSum(const float* s, float* p, int64_t n, float shift);
+/// The scores S of a causal attention block -> P in place: `rows` rows of `keys` (row stride
+/// ld), row i of query r0 + i sees keys 0..r0 + i. Each row becomes e^(s - lse) over those
+/// keys and 0 over the later ones, where lse is its log-sum-exp (written to lse[i], or read
+/// from it when fromLse). Vectorised with AVX-512 where the CPU has it.
+void causalSoftmaxRows(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0, float* lse, bool fromLse);
+/// causalSoftmaxRows as a CPU without AVX-512 runs it. For tests.
+void causalSoftmaxRowsPortable(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0, float* lse,
+                               bool fromLse);
 /// x[i] = e^x[i] over n elements.
 void expInPlace(float* x, int64_t n);
 /// Softmax (or log-softmax) of each of `rows` rows of n contiguous elements.

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "kolo/settings.h"
-#include "tensor/gelu_avx512.h"
+#include "tensor/vector_avx512.h"
 #include "tensor/transpose.h"
 
 #if defined(__GNUC__) && defined(__x86_64__)
