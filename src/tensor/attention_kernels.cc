@@ -166,12 +166,16 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
                           ld);
           detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, keys, s.hd, T(1), gy + r0 * s.c, s.c, vt.data(), s.t,
                           T(0), ds.data(), s.t);
-          for (int64_t i = 0; i < rows; ++i) {
-            const T* prow = pr + i * s.t;
-            T* row = ds.data() + i * s.t;
-            T dot = 0;
-            for (int64_t j = 0; j < keys; ++j) dot += prow[j] * row[j];
-            for (int64_t j = 0; j < keys; ++j) row[j] = prow[j] * (row[j] - dot) * scale;
+          if constexpr (std::is_same_v<T, float>) {
+            detail::softmaxBackwardRows(pr, s.t, ds.data(), s.t, rows, keys, scale);
+          } else {
+            for (int64_t i = 0; i < rows; ++i) {
+              const T* prow = pr + i * s.t;
+              T* row = ds.data() + i * s.t;
+              T dot = 0;
+              for (int64_t j = 0; j < keys; ++j) dot += prow[j] * row[j];
+              for (int64_t j = 0; j < keys; ++j) row[j] = prow[j] * (row[j] - dot) * scale;
+            }
           }
           detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, s.hd, keys, T(1), ds.data(), s.t, q + s.c, ld, T(0),
                           dq + r0 * ld, ld);

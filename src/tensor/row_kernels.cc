@@ -224,6 +224,22 @@ KOLO_VECTOR_CLONES float expShiftedSum(const float* s, float* p, int64_t n, floa
   return total;
 }
 
+KOLO_VECTOR_CLONES void softmaxBackwardRows(const float* __restrict p, int64_t ldp, float* __restrict dp, int64_t ldd,
+                                            int64_t rows, int64_t n, float scale) {
+  const int64_t whole = n / kLanes * kLanes;
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* pr = p + row * ldp;
+    float* d = dp + row * ldd;
+    float lanes[kLanes] = {};
+    for (int64_t i = 0; i < whole; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) lanes[l] += pr[i + l] * d[i + l];
+    float dot = 0.0f;
+    for (int l = 0; l < kLanes; ++l) dot += lanes[l];
+    for (int64_t i = whole; i < n; ++i) dot += pr[i] * d[i];
+    for (int64_t i = 0; i < n; ++i) d[i] = pr[i] * (d[i] - dot) * scale;
+  }
+}
+
 void causalSoftmaxRowsPortable(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0, float* lse,
                                bool fromLse) {
   for (int64_t i = 0; i < rows; ++i) {

@@ -175,6 +175,28 @@ INSTANTIATE_TEST_SUITE_P(RowKernels, CausalSoftmax,
                          ::testing::Values(detail::causalSoftmaxRows, detail::causalSoftmaxRowsPortable),
                          [](const auto& info) { return info.index == 0 ? "dispatched" : "portable"; });
 
+// softmaxBackwardRows against the sum in f64, over lengths with and without vector tails and
+// row strides wider than the rows (columns past n untouched).
+TEST(RowKernels, SoftmaxBackwardRowsMatchF64) {
+  for (int64_t n : {1, 15, 16, 17, 45, 64}) {
+    const int64_t rows = 3, ldp = n + 2, ldd = n + 5;
+    const std::vector<double> p0 = randomTensor({rows, ldp}, 0.3, static_cast<uint64_t>(n)).toDoubleVector(),
+                              d0 = randomTensor({rows, ldd}, 1.0, static_cast<uint64_t>(n + 50)).toDoubleVector();
+    const std::vector<float> p(p0.begin(), p0.end());
+    std::vector<float> d(d0.begin(), d0.end());
+    detail::softmaxBackwardRows(p.data(), ldp, d.data(), ldd, rows, n, 0.25f);
+    for (int64_t i = 0; i < rows; ++i) {
+      double dot = 0.0;
+      for (int64_t j = 0; j < n; ++j) dot += static_cast<double>(p[i * ldp + j]) * static_cast<float>(d0[i * ldd + j]);
+      for (int64_t j = 0; j < ldd; ++j) {
+        const size_t at = static_cast<size_t>(i * ldd + j);
+        const double expected = j < n ? p[i * ldp + j] * (static_cast<float>(d0[at]) - dot) * 0.25 : static_cast<float>(d0[at]);
+        EXPECT_NEAR(d[at], expected, 1e-6) << "n " << n << " [" << i << ", " << j << "]";
+      }
+    }
+  }
+}
+
 TEST(RowKernels, SoftmaxAndLogSoftmaxMatchF64) {
   for (int64_t n : {1, 7, 16, 64, 100, 256}) {
     Tensor x = randomTensor({5, n}, 4.0, n);
