@@ -45,8 +45,9 @@ KOLO_VECTOR_AVX512 inline __m512 expVector(__m512 x) {
   // max and min return their second operand for a NaN: the NaN lane computes e^-87.3 and is
   // put back at the end.
   const __m512 c = _mm512_maskz_min_ps(kAllLanes, _mm512_maskz_max_ps(kAllLanes, x, lo), hi);
-  const __m512 n = _mm512_maskz_roundscale_ps(kAllLanes, _mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)),
-                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 n =
+      _mm512_maskz_roundscale_ps(kAllLanes, _mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)),
+                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), c);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
   __m512 p = _mm512_set1_ps(1.9875691500e-4f);
@@ -57,10 +58,12 @@ KOLO_VECTOR_AVX512 inline __m512 expVector(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
   const __m512i bits = _mm512_maskz_slli_epi32(
-      kAllLanes, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(kAllLanes, n), _mm512_set1_epi32(127)), 23);
+      kAllLanes, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(kAllLanes, n), _mm512_set1_epi32(127)),
+      23);
   __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
   y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
-  y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), _mm512_set1_ps(__builtin_inff()));
+  y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ),
+                         _mm512_set1_ps(__builtin_inff()));
   return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
@@ -68,22 +71,30 @@ KOLO_VECTOR_AVX512 inline __m512 expVector(__m512 x) {
 // in f32), Horner in t with the interval's coefficients picked by a permute per power. a is
 // clamped to 8 (interval 31 at t = 1/2), past which `limit` (the part's constant) is returned;
 // a NaN becomes 8 (min returns its second operand), so the caller keeps its own NaN.
-KOLO_VECTOR_AVX512 inline __m512 geluPart(__m512 a, const float (&c)[kGeluDegree + 1][kGeluIntervals], float limit) {
-  const __m512 s =
-      _mm512_mul_ps(_mm512_maskz_min_ps(kAllLanes, a, _mm512_set1_ps(8.0f)), _mm512_set1_ps(kGeluIntervalsPerUnit));
-  const __m512i i = _mm512_maskz_min_epi32(kAllLanes, _mm512_maskz_cvttps_epi32(kAllLanes, s), _mm512_set1_epi32(kGeluIntervals - 1));
-  const __m512 t = _mm512_sub_ps(_mm512_sub_ps(s, _mm512_maskz_cvtepi32_ps(kAllLanes, i)), _mm512_set1_ps(0.5f));
-  __m512 p = _mm512_permutex2var_ps(_mm512_load_ps(c[kGeluDegree]), i, _mm512_load_ps(c[kGeluDegree] + 16));
+KOLO_VECTOR_AVX512 inline __m512 geluPart(__m512 a,
+                                          const float (&c)[kGeluDegree + 1][kGeluIntervals],
+                                          float limit) {
+  const __m512 s = _mm512_mul_ps(_mm512_maskz_min_ps(kAllLanes, a, _mm512_set1_ps(8.0f)),
+                                 _mm512_set1_ps(kGeluIntervalsPerUnit));
+  const __m512i i = _mm512_maskz_min_epi32(kAllLanes, _mm512_maskz_cvttps_epi32(kAllLanes, s),
+                                           _mm512_set1_epi32(kGeluIntervals - 1));
+  const __m512 t =
+      _mm512_sub_ps(_mm512_sub_ps(s, _mm512_maskz_cvtepi32_ps(kAllLanes, i)), _mm512_set1_ps(0.5f));
+  __m512 p = _mm512_permutex2var_ps(_mm512_load_ps(c[kGeluDegree]), i,
+                                    _mm512_load_ps(c[kGeluDegree] + 16));
   for (int k = kGeluDegree - 1; k >= 0; --k)
-    p = _mm512_fmadd_ps(p, t, _mm512_permutex2var_ps(_mm512_load_ps(c[k]), i, _mm512_load_ps(c[k] + 16)));
-  return _mm512_mask_mov_ps(p, _mm512_cmp_ps_mask(a, _mm512_set1_ps(8.0f), _CMP_GE_OQ), _mm512_set1_ps(limit));
+    p = _mm512_fmadd_ps(p, t,
+                        _mm512_permutex2var_ps(_mm512_load_ps(c[k]), i, _mm512_load_ps(c[k] + 16)));
+  return _mm512_mask_mov_ps(p, _mm512_cmp_ps_mask(a, _mm512_set1_ps(8.0f), _CMP_GE_OQ),
+                            _mm512_set1_ps(limit));
 }
 
 /// gelu(x) = x Phi(x) = (x + |x| erf(|x| / sqrt 2)) / 2. NaN stays NaN; -inf gives NaN, as
 /// the erf form does.
 KOLO_VECTOR_AVX512 inline __m512 geluVector(__m512 x) {
   const __m512 a = _mm512_abs_ps(x);
-  return _mm512_mul_ps(_mm512_set1_ps(0.5f), _mm512_fmadd_ps(a, geluPart(a, kGeluErfPart, 1.0f), x));
+  return _mm512_mul_ps(_mm512_set1_ps(0.5f),
+                       _mm512_fmadd_ps(a, geluPart(a, kGeluErfPart, 1.0f), x));
 }
 
 /// gelu'(x) = Phi(x) + x phi(x) = 1/2 + sign(x) D(|x|). NaN stays NaN.
