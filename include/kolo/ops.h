@@ -95,9 +95,10 @@ Tensor layerNorm(const Tensor& x, const Shape& normalizedShape, const Tensor& we
 /// q, k and v (head h in columns [h*hd, (h+1)*hd) of each third, hd = C/heads); returns
 /// (B, T, C) where each head's y_t = sum over s <= t of softmax_s(q_t . k_s / sqrt(hd)) v_s
 /// (torch's softmax((q k^T) / sqrt(hd)) with the causal mask, then @ v, heads concatenated).
-/// Computed by blocks as flash attention is (nothing T x T is kept): backward holds qkv, the
-/// output and a (B, H, T) log-sum-exp. Throws InvalidArgument for a shape that is not
-/// (B, T, 3C) with heads dividing C.
+/// Computed by blocks as flash attention is: backward holds qkv, a (B, H, T) log-sum-exp
+/// and, while H T <= 3C (P no larger than qkv), the probabilities P (B, H, T, T); beyond
+/// that nothing T x T is kept and backward recomputes P. Throws InvalidArgument for a shape
+/// that is not (B, T, 3C) with heads dividing C.
 Tensor causalAttention(const Tensor& qkv, int64_t heads);
 /// Rows of weight [V, D] selected by integer indices -> indices.shape + [D].
 Tensor embedding(const Tensor& indices, const Tensor& weight);

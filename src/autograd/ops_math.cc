@@ -350,17 +350,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
              " does not match weight ", shapeString(weight.shape()), " (in_features ", weight.shape()[1], ")");
   const int64_t in = weight.shape()[1], outF = weight.shape()[0];
   Tensor x2 = kernels::reshapeRaw(x, {-1, in});
-  const int64_t m = x2.shape()[0];
-  Tensor out = Tensor::empty({m, outF}, x.dtype());
-  double beta = 0.0;
-  if (bias.defined()) {
-    KOLO_CHECK(bias.dim() == 1 && bias.shape()[0] == outF, "linear: bias ", shapeString(bias.shape()), " for ",
-               outF, " outputs");
-    // Prefill each row with the bias and let the GEMM accumulate onto it (beta = 1).
-    kernels::copyInto(out, kernels::expandRaw(bias, {m, outF}));
-    beta = 1.0;
-  }
-  kernels::matmul2d(x2, kernels::transposeRaw(weight, 0, 1), &out, beta);
+  KOLO_CHECK(!bias.defined() || (bias.dim() == 1 && bias.shape()[0] == outF), "linear: bias ",
+             shapeString(bias.shape()), " for ", outF, " outputs");
+  Tensor out = kernels::linearForward(x2, weight, bias);  // (M, N), the bias in the GEMM's store
   Shape outShape(x.shape().begin(), x.shape().end() - 1);
   outShape.push_back(outF);
   if (x.dim() != 2) out = kernels::reshapeRaw(out, outShape);
@@ -389,8 +381,8 @@ Tensor linearGelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
              " for ", weight.shape()[0], " outputs");
   const int64_t in = weight.shape()[1], outF = weight.shape()[0];
   Tensor x2 = kernels::reshapeRaw(x, {-1, in});
-  Tensor pre = kernels::matmul2d(x2, kernels::transposeRaw(weight, 0, 1));  // (M, N), bias added next
-  Tensor out = kernels::biasGeluForward(pre, bias);
+  Tensor out;
+  Tensor pre = kernels::linearForward(x2, weight, bias, &out);  // (M, N) with the bias; out = gelu(pre)
   Shape outShape(x.shape().begin(), x.shape().end() - 1);
   outShape.push_back(outF);
   if (x.dim() != 2) out = kernels::reshapeRaw(out, outShape);

@@ -103,14 +103,18 @@ Tensor layerNorm(const Tensor& x, const Shape& normalizedShape, const Tensor& we
 }
 
 Tensor causalAttention(const Tensor& qkv, int64_t heads) {
-  Tensor logSumExp;
-  Tensor out = kernels::causalAttentionForward(qkv, heads, &logSumExp);
-  if (!autograd::needsRecord({&qkv})) return out;
-  // The output is kept anyway by the projection that reads it; with the (B, H, T) log-sum-exp
-  // it is all backward needs besides qkv.
-  Tensor qd = qkv.detach(), yd = out.detach();
-  return record(out, {qkv}, "CausalAttentionBackward", [qd, yd, logSumExp, heads](const Tensor& g) {
-    return Grads{kernels::causalAttentionBackward(g, qd, yd, logSumExp, heads)};
+  if (!autograd::needsRecord({&qkv})) return kernels::causalAttentionForward(qkv, heads, nullptr);
+  // Backward reads P (B, H, T, T) when the forward keeps it, and otherwise recomputes it from
+  // the row log-sum-exp (a product and an exponential per score more). P is kept while it is
+  // no larger than qkv (B, T, 3C), i.e. H T <= 3C: the saved activations at most double,
+  // and long contexts, where P would grow with T^2, recompute it.
+  const bool keep = qkv.dim() == 3 && heads * qkv.shape()[1] <= qkv.shape()[2];
+  Tensor logSumExp, probabilities;
+  Tensor out = kernels::causalAttentionForward(qkv, heads, &logSumExp, keep ? &probabilities : nullptr);
+  // With the log-sum-exp (and P), qkv is all backward needs.
+  Tensor qd = qkv.detach();
+  return record(out, {qkv}, "CausalAttentionBackward", [qd, logSumExp, probabilities, heads](const Tensor& g) {
+    return Grads{kernels::causalAttentionBackward(g, qd, logSumExp, heads, probabilities)};
   });
 }
 

@@ -82,6 +82,12 @@ Tensor maxDimBackward(const Tensor& grad, const Tensor& indices, const Shape& xS
 /// flag instead of being copied. out (if given) must be contiguous [M,N]; beta scales its
 /// previous content.
 Tensor matmul2d(const Tensor& a, const Tensor& b, Tensor* out = nullptr, double beta = 0.0);
+/// A linear layer's forward: x [M,K] times weight [N,K] transposed, plus bias [N] on every
+/// row when it is defined -> [M,N]; with `gelu` not null (f32, bias defined) *gelu = GELU of
+/// that result too. f32 products over many rows go in one pass, the bias and GELU applied
+/// by the GEMM's tiles; other dtypes, shapes and bf16 products as the product, then the bias
+/// (prefilled, beta = 1) or bias and GELU in one pass over it (biasGeluForward).
+Tensor linearForward(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor* gelu = nullptr);
 /// Batched matmul [B,M,K] x [B,K,N] -> [B,M,N].
 Tensor bmm(const Tensor& a, const Tensor& b);
 
@@ -128,12 +134,14 @@ Tensor biasGeluForward(Tensor& pre, const Tensor& bias);
 Tensor biasGeluBackward(const Tensor& grad, const Tensor& pre, Tensor* gradBias);
 /// Causal multi-head attention over packed qkv (B, T, 3C) (q, k, v the thirds; head h the
 /// columns [h*hd, (h+1)*hd) of each, hd = C/heads) -> (B, T, C), by blocks without a T x T
-/// matrix; writes each row's log-sum-exp of its scaled scores, (B, H, T), into *logSumExp
-/// (may be null).
-Tensor causalAttentionForward(const Tensor& qkv, int64_t heads, Tensor* logSumExp);
-/// Gradient (B, T, 3C) with respect to qkv, from the forward's output and log-sum-exp.
-Tensor causalAttentionBackward(const Tensor& grad, const Tensor& qkv, const Tensor& out, const Tensor& logSumExp,
-                               int64_t heads);
+/// scratch matrix; writes each row's log-sum-exp of its scaled scores, (B, H, T), into
+/// *logSumExp (may be null), and the attention probabilities P, (B, H, T, T), into
+/// *probabilities when it is not null (entries above the diagonal unspecified).
+Tensor causalAttentionForward(const Tensor& qkv, int64_t heads, Tensor* logSumExp, Tensor* probabilities = nullptr);
+/// Gradient (B, T, 3C) with respect to qkv, from the forward's log-sum-exp, reading P from
+/// `probabilities` (the forward's) when it is defined and recomputing it otherwise.
+Tensor causalAttentionBackward(const Tensor& grad, const Tensor& qkv, const Tensor& logSumExp, int64_t heads,
+                               const Tensor& probabilities = Tensor());
 /// Concatenates along dim (shapes equal elsewhere).
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kolo/precision.h"
 #include "tensor/dispatch.h"
 #include "tensor/gemm.h"
 #include "tensor/kernels.h"
@@ -60,6 +61,41 @@ Tensor matmul2d(const Tensor& a, const Tensor& b, Tensor* out, double beta) {
   });
   if (out) *out = c;
   return c;
+}
+
+Tensor linearForward(const Tensor& x, const Tensor& weight, const Tensor& bias0, Tensor* gelu) {
+  KOLO_CHECK(x.dim() == 2 && weight.dim() == 2 && x.shape()[1] == weight.shape()[1], "linear: input ",
+             shapeString(x.shape()), " does not match weight ", shapeString(weight.shape()));
+  KOLO_CHECK(!gelu || (bias0.defined() && x.dtype() == DType::F32), "linear with GELU: needs an f32 input and a bias");
+  const int64_t m = x.shape()[0], k = x.shape()[1], n = weight.shape()[0];
+  Tensor bias = bias0.defined() ? bias0.contiguous() : Tensor();
+  const bool rows = x.strides()[1] == 1 && x.strides()[0] >= k && weight.strides()[1] == 1 && weight.strides()[0] >= k;
+  if (rows && x.dtype() == DType::F32 && weight.dtype() == DType::F32 &&
+      (!bias.defined() || bias.dtype() == DType::F32) && matmulPrecision() == MatmulPrecision::F32) {
+    Tensor out = Tensor::empty({m, n}, DType::F32);
+    Tensor act = gelu ? Tensor::empty({m, n}, DType::F32) : Tensor();
+    if (detail::smallLinear(m, n, k, x.data<float>(), x.strides()[0], weight.data<float>(), weight.strides()[0],
+                            bias.defined() ? bias.data<float>() : nullptr, out.data<float>(), n,
+                            gelu ? act.data<float>() : nullptr, n)) {
+      if (gelu) *gelu = act;
+      return out;
+    }
+  }
+  if (gelu) {
+    Tensor pre = matmul2d(x, transposeRaw(weight, 0, 1));
+    *gelu = biasGeluForward(pre, bias);
+    return pre;
+  }
+  Tensor out = Tensor::empty({m, n}, x.dtype());
+  double beta = 0.0;
+  if (bias.defined()) {
+    KOLO_CHECK(bias.dim() == 1 && bias.shape()[0] == n, "linear: bias ", shapeString(bias.shape()), " for ", n,
+               " outputs");
+    // Prefill each row with the bias and let the GEMM accumulate onto it (beta = 1).
+    copyInto(out, expandRaw(bias, {m, n}));
+    beta = 1.0;
+  }
+  return matmul2d(x, transposeRaw(weight, 0, 1), &out, beta);
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {

@@ -3,8 +3,10 @@
 // allowed to reorder floating-point sums itself.
 #include "tensor/row_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "tensor/vector_avx512.h"
 #include "tensor/vector_math.h"
 
 namespace kolo::detail {
@@ -24,18 +26,18 @@ inline float geluDerivative(float v) {
 
 }  // namespace
 
-KOLO_VECTOR_CLONES void geluRows(const float* __restrict x, float* __restrict y, int64_t n) {
+KOLO_VECTOR_CLONES void geluRowsPortable(const float* __restrict x, float* __restrict y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + erfApprox(x[i] * kInvSqrt2));
 }
 
-KOLO_VECTOR_CLONES void geluBackwardRows(const float* __restrict grad, const float* __restrict x,
+KOLO_VECTOR_CLONES void geluBackwardRowsPortable(const float* __restrict grad, const float* __restrict x,
                                          float* __restrict out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     out[i] = grad[i] * geluDerivative(x[i]);
   }
 }
 
-KOLO_VECTOR_CLONES void biasGeluRows(float* __restrict pre, const float* __restrict bias, float* __restrict y,
+KOLO_VECTOR_CLONES void biasGeluRowsPortable(float* __restrict pre, const float* __restrict bias, float* __restrict y,
                                      int64_t rows, int64_t n) {
   for (int64_t row = 0; row < rows; ++row) {
     float* p = pre + row * n;
@@ -48,7 +50,7 @@ KOLO_VECTOR_CLONES void biasGeluRows(float* __restrict pre, const float* __restr
   }
 }
 
-KOLO_VECTOR_CLONES void geluBackwardBiasRows(const float* __restrict grad, const float* __restrict pre,
+KOLO_VECTOR_CLONES void geluBackwardBiasRowsPortable(const float* __restrict grad, const float* __restrict pre,
                                              float* __restrict gpre, float* __restrict gbias, int64_t rows,
                                              int64_t n) {
   for (int64_t row = 0; row < rows; ++row) {
@@ -62,6 +64,134 @@ KOLO_VECTOR_CLONES void geluBackwardBiasRows(const float* __restrict grad, const
     }
   }
 }
+
+#ifdef KOLO_HAVE_VECTOR_AVX512
+namespace {
+
+// The mask of the first min(16, n - i) lanes.
+inline __mmask16 lanesFrom(int64_t i, int64_t n) {
+  return n - i >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+}
+
+KOLO_VECTOR_AVX512 void geluRowsAvx512(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const __mmask16 m = lanesFrom(i, n);
+    _mm512_mask_storeu_ps(y + i, m, geluVector(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+KOLO_VECTOR_AVX512 void geluBackwardRowsAvx512(const float* grad, const float* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const __mmask16 m = lanesFrom(i, n);
+    const __m512 d = geluDerivativeVector(_mm512_maskz_loadu_ps(m, x + i));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, grad + i), d));
+  }
+}
+
+KOLO_VECTOR_AVX512 void biasGeluRowsAvx512(float* pre, const float* bias, float* y, int64_t rows, int64_t n) {
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t i = 0; i < n; i += kLanes) {
+      const __mmask16 m = lanesFrom(i, n);
+      float* p = pre + row * n + i;
+      const __m512 v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), _mm512_maskz_loadu_ps(m, bias + i));
+      _mm512_mask_storeu_ps(p, m, v);
+      _mm512_mask_storeu_ps(y + row * n + i, m, geluVector(v));
+    }
+}
+
+KOLO_VECTOR_AVX512 void geluBackwardBiasRowsAvx512(const float* grad, const float* pre, float* gpre, float* gbias,
+                                                 int64_t rows, int64_t n) {
+  for (int64_t row = 0; row < rows; ++row)
+    for (int64_t i = 0; i < n; i += kLanes) {
+      const __mmask16 m = lanesFrom(i, n);
+      const int64_t at = row * n + i;
+      const __m512 d = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, grad + at),
+                                     geluDerivativeVector(_mm512_maskz_loadu_ps(m, pre + at)));
+      _mm512_mask_storeu_ps(gpre + at, m, d);
+      _mm512_mask_storeu_ps(gbias + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, gbias + i), d));
+    }
+}
+
+KOLO_VECTOR_AVX512 void causalSoftmaxRowsAvx512(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0,
+                                                float* lse, bool fromLse) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = s + i * ld;
+    const int64_t visible = r0 + i + 1;
+    float shift = 0.0f;
+    if (fromLse) {
+      shift = lse[i];
+    } else {
+      __m512 mx = _mm512_set1_ps(-__builtin_inff());
+      for (int64_t j = 0; j < visible; j += kLanes) {
+        const __mmask16 m = lanesFrom(j, visible);
+        mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, row + j));
+      }
+      shift = maxLanes(mx);
+    }
+    // e^(s - shift) over the visible keys and 0 over the later ones, in whole vectors.
+    const __m512 shiftV = _mm512_set1_ps(shift);
+    __m512 total = _mm512_setzero_ps();
+    for (int64_t j = 0; j < keys; j += kLanes) {
+      const __mmask16 m = lanesFrom(j, keys);
+      const __m512 e = _mm512_maskz_mov_ps(lanesFrom(std::min(j, visible), visible),
+                                           expVector(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + j), shiftV)));
+      total = _mm512_add_ps(total, e);
+      _mm512_mask_storeu_ps(row + j, m, e);
+    }
+    if (fromLse) continue;
+    const float sum = sumLanes(total);
+    const __m512 inv = _mm512_set1_ps(1.0f / sum);
+    for (int64_t j = 0; j < visible; j += kLanes) {
+      const __mmask16 m = lanesFrom(j, visible);
+      _mm512_mask_storeu_ps(row + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), inv));
+    }
+    lse[i] = shift + std::log(sum);
+  }
+}
+
+bool hasAvx512() {
+  static const bool on = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+  return on;
+}
+
+}  // namespace
+
+void geluRows(const float* x, float* y, int64_t n) {
+  hasAvx512() ? geluRowsAvx512(x, y, n) : geluRowsPortable(x, y, n);
+}
+
+void geluBackwardRows(const float* grad, const float* x, float* out, int64_t n) {
+  hasAvx512() ? geluBackwardRowsAvx512(grad, x, out, n) : geluBackwardRowsPortable(grad, x, out, n);
+}
+
+void biasGeluRows(float* pre, const float* bias, float* y, int64_t rows, int64_t n) {
+  hasAvx512() ? biasGeluRowsAvx512(pre, bias, y, rows, n) : biasGeluRowsPortable(pre, bias, y, rows, n);
+}
+
+void causalSoftmaxRows(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0, float* lse, bool fromLse) {
+  hasAvx512() ? causalSoftmaxRowsAvx512(s, ld, rows, keys, r0, lse, fromLse)
+              : causalSoftmaxRowsPortable(s, ld, rows, keys, r0, lse, fromLse);
+}
+
+void geluBackwardBiasRows(const float* grad, const float* pre, float* gpre, float* gbias, int64_t rows, int64_t n) {
+  hasAvx512() ? geluBackwardBiasRowsAvx512(grad, pre, gpre, gbias, rows, n)
+              : geluBackwardBiasRowsPortable(grad, pre, gpre, gbias, rows, n);
+}
+#else
+void causalSoftmaxRows(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0, float* lse, bool fromLse) {
+  causalSoftmaxRowsPortable(s, ld, rows, keys, r0, lse, fromLse);
+}
+void geluRows(const float* x, float* y, int64_t n) { geluRowsPortable(x, y, n); }
+void geluBackwardRows(const float* grad, const float* x, float* out, int64_t n) {
+  geluBackwardRowsPortable(grad, x, out, n);
+}
+void biasGeluRows(float* pre, const float* bias, float* y, int64_t rows, int64_t n) {
+  biasGeluRowsPortable(pre, bias, y, rows, n);
+}
+void geluBackwardBiasRows(const float* grad, const float* pre, float* gpre, float* gbias, int64_t rows, int64_t n) {
+  geluBackwardBiasRowsPortable(grad, pre, gpre, gbias, rows, n);
+}
+#endif
 
 KOLO_VECTOR_CLONES float rowMax(const float* x, int64_t n) {
   const int64_t whole = n / kLanes * kLanes;
@@ -92,6 +222,40 @@ KOLO_VECTOR_CLONES float expShiftedSum(const float* s, float* p, int64_t n, floa
     total += e;
   }
   return total;
+}
+
+KOLO_VECTOR_CLONES void softmaxBackwardRows(const float* __restrict p, int64_t ldp, float* __restrict dp, int64_t ldd,
+                                            int64_t rows, int64_t n, float scale) {
+  const int64_t whole = n / kLanes * kLanes;
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* pr = p + row * ldp;
+    float* d = dp + row * ldd;
+    float lanes[kLanes] = {};
+    for (int64_t i = 0; i < whole; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) lanes[l] += pr[i + l] * d[i + l];
+    float dot = 0.0f;
+    for (int l = 0; l < kLanes; ++l) dot += lanes[l];
+    for (int64_t i = whole; i < n; ++i) dot += pr[i] * d[i];
+    for (int64_t i = 0; i < n; ++i) d[i] = pr[i] * (d[i] - dot) * scale;
+  }
+}
+
+void causalSoftmaxRowsPortable(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0, float* lse,
+                               bool fromLse) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* row = s + i * ld;
+    // The later keys at -inf, so that the exponentials run over the whole row (e^-inf = 0).
+    for (int64_t j = r0 + i + 1; j < keys; ++j) row[j] = -__builtin_inff();
+    if (fromLse) {
+      expShiftedSum(row, row, keys, lse[i]);
+      continue;
+    }
+    const float mx = rowMax(row, keys);
+    const float total = expShiftedSum(row, row, keys, mx);
+    const float inv = 1.0f / total;
+    for (int64_t j = 0; j < keys; ++j) row[j] *= inv;
+    lse[i] = mx + std::log(total);
+  }
 }
 
 KOLO_VECTOR_CLONES void expInPlace(float* __restrict x, int64_t n) {

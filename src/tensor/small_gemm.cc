@@ -8,6 +8,8 @@
 //   NT  C = A B^T      A (the small batch) is packed transposed, then C^T is computed as
 //                      B's rows times A^T and written back transposed; with many rows of A,
 //                      B is copied transposed instead and the product goes as NN.
+// A linear layer's forward (smallLinear) goes as that last NT, with its bias added and its
+// GELU taken in the tiles' store, from the registers.
 #include "tensor/small_gemm.h"
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "kolo/settings.h"
+#include "tensor/vector_avx512.h"
 #include "tensor/transpose.h"
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -44,11 +47,26 @@ constexpr int64_t kMinChunkedWidth = 64;
 // copies transposed; past it the copy costs more than the kernels win (n 1152-1536, k 384).
 constexpr int64_t kMaxTransposedElements = int64_t{1} << 18;
 
-// C[r, 0..16 NV) = alpha * sum_k a(r, k) B[k, 0..16 NV) + beta C for r < MR, the last
-// vector masked by `last`. a(r, k) is A[r * lda + k], or A[k * lda + r] when kDown.
+// What a tile adds to its product before storing it, and what else it stores: a linear
+// layer's bias (bias[0..cols) on every row) and its GELU (G, row stride ldg, gets gelu(C)).
+struct Epilogue {
+  const float* bias = nullptr;
+  float* gelu = nullptr;
+  int64_t ldg = 0;
+
+  // The epilogue of the tile at row i, column j.
+  Epilogue at(int64_t i, int64_t j) const {
+    return {bias ? bias + j : nullptr, gelu ? gelu + i * ldg + j : nullptr, ldg};
+  }
+};
+
+// C[r, 0..16 NV) = alpha * sum_k a(r, k) B[k, 0..16 NV) + beta C, then the epilogue's bias
+// and GELU, for r < MR, the last vector masked by `last`. a(r, k) is A[r * lda + k], or
+// A[k * lda + r] when kDown.
 template <int MR, int NV, bool kDown>
 KOLO_AVX512 inline void tile(int64_t depth, const float* a, int64_t lda, const float* b, int64_t ldb,
-                             float alpha, float beta, float* c, int64_t ldc, __mmask16 last) {
+                             float alpha, float beta, float* c, int64_t ldc, __mmask16 last, Epilogue epi) {
+  const float* bias = epi.bias;
   __m512 acc[MR][NV];
   KOLO_UNROLL for (int r = 0; r < MR; ++r) KOLO_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   for (int64_t k = 0; k < depth; ++k) {
@@ -64,51 +82,59 @@ KOLO_AVX512 inline void tile(int64_t depth, const float* a, int64_t lda, const f
   }
   const __m512 alphaV = _mm512_set1_ps(alpha);
   const __m512 betaV = _mm512_set1_ps(beta);
+  __m512 biasV[NV];
+  KOLO_UNROLL for (int v = 0; v < NV; ++v) {
+    biasV[v] = bias ? _mm512_maskz_loadu_ps(v == NV - 1 ? last : static_cast<__mmask16>(0xFFFF), bias + kLanes * v)
+                    : _mm512_setzero_ps();
+  }
   KOLO_UNROLL for (int r = 0; r < MR; ++r) KOLO_UNROLL for (int v = 0; v < NV; ++v) {
     const __mmask16 mask = v == NV - 1 ? last : static_cast<__mmask16>(0xFFFF);
     float* out = c + r * ldc + kLanes * v;
     __m512 x = _mm512_mul_ps(alphaV, acc[r][v]);
     // beta == 0 leaves C unread, as BLAS does: a NaN there is overwritten, not propagated.
     if (beta != 0.0f) x = _mm512_fmadd_ps(betaV, _mm512_maskz_loadu_ps(mask, out), x);
+    if (bias) x = _mm512_add_ps(x, biasV[v]);
     _mm512_mask_storeu_ps(out, mask, x);
+    if (epi.gelu) _mm512_mask_storeu_ps(epi.gelu + r * epi.ldg + kLanes * v, mask, geluVector(x));
   }
 }
 
 template <int MR, bool kDown>
 KOLO_AVX512 void tileOfWidth(int64_t depth, const float* a, int64_t lda, const float* b, int64_t ldb, float alpha,
-                             float beta, float* c, int64_t ldc, int64_t cols) {
+                             float beta, float* c, int64_t ldc, int64_t cols, Epilogue epi) {
   const int tail = static_cast<int>(cols % kLanes);
   const __mmask16 last = tail ? static_cast<__mmask16>((1u << tail) - 1) : static_cast<__mmask16>(0xFFFF);
   switch ((cols + kLanes - 1) / kLanes) {
-    case 4: tile<MR, 4, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last); break;
-    case 3: tile<MR, 3, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last); break;
-    case 2: tile<MR, 2, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last); break;
-    default: tile<MR, 1, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last); break;
+    case 4: tile<MR, 4, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last, epi); break;
+    case 3: tile<MR, 3, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last, epi); break;
+    case 2: tile<MR, 2, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last, epi); break;
+    default: tile<MR, 1, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last, epi); break;
   }
 }
 
-// A tile of `rows` <= 6 rows and `cols` <= 64 columns.
+// A tile of `rows` <= 6 rows and `cols` <= 64 columns, with the tile's epilogue.
 template <bool kDown>
 KOLO_AVX512 void anyTile(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t lda, const float* b,
-                         int64_t ldb, float alpha, float beta, float* c, int64_t ldc) {
+                         int64_t ldb, float alpha, float beta, float* c, int64_t ldc, Epilogue epi = {}) {
   switch (rows) {
-    case 6: tileOfWidth<6, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols); break;
-    case 5: tileOfWidth<5, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols); break;
-    case 4: tileOfWidth<4, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols); break;
-    case 3: tileOfWidth<3, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols); break;
-    case 2: tileOfWidth<2, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols); break;
-    default: tileOfWidth<1, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols); break;
+    case 6: tileOfWidth<6, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, epi); break;
+    case 5: tileOfWidth<5, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, epi); break;
+    case 4: tileOfWidth<4, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, epi); break;
+    case 3: tileOfWidth<3, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, epi); break;
+    case 2: tileOfWidth<2, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, epi); break;
+    default: tileOfWidth<1, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, epi); break;
   }
 }
 
-// C[m x n] = alpha A[m x k] B[k x n] + beta C. Column panels outside, so the k x 64 panel of
-// B stays in cache while the row tiles of A pass over it.
+// C[m x n] = alpha A[m x k] B[k x n] + beta C, then the epilogue (bias [n], GELU into
+// [m x n]). Column panels outside, so the k x 64 panel of B stays in cache while the row
+// tiles of A pass over it.
 KOLO_AVX512 void gemmNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
-                        int64_t ldb, float beta, float* c, int64_t ldc) {
+                        int64_t ldb, float beta, float* c, int64_t ldc, Epilogue epi = {}) {
   for (int64_t j = 0; j < n; j += kTileCols)
     for (int64_t i = 0; i < m; i += kTileRows)
       anyTile<false>(std::min<int64_t>(kTileRows, m - i), std::min<int64_t>(kTileCols, n - j), k, a + i * lda, lda,
-                     b + j, ldb, alpha, beta, c + i * ldc + j, ldc);
+                     b + j, ldb, alpha, beta, c + i * ldc + j, ldc, epi.at(i, j));
 }
 
 // C[m x n] = alpha A^T B + beta C with A [k x m], B [k x n] and k small. Row tiles outside,
@@ -157,12 +183,19 @@ KOLO_AVX512 void gemmNT(int64_t m, int64_t n, int64_t k, float alpha, const floa
 // many tokens): B, the weight, is transposed once into [k x n] (a copy of n k elements, next
 // to the m n k of the product), and the product goes as NN in blocks of kMaxBatchRows rows.
 KOLO_AVX512 void gemmNTManyRows(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+                                const float* b, int64_t ldb, float beta, float* c, int64_t ldc, Epilogue epi = {}) {
   thread_local std::vector<float> transposed;
   transposed.resize(static_cast<size_t>(k * n));
   transposeF32(n, k, b, ldb, transposed.data(), n);
   for (int64_t r = 0; r < m; r += kMaxBatchRows)
-    gemmNN(std::min(kMaxBatchRows, m - r), n, k, alpha, a + r * lda, lda, transposed.data(), n, beta, c + r * ldc, ldc);
+    gemmNN(std::min(kMaxBatchRows, m - r), n, k, alpha, a + r * lda, lda, transposed.data(), n, beta, c + r * ldc, ldc,
+           epi.at(r, 0));
+}
+
+// The products that gemmNTManyRows wins on (see smallGemm).
+bool manyRowsNT(int64_t m, int64_t n, int64_t k) {
+  return m > kMaxBatchRows && k <= kMaxDepth && n >= kMinChunkedWidth && k >= kMinChunkedWidth &&
+         n * k <= kMaxTransposedElements;
 }
 
 // AVX-512 present and not switched off with KOLO_SMALL_GEMM=0 (to compare with OpenBLAS).
@@ -211,18 +244,30 @@ bool smallGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int
   }
   // The forward of those linears: 4-9% over OpenBLAS at the same shapes (M 1024, K and N of
   // 128-512), whose packing of both operands the one transposed copy of B replaces.
-  if (!transA && transB && m > kMaxBatchRows && k <= kMaxDepth && n >= kMinChunkedWidth && k >= kMinChunkedWidth &&
-      n * k <= kMaxTransposedElements) {
+  if (!transA && transB && manyRowsNT(m, n, k)) {
     gemmNTManyRows(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return true;
   }
   return false;
 }
 
+bool smallLinear(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
+                 const float* bias, float* c, int64_t ldc, float* g, int64_t ldg) {
+  if (m <= 0 || n <= 0 || k <= 0 || !enabled() || openblas_get_num_threads() != 1 || !manyRowsNT(m, n, k))
+    return false;
+  gemmNTManyRows(m, n, k, 1.0f, x, ldx, w, ldw, 0.0f, c, ldc, Epilogue{bias, g, ldg});
+  return true;
+}
+
 #else
 
 bool smallGemm(CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int64_t, int64_t, int64_t, float, const float*, int64_t,
                const float*, int64_t, float, float*, int64_t) {
+  return false;
+}
+
+bool smallLinear(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, const float*, float*,
+                 int64_t, float*, int64_t) {
   return false;
 }
 

@@ -3,6 +3,7 @@
 // causalAttention (also checked by central differences in gradcheck_test.cc).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -42,23 +43,52 @@ std::vector<Tensor> outputAndGrads(const std::function<Tensor(const std::vector<
   return out;
 }
 
-TEST(FusedOps, LinearGeluEqualsLinearThenGelu) {
+// Few rows (the product, then bias and GELU in one pass) and many (bias and GELU in the
+// GEMM's store where the CPU has AVX-512): input (B, T, K) over N outputs, with vector
+// remainders in both dimensions.
+class LinearSizes : public ::testing::TestWithParam<std::array<int64_t, 4>> {};
+
+TEST_P(LinearSizes, LinearGeluEqualsLinearThenGelu) {
+  const auto [b, t, k, n] = GetParam();
   Generator gen(4);
-  // (B, T, C) input, over 130 outputs: vector remainders in both dimensions.
-  const std::vector<Tensor> values = {Tensor::randn({3, 5, 24}, gen, 0.0, 1.0, DType::F64),
-                                      Tensor::randn({130, 24}, gen, 0.0, 0.3, DType::F64),
-                                      Tensor::randn({130}, gen, 0.0, 0.5, DType::F64)};
+  const std::vector<Tensor> values = {Tensor::randn({b, t, k}, gen, 0.0, 1.0, DType::F64),
+                                      Tensor::randn({n, k}, gen, 0.0, 0.3, DType::F64),
+                                      Tensor::randn({n}, gen, 0.0, 0.5, DType::F64)};
   const auto fused = outputAndGrads([](const std::vector<Tensor>& v) { return linearGelu(v[0], v[1], v[2]); },
                                     values, DType::F32);
   const auto reference = outputAndGrads(
-      [](const std::vector<Tensor>& v) { return gelu(linear(v[0], v[1], v[2])); }, values, DType::F64);
+      [](const std::vector<Tensor>& v) { return gelu(add(matmul(v[0], v[1].t()), v[2])); }, values, DType::F64);
   const char* what[] = {"output", "input gradient", "weight gradient", "bias gradient"};
   for (size_t i = 0; i < fused.size(); ++i) EXPECT_LE(relative(fused[i], reference[i]), 2e-6) << what[i];
 }
 
-TEST(FusedOps, CausalAttentionEqualsTheMaskedSoftmaxOfTheHeads) {
+TEST_P(LinearSizes, LinearEqualsTheProductPlusTheBias) {
+  const auto [b, t, k, n] = GetParam();
+  Generator gen(5);
+  const std::vector<Tensor> values = {Tensor::randn({b, t, k}, gen, 0.0, 1.0, DType::F64),
+                                      Tensor::randn({n, k}, gen, 0.0, 0.3, DType::F64),
+                                      Tensor::randn({n}, gen, 0.0, 0.5, DType::F64)};
+  const auto fused =
+      outputAndGrads([](const std::vector<Tensor>& v) { return linear(v[0], v[1], v[2]); }, values, DType::F32);
+  const auto reference = outputAndGrads(
+      [](const std::vector<Tensor>& v) { return add(matmul(v[0], v[1].t()), v[2]); }, values, DType::F64);
+  const char* what[] = {"output", "input gradient", "weight gradient", "bias gradient"};
+  for (size_t i = 0; i < fused.size(); ++i) EXPECT_LE(relative(fused[i], reference[i]), 2e-6) << what[i];
+}
+
+INSTANTIATE_TEST_SUITE_P(FusedOps, LinearSizes,
+                         ::testing::Values(std::array<int64_t, 4>{3, 5, 24, 130},     // 15 rows
+                                           std::array<int64_t, 4>{3, 101, 64, 130},   // 303 rows
+                                           std::array<int64_t, 4>{2, 150, 96, 80}));  // 300 rows
+
+// causalAttention keeps P for backward while H T <= 3C and recomputes it beyond: both sizes,
+// with T not a multiple of the 32-row query blocks.
+class CausalAttentionSizes : public ::testing::TestWithParam<std::array<int64_t, 3>> {};
+
+TEST_P(CausalAttentionSizes, EqualsTheMaskedSoftmaxOfTheHeads) {
   Generator gen(6);
-  const int64_t b = 2, t = 45, c = 16, h = 2, hd = c / h;
+  const auto [t, c, h] = GetParam();
+  const int64_t b = 2, hd = c / h;
   const std::vector<Tensor> values = {Tensor::randn({b, t, 3 * c}, gen, 0.0, 1.0, DType::F64)};
   const auto fused = outputAndGrads([h](const std::vector<Tensor>& v) { return causalAttention(v[0], h); }, values,
                                     DType::F32);
@@ -73,6 +103,11 @@ TEST(FusedOps, CausalAttentionEqualsTheMaskedSoftmaxOfTheHeads) {
   EXPECT_LE(relative(fused[0], reference[0]), 2e-6) << "output";
   EXPECT_LE(relative(fused[1], reference[1]), 2e-6) << "qkv gradient";
 }
+
+INSTANTIATE_TEST_SUITE_P(FusedOps, CausalAttentionSizes,
+                         ::testing::Values(std::array<int64_t, 3>{45, 16, 2},    // P recomputed: 90 > 48
+                                           std::array<int64_t, 3>{45, 48, 2},    // P kept: 90 <= 144
+                                           std::array<int64_t, 3>{70, 96, 3}));  // P kept, three blocks
 
 }  // namespace
 }  // namespace kolo

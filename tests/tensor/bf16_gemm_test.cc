@@ -1,7 +1,8 @@
 // bf16 products with f32 accumulation (MatmulPrecision::BF16) against a double-precision sum
 // of the bf16-rounded operands, on the AVX-512 BF16 path and on the path without it, over
 // every transpose a training step uses, odd inner dimensions, tile remainders, alpha/beta;
-// and matmul under MatmulPrecisionGuard against f32 matmul of rounded operands.
+// and matmul and a linear layer's forward under MatmulPrecisionGuard against f32 products
+// of rounded operands.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,6 +86,30 @@ TEST(Bf16Gemm, MatmulUnderTheGuardIsTheProductOfRoundedOperands) {
   EXPECT_GT(largest, 1e-3);
   EXPECT_EQ(parseMatmulPrecision("bf16"), MatmulPrecision::BF16);
   EXPECT_THROW(parseMatmulPrecision("fp8"), InvalidArgument);
+}
+
+TEST(Bf16Gemm, LinearOverManyRowsUnderTheGuardRoundsItsOperands) {
+  // 300 rows of 64 over 130 outputs: the shape whose f32 forward goes in one pass with the
+  // bias and GELU in the GEMM's store; under bf16 it must still be the rounded product.
+  Generator gen(4);
+  const Tensor x = Tensor::randn({300, 64}, gen), w = Tensor::randn({130, 64}, gen), b = Tensor::randn({130}, gen);
+  auto rounded = [](const Tensor& t) { return t.to(DType::BF16).to(DType::F32); };
+  Tensor referenceGelu;
+  const Tensor reference = kernels::linearForward(rounded(x), rounded(w), b, &referenceGelu);
+  Tensor product, productGelu, plain;
+  {
+    MatmulPrecisionGuard bf16(MatmulPrecision::BF16);
+    product = kernels::linearForward(x, w, b, &productGelu);
+    plain = kernels::linearForward(x, w, b);
+  }
+  const std::vector<double> p = product.toDoubleVector(), g = productGelu.toDoubleVector(),
+                            q = plain.toDoubleVector(), y = reference.toDoubleVector(),
+                            yg = referenceGelu.toDoubleVector();
+  for (size_t i = 0; i < y.size(); ++i) {
+    EXPECT_NEAR(p[i], y[i], 2e-5 * (1.0 + std::abs(y[i]))) << i;
+    EXPECT_NEAR(q[i], y[i], 2e-5 * (1.0 + std::abs(y[i]))) << i;
+    EXPECT_NEAR(g[i], yg[i], 2e-5 * (1.0 + std::abs(yg[i]))) << i;
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tensor/kernels.h"
+#include "tensor/row_kernels.h"
 #include "tensor/vector_math.h"
 
 namespace kolo {
@@ -56,6 +57,143 @@ TEST(RowKernels, GeluAndItsGradientMatchF64) {
               kTol)
         << n;
     EXPECT_LE(error(kernels::geluBackward(g.to(DType::F32), x.to(DType::F32)), kernels::geluBackward(g, x)), kTol) << n;
+  }
+}
+
+// The GELU row kernels, as this CPU runs them (the table polynomials where it has AVX-512)
+// and as one without AVX-512 does, against the erf form in f64 on a grid of x in [-12, 12]
+// (every table interval, past its end at 8, both signs), over lengths with vector tails.
+struct GeluKernels {
+  const char* name;
+  void (*gelu)(const float*, float*, int64_t);
+  void (*backward)(const float*, const float*, float*, int64_t);
+  void (*biasGelu)(float*, const float*, float*, int64_t, int64_t);
+  void (*backwardBias)(const float*, const float*, float*, float*, int64_t, int64_t);
+};
+
+class GeluRows : public ::testing::TestWithParam<GeluKernels> {};
+
+double geluF64(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double geluDerivativeF64(double x) {
+  return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+}
+
+TEST_P(GeluRows, MatchTheErfFormWithinFloatTolerance) {
+  const GeluKernels k = GetParam();
+  std::vector<float> x;
+  for (double v = -12.0; v <= 12.0; v += 0.00731) x.push_back(static_cast<float>(v));
+  for (float v : {0.0f, -0.0f, 0.25f, 8.0f, -8.0f, 7.99999f, 1e-30f, -1e30f, 1e30f}) x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> y(x.size()), d(x.size()), ones(x.size(), 1.0f);
+  k.gelu(x.data(), y.data(), n);
+  k.backward(ones.data(), x.data(), d.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i], scale = std::max(1.0, std::abs(v));
+    EXPECT_LE(std::abs(y[i] - geluF64(v)), 4e-7 * scale) << k.name << " gelu(" << v << ")";
+    EXPECT_LE(std::abs(d[i] - geluDerivativeF64(v)), 4e-7) << k.name << " gelu'(" << v << ")";
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float special[] = {nan, inf};
+  float out[2], grad[1];
+  k.gelu(special, out, 2);
+  EXPECT_TRUE(std::isnan(out[0])) << k.name;
+  EXPECT_EQ(out[1], inf) << k.name;
+  k.backward(ones.data(), special, grad, 1);
+  EXPECT_TRUE(std::isnan(grad[0])) << k.name;
+}
+
+TEST_P(GeluRows, BiasAndRowsAsTheElementwiseKernels) {
+  const GeluKernels k = GetParam();
+  for (int64_t n : {1, 15, 16, 17, 37, 64, 130}) {
+    const int64_t rows = 3;
+    Generator gen(static_cast<uint64_t>(n));
+    const std::vector<double> pre0 = Tensor::randn({rows, n}, gen, 0.0, 3.0).toDoubleVector(),
+                              bias0 = Tensor::randn({n}, gen).toDoubleVector(),
+                              grad0 = Tensor::randn({rows, n}, gen).toDoubleVector();
+    std::vector<float> pre(pre0.begin(), pre0.end()), bias(bias0.begin(), bias0.end()),
+        grad(grad0.begin(), grad0.end()), y(pre.size()), gpre(pre.size()), gbias(bias.size(), 0.5f);
+    k.biasGelu(pre.data(), bias.data(), y.data(), rows, n);
+    k.backwardBias(grad.data(), pre.data(), gpre.data(), gbias.data(), rows, n);
+    std::vector<double> sums(static_cast<size_t>(n), 0.5);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < n; ++i) {
+        const size_t at = static_cast<size_t>(r * n + i);
+        const double v = static_cast<double>(static_cast<float>(pre0[at])) + static_cast<float>(bias0[i]);
+        EXPECT_NEAR(pre[at], v, 1e-6 * std::max(1.0, std::abs(v))) << k.name << " n " << n;
+        EXPECT_NEAR(y[at], geluF64(v), 1e-6 * std::max(1.0, std::abs(v))) << k.name << " n " << n;
+        const double g = static_cast<float>(grad0[at]) * geluDerivativeF64(pre[at]);
+        EXPECT_NEAR(gpre[at], g, 1e-6 * std::max(1.0, std::abs(g))) << k.name << " n " << n;
+        sums[static_cast<size_t>(i)] += gpre[at];
+      }
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(gbias[i], sums[i], 1e-5) << k.name << " n " << n;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RowKernels, GeluRows,
+    ::testing::Values(GeluKernels{"dispatched", detail::geluRows, detail::geluBackwardRows, detail::biasGeluRows,
+                                  detail::geluBackwardBiasRows},
+                      GeluKernels{"portable", detail::geluRowsPortable, detail::geluBackwardRowsPortable,
+                                  detail::biasGeluRowsPortable, detail::geluBackwardBiasRowsPortable}),
+    [](const ::testing::TestParamInfo<GeluKernels>& info) { return std::string(info.param.name); });
+
+// The causal softmax of an attention block, as this CPU runs it and as one without AVX-512
+// does, against f64: P over each row's visible keys, 0 after them, the log-sum-exp, P again
+// from that log-sum-exp, and the columns past `keys` untouched; blocks of 1 to 64 keys.
+class CausalSoftmax
+    : public ::testing::TestWithParam<void (*)(float*, int64_t, int64_t, int64_t, int64_t, float*, bool)> {};
+
+TEST_P(CausalSoftmax, MatchesF64OverEachRowsVisibleKeys) {
+  for (int64_t keys : {1, 7, 16, 17, 32, 45, 64}) {
+    const int64_t rows = std::min<int64_t>(keys, 5), r0 = keys - rows, ld = keys + 3;
+    const std::vector<double> s0 = randomTensor({rows, ld}, 4.0, static_cast<uint64_t>(keys)).toDoubleVector();
+    std::vector<float> s(s0.begin(), s0.end()), lse(static_cast<size_t>(rows));
+    GetParam()(s.data(), ld, rows, keys, r0, lse.data(), false);
+    std::vector<float> again(s0.begin(), s0.end());
+    GetParam()(again.data(), ld, rows, keys, r0, lse.data(), true);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t visible = r0 + i + 1;
+      double mx = -INFINITY, total = 0.0;
+      for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, static_cast<double>(static_cast<float>(s0[i * ld + j])));
+      for (int64_t j = 0; j < visible; ++j) total += std::exp(static_cast<float>(s0[i * ld + j]) - mx);
+      EXPECT_NEAR(lse[i], mx + std::log(total), 1e-6 * std::max(1.0, std::abs(mx))) << "keys " << keys << " row " << i;
+      for (int64_t j = 0; j < ld; ++j) {
+        const size_t at = static_cast<size_t>(i * ld + j);
+        if (j >= keys) {
+          EXPECT_EQ(s[at], static_cast<float>(s0[at])) << "column " << j << " past the keys was written";
+          continue;
+        }
+        const double p = j < visible ? std::exp(static_cast<float>(s0[at]) - mx) / total : 0.0;
+        EXPECT_NEAR(s[at], p, 1e-6) << "keys " << keys << " P[" << i << ", " << j << "]";
+        EXPECT_NEAR(again[at], p, 1e-6) << "keys " << keys << " P[" << i << ", " << j << "] from the log-sum-exp";
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RowKernels, CausalSoftmax,
+                         ::testing::Values(detail::causalSoftmaxRows, detail::causalSoftmaxRowsPortable),
+                         [](const auto& info) { return info.index == 0 ? "dispatched" : "portable"; });
+
+// softmaxBackwardRows against the sum in f64, over lengths with and without vector tails and
+// row strides wider than the rows (columns past n untouched).
+TEST(RowKernels, SoftmaxBackwardRowsMatchF64) {
+  for (int64_t n : {1, 15, 16, 17, 45, 64}) {
+    const int64_t rows = 3, ldp = n + 2, ldd = n + 5;
+    const std::vector<double> p0 = randomTensor({rows, ldp}, 0.3, static_cast<uint64_t>(n)).toDoubleVector(),
+                              d0 = randomTensor({rows, ldd}, 1.0, static_cast<uint64_t>(n + 50)).toDoubleVector();
+    const std::vector<float> p(p0.begin(), p0.end());
+    std::vector<float> d(d0.begin(), d0.end());
+    detail::softmaxBackwardRows(p.data(), ldp, d.data(), ldd, rows, n, 0.25f);
+    for (int64_t i = 0; i < rows; ++i) {
+      double dot = 0.0;
+      for (int64_t j = 0; j < n; ++j) dot += static_cast<double>(p[i * ldp + j]) * static_cast<float>(d0[i * ldd + j]);
+      for (int64_t j = 0; j < ldd; ++j) {
+        const size_t at = static_cast<size_t>(i * ldd + j);
+        const double expected = j < n ? p[i * ldp + j] * (static_cast<float>(d0[at]) - dot) * 0.25 : static_cast<float>(d0[at]);
+        EXPECT_NEAR(d[at], expected, 1e-6) << "n " << n << " [" << i << ", " << j << "]";
+      }
+    }
   }
 }
 

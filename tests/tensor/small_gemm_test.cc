@@ -2,9 +2,11 @@
 // tile remainders (rows 1..7, columns around multiples of 16 and 64), leading dimensions
 // wider than the matrix, alpha/beta, a NaN in a C that beta = 0 must not read, and the
 // calls the kernels must leave to OpenBLAS; transformer shapes in blocks of rows and chunks
-// of the inner dimension, and their forward with the weight copied transposed.
+// of the inner dimension, and their forward with the weight copied transposed, also with
+// a linear layer's bias and GELU in the store (smallLinear).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -142,6 +144,52 @@ TEST_F(SmallGemm, TheShapesOfAnLmStepInBlocks) {
   // 16 x 16 copy squares in both of W's sizes.
   check(CblasNoTrans, CblasTrans, 600, 384, 128, 1.0f, 1.0f);
   check(CblasNoTrans, CblasTrans, 257, 70, 75, 0.5f, 0.0f);
+}
+
+// smallLinear: C = X W^T + bias and G = gelu(C) from the tiles' store, against the sum in
+// double and the erf form, over row blocks (the last partial), tile remainders in both of
+// C's sizes and padded leading dimensions; without a bias and without G; and the shapes it
+// leaves to the unfused path.
+void checkLinear(int64_t m, int64_t n, int64_t k, bool bias, bool gelu) {
+  SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n << " k " << k << " bias " << bias << " gelu " << gelu);
+  std::mt19937 rng(static_cast<uint32_t>(m * 31 + n * 7 + k));
+  const Operand x = randomMatrix(m, k, 3, rng), w = randomMatrix(n, k, 2, rng), b = randomMatrix(1, n, 0, rng);
+  Operand c = randomMatrix(m, n, 1, rng), g = randomMatrix(m, n, 5, rng);
+  const std::vector<float> gBefore = g.data;
+  ASSERT_TRUE(smallLinear(m, n, k, x.data.data(), x.ld, w.data.data(), w.ld, bias ? b.data.data() : nullptr,
+                          c.data.data(), c.ld, gelu ? g.data.data() : nullptr, g.ld));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = bias ? b.data[static_cast<size_t>(j)] : 0.0, magnitude = std::fabs(sum);
+      for (int64_t p = 0; p < k; ++p) {
+        const double term = static_cast<double>(x.data[static_cast<size_t>(i * x.ld + p)]) *
+                            w.data[static_cast<size_t>(j * w.ld + p)];
+        sum += term;
+        magnitude += std::fabs(term);
+      }
+      const float pre = c.data[static_cast<size_t>(i * c.ld + j)];
+      ASSERT_NEAR(pre, sum, 1e-7 * std::sqrt(k + 2.0) * magnitude + 1e-7) << "C[" << i << ", " << j << "]";
+      const size_t at = static_cast<size_t>(i * g.ld + j);
+      if (!gelu) {
+        ASSERT_EQ(g.data[at], gBefore[at]) << "G[" << i << ", " << j << "] written without GELU";
+        continue;
+      }
+      const double expected = 0.5 * pre * (1.0 + std::erf(pre / std::sqrt(2.0)));
+      ASSERT_NEAR(g.data[at], expected, 4e-7 * std::max(1.0, std::fabs(static_cast<double>(pre)))) << "G[" << i << ", " << j << "]";
+    }
+}
+
+TEST_F(SmallGemm, LinearWithBiasAndGeluInTheStore) {
+  checkLinear(600, 512, 128, true, true);
+  checkLinear(259, 70, 75, true, true);
+  checkLinear(300, 131, 64, false, true);
+  checkLinear(300, 64, 100, true, false);
+  checkLinear(257, 200, 66, false, false);
+  // Not many rows, a narrow W or one too large to copy transposed: left to the caller.
+  std::vector<float> a(600 * 600, 1.0f), out(600 * 600);
+  EXPECT_FALSE(smallLinear(256, 128, 128, a.data(), 128, a.data(), 128, nullptr, out.data(), 128, nullptr, 0));
+  EXPECT_FALSE(smallLinear(600, 32, 128, a.data(), 128, a.data(), 128, nullptr, out.data(), 32, nullptr, 0));
+  EXPECT_FALSE(smallLinear(600, 600, 600, a.data(), 600, a.data(), 600, nullptr, out.data(), 600, nullptr, 0));
 }
 
 TEST_F(SmallGemm, LeavesOtherProductsToOpenBlas) {

@@ -1,0 +1,112 @@
+// Internal: the per-element functions of a transformer step on 16 floats at once (AVX-512),
+// for the row kernels and for the GEMM tiles that store a linear layer's GELU (small_gemm.cc):
+// the exponential (as expApprox), and GELU and its derivative from a table of 32 degree-5
+// polynomials in |x| (gelu_tables.h, made by scripts/gelu_tables.py): no exponential and no
+// division, within 3e-7 absolute of the exact erf form that PyTorch computes.
+#pragma once
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+
+#include "tensor/gelu_tables.h"
+
+#define KOLO_HAVE_VECTOR_AVX512 1
+#define KOLO_VECTOR_AVX512 __attribute__((target("avx512f,fma")))
+
+namespace kolo::detail {
+
+// The zero-masked forms with every lane set stand for the plain ones below: GCC 12 warns of
+// the plain forms' undefined pass-through operand.
+inline constexpr __mmask16 kAllLanes = 0xFFFF;
+
+/// The sum and the largest of the 16 lanes: halves, quarters, pairs and neighbours folded
+/// onto each other, in 512-bit registers throughout.
+KOLO_VECTOR_AVX512 inline float sumLanes(__m512 v) {
+  v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(kAllLanes, v, v, 0x4E));
+  v = _mm512_add_ps(v, _mm512_maskz_shuffle_f32x4(kAllLanes, v, v, 0xB1));
+  v = _mm512_add_ps(v, _mm512_maskz_permute_ps(kAllLanes, v, 0x4E));
+  v = _mm512_add_ps(v, _mm512_maskz_permute_ps(kAllLanes, v, 0xB1));
+  return _mm512_cvtss_f32(v);
+}
+
+KOLO_VECTOR_AVX512 inline float maxLanes(__m512 v) {
+  v = _mm512_maskz_max_ps(kAllLanes, v, _mm512_maskz_shuffle_f32x4(kAllLanes, v, v, 0x4E));
+  v = _mm512_maskz_max_ps(kAllLanes, v, _mm512_maskz_shuffle_f32x4(kAllLanes, v, v, 0xB1));
+  v = _mm512_maskz_max_ps(kAllLanes, v, _mm512_maskz_permute_ps(kAllLanes, v, 0x4E));
+  v = _mm512_maskz_max_ps(kAllLanes, v, _mm512_maskz_permute_ps(kAllLanes, v, 0xB1));
+  return _mm512_cvtss_f32(v);
+}
+
+/// e^x as expApprox (vector_math.h) computes it, 16 lanes at once: Cephes' degree-6
+/// polynomial in r = x - n ln2, times 2^n; 0 below -87.3 (-inf included), +inf above 88.3,
+/// NaN stays NaN.
+KOLO_VECTOR_AVX512 inline __m512 expVector(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.3f);
+  // max and min return their second operand for a NaN: the NaN lane computes e^-87.3 and is
+  // put back at the end.
+  const __m512 c = _mm512_maskz_min_ps(kAllLanes, _mm512_maskz_max_ps(kAllLanes, x, lo), hi);
+  const __m512 n =
+      _mm512_maskz_roundscale_ps(kAllLanes, _mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)),
+                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), c);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+  const __m512i bits = _mm512_maskz_slli_epi32(
+      kAllLanes, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(kAllLanes, n), _mm512_set1_epi32(127)),
+      23);
+  __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+  y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), _mm512_setzero_ps());
+  y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ),
+                         _mm512_set1_ps(__builtin_inff()));
+  return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+// E(a) or D(a) (table c) at a = |x| >= 0: interval i = floor(4a), t = 4a - i - 1/2 (both exact
+// in f32), Horner in t with the interval's coefficients picked by a permute per power. a is
+// clamped to 8 (interval 31 at t = 1/2), past which `limit` (the part's constant) is returned;
+// a NaN becomes 8 (min returns its second operand), so the caller keeps its own NaN.
+KOLO_VECTOR_AVX512 inline __m512 geluPart(__m512 a,
+                                          const float (&c)[kGeluDegree + 1][kGeluIntervals],
+                                          float limit) {
+  const __m512 s = _mm512_mul_ps(_mm512_maskz_min_ps(kAllLanes, a, _mm512_set1_ps(8.0f)),
+                                 _mm512_set1_ps(kGeluIntervalsPerUnit));
+  const __m512i i = _mm512_maskz_min_epi32(kAllLanes, _mm512_maskz_cvttps_epi32(kAllLanes, s),
+                                           _mm512_set1_epi32(kGeluIntervals - 1));
+  const __m512 t =
+      _mm512_sub_ps(_mm512_sub_ps(s, _mm512_maskz_cvtepi32_ps(kAllLanes, i)), _mm512_set1_ps(0.5f));
+  __m512 p = _mm512_permutex2var_ps(_mm512_load_ps(c[kGeluDegree]), i,
+                                    _mm512_load_ps(c[kGeluDegree] + 16));
+  for (int k = kGeluDegree - 1; k >= 0; --k)
+    p = _mm512_fmadd_ps(p, t,
+                        _mm512_permutex2var_ps(_mm512_load_ps(c[k]), i, _mm512_load_ps(c[k] + 16)));
+  return _mm512_mask_mov_ps(p, _mm512_cmp_ps_mask(a, _mm512_set1_ps(8.0f), _CMP_GE_OQ),
+                            _mm512_set1_ps(limit));
+}
+
+/// gelu(x) = x Phi(x) = (x + |x| erf(|x| / sqrt 2)) / 2. NaN stays NaN; -inf gives NaN, as
+/// the erf form does.
+KOLO_VECTOR_AVX512 inline __m512 geluVector(__m512 x) {
+  const __m512 a = _mm512_abs_ps(x);
+  return _mm512_mul_ps(_mm512_set1_ps(0.5f),
+                       _mm512_fmadd_ps(a, geluPart(a, kGeluErfPart, 1.0f), x));
+}
+
+/// gelu'(x) = Phi(x) + x phi(x) = 1/2 + sign(x) D(|x|). NaN stays NaN.
+KOLO_VECTOR_AVX512 inline __m512 geluDerivativeVector(__m512 x) {
+  const __m512 a = _mm512_abs_ps(x);
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
+  const __m512 d = _mm512_castsi512_ps(
+      _mm512_xor_si512(_mm512_castps_si512(geluPart(a, kGeluDerivativePart, 0.5f)), sign));
+  const __m512 y = _mm512_add_ps(_mm512_set1_ps(0.5f), d);
+  return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+}  // namespace kolo::detail
+
+#endif
