@@ -1,6 +1,7 @@
 // `kolo train`: trains a built-in model (mlp, cnn, lm) on Fashion-MNIST (or a text file)
-// with one of kolo's strategies; the flags map onto cli::TrainConfig and the runners of
-// train_loop.h (the data-parallel strategies: train::fit over a train::DataParallelEngine). `--workers N` re-launches the command under `kolo run -n N`.
+// with one of kolo's strategies: the flags (train_flags.cc) fill cli::TrainConfig, which the
+// runners of train_loop.h map onto the library. `--workers N` re-launches the command under
+// `kolo run -n N`.
 #include <malloc.h>
 
 #include <cstdio>
@@ -64,11 +65,7 @@ Command registerTrain(CLI::App& root) {
                  "kolo run --elastic trains --model mlp or cnn, not lm");
     if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
     if (config->strategy == "federated") return runFederated(*config, config->federated, logger);
-    if (config->strategy == "pipeline" || config->strategy == "tensor" || !config->mesh.empty() ||
-        config->model == "lm")
-      return runModelParallel(*config, logger);
-    if (parallel::ElasticContext::launchedElastic()) return runElasticTraining(*config, logger);
-    return runDataParallel(*config, logger);
+    return runTraining(*config, logger);
   };
   return command;
 }

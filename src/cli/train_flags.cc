@@ -21,7 +21,10 @@ using Where = std::vector<std::string>;
 // "elastic" for the ranks of kolo run --elastic.
 const Where kReducer = {"mirrored", "multi-worker-mirrored"};
 const Where kMultiWorker = {"multi-worker-mirrored"};
-const Where kReplicated = {"one-device", "mirrored", "central-storage", "multi-worker-mirrored", "fsdp"};
+// Central storage's model never runs forward: nothing there for the anomaly detector to watch.
+const Where kWatched = {"one-device", "mirrored", "multi-worker-mirrored", "fsdp"};
+const char* kWatchedHint =
+    ": it watches the modules that run forward, and central storage's model never does";
 const Where kFsdp = {"fsdp"};
 const Where kPs = {"parameter-server"};
 const Where kFederated = {"federated"};
@@ -41,8 +44,9 @@ class Registrar {
                       std::string hint = {}) {
     return scoped(app_->add_option(names, target, help), std::move(where), std::move(hint));
   }
-  CLI::Option* flag(const std::string& names, bool& target, const std::string& help, Where where = {}) {
-    return scoped(app_->add_flag(names, target, help), std::move(where), {});
+  CLI::Option* flag(const std::string& names, bool& target, const std::string& help,
+                    Where where = {}, std::string hint = {}) {
+    return scoped(app_->add_flag(names, target, help), std::move(where), std::move(hint));
   }
 
  private:
@@ -104,10 +108,10 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
       ->check(atLeast(1));
   r.option("--epochs", c.epochs, "epochs (default 10)")->check(atLeast(1));
   r.option("--steps", c.steps, "total optimizer steps; stops early (0: all epochs)")->check(atLeast(0));
-  flags.batch = r.option("--batch", c.batch,
-                         "batch size (lm: default 16; parameter-server: each worker's, default 64)")
-                    ->capture_default_str()
-                    ->check(atLeast(1));
+  r.option("--batch", c.batch,
+           "batch size (lm: default 16; parameter-server: each worker's, default 64)")
+      ->capture_default_str()
+      ->check(atLeast(1));
   r.option("--optimizer", c.optimizer, "sgd, adam or adamw (default sgd)")->check(oneOf({"sgd", "adam", "adamw"}));
   r.option("--lr", c.lr,
            "learning rate (default recipe: 0.1 mlp / 0.05 cnn; --optimizer sgd: 0.05 / 0.02; adam: 1e-3)")
@@ -380,9 +384,10 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
       ->capture_default_str()
       ->check(atLeast(0));
   r.flag("--detect-anomaly", c.detectAnomaly,
-         "check every module's output and gradient for NaN and infinity; stop at the first, naming the rank, step "
+         "check every module's output and gradient for NaN and infinity; stop at the first, naming "
+         "the rank, step "
          "and module (slower: a pass over every activation; mirrored: replica 0)",
-         kReplicated);
+         kWatched, kWatchedHint);
   r.option("--check-sync", c.checkSync,
            "every N steps compare a hash of every rank's weights; stop naming the ranks that differ and the first "
            "tensor (0: off)",
@@ -401,8 +406,10 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
   r.option("--debug-kill-rank", flags.killRank,
            "RANK[,RANK...]:STEP[:KILL|:STOP] those launch ranks SIGKILL (or SIGSTOP) themselves before STEP "
            "(parameter-server workers: before their push STEP; federated client hosts: before round STEP)");
-  r.option("--debug-nan-at", flags.nanAt,
-           "STEP:RANK:MODULE[:grad] write a NaN into MODULE's output (or its gradient) at STEP on RANK", kReplicated);
+  r.option(
+      "--debug-nan-at", flags.nanAt,
+      "STEP:RANK:MODULE[:grad] write a NaN into MODULE's output (or its gradient) at STEP on RANK",
+      kWatched, kWatchedHint);
   r.option("--debug-perturb", flags.perturb, "STEP:RANK:TENSOR add 1e-3 to one weight of TENSOR before STEP on RANK",
            {"one-device", "mirrored", "central-storage", "multi-worker-mirrored"});
   r.option("--debug-kill-in-regroup", c.debugKillInRegroup,
@@ -422,7 +429,7 @@ void TrainFlags::finish(const CLI::App& app) {
   for (const CLI::Option* option : app.get_options())
     if (option->count() > 0 && !option->get_lnames().empty())
       config.givenFlags.insert("--" + option->get_lnames().front());
-  config.batchGiven = batch->count() > 0;
+  config.batchGiven = config.givenFlags.count("--batch") > 0;
   config.shuffle = !noShuffle;
   if (padLast) config.dropLast = false;
   config.progress = bar ? 1 : (noBar ? 0 : -1);

@@ -11,7 +11,6 @@
 
 namespace CLI {
 class App;
-class Option;
 }  // namespace CLI
 
 namespace kolo::cli {
@@ -31,7 +30,6 @@ struct TrainFlags {
   int workers = 0;  // --workers N: re-launch under kolo run -n N
   bool noShuffle = false, padLast = false, bar = false, noBar = false;
   std::string failAt, slowRank, killRank, nanAt, perturb;  // the fault hooks' texts
-  CLI::Option* batch = nullptr;
 
   /// After parsing: the given flags, the negated flags, the fault plan and the schedule that
   /// names a pipeline schedule, into `config`. Throws InvalidArgument for a malformed hook.

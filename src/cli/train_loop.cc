@@ -25,6 +25,8 @@ void loadInitialWeights(const std::string& path, nn::Module& model) {
     checkpoint::loadSafetensorsInto(path, model.stateDict());
   } catch (const FileError&) {
     throw;
+  } catch (const InternalError&) {
+    throw;  // kolo's own invariant, not the file's fault
   } catch (const IoError& e) {
     throw FileError(e.what());
   } catch (const InvalidArgument& e) {

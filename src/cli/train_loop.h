@@ -1,7 +1,6 @@
-// `kolo train`'s configuration (the CLI flags as a struct), recipe defaults, and the runners
-// that map it onto the library: runDataParallel onto train::DataParallelEngine and
-// train::fit (train_data_parallel.cc), runModelParallel onto train::ModelParallelEngine and
-// train::fit (train_pipeline.cc); the other families' runners still hold their loops.
+// `kolo train`'s configuration (the flags as a struct, train_flags.cc), recipe defaults, and
+// the runners that map it onto the library: runTraining onto the train engines and
+// train::fit (train_run.cc), the parameter-server and federated runs onto their drivers.
 #pragma once
 
 #include <cstdint>
@@ -12,13 +11,13 @@
 #include <string>
 #include <vector>
 
-
 #include "kolo/comm/communicator.h"
 #include "kolo/data.h"
 #include "kolo/observe.h"
 #include "kolo/optim.h"
 #include "kolo/parallel/balancer.h"
 #include "kolo/parallel/strategy.h"
+#include "kolo/train/elastic.h"
 #include "kolo/train/engine.h"
 #include "kolo/train/faults.h"
 #include "kolo/train/fit.h"
@@ -132,7 +131,7 @@ struct TrainConfig {
 
   /// Faults for tests and benchmarks (kolo/train/faults.h); ranks are launch ranks.
   train::FaultPlan faults;
-  // Elastic jobs' test hooks (train_elastic.cc).
+  // Elastic jobs' test hooks (train_run.cc).
   int debugKillInRegroup = -1;
   int64_t debugAwaitJoin = -1;
   std::string debugSampleLog;
@@ -198,34 +197,35 @@ void checkDataParallelFlags(const TrainConfig& config);
 /// fsdp), else null.
 train::DataParallelOptions engineOptions(const TrainConfig& config, std::shared_ptr<comm::Communicator> comm);
 
-/// `kolo train` with a data-parallel strategy (one-device, mirrored, central-storage,
-/// multi-worker-mirrored, fsdp): loads Fashion-MNIST, joins the job (multi-worker-mirrored
-/// and fsdp: parallel::init()), maps the flags onto a train::DataParallelEngine over the
-/// seeded built-in model (and --init weights) and train::fit options, trains, writes --save
-/// and prints the summary lines on rank 0. Returns the exit status; throws kolo::Error
-/// subclasses with clear messages (missing dataset, bad flags, wrong-shape init file, a
-/// global batch the replicas cannot share).
-int runDataParallel(const TrainConfig& config, observe::Logger& logger);
+/// `kolo train` with every strategy but parameter servers and federated (train_run.cc): the
+/// flags mapped onto a train::DataParallelEngine (one-device, mirrored, central-storage,
+/// multi-worker-mirrored, fsdp), a train::ModelParallelEngine (pipeline, tensor, --mesh, the
+/// lm on one device) or under kolo run --elastic a train::ElasticEngine, over the seeded
+/// built-in model (and --init weights), and onto train::fit. Rank 0 writes --save and prints
+/// the summary: the per-rank figures of model-parallel and lm runs, the lm's held-out loss
+/// (also in the metrics' final line) and a sample of generated text. Returns the exit status
+/// (0 for an elastic joiner the job finished without); throws kolo::Error subclasses with
+/// clear messages (missing dataset, bad flags, wrong-shape init file, a global batch the
+/// replicas cannot share, sizes the job cannot hold).
+int runTraining(const TrainConfig& config, observe::Logger& logger);
+
+/// Under kolo run --elastic (train_elastic.cc): this rank's train::ElasticEngine (multi-worker-
+/// mirrored over the members, --recompute, --balance), or null for a rank started in a lost
+/// one's place that the job finished without.
+std::unique_ptr<train::ElasticEngine> makeElasticEngine(const TrainConfig& config,
+                                                        parallel::ModelFactory models,
+                                                        parallel::OptimizerFactory optimizers,
+                                                        observe::Logger& logger);
+
+/// The elastic test hooks as fit's callbacks: --debug-kill-rank (recording the moment for
+/// the recovered event's since_kill_s), --debug-await-join, --debug-sample-log, and the other
+/// faults through train::injectFaults.
+train::FitCallbacks elasticHooks(const TrainConfig& config, train::ElasticEngine& engine);
 
 /// `--strategy parameter-server`: runs this process's role (server, worker or chief, from
 /// KOLO_ROLE) of a job started by kolo run --ps P --workers W. The chief writes --metrics and
 /// --save and prints the summary line; returns the exit status.
 int runParameterServerRole(const TrainConfig& config, observe::Logger& logger);
-
-/// `kolo train --strategy multi-worker-mirrored` under `kolo run --elastic`: the flags mapped
-/// onto a train::ElasticEngine (survivors carry on when ranks die, joiners are admitted;
-/// docs/elastic.md) and train::fit; rank 0 writes --save and prints the summary line.
-/// Returns the exit status (0 for a joiner the job finished without).
-int runElasticTraining(const TrainConfig& config, observe::Logger& logger);
-
-/// `--model lm`, `--strategy pipeline`, `--strategy tensor` or `--mesh`: maps the flags onto a
-/// train::ModelParallelEngine (--stages stages, one rank each under kolo run -n P, one stage
-/// without it; --tp tensor ranks; --mesh replicas of either) and train::fit (`--model lm
-/// --strategy fsdp` onto a train::DataParallelEngine); rank 0 prints the per-stage timings
-/// and the summary, writes --save, and for lm the held-out loss (also in the metrics' final
-/// line) and a sample of generated text. Returns the exit status; throws InvalidArgument
-/// naming the flag for flags these runs do not take or sizes the job cannot hold.
-int runModelParallel(const TrainConfig& config, observe::Logger& logger);
 
 /// `--workers N`: the command line that runs this `kolo train` under `kolo run -n N`:
 /// [self, "run", "-n", N, "--", self, "train", args without --workers...], adding
