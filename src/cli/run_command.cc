@@ -1,15 +1,16 @@
 // `kolo run`: the launcher's command line. Parses the options and PROGRAM ARGS... (after
 // `--` or the first non-option word) into parallel::LauncherOptions and runs the job; the
 // job token for several nodes comes from KOLO_TOKEN (kolo::settings::token()). Started by
-// srun with one task per node and no --nnodes, the nodes and the store come from Slurm.
+// srun with one task per node and no --nnodes, the nodes and the store come from Slurm
+// (parallel::nodesFromSlurm).
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdlib>
 #include <string>
-#include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "kolo/comm/init.h"
+#include "kolo/comm/spawn.h"
 #include "kolo/error.h"
 #include "kolo/settings.h"
 #include "launch/launcher.h"
@@ -39,32 +40,6 @@ void parseNodes(const std::string& text, parallel::LauncherOptions& options) {
   if (!options.elastic || options.maxNodes < options.nnodes)
     KOLO_THROW(InvalidArgument, "kolo run: --nnodes ", text,
                ": MIN:MAX needs --elastic and MAX at least MIN");
-}
-
-/// `srun --ntasks-per-node=1 kolo run -n G ...` in an allocation of several nodes: one
-/// launcher per node, as `kolo run --nnodes M --node-rank R --store HOST:PORT` on each, with
-/// M, R and the store (the step's first node, kolo/comm/init.h) from Slurm's variables. The
-/// token is KOLO_TOKEN, else one named after the job: not a secret, as under srun without
-/// kolo run (set KOLO_TOKEN outside a trusted network). Returns false outside such a step.
-bool nodesFromSlurm(parallel::LauncherOptions& options) {
-  const comm::LaunchInfo step = comm::detectLaunch();
-  if (step.launcher != "slurm" || step.size == 1) return false;
-  KOLO_REQUIRE(step.localSize == 1, "kolo run under srun starts one launcher per node, but this "
-               "step runs ", step.localSize, " tasks on this node: use srun --ntasks-per-node=1 "
-               "kolo run -n G ... (or --nnodes, --node-rank and --store by hand)");
-  KOLO_REQUIRE(!step.storeAddress.empty(), "kolo run under srun: the step names no first node "
-               "(SLURM_STEP_NODELIST) or job id: give --nnodes, --node-rank and --store");
-  options.nnodes = step.size;
-  options.nodeRank = step.rank;
-  options.storeAddress = step.storeAddress;
-  options.token = step.token;
-  if (options.token.empty()) {
-    const settings::Environment env = settings::Environment::process();
-    const std::string* job = env.find("SLURM_JOB_ID");
-    const std::string* stepId = env.find("SLURM_STEP_ID");
-    options.token = "slurm-" + (job ? *job : "") + "." + (stepId ? *stepId : "");
-  }
-  return true;
 }
 
 }  // namespace
@@ -159,7 +134,7 @@ Command registerRun(CLI::App& root) {
     parseNodes(*nodes, *options);
     const bool slurmNodes = !options->psJoin && nodesOption->count() == 0 &&
                             nodeRankOption->count() == 0 && storeOption->count() == 0 &&
-                            nodesFromSlurm(*options);
+                            parallel::nodesFromSlurm(*options);
     // The ranks inherit the launcher's environment (rankEnvironment).
     if (!statusFile->empty() && ::setenv("KOLO_STATUS_FILE", statusFile->c_str(), 1) != 0)
       KOLO_THROW(IoError, "kolo run: cannot set KOLO_STATUS_FILE");

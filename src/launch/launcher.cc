@@ -24,6 +24,7 @@
 #include <optional>
 
 #include "comm/token.h"
+#include "kolo/comm/init.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
 #include "kolo/parallel/elastic.h"
@@ -525,6 +526,31 @@ int runLauncher(const LauncherOptions& options) {
   detail::SignalScope signals;
   detail::Job job(options, signals);
   return job.run();
+}
+
+bool nodesFromSlurm(parallel::LauncherOptions& options) {
+  const comm::LaunchInfo step = comm::detectLaunch();
+  if (step.launcher != "slurm" || step.size == 1) return false;
+  KOLO_REQUIRE(step.localSize == 1,
+               "kolo run under srun starts one launcher per node, but this "
+               "step runs ",
+               step.localSize,
+               " tasks on this node: use srun --ntasks-per-node=1 "
+               "kolo run -n G ... (or --nnodes, --node-rank and --store by hand)");
+  KOLO_REQUIRE(!step.storeAddress.empty(),
+               "kolo run under srun: the step names no first node "
+               "(SLURM_STEP_NODELIST) or job id: give --nnodes, --node-rank and --store");
+  options.nnodes = step.size;
+  options.nodeRank = step.rank;
+  options.storeAddress = step.storeAddress;
+  options.token = step.token;
+  if (options.token.empty()) {
+    const settings::Environment env = settings::Environment::process();
+    const std::string* job = env.find("SLURM_JOB_ID");
+    const std::string* stepId = env.find("SLURM_STEP_ID");
+    options.token = "slurm-" + (job ? *job : "") + "." + (stepId ? *stepId : "");
+  }
+  return true;
 }
 
 }  // namespace kolo::parallel

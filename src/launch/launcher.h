@@ -95,6 +95,13 @@ struct NodeRanks {
 };
 NodeRanks psNodeRanks(int ranks, int nnodes, int nodeRank);
 
+/// `srun --ntasks-per-node=1 kolo run -n G ...` in an allocation of several nodes: one
+/// launcher per node, as `kolo run --nnodes M --node-rank R --store HOST:PORT` on each, with
+/// M, R and the store (the step's first node, kolo/comm/init.h) from Slurm's variables. The
+/// token is KOLO_TOKEN, else one named after the job: not a secret, as under srun without
+/// kolo run (set KOLO_TOKEN outside a trusted network). Returns false outside such a step.
+bool nodesFromSlurm(LauncherOptions& options);
+
 /// Runs the job to its end and returns the launcher's exit status: 0 when every rank
 /// exited 0; the first failing rank's exit status (128 + signal for a rank killed by a
 /// signal) after stopping the others; 128 + signal when the launcher itself got SIGINT or
