@@ -35,23 +35,13 @@ std::shared_ptr<comm::Store> connectJobStore() {
   return comm::connectTcpStore(settings::store(), settings::token(), std::chrono::seconds(10));
 }
 
-// The elastic engine's options from the flags: multi-worker-mirrored's reducer settings,
-// --recompute and --balance; the recovered event gains since_kill_s where a --debug-kill-rank
-// rank recorded its moment. `comm`: generation 0's communicator (the engine uses each
-// generation's).
+// The elastic engine's options: engineOptions' multi-worker-mirrored over the members; the
+// recovered event gains since_kill_s where a --debug-kill-rank rank recorded its moment.
+// `comm`: generation 0's communicator (the engine uses each generation's).
 train::ElasticEngineOptions elasticOptions(const TrainConfig& config, observe::Logger& logger,
                                            std::shared_ptr<comm::Communicator> comm) {
   train::ElasticEngineOptions options;
-  options.dataParallel.strategy = parallel::strategyOptionsFromNames(
-      config.strategy, 1, config.reduction, config.algorithm, std::move(comm));
-  parallel::ReducerOptions& reducer = options.dataParallel.strategy.reducer;
-  reducer.bucketCapBytes = static_cast<size_t>(config.bucketMb * (1 << 20));
-  reducer.firstBucketCapBytes = static_cast<size_t>(config.firstBucketMb * (1 << 20));
-  options.dataParallel.recompute = config.recompute;
-  if (config.balance) {
-    options.dataParallel.balanceBatch = config.batch;
-    options.dataParallel.balancer.replanEvery = config.balanceEvery;
-  }
+  options.dataParallel = engineOptions(config, std::move(comm));
   options.logger = &logger;
   if (!config.faults.kill.ranks.empty())
     options.onRecovered = [](observe::Fields& fields) {
@@ -120,7 +110,6 @@ train::FitCallbacks elasticHooks(const TrainConfig& config, train::ElasticEngine
 }
 
 std::unique_ptr<train::ElasticEngine> makeElasticEngine(const TrainConfig& config,
-                                                        parallel::ModelFactory models,
                                                         parallel::OptimizerFactory optimizers,
                                                         observe::Logger& logger) {
   parallel::ElasticOptions membership;
@@ -140,7 +129,7 @@ std::unique_ptr<train::ElasticEngine> makeElasticEngine(const TrainConfig& confi
     return nullptr;
   }
   return std::make_unique<train::ElasticEngine>(
-      context, std::move(models), std::move(optimizers),
+      context, [&config] { return buildModel(config); }, std::move(optimizers),
       elasticOptions(config, logger, context->communicator()));
 }
 

@@ -1,22 +1,16 @@
-// What every `kolo train` runner shares: recipe defaults, optimizer and schedule, the
-// training data, fsdp's shard group.
+// What every `kolo train` runner shares: the recipe's defaults, the built-in model and its
+// --init weights, the training images, the run's identity and --save.
 #include "cli/train_loop.h"
 
-#include <algorithm>
-#include <cmath>
-#include <csignal>
-#include <cstdio>
+#include <set>
 
-#include "kolo/comm/init.h"
 #include "kolo/error.h"
+#include "kolo/nn/language_model.h"
+#include "kolo/nn/models.h"
 #include "kolo/safetensors.h"
 
 namespace kolo::cli {
-
-std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config) {
-  // Only the samples used are read: a short run does not inflate the whole split.
-  return std::make_shared<data::FashionMnist>(config.dataDir, true, config.trainLimit);
-}
+namespace {
 
 // --init names the user's file: not finding it, or weights that do not fit the model, is an
 // input-file error (exit code 3), like a malformed file.
@@ -34,59 +28,75 @@ void loadInitialWeights(const std::string& path, nn::Module& model) {
   }
 }
 
+}  // namespace
+
+std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config) {
+  // Only the samples used are read: a short run does not inflate the whole split.
+  return std::make_shared<data::FashionMnist>(config.dataDir, true, config.trainLimit);
+}
+
+// The flag table (train_flags.cc) has checked each value on its own; what is left is which
+// flags the optimizer takes.
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {
-  KOLO_REQUIRE(config.model == "mlp" || config.model == "cnn" || config.model == "lm", "--model '",
-               config.model, "' is not accepted: use mlp, cnn or lm");
-  KOLO_REQUIRE(config.batch > 0, "--batch must be at least 1, got ", config.batch);
-  KOLO_REQUIRE(config.steps >= 0, "--steps must be at least 0, got ", config.steps);
   Recipe recipe;
+  optim::OptimizerSpec& optimizer = recipe.optimizer;
   // The default recipe (neither --optimizer nor --lr): Nesterov SGD, momentum 0.9, lr 0.1
   // for the mlp and 0.05 for the cnn, warm-up + cosine over 10 epochs.
   const bool defaultRecipe = !config.optimizer && !config.lr;
-  recipe.optimizer = config.optimizer.value_or("sgd");
-  KOLO_REQUIRE(recipe.optimizer == "sgd" || recipe.optimizer == "adam" || recipe.optimizer == "adamw",
-               "--optimizer '", recipe.optimizer, "' is not accepted: use sgd, adam or adamw");
-  if (recipe.optimizer == "sgd") {
+  optimizer.name = config.optimizer.value_or("sgd");
+  if (optimizer.name == "sgd") {
     const bool mlp = config.model == "mlp";
     // Without --lr: the default recipe's rates, or the peers' constant-rate recipe's.
-    recipe.lr = config.lr.value_or(defaultRecipe ? (mlp ? 0.1 : 0.05) : (mlp ? 0.05 : 0.02));
-    recipe.momentum = config.momentum.value_or(0.9);
-    recipe.nesterov = config.nesterov || defaultRecipe;
+    optimizer.lr = config.lr.value_or(defaultRecipe ? (mlp ? 0.1 : 0.05) : (mlp ? 0.05 : 0.02));
+    optimizer.momentum = config.momentum.value_or(0.9);
+    optimizer.nesterov = config.nesterov || defaultRecipe;
     KOLO_REQUIRE(!config.beta1, "--beta1 applies to --optimizer adam and adamw, not sgd");
   } else {
-    recipe.lr = config.lr.value_or(1e-3);
+    optimizer.lr = config.lr.value_or(1e-3);
     KOLO_REQUIRE(!config.momentum && !config.nesterov, "--momentum and --nesterov apply to "
-                 "--optimizer sgd only, not ", recipe.optimizer);
-    recipe.beta1 = config.beta1.value_or(0.9);
-    KOLO_REQUIRE(recipe.beta1 >= 0.0 && recipe.beta1 < 1.0, "--beta1 must be in [0, 1), got ",
-                 recipe.beta1);
+                 "--optimizer sgd only, not ", optimizer.name);
+    optimizer.beta1 = config.beta1.value_or(0.9);
+    KOLO_REQUIRE(optimizer.beta1 < 1.0, "--beta1 must be in [0, 1), got ", optimizer.beta1);
   }
-  recipe.weightDecay = config.weightDecay.value_or(recipe.optimizer == "adamw" ? 0.01 : 0.0);
+  optimizer.weightDecay = config.weightDecay.value_or(optimizer.name == "adamw" ? 0.01 : 0.0);
   recipe.epochs = config.epochs.value_or(10);
-  KOLO_REQUIRE(recipe.epochs > 0, "--epochs must be at least 1, got ", recipe.epochs);
-  KOLO_REQUIRE(recipe.lr > 0.0 && std::isfinite(recipe.lr), "--lr must be above 0, got ", recipe.lr);
-  recipe.schedule = config.schedule;
-  if (recipe.schedule == "auto") recipe.schedule = config.lr ? "constant" : "warmup-cosine";
-  KOLO_REQUIRE(recipe.schedule == "constant" || recipe.schedule == "cosine" ||
-                   recipe.schedule == "warmup-cosine" || recipe.schedule == "step",
-               "--schedule '", config.schedule,
-               "' is not accepted: use auto, constant, cosine, warmup-cosine or step");
-  recipe.warmupSteps =
-      config.warmupSteps.value_or(recipe.schedule == "warmup-cosine" ? stepsPerEpoch / 2 : 0);
-  KOLO_REQUIRE(recipe.warmupSteps >= 0, "--warmup-steps must be at least 0, got ", recipe.warmupSteps);
+  optim::ScheduleSpec& schedule = recipe.schedule;
+  schedule.name = config.schedule == "auto" ? (config.lr ? "constant" : "warmup-cosine") : config.schedule;
+  schedule.lr = optimizer.lr;
+  schedule.warmupSteps = config.warmupSteps.value_or(schedule.name == "warmup-cosine" ? stepsPerEpoch / 2 : 0);
   return recipe;
 }
 
-std::unique_ptr<optim::Optimizer> makeOptimizer(const Recipe& recipe,
-                                                const optim::NamedParameters& parameters) {
-  return optim::makeOptimizer({.name = recipe.optimizer, .lr = recipe.lr, .momentum = recipe.momentum,
-                               .nesterov = recipe.nesterov, .beta1 = recipe.beta1, .weightDecay = recipe.weightDecay},
-                              parameters);
+std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin, int end) {
+  Generator gen(config.seed);
+  const bool part = config.model == "lm" && (begin > 0 || end >= 0);
+  std::shared_ptr<nn::Sequential> model;
+  if (config.model == "lm") {
+    const nn::LanguageModelConfig sizes{.vocab = 256, .layers = config.layers, .dModel = config.dModel,
+                                        .heads = config.heads, .seqLen = config.seqLen};
+    model = part ? nn::makeLanguageModelPart(sizes, gen, begin, end < 0 ? layerCount(config) : end)
+                 : nn::makeLanguageModel(sizes, gen);
+  } else {
+    model = nn::makeModel(config.model, gen);
+  }
+  if (config.initPath.empty()) return model;
+  if (!part) {
+    loadInitialWeights(config.initPath, *model);
+    return model;
+  }
+  std::vector<std::pair<std::string, Tensor>> mine;
+  std::set<std::string> names;
+  for (const auto& entry : model->stateDict()) names.insert(entry.first);
+  for (auto& entry : checkpoint::loadSafetensors(config.initPath).tensors)
+    if (names.count(entry.first)) mine.push_back(std::move(entry));
+  model->loadStateDict(mine, config.initPath);
+  return model;
 }
 
-std::unique_ptr<optim::LrSchedule> makeSchedule(const Recipe& recipe, int64_t totalSteps) {
-  return optim::makeSchedule({.name = recipe.schedule, .lr = recipe.lr, .warmupSteps = recipe.warmupSteps},
-                             totalSteps);
+int64_t layerCount(const TrainConfig& config) {
+  if (config.model == "lm") return config.layers + 3;
+  Generator gen(0);
+  return static_cast<int64_t>(nn::makeModel(config.model, gen)->size());
 }
 
 std::map<std::string, std::string> runIdentity(const TrainConfig& config) {
@@ -101,43 +111,11 @@ std::map<std::string, std::string> runIdentity(const TrainConfig& config) {
   return identity;
 }
 
-train::FitOptions fitOptions(const TrainConfig& config, const Recipe& recipe, observe::Logger& logger) {
-  train::FitOptions options;
-  // --epochs given: the run ends at the first of --epochs and --steps; --steps alone sets it.
-  options.epochs = config.epochs ? *config.epochs : (config.steps > 0 ? 0 : recipe.epochs);
-  options.steps = config.steps;
-  options.batch = config.batch;
-  options.shuffle = config.shuffle;
-  options.seed = config.seed;
-  options.dropLast = config.dropLast;
-  options.schedule = [&recipe](int64_t totalSteps, int64_t) { return makeSchedule(recipe, totalSteps); };
-  options.metricsPath = config.metricsPath;
-  options.metricsEvery = config.metricsEvery;
-  options.progress = config.progress;
-  options.quiet = config.quiet;
-  options.statusFile = config.statusFile;
-  options.timingSkip = config.timingSkip;
-  options.checkpointDir = config.checkpointDir;
-  options.checkpointEvery = config.checkpointEvery;
-  options.keepCheckpoints = config.keepCheckpoints;
-  options.resumeDir = config.resumeDir;
-  options.identity = runIdentity(config);
-  options.logger = &logger;
-  options.describe = {{"model", config.model},
-                      {"optimizer", recipe.optimizer},
-                      {"lr", recipe.lr},
-                      {"schedule", recipe.schedule}};
-  return options;
-}
-
-int shardGroupSize(const TrainConfig& config, int worldSize) {
-  KOLO_REQUIRE(!config.hsdp || config.shardGroup == 0, "--hsdp sets the shard group to the ranks "
-               "of one host; give it or --shard-group ", config.shardGroup, ", not both");
-  const int group = config.hsdp ? std::max(1, comm::detectLaunch().localSize) : config.shardGroup;
-  KOLO_REQUIRE(group == 0 || worldSize % group == 0, config.hsdp ? "--hsdp: " : "",
-               "a shard group of ", group, " ranks does not divide the job's ", worldSize,
-               " ranks");
-  return group;
+void saveWeights(const TrainConfig& config, nn::Module& model, int64_t steps, observe::Logger& logger) {
+  if (config.savePath.empty()) return;
+  checkpoint::saveSafetensors(config.savePath, model.stateDict(),
+                              {{"format", "pt"}, {"model", config.model}, {"step", std::to_string(steps)}});
+  logger.info("saved weights", {{"file", config.savePath}});
 }
 
 }  // namespace kolo::cli

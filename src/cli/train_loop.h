@@ -13,6 +13,7 @@
 
 #include "kolo/comm/communicator.h"
 #include "kolo/data.h"
+#include "kolo/nn/layers.h"
 #include "kolo/observe.h"
 #include "kolo/optim.h"
 #include "kolo/parallel/balancer.h"
@@ -137,64 +138,69 @@ struct TrainConfig {
   std::string debugSampleLog;
 };
 
-/// The configuration after defaults: every optional filled in.
+/// The configuration after defaults: the optimizer and the learning-rate schedule, by name
+/// (optim::makeOptimizer, optim::makeSchedule), and the epochs.
 struct Recipe {
-  std::string optimizer;
-  double lr = 0.0;
-  double momentum = 0.0;
-  double beta1 = 0.9;  // adam, adamw
-  bool nesterov = false;
-  double weightDecay = 0.0;
+  optim::OptimizerSpec optimizer;
+  optim::ScheduleSpec schedule;
   int64_t epochs = 0;
-  std::string schedule;
-  int64_t warmupSteps = 0;
 };
 
 /// Fills the defaults. With neither --optimizer nor --lr, the default recipe: 10 epochs,
 /// linear warm-up for half an epoch then cosine to zero, Nesterov SGD with momentum 0.9 and
 /// lr 0.1 (mlp) / 0.05 (cnn). With --optimizer sgd: lr 0.05 (mlp) / 0.02 (cnn), momentum
 /// 0.9; adam/adamw: lr 1e-3. Schedule "auto" is warm-up + cosine when --lr was not given
-/// and constant when it was. Throws InvalidArgument for unknown names or bad values.
+/// and constant when it was. Throws InvalidArgument for a flag the optimizer does not take.
 Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch);
 
-/// Loads the --init file `path` into `model`; a missing file or weights that do not fit are
-/// a FileError (exit code 3), like a malformed file.
-void loadInitialWeights(const std::string& path, nn::Module& model);
+/// The seeded built-in model of --model with --init's weights (a missing file or weights
+/// that do not fit are a FileError, exit code 3). For lm, `begin` and `end` (< 0: the last)
+/// keep only its layers [begin, end), placeholders standing for the others, so that a
+/// pipeline stage never holds the whole model; --init fills what it holds.
+std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin = 0, int end = -1);
+
+/// The top-level layers of the built-in model.
+int64_t layerCount(const TrainConfig& config);
 
 /// The Fashion-MNIST training set of --data, cut to its first --train-limit samples when
 /// that is set. Throws FileError naming the directory when the files are missing.
 std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config);
-
-/// Builds the optimizer of a recipe over `parameters`.
-std::unique_ptr<optim::Optimizer> makeOptimizer(const Recipe& recipe,
-                                                const optim::NamedParameters& parameters);
-/// Builds the learning-rate schedule of a recipe for `totalSteps` optimizer steps.
-std::unique_ptr<optim::LrSchedule> makeSchedule(const Recipe& recipe, int64_t totalSteps);
 
 /// What fixes the weights' shapes and the data order (model, batch, seed), stored in every
 /// checkpoint; a resume with other values is refused. The strategy and the rank count may
 /// change on resume: the loader position counts global batches.
 std::map<std::string, std::string> runIdentity(const TrainConfig& config);
 
-/// train::fit's options from the flags every data-parallel runner shares: length, batch,
-/// data order, schedule (over `recipe`, which must outlive the options), metrics, progress,
-/// status file, checkpoints and resume, the run's identity, `logger` and the describe
-/// fields. The runner sets the rest (prefetch, checks).
-train::FitOptions fitOptions(const TrainConfig& config, const Recipe& recipe, observe::Logger& logger);
+/// The flags that train::FitOptions and train::ParameterServerOptions read alike: length,
+/// batch, data order, metrics, progress, checkpoints and resume, the run's identity, `logger`
+/// and the describe fields of the recipe.
+template <class RunOptions>
+void setRunOptions(const TrainConfig& config, const Recipe& recipe, observe::Logger& logger, RunOptions& options) {
+  // --epochs given: the run ends at the first of --epochs and --steps; --steps alone sets it.
+  options.epochs = config.epochs ? *config.epochs : (config.steps > 0 ? 0 : recipe.epochs);
+  options.steps = config.steps;
+  options.batch = config.batch;
+  options.shuffle = config.shuffle;
+  options.seed = config.seed;
+  options.metricsPath = config.metricsPath;
+  options.progress = config.progress;
+  options.quiet = config.quiet;
+  options.checkpointDir = config.checkpointDir;
+  options.checkpointEvery = config.checkpointEvery;
+  options.keepCheckpoints = config.keepCheckpoints;
+  options.resumeDir = config.resumeDir;
+  options.identity = runIdentity(config);
+  options.logger = &logger;
+  options.describe = {{"model", config.model}, {"optimizer", recipe.optimizer.name}, {"lr", recipe.optimizer.lr}};
+}
 
-/// fsdp's ranks per shard group: --shard-group, or with --hsdp the ranks of one host (from
-/// the launch); 0 for one group of all `worldSize` ranks. Throws InvalidArgument for both
-/// flags, or a group that does not divide `worldSize`.
-int shardGroupSize(const TrainConfig& config, int worldSize);
+/// --save (nothing without it): `model`'s weights as safetensors, with the model's name and
+/// the `steps` done; logged.
+void saveWeights(const TrainConfig& config, nn::Module& model, int64_t steps, observe::Logger& logger);
 
-/// The values of the data-parallel flags (which strategies take which flags: train_flags.h).
-/// Throws InvalidArgument naming the flag.
-void checkDataParallelFlags(const TrainConfig& config);
-
-/// A train::DataParallelEngine's options from the flags: the strategy, the reducer's buckets,
-/// overlap and sharded update, fsdp's shard level, group and units, clipping, recomputation,
-/// --compress's hook and --balance. `comm`: the job's communicator (multi-worker-mirrored and
-/// fsdp), else null.
+/// What the data-parallel engines of every job, elastic ones too, read from the flags: the
+/// strategy, the reducer's buckets, recomputation and --balance. `comm`: the job's
+/// communicator (multi-worker-mirrored and fsdp), else null.
 train::DataParallelOptions engineOptions(const TrainConfig& config, std::shared_ptr<comm::Communicator> comm);
 
 /// `kolo train` with every strategy but parameter servers and federated (train_run.cc): the
@@ -209,11 +215,10 @@ train::DataParallelOptions engineOptions(const TrainConfig& config, std::shared_
 /// replicas cannot share, sizes the job cannot hold).
 int runTraining(const TrainConfig& config, observe::Logger& logger);
 
-/// Under kolo run --elastic (train_elastic.cc): this rank's train::ElasticEngine (multi-worker-
-/// mirrored over the members, --recompute, --balance), or null for a rank started in a lost
-/// one's place that the job finished without.
+/// Under kolo run --elastic (train_elastic.cc): this rank's train::ElasticEngine over the
+/// built-in model (engineOptions' multi-worker-mirrored over the members), or null for a rank
+/// started in a lost one's place that the job finished without.
 std::unique_ptr<train::ElasticEngine> makeElasticEngine(const TrainConfig& config,
-                                                        parallel::ModelFactory models,
                                                         parallel::OptimizerFactory optimizers,
                                                         observe::Logger& logger);
 
@@ -227,16 +232,10 @@ train::FitCallbacks elasticHooks(const TrainConfig& config, train::ElasticEngine
 /// --save and prints the summary line; returns the exit status.
 int runParameterServerRole(const TrainConfig& config, observe::Logger& logger);
 
-/// `--workers N`: the command line that runs this `kolo train` under `kolo run -n N`:
-/// [self, "run", "-n", N, "--", self, "train", args without --workers...], adding
-/// `--strategy multi-worker-mirrored` when no strategy was named. `trainArgs` are the words
-/// after "train". Throws InvalidArgument for another strategy than multi-worker-mirrored.
-std::vector<std::string> workersCommandLine(const std::string& self, int workers,
-                                            const std::vector<std::string>& trainArgs);
-
-/// Replaces this process with workersCommandLine() of its own `kolo train` arguments
-/// (read from /proc/self/cmdline). Throws InvalidArgument inside an already launched job,
-/// IoError when the exec fails; never returns.
+/// `--workers N` (train_workers.cc): replaces this process with `kolo run -n N -- kolo train`
+/// and its own arguments but --workers, adding `--strategy multi-worker-mirrored` when none
+/// was named. Throws InvalidArgument for another strategy than multi-worker-mirrored or fsdp,
+/// or inside an already launched job; IoError when the exec fails; never returns.
 [[noreturn]] void execWorkers(int workers);
 
 }  // namespace kolo::cli

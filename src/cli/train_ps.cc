@@ -7,9 +7,7 @@
 #include <thread>
 
 #include "cli/train_loop.h"
-#include "kolo/nn/models.h"
 #include "kolo/parallel/parameter_server.h"
-#include "kolo/safetensors.h"
 #include "kolo/settings.h"
 #include "kolo/threads.h"
 #include "kolo/train/parameter_server.h"
@@ -73,28 +71,11 @@ train::ParameterServerOptions psOptions(const TrainConfig& given, const TrainCon
       adamDefaults(given, mode) && config.psOverlap != "off" ? 1.5 : 0.0);
   if (const auto seconds = settings::timeout())
     options.timeout = std::chrono::milliseconds(static_cast<int64_t>(*seconds * 1000));
-  options.batch = config.batch;
-  // --epochs given: the run ends at the first of --epochs and --steps; --steps alone sets it.
-  options.epochs = config.epochs ? *config.epochs : (config.steps > 0 ? 0 : recipe.epochs);
-  options.steps = config.steps;
-  options.shuffle = config.shuffle;
-  options.seed = config.seed;
+  setRunOptions(config, recipe, logger, options);
+  options.describe.set("ps_overlap", config.psOverlap);
   options.schedule = [config](int64_t totalSteps, int64_t stepsPerEpoch) {
-    return makeSchedule(resolveRecipe(config, stepsPerEpoch), totalSteps);
+    return optim::makeSchedule(resolveRecipe(config, stepsPerEpoch).schedule, totalSteps);
   };
-  options.metricsPath = config.metricsPath;
-  options.progress = config.progress;
-  options.quiet = config.quiet;
-  options.logger = &logger;
-  options.describe = {{"model", config.model},
-                      {"optimizer", recipe.optimizer},
-                      {"lr", recipe.lr},
-                      {"ps_overlap", config.psOverlap}};
-  options.checkpointDir = config.checkpointDir;
-  options.checkpointEvery = config.checkpointEvery;
-  options.keepCheckpoints = config.keepCheckpoints;
-  options.resumeDir = config.resumeDir;
-  options.identity = runIdentity(config);
   options.identity["ps-unit-batches"] = std::to_string(config.psUnitBatches);
   options.identity["train-limit"] = std::to_string(config.trainLimit);
   return options;
@@ -137,20 +118,15 @@ void printChiefSummary(const TrainConfig& config, const train::ParameterServerSu
 
 int runParameterServerRole(const TrainConfig& given, observe::Logger& logger) {
   const TrainConfig config = withModeDefaults(given, ps::parseMode(given.psMode));
-  KOLO_REQUIRE(config.threads >= 1, "--threads must be at least 1, got ", config.threads);
+  KOLO_REQUIRE(config.model != "lm", "--strategy parameter-server trains --model mlp or cnn, not lm");
   setNumThreads(config.threads);
   const Recipe recipe = resolveRecipe(config, 1);
   // Every process builds the same seeded model (or the --init file's weights); on the chief
   // the last one built holds the trained weights at the end.
   std::shared_ptr<nn::Module> built;
-  auto model = [&config, &built]() -> std::shared_ptr<nn::Module> {
-    Generator generator(config.seed);
-    built = nn::makeModel(config.model, generator);
-    if (!config.initPath.empty()) loadInitialWeights(config.initPath, *built);
-    return built;
-  };
+  auto model = [&config, &built]() -> std::shared_ptr<nn::Module> { return built = buildModel(config); };
   auto optimizer = [recipe](const parallel::NamedTensors& slices) {
-    return makeOptimizer(recipe, slices);
+    return optim::makeOptimizer(recipe.optimizer, slices);
   };
   // Only workers read training images; the others need their number, which the labels file
   // tells without the 47 MB of images.
@@ -164,11 +140,7 @@ int runParameterServerRole(const TrainConfig& given, observe::Logger& logger) {
   const train::ParameterServerSummary summary = train::trainParameterServer(
       model, optimizer, data, psOptions(given, config, recipe, logger), testHooks(config));
   if (summary.role != ps::Role::Chief) return 0;
-  if (!config.savePath.empty()) {
-    checkpoint::saveSafetensors(
-        config.savePath, built->stateDict(),
-        {{"format", "pt"}, {"model", config.model}, {"step", std::to_string(summary.steps)}});
-  }
+  saveWeights(config, *built, summary.steps, logger);
   printChiefSummary(config, summary, role);
   return 0;
 }

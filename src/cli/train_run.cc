@@ -2,13 +2,11 @@
 // mapped onto one train::Engine and train::fit. train::DataParallelEngine for one-device,
 // mirrored, central-storage, multi-worker-mirrored and fsdp; train::ModelParallelEngine for
 // pipeline, tensor, --mesh and the lm on one device; train::ElasticEngine under kolo run
-// --elastic. The loop is the library's; what stays here is the command line's own: the
-// built-in models and data, the faults of the test flags, the per-rank report, the lm's
+// --elastic (train_elastic.cc). The loop is the library's; what stays here is the command
+// line's own: the run's data, the faults of the test flags, the per-rank report, the lm's
 // held-out loss and text sample, --save and the summary line.
 #include <algorithm>
 #include <cstdio>
-#include <functional>
-#include <set>
 #include <sstream>
 #include <thread>
 
@@ -17,12 +15,10 @@
 #include "kolo/comm/init.h"
 #include "kolo/memory.h"
 #include "kolo/nn/language_model.h"
-#include "kolo/nn/models.h"
 #include "kolo/parallel/compression.h"
 #include "kolo/parallel/distributed.h"
 #include "kolo/parallel/elastic.h"
 #include "kolo/parallel/fsdp.h"
-#include "kolo/safetensors.h"
 #include "kolo/threads.h"
 #include "kolo/train/elastic.h"
 #include "kolo/train/faults.h"
@@ -31,8 +27,6 @@
 
 namespace kolo::cli {
 namespace {
-
-using parallel::StrategyKind;
 
 // The default text of `--model lm`: the GNU GPL version 3, which Debian's base-files package
 // installs on every system.
@@ -50,26 +44,16 @@ Family familyOf(const TrainConfig& config) {
   return Family::DataParallel;
 }
 
-// Whether this node has a core beyond those the compute threads of its ranks occupy.
-bool hasSpareCore(int localThreads) {
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const int localRanks = std::max(1, comm::detectLaunch().localSize);
-  return cores > static_cast<unsigned>(localRanks * localThreads);
-}
-
-// "on", "off", or for "auto" whether there is a spare core: overlapping bucket all-reduces
-// with backward needs one for communication progress, and a prefetch thread without one
-// only takes turns with the compute thread, so every step waits for it to be scheduled.
-bool onOrSpareCore(const std::string& choice, int localThreads) {
-  if (choice == "on") return true;
-  if (choice == "off") return false;
-  return hasSpareCore(localThreads);
-}
-
-// The compute threads of one rank: its replicas' (mirrored, central-storage) times --threads.
-int localThreads(const TrainConfig& config) {
+// "on", "off", or for "auto" whether this node has a core beyond those its ranks' compute
+// threads occupy (a rank of mirrored or central storage runs one per replica): overlapping
+// bucket all-reduces with backward needs one for communication progress, and a prefetch
+// thread without one only takes turns with the compute thread, so every step waits for it.
+bool onOrSpareCore(const std::string& choice, const TrainConfig& config) {
+  if (choice != "auto") return choice == "on";
   const bool inProcess = config.strategy == "mirrored" || config.strategy == "central-storage";
-  return (inProcess ? config.replicas : 1) * config.threads;
+  const int rankThreads = (inProcess ? config.replicas : 1) * config.threads;
+  const int localRanks = std::max(1, comm::detectLaunch().localSize);
+  return std::max(1u, std::thread::hardware_concurrency()) > static_cast<unsigned>(localRanks * rankThreads);
 }
 
 std::vector<int> parseSplits(const std::string& text) {
@@ -88,39 +72,58 @@ std::vector<int> parseSplits(const std::string& text) {
   return splits;
 }
 
-int64_t layerCount(const TrainConfig& config) {
-  if (config.model == "lm") return config.layers + 3;
-  Generator gen(0);
-  return static_cast<int64_t>(nn::makeModel(config.model, gen)->size());
+// The checks of combinations that the flag table (train_flags.cc), checking each flag on its
+// own, cannot make. The lm and the model-parallel strategies: returns the mesh (--mesh, or
+// --stages, or --tp), with config.strategy set to what --mesh implies and the lm's batch.
+parallel::MeshShape checkModelParallelFlags(TrainConfig& config, Family family) {
+  parallel::MeshShape shape{.dp = 1, .pp = config.stages, .tp = config.tp};
+  if (!config.mesh.empty()) {
+    // --mesh dp=D,pp=P,tp=T sets the strategy and its sizes: pipeline stages (split over
+    // tensor groups when tp > 1), or tensor parallelism alone when pp = 1.
+    shape = parallel::parseMeshShape(config.mesh);
+    KOLO_REQUIRE(config.stages == 1 && config.tp == 1, "--mesh sets the stages and --tp; give one or the other");
+    config.strategy = shape.pp == 1 && shape.tp > 1 ? "tensor" : "pipeline";
+    config.stages = shape.pp;
+    config.tp = shape.tp;
+  }
+  const bool lm = config.model == "lm";
+  const bool tensor = config.strategy == "tensor";
+  KOLO_REQUIRE(tensor || config.tp == 1 || !config.mesh.empty(), "--tp ", config.tp,
+               " needs --strategy tensor (pipeline stages split over tensor groups: --mesh dp=1,pp=P,tp=T)");
+  KOLO_REQUIRE(!(tensor || family == Family::DataParallel) || config.microBatches == 1, "--strategy ",
+               config.strategy, " takes no --stages, --micro-batches or --split-at");
+  KOLO_REQUIRE(tensor || config.tp > 1 || !config.sequenceParallel,
+               "--sequence-parallel needs --strategy tensor (or a mesh with tp)");
+  KOLO_REQUIRE(lm || !config.sequenceParallel, "--sequence-parallel works with --model lm only");
+  KOLO_REQUIRE(config.clipNorm == 0.0 || config.strategy == "fsdp", "--clip-norm is not available with --model lm "
+               "or --strategy pipeline or tensor, except under --strategy fsdp");
+  if (lm && !config.batchGiven) config.batch = kDefaultLmBatch;
+  KOLO_REQUIRE(config.batch % (shape.dp * config.microBatches) == 0, "--batch ", config.batch,
+               " cannot be split into ", shape.dp * config.microBatches, " equal micro-batches (", shape.dp,
+               " replica(s) x ", config.microBatches, "): use a multiple of --micro-batches",
+               shape.dp > 1 ? " times the mesh's dp" : "");
+  return shape;
 }
 
-// The seeded model, or for lm only its layers [begin, end) (end < 0: to the last) with
-// placeholders for the others, so that a stage never holds the whole model; --init fills
-// what it holds.
-std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin = 0, int end = -1) {
-  Generator gen(config.seed);
-  const bool part = config.model == "lm" && (begin > 0 || end >= 0);
-  std::shared_ptr<nn::Sequential> model;
-  if (config.model == "lm") {
-    const nn::LanguageModelConfig sizes{.vocab = 256, .layers = config.layers, .dModel = config.dModel,
-                                        .heads = config.heads, .seqLen = config.seqLen};
-    model = part ? nn::makeLanguageModelPart(sizes, gen, begin, end < 0 ? layerCount(config) : end)
-                 : nn::makeLanguageModel(sizes, gen);
-  } else {
-    model = nn::makeModel(config.model, gen);
+// Every family's checks (see checkModelParallelFlags); returns the mesh of the lm and the
+// model-parallel strategies.
+parallel::MeshShape checkFlags(TrainConfig& config, Family family) {
+  if (family == Family::Elastic) {
+    // multi-worker-mirrored without what one generation's replicas could not share.
+    KOLO_REQUIRE(config.strategy == "multi-worker-mirrored",
+                 "kolo run --elastic trains with --strategy multi-worker-mirrored, not --strategy ", config.strategy);
+    KOLO_REQUIRE(config.initPath.empty() && config.clipNorm == 0.0 && !config.detectAnomaly && config.checkSync == 0,
+                 "--init, --clip-norm, --detect-anomaly and --check-sync are not available under kolo run --elastic");
+    return {};
   }
-  if (config.initPath.empty()) return model;
-  if (!part) {
-    loadInitialWeights(config.initPath, *model);
-    return model;
-  }
-  std::vector<std::pair<std::string, Tensor>> mine;
-  std::set<std::string> names;
-  for (const auto& entry : model->stateDict()) names.insert(entry.first);
-  for (auto& entry : checkpoint::loadSafetensors(config.initPath).tensors)
-    if (names.count(entry.first)) mine.push_back(std::move(entry));
-  model->loadStateDict(mine, config.initPath);
-  return model;
+  parallel::MeshShape shape;
+  if (config.model == "lm" || family == Family::ModelParallel) shape = checkModelParallelFlags(config, family);
+  // A communication hook replaces the all-reduce that the sharded update reads around.
+  KOLO_REQUIRE(family == Family::ModelParallel ||
+                   parallel::compression::parseCompressSpec(config.compress).method == "none" ||
+                   config.shardOptimizer != "on",
+               "--compress ", config.compress, " cannot be combined with --shard-optimizer on");
+  return shape;
 }
 
 // The run's data and length: the lm's text windows (the held-out loss is computed at the end)
@@ -161,61 +164,32 @@ RunData loadRunData(TrainConfig& config) {
   return run;
 }
 
-// The flags of the lm and the model-parallel strategies; returns the mesh they set up
-// (--mesh, or --stages, or --tp), with config.strategy set to what --mesh implies.
-parallel::MeshShape checkModelParallelFlags(TrainConfig& config) {
-  parallel::MeshShape shape;
-  if (!config.mesh.empty()) {
-    // --mesh dp=D,pp=P,tp=T sets the strategy and its sizes: pipeline stages (split over
-    // tensor groups when tp > 1), or tensor parallelism alone when pp = 1.
-    shape = parallel::parseMeshShape(config.mesh);
-    KOLO_REQUIRE(config.stages == 1 && config.tp == 1, "--mesh sets the stages and --tp; give one or the other");
-    config.strategy = shape.pp == 1 && shape.tp > 1 ? "tensor" : "pipeline";
-    config.stages = shape.pp;
-    config.tp = shape.tp;
+// train::fit's options: the lm and model-parallel runs count steps (ten metrics intervals a
+// run unless --metrics-every says otherwise), the images' data-parallel runs epochs.
+train::FitOptions fitOptions(const TrainConfig& config, Family family, const RunData& run, observe::Logger& logger) {
+  train::FitOptions options;
+  setRunOptions(config, run.recipe, logger, options);
+  options.describe.set("schedule", run.recipe.schedule.name);
+  options.dropLast = config.dropLast;
+  options.schedule = [&recipe = run.recipe](int64_t totalSteps, int64_t) {
+    return optim::makeSchedule(recipe.schedule, totalSteps);
+  };
+  options.metricsEvery = config.metricsEvery;
+  options.statusFile = config.statusFile;
+  options.timingSkip = config.timingSkip;
+  if (config.model == "lm" || family == Family::ModelParallel) {
+    options.epochs = 0;
+    options.steps = run.totalSteps;
+    options.prefetch = config.prefetch == "on" ? 2 : 0;
+    if (!config.givenFlags.count("--metrics-every")) options.metricsEvery = std::max<int64_t>(1, run.totalSteps / 10);
+    options.timingSkip = std::min<int64_t>(config.timingSkip, run.totalSteps / 4);
+  } else if (family == Family::DataParallel) {
+    options.prefetch = onOrSpareCore(config.prefetch, config) ? 2 : 0;
+  } else {
+    options.prefetch = 0;  // elastic
   }
-  const bool lm = config.model == "lm";
-  const bool pipeline = config.strategy == "pipeline";
-  const bool tensor = config.strategy == "tensor";
-  const bool replicated = familyOf(config) == Family::DataParallel;
-  KOLO_REQUIRE(pipeline || tensor || replicated || config.strategy == "one-device", "--model lm trains with "
-               "--strategy one-device, mirrored, central-storage, multi-worker-mirrored, fsdp, pipeline or "
-               "tensor, not ", config.strategy);
-  KOLO_REQUIRE(config.tp >= 1, "--tp must be at least 1, got ", config.tp);
-  KOLO_REQUIRE(
-      tensor || config.tp == 1 || !config.mesh.empty(), "--tp ", config.tp,
-      " needs --strategy tensor (pipeline stages split over tensor groups: --mesh dp=1,pp=P,tp=T)");
-  KOLO_REQUIRE(!(tensor || replicated) || (config.microBatches == 1 && config.stages == 1 && config.splitAt.empty()),
-               "--strategy ", config.strategy, " takes no --stages, --micro-batches or --split-at");
-  KOLO_REQUIRE(!tensor || !config.recompute, "--strategy tensor takes no --recompute");
-  KOLO_REQUIRE(tensor || config.tp > 1 || !config.sequenceParallel,
-               "--sequence-parallel needs --strategy tensor (or a mesh with tp)");
-  KOLO_REQUIRE(lm || !config.sequenceParallel, "--sequence-parallel works with --model lm only");
-  KOLO_REQUIRE(config.checkpointEvery >= 0, "--checkpoint-every must be at least 0, got ",
-               config.checkpointEvery);
-  KOLO_REQUIRE(config.clipNorm == 0.0 || config.strategy == "fsdp", "--clip-norm is not available with --model lm "
-               "or --strategy pipeline or tensor, except under --strategy fsdp");
-  KOLO_REQUIRE(config.stages >= 1 && config.microBatches >= 1, "--stages and --micro-batches must be at least 1");
-  KOLO_REQUIRE(pipeline || config.stages == 1, "--stages ", config.stages, " needs --strategy pipeline");
-  parallel::parsePipelineSchedule(config.pipelineSchedule);
-  if (lm && !config.batchGiven) config.batch = kDefaultLmBatch;
-  KOLO_REQUIRE(config.batch % (shape.dp * config.microBatches) == 0, "--batch ", config.batch,
-               " cannot be split into ", shape.dp * config.microBatches, " equal micro-batches (",
-               shape.dp, " replica(s) x ", config.microBatches, "): use a multiple of --micro-batches",
-               shape.dp > 1 ? " times the mesh's dp" : "");
-  if (config.mesh.empty()) shape = {.dp = 1, .pp = config.stages, .tp = config.tp};
-  return shape;
-}
-
-// The flags of the elastic runs: multi-worker-mirrored without what one generation's
-// replicas could not share.
-void checkElasticFlags(const TrainConfig& config) {
-  KOLO_REQUIRE(config.strategy == "multi-worker-mirrored",
-               "kolo run --elastic trains with --strategy multi-worker-mirrored, not --strategy ",
-               config.strategy);
-  KOLO_REQUIRE(config.initPath.empty() && config.clipNorm == 0.0 && !config.detectAnomaly && config.checkSync == 0,
-               "--init, --clip-norm, --detect-anomaly and --check-sync are not available under kolo run --elastic");
-  KOLO_REQUIRE(config.threads >= 1, "--threads must be at least 1, got ", config.threads);
+  if (family == Family::DataParallel) options.checkSyncEvery = config.checkSync;
+  return options;
 }
 
 // The job: none for one process (one device, mirrored or central storage, a lone stage),
@@ -236,13 +210,24 @@ std::shared_ptr<comm::Communicator> joinJob(const TrainConfig& config, const par
   return world;
 }
 
+// fsdp's ranks per shard group: --shard-group, or with --hsdp the ranks of one host (from the
+// launch); 0 for one group of all `worldSize` ranks.
+int shardGroupSize(const TrainConfig& config, int worldSize) {
+  KOLO_REQUIRE(!config.hsdp || config.shardGroup == 0, "--hsdp sets the shard group to the ranks "
+               "of one host; give it or --shard-group ", config.shardGroup, ", not both");
+  const int group = config.hsdp ? std::max(1, comm::detectLaunch().localSize) : config.shardGroup;
+  KOLO_REQUIRE(group == 0 || worldSize % group == 0, config.hsdp ? "--hsdp: " : "", "a shard group of ", group,
+               " ranks does not divide the job's ", worldSize, " ranks");
+  return group;
+}
+
 Tensor languageModelLoss(const Tensor& out, const Tensor& y) { return nn::languageModelLoss(out, y); }
 
-std::unique_ptr<train::ModelParallelEngine> makeModelParallelEngine(const TrainConfig& config, const RunData& run,
-                                                   const parallel::MeshShape& shape,
-                                                   std::shared_ptr<comm::Communicator> world) {
+std::unique_ptr<train::Engine> makeModelParallelEngine(const TrainConfig& config, const RunData& run,
+                                                       const parallel::MeshShape& shape,
+                                                       parallel::OptimizerFactory optimizers) {
   train::ModelParallelOptions options;
-  options.communicator = std::move(world);
+  options.communicator = joinJob(config, shape);
   options.mesh = shape;
   options.microBatches = config.microBatches;
   options.schedule = parallel::parsePipelineSchedule(config.pipelineSchedule);
@@ -263,69 +248,93 @@ std::unique_ptr<train::ModelParallelEngine> makeModelParallelEngine(const TrainC
     options.splitSample = run.train->gather(first).inputs;
   }
   if (config.model == "lm" && shape.tp == 1) options.loss = languageModelLoss;
-  return std::make_unique<train::ModelParallelEngine>(
-      [&config, perBlock] {
-        std::shared_ptr<nn::Sequential> model = buildModel(config);
-        model->setRecompute(perBlock);
-        return model;
-      },
-      [recipe = run.recipe](const parallel::NamedTensors& p) { return makeOptimizer(recipe, p); }, options);
+  auto model = [&config, perBlock] {
+    std::shared_ptr<nn::Sequential> built = buildModel(config);
+    built->setRecompute(perBlock);
+    return built;
+  };
+  return std::make_unique<train::ModelParallelEngine>(model, std::move(optimizers), options);
 }
 
-// Who a rank of the report is and which layers it holds.
-struct RankPlace {
-  std::string who;  // "stage 1", "rank 0", "stage 1 rank 0"
-  int first = 0, last = 0;
-};
+// engineOptions and what only a job that is not elastic reads: the reducer's overlap and
+// sharded update (the elastic engine keeps both off), fsdp's shard level, group and units,
+// clipping and --compress's hook.
+train::DataParallelOptions dataParallelOptions(const TrainConfig& config, std::shared_ptr<comm::Communicator> comm) {
+  train::DataParallelOptions options = engineOptions(config, comm);
+  parallel::ReducerOptions& reducer = options.strategy.reducer;
+  reducer.overlap = onOrSpareCore(config.overlap, config);
+  reducer.shardOptimizer = config.shardOptimizer == "on" ||
+                           (config.shardOptimizer == "auto" && config.algorithm == "auto" && !reducer.overlap);
+  options.strategy.shard = parallel::parseShardLevel(config.shard);
+  if (options.strategy.kind == parallel::StrategyKind::FullyShardedDataParallel) {
+    options.strategy.shardGroup = shardGroupSize(config, comm->size());
+    options.strategy.unitMinParameters = config.unitParams;
+  }
+  options.clipNorm = config.clipNorm;
+  options.commHook =
+      parallel::compression::makeCommHook(parallel::compression::parseCompressSpec(config.compress));
+  if (options.commHook) reducer.shardOptimizer = false;
+  return options;
+}
 
-// Rank 0: one line per rank of `ranks` (unless --quiet); returns the slowest rank's compute
-// and the longest step, per step.
-std::pair<double, double> printRankFigures(const TrainConfig& config, const std::vector<train::RankFigures>& ranks,
-                                           const std::function<RankPlace(size_t rank)>& place) {
+// The run's engine; null for a rank of an elastic job that finished without it.
+std::unique_ptr<train::Engine> makeEngine(const TrainConfig& config, Family family, const parallel::MeshShape& shape,
+                                          const RunData& run, observe::Logger& logger) {
+  auto optimizers = [&recipe = run.recipe](const parallel::NamedTensors& p) {
+    return optim::makeOptimizer(recipe.optimizer, p);
+  };
+  if (family == Family::Elastic) return makeElasticEngine(config, optimizers, logger);
+  if (family == Family::ModelParallel) return makeModelParallelEngine(config, run, shape, optimizers);
+  train::DataParallelOptions options = dataParallelOptions(config, joinJob(config, shape));
+  if (config.model == "lm")
+    options.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) { return languageModelLoss(m.forward(x), y); };
+  return std::make_unique<train::DataParallelEngine>([&config] { return buildModel(config); }, optimizers, options);
+}
+
+// Rank 0: one line per rank of replica 0's model group (unless --quiet), then the layout's
+// line. Model parallel: stage s, tensor rank t is world rank s·tp + t (the other replicas
+// hold the same), the step against the schedule's ideal (the slowest stage's compute times
+// (M + P − 1) / M); the lm under data parallelism: every rank holds every layer.
+void printRankReport(const TrainConfig& config, train::Engine& engine, std::vector<train::RankFigures> ranks) {
+  const auto* modelParallel = dynamic_cast<const train::ModelParallelEngine*>(&engine);
+  const parallel::MeshShape shape = modelParallel ? modelParallel->mesh() : parallel::MeshShape{};
+  const std::vector<int> bounds =
+      modelParallel ? modelParallel->bounds() : std::vector<int>{0, static_cast<int>(layerCount(config))};
+  const bool byStage = modelParallel && !(shape.pp == 1 && shape.tp > 1);  // not tensor parallelism alone
+  const auto tp = static_cast<size_t>(shape.tp);
+  if (modelParallel) ranks.resize(static_cast<size_t>(shape.pp * shape.tp));
   double slowest = 0.0, stepTime = 0.0;
   constexpr double kMiB = 1 << 20;
   for (size_t r = 0; r < ranks.size(); ++r) {
     const train::RankFigures& f = ranks[r];
     slowest = std::max(slowest, f.computeSeconds);
     stepTime = std::max(stepTime, f.stepSeconds);
-    const RankPlace at = place(r);
+    const size_t s = byStage ? r / tp : 0;
+    std::string who = byStage ? "stage " + std::to_string(s) : "rank " + std::to_string(r);
+    if (byStage && tp > 1) who += " rank " + std::to_string(r % tp);
     if (!config.quiet)
       std::fprintf(stderr,
                    "%s: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %lld  "
                    "peak boundary activations %.2f MiB  peak step memory %.2f MiB  peak tensors %.2f MiB  "
                    "peak rss %.1f MiB\n",
-                   at.who.c_str(), at.first, at.last, 1000.0 * f.computeSeconds, 1000.0 * f.stepSeconds,
+                   who.c_str(), bounds[s], bounds[s + 1] - 1, 1000.0 * f.computeSeconds, 1000.0 * f.stepSeconds,
                    static_cast<long long>(f.peakMicroBatchesHeld), f.peakBoundaryBytes / kMiB,
                    f.peakStepBytes / kMiB, f.peakTensorBytes / kMiB, f.peakResidentBytes / kMiB);
   }
-  return {slowest, stepTime};
-}
-
-// Rank 0: each rank of replica 0's model group (stage s, tensor rank t: world rank s·tp + t;
-// the other replicas hold the same) against the schedule's ideal (the slowest stage's compute
-// times (M + P − 1) / M).
-void printStageReport(const TrainConfig& config, const train::ModelParallelEngine& engine,
-                      std::vector<train::RankFigures> ranks) {
-  const parallel::MeshShape& shape = engine.mesh();
-  const std::vector<int>& bounds = engine.bounds();
-  const bool tensorOnly = shape.pp == 1 && shape.tp > 1;
-  const auto tp = static_cast<size_t>(shape.tp);
-  ranks.resize(static_cast<size_t>(shape.pp * shape.tp));
-  const auto [slowest, stepTime] = printRankFigures(config, ranks, [&](size_t r) {
-    const size_t s = tensorOnly ? 0 : r / tp;
-    std::string who = tensorOnly ? "rank " + std::to_string(r) : "stage " + std::to_string(s);
-    if (tp > 1 && !tensorOnly) who += " rank " + std::to_string(r % tp);
-    return RankPlace{who, bounds[s], bounds[s + 1] - 1};
-  });
-  if (tensorOnly) {
+  if (!modelParallel) {
+    const std::shared_ptr<comm::Communicator> world = engine.communicator();
+    std::printf("%s ranks %d replicas %d step_ms %.2f\n", config.strategy.c_str(), world ? world->size() : 1,
+                engine.replicas(), 1000.0 * stepTime);
+  } else if (!byStage) {
     std::printf("tensor_parallel ranks %zu step_ms %.2f\n", ranks.size(), 1000.0 * stepTime);
-    return;
+  } else {
+    const int m = config.microBatches, stages = shape.pp;
+    const double ideal = slowest * (m + stages - 1) / m;
+    std::printf(
+        "pipeline stages %d micro_batches %d schedule %s step_ms %.2f ideal_ms %.2f measured_over_ideal %.3f\n",
+        stages, m, config.pipelineSchedule.c_str(), 1000.0 * stepTime, 1000.0 * ideal,
+        ideal > 0 ? stepTime / ideal : 0.0);
   }
-  const int m = config.microBatches, stages = shape.pp;
-  const double ideal = slowest * (m + stages - 1) / m;
-  std::printf("pipeline stages %d micro_batches %d schedule %s step_ms %.2f ideal_ms %.2f measured_over_ideal %.3f\n",
-              stages, m, config.pipelineSchedule.c_str(), 1000.0 * stepTime, 1000.0 * ideal,
-              ideal > 0 ? stepTime / ideal : 0.0);
 }
 
 // Rank 0, after the run: the lm's line and a sample of generated text from the start of the
@@ -343,48 +352,44 @@ void printLanguageModelSummary(const TrainConfig& config, const RunData& run, nn
   std::printf("sample:\n%s\n", shown.c_str());
 }
 
-}  // namespace
-
-void checkDataParallelFlags(const TrainConfig& config) {
-  KOLO_REQUIRE(config.threads >= 1, "--threads must be at least 1, got ", config.threads);
-  KOLO_REQUIRE(config.replicas >= 1, "--replicas must be at least 1, got ", config.replicas);
-  KOLO_REQUIRE(config.bucketMb > 0 && config.firstBucketMb > 0,
-               "--bucket-mb and --first-bucket-mb must be above 0, got ", config.bucketMb, " and ",
-               config.firstBucketMb);
-  for (const auto& [flag, value] : {std::pair{"--overlap", &config.overlap},
-                                     std::pair{"--shard-optimizer", &config.shardOptimizer},
-                                     std::pair{"--prefetch", &config.prefetch}}) {
-    KOLO_REQUIRE(*value == "auto" || *value == "on" || *value == "off", flag, " '", *value,
-                 "' is not accepted: use auto, on or off");
+// Rank 0, after the run: the per-rank report of model-parallel and lm runs, then the
+// summary line of the family (with the lm's sample).
+void printReport(const TrainConfig& config, Family family, const RunData& run, train::Engine& engine,
+                 const train::FitSummary& summary, double heldOutLoss) {
+  const bool lm = config.model == "lm";
+  if (lm || family == Family::ModelParallel) printRankReport(config, engine, summary.ranks);
+  if (lm) {
+    printLanguageModelSummary(config, run, engine.model(), summary, heldOutLoss);
+  } else if (family == Family::Elastic) {
+    const parallel::ElasticContext& context = engine.elastic()->context();
+    std::printf("test_accuracy %.4f train_loss %.4f steps %lld world_size %d generation %lld wall_s %.1f\n",
+                summary.validationAccuracy, summary.trainLoss, static_cast<long long>(summary.steps), context.size(),
+                static_cast<long long>(context.generation()), summary.wallSeconds);
+  } else if (family == Family::ModelParallel) {
+    std::printf("test_accuracy %.4f train_loss %.4f steps %lld wall_s %.1f\n", summary.validationAccuracy,
+                summary.trainLoss, static_cast<long long>(summary.steps), summary.wallSeconds);
+  } else {
+    if (!config.quiet)
+      std::fprintf(stderr, "trained %s for %lld steps on %d replica(s): test accuracy %.2f%%\n", config.model.c_str(),
+                   static_cast<long long>(summary.steps), engine.replicas(), 100.0 * summary.validationAccuracy);
+    std::printf(
+        "test_accuracy %.4f train_loss %.4f steps %lld samples_per_s %.1f steady_samples_per_s %.1f wall_s %.1f "
+        "grad_bytes_per_step %.0f\n",
+        summary.validationAccuracy, summary.trainLoss, static_cast<long long>(summary.steps),
+        summary.samplesPerSecond, summary.steadySamplesPerSecond, summary.wallSeconds, summary.gradBytesPerStep);
   }
-  KOLO_REQUIRE(config.trainLimit >= 0, "--train-limit must be at least 0, got ", config.trainLimit);
-  // A communication hook replaces the all-reduce that the sharded update reads around.
-  KOLO_REQUIRE(parallel::compression::parseCompressSpec(config.compress).method == "none" ||
-                   config.shardOptimizer != "on",
-               "--compress ", config.compress, " cannot be combined with --shard-optimizer on");
+  std::fflush(stdout);
 }
+
+}  // namespace
 
 train::DataParallelOptions engineOptions(const TrainConfig& config, std::shared_ptr<comm::Communicator> comm) {
   train::DataParallelOptions options;
   options.strategy =
       parallel::strategyOptionsFromNames(config.strategy, config.replicas, config.reduction, config.algorithm, comm);
-  parallel::ReducerOptions& reducer = options.strategy.reducer;
-  reducer.bucketCapBytes = static_cast<size_t>(config.bucketMb * (1 << 20));
-  reducer.firstBucketCapBytes = static_cast<size_t>(config.firstBucketMb * (1 << 20));
-  reducer.overlap = onOrSpareCore(config.overlap, localThreads(config));
-  reducer.shardOptimizer =
-      config.shardOptimizer == "on" ||
-      (config.shardOptimizer == "auto" && config.algorithm == "auto" && !reducer.overlap);
-  options.strategy.shard = parallel::parseShardLevel(config.shard);
+  options.strategy.reducer.bucketCapBytes = static_cast<size_t>(config.bucketMb * (1 << 20));
+  options.strategy.reducer.firstBucketCapBytes = static_cast<size_t>(config.firstBucketMb * (1 << 20));
   options.recompute = config.recompute;
-  if (options.strategy.kind == StrategyKind::FullyShardedDataParallel) {
-    options.strategy.shardGroup = shardGroupSize(config, comm->size());
-    options.strategy.unitMinParameters = config.unitParams;
-  }
-  options.clipNorm = config.clipNorm;
-  options.commHook =
-      parallel::compression::makeCommHook(parallel::compression::parseCompressSpec(config.compress));
-  if (options.commHook) reducer.shardOptimizer = false;
   if (config.balance) {
     options.balanceBatch = config.batch;
     options.balancer.replanEvery = config.balanceEvery;
@@ -392,63 +397,23 @@ train::DataParallelOptions engineOptions(const TrainConfig& config, std::shared_
   return options;
 }
 
-int runTraining(const TrainConfig& configIn, observe::Logger& logger) {
-  TrainConfig config = configIn;
+int runTraining(const TrainConfig& flags, observe::Logger& logger) {
+  TrainConfig config = flags;
   const Family family = familyOf(config);
-  const bool lm = config.model == "lm";
-  parallel::MeshShape shape;
-  if (family == Family::Elastic) checkElasticFlags(config);
-  if (lm || family == Family::ModelParallel) shape = checkModelParallelFlags(config);
-  if (family == Family::DataParallel) checkDataParallelFlags(config);
+  const parallel::MeshShape shape = checkFlags(config, family);
   setNumThreads(config.threads);
   const RunData run = loadRunData(config);
-  const Recipe& recipe = run.recipe;
-  auto optimizers = [&recipe](const parallel::NamedTensors& p) { return makeOptimizer(recipe, p); };
-
   // The engine outlives the options and callbacks, whose anomaly detector hooks its model.
-  std::unique_ptr<train::Engine> engine;
-  std::shared_ptr<comm::Communicator> world;  // the job of a run that is not elastic
-
-  // train::fit's options: the lm and model-parallel runs count steps (ten metrics intervals
-  // a run unless --metrics-every says otherwise), the images' data-parallel runs epochs.
-  train::FitOptions options = fitOptions(config, recipe, logger);
-  if (lm || family == Family::ModelParallel) {
-    options.epochs = 0;
-    options.steps = run.totalSteps;
-    options.prefetch = config.prefetch == "on" ? 2 : 0;
-    options.metricsEvery = config.givenFlags.count("--metrics-every") ? config.metricsEvery
-                                                                       : std::max<int64_t>(1, run.totalSteps / 10);
-    options.timingSkip = std::min<int64_t>(config.timingSkip, run.totalSteps / 4);
-  } else if (family == Family::DataParallel) {
-    options.prefetch = onOrSpareCore(config.prefetch, localThreads(config)) ? 2 : 0;
-  }
-  if (family == Family::DataParallel) options.checkSyncEvery = config.checkSync;
-
+  const std::unique_ptr<train::Engine> engine = makeEngine(config, family, shape, run, logger);
+  if (!engine) return 0;  // a joiner the elastic job finished without
+  train::FitOptions options = fitOptions(config, family, run, logger);
+  if (!config.initPath.empty() && engine->isPrimary()) logger.info("loaded initial weights", {{"file", config.initPath}});
   train::FitCallbacks callbacks;
   if (family == Family::Elastic) {
-    std::unique_ptr<train::ElasticEngine> elastic = makeElasticEngine(
-        config, [&config] { return buildModel(config); }, optimizers, logger);
-    if (!elastic) return 0;  // a joiner the job finished without
-    options.prefetch = 0;
-    options.describe.set("min_ranks", elastic->context().minRanks());
-    callbacks = elasticHooks(config, *elastic);
-    engine = std::move(elastic);
-  } else if (family == Family::ModelParallel) {
-    world = joinJob(config, shape);
-    engine = makeModelParallelEngine(config, run, shape, world);
-    options.describe.update({{"mesh", config.mesh}});
+    options.describe.set("min_ranks", engine->elastic()->context().minRanks());
+    callbacks = elasticHooks(config, *engine->elastic());
   } else {
-    world = joinJob(config, shape);
-    train::DataParallelOptions dataParallel = engineOptions(config, world);
-    if (lm)
-      dataParallel.loss = [](nn::Module& m, const Tensor& x, const Tensor& y) {
-        return languageModelLoss(m.forward(x), y);
-      };
-    engine = std::make_unique<train::DataParallelEngine>([&config] { return buildModel(config); }, optimizers,
-                                                         dataParallel);
-  }
-  if (!config.initPath.empty() && engine->isPrimary()) logger.info("loaded initial weights", {{"file", config.initPath}});
-  if (family != Family::Elastic) {
+    if (family == Family::ModelParallel) options.describe.set("mesh", config.mesh);
     // --detect-anomaly, and --debug-nan-at whose NaN it must name (not under central storage:
     // train_flags.cc).
     if (config.detectAnomaly || config.faults.nan.step >= 0) {
@@ -465,13 +430,13 @@ int runTraining(const TrainConfig& configIn, observe::Logger& logger) {
   double heldOutLoss = 0.0;
   callbacks.onEnd = [&](const train::FitSummary&) {
     observe::Fields fields;
-    if (lm) {
+    if (config.model == "lm") {
       const train::EvaluateResult heldOut =
           engine->evaluate(data::ByteWindows(run.corpus, true), {.batch = config.batch, .loss = nn::languageModelLoss});
       heldOutLoss = heldOut.loss;
       fields = {{"held_out_loss", heldOut.loss}, {"held_out_accuracy", heldOut.accuracy}};
     }
-    if (lm || !config.savePath.empty()) {
+    if (config.model == "lm" || !config.savePath.empty()) {
       setTensorMemoryLimit(0);
       engine->gatherModel();
     }
@@ -480,42 +445,8 @@ int runTraining(const TrainConfig& configIn, observe::Logger& logger) {
 
   const train::FitSummary summary = train::fit(*engine, run.train, run.validation, options, callbacks);
   if (!engine->isPrimary()) return 0;
-  if (!config.savePath.empty()) {
-    checkpoint::saveSafetensors(config.savePath, engine->model().stateDict(),
-                                {{"format", "pt"}, {"model", config.model}, {"step", std::to_string(summary.steps)}});
-    logger.info("saved weights", {{"file", config.savePath}});
-  }
-  if (auto* modelParallel = dynamic_cast<train::ModelParallelEngine*>(engine.get())) {
-    printStageReport(config, *modelParallel, summary.ranks);
-  } else if (lm) {
-    const int layers = static_cast<int>(layerCount(config));
-    const double stepTime = printRankFigures(config, summary.ranks, [&](size_t r) {
-      return RankPlace{"rank " + std::to_string(r), 0, layers - 1};
-    }).second;
-    std::printf("%s ranks %d replicas %d step_ms %.2f\n", config.strategy.c_str(),
-                world ? world->size() : 1, engine->replicas(), 1000.0 * stepTime);
-  }
-  if (lm) {
-    printLanguageModelSummary(config, run, engine->model(), summary, heldOutLoss);
-  } else if (family == Family::Elastic) {
-    const parallel::ElasticContext& context = engine->elastic()->context();
-    std::printf("test_accuracy %.4f train_loss %.4f steps %lld world_size %d generation %lld wall_s %.1f\n",
-                summary.validationAccuracy, summary.trainLoss, static_cast<long long>(summary.steps), context.size(),
-                static_cast<long long>(context.generation()), summary.wallSeconds);
-  } else if (family == Family::ModelParallel) {
-    std::printf("test_accuracy %.4f train_loss %.4f steps %lld wall_s %.1f\n", summary.validationAccuracy,
-                summary.trainLoss, static_cast<long long>(summary.steps), summary.wallSeconds);
-  } else {
-    if (!config.quiet)
-      std::fprintf(stderr, "trained %s for %lld steps on %d replica(s): test accuracy %.2f%%\n", config.model.c_str(),
-                   static_cast<long long>(summary.steps), engine->replicas(), 100.0 * summary.validationAccuracy);
-    std::printf(
-        "test_accuracy %.4f train_loss %.4f steps %lld samples_per_s %.1f steady_samples_per_s %.1f wall_s %.1f "
-        "grad_bytes_per_step %.0f\n",
-        summary.validationAccuracy, summary.trainLoss, static_cast<long long>(summary.steps),
-        summary.samplesPerSecond, summary.steadySamplesPerSecond, summary.wallSeconds, summary.gradBytesPerStep);
-  }
-  std::fflush(stdout);
+  saveWeights(config, engine->model(), summary.steps, logger);
+  printReport(config, family, run, *engine, summary, heldOutLoss);
   return 0;
 }
 

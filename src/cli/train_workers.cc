@@ -7,17 +7,19 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 
 #include "cli/train_loop.h"
 #include "kolo/comm/init.h"
 #include "kolo/error.h"
 
 namespace kolo::cli {
+namespace {
 
+// [self, "run", "-n", N, "--", self, "train", the train arguments without --workers...],
+// with `--strategy multi-worker-mirrored` when they name no strategy. `trainArgs`: the words
+// after "train".
 std::vector<std::string> workersCommandLine(const std::string& self, int workers,
                                             const std::vector<std::string>& trainArgs) {
-  KOLO_REQUIRE(workers >= 1, "--workers must be at least 1, got ", workers);
   std::vector<std::string> args;
   bool strategyNamed = false;
   for (size_t i = 0; i < trainArgs.size(); ++i) {
@@ -47,21 +49,12 @@ std::vector<std::string> workersCommandLine(const std::string& self, int workers
   return command;
 }
 
-namespace {
-
 // The words after "train" on this process's command line (/proc/self/cmdline).
 std::vector<std::string> ownTrainArgs() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   if (!in.good()) KOLO_THROW(IoError, "--workers: cannot read /proc/self/cmdline");
-  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::string> words;
-  size_t begin = 0;
-  while (begin < all.size()) {
-    size_t end = all.find('\0', begin);
-    if (end == std::string::npos) end = all.size();
-    words.emplace_back(all.substr(begin, end - begin));
-    begin = end + 1;
-  }
+  for (std::string word; std::getline(in, word, '\0');) words.push_back(word);
   for (size_t i = 1; i < words.size(); ++i) {
     if (words[i] == "train") return {words.begin() + static_cast<long>(i) + 1, words.end()};
   }
