@@ -23,8 +23,8 @@ Tensor headMask(const Tensor& mask, int64_t b, int64_t h, int64_t t) {
 
 CausalSelfAttention::CausalSelfAttention(int64_t embedDim, int64_t numHeads, Generator& gen)
     : embedDim_(embedDim), numHeads_(numHeads) {
-  KOLO_CHECK(numHeads > 0 && embedDim % numHeads == 0, "CausalSelfAttention: embedDim ", embedDim,
-             " not divisible by numHeads ", numHeads);
+  KOLO_REQUIRE(numHeads > 0 && embedDim % numHeads == 0, "CausalSelfAttention: embedDim ", embedDim,
+               " not divisible by numHeads ", numHeads);
   qkv_ = registerModule("qkv", std::make_shared<Linear>(embedDim, 3 * embedDim, gen));
   proj_ = registerModule("proj", std::make_shared<Linear>(embedDim, embedDim, gen));
 }

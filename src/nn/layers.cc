@@ -24,7 +24,7 @@ Tensor uniformInit(const Shape& shape, int64_t fanIn, Generator& gen) {
 }  // namespace
 
 Linear::Linear(int64_t in, int64_t out, Generator& gen, bool withBias) {
-  KOLO_CHECK(in > 0 && out > 0, "Linear(", in, ", ", out, "): sizes must be positive");
+  KOLO_REQUIRE(in > 0 && out > 0, "Linear(", in, ", ", out, "): sizes must be positive");
   weight = registerParameter("weight", uniformInit({out, in}, in, gen));
   if (withBias) bias = registerParameter("bias", uniformInit({out}, in, gen));
 }
@@ -34,7 +34,8 @@ Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Generator& gen, int64_t stride_, int64_t padding_,
                bool withBias)
     : stride(stride_), padding(padding_) {
-  KOLO_CHECK(in > 0 && out > 0 && kernel > 0, "Conv2d(", in, ", ", out, ", ", kernel, "): sizes must be positive");
+  KOLO_REQUIRE(in > 0 && out > 0 && kernel > 0, "Conv2d(", in, ", ", out, ", ", kernel,
+               "): sizes must be positive");
   const int64_t fanIn = in * kernel * kernel;
   weight = registerParameter("weight", uniformInit({out, in, kernel, kernel}, fanIn, gen));
   if (withBias) bias = registerParameter("bias", uniformInit({out}, fanIn, gen));
@@ -49,9 +50,10 @@ Tensor Flatten::forward(const Tensor& x) { return x.flatten(startDim_, endDim_);
 Tensor Unflatten::forward(const Tensor& x) {
   const int64_t nd = x.dim();
   const int64_t d = dim_ < 0 ? dim_ + nd : dim_;
-  KOLO_CHECK(d >= 0 && d < nd, "Unflatten: dimension ", dim_, " out of range for input ", shapeString(x.shape()));
-  KOLO_CHECK(shapeNumel(sizes_) == x.shape()[d], "Unflatten: input ", shapeString(x.shape()), " dimension ", d,
-             " has ", x.shape()[d], " elements, not ", shapeString(sizes_));
+  KOLO_REQUIRE(d >= 0 && d < nd, "Unflatten: dimension ", dim_, " out of range for input ",
+               shapeString(x.shape()));
+  KOLO_REQUIRE(shapeNumel(sizes_) == x.shape()[d], "Unflatten: input ", shapeString(x.shape()),
+               " dimension ", d, " has ", x.shape()[d], " elements, not ", shapeString(sizes_));
   Shape s(x.shape().begin(), x.shape().begin() + d);
   s.insert(s.end(), sizes_.begin(), sizes_.end());
   s.insert(s.end(), x.shape().begin() + d + 1, x.shape().end());
@@ -73,7 +75,7 @@ Tensor LayerNorm::forward(const Tensor& x) { return layerNorm(x, normalizedShape
 
 BatchNorm1d::BatchNorm1d(int64_t numFeatures, double eps, double momentum)
     : numFeatures_(numFeatures), eps_(eps), momentum_(momentum) {
-  KOLO_CHECK(numFeatures > 0, "BatchNorm1d(", numFeatures, "): size must be positive");
+  KOLO_REQUIRE(numFeatures > 0, "BatchNorm1d(", numFeatures, "): size must be positive");
   weight = registerParameter("weight", Tensor::ones({numFeatures}));
   bias = registerParameter("bias", Tensor::zeros({numFeatures}));
   runningMean = registerBuffer("running_mean", Tensor::zeros({numFeatures}));

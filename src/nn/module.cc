@@ -15,7 +15,7 @@ Tensor Module::forwardInputs(const std::vector<Tensor>& inputs) {
 }
 
 int Module::addForwardPreHook(ForwardPreHook hook) {
-  KOLO_CHECK(hook != nullptr, "addForwardPreHook with an empty function");
+  KOLO_REQUIRE(hook != nullptr, "addForwardPreHook with an empty function");
   const int id = nextHookId_++;
   forwardPreHooks_.emplace(id, std::move(hook));
   return id;
@@ -28,7 +28,7 @@ void Module::beforeForward() {
 }
 
 int Module::addForwardHook(ForwardHook hook) {
-  KOLO_CHECK(hook != nullptr, "addForwardHook with an empty function");
+  KOLO_REQUIRE(hook != nullptr, "addForwardHook with an empty function");
   const int id = nextHookId_++;
   forwardHooks_.emplace(id, std::move(hook));
   return id;
@@ -37,7 +37,7 @@ int Module::addForwardHook(ForwardHook hook) {
 void Module::removeForwardHook(int id) { forwardHooks_.erase(id); }
 
 int Module::addOutputGradHook(OutputGradHook hook) {
-  KOLO_CHECK(hook != nullptr, "addOutputGradHook with an empty function");
+  KOLO_REQUIRE(hook != nullptr, "addOutputGradHook with an empty function");
   const int id = nextHookId_++;
   outputGradHooks_.emplace(id, std::move(hook));
   return id;
@@ -71,13 +71,13 @@ std::vector<std::pair<std::string, Module*>> Module::namedModules() {
 
 void Module::checkNewName(const std::string& name) const {
   for (const auto& [existing, t] : parameters_)
-    KOLO_CHECK(existing != name, "'", name, "' is already a parameter");
+    KOLO_REQUIRE(existing != name, "'", name, "' is already a parameter");
   for (const auto& [existing, t] : buffers_)
-    KOLO_CHECK(existing != name, "'", name, "' is already a buffer");
+    KOLO_REQUIRE(existing != name, "'", name, "' is already a buffer");
 }
 
 Tensor Module::registerParameter(const std::string& name, Tensor tensor) {
-  KOLO_CHECK(tensor.defined(), "registerParameter('", name, "') with an undefined tensor");
+  KOLO_REQUIRE(tensor.defined(), "registerParameter('", name, "') with an undefined tensor");
   checkNewName(name);
   tensor.setRequiresGrad(true);
   tensor.setName(name);
@@ -86,7 +86,7 @@ Tensor Module::registerParameter(const std::string& name, Tensor tensor) {
 }
 
 Tensor Module::registerBuffer(const std::string& name, Tensor tensor) {
-  KOLO_CHECK(tensor.defined(), "registerBuffer('", name, "') with an undefined tensor");
+  KOLO_REQUIRE(tensor.defined(), "registerBuffer('", name, "') with an undefined tensor");
   checkNewName(name);
   tensor.setName(name);
   buffers_.emplace_back(name, tensor);
@@ -94,8 +94,9 @@ Tensor Module::registerBuffer(const std::string& name, Tensor tensor) {
 }
 
 void Module::addChild(const std::string& name, std::shared_ptr<Module> module) {
-  KOLO_CHECK(module != nullptr, "registerModule('", name, "') with a null module");
-  for (const auto& [existing, m] : children_) KOLO_CHECK(existing != name, "module '", name, "' registered twice");
+  KOLO_REQUIRE(module != nullptr, "registerModule('", name, "') with a null module");
+  for (const auto& [existing, m] : children_)
+    KOLO_REQUIRE(existing != name, "module '", name, "' registered twice");
   module->train(training_);
   children_.emplace_back(name, std::move(module));
 }

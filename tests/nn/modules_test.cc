@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "autograd/gradcheck.h"
 #include "kolo/nn/nn.h"
@@ -31,6 +32,32 @@ TEST(Models, NamesAndShapesEqualPyTorchStateDict) {
   EXPECT_EQ(cnn->forward(Tensor::zeros({3, 784})).shape(), (Shape{3, 10}));
   EXPECT_THROW(nn::makeModel("resnet", gen), InvalidArgument);
   for (auto& p : cnn->parameters()) EXPECT_TRUE(p.requiresGrad());
+}
+
+// A model's author getting a size or a name wrong gets InvalidArgument naming it, not a
+// failed internal check ("check failed: ... (file:line)", InternalError).
+TEST(Modules, AnAuthorsMistakesAreUsageErrors) {
+  Generator gen(0);
+  const auto usage = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const InternalError& e) {
+      return std::string("internal: ") + e.what();
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const auto expectUsage = [&](const std::function<void()>& fn, const std::string& says) {
+    const std::string message = usage(fn);
+    EXPECT_NE(message.find(says), std::string::npos) << message;
+    EXPECT_EQ(message.rfind("internal", 0), std::string::npos) << message;
+  };
+  expectUsage([&] { nn::Linear(0, 3, gen); }, "Linear(0, 3): sizes must be positive");
+  expectUsage([&] { nn::CausalSelfAttention(10, 3, gen); }, "CausalSelfAttention");
+  nn::Sequential model;
+  model.add(std::make_shared<nn::Linear>(2, 2, gen));
+  expectUsage([&] { model.add(nullptr); }, "registerModule('1') with a null module");
 }
 
 TEST(Init, DefaultBoundsFollowPyTorch) {
