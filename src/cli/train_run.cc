@@ -114,6 +114,11 @@ parallel::MeshShape checkFlags(TrainConfig& config, Family family) {
                  "kolo run --elastic trains with --strategy multi-worker-mirrored, not --strategy ", config.strategy);
     KOLO_REQUIRE(config.initPath.empty() && config.clipNorm == 0.0 && !config.detectAnomaly && config.checkSync == 0,
                  "--init, --clip-norm, --detect-anomaly and --check-sync are not available under kolo run --elastic");
+    // A failed step is rolled back to the last commit: the reducer overlapped with backward,
+    // the sharded update and a compression hook's error feedback would not roll back with it.
+    KOLO_REQUIRE(config.compress == "none" && config.overlap != "on" && config.shardOptimizer != "on",
+                 "--compress, --overlap on and --shard-optimizer on are not available under kolo run --elastic "
+                 "(a failed step is rolled back, which they would not follow)");
     return {};
   }
   parallel::MeshShape shape;

@@ -316,6 +316,16 @@ TEST_F(ElasticCliTest, CheckpointEveryAndResumeContinueAnUninterruptedRun) {
         << got[i].first;
 }
 
+// What an elastic job would silently leave out is refused by name.
+TEST_F(ElasticCliTest, CompressionAndOverlapAreRefusedByName) {
+  for (const std::string flag : {"--compress fp16", "--overlap on", "--shard-optimizer on"}) {
+    const RunResult run =
+        runKolo("run --elastic -n 2 -- " + kolo() + " " + kCommon + " --strategy multi-worker-mirrored " + flag);
+    EXPECT_EQ(run.exitCode, 2) << flag << ": " << run.output;
+    EXPECT_NE(run.output.find("not available under kolo run --elastic"), std::string::npos) << run.output;
+  }
+}
+
 TEST_F(ElasticCliTest, MaxRanksBelowTheRankCountIsRefused) {
   const RunResult run = runKolo("run --elastic --max-ranks 1 -n 2 -- " + kolo() + " " + kCommon);
   EXPECT_NE(run.exitCode, 0) << run.output;
