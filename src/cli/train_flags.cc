@@ -3,9 +3,10 @@
 // shows them.
 #include "cli/train_flags.h"
 
-#include <algorithm>
-#include <sstream>
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <functional>
+#include <sstream>
 
 #include "cli/options.h"
 #include "kolo/error.h"
@@ -47,6 +48,10 @@ class Registrar {
   CLI::Option* flag(const std::string& names, bool& target, const std::string& help,
                     Where where = {}, std::string hint = {}) {
     return scoped(app_->add_flag(names, target, help), std::move(where), std::move(hint));
+  }
+  /// A flag that does `act` when given (a negated or shared setting).
+  CLI::Option* flag(const std::string& names, std::function<void()> act, const std::string& help) {
+    return scoped(app_->add_flag_callback(names, std::move(act), help), {}, {});
   }
 
  private:
@@ -131,11 +136,15 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
            {"one-device", "fsdp"})
       ->check(notBelow(0));
   r.option("--seed", c.seed, "seed of initialisation and shuffling")->capture_default_str();
-  r.flag("--no-shuffle", flags.noShuffle,
-         "train in file order: step s uses samples s*B ... (s+1)*B-1 (lm: the windows at bytes (s*B+i)*seq-len "
-         "of the text's first 90%, from the start again after its last full batch)");
+  r.flag(
+      "--no-shuffle", [&c] { c.shuffle = false; },
+      "train in file order: step s uses samples s*B ... (s+1)*B-1 (lm: the windows at bytes "
+      "(s*B+i)*seq-len "
+      "of the text's first 90%, from the start again after its last full batch)");
   r.flag("--drop-last", c.dropLast, "drop a last global batch shorter than --batch (the default)");
-  r.flag("--pad-last", flags.padLast, "pad a last short global batch with samples from the epoch's start");
+  r.flag(
+      "--pad-last", [&c] { c.dropLast = false; },
+      "pad a last short global batch with samples from the epoch's start");
   r.option("--train-limit", c.trainLimit, "train on the first N training samples only, reading no further (0: all)")
       ->check(atLeast(0));
   r.option("--data", c.dataDir, "directory of the Fashion-MNIST *-ubyte.gz files")->capture_default_str();
@@ -393,8 +402,11 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
            "tensor (0: off)",
            kMultiWorker, ": it compares the weights of several ranks (under kolo run, or --workers N)")
       ->check(atLeast(0));
-  r.flag("--progress", flags.bar, "always draw a progress bar");
-  r.flag("--no-progress", flags.noBar, "plain progress lines even on a terminal");
+  r.flag(
+      "--progress", [&c] { c.progress = 1; }, "always draw a progress bar");
+  r.flag(
+      "--no-progress", [&c] { c.progress = std::max(c.progress, 0); },
+      "plain progress lines even on a terminal");
   r.flag("--quiet", c.quiet, "no progress output");
 
   // Test and benchmark hooks: no help lines. Ranks are launch ranks.
@@ -429,10 +441,6 @@ void TrainFlags::finish(const CLI::App& app) {
   for (const CLI::Option* option : app.get_options())
     if (option->count() > 0 && !option->get_lnames().empty())
       config.givenFlags.insert("--" + option->get_lnames().front());
-  config.batchGiven = config.givenFlags.count("--batch") > 0;
-  config.shuffle = !noShuffle;
-  if (padLast) config.dropLast = false;
-  config.progress = bar ? 1 : (noBar ? 0 : -1);
   if (config.schedule == "gpipe" || config.schedule == "1f1b") {
     config.pipelineSchedule = config.schedule;
     config.schedule = "auto";

@@ -28,10 +28,9 @@ using FlagScopes = std::vector<FlagScope>;
 struct TrainFlags {
   TrainConfig config;
   int workers = 0;  // --workers N: re-launch under kolo run -n N
-  bool noShuffle = false, padLast = false, bar = false, noBar = false;
   std::string failAt, slowRank, killRank, nanAt, perturb;  // the fault hooks' texts
 
-  /// After parsing: the given flags, the negated flags, the fault plan and the schedule that
+  /// After parsing: the given flags, the fault plan and the schedule that
   /// names a pipeline schedule, into `config`. Throws InvalidArgument for a malformed hook.
   void finish(const CLI::App& app);
 };

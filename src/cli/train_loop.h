@@ -103,7 +103,6 @@ struct TrainConfig {
   FederatedFlags federated;
 
   // The lm and model parallelism (docs/model_parallel.md).
-  bool batchGiven = false;  // --batch was given (the lm's default batch is smaller)
   int64_t layers = 4, dModel = 128, heads = 4, seqLen = 64;
   std::string pipelineSchedule = "1f1b";
   int stages = 1, tp = 1;

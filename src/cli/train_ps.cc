@@ -35,7 +35,7 @@ bool adamDefaults(const TrainConfig& config, ps::Mode mode) {
 }
 
 TrainConfig withModeDefaults(TrainConfig config, ps::Mode mode) {
-  if (!config.batchGiven) config.batch = kDefaultWorkerBatch;
+  if (!config.givenFlags.count("--batch")) config.batch = kDefaultWorkerBatch;
   if (!adamDefaults(config, mode)) return config;
   config.optimizer = "adam";
   config.lr = 1e-3;

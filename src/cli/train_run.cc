@@ -97,7 +97,7 @@ parallel::MeshShape checkModelParallelFlags(TrainConfig& config, Family family) 
   KOLO_REQUIRE(lm || !config.sequenceParallel, "--sequence-parallel works with --model lm only");
   KOLO_REQUIRE(config.clipNorm == 0.0 || config.strategy == "fsdp", "--clip-norm is not available with --model lm "
                "or --strategy pipeline or tensor, except under --strategy fsdp");
-  if (lm && !config.batchGiven) config.batch = kDefaultLmBatch;
+  if (lm && !config.givenFlags.count("--batch")) config.batch = kDefaultLmBatch;
   KOLO_REQUIRE(config.batch % (shape.dp * config.microBatches) == 0, "--batch ", config.batch,
                " cannot be split into ", shape.dp * config.microBatches, " equal micro-batches (", shape.dp,
                " replica(s) x ", config.microBatches, "): use a multiple of --micro-batches",
