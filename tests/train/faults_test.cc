@@ -2,8 +2,9 @@
 // form; fit's callbacks carry each fault out on its rank only (a failure thrown before its
 // step, a weight perturbed that check-sync then names, a NaN the anomaly detector names, a
 // slow rank that sleeps), and a kill raises its signal in a child process.
-#include <gtest/gtest.h>
+#include "kolo/train/faults.h"
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,21 +14,15 @@
 #include "kolo/error.h"
 #include "kolo/nn/layers.h"
 #include "kolo/numerics.h"
-#include "kolo/train/faults.h"
 #include "parallel/native_ranks.h"
 #include "parallel/toy_setup.h"
+#include "train/train_fixtures.h"
 
 namespace kolo::train {
 namespace {
 
 using parallel::testing::nativeRanks;
 using parallel::testing::runThreads;
-
-std::shared_ptr<data::TensorDataset> dataset() {
-  Generator gen(1);
-  Tensor inputs = Tensor::randn({256, 6}, gen);
-  return std::make_shared<data::TensorDataset>(inputs, argmax(inputs.slice(1, 0, 3), 1));
-}
 
 std::shared_ptr<nn::Module> model() {
   Generator gen(3);
@@ -42,7 +37,7 @@ std::unique_ptr<optim::Optimizer> sgd(const parallel::NamedTensors& parameters) 
 // Trains 6 steps on 2 thread ranks with `plan` injected (and `change` applied to the options);
 // returns each rank's error message ("" when it finished).
 std::vector<std::string> trainWith(const FaultPlan& plan, const std::function<void(FitOptions&, DataParallelEngine&, int)>& change = nullptr) {
-  const auto train = dataset();
+  const auto train = testing::argmaxDataset(256, 6, 3);
   observe::Logger logger(stderr, observe::LogLevel::Error);
   // A short deadline: a rank that fails leaves its peer waiting in a collective until then.
   auto make = nativeRanks(2, std::chrono::seconds(5));

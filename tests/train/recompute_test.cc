@@ -13,6 +13,7 @@
 #include "kolo/train/fit.h"
 #include "parallel/native_ranks.h"
 #include "parallel/toy_setup.h"
+#include "train/train_fixtures.h"
 
 namespace kolo::train {
 namespace {
@@ -20,12 +21,6 @@ namespace {
 using parallel::StrategyKind;
 using parallel::testing::nativeRanks;
 using parallel::testing::runThreads;
-
-std::shared_ptr<data::TensorDataset> dataset() {
-  Generator gen(1);
-  Tensor inputs = Tensor::randn({256, 16}, gen);
-  return std::make_shared<data::TensorDataset>(inputs, argmax(inputs.slice(1, 0, 4), 1));
-}
 
 // Residual-free blocks wide enough that recomputation matters: LayerNorm, Linear, GELU.
 std::shared_ptr<nn::Module> model() {
@@ -63,7 +58,7 @@ std::vector<float> train(StrategyKind kind, int ranks, bool recompute) {
     fitOptions.quiet = true;
     fitOptions.prefetch = 0;
     fitOptions.logger = &logger;
-    fit(engine, dataset(), nullptr, fitOptions);
+    fit(engine, testing::argmaxDataset(256, 16, 4), nullptr, fitOptions);
     engine.gatherModel();
     if (engine.isPrimary())
       for (const auto& [name, tensor] : engine.model().stateDict()) {

@@ -31,6 +31,15 @@ inline std::shared_ptr<data::TensorDataset> linearDataset(int64_t n, uint64_t se
   return std::make_shared<data::TensorDataset>(inputs, argmax(matmul(inputs, map), 1));
 }
 
+/// `n` samples of `features` normal inputs (seed 1), labelled by which of the first `classes`
+/// features is the largest: learnable by any small model.
+inline std::shared_ptr<data::TensorDataset> argmaxDataset(int64_t n, int64_t features,
+                                                          int64_t classes) {
+  Generator gen(1);
+  Tensor inputs = Tensor::randn({n, features}, gen);
+  return std::make_shared<data::TensorDataset>(inputs, argmax(inputs.slice(1, 0, classes), 1));
+}
+
 /// SGD with lr 0.1 and momentum 0.9.
 inline std::unique_ptr<optim::Optimizer> sgd(const parallel::NamedTensors& parameters) {
   return std::make_unique<optim::Sgd>(parameters, optim::SgdOptions{.lr = 0.1, .momentum = 0.9});
