@@ -109,18 +109,24 @@ TEST(FitTest, TwoRanksTakeTheStepsOfOneDevice) {
   EXPECT_LT(maxAbsDiff(one, two), 2e-5);
 }
 
-TEST(FitTest, AResumedRunEndsBitIdenticalToAStraightOne) {
-  const std::string dir = freshDir("resume");
-  const std::vector<float> straight = trainOn(2, 20);
-  // The first run stops at step 10 (an exception on every rank), after its checkpoint of 8.
+// A run of 20 steps on `ranks` ranks (0: one process) checkpointing into `dir` every 4 steps
+// that stops at step 10 with an exception on every rank.
+void stopAtStep10(int ranks, const std::string& dir) {
   FitCallbacks crash;
   crash.onStepBegin = [](int64_t step) {
     if (step == 10) KOLO_THROW(Error, "stopped at step 10");
   };
-  EXPECT_THROW(trainOn(2, 20, [&](FitOptions& o) {
+  EXPECT_THROW(trainOn(ranks, 20, [&](FitOptions& o) {
     o.checkpointDir = dir;
     o.checkpointEvery = 4;
   }, crash), Error);
+}
+
+TEST(FitTest, AResumedRunEndsBitIdenticalToAStraightOne) {
+  const std::string dir = freshDir("resume");
+  const std::vector<float> straight = trainOn(2, 20);
+  // The first run stops at step 10 (an exception on every rank), after its checkpoint of 8.
+  stopAtStep10(2, dir);
   const std::vector<float> resumed = trainOn(2, 20, [&](FitOptions& o) {
     o.checkpointDir = dir;
     o.resumeDir = dir;
@@ -354,14 +360,7 @@ TEST(FitTest, ARequeuedSlurmJobResumesFromItsCheckpoints) {
   const std::string dir = freshDir("requeue");
   const std::vector<float> straight = trainOn(0, 20);
   EXPECT_EQ(resumeDirectory("", dir), "") << "no requeue: a fresh start";
-  FitCallbacks crash;
-  crash.onStepBegin = [](int64_t step) {
-    if (step == 10) KOLO_THROW(Error, "stopped at step 10");
-  };
-  EXPECT_THROW(trainOn(0, 20, [&](FitOptions& o) {
-    o.checkpointDir = dir;
-    o.checkpointEvery = 4;
-  }, crash), Error);
+  stopAtStep10(0, dir);
   // The job script runs again with SLURM_RESTART_COUNT=1 and the same flags.
   ::setenv("SLURM_RESTART_COUNT", "1", 1);
   EXPECT_EQ(resumeDirectory("", dir), dir);
