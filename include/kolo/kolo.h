@@ -57,4 +57,5 @@
 #include "kolo/train/fit.h"
 #include "kolo/train/model_parallel.h"
 #include "kolo/train/parameter_server.h"
+#include "kolo/train/report.h"
 #include "kolo/train/state.h"

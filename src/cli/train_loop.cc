@@ -74,7 +74,7 @@ std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin,
   if (config.model == "lm") {
     const nn::LanguageModelConfig sizes{.vocab = 256, .layers = config.layers, .dModel = config.dModel,
                                         .heads = config.heads, .seqLen = config.seqLen};
-    model = part ? nn::makeLanguageModelPart(sizes, gen, begin, end < 0 ? layerCount(config) : end)
+    model = part ? nn::makeLanguageModelPart(sizes, gen, begin, end < 0 ? config.layers + 3 : end)
                  : nn::makeLanguageModel(sizes, gen);
   } else {
     model = nn::makeModel(config.model, gen);
@@ -91,12 +91,6 @@ std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin,
     if (names.count(entry.first)) mine.push_back(std::move(entry));
   model->loadStateDict(mine, config.initPath);
   return model;
-}
-
-int64_t layerCount(const TrainConfig& config) {
-  if (config.model == "lm") return config.layers + 3;
-  Generator gen(0);
-  return static_cast<int64_t>(nn::makeModel(config.model, gen)->size());
 }
 
 std::map<std::string, std::string> runIdentity(const TrainConfig& config) {

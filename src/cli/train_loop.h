@@ -158,9 +158,6 @@ Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch);
 /// pipeline stage never holds the whole model; --init fills what it holds.
 std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin = 0, int end = -1);
 
-/// The top-level layers of the built-in model.
-int64_t layerCount(const TrainConfig& config);
-
 /// The Fashion-MNIST training set of --data, cut to its first --train-limit samples when
 /// that is set. Throws FileError naming the directory when the files are missing.
 std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config);

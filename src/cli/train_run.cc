@@ -24,6 +24,7 @@
 #include "kolo/train/faults.h"
 #include "kolo/train/fit.h"
 #include "kolo/train/model_parallel.h"
+#include "kolo/train/report.h"
 
 namespace kolo::cli {
 namespace {
@@ -296,52 +297,6 @@ std::unique_ptr<train::Engine> makeEngine(const TrainConfig& config, Family fami
   return std::make_unique<train::DataParallelEngine>([&config] { return buildModel(config); }, optimizers, options);
 }
 
-// Rank 0: one line per rank of replica 0's model group (unless --quiet), then the layout's
-// line. Model parallel: stage s, tensor rank t is world rank s·tp + t (the other replicas
-// hold the same), the step against the schedule's ideal (the slowest stage's compute times
-// (M + P − 1) / M); the lm under data parallelism: every rank holds every layer.
-void printRankReport(const TrainConfig& config, train::Engine& engine, std::vector<train::RankFigures> ranks) {
-  const auto* modelParallel = dynamic_cast<const train::ModelParallelEngine*>(&engine);
-  const parallel::MeshShape shape = modelParallel ? modelParallel->mesh() : parallel::MeshShape{};
-  const std::vector<int> bounds =
-      modelParallel ? modelParallel->bounds() : std::vector<int>{0, static_cast<int>(layerCount(config))};
-  const bool byStage = modelParallel && !(shape.pp == 1 && shape.tp > 1);  // not tensor parallelism alone
-  const auto tp = static_cast<size_t>(shape.tp);
-  if (modelParallel) ranks.resize(static_cast<size_t>(shape.pp * shape.tp));
-  double slowest = 0.0, stepTime = 0.0;
-  constexpr double kMiB = 1 << 20;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const train::RankFigures& f = ranks[r];
-    slowest = std::max(slowest, f.computeSeconds);
-    stepTime = std::max(stepTime, f.stepSeconds);
-    const size_t s = byStage ? r / tp : 0;
-    std::string who = byStage ? "stage " + std::to_string(s) : "rank " + std::to_string(r);
-    if (byStage && tp > 1) who += " rank " + std::to_string(r % tp);
-    if (!config.quiet)
-      std::fprintf(stderr,
-                   "%s: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %lld  "
-                   "peak boundary activations %.2f MiB  peak step memory %.2f MiB  peak tensors %.2f MiB  "
-                   "peak rss %.1f MiB\n",
-                   who.c_str(), bounds[s], bounds[s + 1] - 1, 1000.0 * f.computeSeconds, 1000.0 * f.stepSeconds,
-                   static_cast<long long>(f.peakMicroBatchesHeld), f.peakBoundaryBytes / kMiB,
-                   f.peakStepBytes / kMiB, f.peakTensorBytes / kMiB, f.peakResidentBytes / kMiB);
-  }
-  if (!modelParallel) {
-    const std::shared_ptr<comm::Communicator> world = engine.communicator();
-    std::printf("%s ranks %d replicas %d step_ms %.2f\n", config.strategy.c_str(), world ? world->size() : 1,
-                engine.replicas(), 1000.0 * stepTime);
-  } else if (!byStage) {
-    std::printf("tensor_parallel ranks %zu step_ms %.2f\n", ranks.size(), 1000.0 * stepTime);
-  } else {
-    const int m = config.microBatches, stages = shape.pp;
-    const double ideal = slowest * (m + stages - 1) / m;
-    std::printf(
-        "pipeline stages %d micro_batches %d schedule %s step_ms %.2f ideal_ms %.2f measured_over_ideal %.3f\n",
-        stages, m, config.pipelineSchedule.c_str(), 1000.0 * stepTime, 1000.0 * ideal,
-        ideal > 0 ? stepTime / ideal : 0.0);
-  }
-}
-
 // Rank 0, after the run: the lm's line and a sample of generated text from the start of the
 // held-out part, text the model did not train on.
 void printLanguageModelSummary(const TrainConfig& config, const RunData& run, nn::Module& whole,
@@ -362,7 +317,12 @@ void printLanguageModelSummary(const TrainConfig& config, const RunData& run, nn
 void printReport(const TrainConfig& config, Family family, const RunData& run, train::Engine& engine,
                  const train::FitSummary& summary, double heldOutLoss) {
   const bool lm = config.model == "lm";
-  if (lm || family == Family::ModelParallel) printRankReport(config, engine, summary.ranks);
+  if (lm || family == Family::ModelParallel) {
+    const train::RankReport report = train::rankReport(engine, summary);
+    for (const std::string& line : report.ranks)
+      if (!config.quiet) std::fprintf(stderr, "%s\n", line.c_str());
+    std::printf("%s\n", report.layout.c_str());
+  }
   if (lm) {
     printLanguageModelSummary(config, run, engine.model(), summary, heldOutLoss);
   } else if (family == Family::Elastic) {

@@ -22,6 +22,7 @@
 #include "kolo/error.h"
 #include "kolo/nn/layers.h"
 #include "kolo/train/fit.h"
+#include "kolo/train/report.h"
 #include "parallel/native_ranks.h"
 #include "parallel/toy_setup.h"
 #include "train/train_fixtures.h"
@@ -278,6 +279,7 @@ TEST(FitTest, EveryRankReportsItsFiguresAndTheValidationFigures) {
   auto make = nativeRanks(2);
   std::vector<FitSummary> summaries(2);
   std::vector<EvaluateResult> after(2);
+  RankReport report;
   const std::string status = freshDir("status") + "-status";
   runThreads(2, [&](int rank) {
     auto e = engine(make(rank));
@@ -287,7 +289,15 @@ TEST(FitTest, EveryRankReportsItsFiguresAndTheValidationFigures) {
     options.statusFile = status;
     summaries[static_cast<size_t>(rank)] = fit(*e, train, test, options);
     after[static_cast<size_t>(rank)] = e->evaluate(*test);
+    if (rank == 0) report = rankReport(*e, summaries[0]);
   });
+  // Rank 0's report: a line per rank holding all 3 layers, the strategy's step.
+  ASSERT_EQ(report.ranks.size(), 2u);
+  EXPECT_EQ(report.ranks[1].rfind("rank 1: layers 0-2  compute ", 0), 0u)
+      << report.ranks[1];
+  char step[32];
+  std::snprintf(step, sizeof step, "%.2f", 1000.0 * summaries[0].ranks[0].stepSeconds);
+  EXPECT_EQ(report.layout, "multi-worker-mirrored ranks 2 replicas 2 step_ms " + std::string(step));
   for (size_t rank = 0; rank < 2; ++rank) {
     const FitSummary& summary = summaries[rank];
     EXPECT_EQ(summary.validationLoss, after[rank].loss);

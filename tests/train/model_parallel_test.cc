@@ -22,6 +22,7 @@
 #include "kolo/ops.h"
 #include "kolo/train/fit.h"
 #include "kolo/train/model_parallel.h"
+#include "kolo/train/report.h"
 #include "parallel/native_ranks.h"
 #include "parallel/toy_setup.h"
 #include "train/train_fixtures.h"
@@ -67,6 +68,7 @@ struct RunResult {
   std::vector<float> weights;  // rank 0's, whole
   FitSummary summary;
   std::vector<double> losses;  // rank 0's, per step
+  RankReport report;           // rank 0's
 };
 
 // Trains `steps` steps in `layout` (mesh size 1: one process, no communicator) and returns
@@ -102,6 +104,7 @@ RunResult trainIn(const Layout& layout, int64_t steps, const std::function<void(
       result.weights = weights(engine.model());
       result.summary = summary;
       result.losses = losses;
+      result.report = rankReport(engine, summary);
     }
   };
   if (layout.mesh.size() == 1) {
@@ -142,6 +145,29 @@ TEST(ModelParallelEngineTest, EveryLayoutTakesTheStepsOfOneProcess) {
       EXPECT_GT(f.peakBoundaryBytes, 0) << name << " rank " << f.rank;
     }
   }
+}
+
+TEST(ModelParallelEngineTest, TheRankReportNamesEachRanksLayersAndTheLayoutsStep) {
+  auto starts = [](const std::string& line, const std::string& prefix) { return line.rfind(prefix, 0) == 0; };
+  const RankReport pipeline = trainIn(kPipeline, 4).report;
+  ASSERT_EQ(pipeline.ranks.size(), 2u);
+  EXPECT_TRUE(starts(pipeline.ranks[0], "stage 0: layers 0-")) << pipeline.ranks[0];
+  EXPECT_TRUE(starts(pipeline.ranks[1], "stage 1: layers ")) << pipeline.ranks[1];
+  EXPECT_NE(pipeline.ranks[1].find("-" + std::to_string(model()->size() - 1) + "  compute "), std::string::npos)
+      << pipeline.ranks[1];
+  EXPECT_TRUE(starts(pipeline.layout, "pipeline stages 2 micro_batches 4 schedule 1f1b step_ms ")) << pipeline.layout;
+  EXPECT_NE(pipeline.layout.find(" measured_over_ideal "), std::string::npos) << pipeline.layout;
+
+  const RankReport tensor = trainIn(kTensor, 2).report;
+  ASSERT_EQ(tensor.ranks.size(), 2u);
+  EXPECT_TRUE(starts(tensor.ranks[1], "rank 1: layers 0-")) << tensor.ranks[1];
+  EXPECT_TRUE(starts(tensor.layout, "tensor_parallel ranks 2 step_ms ")) << tensor.layout;
+
+  // Replica 0's model group: stage 0 and stage 1 of the first replica.
+  const RankReport mesh = trainIn(kMesh, 2).report;
+  ASSERT_EQ(mesh.ranks.size(), 2u);
+  EXPECT_TRUE(starts(mesh.ranks[0], "stage 0: layers 0-2  ")) << mesh.ranks[0];
+  EXPECT_TRUE(starts(mesh.layout, "pipeline stages 2 micro_batches 2 schedule 1f1b ")) << mesh.layout;
 }
 
 TEST(ModelParallelEngineTest, EvaluationWhereTheModelLivesGivesOneProcesssFigures) {

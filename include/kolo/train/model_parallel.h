@@ -138,6 +138,8 @@ class ModelParallelEngine : public Engine {
   /// The mesh's groups of this rank (all null for one process; dp == 1: no data group).
   const parallel::MeshGroups& groups() const { return groups_; }
   const parallel::MeshShape& mesh() const { return options_.mesh; }
+  /// The options it was built with.
+  const ModelParallelOptions& options() const { return options_; }
   /// This rank's stage.
   parallel::PipelineStage& stage();
   /// The optimizer of this rank's part.
