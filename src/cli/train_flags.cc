@@ -424,13 +424,13 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
       kWatched, kWatchedHint);
   r.option("--debug-perturb", flags.perturb, "STEP:RANK:TENSOR add 1e-3 to one weight of TENSOR before STEP on RANK",
            {"one-device", "mirrored", "central-storage", "multi-worker-mirrored"});
-  r.option("--debug-kill-in-regroup", c.debugKillInRegroup,
+  r.option("--debug-kill-in-regroup", c.faults.elastic.killInRegroup,
            "RANK: that rank SIGKILLs itself in the first membership change (members agreed, communicator not "
            "built)",
            kElastic);
-  r.option("--debug-await-join", c.debugAwaitJoin,
+  r.option("--debug-await-join", c.faults.elastic.awaitJoinAt,
            "STEP: before STEP the members wait for ranks to register to join (up to --max-ranks)", kElastic);
-  r.option("--debug-sample-log", c.debugSampleLog,
+  r.option("--debug-sample-log", c.faults.elastic.sampleLog,
            "each rank appends the sample ids of its completed steps to FILE.rank-N", kElastic);
   r.option("--debug-drop-rate", f.debugDropRate, "each selected client drops out with this probability", kFederated)
       ->check(notBelow(0));

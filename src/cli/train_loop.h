@@ -131,10 +131,6 @@ struct TrainConfig {
 
   /// Faults for tests and benchmarks (kolo/train/faults.h); ranks are launch ranks.
   train::FaultPlan faults;
-  // Elastic jobs' test hooks (train_run.cc).
-  int debugKillInRegroup = -1;
-  int64_t debugAwaitJoin = -1;
-  std::string debugSampleLog;
 };
 
 /// The configuration after defaults: the optimizer and the learning-rate schedule, by name
@@ -210,18 +206,6 @@ train::DataParallelOptions engineOptions(const TrainConfig& config, std::shared_
 /// clear messages (missing dataset, bad flags, wrong-shape init file, a global batch the
 /// replicas cannot share, sizes the job cannot hold).
 int runTraining(const TrainConfig& config, observe::Logger& logger);
-
-/// Under kolo run --elastic (train_elastic.cc): this rank's train::ElasticEngine over the
-/// built-in model (engineOptions' multi-worker-mirrored over the members), or null for a rank
-/// started in a lost one's place that the job finished without.
-std::unique_ptr<train::ElasticEngine> makeElasticEngine(const TrainConfig& config,
-                                                        parallel::OptimizerFactory optimizers,
-                                                        observe::Logger& logger);
-
-/// The elastic test hooks as fit's callbacks: --debug-kill-rank (recording the moment for
-/// the recovered event's since_kill_s), --debug-await-join, --debug-sample-log, and the other
-/// faults through train::injectFaults.
-train::FitCallbacks elasticHooks(const TrainConfig& config, train::ElasticEngine& engine);
 
 /// `--strategy parameter-server`: runs this process's role (server, worker or chief, from
 /// KOLO_ROLE) of a job started by kolo run --ps P --workers W. The chief writes --metrics and

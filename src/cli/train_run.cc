@@ -2,9 +2,9 @@
 // mapped onto one train::Engine and train::fit. train::DataParallelEngine for one-device,
 // mirrored, central-storage, multi-worker-mirrored and fsdp; train::ModelParallelEngine for
 // pipeline, tensor, --mesh and the lm on one device; train::ElasticEngine under kolo run
-// --elastic (train_elastic.cc). The loop is the library's; what stays here is the command
-// line's own: the run's data, the faults of the test flags, the per-rank report, the lm's
-// held-out loss and text sample, --save and the summary line.
+// --elastic. The loop is the library's; what stays here is the command line's own: the run's
+// data, the faults of the test flags, the per-rank report, the lm's held-out loss and text
+// sample, --save and the summary line.
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -19,6 +19,7 @@
 #include "kolo/parallel/distributed.h"
 #include "kolo/parallel/elastic.h"
 #include "kolo/parallel/fsdp.h"
+#include "kolo/settings.h"
 #include "kolo/threads.h"
 #include "kolo/train/elastic.h"
 #include "kolo/train/faults.h"
@@ -283,6 +284,26 @@ train::DataParallelOptions dataParallelOptions(const TrainConfig& config, std::s
   return options;
 }
 
+// Under kolo run --elastic: this rank's engine over the members (engineOptions'
+// multi-worker-mirrored), or null for a rank started in a lost one's place that the job
+// finished without.
+std::unique_ptr<train::Engine> makeElasticEngine(const TrainConfig& config, parallel::OptimizerFactory optimizers,
+                                                 observe::Logger& logger) {
+  parallel::ElasticOptions membership;
+  membership.onAgreed = train::killInRegroup(config.faults, static_cast<int>(settings::rank().value_or(-1)));
+  std::shared_ptr<parallel::ElasticContext> context = parallel::ElasticContext::fromEnvironment(membership);
+  if (!context) {
+    logger.info("elastic: the job finished before this rank was admitted", {{"rank", *settings::rank()}});
+    return nullptr;
+  }
+  train::ElasticEngineOptions options;
+  options.dataParallel = engineOptions(config, context->communicator());
+  options.logger = &logger;
+  if (!config.faults.kill.ranks.empty()) options.onRecovered = train::sinceKillField(context->store());
+  return std::make_unique<train::ElasticEngine>(context, [&config] { return buildModel(config); },
+                                                std::move(optimizers), options);
+}
+
 // The run's engine; null for a rank of an elastic job that finished without it.
 std::unique_ptr<train::Engine> makeEngine(const TrainConfig& config, Family family, const parallel::MeshShape& shape,
                                           const RunData& run, observe::Logger& logger) {
@@ -376,7 +397,7 @@ int runTraining(const TrainConfig& flags, observe::Logger& logger) {
   train::FitCallbacks callbacks;
   if (family == Family::Elastic) {
     options.describe.set("min_ranks", engine->elastic()->context().minRanks());
-    callbacks = elasticHooks(config, *engine->elastic());
+    callbacks = train::injectElasticFaults(config.faults, *engine->elastic());
   } else {
     if (family == Family::ModelParallel) options.describe.set("mesh", config.mesh);
     // --detect-anomaly, and --debug-nan-at whose NaN it must name (not under central storage:

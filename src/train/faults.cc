@@ -6,8 +6,17 @@
 #include <memory>
 #include <sstream>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+
 #include "kolo/autograd.h"
+#include "kolo/comm/store.h"
 #include "kolo/error.h"
+#include "kolo/parallel/elastic.h"
+#include "kolo/train/elastic.h"
 #include "train/balance.h"
 
 namespace kolo::train {
@@ -35,6 +44,41 @@ int64_t whole(const std::string& text, const std::string& what, const std::strin
                form);
   return number;
 }
+
+// Where a member killed by injectElasticFaults records the moment of its kill.
+constexpr const char* kKillMomentKey = "kolo-elastic/debug-kill-ns";
+
+int64_t wallNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// plan.elastic.sampleLog's file of one member.
+class SampleLog {
+ public:
+  SampleLog(const std::string& prefix, int id) {
+    if (prefix.empty()) return;
+    const std::string path = prefix + ".rank-" + std::to_string(id);
+    out_.open(path, std::ios::trunc);
+    KOLO_REQUIRE(out_.good(), "the elastic sample log: cannot write ", path);
+    out_ << "pid " << ::getpid() << '\n' << std::flush;  // one process throughout
+  }
+  void write(ElasticEngine& engine, const StepEnd& end) {
+    if (!out_.is_open()) return;
+    // Balanced: the whole global batch was loaded; this member trained on its share.
+    const std::vector<int64_t>& loaded = end.batch->indices;
+    const parallel::Balancer* balancer = engine.balancer();
+    const auto first = loaded.begin() + (balancer ? balancer->offset() : 0);
+    const auto last = balancer ? first + balancer->share() : loaded.end();
+    out_ << engine.context().generation() << ' ' << end.step;
+    for (auto index = first; index != last; ++index) out_ << ' ' << *index;
+    out_ << '\n' << std::flush;
+  }
+
+ private:
+  std::ofstream out_;
+};
 
 }  // namespace
 
@@ -149,6 +193,47 @@ FitCallbacks injectFaults(const FaultPlan& plan, int rank, FitCallbacks inner, n
     if (end) end(step);
   };
   return callbacks;
+}
+
+std::function<void(int64_t)> killInRegroup(const FaultPlan& plan, int id) {
+  if (plan.elastic.killInRegroup < 0 || plan.elastic.killInRegroup != id) return nullptr;
+  return [](int64_t) {
+    std::fflush(nullptr);
+    ::raise(SIGKILL);
+  };
+}
+
+FitCallbacks injectElasticFaults(const FaultPlan& plan, ElasticEngine& engine, FitCallbacks inner) {
+  parallel::ElasticContext& context = engine.context();
+  const int id = context.id();
+  const FaultPlan::Kill kill = plan.kill;
+  const int64_t awaitJoinAt = plan.elastic.awaitJoinAt;
+  FitCallbacks hooks = inner;
+  hooks.onStepBegin = [kill, awaitJoinAt, &context, id, begin = inner.onStepBegin](int64_t step) {
+    if (step == kill.step && std::find(kill.ranks.begin(), kill.ranks.end(), id) != kill.ranks.end()) {
+      std::fflush(nullptr);
+      context.store()->setString(kKillMomentKey, std::to_string(wallNanos()));
+      ::raise(kill.signal);
+    }
+    if (step == awaitJoinAt && context.size() < context.maxRanks()) context.awaitJoiners(std::chrono::minutes(5));
+    if (begin) begin(step);
+  };
+  auto sampleLog = std::make_shared<SampleLog>(plan.elastic.sampleLog, id);
+  hooks.onStepEnd = [sampleLog, &engine, end = inner.onStepEnd](const StepEnd& step) {
+    sampleLog->write(engine, step);
+    if (end) end(step);
+  };
+  FaultPlan others = plan;
+  others.kill = {};  // the hook above's
+  return injectFaults(others, id, hooks);
+}
+
+std::function<void(observe::Fields&)> sinceKillField(std::shared_ptr<comm::Store> store) {
+  return [store = std::move(store)](observe::Fields& fields) {
+    if (!store->check({kKillMomentKey})) return;
+    const int64_t killed = std::stoll(store->getString(kKillMomentKey, std::chrono::seconds(1)));
+    fields.set("since_kill_s", static_cast<double>(wallNanos() - killed) / 1e9);
+  };
 }
 
 }  // namespace kolo::train

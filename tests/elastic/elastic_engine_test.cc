@@ -18,6 +18,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "kolo/ops.h"
 #include "kolo/optim.h"
 #include "kolo/threads.h"
+#include "kolo/train/faults.h"
 #include "kolo/train/fit.h"
 
 namespace kolo::train {
@@ -219,6 +221,49 @@ TEST_F(ElasticEngineTest, SurvivorsOfALostRankFinishWithOneDeviceWeights) {
   EXPECT_EQ(lost, "2");
   EXPECT_TRUE(recovered);
   EXPECT_EQ(finalWorldSize, 2);
+}
+
+// The fault plan's elastic hooks as a program of one's own uses them: each member's sample log
+// holds its pid, then per step its generation, the step and the samples of its share; the
+// regroup kill is meant for the member it names only; no kill recorded, no since_kill_s.
+TEST_F(ElasticEngineTest, TheFaultPlansSampleLogHoldsEachMembersShareOfEveryStep) {
+  const auto train = dataset();
+  auto store = comm::makeMemoryStore();
+  FaultPlan plan;
+  plan.elastic.sampleLog = file("samples");
+  plan.elastic.killInRegroup = 1;
+  EXPECT_FALSE(killInRegroup(plan, 0));
+  EXPECT_TRUE(killInRegroup(plan, 1));
+  const std::vector<std::string> errors = onThreads(2, [&](int id) {
+    auto context = std::make_shared<parallel::ElasticContext>(store, id, 2, elasticOptions(1, 2));
+    ElasticEngine engine(context, model, sgd, engineOptions(logger_));
+    fit(engine, train, nullptr, fitOptions(logger_), injectElasticFaults(plan, engine));
+  });
+  EXPECT_EQ(errors, std::vector<std::string>(2, ""));
+  SampleRecord samples;
+  for (int id : {0, 1}) {
+    std::ifstream in(file("samples") + ".rank-" + std::to_string(id));
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line)) << "member " << id;
+    EXPECT_EQ(line, "pid " + std::to_string(::getpid()));
+    int64_t lines = 0;
+    for (; std::getline(in, line); ++lines) {
+      std::istringstream words(line);
+      int64_t generation = -1, step = -1;
+      words >> generation >> step;
+      EXPECT_EQ(generation, 0) << line;
+      EXPECT_EQ(step, lines) << line;
+      std::vector<int64_t> ids;
+      for (int64_t sample; words >> sample;) ids.push_back(sample);
+      EXPECT_EQ(ids.size(), static_cast<size_t>(kBatch / 2)) << line;
+      samples.add(generation, step, ids);
+    }
+    EXPECT_EQ(lines, kSteps) << "member " << id;
+  }
+  samples.expectEverySampleOncePerEpoch();
+  observe::Fields fields;
+  sinceKillField(store)(fields);
+  EXPECT_TRUE(fields.empty());
 }
 
 // Ranks 0 and 1 run with room for a third; a joiner (launch rank 2) registers once they reach

@@ -109,6 +109,8 @@ class ElasticContext {
   const MembershipChange& change() const { return change_; }
   /// The current generation's communicator (null only while regroup() runs).
   const std::shared_ptr<comm::Communicator>& communicator() const { return comm_; }
+  /// The job's store, which the members agree through.
+  const std::shared_ptr<comm::Store>& store() const { return store_; }
 
   /// Called by every survivor after a collective failed; `completedStep` is the number of
   /// steps this rank completed (applied). Drops this rank's reference to the old

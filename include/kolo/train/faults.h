@@ -7,13 +7,21 @@
 
 #include <csignal>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kolo/numerics.h"
 #include "kolo/train/fit.h"
 
+namespace kolo::comm {
+class Store;
+}
+
 namespace kolo::train {
+
+class ElasticEngine;
 
 struct FaultPlan {
   /// These ranks raise `signal` before step `step` (-1: none): SIGKILL for a rank that dies,
@@ -51,11 +59,24 @@ struct FaultPlan {
     std::string tensor{};
   };
 
+  /// Faults of an elastic job (ElasticEngine), whose ranks are the members' ids.
+  struct Elastic {
+    /// This member SIGKILLs itself once the members agreed on a new generation, before its
+    /// communicator is built (-1: none).
+    int killInRegroup = -1;
+    /// Before this step the members wait, up to 5 minutes, for ranks registering to join
+    /// while fewer than the most members run (-1: none).
+    int64_t awaitJoinAt = -1;
+    /// Non-empty: each member writes PATH.rank-ID, a "pid P" line, then for each step it
+    /// completes "GENERATION STEP ID...", the ids of the samples it trained on.
+    std::string sampleLog{};
+  };
   Kill kill{};
   Fail fail{};
   Slow slow{};
   Nan nan{};
   Perturb perturb{};
+  Elastic elastic{};
 
   /// The text forms (`kolo train`'s flags): "RANK[,RANK...]:STEP[:KILL|:STOP]", "STEP[:RANK]",
   /// "RANK:FACTOR", "STEP:RANK:MODULE[:grad]" and "STEP:RANK:TENSOR". Each throws
@@ -81,5 +102,20 @@ struct FaultPlan {
 /// no detector.
 FitCallbacks injectFaults(const FaultPlan& plan, int rank, FitCallbacks inner = {}, nn::Module* model = nullptr,
                           observe::AnomalyDetector* detector = nullptr);
+
+/// plan.elastic.killInRegroup on the member `id` (its launch rank) as
+/// parallel::ElasticOptions::onAgreed; null for the others.
+std::function<void(int64_t generation)> killInRegroup(const FaultPlan& plan, int id);
+
+/// fit's callbacks carrying out `plan` on a member of an elastic job: injectFaults' faults by
+/// the members' ids, a kill first recording its moment in the job's store (sinceKillField),
+/// before a step plan.elastic's wait for joiners, after it the sample log; then `inner`'s.
+/// Throws InvalidArgument when the sample log cannot be written.
+FitCallbacks injectElasticFaults(const FaultPlan& plan, ElasticEngine& engine, FitCallbacks inner = {});
+
+/// ElasticEngineOptions::onRecovered adding "since_kill_s", the seconds from the moment a kill
+/// of injectElasticFaults recorded in the job's `store` (ElasticContext::store()) to now;
+/// nothing when none was recorded.
+std::function<void(observe::Fields&)> sinceKillField(std::shared_ptr<comm::Store> store);
 
 }  // namespace kolo::train
