@@ -217,17 +217,6 @@ std::shared_ptr<comm::Communicator> joinJob(const TrainConfig& config, const par
   return world;
 }
 
-// fsdp's ranks per shard group: --shard-group, or with --hsdp the ranks of one host (from the
-// launch); 0 for one group of all `worldSize` ranks.
-int shardGroupSize(const TrainConfig& config, int worldSize) {
-  KOLO_REQUIRE(!config.hsdp || config.shardGroup == 0, "--hsdp sets the shard group to the ranks "
-               "of one host; give it or --shard-group ", config.shardGroup, ", not both");
-  const int group = config.hsdp ? std::max(1, comm::detectLaunch().localSize) : config.shardGroup;
-  KOLO_REQUIRE(group == 0 || worldSize % group == 0, config.hsdp ? "--hsdp: " : "", "a shard group of ", group,
-               " ranks does not divide the job's ", worldSize, " ranks");
-  return group;
-}
-
 Tensor languageModelLoss(const Tensor& out, const Tensor& y) { return nn::languageModelLoss(out, y); }
 
 std::unique_ptr<train::Engine> makeModelParallelEngine(const TrainConfig& config, const RunData& run,
@@ -274,7 +263,9 @@ train::DataParallelOptions dataParallelOptions(const TrainConfig& config, std::s
                            (config.shardOptimizer == "auto" && config.algorithm == "auto" && !reducer.overlap);
   options.strategy.shard = parallel::parseShardLevel(config.shard);
   if (options.strategy.kind == parallel::StrategyKind::FullyShardedDataParallel) {
-    options.strategy.shardGroup = shardGroupSize(config, comm->size());
+    KOLO_REQUIRE(!config.hsdp || config.shardGroup == 0, "--hsdp sets the shard group to the ranks of one host; "
+                 "give it or --shard-group ", config.shardGroup, ", not both");
+    options.strategy.shardGroup = config.hsdp ? parallel::kShardGroupPerHost : config.shardGroup;
     options.strategy.unitMinParameters = config.unitParams;
   }
   options.clipNorm = config.clipNorm;

@@ -5,6 +5,9 @@
 // does; HSDP (shard groups replicated across) gives plain data parallelism's weights.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <map>
+
 #include <string>
 
 #include "kolo/autograd.h"
@@ -220,6 +223,34 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, Hsdp, ::testing::Values(Opt::SgdMomentum, O
                          [](const auto& info) {
                            return std::string(info.param == Opt::SgdMomentum ? "SgdMomentum" : "AdamW");
                          });
+
+// kShardGroupPerHost: the shard groups are the launch's local ranks (here torchrun's
+// variables say 2 a host), the same run as shard groups of 2; 3 a host do not divide 4 ranks.
+TEST(Hsdp, GroupsPerHostAreTheLaunchsLocalRanks) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
+  const std::map<std::string, std::string> launch = {{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}};
+  for (const auto& [name, value] : launch) ::setenv(name.c_str(), value.c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+  const FsdpOptions perHost{.shard = ShardLevel::Full, .shardGroup = kShardGroupPerHost};
+  const std::vector<double> twos = train(4, fsdp(Opt::SgdMomentum, {.shard = ShardLevel::Full, .shardGroup = 2}), 0, 3);
+  EXPECT_EQ(maxRelDiff(train(4, fsdp(Opt::SgdMomentum, perHost), 0, 3), twos), 0.0);
+  ::setenv("LOCAL_WORLD_SIZE", "3", 1);
+  auto connect = nativeRanks(4);
+  std::vector<std::string> errors(4);
+  runThreads(4, [&](int rank) {
+    try {
+      fsdp(Opt::SgdMomentum, perHost)(connect(rank), rank);
+    } catch (const InvalidArgument& e) {
+      errors[rank] = e.what();
+    }
+  });
+  for (const auto& [name, value] : launch) ::unsetenv(name.c_str());
+  ::unsetenv("LOCAL_WORLD_SIZE");
+  for (const std::string& error : errors)
+    EXPECT_NE(error.find("shard group of 3 ranks (the ranks of one host) does not divide the job's 4"),
+              std::string::npos)
+        << error;
+}
 
 TEST(Hsdp, RefusesAGroupThatDoesNotDivideTheRanks) {
   auto connect = nativeRanks(3);

@@ -53,8 +53,9 @@ struct FsdpOptions {
   /// ZeRO-3: start gathering the next unit (in the order the first step's forward reached
   /// the units; in reverse during backward) while the current one computes.
   bool prefetch = true;
-  /// Ranks per shard group (HSDP); 0 or the rank count: one group of every rank. Must divide
-  /// the rank count.
+  /// Ranks per shard group (HSDP); 0 or the rank count: one group of every rank;
+  /// kShardGroupPerHost: the ranks of one host (the launch's local ranks, as PyTorch's
+  /// HYBRID_SHARD). Must divide the rank count.
   int shardGroup = 0;
   /// Clips the global norm of the averaged gradient to this before each update, as
   /// optim::clipGradNorm on one device (0: off).

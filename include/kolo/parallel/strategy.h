@@ -43,6 +43,9 @@ const char* strategyKindName(StrategyKind kind);
 /// Parses "one-device", "mirrored", "multi-worker-mirrored", "central-storage", "fsdp".
 StrategyKind parseStrategyKind(const std::string& name);
 
+/// StrategyOptions::shardGroup and FsdpOptions::shardGroup: one shard group per host (HSDP).
+inline constexpr int kShardGroupPerHost = -1;
+
 struct StrategyOptions {
   StrategyKind kind = StrategyKind::OneDevice;
   /// Replicas in this process (mirrored, central-storage).
@@ -56,7 +59,7 @@ struct StrategyOptions {
   /// What fsdp shards besides the optimizer state.
   ShardLevel shard = ShardLevel::Full;
   /// fsdp: ranks per shard group (HSDP: shard inside a group, replicate across the groups);
-  /// 0 shards over every rank.
+  /// 0 shards over every rank, kShardGroupPerHost over each host's ranks.
   int shardGroup = 0;
   /// fsdp: the gradient's global norm is clipped to this before each update (0: off).
   double clipNorm = 0.0;

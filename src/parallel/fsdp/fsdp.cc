@@ -10,6 +10,7 @@
 
 #include "fsdp_unit.h"
 #include "kolo/autograd.h"
+#include "kolo/comm/init.h"
 #include "kolo/error.h"
 #include "kolo/nn/layers.h"
 #include "kolo/ops.h"
@@ -144,9 +145,11 @@ class FsdpStrategy : public Strategy {
   // rank r; without it the shard group is the whole job.
   void splitGroups() {
     const int n = world_->size();
-    const int group = options_.shardGroup == 0 ? n : options_.shardGroup;
-    KOLO_CHECK(group >= 1 && n % group == 0, "fsdp: a shard group of ", group,
-               " ranks does not divide the job's ", n, " ranks");
+    int group = options_.shardGroup == 0 ? n : options_.shardGroup;
+    if (options_.shardGroup == kShardGroupPerHost) group = std::max(1, comm::detectLaunch().localSize);
+    KOLO_REQUIRE(group >= 1 && n % group == 0, "fsdp: a shard group of ", group,
+                 options_.shardGroup == kShardGroupPerHost ? " ranks (the ranks of one host)" : " ranks",
+                 " does not divide the job's ", n, " ranks");
     if (group == n) {
       shard_ = world_;
       return;
