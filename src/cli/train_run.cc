@@ -7,8 +7,6 @@
 // sample, --save and the summary line.
 #include <algorithm>
 #include <cstdio>
-#include <sstream>
-#include <thread>
 
 #include "cli/train_loop.h"
 #include "kolo/byte_corpus.h"
@@ -46,32 +44,12 @@ Family familyOf(const TrainConfig& config) {
   return Family::DataParallel;
 }
 
-// "on", "off", or for "auto" whether this node has a core beyond those its ranks' compute
-// threads occupy (a rank of mirrored or central storage runs one per replica): overlapping
-// bucket all-reduces with backward needs one for communication progress, and a prefetch
-// thread without one only takes turns with the compute thread, so every step waits for it.
+// "on", "off", or for "auto" whether this node has a core to spare for communication or
+// prefetching (a rank of mirrored or central storage runs a compute thread per replica).
 bool onOrSpareCore(const std::string& choice, const TrainConfig& config) {
   if (choice != "auto") return choice == "on";
   const bool inProcess = config.strategy == "mirrored" || config.strategy == "central-storage";
-  const int rankThreads = (inProcess ? config.replicas : 1) * config.threads;
-  const int localRanks = std::max(1, comm::detectLaunch().localSize);
-  return std::max(1u, std::thread::hardware_concurrency()) > static_cast<unsigned>(localRanks * rankThreads);
-}
-
-std::vector<int> parseSplits(const std::string& text) {
-  std::vector<int> splits;
-  std::stringstream in(text);
-  std::string word;
-  while (std::getline(in, word, ',')) {
-    try {
-      size_t used = 0;
-      splits.push_back(std::stoi(word, &used));
-      if (used != word.size()) throw std::invalid_argument(word);
-    } catch (const std::exception&) {
-      KOLO_THROW(InvalidArgument, "--split-at '", text, "' is not accepted: use layer indices such as 3,6");
-    }
-  }
-  return splits;
+  return comm::hasSpareCore((inProcess ? config.replicas : 1) * config.threads);
 }
 
 // The checks of combinations that the flag table (train_flags.cc), checking each flag on its
@@ -233,7 +211,7 @@ std::unique_ptr<train::Engine> makeModelParallelEngine(const TrainConfig& config
   options.recompute = config.recompute && !perBlock;
   options.sequenceParallel = config.sequenceParallel;
   if (!config.splitAt.empty()) {
-    options.splitAt = parseSplits(config.splitAt);
+    options.splitAt = parallel::parseSplitPoints(config.splitAt);
     if (config.model == "lm")
       options.modelPart = [&config](int begin, int end) { return buildModel(config, begin, end); };
   } else if (shape.pp > 1) {

@@ -4,9 +4,11 @@
 // settings registry (kolo/settings.h) for the KOLO_* variables.
 #include "kolo/comm/init.h"
 
+#include <algorithm>
 #include <charconv>
 #include <climits>
 #include <cmath>
+#include <thread>
 
 #include "kolo/comm/mpi.h"
 #include "kolo/comm/native.h"
@@ -196,6 +198,12 @@ LaunchInfo detectLaunch(const std::map<std::string, std::string>& env) {
 }
 
 LaunchInfo detectLaunch() { return detectLaunch(settings::Environment::process().variables()); }
+
+bool hasSpareCore(int threadsPerRank) {
+  const int localRanks = std::max(1, detectLaunch().localSize);
+  return std::max(1u, std::thread::hardware_concurrency()) >
+         static_cast<unsigned>(localRanks * std::max(1, threadsPerRank));
+}
 
 std::shared_ptr<Communicator> initFromEnvironment(const InitOptions& options) {
   const settings::Environment known = settings::Environment::process();

@@ -3,6 +3,10 @@
 // for torchrun-style variables where rank 0 hosts the store.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
 #include "kolo/comm/init.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
@@ -185,6 +189,19 @@ TEST(InitFromEnvironmentTest, BadBackendOrTimeoutIsRejected) {
   r = runProgram({KOLO_LAUNCH_PROBE, "allreduce"}, cleanEnvironment({{"KOLO_TIMEOUT", "-3"}}));
   EXPECT_EQ(r.exitCode(), 1);
   EXPECT_NE(r.err.find("KOLO_TIMEOUT='-3'"), std::string::npos) << r.err;
+}
+
+// The local ranks' threads against this machine's cores (std::thread::hardware_concurrency).
+TEST(HasSpareCoreTest, CountsTheLocalRanksThreadsAgainstTheCores) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_EQ(hasSpareCore(1), cores > 1);  // one process, one thread
+  EXPECT_FALSE(hasSpareCore(cores));
+  // Under kolo run with as many local ranks as cores: none to spare.
+  ::setenv("KOLO_RANK", "0", 1);
+  ::setenv("KOLO_WORLD_SIZE", std::to_string(cores).c_str(), 1);
+  ::setenv("KOLO_LOCAL_SIZE", std::to_string(cores).c_str(), 1);
+  EXPECT_FALSE(hasSpareCore(1));
+  for (const char* name : {"KOLO_RANK", "KOLO_WORLD_SIZE", "KOLO_LOCAL_SIZE"}) ::unsetenv(name);
 }
 
 }  // namespace

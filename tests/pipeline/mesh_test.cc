@@ -232,5 +232,19 @@ TEST(Mesh, ShapesAreParsedOrNamed) {
   }
 }
 
+TEST(Mesh, SplitPointsAreParsed) {
+  EXPECT_EQ(parseSplitPoints("3,6"), (std::vector<int>{3, 6}));
+  EXPECT_EQ(parseSplitPoints("2"), (std::vector<int>{2}));
+  for (const char* bad : {"1,x", "3,,6", "2.5", "3,"}) {
+    try {
+      parseSplitPoints(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "' is not accepted"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kolo::parallel

@@ -32,6 +32,13 @@ struct LaunchInfo {
 LaunchInfo detectLaunch(const std::map<std::string, std::string>& env);
 LaunchInfo detectLaunch();
 
+/// Whether this machine has a core beyond those that the compute threads of this launch's
+/// local ranks occupy (detectLaunch().localSize ranks of `threadsPerRank` threads each).
+/// Overlapping communication with backward needs one for the communication's progress, and
+/// a thread prefetching batches without one only takes turns with the compute thread: turn
+/// them on where this holds (ReducerOptions::overlap, train::FitOptions::prefetch).
+bool hasSpareCore(int threadsPerRank);
+
 struct InitOptions {
   /// "auto" (MPI under mpirun when built with MPI, else native, srun included), "native" or
   /// "mpi" (refused under an srun step without a PMI server, where MPI cannot start).

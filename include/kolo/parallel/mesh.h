@@ -25,6 +25,9 @@ struct MeshShape {
 /// Parses "dp=2,pp=2,tp=2"; throws InvalidArgument naming the text for another key or a size
 /// below 1.
 MeshShape parseMeshShape(const std::string& text);
+/// Parses split points "3,6" (the first layer of stages 1, 2, …; ModelParallelOptions::splitAt);
+/// throws InvalidArgument naming the text for anything but whole numbers.
+std::vector<int> parseSplitPoints(const std::string& text);
 
 /// World rank w = d·(pp·tp) + s·tp + t holds stage s (of pp) of replica d (of dp), and in it
 /// tensor-parallel rank t (of tp): the tensor groups are neighbours (the heaviest traffic),

@@ -41,6 +41,22 @@ MeshShape parseMeshShape(const std::string& text) {
   return shape;
 }
 
+std::vector<int> parseSplitPoints(const std::string& text) {
+  std::vector<int> splits;
+  std::stringstream in(text + ",");  // so that a trailing comma leaves an empty word
+  for (std::string word; std::getline(in, word, ',');) {
+    size_t used = 0;
+    try {
+      splits.push_back(std::stoi(word, &used));
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    KOLO_REQUIRE(used > 0 && used == word.size(), "--split-at '", text,
+                 "' is not accepted: use layer indices such as 3,6");
+  }
+  return splits;
+}
+
 MeshGroups makeMesh(comm::Communicator& world, const MeshShape& shape) {
   KOLO_REQUIRE(world.size() == shape.size(), "--mesh dp=", shape.dp, ",pp=", shape.pp, ",tp=", shape.tp,
                " needs ", shape.size(), " ranks, this job has ", world.size());
