@@ -1,7 +1,7 @@
 // `kolo train`: trains a built-in model (mlp, cnn, lm) on Fashion-MNIST (or a text file)
 // with one of kolo's strategies: the flags (train_flags.cc) fill cli::TrainConfig, which the
-// runners of train_loop.h map onto the library. `--workers N` re-launches the command under
-// `kolo run -n N`.
+// runners of train_loop.h map onto the library. `--workers N` launches the command on N local
+// ranks.
 #include <malloc.h>
 
 #include <cstdio>
@@ -44,9 +44,9 @@ Command registerTrain(CLI::App& root) {
 
   Command command;
   command.app = app;
-  command.warnsAtStart = [flags] { return flags->workers == 0; };  // --workers re-launches kolo
+  command.warnsAtStart = [flags] { return flags->workers == 0; };  // --workers: its ranks warn
   command.run = [app, flags, scopes]() -> int {
-    if (flags->workers > 0) execWorkers(flags->workers);
+    if (flags->workers > 0) return runWorkers(flags->workers);
     flags->finish(*app);
     TrainConfig* config = &flags->config;
     checkFlagScopes(*scopes, *config);

@@ -108,7 +108,7 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
                      "federated", "pipeline", "tensor", "fsdp"}))
       ->capture_default_str();
   r.option("--workers", flags.workers,
-           "run on N ranks of this machine: re-launches itself as kolo run -n N -- kolo train --strategy "
+           "run on N ranks of this machine, as kolo run -n N -- kolo train --strategy "
            "multi-worker-mirrored ... (or the --strategy fsdp given)")
       ->check(atLeast(1));
   r.option("--epochs", c.epochs, "epochs (default 10)")->check(atLeast(1));

@@ -212,10 +212,10 @@ int runTraining(const TrainConfig& config, observe::Logger& logger);
 /// --save and prints the summary line; returns the exit status.
 int runParameterServerRole(const TrainConfig& config, observe::Logger& logger);
 
-/// `--workers N` (train_workers.cc): replaces this process with `kolo run -n N -- kolo train`
-/// and its own arguments but --workers, adding `--strategy multi-worker-mirrored` when none
-/// was named. Throws InvalidArgument for another strategy than multi-worker-mirrored or fsdp,
-/// or inside an already launched job; IoError when the exec fails; never returns.
-[[noreturn]] void execWorkers(int workers);
+/// `--workers N` (train_workers.cc): runs this command on N local ranks (its own arguments
+/// but --workers, with `--strategy multi-worker-mirrored` when none was named) as kolo run -n N
+/// starts them, and returns the job's exit status. Throws InvalidArgument for another strategy
+/// than multi-worker-mirrored or fsdp, or inside an already launched job.
+int runWorkers(int workers);
 
 }  // namespace kolo::cli

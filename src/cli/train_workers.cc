@@ -1,23 +1,18 @@
-// `kolo train --workers N`: the job re-launches itself under `kolo run -n N`, so one command
-// trains on N ranks. Builds that command line and replaces this process with it.
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+// `kolo train --workers N`: this process becomes the launcher of N local ranks of the same
+// command, as `kolo run -n N` would start them, so one command trains on N ranks.
 #include <filesystem>
 #include <fstream>
 
 #include "cli/train_loop.h"
 #include "kolo/comm/init.h"
 #include "kolo/error.h"
+#include "launch/launcher.h"
 
 namespace kolo::cli {
 namespace {
 
-// [self, "run", "-n", N, "--", self, "train", the train arguments without --workers...],
-// with `--strategy multi-worker-mirrored` when they name no strategy. `trainArgs`: the words
-// after "train".
+// [self, "train", the train arguments without --workers...], with `--strategy
+// multi-worker-mirrored` when they name no strategy. `trainArgs`: the words after "train".
 std::vector<std::string> workersCommandLine(const std::string& self, int workers,
                                             const std::vector<std::string>& trainArgs) {
   std::vector<std::string> args;
@@ -39,8 +34,7 @@ std::vector<std::string> workersCommandLine(const std::string& self, int workers
     }
     args.push_back(word);
   }
-  std::vector<std::string> command = {self, "run", "-n",   std::to_string(workers),
-                                      "--", self,  "train"};
+  std::vector<std::string> command = {self, "train"};
   if (!strategyNamed) {
     command.push_back("--strategy");
     command.push_back("multi-worker-mirrored");
@@ -63,7 +57,7 @@ std::vector<std::string> ownTrainArgs() {
 
 }  // namespace
 
-void execWorkers(int workers) {
+int runWorkers(int workers) {
   const comm::LaunchInfo launch = comm::detectLaunch();
   KOLO_REQUIRE(launch.launcher == "single", "--workers ", workers,
                " inside a job already launched by ", launch.launcher, " (rank ", launch.rank,
@@ -71,14 +65,10 @@ void execWorkers(int workers) {
   std::error_code error;
   std::string self = std::filesystem::read_symlink("/proc/self/exe", error).string();
   if (error) self = "/proc/self/exe";
-  const std::vector<std::string> command = workersCommandLine(self, workers, ownTrainArgs());
-  std::vector<char*> argv;
-  for (const std::string& word : command) argv.push_back(const_cast<char*>(word.c_str()));
-  argv.push_back(nullptr);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  ::execv(command[0].c_str(), argv.data());
-  KOLO_THROW(IoError, "--workers: cannot start /proc/self/exe run: ", std::strerror(errno));
+  parallel::LauncherOptions options;
+  options.procsPerNode = workers;
+  options.command = workersCommandLine(self, workers, ownTrainArgs());
+  return parallel::runLauncher(options);
 }
 
 }  // namespace kolo::cli
