@@ -117,6 +117,9 @@ class Environment {
   /// A Choice's value, one of its choices.
   std::string choice(std::string_view name) const;
 
+  /// Why the declared variable's text (its value, else its default) does not parse as its
+  /// type: the message validate() would throw; "" when it parses or is empty.
+  std::string problem(std::string_view name) const;
   /// Parses every declared variable that is set; throws the first problem found.
   void validate() const;
   /// The KOLO_* variables set here that no declaration names, sorted.

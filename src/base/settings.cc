@@ -180,17 +180,30 @@ std::string Environment::choice(std::string_view name) const {
   return value;
 }
 
-void Environment::validate() const {
-  for (const Declaration& declaration : kDeclarations) {
-    if (source(declaration.name) == Source::Default) continue;
-    switch (declaration.type) {
-      case Type::Flag: flag(declaration.name); break;
-      case Type::Integer: integer(declaration.name); break;
-      case Type::Seconds: seconds(declaration.name); break;
-      case Type::Choice: choice(declaration.name); break;
+std::string Environment::problem(std::string_view name) const {
+  const Declaration* declaration = settings::find(name);
+  KOLO_CHECK(declaration != nullptr, "no setting ", name, " is declared");
+  if (text(name).empty()) return "";
+  try {
+    switch (declaration->type) {
+      case Type::Flag: flag(name); break;
+      case Type::Integer: integer(name); break;
+      case Type::Seconds: seconds(name); break;
+      case Type::Choice: choice(name); break;
       case Type::Text:
       case Type::Secret: break;
     }
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void Environment::validate() const {
+  for (const Declaration& declaration : kDeclarations) {
+    if (source(declaration.name) == Source::Default) continue;
+    const std::string why = problem(declaration.name);
+    if (!why.empty()) throw InvalidArgument(why);
   }
 }
 

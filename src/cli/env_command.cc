@@ -7,30 +7,18 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
-#include "kolo/error.h"
 #include "kolo/settings.h"
 
 namespace kolo::cli {
 namespace {
 
-// The value as `kolo env` shows it, or the reason it does not parse.
-std::string shownValue(const settings::Environment& env, const settings::Declaration& declaration,
-                       std::string& problem) {
+// The value as `kolo env` shows it.
+std::string shownValue(const settings::Environment& env, const settings::Declaration& declaration) {
   const std::string text = env.text(declaration.name);
   if (text.empty()) return "(unset)";
   if (declaration.type == settings::Type::Secret) return "(set, hidden)";
-  try {
-    switch (declaration.type) {
-      case settings::Type::Flag: return env.flag(declaration.name) ? "1" : "0";
-      case settings::Type::Integer: env.integer(declaration.name); break;
-      case settings::Type::Seconds: env.seconds(declaration.name); break;
-      case settings::Type::Choice: env.choice(declaration.name); break;
-      case settings::Type::Text:
-      case settings::Type::Secret: break;
-    }
-  } catch (const InvalidArgument& e) {
-    problem = e.what();
-  }
+  if (declaration.type == settings::Type::Flag && env.problem(declaration.name).empty())
+    return env.flag(declaration.name) ? "1" : "0";
   return text;
 }
 
@@ -39,9 +27,8 @@ int listSettings(bool showHelp) {
   size_t nameWidth = 0, valueWidth = 0;
   std::vector<std::string> values, problems;
   for (const settings::Declaration& declaration : settings::declarations()) {
-    std::string problem;
-    values.push_back(shownValue(env, declaration, problem));
-    problems.push_back(problem);
+    values.push_back(shownValue(env, declaration));
+    problems.push_back(env.problem(declaration.name));
     nameWidth = std::max(nameWidth, declaration.name.size());
     valueWidth = std::max(valueWidth, values.back().size());
   }

@@ -97,6 +97,12 @@ TEST(Settings, BadValuesSayWhatIsAccepted) {
               std::string("KOLO_TIMEOUT='") + bad + "' is not a positive number of seconds");
   }
   EXPECT_THROW(envOf({{"KOLO_WORLD_SIZE", "two"}}).validate(), InvalidArgument);
+  // problem(): the same message, without throwing; nothing for a good or an unset value.
+  const Environment mixed = envOf({{"KOLO_WORLD_SIZE", "two"}, {"KOLO_RANK", "1"}});
+  EXPECT_EQ(mixed.problem("KOLO_WORLD_SIZE"), "KOLO_WORLD_SIZE='two' is not a whole number");
+  EXPECT_EQ(mixed.problem("KOLO_RANK"), "");
+  EXPECT_EQ(mixed.problem("KOLO_TIMEOUT"), "");
+  EXPECT_EQ(messageOf([&] { mixed.validate(); }), mixed.problem("KOLO_WORLD_SIZE"));
 }
 
 TEST(Settings, ReadingUndeclaredOrAsAnotherTypeIsAnInternalError) {
