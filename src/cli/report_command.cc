@@ -3,12 +3,10 @@
 // and OUT/<plot>.svg from the runs' metrics, checkpoints and timelines; `kolo report hang
 // DIR` (report_hang.cc) explains a hang from the ranks' flight recorders.
 #include <filesystem>
-#include <fstream>
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "report/html.h"
-#include "report/plots.h"
 #include "report/runs.h"
 #include "kolo/error.h"
 
@@ -21,29 +19,11 @@ int writeReport(const std::vector<std::string>& dirs, std::string out) {
   std::vector<report::Run> runs;
   for (const std::string& dir : dirs) runs.push_back(report::readRun(dir));
   if (out.empty()) out = dirs.size() == 1 ? (std::filesystem::path(dirs[0]) / "report").string() : "report";
-  std::error_code error;
-  std::filesystem::create_directories(out, error);
-  if (error) KOLO_THROW(IoError, "kolo report: cannot create ", out, ": ", error.message());
-  const std::vector<report::Plot> plots = report::drawPlots(runs, out);
-  const std::string page = (std::filesystem::path(out) / "index.html").string();
-  std::ofstream html(page);
-  html << report::renderHtml(runs, plots);
-  html.close();
-  if (!html) KOLO_THROW(IoError, "kolo report: cannot write ", page);
-  int drawn = 0;
-  for (const report::Plot& plot : plots) drawn += plot.svg.empty() ? 0 : 1;
-  std::printf("wrote %s: %zu run(s), %d of %zu plots drawn\n", page.c_str(), runs.size(), drawn,
-              plots.size());
+  const report::WrittenReport written = report::writeReport(runs, out);
+  std::printf("wrote %s: %zu run(s), %d of %zu plots drawn\n", written.page.c_str(), runs.size(), written.drawn,
+              written.plots);
   // Fault events on the terminal too: a rank that failed is the first thing to know.
-  for (const report::Run& run : runs)
-    for (const nlohmann::json& e : run.events) {
-      if (e.value("event", "") != "failed" || !e.contains("rank")) continue;
-      std::string how = e.contains("signal") ? report::textField(e, "signal")
-                        : e.contains("exit_status") ? "exit status " + e["exit_status"].dump()
-                                                    : "";
-      std::printf("%s: rank %s failed: %s (%s) at %.1f s\n", run.name.c_str(), e["rank"].dump().c_str(),
-                  how.c_str(), report::textField(e, "cause").c_str(), report::numberField(e, "wall_s", 0.0));
-    }
+  for (const std::string& line : report::failureLines(runs)) std::printf("%s\n", line.c_str());
   return 0;
 }
 

@@ -1,9 +1,14 @@
-// renderHtml: the report page, built as text.
+// renderHtml: the report page, built as text; writeReport puts it and the plots in a
+// directory; failureLines names the ranks that failed.
 #include "report/html.h"
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
+
+#include "kolo/error.h"
 
 namespace kolo::cli::report {
 namespace {
@@ -136,6 +141,36 @@ std::string renderHtml(const std::vector<Run>& runs, const std::vector<Plot>& pl
   }
   html << "</ul>\n</body>\n</html>\n";
   return html.str();
+}
+
+WrittenReport writeReport(const std::vector<Run>& runs, const std::string& out) {
+  std::error_code error;
+  std::filesystem::create_directories(out, error);
+  if (error) KOLO_THROW(IoError, "kolo report: cannot create ", out, ": ", error.message());
+  const std::vector<Plot> plots = drawPlots(runs, out);
+  WrittenReport written{.page = (std::filesystem::path(out) / "index.html").string(), .plots = plots.size()};
+  std::ofstream html(written.page);
+  html << renderHtml(runs, plots);
+  html.close();
+  if (!html) KOLO_THROW(IoError, "kolo report: cannot write ", written.page);
+  for (const Plot& plot : plots) written.drawn += plot.svg.empty() ? 0 : 1;
+  return written;
+}
+
+std::vector<std::string> failureLines(const std::vector<Run>& runs) {
+  std::vector<std::string> lines;
+  for (const Run& run : runs)
+    for (const nlohmann::json& e : run.events) {
+      if (e.value("event", "") != "failed" || !e.contains("rank")) continue;
+      const std::string how = e.contains("signal")        ? textField(e, "signal")
+                              : e.contains("exit_status") ? "exit status " + e["exit_status"].dump()
+                                                          : "";
+      char at[32];
+      std::snprintf(at, sizeof at, "%.1f", numberField(e, "wall_s", 0.0));
+      lines.push_back(run.name + ": rank " + e["rank"].dump() + " failed: " + how + " (" + textField(e, "cause") +
+                      ") at " + at + " s");
+    }
+  return lines;
 }
 
 }  // namespace kolo::cli::report
