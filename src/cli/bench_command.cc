@@ -4,13 +4,11 @@
 // (the fields bench/*.sh and the tests read) per size. Exit codes: 0 every result correct,
 // 3 a wrong result, 1 a rank failed.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -84,64 +82,21 @@ BenchConfig toConfig(const BenchArgs& args) {
   return config;
 }
 
-double rounded(double value, double scale) { return std::round(value * scale) / scale; }
-
-void printHeader(const comm::Communicator& comm, const comm::BenchmarkOptions& o, const std::string& backend) {
-  std::printf("# kolo bench %s: np %d, backend %s, algo %s, dtype %s, op %s, root %d, %s, ",
-               comm::collectiveName(o.collective), comm.size(), backend.c_str(), comm::algorithmName(o.algorithm),
-               dtypeName(o.dtype), comm::reduceOpName(o.op), o.root, o.inPlace ? "in place" : "out of place");
-  if (o.anchorSchedule) std::printf("anchor schedule\n");
-  else std::printf("warmup %d, iters %d\n", o.warmup, o.iters);
-  std::printf("# time: median over iterations of the slowest rank; GB = 1e9 bytes\n");
-  std::printf("%14s %12s %12s %12s %12s %8s\n", "bytes", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
-               "correct");
-}
-
-void printRow(const comm::Communicator& comm, const BenchConfig& config, const std::string& backend,
-              const comm::BenchmarkResult& row) {
-  if (!config.json) {
-    std::printf("%14zu %12zu %12.2f %12.4f %12.4f %8s\n", row.bytes, row.count, row.medianUs, row.algbw, row.busbw,
-                row.correct ? "yes" : "NO");
-    std::fflush(stdout);
-    return;
-  }
-  const comm::BenchmarkOptions& o = config.options;
-  nlohmann::ordered_json line;
-  line["bench"] = std::string("kolo_") + comm::collectiveName(o.collective);
-  line["impl"] = "kolo-" + backend;
-  line["collective"] = comm::collectiveName(o.collective);
-  line["backend"] = backend;
-  line["algo"] = comm::algorithmName(o.algorithm);
-  line["np"] = comm.size();
-  line["dtype"] = dtypeName(o.dtype);
-  line["op"] = comm::reduceOpName(o.op);
-  line["root"] = o.root;
-  line["inplace"] = o.inPlace;
-  line["bytes"] = row.bytes;
-  line["count"] = row.count;
-  line["warmup"] = row.warmup;
-  line["iters"] = row.iters;
-  line["t_median_us"] = rounded(row.medianUs, 1e3);
-  line["t_min_us"] = rounded(row.minUs, 1e3);
-  line["t_p10_us"] = rounded(row.p10Us, 1e3);
-  line["t_p90_us"] = rounded(row.p90Us, 1e3);
-  line["t_max_us"] = rounded(row.maxUs, 1e3);
-  line["algbw_GBps"] = rounded(row.algbw, 1e4);
-  line["busbw_GBps"] = rounded(row.busbw, 1e4);
-  line["correct"] = row.correct;
-  std::printf("%s\n", line.dump().c_str());
-  std::fflush(stdout);
-}
-
 // One rank's sweep (rank 0 prints): 0 when every result was correct, else kExitWrong.
 int runRank(comm::Communicator& comm, const BenchConfig& config) {
   const std::string backend = comm.backendName();
-  if (comm.rank() == 0 && !config.json) printHeader(comm, config.options, backend);
+  const comm::BenchmarkOptions& o = config.options;
+  if (comm.rank() == 0 && !config.json)
+    std::printf("%s\n", comm::benchmarkTableHeader(o, comm.size(), backend).c_str());
   bool allCorrect = true;
   for (size_t bytes : config.sizes) {
-    const comm::BenchmarkResult row = comm::benchmarkCollective(comm, config.options, bytes);
+    const comm::BenchmarkResult row = comm::benchmarkCollective(comm, o, bytes);
     allCorrect = allCorrect && row.correct;
-    if (comm.rank() == 0) printRow(comm, config, backend, row);
+    if (comm.rank() != 0) continue;
+    const std::string line =
+        config.json ? comm::benchmarkJson(o, comm.size(), backend, row) : comm::benchmarkTableRow(row);
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
   }
   if (!allCorrect && comm.rank() == 0) std::fprintf(stderr, "kolo bench: some results were wrong\n");
   return allCorrect ? 0 : kExitWrong;

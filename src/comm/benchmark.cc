@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "comm/benchmark_case.h"
@@ -199,6 +201,63 @@ BenchmarkResult benchmarkCollective(Communicator& comm, const BenchmarkOptions& 
     result.busbw = result.algbw * busBandwidthFactor(options.collective, comm.size());
   }
   return result;
+}
+
+namespace {
+
+template <class... Args>
+std::string formatted(const char* format, Args... args) {
+  const int size = std::snprintf(nullptr, 0, format, args...);
+  std::string text(static_cast<size_t>(size), '\0');
+  std::snprintf(text.data(), text.size() + 1, format, args...);
+  return text;
+}
+
+double rounded(double value, double scale) { return std::round(value * scale) / scale; }
+
+}  // namespace
+
+std::string benchmarkTableHeader(const BenchmarkOptions& o, int ranks, const std::string& backend) {
+  std::string text = formatted("# kolo bench %s: np %d, backend %s, algo %s, dtype %s, op %s, root %d, %s, ",
+                               collectiveName(o.collective), ranks, backend.c_str(), algorithmName(o.algorithm),
+                               dtypeName(o.dtype), reduceOpName(o.op), o.root, o.inPlace ? "in place" : "out of place");
+  text += o.anchorSchedule ? std::string("anchor schedule\n") : formatted("warmup %d, iters %d\n", o.warmup, o.iters);
+  text += "# time: median over iterations of the slowest rank; GB = 1e9 bytes\n";
+  return text + formatted("%14s %12s %12s %12s %12s %8s", "bytes", "count", "time(us)", "algbw(GB/s)",
+                          "busbw(GB/s)", "correct");
+}
+
+std::string benchmarkTableRow(const BenchmarkResult& row) {
+  return formatted("%14zu %12zu %12.2f %12.4f %12.4f %8s", row.bytes, row.count, row.medianUs, row.algbw,
+                   row.busbw, row.correct ? "yes" : "NO");
+}
+
+std::string benchmarkJson(const BenchmarkOptions& o, int ranks, const std::string& backend,
+                          const BenchmarkResult& row) {
+  nlohmann::ordered_json line;
+  line["bench"] = std::string("kolo_") + collectiveName(o.collective);
+  line["impl"] = "kolo-" + backend;
+  line["collective"] = collectiveName(o.collective);
+  line["backend"] = backend;
+  line["algo"] = algorithmName(o.algorithm);
+  line["np"] = ranks;
+  line["dtype"] = dtypeName(o.dtype);
+  line["op"] = reduceOpName(o.op);
+  line["root"] = o.root;
+  line["inplace"] = o.inPlace;
+  line["bytes"] = row.bytes;
+  line["count"] = row.count;
+  line["warmup"] = row.warmup;
+  line["iters"] = row.iters;
+  line["t_median_us"] = rounded(row.medianUs, 1e3);
+  line["t_min_us"] = rounded(row.minUs, 1e3);
+  line["t_p10_us"] = rounded(row.p10Us, 1e3);
+  line["t_p90_us"] = rounded(row.p90Us, 1e3);
+  line["t_max_us"] = rounded(row.maxUs, 1e3);
+  line["algbw_GBps"] = rounded(row.algbw, 1e4);
+  line["busbw_GBps"] = rounded(row.busbw, 1e4);
+  line["correct"] = row.correct;
+  return line.dump();
 }
 
 }  // namespace kolo::comm

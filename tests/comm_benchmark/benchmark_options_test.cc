@@ -1,6 +1,12 @@
 // The benchmark's helpers that need no communicator: sweeps (also non-powers of two), size
-// lists, collective names and the nccl-tests bus-bandwidth factors.
+// lists, collective names, the nccl-tests bus-bandwidth factors, and the table and JSON lines.
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "kolo/comm/benchmark.h"
 #include "kolo/error.h"
@@ -52,6 +58,52 @@ TEST(BenchmarkOptions, BusBandwidthFactorsFollowNcclTests) {
   EXPECT_DOUBLE_EQ(busBandwidthFactor(Collective::Allreduce, 1), 0.0);
   EXPECT_TRUE(splitsAcrossRanks(Collective::Allgather));
   EXPECT_FALSE(splitsAcrossRanks(Collective::Allreduce));
+}
+
+const BenchmarkResult kResult{.bytes = 4096, .count = 1024, .warmup = 5, .iters = 20, .medianUs = 12.3456,
+                              .minUs = 10.0004, .p10Us = 11.0, .p90Us = 15.5, .maxUs = 20.25,
+                              .algbw = 0.331776, .busbw = 0.497664, .correct = true};
+
+TEST(BenchmarkLines, TheTableNamesTheMeasurementAndEachRowItsFigures) {
+  const BenchmarkOptions options{.collective = Collective::Reduce, .dtype = DType::BF16, .op = ReduceOp::Max,
+                                 .root = 1, .inPlace = false, .warmup = 2, .iters = 7};
+  const std::string header = benchmarkTableHeader(options, 4, "native");
+  EXPECT_EQ(header.substr(0, header.find('\n')),
+            "# kolo bench reduce: np 4, backend native, algo auto, dtype bf16, op max, root 1, out of place, "
+            "warmup 2, iters 7");
+  EXPECT_NE(benchmarkTableHeader({.anchorSchedule = true}, 2, "mpi").find("in place, anchor schedule\n"),
+            std::string::npos);
+  std::istringstream columns(header.substr(header.rfind('\n') + 1));
+  std::vector<std::string> names{std::istream_iterator<std::string>(columns), {}};
+  EXPECT_EQ(names, (std::vector<std::string>{"bytes", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "correct"}));
+  std::istringstream row(benchmarkTableRow(kResult));
+  std::vector<std::string> cells{std::istream_iterator<std::string>(row), {}};
+  EXPECT_EQ(cells, (std::vector<std::string>{"4096", "1024", "12.35", "0.3318", "0.4977", "yes"}));
+  BenchmarkResult wrong = kResult;
+  wrong.correct = false;
+  EXPECT_EQ(benchmarkTableRow(wrong).substr(benchmarkTableRow(wrong).size() - 2), "NO");
+}
+
+TEST(BenchmarkLines, AJsonLineHoldsEveryFieldRounded) {
+  const std::string text = benchmarkJson({.collective = Collective::Allgather}, 3, "native", kResult);
+  EXPECT_EQ(text.find('\n'), std::string::npos);
+  const nlohmann::ordered_json line = nlohmann::ordered_json::parse(text);
+  EXPECT_EQ(line["bench"], "kolo_allgather");
+  EXPECT_EQ(line["impl"], "kolo-native");
+  EXPECT_EQ(line["np"], 3);
+  EXPECT_EQ(line["dtype"], "f32");
+  EXPECT_EQ(line["inplace"], true);
+  EXPECT_EQ(line["bytes"], 4096);
+  EXPECT_EQ(line["iters"], 20);
+  EXPECT_DOUBLE_EQ(line["t_median_us"].get<double>(), 12.346);
+  EXPECT_DOUBLE_EQ(line["t_min_us"].get<double>(), 10.0);
+  EXPECT_DOUBLE_EQ(line["busbw_GBps"].get<double>(), 0.4977);
+  EXPECT_EQ(line["correct"], true);
+  std::vector<std::string> keys;
+  for (const auto& item : line.items()) keys.push_back(item.key());
+  EXPECT_EQ(keys.size(), 22u);
+  EXPECT_EQ(keys.front(), "bench");
+  EXPECT_EQ(keys.back(), "correct");
 }
 
 }  // namespace

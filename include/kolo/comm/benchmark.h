@@ -98,4 +98,16 @@ struct BenchmarkResult {
 /// surfaces as the communicator's errors.
 BenchmarkResult benchmarkCollective(Communicator& comm, const BenchmarkOptions& options, size_t bytes);
 
+/// The table of `kolo bench`, as nccl-tests prints it: a header naming the measurement
+/// (`options` over `ranks` ranks of `backend`) and the columns, then one row per result:
+/// bytes, count, median time (us), algbw, busbw (GB/s) and whether the result was correct.
+std::string benchmarkTableHeader(const BenchmarkOptions& options, int ranks, const std::string& backend);
+std::string benchmarkTableRow(const BenchmarkResult& result);
+
+/// One result as a JSON object on one line: bench, impl, collective, backend, algo, np,
+/// dtype, op, root, inplace, bytes, count, warmup, iters, t_median_us, t_min_us, t_p10_us,
+/// t_p90_us, t_max_us, algbw_GBps, busbw_GBps, correct (the fields bench/*.sh read).
+std::string benchmarkJson(const BenchmarkOptions& options, int ranks, const std::string& backend,
+                          const BenchmarkResult& result);
+
 }  // namespace kolo::comm
