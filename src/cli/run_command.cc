@@ -17,33 +17,6 @@
 
 namespace kolo::cli {
 
-namespace {
-
-// --nnodes M, or MIN:MAX (elastic jobs: nodes that may join later).
-void parseNodes(const std::string& text, parallel::LauncherOptions& options) {
-  const size_t colon = text.find(':');
-  auto number = [&text](const std::string& part) {
-    size_t used = 0;
-    int value = 0;
-    try {
-      value = std::stoi(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != part.size() || value < 1)
-      KOLO_THROW(InvalidArgument, "kolo run: --nnodes ", text, " is not M or MIN:MAX (whole numbers, at least 1)");
-    return value;
-  };
-  options.nnodes = number(text.substr(0, colon));
-  if (colon == std::string::npos) return;
-  options.maxNodes = number(text.substr(colon + 1));
-  if (!options.elastic || options.maxNodes < options.nnodes)
-    KOLO_THROW(InvalidArgument, "kolo run: --nnodes ", text,
-               ": MIN:MAX needs --elastic and MAX at least MIN");
-}
-
-}  // namespace
-
 Command registerRun(CLI::App& root) {
   auto options = std::make_shared<parallel::LauncherOptions>();
   auto graceSeconds = std::make_shared<double>(5.0);
@@ -131,7 +104,7 @@ Command registerRun(CLI::App& root) {
   command.app = app;
   command.run = [options, graceSeconds, bind, nproc, bindOption, statusFile, nodes, nodesOption,
                  nodeRankOption, storeOption]() -> int {
-    parseNodes(*nodes, *options);
+    parallel::parseNodeRange(*nodes, *options);
     const bool slurmNodes = !options->psJoin && nodesOption->count() == 0 &&
                             nodeRankOption->count() == 0 && storeOption->count() == 0 &&
                             parallel::nodesFromSlurm(*options);

@@ -470,6 +470,27 @@ NodeRanks psNodeRanks(int ranks, int nnodes, int nodeRank) {
   return {nodeRank * each + std::min(nodeRank, extra), each + (nodeRank < extra ? 1 : 0)};
 }
 
+void parseNodeRange(const std::string& text, LauncherOptions& options) {
+  const size_t colon = text.find(':');
+  auto number = [&text](const std::string& part) {
+    size_t used = 0;
+    int value = 0;
+    try {
+      value = std::stoi(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != part.size() || value < 1)
+      KOLO_THROW(InvalidArgument, "kolo run: --nnodes ", text, " is not M or MIN:MAX (whole numbers, at least 1)");
+    return value;
+  };
+  options.nnodes = number(text.substr(0, colon));
+  if (colon == std::string::npos) return;
+  options.maxNodes = number(text.substr(colon + 1));
+  if (!options.elastic || options.maxNodes < options.nnodes)
+    KOLO_THROW(InvalidArgument, "kolo run: --nnodes ", text, ": MIN:MAX needs --elastic and MAX at least MIN");
+}
+
 int runLauncher(const LauncherOptions& options) {
   if (options.procsPerNode < 1)
     KOLO_THROW(InvalidArgument, "kolo run: -n must be at least 1, got ", options.procsPerNode);

@@ -95,6 +95,12 @@ struct NodeRanks {
 };
 NodeRanks psNodeRanks(int ranks, int nnodes, int nodeRank);
 
+/// Parses `kolo run --nnodes`: "M" (options.nnodes), or "MIN:MAX" for an elastic job whose
+/// nodes MIN..MAX-1 join later (options.maxNodes too). Throws InvalidArgument naming the text
+/// for anything but whole numbers of at least 1, and for MIN:MAX without options.elastic or
+/// with MAX below MIN.
+void parseNodeRange(const std::string& text, LauncherOptions& options);
+
 /// `srun --ntasks-per-node=1 kolo run -n G ...` in an allocation of several nodes: one
 /// launcher per node, as `kolo run --nnodes M --node-rank R --store HOST:PORT` on each, with
 /// M, R and the store (the step's first node, kolo/comm/init.h) from Slurm's variables. The
