@@ -1,10 +1,8 @@
 // `kolo run`: the launcher's command line. Parses the options and PROGRAM ARGS... (after
-// `--` or the first non-option word) into parallel::LauncherOptions and runs the job; the
-// job token for several nodes comes from KOLO_TOKEN (kolo::settings::token()). Started by
-// srun with one task per node and no --nnodes, the nodes and the store come from Slurm
-// (parallel::nodesFromSlurm).
+// `--` or the first non-option word) into parallel::LauncherOptions and runs the job (the
+// launcher library takes the job token from KOLO_TOKEN). Started by srun with one task per
+// node and no --nnodes, the nodes and the store come from Slurm (parallel::nodesFromSlurm).
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -12,7 +10,6 @@
 #include "cli/options.h"
 #include "kolo/comm/spawn.h"
 #include "kolo/error.h"
-#include "kolo/settings.h"
 #include "launch/launcher.h"
 
 namespace kolo::cli {
@@ -105,32 +102,21 @@ Command registerRun(CLI::App& root) {
   command.run = [options, graceSeconds, bind, nproc, bindOption, statusFile, nodes, nodesOption,
                  nodeRankOption, storeOption]() -> int {
     parallel::parseNodeRange(*nodes, *options);
-    const bool slurmNodes = !options->psJoin && nodesOption->count() == 0 &&
-                            nodeRankOption->count() == 0 && storeOption->count() == 0 &&
-                            parallel::nodesFromSlurm(*options);
+    if (!options->psJoin && nodesOption->count() == 0 && nodeRankOption->count() == 0 && storeOption->count() == 0)
+      parallel::nodesFromSlurm(*options);
     // The ranks inherit the launcher's environment (rankEnvironment).
     if (!statusFile->empty() && ::setenv("KOLO_STATUS_FILE", statusFile->c_str(), 1) != 0)
       KOLO_THROW(IoError, "kolo run: cannot set KOLO_STATUS_FILE");
-    if (options->psJoin) {
-      options->procsPerNode = 1;
-      options->token = settings::token();
-    } else if (options->psServers > 0) {
-      options->procsPerNode = parallel::psNodeRanks(options->psServers + 1 + options->psWorkers,
-                                                    options->nnodes, options->nodeRank)
-                                  .count;
-      // Joinable (kolo run --join) when started with --store and KOLO_TOKEN.
-      if (!options->storeAddress.empty() && !slurmNodes) options->token = settings::token();
+    if (options->psServers > 0 && bindOption->count() == 0) {
       // A server serves every worker from threads of its own and the processes of the job
       // take turns (push, update, reply): bound to one core each, a server shares its core
       // with a worker and the two wait for each other.
-      if (bindOption->count() == 0) *bind = "none";
-    } else if (nproc->count() == 0) {
+      *bind = "none";
+    } else if (!options->psJoin && options->psServers == 0 && nproc->count() == 0) {
       KOLO_THROW(InvalidArgument, "kolo run: give -n N (or --ps P --workers W)");
     }
     options->bind = comm::parseCpuBinding(*bind);
     options->gracePeriod = std::chrono::milliseconds(static_cast<int64_t>(*graceSeconds * 1000));
-    if (std::max(options->nnodes, options->maxNodes) > 1 && !slurmNodes)
-      options->token = settings::token();
     return parallel::runLauncher(*options);
   };
   return command;

@@ -491,7 +491,9 @@ void parseNodeRange(const std::string& text, LauncherOptions& options) {
     KOLO_THROW(InvalidArgument, "kolo run: --nnodes ", text, ": MIN:MAX needs --elastic and MAX at least MIN");
 }
 
-int runLauncher(const LauncherOptions& options) {
+int runLauncher(const LauncherOptions& given) {
+  LauncherOptions options = given;
+  if (options.token.empty()) options.token = settings::token();
   if (options.procsPerNode < 1)
     KOLO_THROW(InvalidArgument, "kolo run: -n must be at least 1, got ", options.procsPerNode);
   if (options.nnodes < 1)
@@ -538,11 +540,7 @@ int runLauncher(const LauncherOptions& options) {
       KOLO_THROW(InvalidArgument, "kolo run: --ps ", options.psServers, " --workers ",
                  options.psWorkers, " starts ", ranks, " processes, fewer than --nnodes ",
                  options.nnodes);
-    const int here = psNodeRanks(ranks, options.nnodes, options.nodeRank).count;
-    if (options.procsPerNode != here)
-      KOLO_THROW(InvalidArgument, "kolo run: --ps ", options.psServers, " --workers ",
-                 options.psWorkers, " starts ", here, " processes on node ", options.nodeRank,
-                 ", not -n ", options.procsPerNode);
+    options.procsPerNode = psNodeRanks(ranks, options.nnodes, options.nodeRank).count;
   }
   detail::SignalScope signals;
   detail::Job job(options, signals);

@@ -21,8 +21,8 @@ struct LauncherOptions {
   /// "HOST:PORT" of the TCP store. Node 0 hosts it on PORT (every interface); the other
   /// nodes connect to it. Empty (single node only): hosted on 127.0.0.1, a free port.
   std::string storeAddress;
-  /// Job token. Empty on a single node: a random one. Several nodes must share one
-  /// (the CLI takes KOLO_TOKEN); empty there is an InvalidArgument.
+  /// Job token; empty: KOLO_TOKEN, and where that is unset too, a random one on a single
+  /// node. Several nodes must share one; none there is an InvalidArgument.
   std::string token;
   /// Seconds given to the ranks as KOLO_TIMEOUT (their default collective deadline) and
   /// used for the launchers' own rendezvous; 0: KOLO_TIMEOUT is left as inherited and
@@ -35,8 +35,8 @@ struct LauncherOptions {
   /// A single local rank (procsPerNode 1) is never bound.
   comm::CpuBinding bind = comm::CpuBinding::Core;
   /// A parameter-server job (kolo run --ps P --workers W) when psServers > 0: the job has
-  /// P + 1 + W ranks, of which this node runs psNodeRanks(...).count (procsPerNode must be
-  /// that); ranks 0..P-1 are servers, rank P the chief, the others workers, and each gets
+  /// P + 1 + W ranks, of which this node runs psNodeRanks(...).count (procsPerNode is set
+  /// to that); ranks 0..P-1 are servers, rank P the chief, the others workers, and each gets
   /// KOLO_ROLE (ps, chief, worker), KOLO_ROLE_INDEX, KOLO_PS_SERVERS and KOLO_PS_WORKERS. A
   /// worker that fails does not stop the job (the chief hands its data to the others); a
   /// server or the chief that fails does, on every node.
