@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <sstream>
 
@@ -48,6 +49,14 @@ class Registrar {
   CLI::Option* flag(const std::string& names, bool& target, const std::string& help,
                     Where where = {}, std::string hint = {}) {
     return scoped(app_->add_flag(names, target, help), std::move(where), std::move(hint));
+  }
+  /// An option in seconds (fractions too) into a duration.
+  CLI::Option* seconds(const std::string& names, std::chrono::milliseconds& target, const std::string& help,
+                       Where where) {
+    auto set = [&target](double s) { target = std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); };
+    std::ostringstream shown;
+    shown << static_cast<double>(target.count()) / 1000.0;
+    return scoped(app_->add_option_function<double>(names, set, help)->default_str(shown.str()), std::move(where), {});
   }
   /// A flag that does `act` when given (a negated or shared setting).
   CLI::Option* flag(const std::string& names, std::function<void()> act, const std::string& help) {
@@ -298,29 +307,29 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
       ->capture_default_str();
 
   r.group("Federated (--strategy federated)");
-  FederatedFlags& f = c.federated;
+  parallel::fed::FederatedOptions& f = c.federated;
   r.option("--clients", f.clients, "simulated clients", kFederated)->capture_default_str()->check(atLeast(1));
   r.option("--clients-per-round", f.clientsPerRound, "clients sampled each round (K)", kFederated)->check(atLeast(1));
-  r.option("--client-fraction", f.clientFraction, "fraction of the clients sampled each round, without --clients-per-round",
-           kFederated)
+  r.option("--client-fraction", c.clientFraction,
+           "fraction of the clients sampled each round, without --clients-per-round", kFederated)
       ->capture_default_str()
       ->check(above(0));
-  r.option("--rounds", f.rounds, "communication rounds", kFederated)->capture_default_str()->check(atLeast(1));
-  r.option("--local-epochs", f.localEpochs, "epochs each client trains per round (E)", kFederated)
+  r.option("--rounds", c.rounds, "communication rounds", kFederated)->capture_default_str()->check(atLeast(1));
+  r.option("--local-epochs", f.client.localEpochs, "epochs each client trains per round (E)", kFederated)
       ->capture_default_str()
       ->check(atLeast(1));
-  r.option("--local-batch", f.localBatch, "client batch size (B); 0: the client's whole data (FedSGD with E = 1)",
-           kFederated)
+  r.option("--local-batch", f.client.localBatch,
+           "client batch size (B); 0: the client's whole data (FedSGD with E = 1)", kFederated)
       ->capture_default_str()
       ->check(atLeast(0));
-  r.option("--prox-mu", f.proxMu, "FedProx proximal weight mu (--algorithm fedprox)", kFederated)->check(notBelow(0));
+  r.option("--prox-mu", f.client.proxMu, "FedProx proximal weight mu (--algorithm fedprox)", kFederated)
+      ->check(notBelow(0));
   r.option("--server-lr", f.serverLr, "server step on the mean update", kFederated)
       ->capture_default_str()
       ->check(above(0));
-  r.option("--partition", f.partition, "iid, shards:S or dirichlet:ALPHA", kFederated)->capture_default_str();
-  r.option("--round-timeout", f.roundTimeout, "seconds the server waits for a round's updates; later ones are left out",
-           kFederated)
-      ->capture_default_str()
+  r.option("--partition", c.partition, "iid, shards:S or dirichlet:ALPHA", kFederated)->capture_default_str();
+  r.seconds("--round-timeout", f.roundTimeout,
+            "seconds the server waits for a round's updates; later ones are left out", kFederated)
       ->check(above(0));
   r.flag("--secure-agg", f.secureAgg, "secure aggregation (Bonawitz et al. 2017): the server learns only the sum",
          kFederated);
@@ -432,7 +441,7 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
            "STEP: before STEP the members wait for ranks to register to join (up to --max-ranks)", kElastic);
   r.option("--debug-sample-log", c.debugSampleLog,
            "each rank appends the sample ids of its completed steps to FILE.rank-N", kElastic);
-  r.option("--debug-drop-rate", f.debugDropRate, "each selected client drops out with this probability", kFederated)
+  r.option("--debug-drop-rate", f.simulatedDropRate, "each selected client drops out with this probability", kFederated)
       ->check(notBelow(0));
   return scopes;
 }
