@@ -23,6 +23,7 @@
 #include "kolo/train/engine.h"
 #include "kolo/train/faults.h"
 #include "kolo/train/fit.h"
+#include "kolo/train/parameter_server.h"
 
 // CLI11 is heavy to parse: only the command files that build options include it.
 namespace CLI {
@@ -74,14 +75,9 @@ struct TrainConfig {
   bool balance = false;
   int64_t balanceEvery = 10;
 
-  // Parameter servers (under kolo run --ps P --workers W).
-  std::string psMode = "sync";
-  int staleness = 2;
-  int64_t psShardBytes = 1 << 20;
-  int64_t psUnitBatches = 8;
-  std::string psCompress = "none", psTransport = "auto", psStalenessLr = "auto", psOverlap = "auto";
-  double psHeartbeatSeconds = 10.0;
-  std::optional<double> psLookahead;  // default: 1.5 with async's and ssp's Adam, else 0
+  // Parameter servers (under kolo run --ps P --workers W): the --ps-* flags and --staleness, whose defaults
+  // train_ps.cc completes (the look-ahead of async's and ssp's Adam).
+  train::ParameterServerOptions ps;
 
   // --strategy federated: the library's options, and what the command derives them from.
   parallel::fed::FederatedOptions federated;
