@@ -7,7 +7,6 @@
 
 #include "cli/train_loop.h"
 #include "kolo/comm/init.h"
-#include "kolo/nn/models.h"
 #include "kolo/parallel/federated.h"
 #include "kolo/safetensors.h"
 #include "kolo/settings.h"
@@ -52,12 +51,7 @@ int runFederated(const TrainConfig& config, observe::Logger& logger) {
   // --fail-at-step ROUND:RANK: that client host fails before serving ROUND (for tests);
   // --debug-kill-rank RANK:ROUND: it is SIGKILLed there.
   callbacks.beforeRound = [&config, rank = launch.rank](int64_t round) { config.faults.strike(rank, round, "round"); };
-  auto model = [&config]() -> std::shared_ptr<nn::Module> {
-    Generator generator(config.seed);
-    std::shared_ptr<nn::Module> built = nn::makeModel(config.model, generator);
-    if (!config.initPath.empty()) checkpoint::loadSafetensorsInto(config.initPath, built->namedParameters());
-    return built;
-  };
+  auto model = [&config]() -> std::shared_ptr<nn::Module> { return buildModel(config); };
   const bool server = launch.size <= 1 || launch.rank == 0;
   std::shared_ptr<const data::TensorDataset> train = loadTrainingSet(config);
   std::shared_ptr<const data::Dataset> test;
