@@ -9,7 +9,6 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
-#include "cli/train_federated.h"
 #include "cli/train_flags.h"
 #include "cli/train_loop.h"
 #include "kolo/byte_size.h"
@@ -64,7 +63,7 @@ Command registerTrain(CLI::App& root) {
     KOLO_REQUIRE(config->model != "lm" || !parallel::ElasticContext::launchedElastic(),
                  "kolo run --elastic trains --model mlp or cnn, not lm");
     if (config->strategy == "parameter-server") return runParameterServerRole(*config, logger);
-    if (config->strategy == "federated") return runFederated(*config, config->federated, logger);
+    if (config->strategy == "federated") return runFederated(*config, logger);
     return runTraining(*config, logger);
   };
   return command;

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <sstream>
 
@@ -12,6 +13,7 @@
 #include "kolo/error.h"
 #include "kolo/parallel/elastic.h"
 #include "kolo/parallel/mesh.h"
+#include "kolo/parallel/parameter_server.h"
 
 namespace kolo::cli {
 namespace {
@@ -49,6 +51,22 @@ class Registrar {
                     Where where = {}, std::string hint = {}) {
     return scoped(app_->add_flag(names, target, help), std::move(where), std::move(hint));
   }
+  /// An option whose text `parse` turns into `target` (a library enum, an on/off switch);
+  /// `shown`: the default in the help.
+  template <class T, class Parse>
+  CLI::Option* parsed(const std::string& names, T& target, Parse parse, const std::string& help, Where where,
+                      const std::string& shown) {
+    auto set = [&target, parse](const std::string& text) { target = parse(text); };
+    return scoped(app_->add_option_function<std::string>(names, set, help)->default_str(shown), std::move(where), {});
+  }
+  /// An option in seconds (fractions too) into a duration.
+  CLI::Option* seconds(const std::string& names, std::chrono::milliseconds& target, const std::string& help,
+                       Where where) {
+    auto set = [&target](double s) { target = std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); };
+    std::ostringstream shown;
+    shown << static_cast<double>(target.count()) / 1000.0;
+    return scoped(app_->add_option_function<double>(names, set, help)->default_str(shown.str()), std::move(where), {});
+  }
   /// A flag that does `act` when given (a negated or shared setting).
   CLI::Option* flag(const std::string& names, std::function<void()> act, const std::string& help) {
     return scoped(app_->add_flag_callback(names, std::move(act), help), {}, {});
@@ -65,6 +83,12 @@ class Registrar {
   FlagScopes& scopes_;
   std::string group_ = "Training";
 };
+
+// auto: unset (the library decides), else on or off.
+std::optional<bool> onOffAuto(const std::string& value) {
+  if (value == "auto") return std::nullopt;
+  return value == "on";
+}
 
 std::string joined(const std::vector<std::string>& names, const std::string& last) {
   std::string text;
@@ -242,85 +266,80 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
          kFsdp);
 
   r.group("Parameter server");
-  r.option("--ps-mode", c.psMode,
+  train::ParameterServerOptions& p = c.ps;
+  r.parsed("--ps-mode", p.mode, parallel::ps::parseMode,
            "parameter-server updates: sync (mean of every worker's gradient), async (applied on arrival), ssp "
            "(async, no worker more than --staleness ahead)",
-           kPs)
-      ->check(oneOf({"sync", "async", "ssp"}))
-      ->capture_default_str();
-  r.option("--staleness", c.staleness, "ssp: how many pushes a worker may be ahead of the slowest", kPs)
+           kPs, "sync")
+      ->check(oneOf({"sync", "async", "ssp"}));
+  r.option("--staleness", p.staleness, "ssp: how many pushes a worker may be ahead of the slowest", kPs)
       ->check(atLeast(0))
       ->capture_default_str();
-  r.option("--ps-shard-bytes", c.psShardBytes, "parameter-server: parameters larger than this are split over the servers",
+  r.option("--ps-shard-bytes", p.shardBytes, "parameter-server: parameters larger than this are split over the servers",
            kPs)
       ->check(atLeast(1))
       ->capture_default_str();
-  r.option("--ps-compress", c.psCompress,
+  r.parsed("--ps-compress", p.compression, parallel::ps::parseCompression,
            "parameter-server: none, or bf16 or fp16 for the gradients workers push and the parameters they pull "
            "(half the bytes; the servers keep f32)",
-           kPs)
-      ->check(oneOf({"none", "bf16", "fp16"}))
-      ->capture_default_str();
-  r.option("--ps-transport", c.psTransport,
+           kPs, "none")
+      ->check(oneOf({"none", "bf16", "fp16"}));
+  r.parsed("--ps-transport", p.sharedMemory, [](const std::string& value) { return value != "tcp"; },
            "parameter-server: auto (values through shared memory between a worker and a server on the same host, "
            "TCP otherwise) or tcp (TCP always)",
-           kPs)
-      ->check(oneOf({"auto", "tcp"}))
-      ->capture_default_str();
-  r.option("--ps-heartbeat-seconds", c.psHeartbeatSeconds,
-           "parameter-server: a worker that sends no heartbeat for this long (stopped, hung) is lost and its data "
-           "goes to the others (0: off)",
-           kPs)
-      ->check(atLeast(0))
-      ->capture_default_str();
-  r.option("--ps-staleness-lr", c.psStalenessLr,
+           kPs, "auto")
+      ->check(oneOf({"auto", "tcp"}));
+  r.seconds("--ps-heartbeat-seconds", p.heartbeat,
+            "parameter-server: a worker that sends no heartbeat for this long (stopped, hung) is lost and its data "
+            "goes to the others (0: off)",
+            kPs)
+      ->check(atLeast(0));
+  r.parsed("--ps-staleness-lr", p.stalenessLr, onOffAuto,
            "parameter-server async/ssp: divide a gradient by its staleness (the updates since the version it was "
            "computed on), auto: on in async and ssp",
-           kPs)
-      ->check(oneOf({"auto", "on", "off"}))
-      ->capture_default_str();
-  r.option("--ps-overlap", c.psOverlap,
+           kPs, "auto")
+      ->check(oneOf({"auto", "on", "off"}));
+  r.parsed("--ps-overlap", p.overlap, onOffAuto,
            "parameter-server async/ssp: a worker computes its next step while the previous push and pull are in "
            "flight (on two replicas of the model); auto: on in async and ssp when a server is reached over TCP "
            "(not through shared memory on its host) or --ps-lookahead is given",
-           kPs)
-      ->check(oneOf({"auto", "on", "off"}))
-      ->capture_default_str();
-  r.option("--ps-lookahead", c.psLookahead,
+           kPs, "auto")
+      ->check(oneOf({"auto", "on", "off"}));
+  r.option("--ps-lookahead", p.lookahead,
            "parameter-server, overlapped: a step computes on the newest values carried on by this factor times "
            "their change since the previous reply (0: off; default 1.5 with async's and ssp's Adam defaults, else "
            "0)",
            kPs)
       ->check(notBelow(0));
-  r.option("--ps-unit-batches", c.psUnitBatches, "parameter-server: batches per unit of data the chief hands to a worker",
+  r.option("--ps-unit-batches", p.unitBatches, "parameter-server: batches per unit of data the chief hands to a worker",
            kPs)
       ->check(atLeast(1))
       ->capture_default_str();
 
   r.group("Federated (--strategy federated)");
-  FederatedFlags& f = c.federated;
+  parallel::fed::FederatedOptions& f = c.federated;
   r.option("--clients", f.clients, "simulated clients", kFederated)->capture_default_str()->check(atLeast(1));
   r.option("--clients-per-round", f.clientsPerRound, "clients sampled each round (K)", kFederated)->check(atLeast(1));
-  r.option("--client-fraction", f.clientFraction, "fraction of the clients sampled each round, without --clients-per-round",
-           kFederated)
+  r.option("--client-fraction", c.clientFraction,
+           "fraction of the clients sampled each round, without --clients-per-round", kFederated)
       ->capture_default_str()
       ->check(above(0));
-  r.option("--rounds", f.rounds, "communication rounds", kFederated)->capture_default_str()->check(atLeast(1));
-  r.option("--local-epochs", f.localEpochs, "epochs each client trains per round (E)", kFederated)
+  r.option("--rounds", c.rounds, "communication rounds", kFederated)->capture_default_str()->check(atLeast(1));
+  r.option("--local-epochs", f.client.localEpochs, "epochs each client trains per round (E)", kFederated)
       ->capture_default_str()
       ->check(atLeast(1));
-  r.option("--local-batch", f.localBatch, "client batch size (B); 0: the client's whole data (FedSGD with E = 1)",
-           kFederated)
+  r.option("--local-batch", f.client.localBatch,
+           "client batch size (B); 0: the client's whole data (FedSGD with E = 1)", kFederated)
       ->capture_default_str()
       ->check(atLeast(0));
-  r.option("--prox-mu", f.proxMu, "FedProx proximal weight mu (--algorithm fedprox)", kFederated)->check(notBelow(0));
+  r.option("--prox-mu", f.client.proxMu, "FedProx proximal weight mu (--algorithm fedprox)", kFederated)
+      ->check(notBelow(0));
   r.option("--server-lr", f.serverLr, "server step on the mean update", kFederated)
       ->capture_default_str()
       ->check(above(0));
-  r.option("--partition", f.partition, "iid, shards:S or dirichlet:ALPHA", kFederated)->capture_default_str();
-  r.option("--round-timeout", f.roundTimeout, "seconds the server waits for a round's updates; later ones are left out",
-           kFederated)
-      ->capture_default_str()
+  r.option("--partition", c.partition, "iid, shards:S or dirichlet:ALPHA", kFederated)->capture_default_str();
+  r.seconds("--round-timeout", f.roundTimeout,
+            "seconds the server waits for a round's updates; later ones are left out", kFederated)
       ->check(above(0));
   r.flag("--secure-agg", f.secureAgg, "secure aggregation (Bonawitz et al. 2017): the server learns only the sum",
          kFederated);
@@ -432,7 +451,7 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
            "STEP: before STEP the members wait for ranks to register to join (up to --max-ranks)", kElastic);
   r.option("--debug-sample-log", c.faults.elastic.sampleLog,
            "each rank appends the sample ids of its completed steps to FILE.rank-N", kElastic);
-  r.option("--debug-drop-rate", f.debugDropRate, "each selected client drops out with this probability", kFederated)
+  r.option("--debug-drop-rate", f.simulatedDropRate, "each selected client drops out with this probability", kFederated)
       ->check(notBelow(0));
   return scopes;
 }

@@ -17,11 +17,13 @@
 #include "kolo/observe.h"
 #include "kolo/optim.h"
 #include "kolo/parallel/balancer.h"
+#include "kolo/parallel/federated.h"
 #include "kolo/parallel/strategy.h"
 #include "kolo/train/elastic.h"
 #include "kolo/train/engine.h"
 #include "kolo/train/faults.h"
 #include "kolo/train/fit.h"
+#include "kolo/train/parameter_server.h"
 
 // CLI11 is heavy to parse: only the command files that build options include it.
 namespace CLI {
@@ -33,24 +35,6 @@ class Module;
 }
 
 namespace kolo::cli {
-
-/// The flags of --strategy federated (train_federated.cc).
-struct FederatedFlags {
-  int clients = 100;
-  int clientsPerRound = 0;  // 0: from clientFraction
-  double clientFraction = 0.1;
-  int64_t rounds = 50;
-  int64_t localEpochs = 1;
-  int64_t localBatch = 10;  // 0: the client's whole data
-  double proxMu = 0.0;
-  double serverLr = 1.0;
-  std::string partition = "iid";
-  double roundTimeout = 120;  // seconds
-  double debugDropRate = 0.0;
-  bool secureAgg = false;
-  int saThreshold = 0;
-  double dpClip = 0.0, dpNoise = 0.0, dpDelta = 1e-5;
-};
 
 /// Everything `kolo train` can be told: one member per flag (train_flags.cc declares each
 /// with its help). Unset optionals take the recipe's defaults (see resolveRecipe).
@@ -91,16 +75,15 @@ struct TrainConfig {
   bool balance = false;
   int64_t balanceEvery = 10;
 
-  // Parameter servers (under kolo run --ps P --workers W).
-  std::string psMode = "sync";
-  int staleness = 2;
-  int64_t psShardBytes = 1 << 20;
-  int64_t psUnitBatches = 8;
-  std::string psCompress = "none", psTransport = "auto", psStalenessLr = "auto", psOverlap = "auto";
-  double psHeartbeatSeconds = 10.0;
-  std::optional<double> psLookahead;  // default: 1.5 with async's and ssp's Adam, else 0
+  // Parameter servers (under kolo run --ps P --workers W): the --ps-* flags and --staleness, whose defaults
+  // train_ps.cc completes (the look-ahead of async's and ssp's Adam).
+  train::ParameterServerOptions ps;
 
-  FederatedFlags federated;
+  // --strategy federated: the library's options, and what the command derives them from.
+  parallel::fed::FederatedOptions federated;
+  int64_t rounds = 50;
+  double clientFraction = 0.1;  // clientsPerRound without --clients-per-round
+  std::string partition = "iid";
 
   // The lm and model parallelism (docs/model_parallel.md).
   int64_t layers = 4, dModel = 128, heads = 4, seqLen = 64;
@@ -211,6 +194,13 @@ int runTraining(const TrainConfig& config, observe::Logger& logger);
 /// KOLO_ROLE) of a job started by kolo run --ps P --workers W. The chief writes --metrics and
 /// --save and prints the summary line; returns the exit status.
 int runParameterServerRole(const TrainConfig& config, observe::Logger& logger);
+
+/// `--strategy federated` (train_federated.cc): this process's part of the job, through
+/// train::trainFederated: without `kolo run` (or with -n 1), the server and one client host as
+/// threads over an in-memory store; under `kolo run -n N`, rank 0 is the server and ranks
+/// 1..N-1 host the clients, over the job's TCP store. The server writes --metrics (one line
+/// per round), --save, and the summary line; returns the exit status.
+int runFederated(const TrainConfig& config, observe::Logger& logger);
 
 /// `--workers N` (train_workers.cc): runs this command on N local ranks (its own arguments
 /// but --workers, with `--strategy multi-worker-mirrored` when none was named) as kolo run -n N

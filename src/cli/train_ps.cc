@@ -1,10 +1,9 @@
 // `kolo train --strategy parameter-server`: the flags mapped onto train::trainParameterServer,
 // which runs this process's role of the job started by kolo run --ps P --workers W. Here: the
 // flags' defaults for the modes (Adam in async and ssp, a worker's batch of 64), the data
-// (training images on workers only), the test hooks as callbacks, and the chief's summary.
+// (training images on workers only), and the chief's summary.
 #include <chrono>
 #include <cstdio>
-#include <thread>
 
 #include "cli/train_loop.h"
 #include "kolo/parallel/parameter_server.h"
@@ -34,65 +33,38 @@ bool adamDefaults(const TrainConfig& config, ps::Mode mode) {
          !config.nesterov;
 }
 
-TrainConfig withModeDefaults(TrainConfig config, ps::Mode mode) {
+/// The flags' defaults for the mode: a worker's batch, and adamDefaults' recipe and look-ahead.
+TrainConfig withModeDefaults(TrainConfig config) {
+  train::ParameterServerOptions& options = config.ps;
   if (!config.givenFlags.count("--batch")) config.batch = kDefaultWorkerBatch;
-  if (!adamDefaults(config, mode)) return config;
+  const bool adam = adamDefaults(config, options.mode);
+  // A look-ahead asked for overlaps the exchange; Adam's defaults look ahead 1.5 where it is
+  // overlapped anyway.
+  if (!config.givenFlags.count("--ps-lookahead") && adam && options.overlap.value_or(true))
+    options.lookahead = 1.5;
+  else if (options.lookahead != 0.0 && !options.overlap)
+    options.overlap = true;
+  if (!adam) return config;
   config.optimizer = "adam";
   config.lr = 1e-3;
   if (config.schedule == "auto") config.schedule = "cosine";
   return config;
 }
 
-std::optional<bool> onOffAuto(const std::string& value) {
-  if (value == "auto") return std::nullopt;
-  return value == "on";
-}
-
 /// The library's options from the flags (`given` before the mode's defaults).
 train::ParameterServerOptions psOptions(const TrainConfig& given, const TrainConfig& config,
                                         const Recipe& recipe, observe::Logger& logger) {
-  const ps::Mode mode = ps::parseMode(config.psMode);
-  train::ParameterServerOptions options;
-  options.mode = mode;
-  options.staleness = config.staleness;
-  options.shardBytes = config.psShardBytes;
-  options.unitBatches = config.psUnitBatches;
-  options.compression = ps::parseCompression(config.psCompress);
-  options.sharedMemory = config.psTransport != "tcp";
-  options.heartbeat =
-      std::chrono::milliseconds(static_cast<int64_t>(config.psHeartbeatSeconds * 1000));
-  options.stalenessLr = onOffAuto(config.psStalenessLr);
-  options.overlap = onOffAuto(config.psOverlap);
-  // A look-ahead asked for overlaps the exchange; Adam's defaults look ahead 1.5 where it is
-  // overlapped anyway.
-  const bool lookaheadAsked = config.psLookahead.value_or(0.0) != 0.0;
-  if (lookaheadAsked && config.psOverlap == "auto") options.overlap = true;
-  options.lookahead = config.psLookahead.value_or(
-      adamDefaults(given, mode) && config.psOverlap != "off" ? 1.5 : 0.0);
+  train::ParameterServerOptions options = config.ps;
   if (const auto seconds = settings::timeout())
     options.timeout = std::chrono::milliseconds(static_cast<int64_t>(*seconds * 1000));
   setRunOptions(config, recipe, logger, options);
-  options.describe.set("ps_overlap", config.psOverlap);
+  options.describe.set("ps_overlap", !given.ps.overlap ? "auto" : *given.ps.overlap ? "on" : "off");
   options.schedule = [config](int64_t totalSteps, int64_t stepsPerEpoch) {
     return optim::makeSchedule(resolveRecipe(config, stepsPerEpoch).schedule, totalSteps);
   };
-  options.identity["ps-unit-batches"] = std::to_string(config.psUnitBatches);
+  options.identity["ps-unit-batches"] = std::to_string(options.unitBatches);
   options.identity["train-limit"] = std::to_string(config.trainLimit);
   return options;
-}
-
-/// The faults before each push (counted from 0): --debug-slow-worker's worker (a worker index)
-/// takes FACTOR times as long, sleeping the difference; --debug-kill-rank's and
-/// --fail-at-step's launch ranks strike.
-train::ParameterServerCallbacks testHooks(const TrainConfig& config) {
-  train::ParameterServerCallbacks callbacks;
-  const int rank = static_cast<int>(settings::rank().value_or(-1));
-  callbacks.beforePush = [faults = config.faults, rank](const train::WorkerPush& push) {
-    if (push.worker == faults.slow.rank)
-      std::this_thread::sleep_for(std::chrono::duration<double>(push.seconds * (faults.slow.factor - 1.0)));
-    faults.strike(rank, push.push, "push");
-  };
-  return callbacks;
 }
 
 void printChiefSummary(const TrainConfig& config, const train::ParameterServerSummary& summary,
@@ -101,7 +73,7 @@ void printChiefSummary(const TrainConfig& config, const train::ParameterServerSu
     std::fprintf(stderr,
                  "trained %s with %d parameter server(s) and %d worker(s) (%s): %lld "
                  "updates, test accuracy %.2f%%\n",
-                 config.model.c_str(), role.servers, role.workers, config.psMode.c_str(),
+                 config.model.c_str(), role.servers, role.workers, ps::modeName(config.ps.mode),
                  static_cast<long long>(summary.steps), 100.0 * summary.validationAccuracy);
   }
   std::printf("test_accuracy %.4f train_loss %.4f steps %lld samples_per_s %.1f "
@@ -109,7 +81,7 @@ void printChiefSummary(const TrainConfig& config, const train::ParameterServerSu
               "workers_alive %d\n",
               summary.validationAccuracy, summary.trainLoss, static_cast<long long>(summary.steps),
               summary.samplesPerSecond, summary.steadySamplesPerSecond, summary.wallSeconds,
-              config.psMode.c_str(), static_cast<long long>(summary.stalenessMax),
+              ps::modeName(config.ps.mode), static_cast<long long>(summary.stalenessMax),
               summary.workersAlive);
   std::fflush(stdout);
 }
@@ -117,7 +89,7 @@ void printChiefSummary(const TrainConfig& config, const train::ParameterServerSu
 }  // namespace
 
 int runParameterServerRole(const TrainConfig& given, observe::Logger& logger) {
-  const TrainConfig config = withModeDefaults(given, ps::parseMode(given.psMode));
+  const TrainConfig config = withModeDefaults(given);
   KOLO_REQUIRE(config.model != "lm", "--strategy parameter-server trains --model mlp or cnn, not lm");
   setNumThreads(config.threads);
   const Recipe recipe = resolveRecipe(config, 1);
@@ -138,7 +110,8 @@ int runParameterServerRole(const TrainConfig& given, observe::Logger& logger) {
         data::readIdx(config.dataDir + "/train-labels-idx1-ubyte.gz", config.trainLimit).dims.at(0);
   data.validation = [&config] { return std::make_shared<data::FashionMnist>(config.dataDir, false); };
   const train::ParameterServerSummary summary = train::trainParameterServer(
-      model, optimizer, data, psOptions(given, config, recipe, logger), testHooks(config));
+      model, optimizer, data, psOptions(given, config, recipe, logger),
+      train::injectWorkerFaults(config.faults, static_cast<int>(settings::rank().value_or(-1))));
   if (summary.role != ps::Role::Chief) return 0;
   saveWeights(config, *built, summary.steps, logger);
   printChiefSummary(config, summary, role);

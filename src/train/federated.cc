@@ -101,11 +101,7 @@ FederatedSummary trainFederated(parallel::ModelFactory model, std::shared_ptr<co
                                 std::shared_ptr<const data::Dataset> validation,
                                 const FederatedTrainOptions& options, const FederatedCallbacks& callbacks) {
   KOLO_REQUIRE(train != nullptr, "train::trainFederated: no training dataset");
-  const fed::FederatedOptions& f = options.federated;
-  KOLO_REQUIRE(f.clients >= 1 && f.clientsPerRound >= 1 && f.clientsPerRound <= f.clients,
-               "federated: ", f.clientsPerRound, " clients per round of ", f.clients,
-               " clients; use 1 <= clients per round <= clients");
-  KOLO_REQUIRE(f.rounds >= 1, "federated: rounds must be at least 1, got ", f.rounds);
+  fed::checkOptions(options.federated);
   const std::chrono::milliseconds idle = idleTimeout(options);
   const comm::LaunchInfo launch = comm::detectLaunch();
   if (launch.size <= 1) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "comm/token.h"
 #include "parallel/ps/store_keys.h"
@@ -148,6 +149,17 @@ ParameterServerSummary runServer(const detail::PsJob& job, comm::Store& store,
 }
 
 }  // namespace
+
+ParameterServerCallbacks injectWorkerFaults(const FaultPlan& plan, int rank) {
+  ParameterServerCallbacks callbacks;
+  callbacks.beforePush = [plan, rank](const WorkerPush& push) {
+    if (push.worker == plan.slow.rank)
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(push.seconds * (plan.slow.factor - 1.0)));
+    plan.strike(rank, push.push, "push");
+  };
+  return callbacks;
+}
 
 namespace detail {
 

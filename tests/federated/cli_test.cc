@@ -1,6 +1,7 @@
 // `kolo train --strategy federated` end to end: a job of real processes under kolo run whose
 // client host dies (the server leaves its clients out and the job completes), the metrics
-// lines, secure aggregation with DP in one process, and bad flags named.
+// lines, secure aggregation with DP in one process, bad flags named and a missing --init file
+// refused as an input-file error.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -88,6 +89,16 @@ TEST(FederatedCliFlags, BadFlagsAreNamed) {
     EXPECT_NE(result.exitCode, 0) << args;
     EXPECT_NE(result.output.find(words), std::string::npos) << args << "\n" << result.output;
   }
+}
+
+// --init names the user's file: missing, it is an input-file error (exit code 3) as with
+// every strategy, before any round.
+TEST(FederatedCliFlags, MissingInitFileIsAnInputFileError) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
+  const auto result = kolo::testing::runKolo(
+      "train --strategy federated --quiet --train-limit 200 --rounds 1 --init " + tempPath("none.safetensors"));
+  EXPECT_EQ(result.exitCode, 3) << result.output;
+  EXPECT_NE(result.output.find("none.safetensors"), std::string::npos) << result.output;
 }
 
 }  // namespace

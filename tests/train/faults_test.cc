@@ -1,19 +1,22 @@
 // FaultPlan in-process: the text forms parse into the plan and bad ones are named with their
 // form; fit's callbacks carry each fault out on its rank only (a failure thrown before its
 // step, a weight perturbed that check-sync then names, a NaN the anomaly detector names, a
-// slow rank that sleeps), and a kill raises its signal in a child process.
+// slow rank that sleeps), a parameter-server job's worker faults at their push, and a kill
+// raises its signal in a child process.
 #include "kolo/train/faults.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <string>
 
 #include "kolo/error.h"
 #include "kolo/nn/layers.h"
 #include "kolo/numerics.h"
+#include "kolo/train/parameter_server.h"
 #include "parallel/native_ranks.h"
 #include "parallel/toy_setup.h"
 #include "train/train_fixtures.h"
@@ -169,6 +172,27 @@ TEST(FaultPlanTest, ASlowRankSleepsItsFactorOfTheComputeBeforeEachStep) {
       EXPECT_GE(slept, 0.1);
     }
   }
+}
+
+// A parameter-server job's workers: the slow worker (by worker index) sleeps its factor of
+// the batch's compute before each push, and the failure strikes its launch rank at its push.
+TEST(FaultPlanTest, WorkerFaultsStrikeBeforeTheirPush) {
+  FaultPlan plan;
+  plan.slow = {.rank = 1, .factor = 3.0};
+  plan.fail = {.rank = 4, .step = 2};
+  const ParameterServerCallbacks callbacks = injectWorkerFaults(plan, 4);
+  const auto start = std::chrono::steady_clock::now();
+  callbacks.beforePush({.worker = 1, .push = 0, .seconds = 0.05});
+  const double slept = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(slept, 0.1) << "at least (3 - 1) x 50 ms: a sleep never ends early";
+  EXPECT_NO_THROW(callbacks.beforePush({.worker = 0, .push = 1, .seconds = 0.0}));
+  try {
+    callbacks.beforePush({.worker = 0, .push = 2, .seconds = 0.0});
+    FAIL() << "no failure before push 2 on rank 4";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 4: failure injected before push 2"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(injectWorkerFaults(plan, 3).beforePush({.worker = 0, .push = 2, .seconds = 0.0}));
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 // train::trainFederated in one process (the server here, one client host on a thread):
 // FedAvg over clients of a synthetic set learns (accuracy well above chance after a few
 // rounds), reports its rounds, bytes and per-round callbacks, calls the host's hook before
-// every round it serves, and refuses bad options by name.
+// every round it serves, and refuses bad options by name (parallel::fed::checkOptions).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kolo/error.h"
 #include "kolo/nn/layers.h"
@@ -62,14 +65,35 @@ TEST(TrainFederatedTest, OneProcessLearnsAndReportsEveryRound) {
 }
 
 TEST(TrainFederatedTest, BadOptionsAreNamed) {
-  FederatedTrainOptions o = options();
-  o.federated.clientsPerRound = 9;
-  try {
-    trainFederated(model, dataset(80, 1), nullptr, o);
-    FAIL() << "9 clients per round of 8 was accepted";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("9 clients per round of 8 clients"), std::string::npos) << e.what();
+  using Change = std::function<void(parallel::fed::FederatedOptions&)>;
+  for (const auto& [change, words] : std::vector<std::pair<Change, std::string>>{
+           {[](auto& f) { f.clientsPerRound = 9; }, "--clients-per-round 9 is more than the 8 clients"},
+           {[](auto& f) { f.rounds = 0; }, "--rounds must be at least 1, got 0"},
+           {[](auto& f) { f.client.proxMu = 0.1; }, "--prox-mu applies to --algorithm fedprox only"},
+           {[](auto& f) { f.saThreshold = 2; }, "--sa-threshold applies to --secure-agg only"},
+           {[](auto& f) { f.dpNoise = 1.0; }, "--dp-noise needs --dp-clip"},
+           {[](auto& f) { f.simulatedDropRate = 1.5; }, "--debug-drop-rate must lie in [0, 1], got 1.5"},
+           {[](auto& f) { f.dpDelta = 1.0; }, "--dp-delta must lie in (0, 1), got 1"}}) {
+    FederatedTrainOptions o = options();
+    change(o.federated);
+    try {
+      trainFederated(model, dataset(80, 1), nullptr, o);
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
   }
+  // What the checks refuse alone, they accept together.
+  FederatedTrainOptions o = options();
+  o.federated.rounds = 1;
+  o.federated.client.method = parallel::fed::Method::FedProx;
+  o.federated.client.proxMu = 0.1;
+  o.federated.secureAgg = true;
+  o.federated.saThreshold = 2;
+  o.federated.dpClip = 1.0;
+  o.federated.dpNoise = 0.1;
+  o.federated.simulatedDropRate = 1.0;
+  EXPECT_EQ(trainFederated(model, dataset(80, 1), nullptr, o).rounds, 1);
 }
 
 }  // namespace

@@ -179,6 +179,14 @@ struct FederatedOptions {
   uint64_t seed = 0;
 };
 
+/// Throws InvalidArgument naming the option as `kolo train` spells it (--clients-per-round
+/// for clientsPerRound) when `options` cannot run: fewer than one client, round or client per
+/// round, more clients per round than clients, a server rate not above 0, a proximal weight
+/// without FedProx, a secure-aggregation threshold without secureAgg, DP noise without a
+/// clip, a drop rate outside [0, 1] or a delta outside (0, 1). FederatedServer,
+/// train::trainFederated and `kolo train` (before reading the data) call it.
+void checkOptions(const FederatedOptions& options);
+
 /// What one round did.
 struct RoundReport {
   int64_t round = 0;

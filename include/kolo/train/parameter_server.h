@@ -23,6 +23,7 @@
 #include "kolo/parallel/parameter_server.h"
 #include "kolo/parallel/strategy.h"
 #include "kolo/train/evaluate.h"
+#include "kolo/train/faults.h"
 #include "kolo/train/fit.h"
 #include "kolo/train/state.h"
 
@@ -121,6 +122,13 @@ struct ParameterServerCallbacks {
   /// On the chief, after each epoch's evaluation and checkpoint, before its metrics line.
   std::function<void(const EpochEnd&)> onEpochEnd{};
 };
+
+/// The callbacks carrying out `plan` on this process, launch rank `rank` of the job (-1:
+/// none), before each push (counted from 0): the worker whose index is plan.slow.rank takes
+/// plan.slow.factor times its batch's compute, sleeping the difference; plan's kill and failure
+/// meant for `rank` strike at that push (FaultPlan::strike). `kolo train`'s --debug-slow-worker,
+/// --debug-kill-rank and --fail-at-step; a program of one's own tests its recovery the same way.
+ParameterServerCallbacks injectWorkerFaults(const FaultPlan& plan, int rank);
 
 /// What a role returns when the job is over.
 struct ParameterServerSummary {

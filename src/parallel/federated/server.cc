@@ -38,18 +38,30 @@ std::vector<int> idsOf(const std::map<int, sa::PublicKeys>& keys) {
 
 }  // namespace
 
+void checkOptions(const FederatedOptions& o) {
+  KOLO_REQUIRE(o.clients >= 1, "federated: --clients must be at least 1, got ", o.clients);
+  KOLO_REQUIRE(o.clientsPerRound >= 1, "federated: --clients-per-round must be at least 1, got ",
+               o.clientsPerRound);
+  KOLO_REQUIRE(o.clientsPerRound <= o.clients, "federated: --clients-per-round ", o.clientsPerRound,
+               " is more than the ", o.clients, " clients");
+  KOLO_REQUIRE(o.rounds >= 1, "federated: --rounds must be at least 1, got ", o.rounds);
+  KOLO_REQUIRE(o.serverLr > 0.0, "federated: --server-lr must be above 0, got ", o.serverLr);
+  KOLO_REQUIRE(o.client.method == Method::FedProx || o.client.proxMu == 0.0,
+               "federated: --prox-mu applies to --algorithm fedprox only");
+  KOLO_REQUIRE(o.saThreshold == 0 || o.secureAgg,
+               "federated: --sa-threshold applies to --secure-agg only");
+  KOLO_REQUIRE(o.dpNoise == 0.0 || o.dpClip > 0.0,
+               "federated: --dp-noise needs --dp-clip (the noise is relative to the clip)");
+  KOLO_REQUIRE(o.simulatedDropRate >= 0.0 && o.simulatedDropRate <= 1.0,
+               "federated: --debug-drop-rate must lie in [0, 1], got ", o.simulatedDropRate);
+  KOLO_REQUIRE(o.dpDelta > 0.0 && o.dpDelta < 1.0, "federated: --dp-delta must lie in (0, 1), got ",
+               o.dpDelta);
+}
+
 FederatedServer::FederatedServer(std::shared_ptr<comm::Store> store, FederatedOptions options,
                                  std::vector<float> initial)
     : store_(std::move(store)), options_(std::move(options)), weights_(std::move(initial)) {
-  KOLO_REQUIRE(options_.clients >= 1, "federated: --clients must be at least 1, got ",
-               options_.clients);
-  KOLO_REQUIRE(options_.clientsPerRound >= 1 && options_.clientsPerRound <= options_.clients,
-               "federated: --clients-per-round must be in [1, ", options_.clients, "], got ",
-               options_.clientsPerRound);
-  KOLO_REQUIRE(options_.serverLr > 0.0, "federated: --server-lr must be above 0, got ",
-               options_.serverLr);
-  KOLO_REQUIRE(options_.dpNoise == 0.0 || options_.dpClip > 0.0,
-               "federated: --dp-noise needs --dp-clip (the noise is relative to the clip)");
+  checkOptions(options_);
   if (options_.secureAgg) {
     KOLO_REQUIRE(options_.clientsPerRound <= 1024,
                  "federated: --secure-agg sums at most 1024 clients a round, got ",
