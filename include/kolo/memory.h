@@ -33,6 +33,13 @@ void resetPeakTensorBytes();
 void setTensorMemoryLimit(int64_t bytes);
 int64_t tensorMemoryLimit();
 
+/// Keeps the memory a process frees in its heap (glibc: no mmap() for large blocks, no trimming
+/// of the heap's top) so that the next step reuses it. Training allocates and frees the same
+/// large activation and im2col buffers every step; without this glibc returns them to the
+/// kernel and every step page-faults them in again (a fifth of the CPU time of a cnn step).
+/// Process-wide; train::fit calls it, a training loop of one's own may before its first step.
+void keepFreedMemory();
+
 namespace detail {
 /// Tensor::empty's accounting: adds `bytes`, or throws MemoryLimitError (nothing added).
 void chargeTensorBytes(size_t bytes, const Shape& shape, DType dtype);

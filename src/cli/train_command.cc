@@ -2,8 +2,6 @@
 // with one of kolo's strategies: the flags (train_flags.cc) fill cli::TrainConfig, which the
 // runners of train_loop.h map onto the library. `--workers N` launches the command on N local
 // ranks.
-#include <malloc.h>
-
 #include <cstdio>
 #include <sstream>
 #include <CLI/CLI.hpp>
@@ -22,19 +20,6 @@
 #include "kolo/train/fit.h"
 
 namespace kolo::cli {
-namespace {
-
-// Training allocates and frees the same large activation and im2col buffers every step.
-// glibc serves those with fresh mmap()s and returns freed heap tops to the kernel, so every
-// step page-faults its buffers in again (a fifth of the CPU time of a cnn step). Keeping
-// freed memory in the heap lets the next step reuse it.
-void keepFreedMemory() {
-  mallopt(M_MMAP_MAX, 0);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-}
-
-}  // namespace
-
 Command registerTrain(CLI::App& root) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* app = root.add_subcommand("train", "train a built-in model on Fashion-MNIST");
@@ -50,7 +35,7 @@ Command registerTrain(CLI::App& root) {
     TrainConfig* config = &flags->config;
     checkFlagScopes(*scopes, *config);
     if (config->statusFile.empty()) config->statusFile = settings::statusFile();
-    keepFreedMemory();
+    keepFreedMemory();  // every strategy's steps reuse their buffers
     if (!config->memoryLimit.empty()) setTensorMemoryLimit(static_cast<int64_t>(parseByteSize(config->memoryLimit)));
     observe::Logger logger(stderr);
     train::startTimeline(config->timelineDir);

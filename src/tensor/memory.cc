@@ -1,6 +1,10 @@
 // Process-wide tensor memory accounting and the --memory-limit budget.
 #include "kolo/memory.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <atomic>
 #include <cstdio>
 #include <string>
@@ -25,6 +29,13 @@ std::string mib(int64_t bytes) {
 int64_t liveTensorBytes() { return live.load(std::memory_order_relaxed); }
 int64_t peakTensorBytes() { return peak.load(std::memory_order_relaxed); }
 void resetPeakTensorBytes() { peak.store(live.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+void keepFreedMemory() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
+
 void setTensorMemoryLimit(int64_t bytes) {
   KOLO_REQUIRE(bytes >= 0, "tensor memory limit must be at least 0, got ", bytes);
   limit.store(bytes, std::memory_order_relaxed);

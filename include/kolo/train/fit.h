@@ -185,7 +185,7 @@ int64_t stepsPerEpoch(int64_t datasetSize, int64_t batch, bool dropLast);
 /// over the engine's ranks: every rank calls fit with the same options. Throws
 /// InvalidArgument for bad options, DivergedError when the loss is not finite (naming the
 /// step and lr) or the anomaly detector finds a NaN, ReplicaMismatch from checkSyncEvery,
-/// and what the engine, the checkpoint or the callbacks throw.
+/// and what the engine, the checkpoint or the callbacks throw. Calls kolo::keepFreedMemory().
 ///
 /// With an elastic engine (engine.elastic(), train::ElasticEngine) fit also drives its
 /// protocol: a joiner starts at the step it was admitted at (not from resumeDir); the state
@@ -224,6 +224,15 @@ struct RankStatusLine {
 /// replaced whole. Throws FileError when the directory cannot be read, FormatError naming a
 /// file that holds no status line.
 std::vector<RankStatusLine> readRankStatus(const std::string& file);
+
+/// The training rank furthest behind (the lowest step of those in state "training") and the
+/// furthest rank's step, as `kolo status` names it; rank -1 when no rank is behind another.
+struct Straggler {
+  int rank = -1;
+  int64_t step = 0;
+  int64_t furthestStep = 0;
+};
+Straggler findStraggler(const std::vector<RankStatusLine>& lines);
 
 /// Starts recording the timeline of this process into `directory` (or KOLO_TIMELINE's when
 /// "" ; nothing when both are empty), also written at exit so that a failed run leaves its
