@@ -1,7 +1,6 @@
 // `kolo status FILE`: every rank's step and state while a job runs, from the FILE.rank-N
 // lines that `kolo train` keeps (kolo run --status-file FILE, or KOLO_STATUS_FILE), with how
 // long ago each was written and whether its process is still there.
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <CLI/CLI.hpp>
@@ -23,8 +22,6 @@ int showStatus(const std::string& file) {
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::printf("%-5s %-8s %-11s %-13s %-8s %-9s %-10s %s\n", "rank", "pid", "state", "step", "loss",
               "step_ms", "samples/s", "updated");
-  int64_t slowestStep = -1, fastestStep = -1;
-  int slowest = -1;
   for (const train::RankStatusLine& r : ranks) {
     const std::string state = r.gone ? r.state + "(gone)" : r.state;
     char stepText[32];
@@ -33,15 +30,10 @@ int showStatus(const std::string& file) {
     std::printf("%-5d %-8lld %-11s %-13s %-8.4f %-9.2f %-10.0f %.1f s ago\n", r.rank,
                 static_cast<long long>(r.pid), state.c_str(), stepText, r.loss, 1e3 * r.stepSeconds,
                 r.samplesPerSecond, now - (r.updated > 0 ? r.updated : now));
-    if (state == "training" && (slowestStep < 0 || r.step < slowestStep)) {
-      slowestStep = r.step;
-      slowest = r.rank;
-    }
-    fastestStep = std::max(fastestStep, r.step);
   }
-  if (slowest >= 0 && fastestStep > slowestStep)
-    std::printf("behind: rank %d (step %lld; the furthest rank is at step %lld)\n", slowest,
-                static_cast<long long>(slowestStep), static_cast<long long>(fastestStep));
+  if (const train::Straggler behind = train::findStraggler(ranks); behind.rank >= 0)
+    std::printf("behind: rank %d (step %lld; the furthest rank is at step %lld)\n", behind.rank,
+                static_cast<long long>(behind.step), static_cast<long long>(behind.furthestStep));
   return 0;
 }
 

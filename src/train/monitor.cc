@@ -303,4 +303,19 @@ std::vector<RankStatusLine> readRankStatus(const std::string& file) {
   return ranks;
 }
 
+Straggler findStraggler(const std::vector<RankStatusLine>& lines) {
+  Straggler behind;
+  int64_t slowest = -1;
+  for (const RankStatusLine& line : lines) {
+    if (line.state == "training" && !line.gone && (slowest < 0 || line.step < slowest)) {
+      slowest = line.step;
+      behind.rank = line.rank;
+    }
+    behind.furthestStep = std::max(behind.furthestStep, line.step);
+  }
+  behind.step = slowest;
+  if (behind.rank < 0 || behind.furthestStep <= slowest) behind.rank = -1;
+  return behind;
+}
+
 }  // namespace kolo::train

@@ -334,6 +334,25 @@ TEST(FitTest, EveryRankReportsItsFiguresAndTheValidationFigures) {
     EXPECT_EQ(line.pid, static_cast<int64_t>(::getpid()));
     fs::remove(status + ".rank-" + std::to_string(r));
   }
+  EXPECT_EQ(findStraggler(lines).rank, -1);  // both done
+}
+
+TEST(FitTest, TheStragglerIsTheTrainingRankFurthestBehind) {
+  auto line = [](int rank, const char* state, int64_t step, bool gone = false) {
+    RankStatusLine l;
+    l.rank = rank;
+    l.state = state;
+    l.step = step;
+    l.gone = gone;
+    return l;
+  };
+  const Straggler behind = findStraggler({line(0, "training", 40), line(1, "training", 31), line(2, "training", 44),
+                                          line(3, "training", 12, true), line(4, "evaluating", 20)});
+  EXPECT_EQ(behind.rank, 1);
+  EXPECT_EQ(behind.step, 31);
+  EXPECT_EQ(behind.furthestStep, 44);
+  EXPECT_EQ(findStraggler({line(0, "training", 7), line(1, "training", 7)}).rank, -1);
+  EXPECT_EQ(findStraggler({}).rank, -1);
 }
 
 // Returns its input: a model whose outputs the test writes itself.
