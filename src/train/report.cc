@@ -22,11 +22,12 @@ std::string formatted(const char* format, Args... args) {
 RankReport rankReport(Engine& engine, const FitSummary& summary) {
   const auto* modelParallel = dynamic_cast<const ModelParallelEngine*>(&engine);
   const parallel::MeshShape shape = modelParallel ? modelParallel->mesh() : parallel::MeshShape{};
-  std::vector<int> bounds = {0, 0};
+  // The layers each stage holds; none named for a model that is not a Sequential.
+  std::vector<int> bounds;
   if (modelParallel) {
     bounds = modelParallel->bounds();
   } else if (const auto* sequential = dynamic_cast<const nn::Sequential*>(&engine.model())) {
-    bounds[1] = static_cast<int>(sequential->size());
+    bounds = {0, static_cast<int>(sequential->size())};
   }
   // Stages, unless tensor parallelism alone.
   const bool byStage = modelParallel && !(shape.pp == 1 && shape.tp > 1);
@@ -43,21 +44,23 @@ RankReport rankReport(Engine& engine, const FitSummary& summary) {
     const size_t s = byStage ? r / tp : 0;
     std::string who = byStage ? "stage " + std::to_string(s) : "rank " + std::to_string(r);
     if (byStage && tp > 1) who += " rank " + std::to_string(r % tp);
+    who += bounds.empty() ? std::string(":")
+                          : formatted(": layers %d-%d", bounds[s], bounds[s + 1] - 1);
     report.ranks.push_back(formatted(
-        "%s: layers %d-%d  compute %.1f ms/step  step %.1f ms  peak micro-batches held %lld  "
+        "%s  compute %.1f ms/step  step %.1f ms  peak micro-batches held %lld  "
         "peak boundary activations %.2f MiB  peak step memory %.2f MiB  peak tensors %.2f MiB  "
         "peak rss %.1f MiB",
-        who.c_str(), bounds[s], bounds[s + 1] - 1, 1000.0 * f.computeSeconds,
-        1000.0 * f.stepSeconds, static_cast<long long>(f.peakMicroBatchesHeld),
-        f.peakBoundaryBytes / kMiB, f.peakStepBytes / kMiB, f.peakTensorBytes / kMiB,
-        f.peakResidentBytes / kMiB));
+        who.c_str(), 1000.0 * f.computeSeconds, 1000.0 * f.stepSeconds,
+        static_cast<long long>(f.peakMicroBatchesHeld), f.peakBoundaryBytes / kMiB,
+        f.peakStepBytes / kMiB, f.peakTensorBytes / kMiB, f.peakResidentBytes / kMiB));
   }
   if (!modelParallel) {
     const std::shared_ptr<comm::Communicator> world = engine.communicator();
     report.layout = formatted("%s ranks %d replicas %d step_ms %.2f", engine.name().c_str(),
                               world ? world->size() : 1, engine.replicas(), 1000.0 * stepTime);
   } else if (!byStage) {
-    report.layout = formatted("tensor_parallel ranks %zu step_ms %.2f", ranks.size(), 1000.0 * stepTime);
+    report.layout =
+        formatted("tensor_parallel ranks %zu step_ms %.2f", ranks.size(), 1000.0 * stepTime);
   } else {
     const ModelParallelOptions& options = modelParallel->options();
     const int m = options.microBatches, stages = shape.pp;

@@ -27,7 +27,7 @@ struct RankReport {
 
 /// The report of `summary`, fit's result for `engine`; on rank 0 after fit returns (the
 /// figures are every rank's). A data-parallel engine's model counts as one stage (its
-/// top-level layers when it is an nn::Sequential).
+/// top-level layers named when it is an nn::Sequential, none otherwise: "rank 0:  compute …").
 RankReport rankReport(Engine& engine, const FitSummary& summary);
 
 }  // namespace kolo::train
