@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/printf_text.h"
 #include "comm/benchmark_case.h"
 #include "kolo/byte_size.h"
 #include "kolo/error.h"
@@ -205,30 +205,22 @@ BenchmarkResult benchmarkCollective(Communicator& comm, const BenchmarkOptions& 
 
 namespace {
 
-template <class... Args>
-std::string formatted(const char* format, Args... args) {
-  const int size = std::snprintf(nullptr, 0, format, args...);
-  std::string text(static_cast<size_t>(size), '\0');
-  std::snprintf(text.data(), text.size() + 1, format, args...);
-  return text;
-}
-
 double rounded(double value, double scale) { return std::round(value * scale) / scale; }
 
 }  // namespace
 
 std::string benchmarkTableHeader(const BenchmarkOptions& o, int ranks, const std::string& backend) {
-  std::string text = formatted("# kolo bench %s: np %d, backend %s, algo %s, dtype %s, op %s, root %d, %s, ",
+  std::string text = kolo::detail::printfText("# kolo bench %s: np %d, backend %s, algo %s, dtype %s, op %s, root %d, %s, ",
                                collectiveName(o.collective), ranks, backend.c_str(), algorithmName(o.algorithm),
                                dtypeName(o.dtype), reduceOpName(o.op), o.root, o.inPlace ? "in place" : "out of place");
-  text += o.anchorSchedule ? std::string("anchor schedule\n") : formatted("warmup %d, iters %d\n", o.warmup, o.iters);
+  text += o.anchorSchedule ? std::string("anchor schedule\n") : kolo::detail::printfText("warmup %d, iters %d\n", o.warmup, o.iters);
   text += "# time: median over iterations of the slowest rank; GB = 1e9 bytes\n";
-  return text + formatted("%14s %12s %12s %12s %12s %8s", "bytes", "count", "time(us)", "algbw(GB/s)",
+  return text + kolo::detail::printfText("%14s %12s %12s %12s %12s %8s", "bytes", "count", "time(us)", "algbw(GB/s)",
                           "busbw(GB/s)", "correct");
 }
 
 std::string benchmarkTableRow(const BenchmarkResult& row) {
-  return formatted("%14zu %12zu %12.2f %12.4f %12.4f %8s", row.bytes, row.count, row.medianUs, row.algbw,
+  return kolo::detail::printfText("%14zu %12zu %12.2f %12.4f %12.4f %8s", row.bytes, row.count, row.medianUs, row.algbw,
                    row.busbw, row.correct ? "yes" : "NO");
 }
 

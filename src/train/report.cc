@@ -1,23 +1,12 @@
 #include "kolo/train/report.h"
 
 #include <algorithm>
-#include <cstdio>
 
+#include "base/printf_text.h"
 #include "kolo/nn/layers.h"
 #include "kolo/train/model_parallel.h"
 
 namespace kolo::train {
-namespace {
-
-template <class... Args>
-std::string formatted(const char* format, Args... args) {
-  const int size = std::snprintf(nullptr, 0, format, args...);
-  std::string text(static_cast<size_t>(size), '\0');
-  std::snprintf(text.data(), text.size() + 1, format, args...);
-  return text;
-}
-
-}  // namespace
 
 RankReport rankReport(Engine& engine, const FitSummary& summary) {
   const auto* modelParallel = dynamic_cast<const ModelParallelEngine*>(&engine);
@@ -45,8 +34,8 @@ RankReport rankReport(Engine& engine, const FitSummary& summary) {
     std::string who = byStage ? "stage " + std::to_string(s) : "rank " + std::to_string(r);
     if (byStage && tp > 1) who += " rank " + std::to_string(r % tp);
     who += bounds.empty() ? std::string(":")
-                          : formatted(": layers %d-%d", bounds[s], bounds[s + 1] - 1);
-    report.ranks.push_back(formatted(
+                          : detail::printfText(": layers %d-%d", bounds[s], bounds[s + 1] - 1);
+    report.ranks.push_back(detail::printfText(
         "%s  compute %.1f ms/step  step %.1f ms  peak micro-batches held %lld  "
         "peak boundary activations %.2f MiB  peak step memory %.2f MiB  peak tensors %.2f MiB  "
         "peak rss %.1f MiB",
@@ -56,16 +45,17 @@ RankReport rankReport(Engine& engine, const FitSummary& summary) {
   }
   if (!modelParallel) {
     const std::shared_ptr<comm::Communicator> world = engine.communicator();
-    report.layout = formatted("%s ranks %d replicas %d step_ms %.2f", engine.name().c_str(),
-                              world ? world->size() : 1, engine.replicas(), 1000.0 * stepTime);
-  } else if (!byStage) {
     report.layout =
-        formatted("tensor_parallel ranks %zu step_ms %.2f", ranks.size(), 1000.0 * stepTime);
+        detail::printfText("%s ranks %d replicas %d step_ms %.2f", engine.name().c_str(),
+                           world ? world->size() : 1, engine.replicas(), 1000.0 * stepTime);
+  } else if (!byStage) {
+    report.layout = detail::printfText("tensor_parallel ranks %zu step_ms %.2f", ranks.size(),
+                                       1000.0 * stepTime);
   } else {
     const ModelParallelOptions& options = modelParallel->options();
     const int m = options.microBatches, stages = shape.pp;
     const double ideal = slowest * (m + stages - 1) / m;
-    report.layout = formatted(
+    report.layout = detail::printfText(
         "pipeline stages %d micro_batches %d schedule %s step_ms %.2f ideal_ms %.2f "
         "measured_over_ideal %.3f",
         stages, m, parallel::pipelineScheduleName(options.schedule), 1000.0 * stepTime,
