@@ -1,14 +1,9 @@
-// renderHtml: the report page, built as text; writeReport puts it and the plots in a
-// directory; failureLines names the ranks that failed.
+// renderHtml: the report page, built as text; failureLines names the ranks that failed.
 #include "report/html.h"
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
-
-#include "kolo/error.h"
 
 namespace kolo::cli::report {
 namespace {
@@ -141,20 +136,6 @@ std::string renderHtml(const std::vector<Run>& runs, const std::vector<Plot>& pl
   }
   html << "</ul>\n</body>\n</html>\n";
   return html.str();
-}
-
-WrittenReport writeReport(const std::vector<Run>& runs, const std::string& out) {
-  std::error_code error;
-  std::filesystem::create_directories(out, error);
-  if (error) KOLO_THROW(IoError, "kolo report: cannot create ", out, ": ", error.message());
-  const std::vector<Plot> plots = drawPlots(runs, out);
-  WrittenReport written{.page = (std::filesystem::path(out) / "index.html").string(), .plots = plots.size()};
-  std::ofstream html(written.page);
-  html << renderHtml(runs, plots);
-  html.close();
-  if (!html) KOLO_THROW(IoError, "kolo report: cannot write ", written.page);
-  for (const Plot& plot : plots) written.drawn += plot.svg.empty() ? 0 : 1;
-  return written;
 }
 
 std::vector<std::string> failureLines(const std::vector<Run>& runs) {
