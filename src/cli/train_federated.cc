@@ -8,7 +8,6 @@
 #include "cli/train_loop.h"
 #include "kolo/comm/init.h"
 #include "kolo/parallel/federated.h"
-#include "kolo/safetensors.h"
 #include "kolo/settings.h"
 #include "kolo/threads.h"
 #include "kolo/train/federated.h"
@@ -58,10 +57,7 @@ int runFederated(const TrainConfig& config, observe::Logger& logger) {
   if (server) test = std::make_shared<data::FashionMnist>(config.dataDir, false);
   const train::FederatedSummary summary = train::trainFederated(model, train, test, options, callbacks);
   if (!summary.server) return 0;
-  if (!config.savePath.empty()) {
-    checkpoint::saveSafetensors(config.savePath, summary.model->namedParameters());
-    logger.info("saved weights", {{"file", config.savePath}});
-  }
+  saveWeights(config, *summary.model, summary.rounds, logger);
   std::printf(
       "test_accuracy %.4f rounds %lld clients %d hosts %d bytes_up %lld bytes_down %lld wall_s "
       "%.1f\n",

@@ -4,11 +4,14 @@
 // refused as an input-file error.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli/run_kolo.h"
+#include "kolo/safetensors.h"
 #include "support/fashion_mnist.h"
 
 namespace {
@@ -99,6 +102,22 @@ TEST(FederatedCliFlags, MissingInitFileIsAnInputFileError) {
       "train --strategy federated --quiet --train-limit 200 --rounds 1 --init " + tempPath("none.safetensors"));
   EXPECT_EQ(result.exitCode, 3) << result.output;
   EXPECT_NE(result.output.find("none.safetensors"), std::string::npos) << result.output;
+}
+
+// --save writes what every strategy's --save writes (the model's name and the rounds done as
+// its step in the metadata), and --init of another strategy takes it.
+TEST(FederatedCliFlags, SavedWeightsInitialiseAnotherRun) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
+  const std::string file = tempPath("federated_cnn.safetensors");
+  const auto federated = kolo::testing::runKolo("train --strategy federated --model cnn --quiet --train-limit 200 "
+                                                "--rounds 1 --clients 2 --save " + file);
+  ASSERT_EQ(federated.exitCode, 0) << federated.output;
+  const kolo::checkpoint::SafetensorsFile saved = kolo::checkpoint::loadSafetensors(file);
+  EXPECT_EQ(saved.metadata.at("model"), "cnn");
+  EXPECT_EQ(saved.metadata.at("step"), "1");
+  const auto next = kolo::testing::runKolo("train --model cnn --quiet --train-limit 128 --steps 1 --init " + file);
+  EXPECT_EQ(next.exitCode, 0) << next.output;
+  std::remove(file.c_str());
 }
 
 }  // namespace
