@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "kolo/error.h"
+#include "kolo/nn/layers.h"
 #include "kolo/parallel/federated.h"
 
 namespace kolo::parallel::fed {
@@ -71,6 +74,25 @@ TEST(FederatedUpdateFrame, RoundTripsAndRefusesMalformedBytes) {
   comm::Bytes magic = bytes;
   magic[0] ^= 1;
   EXPECT_THROW(decodeUpdate(magic, "client 9"), FormatError);
+}
+
+// Flat weights round-trip through a model; a vector of another length is a Mismatch naming
+// both lengths, and the model keeps its weights.
+TEST(FederatedWeights, LoadTakesFlattenedWeightsAndRefusesAnotherLength) {
+  Generator gen(1);
+  nn::Linear model(3, 2, gen);  // 6 weights and 2 biases
+  std::vector<float> flat = flattenParameters(model);
+  ASSERT_EQ(flat.size(), 8u);
+  for (float& v : flat) v += 1.0f;
+  loadParameters(model, flat);
+  EXPECT_EQ(flattenParameters(model), flat);
+  try {
+    loadParameters(model, std::vector<float>(7, 0.0f));
+    ADD_FAILURE() << "7 weights were taken";
+  } catch (const Mismatch& e) {
+    EXPECT_NE(std::string(e.what()).find("7 weights for a model of 8 parameters"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(flattenParameters(model), flat);
 }
 
 }  // namespace

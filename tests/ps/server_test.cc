@@ -52,6 +52,29 @@ TEST(ParameterServer, ALostWorkerLeavesTheSyncRounds) {
   EXPECT_NEAR(params[0].second.data<float>()[5], first.data<float>()[5] - 0.3f, 1e-6);
 }
 
+// A parameter the loss does not reach has no gradient: the push names it as the caller's
+// mistake (a usage error), not a failed check.
+TEST(ParameterServer, APushOfAParameterWithoutGradientNamesIt) {
+  const Placement placement = placeParameters(makeMlp()->namedParameters(), 1, 1 << 20);
+  ServerThreads job(1, 1, Mode::Async, 0, placement, sgd);
+  auto model = makeMlp();
+  const NamedTensors params = model->namedParameters();
+  ServerGroup group(worker(0), placement, job.addresses());
+  const int64_t version = group.pull(params);
+  onesGradients(*model);
+  Tensor last = params.back().second;
+  last.setGrad(Tensor());
+  try {
+    group.pushPull(params, version);
+    ADD_FAILURE() << "a push without " << params.back().first << "'s gradient went through";
+  } catch (const InternalError& e) {
+    ADD_FAILURE() << "reported as a failed check: " << e.what();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(params.back().first + " has no gradient to push"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ParameterServer, ASyncRoundThatWaitsTooLongNamesTheMissingWorker) {
   const Placement placement = placeParameters(makeMlp()->namedParameters(), 1, 1 << 20);
   ServerThreads job(1, 2, Mode::Sync, 0, placement, sgd, std::chrono::milliseconds(300));

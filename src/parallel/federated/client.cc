@@ -28,7 +28,8 @@ void loadParameters(nn::Module& model, const std::vector<float>& flat) {
   auto named = model.namedParameters();
   size_t total = 0;
   for (const auto& [name, parameter] : named) total += static_cast<size_t>(parameter.numel());
-  KOLO_CHECK_EQ(flat.size(), total, "federated: weights of the wrong length for the model");
+  if (flat.size() != total)
+    KOLO_THROW(Mismatch, "federated: ", flat.size(), " weights for a model of ", total, " parameters");
   size_t offset = 0;
   for (auto& [name, parameter] : named) {
     KOLO_REQUIRE(parameter.isContiguous(), "federated: parameter ", name, " is not contiguous");

@@ -268,9 +268,10 @@ class ServerGroup::Impl {
 
   static Tensor gradientOf(const NamedTensors& parameters, const Slice& slice) {
     Tensor grad = parameters[static_cast<size_t>(slice.parameter)].second.grad();
-    KOLO_CHECK(grad.defined() && grad.isContiguous(), "parameter ",
-               parameters[static_cast<size_t>(slice.parameter)].first,
-               " has no contiguous gradient to push");
+    const std::string& name = parameters[static_cast<size_t>(slice.parameter)].first;
+    KOLO_REQUIRE(grad.defined(), "parameter ", name,
+                 " has no gradient to push: the loss does not depend on it (is it in a layer forward does not reach?)");
+    KOLO_CHECK(grad.isContiguous(), "parameter ", name, " has no contiguous gradient to push");
     return grad;
   }
 

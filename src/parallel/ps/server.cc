@@ -27,7 +27,8 @@ ParameterServer::Impl::Impl(ServerOptions options, Placement placement, const Na
   KOLO_REQUIRE(options_.workers >= 1, "a parameter server needs at least 1 worker, got ",
                options_.workers);
   KOLO_REQUIRE(options_.staleness >= 0, "--staleness must be at least 0, got ", options_.staleness);
-  KOLO_CHECK_EQ(initial.size(), placement_.names.size(), "parameters vs placement");
+  KOLO_REQUIRE(initial.size() == placement_.names.size(), "parameter server: ", initial.size(),
+               " initial parameters for a placement of ", placement_.names.size());
   elements_ = placement_.elementsOf(options_.index);
   // Workers read the values in place only in sync (valuesOffered).
   values_ = serverValues(std::max<int64_t>(elements_, 1),
@@ -38,8 +39,9 @@ ParameterServer::Impl::Impl(ServerOptions options, Placement placement, const Na
   int64_t offset = 0;
   for (const Slice& s : slices_) {
     const auto& [name, tensor] = initial[static_cast<size_t>(s.parameter)];
-    KOLO_CHECK_EQ(tensor.numel(), placement_.sizes[static_cast<size_t>(s.parameter)],
-                  "elements of ", name);
+    KOLO_REQUIRE(tensor.numel() == placement_.sizes[static_cast<size_t>(s.parameter)], "parameter server: ",
+                 name, " has ", tensor.numel(), " elements, the placement ",
+                 placement_.sizes[static_cast<size_t>(s.parameter)]);
     const Tensor source = tensor.contiguous();
     std::memcpy(values_.data<float>() + offset, source.data<float>() + s.begin,
                 static_cast<size_t>(s.size()) * 4);
