@@ -130,40 +130,50 @@ void ProcessGroupKolo::shutdown() {
   }
   transferCv_.notify_all();
   transferThread_.join();
+  std::vector<std::thread> completers;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    completersStopping_ = true;
+    std::lock_guard<std::mutex> lock(completions_->mutex);
+    completions_->stopping = true;
+    completers.swap(completions_->threads);
   }
-  completionCv_.notify_all();
-  for (auto& t : completers_) t.join();
+  completions_->cv.notify_all();
+  for (auto& t : completers) {
+    // The group's last reference went in a future's callback on this completer: it ends
+    // once the destructor returns, on the queue it holds.
+    if (t.get_id() == std::this_thread::get_id())
+      t.detach();
+    else
+      t.join();
+  }
 }
 
 void ProcessGroupKolo::complete(const c10::intrusive_ptr<KoloWork>& work, std::exception_ptr error) {
   auto future = work->finishWork(error);
   if (!future) return;  // nobody asked for it: getFuture() completes one made later
-  std::lock_guard<std::mutex> lock(mutex_);
-  completions_.push_back(Completion{work, std::move(future), error});
-  if (idleCompleters_ < completions_.size()) {
-    ++idleCompleters_;  // counted idle until it takes its first item
-    completers_.emplace_back([this] { completerLoop(); });
+  Completions& c = *completions_;
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.items.push_back(Completion{work, std::move(future), error});
+  if (c.idle < c.items.size()) {
+    ++c.idle;  // counted idle until it takes its first item
+    c.threads.emplace_back([state = completions_] { completerLoop(state); });
   }
-  completionCv_.notify_one();
+  c.cv.notify_one();
 }
 
-void ProcessGroupKolo::completerLoop() {
+void ProcessGroupKolo::completerLoop(const std::shared_ptr<Completions>& state) {
   at::NoGradGuard noGrad;
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(state->mutex);
   for (;;) {
-    completionCv_.wait(lock, [&] { return completersStopping_ || !completions_.empty(); });
-    if (completions_.empty()) return;
-    Completion done = std::move(completions_.front());
-    completions_.pop_front();
-    --idleCompleters_;
+    state->cv.wait(lock, [&] { return state->stopping || !state->items.empty(); });
+    if (state->items.empty()) return;
+    Completion done = std::move(state->items.front());
+    state->items.pop_front();
+    --state->idle;
     lock.unlock();
     done.work->completeFuture(done.future, done.error);
-    done = Completion{};
+    done = Completion{};  // may drop the group's last reference (see Completions)
     lock.lock();
-    ++idleCompleters_;
+    ++state->idle;
   }
 }
 

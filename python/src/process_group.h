@@ -151,7 +151,19 @@ class ProcessGroupKolo : public c10d::ProcessGroup {
   /// wait for them, so they must not run where tasks run. A new completer starts whenever
   /// every one is busy.
   void complete(const c10::intrusive_ptr<KoloWork>& work, std::exception_ptr error);
-  void completerLoop();
+
+  /// The completers' queue, which each completer thread holds too: the group's last
+  /// reference may go in a future's callback, on a completer, whose loop then outlives the
+  /// group (shutdown() detaches that thread instead of joining itself).
+  struct Completions {
+    std::mutex mutex;
+    std::condition_variable cv;  // items, stopping
+    std::deque<Completion> items;
+    size_t idle = 0;
+    bool stopping = false;
+    std::vector<std::thread> threads;
+  };
+  static void completerLoop(const std::shared_ptr<Completions>& state);
 
   std::shared_ptr<Group> group_;
   c10::intrusive_ptr<c10d::Store> store_;
@@ -166,11 +178,7 @@ class ProcessGroupKolo : public c10d::ProcessGroup {
   const std::string* current_ = nullptr;  // the running task's name, for transfers it posts
   std::thread worker_;
   std::thread transferThread_;
-  std::condition_variable completionCv_;  // completions_
-  std::deque<Completion> completions_;
-  std::vector<std::thread> completers_;
-  size_t idleCompleters_ = 0;
-  bool completersStopping_ = false;
+  std::shared_ptr<Completions> completions_ = std::make_shared<Completions>();
 };
 
 }  // namespace kolo_torch
