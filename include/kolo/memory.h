@@ -37,7 +37,8 @@ int64_t tensorMemoryLimit();
 /// of the heap's top) so that the next step reuses it. Training allocates and frees the same
 /// large activation and im2col buffers every step; without this glibc returns them to the
 /// kernel and every step page-faults them in again (a fifth of the CPU time of a cnn step).
-/// Process-wide; train::fit calls it, a training loop of one's own may before its first step.
+/// Process-wide; train::fit, trainParameterServer and trainFederated call it, a training loop
+/// of one's own may before its first step.
 void keepFreedMemory();
 
 namespace detail {

@@ -35,7 +35,6 @@ Command registerTrain(CLI::App& root) {
     TrainConfig* config = &flags->config;
     checkFlagScopes(*scopes, *config);
     if (config->statusFile.empty()) config->statusFile = settings::statusFile();
-    keepFreedMemory();  // every strategy's steps reuse their buffers
     if (!config->memoryLimit.empty()) setTensorMemoryLimit(static_cast<int64_t>(parseByteSize(config->memoryLimit)));
     observe::Logger logger(stderr);
     train::startTimeline(config->timelineDir);

@@ -10,6 +10,7 @@
 #include "kolo/comm/init.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
+#include "kolo/memory.h"
 #include "kolo/precision.h"
 #include "kolo/train/evaluate.h"
 
@@ -102,6 +103,7 @@ FederatedSummary trainFederated(parallel::ModelFactory model, std::shared_ptr<co
                                 const FederatedTrainOptions& options, const FederatedCallbacks& callbacks) {
   KOLO_REQUIRE(train != nullptr, "train::trainFederated: no training dataset");
   fed::checkOptions(options.federated);
+  keepFreedMemory();  // each local step reuses the buffers the last one freed
   const std::chrono::milliseconds idle = idleTimeout(options);
   const comm::LaunchInfo launch = comm::detectLaunch();
   if (launch.size <= 1) {

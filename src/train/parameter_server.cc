@@ -14,6 +14,7 @@
 #include "kolo/comm/init.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
+#include "kolo/memory.h"
 #include "kolo/train/parameter_server.h"
 #include "train/parameter_server_roles.h"
 
@@ -189,6 +190,7 @@ ParameterServerSummary trainParameterServer(parallel::ModelFactory model,
   KOLO_REQUIRE(optimizer != nullptr, "trainParameterServer: no optimizer factory");
   KOLO_REQUIRE(data.train != nullptr, "trainParameterServer: no training set");
   checkOptions(options);
+  keepFreedMemory();  // each step reuses the buffers the last one freed
   observe::Logger stderrLogger(stderr);
   observe::Logger& logger = options.logger ? *options.logger : stderrLogger;
   // Only workers read training samples; the servers and the chief need their number.

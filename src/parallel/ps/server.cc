@@ -250,38 +250,18 @@ bool ParameterServer::Impl::handle(Socket& socket, const Header& request, int wo
       socket.sendAll(parts, 2, deadline(), "the statistics");
       return true;
     }
-    case Op::Checkpoint: {
-      std::string path(request.payload, '\0');
-      socket.recvAll(path.data(), path.size(), deadline(), "the checkpoint path");
-      try {
-        std::lock_guard lock(mutex_);
+    case Op::Checkpoint:
+      serveStateFile(socket, request, "write", [&](const std::string& path) {
         saveServerState(path, options_.index, views_, *optimizer_, version_);
-      } catch (const Error& e) {
-        detail::sendError(socket, name() + " could not write " + path + ": " + e.what(),
-                          deadline());
-        return true;
-      }
-      const Header ok = detail::reply(Status::Ok, version_);
-      socket.sendAll(&ok, sizeof ok, deadline(), "the checkpoint reply");
+      });
       return true;
-    }
-    case Op::Restore: {
+    case Op::Restore:
       if (worker >= 0)
         KOLO_THROW(FormatError, socket.peer(), " sent a restore request to ", name());
-      std::string path(request.payload, '\0');
-      socket.recvAll(path.data(), path.size(), deadline(), "the checkpoint path");
-      try {
-        std::lock_guard lock(mutex_);
+      serveStateFile(socket, request, "restore", [&](const std::string& path) {
         version_ = restoreServerState(path, options_.index, views_, *optimizer_);
-      } catch (const Error& e) {
-        detail::sendError(socket, name() + " could not restore " + path + ": " + e.what(),
-                          deadline());
-        return true;
-      }
-      const Header ok = detail::reply(Status::Ok, version_);
-      socket.sendAll(&ok, sizeof ok, deadline(), "the restore reply");
+      });
       return true;
-    }
     case Op::Drop: {
       if (worker >= 0) KOLO_THROW(FormatError, socket.peer(), " sent a drop request to ", name());
       {
@@ -340,6 +320,21 @@ float* ParameterServer::Impl::valuesTarget(Reply& out) const {
     out.values = out.own.data();
   }
   return out.values;
+}
+
+void ParameterServer::Impl::serveStateFile(Socket& socket, const Header& request, const char* verb,
+                                           const std::function<void(const std::string&)>& act) {
+  std::string path(request.payload, '\0');
+  socket.recvAll(path.data(), path.size(), deadline(), "the checkpoint path");
+  try {
+    std::lock_guard lock(mutex_);
+    act(path);
+  } catch (const Error& e) {
+    detail::sendError(socket, name() + " could not " + verb + " " + path + ": " + e.what(), deadline());
+    return;
+  }
+  const Header ok = detail::reply(Status::Ok, version_);
+  socket.sendAll(&ok, sizeof ok, deadline(), (std::string("the ") + verb + " reply").c_str());
 }
 
 void ParameterServer::Impl::sendValues(Socket& socket, int64_t version, const void* bytes,

@@ -99,6 +99,11 @@ class ParameterServer::Impl {
   /// Serves one request; false when the connection should end (Shutdown).
   bool handle(Socket& socket, const Header& request, int worker, Reply& out);
 
+  /// Checkpoint and Restore: receives the path that follows `request`, runs `act` on it under
+  /// the lock, and replies the version, or an error naming the path ("could not `verb` …").
+  void serveStateFile(Socket& socket, const Header& request, const char* verb,
+                      const std::function<void(const std::string&)>& act);
+
   /// Copies (or packs) the values into `out` (under the lock), points out.data at the reply's
   /// bytes and returns the version.
   int64_t snapshot(Reply& out);
