@@ -16,6 +16,9 @@ models=${MODELS:-"mlp cnn"}
 ranks=${RANKS:-"1 2"}
 repeat=${REPEAT:-1}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+# glibc's malloc on transparent huge pages, as `kolo run` starts its ranks (KOLO_HUGE_PAGES);
+# the peer gets the same.
+export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
 
 # Lines "model ranks torch kolo", one per run; the rank counts alternate within a repeat so
 # that a change in machine load hits the 1- and the 2-rank figures alike.

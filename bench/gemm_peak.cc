@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "kolo/ops.h"
@@ -99,23 +101,34 @@ int main(int argc, char** argv) {
   const double peak = fmaPeak(&isa);
   std::printf("{\"bench\": \"fma_peak\", \"isa\": \"%s\", \"gflops\": %.1f}\n", isa, peak);
   const int64_t c = width;
-  // (rows x k) @ (k x n): qkv, attention output, MLP up and down, the head (vocabulary 256).
+  // Each linear layer of the lm (in features k, out features n): qkv, the attention's output,
+  // the MLP's up and down, the head (vocabulary 256). A step takes three products of each:
+  // the forward x W^T, the input gradient dY W and the weight gradient dY^T x.
   const int64_t shapes[][2] = {{c, 3 * c}, {c, c}, {c, 4 * c}, {4 * c, c}, {c, 256}};
   kolo::Generator gen(1);
   for (const auto& [k, n] : shapes) {
-    const kolo::Tensor a = kolo::Tensor::rand({rows, k}, gen, -1.0, 1.0);
-    const kolo::Tensor b = kolo::Tensor::rand({k, n}, gen, -1.0, 1.0);
-    std::vector<double> times;
-    for (int r = 0; r < repeats + 5; ++r) {
-      const auto start = Clock::now();
-      const kolo::Tensor out = kolo::matmul(a, b);
-      if (r >= 5) times.push_back(seconds(start));
+    const kolo::Tensor x = kolo::Tensor::rand({rows, k}, gen, -1.0, 1.0);
+    const kolo::Tensor w = kolo::Tensor::rand({n, k}, gen, -1.0, 1.0);
+    const kolo::Tensor dy = kolo::Tensor::rand({rows, n}, gen, -1.0, 1.0);
+    const kolo::Tensor none;
+    const std::pair<const char*, std::function<kolo::Tensor()>> kinds[] = {
+        {"forward", [&] { return kolo::linear(x, w, none); }},
+        {"input_grad", [&] { return kolo::matmul(dy, w); }},
+        {"weight_grad", [&] { return kolo::matmul(dy.transpose(0, 1), x); }},
+    };
+    for (const auto& [kind, product] : kinds) {
+      std::vector<double> times;
+      for (int r = 0; r < repeats + 5; ++r) {
+        const auto start = Clock::now();
+        const kolo::Tensor out = product();
+        if (r >= 5) times.push_back(seconds(start));
+      }
+      const double gflops = 2.0 * rows * k * n / median(times) / 1e9;
+      std::printf("{\"bench\": \"kolo_gemm\", \"kind\": \"%s\", \"m\": %lld, \"k\": %lld, \"n\": %lld, "
+                  "\"gflops\": %.1f, \"of_peak\": %.3f}\n",
+                  kind, static_cast<long long>(rows), static_cast<long long>(k), static_cast<long long>(n), gflops,
+                  gflops / peak);
     }
-    const double gflops = 2.0 * rows * k * n / median(times) / 1e9;
-    std::printf("{\"bench\": \"kolo_gemm\", \"m\": %lld, \"k\": %lld, \"n\": %lld, \"gflops\": %.1f, "
-                "\"of_peak\": %.3f}\n",
-                static_cast<long long>(rows), static_cast<long long>(k), static_cast<long long>(n), gflops,
-                gflops / peak);
   }
   return 0;
 }

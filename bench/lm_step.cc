@@ -5,8 +5,6 @@
 // multi-worker-mirrored: bucketed all-reduce overlapped with backward), each on its rows of the
 // same global batch, as the twin does under DDP (`--ranks N`); rank 0 prints the line.
 // bench/lm_vs_torch.sh runs both.
-#include <malloc.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +15,7 @@
 
 #include "kolo/byte_corpus.h"
 #include "kolo/comm/init.h"
+#include "kolo/memory.h"
 #include "kolo/nn/language_model.h"
 #include "kolo/optim.h"
 #include "kolo/precision.h"
@@ -37,10 +36,9 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   using namespace kolo;
   setNumThreads(1);
-  // As `kolo train` does: keep freed activations in the heap rather than page-faulting
-  // fresh mmap()s in every step.
-  mallopt(M_MMAP_MAX, 0);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // As train::fit does: keep freed activations in the heap rather than page-faulting fresh
+  // mmap()s in every step.
+  keepFreedMemory();
   nn::LanguageModelConfig config;
   int64_t batch = 16, warmup = 3, steps = 20;
   std::string text = "/usr/share/common-licenses/GPL-3", precision = "f32";

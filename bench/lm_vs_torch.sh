@@ -22,6 +22,9 @@ launch=""
 [ "$ranks" -gt 1 ] && launch="$build/src/cli/kolo run -n $ranks --"
 baseline=${BASELINE:-}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+# glibc's malloc on transparent huge pages, as `kolo run` starts its ranks (KOLO_HUGE_PAGES);
+# the peer gets the same.
+export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
 field() { sed 's/.*"'"$1"'": \([0-9.]*\).*/\1/'; }
 lower() { awk -v a="$1" -v b="$2" 'BEGIN { print (a == 0 || b < a) ? b : a }'; }
 best_k=0 best_t=0 best_b=0

@@ -31,6 +31,9 @@ bind=${BIND:-none}
 sync_schedule=${SYNC_SCHEDULE:-cosine}
 samples=$((epochs * 60000))
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+# glibc's malloc on transparent huge pages, as `kolo run` starts its ranks (KOLO_HUGE_PAGES);
+# the peer gets the same.
+export GLIBC_TUNABLES=${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 init="$work/torch_init.safetensors"

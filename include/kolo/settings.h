@@ -52,6 +52,8 @@
     "MPI backend: blocking collectives call MPI's blocking functions (no deadline)")             \
   X(smallGemm, "KOLO_SMALL_GEMM", Flag, "1", "",                                                  \
     "AVX-512 kernels for small f32 matrix products; 0: OpenBLAS for every product")                 \
+  X(hugePages, "KOLO_HUGE_PAGES", Flag, "1", "",                                                  \
+    "kolo run: ranks start with glibc's malloc on transparent huge pages (adds glibc.malloc.hugetlb=1 to GLIBC_TUNABLES unless it names hugetlb); 0: GLIBC_TUNABLES as it is") \
   X(timeline, "KOLO_TIMELINE", Text, "", "",                                                       \
     "directory: every rank records a timeline, merged into DIR/trace.json (Chrome trace)")      \
   X(debugDir, "KOLO_DEBUG_DIR", Text, "", "",                                                      \

@@ -64,6 +64,15 @@ std::vector<std::string> rankEnvironment(
 
 }  // namespace
 
+std::optional<std::string> hugePageTunables(const settings::Environment& env) {
+  if (!env.flag("KOLO_HUGE_PAGES")) return std::nullopt;
+  constexpr std::string_view kHugePages = "glibc.malloc.hugetlb=1";
+  const std::string* tunables = env.find("GLIBC_TUNABLES");
+  if (!tunables) return std::string(kHugePages);
+  if (tunables->find("glibc.malloc.hugetlb") != std::string::npos) return std::nullopt;
+  return *tunables + ":" + std::string(kHugePages);
+}
+
 void say(const std::string& message) {
   std::string line = "kolo run: " + message + "\n";
   [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
@@ -145,6 +154,8 @@ int Job::run() {
       {"KOLO_STORE", storeAddress},
       {"KOLO_TOKEN", token},
   };
+  if (auto tunables = hugePageTunables(settings::Environment::process()))
+    vars_.emplace_back("GLIBC_TUNABLES", *tunables);
   setUpDebugDirectory(firstRank);
   events_ = std::make_unique<JobEvents>(options_.eventsFile);
   events_->started(worldSize_, options_.procsPerNode, firstRank);

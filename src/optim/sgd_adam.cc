@@ -60,13 +60,17 @@ template <class G>
 KOLO_OPTIM_BODY void adamLoop(float* __restrict param, G grad, float* __restrict m,
                               float* __restrict v, int64_t n, float beta1, float beta2,
                               float oneMinusBeta1, float oneMinusBeta2, float eps,
-                              float coupledWd, float stepSize, float correction2Sqrt) {
+                              float coupledWd, float shrink, float stepSize,
+                              float correction2Sqrt) {
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i] + coupledWd * param[i];
+    // AdamW's decay first (torch: param.mul_(1 - lr * wd)), in the same pass; Adam's shrink
+    // is 1, which leaves the parameter as it is.
+    const float p = param[i] * shrink;
+    const float g = grad[i] + coupledWd * p;
     m[i] = m[i] * beta1 + g * oneMinusBeta1;
     v[i] = v[i] * beta2 + g * g * oneMinusBeta2;
     const float denom = std::sqrt(v[i]) / correction2Sqrt + eps;
-    param[i] -= stepSize * (m[i] / denom);
+    param[i] = p - stepSize * (m[i] / denom);
   }
 }
 
@@ -91,13 +95,13 @@ KOLO_OPTIM_CLONES void sgdMomentum(float* param, const Gradient& grad, float* bu
 KOLO_OPTIM_CLONES void adamMoments(float* param, const Gradient& grad, float* m, float* v,
                                    int64_t n, float beta1, float beta2, float oneMinusBeta1,
                                    float oneMinusBeta2, float eps, float coupledWd,
-                                   float stepSize, float correction2Sqrt) {
+                                   float shrink, float stepSize, float correction2Sqrt) {
   if (grad.other != nullptr) {
     adamLoop(param, MeanOfTwo{grad.data, grad.other, grad.scale}, m, v, n, beta1, beta2,
-             oneMinusBeta1, oneMinusBeta2, eps, coupledWd, stepSize, correction2Sqrt);
+             oneMinusBeta1, oneMinusBeta2, eps, coupledWd, shrink, stepSize, correction2Sqrt);
   } else {
     adamLoop(param, Plain{grad.data}, m, v, n, beta1, beta2, oneMinusBeta1, oneMinusBeta2, eps,
-             coupledWd, stepSize, correction2Sqrt);
+             coupledWd, shrink, stepSize, correction2Sqrt);
   }
 }
 
@@ -186,13 +190,11 @@ void Adam::update(const std::string& name, float* param, const Gradient& grad, i
   const double biasCorrection2 = 1.0 - std::pow(options_.beta2, step);
   const float stepSize = static_cast<float>(lr / biasCorrection1);
   const float correction2Sqrt = static_cast<float>(std::sqrt(biasCorrection2));
-  if (options_.decoupled && wd != 0.0f) {
-    const float shrink = static_cast<float>(1.0 - lr * options_.weightDecay);
-    for (int64_t i = 0; i < n; ++i) param[i] *= shrink;
-  }
+  const float shrink =
+      options_.decoupled && wd != 0.0f ? static_cast<float>(1.0 - lr * options_.weightDecay) : 1.0f;
   const float coupledWd = options_.decoupled ? 0.0f : wd;
   adamMoments(param, grad, m, v, n, beta1, beta2, oneMinusBeta1, oneMinusBeta2, eps, coupledWd,
-              stepSize, correction2Sqrt);
+              shrink, stepSize, correction2Sqrt);
 }
 
 std::unique_ptr<Optimizer> makeAdamW(NamedParameters parameters, AdamOptions options) {

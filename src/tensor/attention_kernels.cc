@@ -150,13 +150,12 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
         const T* pb = kept.defined() ? kept.data<T>() + (b * s.h + h) * s.t * s.t : nullptr;
         if (!pb) transposeHead(q + s.c, ld, s.t, s.hd, kt.data());  // only to recompute S
         transposeHead(q + 2 * s.c, ld, s.t, s.hd, vt.data());
-        // dK and dV gather from every later query block: they start at 0.
-        for (int64_t i = 0; i < s.t; ++i) {
-          std::fill(dk + i * ld, dk + i * ld + s.hd, T(0));
-          std::fill(dv + i * ld, dv + i * ld + s.hd, T(0));
-        }
-        for (int64_t r0 = 0; r0 < s.t; r0 += qb) {
+        // dK and dV gather from every query block at or after their keys': the blocks go
+        // last to first, so the first one, which sees every key, writes them (beta 0) and the
+        // others add to them.
+        for (int64_t r0 = (s.t - 1) / qb * qb; r0 >= 0; r0 -= qb) {
           const int64_t rows = std::min(qb, s.t - r0), keys = r0 + rows;
+          const T gather = keys == s.t ? T(0) : T(1);
           // P of the block: kept by the forward, or again from the saved log-sum-exp.
           const T* pr = pb ? pb + r0 * s.t : p.data();
           if (!pb) {
@@ -168,7 +167,7 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
           // taken over the P in hand (as PyTorch's softmax backward does) rather than as the
           // equal dY . Y: the key third of the qkv bias, whose true gradient is zero, then
           // gets the rounding of P's row sums only; dQ_r = dS K; dK += dS^T Q_r.
-          detail::gemm<T>(CblasTrans, CblasNoTrans, keys, s.hd, rows, T(1), pr, s.t, gy + r0 * s.c, s.c, T(1), dv,
+          detail::gemm<T>(CblasTrans, CblasNoTrans, keys, s.hd, rows, T(1), pr, s.t, gy + r0 * s.c, s.c, gather, dv,
                           ld);
           detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, keys, s.hd, T(1), gy + r0 * s.c, s.c, vt.data(), s.t,
                           T(0), ds.data(), s.t);
@@ -185,8 +184,8 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
           }
           detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, s.hd, keys, T(1), ds.data(), s.t, q + s.c, ld, T(0),
                           dq + r0 * ld, ld);
-          detail::gemm<T>(CblasTrans, CblasNoTrans, keys, s.hd, rows, T(1), ds.data(), s.t, q + r0 * ld, ld, T(1), dk,
-                          ld);
+          detail::gemm<T>(CblasTrans, CblasNoTrans, keys, s.hd, rows, T(1), ds.data(), s.t, q + r0 * ld, ld, gather,
+                          dk, ld);
         }
       }
   });

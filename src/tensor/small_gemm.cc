@@ -23,7 +23,7 @@
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 #define KOLO_HAVE_SMALL_GEMM 1
-#define KOLO_AVX512 __attribute__((target("avx512f,fma")))
+#define KOLO_AVX512 __attribute__((target("avx512f,fma,prfchw")))
 #define KOLO_UNROLL _Pragma("GCC unroll 8")
 #endif
 
@@ -67,6 +67,12 @@ template <int MR, int NV, bool kDown>
 KOLO_AVX512 inline void tile(int64_t depth, const float* a, int64_t lda, const float* b, int64_t ldb,
                              float alpha, float beta, float* c, int64_t ldc, __mmask16 last, Epilogue epi) {
   const float* bias = epi.bias;
+  // The tile's output lines, fetched for writing while the products run: inside a training
+  // step the outputs are memory that no cache holds, and the stores waited for it (a linear
+  // layer's forward in an lm step ran at 93 GFLOP/s against 100 with this, 110 in cache).
+  KOLO_UNROLL for (int r = 0; r < MR; ++r) KOLO_UNROLL for (int v = 0; v < NV; ++v) {
+    __builtin_prefetch(c + r * ldc + kLanes * v, 1, 3);
+  }
   __m512 acc[MR][NV];
   KOLO_UNROLL for (int r = 0; r < MR; ++r) KOLO_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   for (int64_t k = 0; k < depth; ++k) {

@@ -98,6 +98,26 @@ TEST_F(LauncherTest, ThreeRanksGetTheirVariables) {
   EXPECT_EQ(tokens.size(), 1u);
 }
 
+TEST_F(LauncherTest, RanksStartWithMallocOnHugePagesUnlessToldOtherwise) {
+  const std::vector<std::string> print = {"run", "-n", "2", "--", "sh", "-c", "echo \"<$GLIBC_TUNABLES>\""};
+  const auto tunablesOf = [&](const std::map<std::string, std::string>& env) {
+    const Result r = kolo(print, env);
+    EXPECT_EQ(r.exitCode(), 0) << r.err;
+    std::set<std::string> seen;
+    for (const auto& line : splitLines(r.out)) seen.insert(line.substr(line.find('<')));
+    EXPECT_EQ(seen.size(), 1u) << r.out;
+    return seen.empty() ? std::string() : *seen.begin();
+  };
+  EXPECT_EQ(tunablesOf({}), "<glibc.malloc.hugetlb=1>");
+  EXPECT_EQ(tunablesOf({{"GLIBC_TUNABLES", "glibc.malloc.arena_max=2"}}),
+            "<glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1>");
+  // The user's own choice of hugetlb stands, and KOLO_HUGE_PAGES=0 leaves the variable alone.
+  EXPECT_EQ(tunablesOf({{"GLIBC_TUNABLES", "glibc.malloc.hugetlb=0"}}), "<glibc.malloc.hugetlb=0>");
+  EXPECT_EQ(tunablesOf({{"KOLO_HUGE_PAGES", "0"}}), "<>");
+  EXPECT_EQ(tunablesOf({{"KOLO_HUGE_PAGES", "0"}, {"GLIBC_TUNABLES", "glibc.malloc.arena_max=2"}}),
+            "<glibc.malloc.arena_max=2>");
+}
+
 TEST_F(LauncherTest, EveryOutputLineIsPrefixedAndWhole) {
   // Each rank writes two short lines, a 20000-byte line of its own digit, a stderr line
   // and a last line without newline; lines of different ranks must not mix.

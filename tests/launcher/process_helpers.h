@@ -87,7 +87,7 @@ inline std::vector<std::string> cleanEnvironment(
     const std::map<std::string, std::string>& extra = {}) {
   static const char* kLauncherVars[] = {
       "KOLO_",        "RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
-      "MASTER_PORT=", "OMPI_", "PMIX_",       "SLURM_",      "TORCHELASTIC_"};
+      "MASTER_PORT=", "OMPI_", "PMIX_",       "SLURM_",      "TORCHELASTIC_", "GLIBC_TUNABLES="};
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string entry = *e;
