@@ -80,7 +80,10 @@ Tensor linearGelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 // ---- neural-network functions ----
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor logSoftmax(const Tensor& x, int64_t dim);
-/// Mean cross-entropy of logits [N, C] against i64 class labels [N] (shape {}).
+/// Mean cross-entropy of logits [N, C] against i64 (or i32) class labels [N] (shape {}); of
+/// logits [..., C] against labels [...] (a sequence's scores, the classes last), the mean over
+/// every position. Throws InvalidArgument naming both shapes when they do not match, and for
+/// a label outside [0, C).
 Tensor crossEntropy(const Tensor& logits, const Tensor& labels);
 /// 2-d convolution, x [N,C,H,W], weight [O,C,kh,kw], bias [O] (may be undefined).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride = 1,

@@ -41,6 +41,13 @@ Tensor logSoftmax(const Tensor& x, int64_t dim) {
 }
 
 Tensor crossEntropy(const Tensor& logits, const Tensor& labels) {
+  const Shape& shape = logits.shape();
+  // Scores of a sequence, (..., C) against labels (...): every position is a sample.
+  if (logits.dim() > 2 && labels.shape() == Shape(shape.begin(), shape.end() - 1))
+    return crossEntropy(logits.reshape({-1, shape.back()}), labels.reshape({-1}));
+  KOLO_REQUIRE(logits.dim() == 2 && labels.dim() == 1 && labels.shape()[0] == shape[0], "crossEntropy: logits ",
+               shapeString(shape), " and labels ", shapeString(labels.shape()),
+               " do not match (logits [N, C] with labels [N], or [..., C] with labels [...])");
   Tensor probs;
   Tensor out = kernels::crossEntropyForward(logits, labels, &probs);
   Tensor lab = labels.detach();

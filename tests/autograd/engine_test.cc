@@ -175,5 +175,34 @@ TEST(Ops, ClosedFormValues) {
   EXPECT_EQ(maskedFill(a, trilMask(2), 0.0).toFloatVector(), (std::vector<float>{0, 2, 0, 0}));
 }
 
+TEST(Ops, CrossEntropyOfASequenceTakesEveryPositionAsASample) {
+  // Scores (B, T, C) against labels (B, T): the mean over every position, with the gradient
+  // of the flattened (B*T, C) form.
+  Generator gen(3);
+  Tensor logits = Tensor::randn({2, 3, 5}, gen);
+  logits.setRequiresGrad(true);
+  const Tensor labels = Tensor::fromVector({2, 3}, std::vector<int64_t>{0, 4, 2, 1, 1, 3});
+  Tensor flat = logits.detach().reshape({6, 5});
+  flat.setRequiresGrad(true);
+  const Tensor loss = crossEntropy(logits, labels);
+  const Tensor expected = crossEntropy(flat, labels.reshape({6}));
+  EXPECT_EQ(loss.shape(), Shape{});
+  EXPECT_FLOAT_EQ(static_cast<float>(loss.item()), static_cast<float>(expected.item()));
+  loss.backward();
+  expected.backward();
+  EXPECT_EQ(logits.grad().reshape({6, 5}).toFloatVector(), flat.grad().toFloatVector());
+  // Shapes that do not match are the caller's mistake, named in full.
+  for (const auto& [scores, classes] : std::vector<std::pair<Shape, Shape>>{
+           {{2, 3, 5}, {3, 2}}, {{2, 3, 5}, {6}}, {{6, 5}, {5}}, {{5}, {1}}}) {
+    try {
+      crossEntropy(Tensor::zeros(scores), Tensor::zeros(classes, DType::I64));
+      FAIL() << "crossEntropy accepted logits " << shapeString(scores) << " with labels " << shapeString(classes);
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(shapeString(scores)), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(shapeString(classes)), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kolo

@@ -4,8 +4,8 @@
 // the work over the ranks and returns the figures of one process; save() keeps each
 // Stateful object's sections and refuses two objects that claim one name; the metrics lines
 // keep the schema `kolo report` reads, with what onEnd adds to the final line; every rank
-// learns every rank's figures; evaluate() counts each position of a sequence; a requeued
-// Slurm job resumes from its checkpoint directory.
+// learns every rank's figures; evaluate() counts each position of a sequence (its default loss
+// too); a requeued Slurm job resumes from its checkpoint directory.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -386,6 +386,10 @@ TEST(EvaluateTest, SequencesCountEveryPosition) {
   const EvaluateResult result = evaluate(identity, data, {.batch = 1, .loss = zero, .communicator = nullptr});
   EXPECT_EQ(result.samples, 2);
   EXPECT_DOUBLE_EQ(result.accuracy, 4.0 / 6.0);
+  // The default loss takes them too: the mean cross-entropy over every position.
+  const EvaluateResult byDefault = evaluate(identity, data, {.batch = 2, .loss = nullptr, .communicator = nullptr});
+  EXPECT_NEAR(byDefault.loss, crossEntropy(scores.reshape({6, 4}), labels.reshape({6})).item(), 1e-6);
+  EXPECT_DOUBLE_EQ(byDefault.accuracy, 4.0 / 6.0);
 }
 
 TEST(FitTest, ARequeuedSlurmJobResumesFromItsCheckpoints) {

@@ -1,0 +1,190 @@
+// run: kolo run -n 2 -- ./transformer --steps 10 --compare
+// A transformer language model of your own, data-parallel: a GPT-style decoder defined here
+// (token and learned position embeddings, kolo::nn::TransformerBlock layers, a final
+// LayerNorm and an untied head), trained on the bytes of a text file in file order
+// (data::ByteCorpus: row i of step s is the window at byte (s*B + i)*T, as another program
+// can read them) with AdamW by train::fit over a train::DataParallelEngine, one replica per
+// rank (multi-worker-mirrored, or fully sharded with --fsdp; one-device when started alone).
+// --recompute keeps only each block's input and computes the block again in backward;
+// --precision bf16 takes every product with bf16 operands and f32 sums (weights, gradients
+// and AdamW's state stay f32). With --compare it also trains the same model on one device in
+// the same job, on the same batches and in the same precision, and its last line gives both
+// held-out losses, their relative gap, and the weights' `max relative difference D`: the
+// largest |distributed - one device| / max|one device| of any tensor.
+// Options: --steps N (default 10), --batch B (global, default 16), --layers L (2), --width C
+// (64), --heads H (4), --seq-len T (32), --lr LR (1e-3), --text FILE (default the GPL's text),
+// --fsdp, --recompute, --precision f32|bf16, --compare. Exit status 1 when the loss gap is
+// above 1e-5 (bf16: 1e-4) or, in f32, D above 1e-3 (or on an error). AdamW moves a weight by
+// about lr whatever the size of its gradient, so where the gradient is rounding noise in both
+// runs (the key third of qkv's bias, whose true gradient is zero: softmax ignores a score
+// added to a whole row) each run walks its own way: D is 2e-4 in f32 after 10 steps, and up
+// to 5e-2 in bf16, where the noise is larger; the losses agree to 1e-7 and 2e-6.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kolo/byte_corpus.h"
+#include "kolo/error.h"
+#include "kolo/nn/attention.h"
+#include "kolo/nn/layers.h"
+#include "kolo/ops.h"
+#include "kolo/optim.h"
+#include "kolo/parallel/distributed.h"
+#include "kolo/precision.h"
+#include "kolo/threads.h"
+#include "kolo/train/fit.h"
+
+namespace {
+
+constexpr int64_t kVocab = 256;  // bytes
+
+struct Config {
+  int64_t layers = 2, width = 64, heads = 4, seqLen = 32;
+};
+
+// Token embeddings plus a learned embedding of each position: (B, T) bytes -> (B, T, C).
+struct TokensAndPositions : kolo::nn::Module {
+  TokensAndPositions(const Config& config, kolo::Generator& gen) {
+    tokens = registerModule("tokens", std::make_shared<kolo::nn::Embedding>(kVocab, config.width, gen));
+    positions = registerParameter("positions", kolo::Tensor::randn({config.seqLen, config.width}, gen, 0.0, 0.02));
+  }
+  kolo::Tensor forward(const kolo::Tensor& bytes) override {
+    const int64_t t = bytes.shape()[1];
+    return kolo::add((*tokens)(bytes), positions.slice(0, 0, t));
+  }
+  std::shared_ptr<kolo::nn::Embedding> tokens;
+  kolo::Tensor positions;
+};
+
+// The decoder as a Sequential of its top-level layers: what activation checkpointing
+// (DataParallelOptions::recompute) and fsdp's units are made of.
+std::shared_ptr<kolo::nn::Sequential> makeDecoder(const Config& config) {
+  kolo::Generator gen(1);  // every replica alike (the engine also copies rank 0's)
+  auto model = std::make_shared<kolo::nn::Sequential>();
+  model->add(std::make_shared<TokensAndPositions>(config, gen));
+  for (int64_t i = 0; i < config.layers; ++i)
+    model->add(std::make_shared<kolo::nn::TransformerBlock>(config.width, config.heads, gen));
+  model->add(std::make_shared<kolo::nn::LayerNorm>(kolo::Shape{config.width}));
+  model->add(std::make_shared<kolo::nn::Linear>(config.width, kVocab, gen));  // (B, T, 256)
+  return model;
+}
+
+struct Run {
+  Config config;
+  int64_t steps = 10, batch = 16;
+  double lr = 1e-3;
+  bool recompute = false;
+};
+
+struct Trained {
+  std::unique_ptr<kolo::train::DataParallelEngine> engine;
+  double heldOutLoss = 0.0;
+};
+
+// Trains a fresh decoder on `train` with `strategy`; its engine and held-out loss.
+Trained trainWith(kolo::parallel::StrategyOptions strategy, std::shared_ptr<const kolo::data::Dataset> train,
+                  std::shared_ptr<const kolo::data::Dataset> heldOut, const Run& run, bool report) {
+  kolo::train::DataParallelOptions distribution;
+  distribution.strategy = std::move(strategy);
+  distribution.recompute = run.recompute;
+  // The loss is the default, crossEntropy of the scores (B, T, 256) against the next bytes
+  // (B, T): the mean over every position of every row, in training as in fit's evaluation.
+  auto engine = std::make_unique<kolo::train::DataParallelEngine>(
+      [config = run.config] { return makeDecoder(config); },
+      [lr = run.lr](const kolo::parallel::NamedTensors& parameters) {
+        return kolo::optim::makeAdamW(parameters, {.lr = lr, .weightDecay = 0.01});
+      },
+      distribution);
+  kolo::observe::Logger quietLogger(stderr, kolo::observe::LogLevel::Warn);
+  kolo::train::FitOptions options;
+  options.steps = run.steps;
+  options.batch = run.batch;
+  options.shuffle = false;  // file order
+  options.quiet = !report;
+  options.progress = 0;
+  if (!report) options.logger = &quietLogger;
+  const kolo::train::FitSummary summary = kolo::train::fit(*engine, train, heldOut, options);
+  if (report && engine->isPrimary())
+    std::printf("%s: %lld steps, train loss %.4f, held-out loss %.4f\n", engine->name().c_str(),
+                static_cast<long long>(summary.steps), summary.trainLoss, summary.validationLoss);
+  return {std::move(engine), summary.validationLoss};
+}
+
+// Over the tensors of two models of one architecture: max |a - b| / max |b| of any tensor.
+double maxRelativeDifference(kolo::nn::Module& a, kolo::nn::Module& b) {
+  const auto left = a.stateDict();
+  const auto right = b.stateDict();
+  double worst = 0.0;
+  for (size_t t = 0; t < left.size(); ++t) {
+    const std::vector<float> x = left[t].second.toFloatVector();
+    const std::vector<float> y = right[t].second.toFloatVector();
+    double diff = 0.0, scale = 1e-12;
+    for (size_t i = 0; i < x.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::fabs(x[i] - y[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(y[i])));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Run run;
+  bool fsdp = false, compare = false;
+  std::string text = "/usr/share/common-licenses/GPL-3", precision = "f32";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool hasValue = i + 1 < argc;
+    if (arg == "--steps" && hasValue) run.steps = std::atoll(argv[++i]);
+    else if (arg == "--batch" && hasValue) run.batch = std::atoll(argv[++i]);
+    else if (arg == "--layers" && hasValue) run.config.layers = std::atoll(argv[++i]);
+    else if (arg == "--width" && hasValue) run.config.width = std::atoll(argv[++i]);
+    else if (arg == "--heads" && hasValue) run.config.heads = std::atoll(argv[++i]);
+    else if (arg == "--seq-len" && hasValue) run.config.seqLen = std::atoll(argv[++i]);
+    else if (arg == "--lr" && hasValue) run.lr = std::atof(argv[++i]);
+    else if (arg == "--text" && hasValue) text = argv[++i];
+    else if (arg == "--precision" && hasValue) precision = argv[++i];
+    else if (arg == "--fsdp") fsdp = true;
+    else if (arg == "--recompute") run.recompute = true;
+    else if (arg == "--compare") compare = true;
+    else KOLO_THROW(kolo::InvalidArgument, "unknown argument '", arg, "'");
+  }
+  kolo::setNumThreads(1);  // one intra-op thread per rank: the ranks fill the cores
+  // The products' precision of this thread, for the whole run (torch.autocast's role).
+  const kolo::MatmulPrecisionGuard products(kolo::parseMatmulPrecision(precision));
+  const auto corpus = std::make_shared<const kolo::data::ByteCorpus>(text, run.config.seqLen);
+  const auto train = std::make_shared<const kolo::data::ByteWindows>(corpus);
+  const auto heldOut = std::make_shared<const kolo::data::ByteWindows>(corpus, true);
+
+  // One replica per rank of the job (kolo run sets the rank variables; alone: one rank).
+  auto comm = kolo::parallel::init();
+  kolo::parallel::StrategyOptions strategy;
+  strategy.kind = comm->size() == 1 ? kolo::parallel::StrategyKind::OneDevice
+                  : fsdp            ? kolo::parallel::StrategyKind::FullyShardedDataParallel
+                                    : kolo::parallel::StrategyKind::MultiWorkerMirrored;
+  strategy.communicator = comm;
+  Trained distributed = trainWith(strategy, train, heldOut, run, true);
+  if (!compare) return 0;
+
+  // The same model, batches and precision on one device, in every rank's process.
+  kolo::parallel::StrategyOptions single;
+  single.kind = kolo::parallel::StrategyKind::OneDevice;
+  Trained oneDevice = trainWith(single, train, heldOut, run, false);
+  distributed.engine->gatherModel();  // fsdp: the whole weights from the shards
+  const double difference = maxRelativeDifference(distributed.engine->model(), oneDevice.engine->model());
+  const double lossGap = std::fabs(distributed.heldOutLoss - oneDevice.heldOutLoss) / oneDevice.heldOutLoss;
+  if (comm->rank() == 0)
+    std::printf("held-out loss %.6f, one device %.6f: relative gap %.2g; max relative difference %.3g\n",
+                distributed.heldOutLoss, oneDevice.heldOutLoss, lossGap, difference);
+  const bool bf16 = precision == "bf16";
+  return lossGap <= (bf16 ? 1e-4 : 1e-5) && (bf16 || difference <= 1e-3) ? 0 : 1;
+} catch (const kolo::Error& e) {
+  std::fprintf(stderr, "transformer: %s\n", e.what());
+  return 1;
+}
