@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <string_view>
 #include <typeinfo>
 
 #include "comm/affinity.h"
@@ -151,12 +152,33 @@ Outcome outcomeOf(int rank, int ranks, const std::string& report, bool reaped, i
   return o;
 }
 
+constexpr std::string_view kStorePrefix = "kolo-spawn-";
+
+/// Removes the store directories ("kolo-spawn-<pid>-XXXXXX") in `tmp` of callers that no
+/// longer exist: a caller killed by SIGKILL never runs its cleanup (its ranks die with it), so
+/// the next call, in any process, takes the directory away. A directory of a live process, of
+/// a pid now used by another process or of another user stays.
+void removeStaleStoreDirectories(const std::filesystem::path& tmp) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kStorePrefix, 0) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + kStorePrefix.size(), &end, 10);
+    if (pid <= 0 || *end != '-' || kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::filesystem::remove_all(entry.path(), ec);
+  }
+}
+
 /// The ranks of one call and their store directory. Ranks still running when it goes (the
 /// parent failed half-way) are killed and reaped; the directory is removed.
 class LocalJob {
  public:
   explicit LocalJob(int ranks) : ranks_(static_cast<size_t>(ranks)) {
-    std::string pattern = (std::filesystem::temp_directory_path() / "kolo-spawn-XXXXXX").string();
+    const std::filesystem::path tmp = std::filesystem::temp_directory_path();
+    removeStaleStoreDirectories(tmp);
+    std::string pattern =
+        (tmp / (std::string(kStorePrefix) + std::to_string(getpid()) + "-XXXXXX")).string();
     if (mkdtemp(pattern.data()) == nullptr) {
       KOLO_THROW(IoError, "comm::spawn: cannot create a store directory from ", pattern, ": ",
                  std::strerror(errno));

@@ -1,13 +1,15 @@
 // comm::spawn: every rank gets a connected communicator and its value comes back; a rank
 // that throws, exits or is killed is named in the caller's exception with what happened,
 // and its siblings are stopped (ranks that would otherwise wait forever, so a call that
-// returns at all shows it); nothing is left in TMPDIR or /dev/shm; one rank works; fewer
-// than one is refused.
+// returns at all shows it); nothing is left in TMPDIR or /dev/shm, and a directory left by a
+// caller killed with SIGKILL is removed by the next call; one rank works; fewer than one is
+// refused.
 #include "kolo/comm/spawn.h"
 
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -70,6 +72,8 @@ class Spawn : public ::testing::Test {
     for (const std::string& name : koloShmNames())
       EXPECT_TRUE(shmBefore_.count(name)) << "left /dev/shm/" << name;
   }
+
+  const std::string& tmp() const { return tmp_; }
 
   // Long enough that a test passing never depends on a deadline.
   SpawnOptions patient() const {
@@ -199,6 +203,30 @@ TEST_F(Spawn, ARankThatExitsIsNamedWithItsStatusAndStatusZeroCountsAsReturningZe
 TEST_F(Spawn, NonZeroValuesAreResultsNotFailures) {
   EXPECT_EQ(spawn(3, [](std::shared_ptr<Communicator> comm) { return 3 - comm->rank(); }),
             (std::vector<int>{3, 2, 1}));
+}
+
+TEST_F(Spawn, AStoreDirectoryLeftByAKilledCallerIsRemovedByTheNextCall) {
+  // A caller SIGKILLed while its ranks run: its ranks die with it, its directory stays.
+  const pid_t caller = fork();
+  ASSERT_GE(caller, 0);
+  if (caller == 0) {
+    spawn(2, [](std::shared_ptr<Communicator>) -> int { waitForever(); });
+    _exit(0);
+  }
+  const std::string prefix = "kolo-spawn-" + std::to_string(caller) + "-";
+  fs::path left;
+  for (int i = 0; i < 2000 && left.empty(); ++i) {
+    for (const auto& entry : fs::directory_iterator(tmp()))
+      if (entry.path().filename().string().rfind(prefix, 0) == 0) left = entry.path();
+    if (left.empty()) usleep(5000);
+  }
+  ASSERT_FALSE(left.empty()) << "the caller made no store directory in " << tmp();
+  kill(caller, SIGKILL);
+  ASSERT_EQ(waitpid(caller, nullptr, 0), caller);
+  EXPECT_TRUE(fs::exists(left));
+  // The next call, here, removes it with its own.
+  EXPECT_EQ(spawn(1, [](std::shared_ptr<Communicator>) { return 7; }), std::vector<int>{7});
+  EXPECT_FALSE(fs::exists(left)) << left;
 }
 
 TEST_F(Spawn, FewerThanOneRankOrNoFunctionIsRefused) {
