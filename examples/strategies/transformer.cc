@@ -4,7 +4,10 @@
 // LayerNorm and an untied head), trained on the bytes of a text file in file order
 // (data::ByteCorpus: row i of step s is the window at byte (s*B + i)*T, as another program
 // can read them) with AdamW by train::fit over a train::DataParallelEngine, one replica per
-// rank (multi-worker-mirrored, or fully sharded with --fsdp; one-device when started alone).
+// rank (multi-worker-mirrored, or fully sharded with --fsdp; one-device when started alone),
+// or by a train::ModelParallelEngine with --tp T and/or --pp P: its blocks split over T ranks
+// (attention by heads, the MLP column- then row-parallel), cut into P pipeline stages, the
+// job's other ranks replicas.
 // --recompute keeps only each block's input and computes the block again in backward;
 // --precision bf16 takes every product with bf16 operands and f32 sums (weights, gradients
 // and AdamW's state stay f32). With --compare it also trains the same model on one device in
@@ -13,7 +16,7 @@
 // largest |distributed - one device| / max|one device| of any tensor.
 // Options: --steps N (default 10), --batch B (global, default 16), --layers L (2), --width C
 // (64), --heads H (4), --seq-len T (32), --lr LR (1e-3), --text FILE (default the GPL's text),
-// --fsdp, --recompute, --precision f32|bf16, --compare. Exit status 1 when the loss gap is
+// --fsdp, --tp T, --pp P, --recompute, --precision f32|bf16, --compare. Exit status 1 when the loss gap is
 // above 1e-5 (bf16: 1e-4) or, in f32, D above 1e-3 (or on an error). AdamW moves a weight by
 // about lr whatever the size of its gradient, so where the gradient is rounding noise in both
 // runs (the key third of qkv's bias, whose true gradient is zero: softmax ignores a score
@@ -37,6 +40,7 @@
 #include "kolo/precision.h"
 #include "kolo/threads.h"
 #include "kolo/train/fit.h"
+#include "kolo/train/model_parallel.h"
 
 namespace {
 
@@ -80,25 +84,51 @@ struct Run {
   bool recompute = false;
 };
 
-struct Trained {
-  std::unique_ptr<kolo::train::DataParallelEngine> engine;
-  double heldOutLoss = 0.0;
-};
+kolo::parallel::OptimizerFactory adamw(double lr) {
+  return [lr](const kolo::parallel::NamedTensors& parameters) {
+    return kolo::optim::makeAdamW(parameters, {.lr = lr, .weightDecay = 0.01});
+  };
+}
 
-// Trains a fresh decoder on `train` with `strategy`; its engine and held-out loss.
-Trained trainWith(kolo::parallel::StrategyOptions strategy, std::shared_ptr<const kolo::data::Dataset> train,
-                  std::shared_ptr<const kolo::data::Dataset> heldOut, const Run& run, bool report) {
+// Data parallelism with `strategy`: every rank holds the whole decoder (or, under fsdp, its
+// shards). The loss is the default, crossEntropy of the scores (B, T, 256) against the next
+// bytes (B, T): the mean over every position of every row, in training as in fit's evaluation.
+std::unique_ptr<kolo::train::Engine> dataParallel(kolo::parallel::StrategyOptions strategy, const Run& run) {
   kolo::train::DataParallelOptions distribution;
   distribution.strategy = std::move(strategy);
   distribution.recompute = run.recompute;
-  // The loss is the default, crossEntropy of the scores (B, T, 256) against the next bytes
-  // (B, T): the mean over every position of every row, in training as in fit's evaluation.
-  auto engine = std::make_unique<kolo::train::DataParallelEngine>(
-      [config = run.config] { return makeDecoder(config); },
-      [lr = run.lr](const kolo::parallel::NamedTensors& parameters) {
-        return kolo::optim::makeAdamW(parameters, {.lr = lr, .weightDecay = 0.01});
-      },
-      distribution);
+  return std::make_unique<kolo::train::DataParallelEngine>([config = run.config] { return makeDecoder(config); },
+                                                           adamw(run.lr), distribution);
+}
+
+// The decoder cut into `mesh.pp` pipeline stages (two micro-batches, 1F1B, cut by the layers'
+// measured cost) whose blocks are split over `mesh.tp` ranks (attention by heads, the MLP
+// column- then row-parallel), in `mesh.dp` replicas.
+std::unique_ptr<kolo::train::Engine> modelParallel(std::shared_ptr<kolo::comm::Communicator> comm,
+                                                   kolo::parallel::MeshShape mesh, const kolo::data::Dataset& train,
+                                                   const Run& run) {
+  kolo::train::ModelParallelOptions parallelism;
+  parallelism.communicator = comm;
+  parallelism.mesh = mesh;
+  parallelism.recompute = run.recompute;
+  if (mesh.pp > 1) {
+    parallelism.microBatches = 2;
+    std::vector<int64_t> rows(static_cast<size_t>(run.batch / mesh.dp / 2));
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+    parallelism.splitSample = train.gather(rows).inputs;  // one micro-batch, to time the layers on
+  }
+  return std::make_unique<kolo::train::ModelParallelEngine>([config = run.config] { return makeDecoder(config); },
+                                                            adamw(run.lr), parallelism);
+}
+
+struct Trained {
+  std::unique_ptr<kolo::train::Engine> engine;
+  double heldOutLoss = 0.0;
+};
+
+// Trains `engine`, fresh, on `train`; the engine and its held-out loss.
+Trained trainWith(std::unique_ptr<kolo::train::Engine> engine, std::shared_ptr<const kolo::data::Dataset> train,
+                  std::shared_ptr<const kolo::data::Dataset> heldOut, const Run& run, bool report) {
   kolo::observe::Logger quietLogger(stderr, kolo::observe::LogLevel::Warn);
   kolo::train::FitOptions options;
   options.steps = run.steps;
@@ -137,6 +167,7 @@ double maxRelativeDifference(kolo::nn::Module& a, kolo::nn::Module& b) {
 int main(int argc, char** argv) try {
   Run run;
   bool fsdp = false, compare = false;
+  kolo::parallel::MeshShape mesh{.dp = 1, .pp = 1, .tp = 1};
   std::string text = "/usr/share/common-licenses/GPL-3", precision = "f32";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -150,6 +181,8 @@ int main(int argc, char** argv) try {
     else if (arg == "--lr" && hasValue) run.lr = std::atof(argv[++i]);
     else if (arg == "--text" && hasValue) text = argv[++i];
     else if (arg == "--precision" && hasValue) precision = argv[++i];
+    else if (arg == "--tp" && hasValue) mesh.tp = std::atoi(argv[++i]);
+    else if (arg == "--pp" && hasValue) mesh.pp = std::atoi(argv[++i]);
     else if (arg == "--fsdp") fsdp = true;
     else if (arg == "--recompute") run.recompute = true;
     else if (arg == "--compare") compare = true;
@@ -162,28 +195,45 @@ int main(int argc, char** argv) try {
   const auto train = std::make_shared<const kolo::data::ByteWindows>(corpus);
   const auto heldOut = std::make_shared<const kolo::data::ByteWindows>(corpus, true);
 
-  // One replica per rank of the job (kolo run sets the rank variables; alone: one rank).
+  // The job's ranks (kolo run sets the rank variables; alone: one rank): with --tp or --pp a
+  // mesh of them, the rest replicas; otherwise one replica per rank.
   auto comm = kolo::parallel::init();
-  kolo::parallel::StrategyOptions strategy;
-  strategy.kind = comm->size() == 1 ? kolo::parallel::StrategyKind::OneDevice
-                  : fsdp            ? kolo::parallel::StrategyKind::FullyShardedDataParallel
-                                    : kolo::parallel::StrategyKind::MultiWorkerMirrored;
-  strategy.communicator = comm;
-  Trained distributed = trainWith(strategy, train, heldOut, run, true);
+  const int modelRanks = mesh.tp * mesh.pp;
+  KOLO_REQUIRE(modelRanks >= 1 && comm->size() % modelRanks == 0, "--tp ", mesh.tp, " x --pp ", mesh.pp,
+               " does not divide the job's ", comm->size(), " ranks");
+  std::unique_ptr<kolo::train::Engine> engine;
+  if (modelRanks > 1) {
+    mesh.dp = comm->size() / modelRanks;
+    engine = modelParallel(comm, mesh, *train, run);
+  } else {
+    kolo::parallel::StrategyOptions strategy;
+    strategy.kind = comm->size() == 1 ? kolo::parallel::StrategyKind::OneDevice
+                    : fsdp            ? kolo::parallel::StrategyKind::FullyShardedDataParallel
+                                      : kolo::parallel::StrategyKind::MultiWorkerMirrored;
+    strategy.communicator = comm;
+    engine = dataParallel(strategy, run);
+  }
+  Trained distributed = trainWith(std::move(engine), train, heldOut, run, true);
   if (!compare) return 0;
 
-  // The same model, batches and precision on one device, in every rank's process.
+  // The same model, batches and precision on one device, in every rank's process; the whole
+  // distributed weights on rank 0 (gathered from shards, stages and tensor ranks), which
+  // compares and tells the others the verdict.
   kolo::parallel::StrategyOptions single;
   single.kind = kolo::parallel::StrategyKind::OneDevice;
-  Trained oneDevice = trainWith(single, train, heldOut, run, false);
-  distributed.engine->gatherModel();  // fsdp: the whole weights from the shards
-  const double difference = maxRelativeDifference(distributed.engine->model(), oneDevice.engine->model());
-  const double lossGap = std::fabs(distributed.heldOutLoss - oneDevice.heldOutLoss) / oneDevice.heldOutLoss;
-  if (comm->rank() == 0)
-    std::printf("held-out loss %.6f, one device %.6f: relative gap %.2g; max relative difference %.3g\n",
-                distributed.heldOutLoss, oneDevice.heldOutLoss, lossGap, difference);
+  Trained oneDevice = trainWith(dataParallel(single, run), train, heldOut, run, false);
+  distributed.engine->gatherModel();
   const bool bf16 = precision == "bf16";
-  return lossGap <= (bf16 ? 1e-4 : 1e-5) && (bf16 || difference <= 1e-3) ? 0 : 1;
+  double verdict[3] = {0.0, 0.0, 1.0};  // max relative difference, loss gap, passed
+  if (comm->rank() == 0) {
+    verdict[0] = maxRelativeDifference(distributed.engine->model(), oneDevice.engine->model());
+    verdict[1] = std::fabs(distributed.heldOutLoss - oneDevice.heldOutLoss) / oneDevice.heldOutLoss;
+    verdict[2] = verdict[1] <= (bf16 ? 1e-4 : 1e-5) && (bf16 || verdict[0] <= 1e-3) ? 1.0 : 0.0;
+    std::printf("held-out loss %.6f, one device %.6f: relative gap %.2g; max relative difference %.3g\n",
+                distributed.heldOutLoss, oneDevice.heldOutLoss, verdict[1], verdict[0]);
+  }
+  comm->broadcast(verdict, 3, kolo::DType::F64, 0);
+  return verdict[2] == 1.0 ? 0 : 1;
 } catch (const kolo::Error& e) {
   std::fprintf(stderr, "transformer: %s\n", e.what());
   return 1;
