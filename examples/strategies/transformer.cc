@@ -1,7 +1,7 @@
 // run: kolo run -n 2 -- ./transformer --steps 10 --compare
-// A transformer language model of your own, data-parallel: a GPT-style decoder defined here
-// (token and learned position embeddings, kolo::nn::TransformerBlock layers, a final
-// LayerNorm and an untied head), trained on the bytes of a text file in file order
+// A transformer language model of your own, data- or model-parallel: a GPT-style decoder
+// defined here (token and learned position embeddings, kolo::nn::TransformerBlock layers, a
+// final LayerNorm and an untied head), trained on the bytes of a text file in file order
 // (data::ByteCorpus: row i of step s is the window at byte (s*B + i)*T, as another program
 // can read them) with AdamW by train::fit over a train::DataParallelEngine, one replica per
 // rank (multi-worker-mirrored, or fully sharded with --fsdp; one-device when started alone),
@@ -16,12 +16,13 @@
 // largest |distributed - one device| / max|one device| of any tensor.
 // Options: --steps N (default 10), --batch B (global, default 16), --layers L (2), --width C
 // (64), --heads H (4), --seq-len T (32), --lr LR (1e-3), --text FILE (default the GPL's text),
-// --fsdp, --tp T, --pp P, --recompute, --precision f32|bf16, --compare. Exit status 1 when the loss gap is
-// above 1e-5 (bf16: 1e-4) or, in f32, D above 1e-3 (or on an error). AdamW moves a weight by
-// about lr whatever the size of its gradient, so where the gradient is rounding noise in both
-// runs (the key third of qkv's bias, whose true gradient is zero: softmax ignores a score
-// added to a whole row) each run walks its own way: D is 2e-4 in f32 after 10 steps, and up
-// to 5e-2 in bf16, where the noise is larger; the losses agree to 1e-7 and 2e-6.
+// --fsdp, --tp T, --pp P, --recompute, --precision f32|bf16, --compare. Exit status 1 when
+// the loss gap is above 1e-5 (bf16: 1e-4) or, in f32, D above 1e-3 (or on an error). AdamW
+// moves a weight by about lr whatever the size of its gradient, so where the gradient is
+// rounding noise in both runs (the key third of qkv's bias, whose true gradient is zero:
+// softmax ignores a score added to a whole row) each run walks its own way: D is 2e-4 in f32
+// after 10 steps, and up to 5e-2 in bf16, where the noise is larger; the losses agree to
+// 1e-7 and 2e-6.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
