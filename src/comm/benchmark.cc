@@ -210,18 +210,20 @@ double rounded(double value, double scale) { return std::round(value * scale) / 
 }  // namespace
 
 std::string benchmarkTableHeader(const BenchmarkOptions& o, int ranks, const std::string& backend) {
-  std::string text = kolo::detail::printfText("# kolo bench %s: np %d, backend %s, algo %s, dtype %s, op %s, root %d, %s, ",
-                               collectiveName(o.collective), ranks, backend.c_str(), algorithmName(o.algorithm),
-                               dtypeName(o.dtype), reduceOpName(o.op), o.root, o.inPlace ? "in place" : "out of place");
-  text += o.anchorSchedule ? std::string("anchor schedule\n") : kolo::detail::printfText("warmup %d, iters %d\n", o.warmup, o.iters);
+  std::string text = kolo::detail::printfText(
+      "# kolo bench %s: np %d, backend %s, algo %s, dtype %s, op %s, root %d, %s, ",
+      collectiveName(o.collective), ranks, backend.c_str(), algorithmName(o.algorithm),
+      dtypeName(o.dtype), reduceOpName(o.op), o.root, o.inPlace ? "in place" : "out of place");
+  text += o.anchorSchedule ? std::string("anchor schedule\n")
+                           : kolo::detail::printfText("warmup %d, iters %d\n", o.warmup, o.iters);
   text += "# time: median over iterations of the slowest rank; GB = 1e9 bytes\n";
-  return text + kolo::detail::printfText("%14s %12s %12s %12s %12s %8s", "bytes", "count", "time(us)", "algbw(GB/s)",
-                          "busbw(GB/s)", "correct");
+  return text + kolo::detail::printfText("%14s %12s %12s %12s %12s %8s", "bytes", "count",
+                                         "time(us)", "algbw(GB/s)", "busbw(GB/s)", "correct");
 }
 
 std::string benchmarkTableRow(const BenchmarkResult& row) {
-  return kolo::detail::printfText("%14zu %12zu %12.2f %12.4f %12.4f %8s", row.bytes, row.count, row.medianUs, row.algbw,
-                   row.busbw, row.correct ? "yes" : "NO");
+  return kolo::detail::printfText("%14zu %12zu %12.2f %12.4f %12.4f %8s", row.bytes, row.count,
+                                  row.medianUs, row.algbw, row.busbw, row.correct ? "yes" : "NO");
 }
 
 std::string benchmarkJson(const BenchmarkOptions& o, int ranks, const std::string& backend,

@@ -13,7 +13,6 @@
 
 #include "parallel/elastic/store_keys.h"
 #include "kolo/comm/stores.h"
-#include "kolo/settings.h"
 #include "launch/debug.h"
 #include "launch/events.h"
 #include "launch/launcher.h"
@@ -24,13 +23,6 @@
 namespace kolo::parallel::detail {
 
 using Clock = std::chrono::steady_clock;
-
-/// GLIBC_TUNABLES for the ranks, so that glibc's malloc (2.35 and later; older ones ignore
-/// the name) puts its heap on transparent huge pages: a training step streams tens of MiB
-/// of activations through the caches, and with 4 KiB pages its products wait on page walks
-/// (the lm's step: 1.3 % faster). The environment's GLIBC_TUNABLES with glibc.malloc.hugetlb=1
-/// added; nullopt (leave it) where it names hugetlb already or KOLO_HUGE_PAGES is 0.
-std::optional<std::string> hugePageTunables(const settings::Environment& env);
 
 /// Writes "kolo run: MESSAGE" to stderr in one write.
 void say(const std::string& message);

@@ -143,9 +143,9 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
   KOLO_REQUIRE(options.keepCheckpoints >= 1, "--keep-checkpoints must be at least 1, got ",
                options.keepCheckpoints);
   KOLO_REQUIRE(options.timingSkip >= 0, "--timing-skip must be at least 0, got ", options.timingSkip);
-  keepFreedMemory();  // each step reuses the buffers the last one freed
   KOLO_REQUIRE(options.metricsEvery >= 1, "--metrics-every must be at least 1, got ",
                options.metricsEvery);
+  keepFreedMemory();  // each step reuses the buffers the last one freed
   observe::Logger stderrLogger(stderr);
   observe::Logger& logger = options.logger ? *options.logger : stderrLogger;
   ElasticEngine* elastic = engine.elastic();

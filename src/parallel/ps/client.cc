@@ -270,7 +270,8 @@ class ServerGroup::Impl {
     Tensor grad = parameters[static_cast<size_t>(slice.parameter)].second.grad();
     const std::string& name = parameters[static_cast<size_t>(slice.parameter)].first;
     KOLO_REQUIRE(grad.defined(), "parameter ", name,
-                 " has no gradient to push: the loss does not depend on it (is it in a layer forward does not reach?)");
+                 " has no gradient to push: the loss does not depend on it (is it in a layer "
+                 "forward does not reach?)");
     KOLO_CHECK(grad.isContiguous(), "parameter ", name, " has no contiguous gradient to push");
     return grad;
   }
