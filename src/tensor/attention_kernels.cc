@@ -78,6 +78,20 @@ void transposeHead(const T* from, int64_t ld, int64_t rows, int64_t cols, T* to)
   }
 }
 
+// Asks for `rows` rows of `bytes` bytes each (row stride ld elements) to be brought into the
+// cache (`write` for lines about to be written): the next head's operands, fetched while the
+// current head's products run.
+template <class T>
+void prefetchRows(const T* from, int64_t ld, int64_t rows, int64_t bytes, bool write = false) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const char* row = reinterpret_cast<const char*>(from + i * ld);
+    for (int64_t at = 0; at < bytes; at += 64) {
+      if (write) __builtin_prefetch(row + at, 1, 2);
+      else __builtin_prefetch(row + at, 0, 2);
+    }
+  }
+}
+
 }  // namespace
 
 Tensor causalAttentionForward(const Tensor& qkv0, int64_t heads, Tensor* logSumExp, Tensor* probabilities) {
@@ -102,6 +116,12 @@ Tensor causalAttentionForward(const Tensor& qkv0, int64_t heads, Tensor* logSumE
         T* lseb = lse.data<T>() + (b * s.h + h) * s.t;
         // (T, T) of the head when P is kept: each block's S and P go straight there.
         T* pb = kept.defined() ? kept.data<T>() + (b * s.h + h) * s.t * s.t : nullptr;
+        if (b * s.h + h + 1 < s.b * s.h) {
+          const int64_t nb = h + 1 < s.h ? b : b + 1, nh = h + 1 < s.h ? h + 1 : 0;
+          const T* nq = qkv.data<T>() + nb * s.t * ld + nh * s.hd;
+          for (int part = 0; part < 3; ++part) prefetchRows(nq + part * s.c, ld, s.t, s.hd * sizeof(T));
+          prefetchRows(y.data<T>() + nb * s.t * s.c + nh * s.hd, s.c, s.t, s.hd * sizeof(T), true);
+        }
         transposeHead(k, ld, s.t, s.hd, kt.data());
         for (int64_t r0 = 0; r0 < s.t; r0 += qb) {
           const int64_t rows = std::min(qb, s.t - r0), keys = r0 + rows;
@@ -136,7 +156,9 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.hd)));
     const int64_t ld = 3 * s.c;
     const int64_t qb = queryBlock(s.t);
-    std::vector<T> p(static_cast<size_t>(qb * s.t)), ds(p.size());  // (qb, T) each
+    // The head's P (when not kept) and dS, (T, T) each: the query blocks fill their rows up
+    // to their last key, and dK, dV are then taken by key blocks over every later query.
+    std::vector<T> p(static_cast<size_t>(s.t * s.t)), ds(p.size());
     std::vector<T> kt(static_cast<size_t>(s.hd * s.t)), vt(kt.size());  // (hd, T): K^T, V^T
     for (int64_t b = 0; b < s.b; ++b)
       for (int64_t h = 0; h < s.h; ++h) {
@@ -148,44 +170,58 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
         const T* gy = grad.data<T>() + b * s.t * s.c + h * s.hd;  // (T, hd), row stride C
         T* lseb = lse.data<T>() + (b * s.h + h) * s.t;
         const T* pb = kept.defined() ? kept.data<T>() + (b * s.h + h) * s.t * s.t : nullptr;
+        if (b * s.h + h + 1 < s.b * s.h) {
+          const int64_t nb = h + 1 < s.h ? b : b + 1, nh = h + 1 < s.h ? h + 1 : 0;
+          const int64_t nat = nb * s.t * ld + nh * s.hd;
+          for (int part = 0; part < 3; ++part) {
+            prefetchRows(qkv.data<T>() + nat + part * s.c, ld, s.t, s.hd * sizeof(T));
+            prefetchRows(out.data<T>() + nat + part * s.c, ld, s.t, s.hd * sizeof(T), true);
+          }
+          prefetchRows(grad.data<T>() + nb * s.t * s.c + nh * s.hd, s.c, s.t, s.hd * sizeof(T));
+          if (pb) prefetchRows(pb + s.t * s.t, s.t, s.t, s.t * sizeof(T));
+        }
         if (!pb) transposeHead(q + s.c, ld, s.t, s.hd, kt.data());  // only to recompute S
         transposeHead(q + 2 * s.c, ld, s.t, s.hd, vt.data());
-        // dK and dV gather from every query block at or after their keys': the blocks go
-        // last to first, so the first one, which sees every key, writes them (beta 0) and the
-        // others add to them.
-        for (int64_t r0 = (s.t - 1) / qb * qb; r0 >= 0; r0 -= qb) {
+        const T* ph = pb ? pb : p.data();
+        for (int64_t r0 = 0; r0 < s.t; r0 += qb) {
           const int64_t rows = std::min(qb, s.t - r0), keys = r0 + rows;
-          const T gather = keys == s.t ? T(0) : T(1);
           // P of the block: kept by the forward, or again from the saved log-sum-exp.
-          const T* pr = pb ? pb + r0 * s.t : p.data();
           if (!pb) {
             detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, keys, s.hd, scale, q + r0 * ld, ld, kt.data(), s.t,
-                            T(0), p.data(), s.t);
-            causalSoftmaxBlock(p.data(), s.t, rows, keys, r0, lseb + r0, true);
+                            T(0), p.data() + r0 * s.t, s.t);
+            causalSoftmaxBlock(p.data() + r0 * s.t, s.t, rows, keys, r0, lseb + r0, true);
           }
-          // dV += P^T dY_r; dP = dY_r V^T; dS = P (dP - rowsum(P dP)) / sqrt(hd), the row sum
-          // taken over the P in hand (as PyTorch's softmax backward does) rather than as the
-          // equal dY . Y: the key third of the qkv bias, whose true gradient is zero, then
-          // gets the rounding of P's row sums only; dQ_r = dS K; dK += dS^T Q_r.
-          detail::gemm<T>(CblasTrans, CblasNoTrans, keys, s.hd, rows, T(1), pr, s.t, gy + r0 * s.c, s.c, gather, dv,
-                          ld);
+          const T* pr = ph + r0 * s.t;
+          T* dsr = ds.data() + r0 * s.t;
+          // dP = dY_r V^T; dS = P (dP - rowsum(P dP)) / sqrt(hd), the row sum taken over the P
+          // in hand (as PyTorch's softmax backward does) rather than as the equal dY . Y: the
+          // key third of the qkv bias, whose true gradient is zero, then gets the rounding of
+          // P's row sums only; dQ_r = dS K.
           detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, keys, s.hd, T(1), gy + r0 * s.c, s.c, vt.data(), s.t,
-                          T(0), ds.data(), s.t);
+                          T(0), dsr, s.t);
           if constexpr (std::is_same_v<T, float>) {
-            detail::softmaxBackwardRows(pr, s.t, ds.data(), s.t, rows, keys, scale);
+            detail::softmaxBackwardRows(pr, s.t, dsr, s.t, rows, keys, scale);
           } else {
             for (int64_t i = 0; i < rows; ++i) {
               const T* prow = pr + i * s.t;
-              T* row = ds.data() + i * s.t;
+              T* row = dsr + i * s.t;
               T dot = 0;
               for (int64_t j = 0; j < keys; ++j) dot += prow[j] * row[j];
               for (int64_t j = 0; j < keys; ++j) row[j] = prow[j] * (row[j] - dot) * scale;
             }
           }
-          detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, s.hd, keys, T(1), ds.data(), s.t, q + s.c, ld, T(0),
+          detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, s.hd, keys, T(1), dsr, s.t, q + s.c, ld, T(0),
                           dq + r0 * ld, ld);
-          detail::gemm<T>(CblasTrans, CblasNoTrans, keys, s.hd, rows, T(1), ds.data(), s.t, q + r0 * ld, ld, gather,
-                          dk, ld);
+        }
+        // Keys k0.. of a block are seen by the queries from k0 on, whose rows of P and dS the
+        // loop above filled up to this block's last key: dV_k = P^T dY and dK_k = dS^T Q over
+        // those queries, one product each.
+        for (int64_t k0 = 0; k0 < s.t; k0 += qb) {
+          const int64_t cols = std::min(qb, s.t - k0), queries = s.t - k0;
+          detail::gemm<T>(CblasTrans, CblasNoTrans, cols, s.hd, queries, T(1), ph + k0 * s.t + k0, s.t,
+                          gy + k0 * s.c, s.c, T(0), dv + k0 * ld, ld);
+          detail::gemm<T>(CblasTrans, CblasNoTrans, cols, s.hd, queries, T(1), ds.data() + k0 * s.t + k0, s.t,
+                          q + k0 * ld, ld, T(0), dk + k0 * ld, ld);
         }
       }
   });

@@ -112,6 +112,82 @@ KOLO_VECTOR_AVX512 void geluBackwardBiasRowsAvx512(const float* grad, const floa
     }
 }
 
+// LayerNorm of each row in 16-lane vectors, the portable loop's two passes (the mean, then
+// the centred squares) with each sum in two accumulators folded as a tree (sumLanes).
+KOLO_VECTOR_AVX512 void layerNormRowsAvx512(const float* x, const float* w, const float* b, float* y, float* mean,
+                                            float* rstd, int64_t rows, int64_t n, float eps) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* in = x + row * n;
+    float* out = y + row * n;
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 2 * kLanes) {
+      s0 = _mm512_add_ps(s0, _mm512_maskz_loadu_ps(lanesFrom(i, n), in + i));
+      if (i + kLanes < n) s1 = _mm512_add_ps(s1, _mm512_maskz_loadu_ps(lanesFrom(i + kLanes, n), in + i + kLanes));
+    }
+    const float mu = sumLanes(_mm512_add_ps(s0, s1)) / static_cast<float>(n);
+    const __m512 muV = _mm512_set1_ps(mu);
+    s0 = s1 = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 2 * kLanes) {
+      const __mmask16 m0 = lanesFrom(i, n);
+      const __m512 d0 = _mm512_maskz_sub_ps(m0, _mm512_maskz_loadu_ps(m0, in + i), muV);
+      s0 = _mm512_fmadd_ps(d0, d0, s0);
+      if (i + kLanes < n) {
+        const __mmask16 m1 = lanesFrom(i + kLanes, n);
+        const __m512 d1 = _mm512_maskz_sub_ps(m1, _mm512_maskz_loadu_ps(m1, in + i + kLanes), muV);
+        s1 = _mm512_fmadd_ps(d1, d1, s1);
+      }
+    }
+    const float rs = 1.0f / std::sqrt(sumLanes(_mm512_add_ps(s0, s1)) / static_cast<float>(n) + eps);
+    mean[row] = mu;
+    rstd[row] = rs;
+    const __m512 rsV = _mm512_set1_ps(rs);
+    for (int64_t i = 0; i < n; i += kLanes) {
+      const __mmask16 m = lanesFrom(i, n);
+      __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, in + i), muV), rsV);
+      if (w) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + i));
+      if (b) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, b + i));
+      _mm512_mask_storeu_ps(out + i, m, v);
+    }
+  }
+}
+
+// layerNormBackwardRows in 16-lane vectors: per row, one pass for gw, gb and the two row
+// sums, one for dx.
+KOLO_VECTOR_AVX512 void layerNormBackwardRowsAvx512(const float* grad, const float* x, const float* w,
+                                                    const float* mean, const float* rstd, int64_t rows, int64_t n,
+                                                    float* gx, float* gw, float* gb) {
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* in = x + row * n;
+    const float* g = grad + row * n;
+    const __m512 muV = _mm512_set1_ps(mean[row]), rsV = _mm512_set1_ps(rstd[row]);
+    __m512 sumDy = _mm512_setzero_ps(), sumDyXhat = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += kLanes) {
+      const __mmask16 m = lanesFrom(i, n);
+      const __m512 gv = _mm512_maskz_loadu_ps(m, g + i);
+      const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, in + i), muV), rsV);
+      if (gw) _mm512_mask_storeu_ps(gw + i, m, _mm512_fmadd_ps(gv, xhat, _mm512_maskz_loadu_ps(m, gw + i)));
+      if (gb) _mm512_mask_storeu_ps(gb + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, gb + i), gv));
+      const __m512 dy = w ? _mm512_mul_ps(gv, _mm512_maskz_loadu_ps(m, w + i)) : gv;
+      sumDy = _mm512_add_ps(sumDy, dy);
+      sumDyXhat = _mm512_fmadd_ps(dy, xhat, sumDyXhat);
+    }
+    if (!gx) continue;
+    // dx = rs * (dy - mean(dy) - xhat * mean(dy * xhat)) with dy = g * w.
+    const float invN = 1.0f / static_cast<float>(n);
+    const __m512 meanDy = _mm512_set1_ps(sumLanes(sumDy) * invN);
+    const __m512 meanDyXhat = _mm512_set1_ps(sumLanes(sumDyXhat) * invN);
+    float* dx = gx + row * n;
+    for (int64_t i = 0; i < n; i += kLanes) {
+      const __mmask16 m = lanesFrom(i, n);
+      const __m512 gv = _mm512_maskz_loadu_ps(m, g + i);
+      const __m512 dy = w ? _mm512_mul_ps(gv, _mm512_maskz_loadu_ps(m, w + i)) : gv;
+      const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, in + i), muV), rsV);
+      const __m512 v = _mm512_fnmadd_ps(xhat, meanDyXhat, _mm512_sub_ps(dy, meanDy));
+      _mm512_mask_storeu_ps(dx + i, m, _mm512_mul_ps(rsV, v));
+    }
+  }
+}
+
 KOLO_VECTOR_AVX512 void causalSoftmaxRowsAvx512(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0,
                                                 float* lse, bool fromLse) {
   for (int64_t i = 0; i < rows; ++i) {
@@ -173,6 +249,18 @@ void causalSoftmaxRows(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t
               : causalSoftmaxRowsPortable(s, ld, rows, keys, r0, lse, fromLse);
 }
 
+void layerNormRows(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                   int64_t rows, int64_t n, float eps) {
+  hasAvx512() ? layerNormRowsAvx512(x, w, b, y, mean, rstd, rows, n, eps)
+              : layerNormRowsPortable(x, w, b, y, mean, rstd, rows, n, eps);
+}
+
+void layerNormBackwardRows(const float* grad, const float* x, const float* w, const float* mean,
+                           const float* rstd, int64_t rows, int64_t n, float* gx, float* gw, float* gb) {
+  hasAvx512() ? layerNormBackwardRowsAvx512(grad, x, w, mean, rstd, rows, n, gx, gw, gb)
+              : layerNormBackwardRowsPortable(grad, x, w, mean, rstd, rows, n, gx, gw, gb);
+}
+
 void geluBackwardBiasRows(const float* grad, const float* pre, float* gpre, float* gbias, int64_t rows, int64_t n) {
   hasAvx512() ? geluBackwardBiasRowsAvx512(grad, pre, gpre, gbias, rows, n)
               : geluBackwardBiasRowsPortable(grad, pre, gpre, gbias, rows, n);
@@ -190,6 +278,14 @@ void biasGeluRows(float* pre, const float* bias, float* y, int64_t rows, int64_t
 }
 void geluBackwardBiasRows(const float* grad, const float* pre, float* gpre, float* gbias, int64_t rows, int64_t n) {
   geluBackwardBiasRowsPortable(grad, pre, gpre, gbias, rows, n);
+}
+void layerNormRows(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                   int64_t rows, int64_t n, float eps) {
+  layerNormRowsPortable(x, w, b, y, mean, rstd, rows, n, eps);
+}
+void layerNormBackwardRows(const float* grad, const float* x, const float* w, const float* mean,
+                           const float* rstd, int64_t rows, int64_t n, float* gx, float* gw, float* gb) {
+  layerNormBackwardRowsPortable(grad, x, w, mean, rstd, rows, n, gx, gw, gb);
 }
 #endif
 
@@ -299,7 +395,7 @@ KOLO_VECTOR_CLONES void softmaxRows(const float* __restrict x, float* __restrict
   }
 }
 
-KOLO_VECTOR_CLONES void layerNormRows(const float* __restrict x, const float* __restrict w,
+KOLO_VECTOR_CLONES void layerNormRowsPortable(const float* __restrict x, const float* __restrict w,
                                       const float* __restrict b, float* __restrict y, float* __restrict mean,
                                       float* __restrict rstd, int64_t rows, int64_t n, float eps) {
   const int64_t whole = n / kLanes * kLanes;
@@ -330,7 +426,7 @@ KOLO_VECTOR_CLONES void layerNormRows(const float* __restrict x, const float* __
   }
 }
 
-KOLO_VECTOR_CLONES void layerNormBackwardRows(const float* __restrict grad, const float* __restrict x,
+KOLO_VECTOR_CLONES void layerNormBackwardRowsPortable(const float* __restrict grad, const float* __restrict x,
                                               const float* __restrict w, const float* __restrict mean,
                                               const float* __restrict rstd, int64_t rows, int64_t n,
                                               float* __restrict gx, float* __restrict gw, float* __restrict gb) {

@@ -51,5 +51,11 @@ void layerNormRows(const float* x, const float* w, const float* b, float* y, flo
 /// Gradients of layerNormRows: gx (may be null) overwritten; gw, gb (may be null) added to.
 void layerNormBackwardRows(const float* grad, const float* x, const float* w, const float* mean,
                            const float* rstd, int64_t rows, int64_t n, float* gx, float* gw, float* gb);
+/// The two above as a CPU without AVX-512 runs them (AVX2 or baseline clones; the functions
+/// above use AVX-512 where the CPU has it). For tests.
+void layerNormRowsPortable(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                           int64_t rows, int64_t n, float eps);
+void layerNormBackwardRowsPortable(const float* grad, const float* x, const float* w, const float* mean,
+                                   const float* rstd, int64_t rows, int64_t n, float* gx, float* gw, float* gb);
 
 }  // namespace kolo::detail

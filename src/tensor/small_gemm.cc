@@ -77,6 +77,7 @@ KOLO_AVX512 inline void tile(int64_t depth, const float* a, int64_t lda, const f
   KOLO_UNROLL for (int r = 0; r < MR; ++r) KOLO_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   for (int64_t k = 0; k < depth; ++k) {
     const float* row = b + k * ldb;
+    KOLO_UNROLL for (int v = 0; v < NV; ++v) __builtin_prefetch(row + 8 * ldb + kLanes * v, 0, 3);
     __m512 bv[NV];
     KOLO_UNROLL for (int v = 0; v < NV; ++v) {
       bv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(last, row + kLanes * v) : _mm512_loadu_ps(row + kLanes * v);

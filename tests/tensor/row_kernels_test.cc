@@ -252,5 +252,65 @@ TEST(RowKernels, LayerNormAndItsGradientsMatchF64) {
   }
 }
 
+// The LayerNorm row kernels, as this CPU runs them and as one without AVX-512 does, against
+// the f64 loops: outputs, saved statistics and the three gradients (gw and gb added to what
+// they held), over lengths with vector tails, with and without the affine parameters.
+struct LayerNormKernels {
+  const char* name;
+  void (*forward)(const float*, const float*, const float*, float*, float*, float*, int64_t, int64_t, float);
+  void (*backward)(const float*, const float*, const float*, const float*, const float*, int64_t, int64_t, float*,
+                   float*, float*);
+};
+
+class LayerNormRows : public ::testing::TestWithParam<LayerNormKernels> {};
+
+std::vector<float> floats(const Tensor& t) {
+  const std::vector<double> v = t.toDoubleVector();
+  return {v.begin(), v.end()};
+}
+
+Tensor rowsOf(const std::vector<float>& v, const Shape& shape) {
+  return Tensor::fromVector(shape, std::vector<double>(v.begin(), v.end()));
+}
+
+TEST_P(LayerNormRows, MatchF64) {
+  const LayerNormKernels k = GetParam();
+  for (int64_t n : {1, 15, 16, 24, 33, 128, 130}) {
+    const int64_t rows = 7;
+    const Tensor x = kernels::affineScalar(randomTensor({rows, n}, 2.0, n), 1.0, 3.0);
+    const Tensor w = randomTensor({n}, 1.0, n + 1), b = randomTensor({n}, 1.0, n + 2);
+    const Tensor g = randomTensor({rows, n}, 1.0, n + 3);
+    for (bool affine : {true, false}) {
+      const Tensor wd = affine ? w : Tensor(), bd = affine ? b : Tensor();
+      Tensor m64, r64, gx64, gw64, gb64;
+      const Tensor y64 = kernels::layerNormForward(x, wd, bd, n, 1e-5, &m64, &r64);
+      kernels::layerNormBackward(g, x, wd, m64, r64, n, &gx64, &gw64, &gb64);
+      const std::vector<float> xs = floats(x), ws = floats(w), bs = floats(b), gs = floats(g);
+      std::vector<float> y(xs.size()), mean(rows), rstd(rows), gx(xs.size());
+      k.forward(xs.data(), affine ? ws.data() : nullptr, affine ? bs.data() : nullptr, y.data(), mean.data(),
+                rstd.data(), rows, n, 1e-5f);
+      EXPECT_LE(error(rowsOf(y, {rows, n}), y64), kTol) << k.name << " n " << n;
+      EXPECT_LE(error(rowsOf(mean, {rows}), m64), kTol) << k.name << " n " << n;
+      EXPECT_LE(error(rowsOf(rstd, {rows}), r64), kTol) << k.name << " n " << n;
+      // gw and gb start at 1 and are added to.
+      std::vector<float> gw(static_cast<size_t>(n), 1.0f), gb(static_cast<size_t>(n), 1.0f);
+      k.backward(gs.data(), xs.data(), affine ? ws.data() : nullptr, mean.data(), rstd.data(), rows, n, gx.data(),
+                 gw.data(), gb.data());
+      EXPECT_LE(error(rowsOf(gx, {rows, n}), gx64), 4 * kTol) << k.name << " n " << n;
+      EXPECT_LE(error(rowsOf(gw, {n}), kernels::affineScalar(gw64, 1.0, 1.0)), kTol) << k.name << " n " << n;
+      EXPECT_LE(error(rowsOf(gb, {n}), kernels::affineScalar(gb64, 1.0, 1.0)), kTol) << k.name << " n " << n;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RowKernels, LayerNormRows,
+                         ::testing::Values(LayerNormKernels{"dispatched", detail::layerNormRows,
+                                                            detail::layerNormBackwardRows},
+                                           LayerNormKernels{"portable", detail::layerNormRowsPortable,
+                                                            detail::layerNormBackwardRowsPortable}),
+                         [](const ::testing::TestParamInfo<LayerNormKernels>& info) {
+                           return std::string(info.param.name);
+                         });
+
 }  // namespace
 }  // namespace kolo
