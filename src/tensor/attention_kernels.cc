@@ -5,9 +5,11 @@
 // buffer, a causal softmax over each row's prefix, and Y = P V straight into the head's
 // columns of (B, T, C). The caller chooses whether P is kept: with it, backward reads each
 // block's P; without it, nothing T x T is kept and backward recomputes P from the saved row
-// log-sum-exp (one GEMM and one exponential per score more). No mask tensor; a head's K (and
-// V in backward) is copied transposed once, T x hd elements, so that every product runs along
-// keys.
+// log-sum-exp (one GEMM and one exponential per score more). Backward fills a head's dS (and P,
+// when recomputed) query block by query block, then takes dK and dV by blocks of keys, each
+// one product over every later query. No mask tensor; a head's K (and V in backward) is copied
+// transposed once, T x hd elements, so that every product runs along keys; the next head's
+// operands are fetched into the cache while a head's products run.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -92,6 +94,15 @@ void prefetchRows(const T* from, int64_t ld, int64_t rows, int64_t bytes, bool w
   }
 }
 
+// The head after (b, h) in the loops' order (heads inside batches) as (nb, nh); false for the
+// last.
+bool nextHead(const AttentionSizes& s, int64_t b, int64_t h, int64_t* nb, int64_t* nh) {
+  if (b * s.h + h + 1 >= s.b * s.h) return false;
+  *nb = h + 1 < s.h ? b : b + 1;
+  *nh = h + 1 < s.h ? h + 1 : 0;
+  return true;
+}
+
 }  // namespace
 
 Tensor causalAttentionForward(const Tensor& qkv0, int64_t heads, Tensor* logSumExp, Tensor* probabilities) {
@@ -116,8 +127,7 @@ Tensor causalAttentionForward(const Tensor& qkv0, int64_t heads, Tensor* logSumE
         T* lseb = lse.data<T>() + (b * s.h + h) * s.t;
         // (T, T) of the head when P is kept: each block's S and P go straight there.
         T* pb = kept.defined() ? kept.data<T>() + (b * s.h + h) * s.t * s.t : nullptr;
-        if (b * s.h + h + 1 < s.b * s.h) {
-          const int64_t nb = h + 1 < s.h ? b : b + 1, nh = h + 1 < s.h ? h + 1 : 0;
+        if (int64_t nb, nh; nextHead(s, b, h, &nb, &nh)) {
           const T* nq = qkv.data<T>() + nb * s.t * ld + nh * s.hd;
           for (int part = 0; part < 3; ++part) prefetchRows(nq + part * s.c, ld, s.t, s.hd * sizeof(T));
           prefetchRows(y.data<T>() + nb * s.t * s.c + nh * s.hd, s.c, s.t, s.hd * sizeof(T), true);
@@ -170,8 +180,7 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
         const T* gy = grad.data<T>() + b * s.t * s.c + h * s.hd;  // (T, hd), row stride C
         T* lseb = lse.data<T>() + (b * s.h + h) * s.t;
         const T* pb = kept.defined() ? kept.data<T>() + (b * s.h + h) * s.t * s.t : nullptr;
-        if (b * s.h + h + 1 < s.b * s.h) {
-          const int64_t nb = h + 1 < s.h ? b : b + 1, nh = h + 1 < s.h ? h + 1 : 0;
+        if (int64_t nb, nh; nextHead(s, b, h, &nb, &nh)) {
           const int64_t nat = nb * s.t * ld + nh * s.hd;
           for (int part = 0; part < 3; ++part) {
             prefetchRows(qkv.data<T>() + nat + part * s.c, ld, s.t, s.hd * sizeof(T));
