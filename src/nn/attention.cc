@@ -41,9 +41,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& mask) {
   KOLO_REQUIRE(x.dim() == 3 && x.shape()[2] == embedDim_, "CausalSelfAttention: input ", shapeString(x.shape()),
                " is not (B, T, ", embedDim_, ")");
   const int64_t b = x.shape()[0], t = x.shape()[1], c = embedDim_, h = numHeads_, hd = c / h;
-  Tensor qkv = qkv_->forward(x);  // (B, T, 3C)
+  Tensor qkv = (*qkv_)(x);  // (B, T, 3C); the children through operator(), so their hooks fire
   // The causal path alone is one fused op; a further mask goes through the separate ops.
-  if (!mask.defined()) return proj_->forward(causalAttention(qkv, h));  // (B, T, C)
+  if (!mask.defined()) return (*proj_)(causalAttention(qkv, h));  // (B, T, C)
   auto head = [&](int64_t i) {    // (B, H, T, hd)
     return qkv.slice(2, i * c, (i + 1) * c).reshape({b, t, h, hd}).transpose(1, 2);
   };
@@ -55,7 +55,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& mask) {
   att = softmax(att, -1);
   Tensor y = matmul(att, v);                       // (B, H, T, hd)
   y = y.transpose(1, 2).reshape({b, t, c});        // (B, T, C)
-  return proj_->forward(y);
+  return (*proj_)(y);
 }
 
 TransformerBlock::TransformerBlock(int64_t embedDim, int64_t numHeads, Generator& gen, int64_t hidden) {
@@ -79,11 +79,13 @@ Tensor TransformerBlock::forwardInputs(const std::vector<Tensor>& inputs) {
 }
 
 Tensor TransformerBlock::forward(const Tensor& x, const Tensor& mask) {
-  Tensor h = x + attn_->forward(ln1_->forward(x), mask);
-  // mlp.0 and the GELU as one op (bias and activation in one pass), then mlp.2.
+  // The children through operator(), so that their hooks fire (as PyTorch's submodule calls
+  // do); mlp.0 and the GELU as one op (bias and activation in one pass), then mlp.2.
+  const Tensor normed = (*ln1_)(x);
+  Tensor h = x + (mask.defined() ? (*attn_)(normed, mask) : (*attn_)(normed));
   const auto& fc1 = static_cast<const Linear&>(*mlp_->children()[0].second);
   Module& fc2 = *mlp_->children()[2].second;
-  return h + fc2(linearGelu(ln2_->forward(h), fc1.weight, fc1.bias));
+  return h + fc2(linearGelu((*ln2_)(h), fc1.weight, fc1.bias));
 }
 
 }  // namespace kolo::nn

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "autograd/gradcheck.h"
 #include "kolo/nn/nn.h"
@@ -161,6 +163,30 @@ TEST(Attention, OutputAtTDependsOnlyOnPositionsUpToT) {
   EXPECT_EQ(names(block)[2], "attn.qkv.weight");
   EXPECT_EQ(names(block).back(), "mlp.2.bias");
   EXPECT_EQ(block.forward(x).shape(), (Shape{1, 5, 8}));
+}
+
+// A block's children run through operator(), as a PyTorch module's submodule calls do: the
+// forward hooks on ln1, attn (after its qkv and proj), ln2 and mlp.2 fire once per forward, in
+// that order, each with the child's (B, T, .) output; mlp.0 and the GELU run as one op, so
+// theirs (and mlp's) do not.
+TEST(Attention, TransformerBlockFiresItsChildrensHooks) {
+  Generator gen(4);
+  nn::TransformerBlock block(8, 2, gen);
+  std::vector<std::string> fired;
+  for (auto& [name, module] : block.namedModules()) {
+    if (name.empty()) continue;
+    module->addForwardHook([&fired, name](nn::Module&, const Tensor& out) {
+      EXPECT_EQ(out.shape().front(), 2) << name;
+      fired.push_back(name);
+    });
+  }
+  const Tensor x = Tensor::randn({2, 5, 8}, gen);
+  block(x);
+  const std::vector<std::string> order = {"ln1", "attn.qkv", "attn.proj", "attn", "ln2", "mlp.2"};
+  EXPECT_EQ(fired, order);
+  fired.clear();
+  block(x, Tensor::ones({5, 5}));
+  EXPECT_EQ(fired, order);
 }
 
 }  // namespace
