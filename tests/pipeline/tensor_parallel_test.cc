@@ -147,6 +147,25 @@ TEST(TensorParallelLayers, VocabParallelCrossEntropyEqualsTheWholeOne) {
   }
 }
 
+// A split block calls its children through operator(), as nn::TransformerBlock does: the
+// forward hooks on each of its children fire, in order, on every rank.
+TEST(TensorParallelLayers, ABlocksChildrenFireTheirHooks) {
+  auto commFor = nativeRanks(2);
+  std::vector<std::vector<std::string>> fired(2);
+  runThreads(2, [&](int rank) {
+    TensorParallelModel tp(*tpModel("lm"), commFor(rank), {});
+    for (auto& [name, module] : tp.namedModules()) {
+      if (name.rfind("1.", 0) != 0) continue;  // the children of block "1"
+      module->addForwardHook(
+          [&fired, rank, name](nn::Module&, const Tensor&) { fired[static_cast<size_t>(rank)].push_back(name); });
+    }
+    tp.forward(pipeBatch("lm", 0, 6).first);
+  });
+  const std::vector<std::string> order = {"1.ln1", "1.attn.qkv", "1.attn.proj", "1.attn", "1.ln2",
+                                          "1.mlp.0", "1.mlp.1", "1.mlp.2", "1.mlp"};
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(fired[static_cast<size_t>(r)], order) << "rank " << r;
+}
+
 TEST(TensorParallelShards, ShardsOfBlocksReassemble) {
   const Tensor full = Tensor::arange(24).reshape({12, 2});
   // Three blocks of 4 rows over 2 ranks: rank 1 gets rows 2-3, 6-7, 10-11.

@@ -84,8 +84,9 @@ class ParallelAttention : public nn::Module {
   Tensor forward(const Tensor& x) override {
     // (B, T, 3C/T): every token, also under sequence parallelism; q, k and v of this rank's
     // heads side by side, the layout the fused causal attention takes (no T x T matrix kept).
-    const Tensor qkv = children()[0].second->forward(x);
-    return children()[1].second->forward(causalAttention(qkv, heads_));  // proj of (B, T, C/T)
+    // The children through operator(), so that their hooks fire, as in nn::CausalSelfAttention.
+    const Tensor qkv = (*children()[0].second)(x);
+    return (*children()[1].second)(causalAttention(qkv, heads_));  // proj of (B, T, C/T)
   }
 
  private:
@@ -147,8 +148,9 @@ class ParallelBlock : public nn::Module {
   }
   using Module::forward;
   Tensor forward(const Tensor& x) override {
-    Tensor h = x + attn_->forward(ln1_->forward(x));
-    return h + mlp_->forward(ln2_->forward(h));
+    // The children through operator(), as nn::TransformerBlock calls them.
+    Tensor h = x + (*attn_)((*ln1_)(x));
+    return h + (*mlp_)((*ln2_)(h));
   }
 
  private:
