@@ -90,24 +90,6 @@ std::unique_ptr<kolo::optim::Optimizer> makeOptimizer(const kolo::parallel::Name
   return std::make_unique<kolo::optim::Sgd>(parameters, kolo::optim::SgdOptions{.lr = lr, .momentum = 0.9});
 }
 
-// Over the tensors of two models of one architecture: max |a - b| / max |b| of any tensor.
-double maxRelativeDifference(kolo::nn::Module& a, kolo::nn::Module& b) {
-  const auto left = a.stateDict();
-  const auto right = b.stateDict();
-  double worst = 0.0;
-  for (size_t t = 0; t < left.size(); ++t) {
-    const std::vector<float> x = left[t].second.toFloatVector();
-    const std::vector<float> y = right[t].second.toFloatVector();
-    double diff = 0.0, scale = 1e-12;
-    for (size_t i = 0; i < x.size(); ++i) {
-      diff = std::max(diff, static_cast<double>(std::fabs(x[i] - y[i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(y[i])));
-    }
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -174,7 +156,7 @@ int main(int argc, char** argv) try {
       makeModel, [lr](const kolo::parallel::NamedTensors& parameters) { return makeOptimizer(parameters, lr); },
       {});
   kolo::train::fit(oneDevice, train, nullptr, alone);
-  const double difference = maxRelativeDifference(engine.model(), oneDevice.model());
+  const double difference = kolo::nn::maxRelativeDifference(engine.model(), oneDevice.model());
   if (engine.isPrimary()) std::printf("max relative difference %.3g\n", difference);
   return difference <= 1e-4 ? 0 : 1;
 } catch (const kolo::Error& e) {

@@ -126,25 +126,6 @@ std::unique_ptr<kolo::train::ModelParallelEngine> trainWith(
   return engine;
 }
 
-// Over the tensors of two models of one architecture: max |a - b| / max |b| of any tensor.
-double maxRelativeDifference(kolo::nn::Module& a, kolo::nn::Module& b) {
-  const auto left = a.stateDict();
-  const auto right = b.stateDict();
-  KOLO_REQUIRE(left.size() == right.size(), "the models hold ", left.size(), " and ", right.size(), " tensors");
-  double worst = 0.0;
-  for (size_t t = 0; t < left.size(); ++t) {
-    const std::vector<float> x = left[t].second.toFloatVector();
-    const std::vector<float> y = right[t].second.toFloatVector();
-    double diff = 0.0, scale = 1e-12;
-    for (size_t i = 0; i < x.size(); ++i) {
-      diff = std::max(diff, static_cast<double>(std::fabs(x[i] - y[i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(y[i])));
-    }
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -177,7 +158,7 @@ int main(int argc, char** argv) try {
   // compares and tells the others the verdict.
   auto oneProcess = trainWith(nullptr, train, test, settings, false);
   double difference = 0.0;
-  if (comm->rank() == 0) difference = maxRelativeDifference(pipelined->model(), oneProcess->model());
+  if (comm->rank() == 0) difference = kolo::nn::maxRelativeDifference(pipelined->model(), oneProcess->model());
   comm->broadcast(&difference, 1, kolo::DType::F64, 0);
   if (comm->rank() == 0) std::printf("max relative difference %.3g\n", difference);
   return difference <= 1e-4 ? 0 : 1;

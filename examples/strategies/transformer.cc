@@ -145,24 +145,6 @@ Trained trainWith(std::unique_ptr<kolo::train::Engine> engine, std::shared_ptr<c
   return {std::move(engine), summary.validationLoss};
 }
 
-// Over the tensors of two models of one architecture: max |a - b| / max |b| of any tensor.
-double maxRelativeDifference(kolo::nn::Module& a, kolo::nn::Module& b) {
-  const auto left = a.stateDict();
-  const auto right = b.stateDict();
-  double worst = 0.0;
-  for (size_t t = 0; t < left.size(); ++t) {
-    const std::vector<float> x = left[t].second.toFloatVector();
-    const std::vector<float> y = right[t].second.toFloatVector();
-    double diff = 0.0, scale = 1e-12;
-    for (size_t i = 0; i < x.size(); ++i) {
-      diff = std::max(diff, static_cast<double>(std::fabs(x[i] - y[i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(y[i])));
-    }
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -227,7 +209,7 @@ int main(int argc, char** argv) try {
   const bool bf16 = precision == "bf16";
   double verdict[3] = {0.0, 0.0, 1.0};  // max relative difference, loss gap, passed
   if (comm->rank() == 0) {
-    verdict[0] = maxRelativeDifference(distributed.engine->model(), oneDevice.engine->model());
+    verdict[0] = kolo::nn::maxRelativeDifference(distributed.engine->model(), oneDevice.engine->model());
     verdict[1] = std::fabs(distributed.heldOutLoss - oneDevice.heldOutLoss) / oneDevice.heldOutLoss;
     verdict[2] = verdict[1] <= (bf16 ? 1e-4 : 1e-5) && (bf16 || verdict[0] <= 1e-3) ? 1.0 : 0.0;
     std::printf("held-out loss %.6f, one device %.6f: relative gap %.2g; max relative difference %.3g\n",

@@ -2,6 +2,8 @@
 // state dict, modes.
 #include "kolo/nn/module.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "kolo/autograd.h"
@@ -217,6 +219,28 @@ int64_t Module::parameterCount() const {
   int64_t n = 0;
   for (auto& [name, t] : namedParameters()) n += t.numel();
   return n;
+}
+
+double maxRelativeDifference(const Module& a, const Module& b) {
+  const auto left = a.stateDict();
+  const auto right = b.stateDict();
+  KOLO_REQUIRE(left.size() == right.size(), "maxRelativeDifference: the modules hold ", left.size(), " and ",
+               right.size(), " tensors");
+  double worst = 0.0;
+  for (size_t t = 0; t < left.size(); ++t) {
+    const auto& [name, x] = left[t];
+    const auto& [otherName, y] = right[t];
+    KOLO_REQUIRE(name == otherName && x.shape() == y.shape(), "maxRelativeDifference: tensor ", t, " is '", name,
+                 "' ", shapeString(x.shape()), " against '", otherName, "' ", shapeString(y.shape()));
+    const std::vector<double> xs = x.toDoubleVector(), ys = y.toDoubleVector();
+    double diff = 0.0, scale = 1e-12;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      diff = std::max(diff, std::fabs(xs[i] - ys[i]));
+      scale = std::max(scale, std::fabs(ys[i]));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
 }
 
 }  // namespace kolo::nn

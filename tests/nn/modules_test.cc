@@ -165,6 +165,25 @@ TEST(Attention, OutputAtTDependsOnlyOnPositionsUpToT) {
   EXPECT_EQ(block.forward(x).shape(), (Shape{1, 5, 8}));
 }
 
+// maxRelativeDifference over two modules' tensors: 0 for equal weights, the largest
+// per-tensor max |a - b| / max |b| after a change, and a usage error naming the tensor when
+// the architectures differ.
+TEST(Module, MaxRelativeDifferenceOfTwoModules) {
+  Generator gen(3), same(3), other(4);
+  nn::Linear a(4, 3, gen), b(4, 3, same), wider(5, 3, other);
+  EXPECT_EQ(nn::maxRelativeDifference(a, b), 0.0);
+  b.weight.data<float>()[0] += 0.5f;
+  double scale = 0.0;
+  for (float v : b.weight.toFloatVector()) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+  EXPECT_NEAR(nn::maxRelativeDifference(a, b), 0.5 / scale, 1e-6);
+  try {
+    nn::maxRelativeDifference(a, wider);
+    ADD_FAILURE() << "no error for another architecture";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'weight' [3, 4] against 'weight' [3, 5]"), std::string::npos) << e.what();
+  }
+}
+
 // A block's children run through operator(), as a PyTorch module's submodule calls do: the
 // forward hooks on ln1, attn (after its qkv and proj), ln2 and mlp.2 fire once per forward, in
 // that order, each with the child's (B, T, .) output; mlp.0 and the GELU run as one op, so

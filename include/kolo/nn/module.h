@@ -149,4 +149,11 @@ class Module {
   int nextHookId_ = 0;
 };
 
+/// How far the weights of `a` are from those of `b`, two modules of one architecture (a model
+/// trained distributed against the same trained on one device, say): over the tensors of
+/// their stateDict()s, the largest max |a - b| / max |b| of any tensor (max |b| taken as at
+/// least 1e-12). Throws InvalidArgument naming the first tensor whose name or shape differs,
+/// or when the two hold different numbers of tensors.
+double maxRelativeDifference(const Module& a, const Module& b);
+
 }  // namespace kolo::nn
