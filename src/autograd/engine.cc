@@ -1,6 +1,8 @@
 // The backward engine: counts each node's dependencies before the pass, runs nodes as their
 // gradients become complete (accumulators first, then latest-created), and fires a leaf's
-// gradient-ready hooks the moment its accumulator has run, while backward continues.
+// gradient-ready hooks the moment its accumulator has run, while backward continues. The
+// gradients that reach one node by several paths are summed in place where the pending buffer
+// is the only handle on its memory, into a new tensor otherwise.
 #include <queue>
 #include <unordered_map>
 
@@ -170,6 +172,16 @@ Tensor record(Tensor out, const std::vector<Tensor>& inputs, const char* name, B
   return out;
 }
 
+namespace {
+// Whether a node's pending gradient can take the next contribution in place: the buffer is
+// the only handle on its memory (no other node's gradient, saved tensor or hook holds it) and
+// the contribution has its shape and type, as PyTorch's input buffers accumulate.
+bool ownsItsBuffer(const Tensor& slot, const Tensor& more) {
+  return slot.implPtr().use_count() == 1 && slot.impl()->storage.use_count() == 1 && slot.isContiguous() &&
+         slot.shape() == more.shape() && slot.dtype() == more.dtype();
+}
+}  // namespace
+
 void runBackward(const Tensor& root, const Tensor& seed) {
   KOLO_CHECK(root.defined(), "backward() on an undefined tensor");
   if (!root.requiresGrad())
@@ -242,6 +254,8 @@ void runBackward(const Tensor& root, const Tensor& seed) {
         Tensor& slot = buffers[next];
         if (!slot.defined()) {
           slot = outputs[i];
+        } else if (ownsItsBuffer(slot, outputs[i])) {
+          kernels::addInPlace(slot, outputs[i]);
         } else {
           slot = kernels::binary(kernels::BinaryOp::Add, slot, outputs[i]);
         }

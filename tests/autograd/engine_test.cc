@@ -132,6 +132,15 @@ TEST(Engine, BackwardReusingItsIncomingGradientLeavesSharedOnesIntact) {
   EXPECT_EQ(y.grad().toFloatVector(), (std::vector<float>{0, 8, 9}));
 }
 
+TEST(Engine, PathsIntoOneNodeSumWithoutChangingAGradientAnotherPathHolds) {
+  // s = u + 3u + u*u with u = 2x: ds/dx = 2 (4 + 2u) = 8 + 8x. The outer add hands one
+  // gradient to u and to 3u, and u*u hands u two: each sum must leave the others' intact.
+  Tensor x = Tensor::fromVector({3}, std::vector<float>{0.5f, -1.0f, 2.0f}).setRequiresGrad();
+  Tensor u = mul(x, Tensor::scalar(2.0));
+  sum(add(add(u, mul(u, Tensor::scalar(3.0))), mul(u, u))).backward();
+  EXPECT_EQ(x.grad().toFloatVector(), (std::vector<float>{12.0f, 0.0f, 24.0f}));
+}
+
 TEST(Errors, WrongShapesNameBothShapes) {
   Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4, 5});
   try {
