@@ -8,8 +8,8 @@
 //   NT  C = A B^T      A (the small batch) is packed transposed, then C^T is computed as
 //                      B's rows times A^T and written back transposed; with many rows of A,
 //                      B is copied transposed instead and the product goes as NN.
-// A linear layer's forward (smallLinear) goes as that last NT, with its bias added and its
-// GELU taken in the tiles' store, from the registers.
+// A linear layer's forward (smallLinear) goes as that last NT, with its bias added in the
+// tiles' store and its GELU taken over each block of rows once its products are done.
 #include "tensor/small_gemm.h"
 
 #include <algorithm>
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "kolo/settings.h"
-#include "tensor/vector_avx512.h"
+#include "tensor/row_kernels.h"
 #include "tensor/transpose.h"
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -47,26 +47,12 @@ constexpr int64_t kMinChunkedWidth = 64;
 // copies transposed; past it the copy costs more than the kernels win (n 1152-1536, k 384).
 constexpr int64_t kMaxTransposedElements = int64_t{1} << 18;
 
-// What a tile adds to its product before storing it, and what else it stores: a linear
-// layer's bias (bias[0..cols) on every row) and its GELU (G, row stride ldg, gets gelu(C)).
-struct Epilogue {
-  const float* bias = nullptr;
-  float* gelu = nullptr;
-  int64_t ldg = 0;
-
-  // The epilogue of the tile at row i, column j.
-  Epilogue at(int64_t i, int64_t j) const {
-    return {bias ? bias + j : nullptr, gelu ? gelu + i * ldg + j : nullptr, ldg};
-  }
-};
-
-// C[r, 0..16 NV) = alpha * sum_k a(r, k) B[k, 0..16 NV) + beta C, then the epilogue's bias
-// and GELU, for r < MR, the last vector masked by `last`. a(r, k) is A[r * lda + k], or
+// C[r, 0..16 NV) = alpha * sum_k a(r, k) B[k, 0..16 NV) + beta C, plus bias[0..16 NV) when
+// bias is given, for r < MR, the last vector masked by `last`. a(r, k) is A[r * lda + k], or
 // A[k * lda + r] when kDown.
 template <int MR, int NV, bool kDown>
 KOLO_AVX512 inline void tile(int64_t depth, const float* a, int64_t lda, const float* b, int64_t ldb,
-                             float alpha, float beta, float* c, int64_t ldc, __mmask16 last, Epilogue epi) {
-  const float* bias = epi.bias;
+                             float alpha, float beta, float* c, int64_t ldc, __mmask16 last, const float* bias) {
   // The tile's output lines, fetched for writing while the products run: inside a training
   // step the outputs are memory that no cache holds, and the stores waited for it (a linear
   // layer's forward in an lm step ran at 93 GFLOP/s against 100 with this, 110 in cache).
@@ -102,46 +88,44 @@ KOLO_AVX512 inline void tile(int64_t depth, const float* a, int64_t lda, const f
     if (beta != 0.0f) x = _mm512_fmadd_ps(betaV, _mm512_maskz_loadu_ps(mask, out), x);
     if (bias) x = _mm512_add_ps(x, biasV[v]);
     _mm512_mask_storeu_ps(out, mask, x);
-    if (epi.gelu) _mm512_mask_storeu_ps(epi.gelu + r * epi.ldg + kLanes * v, mask, geluVector(x));
   }
 }
 
 template <int MR, bool kDown>
 KOLO_AVX512 void tileOfWidth(int64_t depth, const float* a, int64_t lda, const float* b, int64_t ldb, float alpha,
-                             float beta, float* c, int64_t ldc, int64_t cols, Epilogue epi) {
+                             float beta, float* c, int64_t ldc, int64_t cols, const float* bias) {
   const int tail = static_cast<int>(cols % kLanes);
   const __mmask16 last = tail ? static_cast<__mmask16>((1u << tail) - 1) : static_cast<__mmask16>(0xFFFF);
   switch ((cols + kLanes - 1) / kLanes) {
-    case 4: tile<MR, 4, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last, epi); break;
-    case 3: tile<MR, 3, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last, epi); break;
-    case 2: tile<MR, 2, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last, epi); break;
-    default: tile<MR, 1, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last, epi); break;
+    case 4: tile<MR, 4, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last, bias); break;
+    case 3: tile<MR, 3, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last, bias); break;
+    case 2: tile<MR, 2, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last, bias); break;
+    default: tile<MR, 1, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, last, bias); break;
   }
 }
 
-// A tile of `rows` <= 6 rows and `cols` <= 64 columns, with the tile's epilogue.
+// A tile of `rows` <= 6 rows and `cols` <= 64 columns, with the bias of its columns.
 template <bool kDown>
 KOLO_AVX512 void anyTile(int64_t rows, int64_t cols, int64_t depth, const float* a, int64_t lda, const float* b,
-                         int64_t ldb, float alpha, float beta, float* c, int64_t ldc, Epilogue epi = {}) {
+                         int64_t ldb, float alpha, float beta, float* c, int64_t ldc, const float* bias = nullptr) {
   switch (rows) {
-    case 6: tileOfWidth<6, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, epi); break;
-    case 5: tileOfWidth<5, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, epi); break;
-    case 4: tileOfWidth<4, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, epi); break;
-    case 3: tileOfWidth<3, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, epi); break;
-    case 2: tileOfWidth<2, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, epi); break;
-    default: tileOfWidth<1, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, epi); break;
+    case 6: tileOfWidth<6, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, bias); break;
+    case 5: tileOfWidth<5, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, bias); break;
+    case 4: tileOfWidth<4, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, bias); break;
+    case 3: tileOfWidth<3, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, bias); break;
+    case 2: tileOfWidth<2, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, bias); break;
+    default: tileOfWidth<1, kDown>(depth, a, lda, b, ldb, alpha, beta, c, ldc, cols, bias); break;
   }
 }
 
-// C[m x n] = alpha A[m x k] B[k x n] + beta C, then the epilogue (bias [n], GELU into
-// [m x n]). Column panels outside, so the k x 64 panel of B stays in cache while the row
+// C[m x n] = alpha A[m x k] B[k x n] + beta C, plus bias [n] on every row when given. Column panels outside, so the k x 64 panel of B stays in cache while the row
 // tiles of A pass over it.
 KOLO_AVX512 void gemmNN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
-                        int64_t ldb, float beta, float* c, int64_t ldc, Epilogue epi = {}) {
+                        int64_t ldb, float beta, float* c, int64_t ldc, const float* bias = nullptr) {
   for (int64_t j = 0; j < n; j += kTileCols)
     for (int64_t i = 0; i < m; i += kTileRows)
       anyTile<false>(std::min<int64_t>(kTileRows, m - i), std::min<int64_t>(kTileCols, n - j), k, a + i * lda, lda,
-                     b + j, ldb, alpha, beta, c + i * ldc + j, ldc, epi.at(i, j));
+                     b + j, ldb, alpha, beta, c + i * ldc + j, ldc, bias ? bias + j : nullptr);
 }
 
 // C[m x n] = alpha A^T B + beta C with A [k x m], B [k x n] and k small. Row tiles outside,
@@ -188,15 +172,23 @@ KOLO_AVX512 void gemmNT(int64_t m, int64_t n, int64_t k, float alpha, const floa
 
 // C[m x n] = alpha A[m x k] B[n x k]^T + beta C with m large (a linear layer's forward over
 // many tokens): B, the weight, is transposed once into [k x n] (a copy of n k elements, next
-// to the m n k of the product), and the product goes as NN in blocks of kMaxBatchRows rows.
+// to the m n k of the product), and the product goes as NN in blocks of kMaxBatchRows rows,
+// plus bias [n] when given. With G, each block's rows then get G = gelu(C) (row stride ldg)
+// while they are in L2: a pass of its own keeps the GELU's polynomial out of the tiles, whose
+// every product it slowed (in the store, a linear layer with GELU ran 15 % slower than one
+// without, the pass costs half of that).
 KOLO_AVX512 void gemmNTManyRows(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                                const float* b, int64_t ldb, float beta, float* c, int64_t ldc, Epilogue epi = {}) {
+                                const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+                                const float* bias = nullptr, float* g = nullptr, int64_t ldg = 0) {
   thread_local std::vector<float> transposed;
   transposed.resize(static_cast<size_t>(k * n));
   transposeF32(n, k, b, ldb, transposed.data(), n);
-  for (int64_t r = 0; r < m; r += kMaxBatchRows)
-    gemmNN(std::min(kMaxBatchRows, m - r), n, k, alpha, a + r * lda, lda, transposed.data(), n, beta, c + r * ldc, ldc,
-           epi.at(r, 0));
+  for (int64_t r = 0; r < m; r += kMaxBatchRows) {
+    const int64_t rows = std::min(kMaxBatchRows, m - r);
+    gemmNN(rows, n, k, alpha, a + r * lda, lda, transposed.data(), n, beta, c + r * ldc, ldc, bias);
+    if (g)
+      for (int64_t i = r; i < r + rows; ++i) geluRows(c + i * ldc, g + i * ldg, n);
+  }
 }
 
 // The products that gemmNTManyRows wins on (see smallGemm).
@@ -262,7 +254,7 @@ bool smallLinear(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, c
                  const float* bias, float* c, int64_t ldc, float* g, int64_t ldg) {
   if (m <= 0 || n <= 0 || k <= 0 || !enabled() || openblas_get_num_threads() != 1 || !manyRowsNT(m, n, k))
     return false;
-  gemmNTManyRows(m, n, k, 1.0f, x, ldx, w, ldw, 0.0f, c, ldc, Epilogue{bias, g, ldg});
+  gemmNTManyRows(m, n, k, 1.0f, x, ldx, w, ldw, 0.0f, c, ldc, bias, g, ldg);
   return true;
 }
 
