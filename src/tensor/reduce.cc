@@ -1,11 +1,25 @@
 // Reductions: sum over any set of dimensions (also used to undo broadcasting in
 // gradients) and max over one dimension with argmax indices for its backward.
 #include <limits>
+#include <type_traits>
 
 #include "tensor/dispatch.h"
 #include "tensor/kernels.h"
+#include "tensor/vector_math.h"
 
 namespace kolo::kernels {
+
+namespace {
+
+// out[0..cols) += each of the rows of x (rows x cols, contiguous), row after row: a linear
+// layer's bias gradient, the column sums of its output gradient, in the order the strided
+// path below adds them, without its call per row.
+KOLO_VECTOR_CLONES void addRows(const float* __restrict x, int64_t rows, int64_t cols, float* __restrict out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) out[j] += x[r * cols + j];
+}
+
+}  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   const int64_t nd = x.dim();
@@ -22,6 +36,12 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
     using T = typename decltype(tag)::type;
     T* po = out.data<T>();
     const T* px = x.data<T>();
+    if constexpr (std::is_same_v<T, float>) {
+      if (nd == 2 && reduce[0] && !reduce[1] && x.isContiguous()) {
+        addRows(px, x.shape()[0], x.shape()[1], po);
+        return;
+      }
+    }
     if (dims.empty() && x.isContiguous()) {
       double acc = 0.0;
       for (int64_t i = 0, n = x.numel(); i < n; ++i) acc += px[i];
