@@ -140,13 +140,16 @@ TEST_F(SmallGemm, TheShapesOfAnLmStepInBlocks) {
   check(CblasNoTrans, CblasNoTrans, 513, 64, 64, 1.0f, 1.0f);
   check(CblasTrans, CblasNoTrans, 384, 128, 1100, 1.0f, 0.0f);
   check(CblasTrans, CblasNoTrans, 64, 70, 1025, 0.5f, 1.0f);
+  // A weight gradient whose B chunk is past half of L2 (520 x 512): B's panels outside.
+  check(CblasTrans, CblasNoTrans, 70, 520, 1100, 1.0f, 0.0f);
+  check(CblasTrans, CblasNoTrans, 70, 300, 1000, 0.5f, 1.0f);
   // Their forward, C = X W^T onto the bias (beta 1), with W copied transposed: edges of the
   // 16 x 16 copy squares in both of W's sizes.
   check(CblasNoTrans, CblasTrans, 600, 384, 128, 1.0f, 1.0f);
   check(CblasNoTrans, CblasTrans, 257, 70, 75, 0.5f, 0.0f);
 }
 
-// smallLinear: C = X W^T + bias and G = gelu(C) from the tiles' store, against the sum in
+// smallLinear: C = X W^T + bias (in the tiles' store) and G = gelu(C), against the sum in
 // double and the erf form, over row blocks (the last partial), tile remainders in both of
 // C's sizes and padded leading dimensions; without a bias and without G; and the shapes it
 // leaves to the unfused path.
@@ -179,7 +182,7 @@ void checkLinear(int64_t m, int64_t n, int64_t k, bool bias, bool gelu) {
     }
 }
 
-TEST_F(SmallGemm, LinearWithBiasAndGeluInTheStore) {
+TEST_F(SmallGemm, LinearWithBiasAndGelu) {
   checkLinear(600, 512, 128, true, true);
   checkLinear(259, 70, 75, true, true);
   checkLinear(300, 131, 64, false, true);
