@@ -188,41 +188,62 @@ KOLO_VECTOR_AVX512 void layerNormBackwardRowsAvx512(const float* grad, const flo
   }
 }
 
-KOLO_VECTOR_AVX512 void causalSoftmaxRowsAvx512(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0,
-                                                float* lse, bool fromLse) {
-  for (int64_t i = 0; i < rows; ++i) {
-    float* row = s + i * ld;
-    const int64_t visible = r0 + i + 1;
-    float shift = 0.0f;
-    if (fromLse) {
-      shift = lse[i];
-    } else {
-      __m512 mx = _mm512_set1_ps(-__builtin_inff());
-      for (int64_t j = 0; j < visible; j += kLanes) {
-        const __mmask16 m = lanesFrom(j, visible);
-        mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, row + j));
+// Rows i..i + R of causalSoftmaxRowsAvx512, side by side: a row's work is a chain of
+// dependent steps (its largest score, then the exponentials and their sum, then the scale and
+// the logarithm) too short to overlap with the next row's on its own; R rows interleaved give
+// the core R chains at once (the default lm's 4,096 rows a layer: 164 -> 122 us). Each row's
+// arithmetic is the one-row form's, in its order.
+template <int R>
+KOLO_VECTOR_AVX512 inline void causalSoftmaxGroup(float* s, int64_t ld, int64_t keys, int64_t visible0, float* lse,
+                                                  bool fromLse) {
+  float shift[R];
+  if (fromLse) {
+    for (int r = 0; r < R; ++r) shift[r] = lse[r];
+  } else {
+    __m512 mx[R];
+    for (int r = 0; r < R; ++r) mx[r] = _mm512_set1_ps(-__builtin_inff());
+    for (int64_t j = 0; j < visible0 + R - 1; j += kLanes)
+      for (int r = 0; r < R; ++r) {
+        const int64_t visible = visible0 + r;
+        const __mmask16 m = lanesFrom(std::min(j, visible), visible);
+        mx[r] = _mm512_mask_max_ps(mx[r], m, mx[r], _mm512_maskz_loadu_ps(m, s + r * ld + j));
       }
-      shift = maxLanes(mx);
-    }
-    // e^(s - shift) over the visible keys and 0 over the later ones, in whole vectors.
-    const __m512 shiftV = _mm512_set1_ps(shift);
-    __m512 total = _mm512_setzero_ps();
-    for (int64_t j = 0; j < keys; j += kLanes) {
-      const __mmask16 m = lanesFrom(j, keys);
+    for (int r = 0; r < R; ++r) shift[r] = maxLanes(mx[r]);
+  }
+  // e^(s - shift) over the visible keys and 0 over the later ones, in whole vectors.
+  __m512 total[R];
+  for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < keys; j += kLanes) {
+    const __mmask16 m = lanesFrom(j, keys);
+    for (int r = 0; r < R; ++r) {
+      const int64_t visible = visible0 + r;
+      float* row = s + r * ld;
       const __m512 e = _mm512_maskz_mov_ps(lanesFrom(std::min(j, visible), visible),
-                                           expVector(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + j), shiftV)));
-      total = _mm512_add_ps(total, e);
+                                           expVector(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + j),
+                                                                   _mm512_set1_ps(shift[r]))));
+      total[r] = _mm512_add_ps(total[r], e);
       _mm512_mask_storeu_ps(row + j, m, e);
     }
-    if (fromLse) continue;
-    const float sum = sumLanes(total);
+  }
+  if (fromLse) return;
+  for (int r = 0; r < R; ++r) {
+    const int64_t visible = visible0 + r;
+    float* row = s + r * ld;
+    const float sum = sumLanes(total[r]);
     const __m512 inv = _mm512_set1_ps(1.0f / sum);
     for (int64_t j = 0; j < visible; j += kLanes) {
       const __mmask16 m = lanesFrom(j, visible);
       _mm512_mask_storeu_ps(row + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), inv));
     }
-    lse[i] = shift + std::log(sum);
+    lse[r] = shift[r] + std::log(sum);
   }
+}
+
+KOLO_VECTOR_AVX512 void causalSoftmaxRowsAvx512(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0,
+                                                float* lse, bool fromLse) {
+  int64_t i = 0;
+  for (; i + 4 <= rows; i += 4) causalSoftmaxGroup<4>(s + i * ld, ld, keys, r0 + i + 1, lse + i, fromLse);
+  for (; i < rows; ++i) causalSoftmaxGroup<1>(s + i * ld, ld, keys, r0 + i + 1, lse + i, fromLse);
 }
 
 bool hasAvx512() {
