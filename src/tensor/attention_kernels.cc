@@ -180,20 +180,24 @@ Tensor causalAttentionBackward(const Tensor& grad0, const Tensor& qkv0, const Te
         const T* gy = grad.data<T>() + b * s.t * s.c + h * s.hd;  // (T, hd), row stride C
         T* lseb = lse.data<T>() + (b * s.h + h) * s.t;
         const T* pb = kept.defined() ? kept.data<T>() + (b * s.h + h) * s.t * s.t : nullptr;
-        if (int64_t nb, nh; nextHead(s, b, h, &nb, &nh)) {
-          const int64_t nat = nb * s.t * ld + nh * s.hd;
+        // The next head's rows [i0, i0 + n), fetched a query block at a time.
+        int64_t nb = 0, nh = 0;
+        const bool more = nextHead(s, b, h, &nb, &nh);
+        const auto fetchNext = [&, nat = nb * s.t * ld + nh * s.hd](int64_t i0, int64_t n) {
+          if (!more) return;
           for (int part = 0; part < 3; ++part) {
-            prefetchRows(qkv.data<T>() + nat + part * s.c, ld, s.t, s.hd * sizeof(T));
-            prefetchRows(out.data<T>() + nat + part * s.c, ld, s.t, s.hd * sizeof(T), true);
+            prefetchRows(qkv.data<T>() + nat + part * s.c + i0 * ld, ld, n, s.hd * sizeof(T));
+            prefetchRows(out.data<T>() + nat + part * s.c + i0 * ld, ld, n, s.hd * sizeof(T), true);
           }
-          prefetchRows(grad.data<T>() + nb * s.t * s.c + nh * s.hd, s.c, s.t, s.hd * sizeof(T));
-          if (pb) prefetchRows(pb + s.t * s.t, s.t, s.t, s.t * sizeof(T));
-        }
+          prefetchRows(grad.data<T>() + (nb * s.t + i0) * s.c + nh * s.hd, s.c, n, s.hd * sizeof(T));
+          if (pb) prefetchRows(pb + s.t * s.t + i0 * s.t, s.t, n, s.t * sizeof(T));
+        };
         if (!pb) transposeHead(q + s.c, ld, s.t, s.hd, kt.data());  // only to recompute S
         transposeHead(q + 2 * s.c, ld, s.t, s.hd, vt.data());
         const T* ph = pb ? pb : p.data();
         for (int64_t r0 = 0; r0 < s.t; r0 += qb) {
           const int64_t rows = std::min(qb, s.t - r0), keys = r0 + rows;
+          fetchNext(r0, rows);
           // P of the block: kept by the forward, or again from the saved log-sum-exp.
           if (!pb) {
             detail::gemm<T>(CblasNoTrans, CblasNoTrans, rows, keys, s.hd, scale, q + r0 * ld, ld, kt.data(), s.t,
