@@ -68,9 +68,10 @@ KOLO_VECTOR_CLONES void geluBackwardBiasRowsPortable(const float* __restrict gra
 #ifdef KOLO_HAVE_VECTOR_AVX512
 namespace {
 
-// The mask of the first min(16, n - i) lanes.
+// The mask of the first min(16, n - i) lanes: none from n on.
 inline __mmask16 lanesFrom(int64_t i, int64_t n) {
-  return n - i >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+  if (n - i >= kLanes) return static_cast<__mmask16>(0xFFFF);
+  return n <= i ? static_cast<__mmask16>(0) : static_cast<__mmask16>((1u << (n - i)) - 1);
 }
 
 KOLO_VECTOR_AVX512 void geluRowsAvx512(const float* x, float* y, int64_t n) {
@@ -205,7 +206,7 @@ KOLO_VECTOR_AVX512 inline void causalSoftmaxGroup(float* s, int64_t ld, int64_t 
     for (int64_t j = 0; j < visible0 + R - 1; j += kLanes)
       for (int r = 0; r < R; ++r) {
         const int64_t visible = visible0 + r;
-        const __mmask16 m = lanesFrom(std::min(j, visible), visible);
+        const __mmask16 m = lanesFrom(j, visible);
         mx[r] = _mm512_mask_max_ps(mx[r], m, mx[r], _mm512_maskz_loadu_ps(m, s + r * ld + j));
       }
     for (int r = 0; r < R; ++r) shift[r] = maxLanes(mx[r]);
@@ -218,7 +219,7 @@ KOLO_VECTOR_AVX512 inline void causalSoftmaxGroup(float* s, int64_t ld, int64_t 
     for (int r = 0; r < R; ++r) {
       const int64_t visible = visible0 + r;
       float* row = s + r * ld;
-      const __m512 e = _mm512_maskz_mov_ps(lanesFrom(std::min(j, visible), visible),
+      const __m512 e = _mm512_maskz_mov_ps(lanesFrom(j, visible),
                                            expVector(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + j),
                                                                    _mm512_set1_ps(shift[r]))));
       total[r] = _mm512_add_ps(total[r], e);
