@@ -240,6 +240,41 @@ KOLO_VECTOR_AVX512 inline void causalSoftmaxGroup(float* s, int64_t ld, int64_t 
   }
 }
 
+// Rows 0..R of softmaxBackwardRows side by side, as causalSoftmaxGroup: a row's dot product
+// P . dP ends in a fold of its 16 lanes, a chain too short to overlap with the next row's on
+// its own.
+template <int R>
+KOLO_VECTOR_AVX512 inline void softmaxBackwardGroup(const float* p, int64_t ldp, float* dp, int64_t ldd, int64_t n,
+                                                    float scale) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += kLanes) {
+    const __mmask16 m = lanesFrom(j, n);
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, p + r * ldp + j), _mm512_maskz_loadu_ps(m, dp + r * ldd + j),
+                               acc[r]);
+  }
+  __m512 dot[R];
+  for (int r = 0; r < R; ++r) dot[r] = _mm512_set1_ps(sumLanes(acc[r]));
+  const __m512 scaleV = _mm512_set1_ps(scale);
+  for (int64_t j = 0; j < n; j += kLanes) {
+    const __mmask16 m = lanesFrom(j, n);
+    for (int r = 0; r < R; ++r) {
+      float* d = dp + r * ldd + j;
+      const __m512 shifted = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, d), dot[r]);
+      _mm512_mask_storeu_ps(d, m, _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + r * ldp + j), shifted),
+                                                scaleV));
+    }
+  }
+}
+
+KOLO_VECTOR_AVX512 void softmaxBackwardRowsAvx512(const float* p, int64_t ldp, float* dp, int64_t ldd, int64_t rows,
+                                                  int64_t n, float scale) {
+  int64_t i = 0;
+  for (; i + 4 <= rows; i += 4) softmaxBackwardGroup<4>(p + i * ldp, ldp, dp + i * ldd, ldd, n, scale);
+  for (; i < rows; ++i) softmaxBackwardGroup<1>(p + i * ldp, ldp, dp + i * ldd, ldd, n, scale);
+}
+
 KOLO_VECTOR_AVX512 void causalSoftmaxRowsAvx512(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0,
                                                 float* lse, bool fromLse) {
   int64_t i = 0;
@@ -266,6 +301,11 @@ void biasGeluRows(float* pre, const float* bias, float* y, int64_t rows, int64_t
   hasAvx512() ? biasGeluRowsAvx512(pre, bias, y, rows, n) : biasGeluRowsPortable(pre, bias, y, rows, n);
 }
 
+void softmaxBackwardRows(const float* p, int64_t ldp, float* dp, int64_t ldd, int64_t rows, int64_t n, float scale) {
+  hasAvx512() ? softmaxBackwardRowsAvx512(p, ldp, dp, ldd, rows, n, scale)
+              : softmaxBackwardRowsPortable(p, ldp, dp, ldd, rows, n, scale);
+}
+
 void causalSoftmaxRows(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0, float* lse, bool fromLse) {
   hasAvx512() ? causalSoftmaxRowsAvx512(s, ld, rows, keys, r0, lse, fromLse)
               : causalSoftmaxRowsPortable(s, ld, rows, keys, r0, lse, fromLse);
@@ -288,6 +328,10 @@ void geluBackwardBiasRows(const float* grad, const float* pre, float* gpre, floa
               : geluBackwardBiasRowsPortable(grad, pre, gpre, gbias, rows, n);
 }
 #else
+void softmaxBackwardRows(const float* p, int64_t ldp, float* dp, int64_t ldd, int64_t rows, int64_t n, float scale) {
+  softmaxBackwardRowsPortable(p, ldp, dp, ldd, rows, n, scale);
+}
+
 void causalSoftmaxRows(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0, float* lse, bool fromLse) {
   causalSoftmaxRowsPortable(s, ld, rows, keys, r0, lse, fromLse);
 }
@@ -342,8 +386,8 @@ KOLO_VECTOR_CLONES float expShiftedSum(const float* s, float* p, int64_t n, floa
   return total;
 }
 
-KOLO_VECTOR_CLONES void softmaxBackwardRows(const float* __restrict p, int64_t ldp, float* __restrict dp, int64_t ldd,
-                                            int64_t rows, int64_t n, float scale) {
+KOLO_VECTOR_CLONES void softmaxBackwardRowsPortable(const float* __restrict p, int64_t ldp, float* __restrict dp,
+                                                    int64_t ldd, int64_t rows, int64_t n, float scale) {
   const int64_t whole = n / kLanes * kLanes;
   for (int64_t row = 0; row < rows; ++row) {
     const float* pr = p + row * ldp;

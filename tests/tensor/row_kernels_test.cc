@@ -175,16 +175,20 @@ INSTANTIATE_TEST_SUITE_P(RowKernels, CausalSoftmax,
                          ::testing::Values(detail::causalSoftmaxRows, detail::causalSoftmaxRowsPortable),
                          [](const auto& info) { return info.index == 0 ? "dispatched" : "portable"; });
 
-// softmaxBackwardRows against the sum in f64, over lengths with and without vector tails and
-// row strides wider than the rows (columns past n untouched).
-TEST(RowKernels, SoftmaxBackwardRowsMatchF64) {
+// softmaxBackwardRows, as this CPU runs it and as one without AVX-512 does, against the sum
+// in f64, over lengths with and without vector tails, row strides wider than the rows (columns
+// past n untouched) and 6 rows (a group of 4 side by side and two alone).
+class SoftmaxBackward
+    : public ::testing::TestWithParam<void (*)(const float*, int64_t, float*, int64_t, int64_t, int64_t, float)> {};
+
+TEST_P(SoftmaxBackward, MatchesF64) {
   for (int64_t n : {1, 15, 16, 17, 45, 64}) {
-    const int64_t rows = 3, ldp = n + 2, ldd = n + 5;
+    const int64_t rows = 6, ldp = n + 2, ldd = n + 5;
     const std::vector<double> p0 = randomTensor({rows, ldp}, 0.3, static_cast<uint64_t>(n)).toDoubleVector(),
                               d0 = randomTensor({rows, ldd}, 1.0, static_cast<uint64_t>(n + 50)).toDoubleVector();
     const std::vector<float> p(p0.begin(), p0.end());
     std::vector<float> d(d0.begin(), d0.end());
-    detail::softmaxBackwardRows(p.data(), ldp, d.data(), ldd, rows, n, 0.25f);
+    GetParam()(p.data(), ldp, d.data(), ldd, rows, n, 0.25f);
     for (int64_t i = 0; i < rows; ++i) {
       double dot = 0.0;
       for (int64_t j = 0; j < n; ++j) dot += static_cast<double>(p[i * ldp + j]) * static_cast<float>(d0[i * ldd + j]);
@@ -196,6 +200,10 @@ TEST(RowKernels, SoftmaxBackwardRowsMatchF64) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(RowKernels, SoftmaxBackward,
+                         ::testing::Values(detail::softmaxBackwardRows, detail::softmaxBackwardRowsPortable),
+                         [](const auto& info) { return info.index == 0 ? "dispatched" : "portable"; });
 
 TEST(RowKernels, SoftmaxAndLogSoftmaxMatchF64) {
   for (int64_t n : {1, 7, 16, 64, 100, 256}) {
