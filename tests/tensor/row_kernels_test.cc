@@ -82,7 +82,9 @@ TEST_P(GeluRows, MatchTheErfFormWithinFloatTolerance) {
   const GeluKernels k = GetParam();
   std::vector<float> x;
   for (double v = -12.0; v <= 12.0; v += 0.00731) x.push_back(static_cast<float>(v));
-  for (float v : {0.0f, -0.0f, 0.25f, 8.0f, -8.0f, 7.99999f, 1e-30f, -1e30f, 1e30f}) x.push_back(v);
+  for (float v : {0.0f, -0.0f, 0.25f, 8.0f, -8.0f, 7.99999f, 0x1.fffffep2f, -0x1.fffffep2f, 0x1.000002p3f,
+                  1e-30f, -1e30f, 1e30f})
+    x.push_back(v);
   const int64_t n = static_cast<int64_t>(x.size());
   std::vector<float> y(x.size()), d(x.size()), ones(x.size(), 1.0f);
   k.gelu(x.data(), y.data(), n);
