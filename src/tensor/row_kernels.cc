@@ -220,7 +220,7 @@ KOLO_VECTOR_AVX512 inline void causalSoftmaxGroup(float* s, int64_t ld, int64_t 
       const int64_t visible = visible0 + r;
       float* row = s + r * ld;
       const __m512 e = _mm512_maskz_mov_ps(lanesFrom(j, visible),
-                                           expVector(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + j),
+                                           expVectorUpTo88(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + j),
                                                                    _mm512_set1_ps(shift[r]))));
       total[r] = _mm512_add_ps(total[r], e);
       _mm512_mask_storeu_ps(row + j, m, e);
