@@ -71,10 +71,10 @@ KOLO_VECTOR_AVX512 inline __m512 expVectorUpTo88(__m512 x) {
 // in f32), Horner in t with the interval's coefficients picked by a permute per power. a is
 // clamped to the float below 8 (interval 31, t just below 1/2), where both polynomials round to
 // their parts' limits in f32, 1 and 1/2, as the parts do past 8 (every float checked against a
-// select of the limit there: the same bits); a NaN becomes that bound too (min returns its
-// second operand), so the caller keeps its own NaN.
+// select of the limit there: the same bits). A NaN passes the clamp (min returns its second
+// operand) and comes out NaN.
 KOLO_VECTOR_AVX512 inline __m512 geluPart(__m512 a, const float (&c)[kGeluDegree + 1][kGeluIntervals]) {
-  const __m512 s = _mm512_mul_ps(_mm512_maskz_min_ps(kAllLanes, a, _mm512_set1_ps(0x1.fffffep2f)),
+  const __m512 s = _mm512_mul_ps(_mm512_maskz_min_ps(kAllLanes, _mm512_set1_ps(0x1.fffffep2f), a),
                                  _mm512_set1_ps(kGeluIntervalsPerUnit));
   const __m512i i = _mm512_maskz_cvttps_epi32(kAllLanes, s);
   const __m512 whole =
@@ -102,8 +102,7 @@ KOLO_VECTOR_AVX512 inline __m512 geluDerivativeVector(__m512 x) {
   const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN));
   const __m512 d = _mm512_castsi512_ps(
       _mm512_xor_si512(_mm512_castps_si512(geluPart(a, kGeluDerivativePart)), sign));
-  const __m512 y = _mm512_add_ps(_mm512_set1_ps(0.5f), d);
-  return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+  return _mm512_add_ps(_mm512_set1_ps(0.5f), d);
 }
 
 }  // namespace kolo::detail
