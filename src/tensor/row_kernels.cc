@@ -240,7 +240,7 @@ KOLO_VECTOR_AVX512 inline void causalSoftmaxGroup(float* s, int64_t ld, int64_t 
   }
 }
 
-// Rows 0..R of softmaxBackwardRows side by side, as causalSoftmaxGroup: a row's dot product
+// R rows of softmaxBackwardRows side by side, as causalSoftmaxGroup: a row's dot product
 // P . dP ends in a fold of its 16 lanes, a chain too short to overlap with the next row's on
 // its own.
 template <int R>

@@ -36,13 +36,14 @@ void causalSoftmaxRows(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t
 /// causalSoftmaxRows as a CPU without AVX-512 runs it. For tests.
 void causalSoftmaxRowsPortable(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t r0, float* lse,
                                bool fromLse);
+/// Softmax's gradient for `rows` rows of n: dp (row stride ldd) holds dL/dP and becomes
+/// scale * P (dP - sum(P dP)) with P the rows of p (row stride ldp); the row sum taken over
+/// the P in hand, as PyTorch's softmax backward does. Vectorised with AVX-512 where the CPU
+/// has it.
+void softmaxBackwardRows(const float* p, int64_t ldp, float* dp, int64_t ldd, int64_t rows, int64_t n, float scale);
 /// softmaxBackwardRows as a CPU without AVX-512 runs it. For tests.
 void softmaxBackwardRowsPortable(const float* p, int64_t ldp, float* dp, int64_t ldd, int64_t rows, int64_t n,
                                  float scale);
-/// Softmax's gradient for `rows` rows of n: dp (row stride ldd) holds dL/dP and becomes
-/// scale * P (dP - sum(P dP)) with P the rows of p (row stride ldp); the row sum taken over
-/// the P in hand, as PyTorch's softmax backward does.
-void softmaxBackwardRows(const float* p, int64_t ldp, float* dp, int64_t ldd, int64_t rows, int64_t n, float scale);
 /// x[i] = e^x[i] over n elements.
 void expInPlace(float* x, int64_t n);
 /// Softmax (or log-softmax) of each of `rows` rows of n contiguous elements.

@@ -141,33 +141,41 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The causal softmax of an attention block, as this CPU runs it and as one without AVX-512
 // does, against f64: P over each row's visible keys, 0 after them, the log-sum-exp, P again
-// from that log-sum-exp, and the columns past `keys` untouched; blocks of 1 to 64 keys.
+// from that log-sum-exp, and the columns past `keys` untouched; blocks of 1 to 64 keys, with
+// scores around 0 and around -200 (the lanes past a row's visible keys then exponentiate
+// values above 88, which must not reach P).
 class CausalSoftmax
     : public ::testing::TestWithParam<void (*)(float*, int64_t, int64_t, int64_t, int64_t, float*, bool)> {};
 
 TEST_P(CausalSoftmax, MatchesF64OverEachRowsVisibleKeys) {
-  for (int64_t keys : {1, 7, 16, 17, 32, 45, 64}) {
-    const int64_t rows = std::min<int64_t>(keys, 5), r0 = keys - rows, ld = keys + 3;
-    const std::vector<double> s0 = randomTensor({rows, ld}, 4.0, static_cast<uint64_t>(keys)).toDoubleVector();
-    std::vector<float> s(s0.begin(), s0.end()), lse(static_cast<size_t>(rows));
-    GetParam()(s.data(), ld, rows, keys, r0, lse.data(), false);
-    std::vector<float> again(s0.begin(), s0.end());
-    GetParam()(again.data(), ld, rows, keys, r0, lse.data(), true);
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t visible = r0 + i + 1;
-      double mx = -INFINITY, total = 0.0;
-      for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, static_cast<double>(static_cast<float>(s0[i * ld + j])));
-      for (int64_t j = 0; j < visible; ++j) total += std::exp(static_cast<float>(s0[i * ld + j]) - mx);
-      EXPECT_NEAR(lse[i], mx + std::log(total), 1e-6 * std::max(1.0, std::abs(mx))) << "keys " << keys << " row " << i;
-      for (int64_t j = 0; j < ld; ++j) {
-        const size_t at = static_cast<size_t>(i * ld + j);
-        if (j >= keys) {
-          EXPECT_EQ(s[at], static_cast<float>(s0[at])) << "column " << j << " past the keys was written";
-          continue;
+  for (double offset : {0.0, -200.0}) {
+    for (int64_t keys : {1, 7, 16, 17, 32, 45, 64}) {
+      const int64_t rows = std::min<int64_t>(keys, 5), r0 = keys - rows, ld = keys + 3;
+      std::vector<double> s0 = randomTensor({rows, ld}, 4.0, static_cast<uint64_t>(keys)).toDoubleVector();
+      for (double& v : s0) v += offset;
+      std::vector<float> s(s0.begin(), s0.end()), lse(static_cast<size_t>(rows));
+      GetParam()(s.data(), ld, rows, keys, r0, lse.data(), false);
+      std::vector<float> again(s0.begin(), s0.end());
+      GetParam()(again.data(), ld, rows, keys, r0, lse.data(), true);
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t visible = r0 + i + 1;
+        double mx = -INFINITY, total = 0.0;
+        for (int64_t j = 0; j < visible; ++j) mx = std::max(mx, static_cast<double>(static_cast<float>(s0[i * ld + j])));
+        for (int64_t j = 0; j < visible; ++j) total += std::exp(static_cast<float>(s0[i * ld + j]) - mx);
+        EXPECT_NEAR(lse[i], mx + std::log(total), 1e-6 * std::max(1.0, std::abs(mx)))
+            << "keys " << keys << " row " << i << " offset " << offset;
+        for (int64_t j = 0; j < ld; ++j) {
+          const size_t at = static_cast<size_t>(i * ld + j);
+          if (j >= keys) {
+            EXPECT_EQ(s[at], static_cast<float>(s0[at])) << "column " << j << " past the keys was written";
+            continue;
+          }
+          const double p = j < visible ? std::exp(static_cast<float>(s0[at]) - mx) / total : 0.0;
+          EXPECT_NEAR(s[at], p, 1e-6) << "keys " << keys << " P[" << i << ", " << j << "], offset " << offset;
+          // From the log-sum-exp, P carries its rounding: e^(s - lse) is off by about |lse| ulps.
+          EXPECT_NEAR(again[at], p, 1e-6 * std::max(1.0, std::abs(mx)))
+              << "keys " << keys << " P[" << i << ", " << j << "] from the log-sum-exp, offset " << offset;
         }
-        const double p = j < visible ? std::exp(static_cast<float>(s0[at]) - mx) / total : 0.0;
-        EXPECT_NEAR(s[at], p, 1e-6) << "keys " << keys << " P[" << i << ", " << j << "]";
-        EXPECT_NEAR(again[at], p, 1e-6) << "keys " << keys << " P[" << i << ", " << j << "] from the log-sum-exp";
       }
     }
   }
