@@ -6,6 +6,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "autograd/sole_owner.h"
 #include "kolo/autograd.h"
 #include "tensor/autograd_hooks.h"
 #include "tensor/kernels.h"
@@ -176,9 +177,8 @@ namespace {
 // Whether a node's pending gradient can take the next contribution in place: the buffer is
 // the only handle on its memory (no other node's gradient, saved tensor or hook holds it) and
 // the contribution has its shape and type, as PyTorch's input buffers accumulate.
-bool ownsItsBuffer(const Tensor& slot, const Tensor& more) {
-  return slot.implPtr().use_count() == 1 && slot.impl()->storage.use_count() == 1 && slot.isContiguous() &&
-         slot.shape() == more.shape() && slot.dtype() == more.dtype();
+bool takesInPlace(const Tensor& slot, const Tensor& more) {
+  return solelyOwned(slot) && slot.shape() == more.shape() && slot.dtype() == more.dtype();
 }
 }  // namespace
 
@@ -254,7 +254,7 @@ void runBackward(const Tensor& root, const Tensor& seed) {
         Tensor& slot = buffers[next];
         if (!slot.defined()) {
           slot = outputs[i];
-        } else if (ownsItsBuffer(slot, outputs[i])) {
+        } else if (takesInPlace(slot, outputs[i])) {
           kernels::addInPlace(slot, outputs[i]);
         } else {
           slot = kernels::binary(kernels::BinaryOp::Add, slot, outputs[i]);

@@ -3,26 +3,20 @@
 // to each input's shape.
 #include <cmath>
 
+#include "autograd/sole_owner.h"
 #include "kolo/ops.h"
 #include "tensor/kernels.h"
 
 namespace kolo {
 
 using autograd::record;
+using autograd::solelyOwned;
 using kernels::BinaryOp;
 using Grads = std::vector<Tensor>;
 
 namespace {
 bool req(const Tensor& t) { return t.defined() && t.requiresGrad(); }
 Tensor bin(BinaryOp op, const Tensor& a, const Tensor& b) { return kernels::binary(op, a, b); }
-
-// True when `g` is the only handle on its elements: the engine hands each node its incoming
-// gradient as the sole reference, so a backward may overwrite it instead of allocating.
-bool solelyOwned(const Tensor& g) {
-  const TensorImpl* impl = g.impl();
-  return impl && g.implPtr().use_count() == 1 && impl->storage.use_count() == 1 &&
-         impl->storage->bytes.use_count() == 1 && !impl->autograd && g.isContiguous();
-}
 }  // namespace
 
 // ---------------------------------------------------------------- arithmetic
@@ -163,7 +157,7 @@ Tensor relu(const Tensor& x) {
   // layer keeps indices) lets the output go after forward.
   Tensor mask = kernels::positiveMask(out);
   return record(out, {x}, "ReluBackward", [mask](const Tensor& g) {
-    if (solelyOwned(g) && g.isContiguous()) {
+    if (solelyOwned(g)) {
       Tensor inPlace = g;
       kernels::reluBackwardInPlace(inPlace, mask);
       return Grads{inPlace};

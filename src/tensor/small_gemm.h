@@ -21,9 +21,9 @@ bool smallGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int
 /// A linear layer's forward over many rows in one pass: C = X W^T (+ bias on every row when
 /// `bias` is not null) with X (m x k), W (n x k), C (m x n), and G = gelu(C) (m x n) as well
 /// when `g` is not null: the bias in each tile's store, the GELU over each block of rows while
-/// it is in cache. Returns
-/// false, touching nothing, where smallGemm would not run this NT product over many rows
-/// (no AVX-512, more than one OpenBLAS thread, m <= 256, W larger than 256 K elements, ...).
+/// it is in cache. Returns false, touching nothing, where smallGemm would not run this NT
+/// product over many rows (no AVX-512, more than one OpenBLAS thread, m <= 256, W larger than
+/// 256 K elements, ...).
 bool smallLinear(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
                  const float* bias, float* c, int64_t ldc, float* g, int64_t ldg);
 
