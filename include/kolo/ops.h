@@ -4,6 +4,7 @@
 // are summed back to each input's shape. f32 and f64 compute; other dtypes throw.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "kolo/autograd.h"
@@ -103,6 +104,40 @@ Tensor layerNorm(const Tensor& x, const Shape& normalizedShape, const Tensor& we
 /// that nothing T x T is kept and backward recomputes P. Throws InvalidArgument for a shape
 /// that is not (B, T, 3C) with heads dividing C.
 Tensor causalAttention(const Tensor& qkv, int64_t heads);
+/// Rotary position embedding (RoPE) of causalAttention's queries and keys: in each head of
+/// size d, the pair of elements (2i, 2i+1) at position p = offset + t is rotated, as the
+/// complex number x_2i + i x_2i+1 times e^(i p theta^(-2i/d)) (Meta's LLaMA and torchtitan's
+/// apply_rotary_emb; Hugging Face's rotate_half pairs i with i + d/2 instead, a permutation
+/// of the projections' rows). `offset` is the position of the first of the T tokens.
+struct Rotary {
+  double theta = 10000.0;
+  int64_t offset = 0;
+};
+/// Causal attention over separate projections, in one op, with grouped key/value heads and
+/// optional rotary positions: q (B, T, Hq*headDim), k and v (B, T, Hkv*headDim), the numbers
+/// of heads read from the widths, Hkv dividing Hq (Hkv = Hq: multi-head; Hkv = 1: multi-query);
+/// query head h attends with key/value head h / (Hq / Hkv). Returns (B, T, Hq*headDim), each
+/// head's y_t = sum over s <= t of softmax_s(q_t . k_s / sqrt(headDim)) v_s, with q and k
+/// first rotated by `rotary` when it is given (inside the op: no separate node, no copy kept
+/// beyond the rotated q and k that backward reads instead of q and k). Computed by blocks as
+/// causalAttention(qkv, heads) is, nothing T x T kept unless P is no larger than q, k and v
+/// together. Any module whose projections make such widths can call it; a tensor-parallel
+/// split of the projections on head boundaries leaves each rank a valid call. Throws
+/// InvalidArgument naming the shapes when they are not so, or for an odd headDim with rotary.
+Tensor causalAttention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t headDim,
+                       std::optional<Rotary> rotary = std::nullopt);
+/// The rotation of causalAttention's rotary positions applied to x (B, T, H*headDim) alone,
+/// differentiable (its gradient is the inverse rotation).
+Tensor rotaryEmbedding(const Tensor& x, int64_t headDim, const Rotary& rotary);
+/// RMSNorm over the last dimension: x / sqrt(mean(x^2) + eps) * weight (weight [C] may be
+/// undefined), in one pass forward and one backward. Throws InvalidArgument for a weight whose
+/// shape is not [C].
+Tensor rmsNorm(const Tensor& x, const Tensor& weight, double eps = 1e-5);
+/// SiLU (swish), x * sigmoid(x).
+Tensor silu(const Tensor& x);
+/// The SwiGLU gate silu(gate) * up as one op (one pass forward and backward, keeping gate and
+/// up only). Throws InvalidArgument when the shapes differ.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
 /// Rows of weight [V, D] selected by integer indices -> indices.shape + [D].
 Tensor embedding(const Tensor& indices, const Tensor& weight);
 /// Inverted dropout: zeroes each element with probability p and scales the rest by

@@ -142,6 +142,30 @@ Tensor causalAttentionForward(const Tensor& qkv, int64_t heads, Tensor* logSumEx
 /// `probabilities` (the forward's) when it is defined and recomputing it otherwise.
 Tensor causalAttentionBackward(const Tensor& grad, const Tensor& qkv, const Tensor& logSumExp, int64_t heads,
                                const Tensor& probabilities = Tensor());
+/// Causal attention with grouped key/value heads: q (B, T, Hq*d), k and v (B, T, Hkv*d), Hkv
+/// dividing Hq, query head h reading key/value head h / (Hq / Hkv) -> (B, T, Hq*d); the blocks,
+/// log-sum-exp (B, Hq, T) and kept P (B, Hq, T, T) of causalAttentionForward.
+Tensor groupedAttentionForward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t headDim, Tensor* logSumExp,
+                               Tensor* probabilities = nullptr);
+/// Gradients of groupedAttentionForward with respect to q, k and v (a key/value head's the
+/// sum over its query heads), P read from `probabilities` when defined, else recomputed.
+void groupedAttentionBackward(const Tensor& grad, const Tensor& q, const Tensor& k, const Tensor& v, int64_t headDim,
+                              const Tensor& logSumExp, const Tensor& probabilities, Tensor* gradQ, Tensor* gradK,
+                              Tensor* gradV);
+/// RMSNorm over the last dimension: x * rstd * weight (weight may be undefined), rstd = 1 /
+/// sqrt(mean(x^2) + eps) per row, written to *rstd.
+Tensor rmsNormForward(const Tensor& x, const Tensor& weight, double eps, Tensor* rstd);
+/// Gradients of rmsNormForward; gradX or gradW may be null to skip that one.
+void rmsNormBackward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& rstd, Tensor* gradX,
+                     Tensor* gradW);
+/// silu(gate) * up elementwise (same shapes); up undefined: silu(gate).
+Tensor swigluForward(const Tensor& gate, const Tensor& up);
+/// Gradients of swigluForward; gradUp may be null (and is left undefined when up is).
+void swigluBackward(const Tensor& grad, const Tensor& gate, const Tensor& up, Tensor* gradGate, Tensor* gradUp);
+/// Rotary position embedding of x (B, T, H*d): in each head, pair (2i, 2i+1) of position
+/// offset + t rotated by the angle (offset + t) * theta^(-2i/d); `inverse` rotates back (the
+/// gradient). Throws InvalidArgument for an odd d or one that does not divide the width.
+Tensor rotaryForward(const Tensor& x, int64_t headDim, double theta, int64_t offset, bool inverse);
 /// Concatenates along dim (shapes equal elsewhere).
 Tensor cat(const std::vector<Tensor>& xs, int64_t dim);
 

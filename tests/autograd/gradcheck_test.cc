@@ -1,5 +1,8 @@
 // Finite-difference gradient checks (f64) for every differentiable op in kolo/ops.h and
 // every differentiable Tensor view.
+#include <array>
+#include <optional>
+
 #include "autograd/gradcheck.h"
 
 namespace kolo {
@@ -88,6 +91,28 @@ TEST(Gradcheck, FusedCausalAttention) {
     gradcheck([heads](const V& x) { return causalAttention(x[0], heads); }, {leaf({2, 5, 18}, 20 + heads)});
   // T 37: two row blocks of the kernel, the second one partial.
   gradcheck([](const V& x) { return causalAttention(x[0], 2); }, {leaf({1, 37, 12}, 24)});
+}
+
+TEST(Gradcheck, GroupedQueryAttentionWithRotaryPositions) {
+  // q (B 2, T 5, Hq*d), k and v (B, T, Hkv*d): multi-head, grouped (3 query heads per key/value
+  // head) and multi-query, with and without rotation, a position offset, odd widths.
+  const Rotary rope{.theta = 100.0, .offset = 3};
+  for (const auto& [hq, hkv, d] : std::vector<std::array<int64_t, 3>>{{2, 2, 2}, {6, 2, 4}, {3, 1, 6}})
+    for (const std::optional<Rotary> rotary : {std::optional<Rotary>(), std::optional<Rotary>(rope)})
+      gradcheck([d, rotary](const V& x) { return causalAttention(x[0], x[1], x[2], d, rotary); },
+                {leaf({2, 5, hq * d}, 40 + hq), leaf({2, 5, hkv * d}, 50 + hkv), leaf({2, 5, hkv * d}, 60 + d)});
+  // T 37: two row blocks of the kernel, the second one partial; P recomputed (2*37 > 4+2+2 widths).
+  gradcheck([](const V& x) { return causalAttention(x[0], x[1], x[2], 2, Rotary{}); },
+            {leaf({1, 37, 4}, 70), leaf({1, 37, 2}, 71), leaf({1, 37, 2}, 72)});
+}
+
+TEST(Gradcheck, LlamaBlockFunctions) {
+  gradcheck([](const V& x) { return rmsNorm(x[0], x[1]); }, {leaf({3, 5, 7}, 80), leaf({7}, 81)});
+  gradcheck([](const V& x) { return rmsNorm(x[0], Tensor(), 1e-3); }, {leaf({4, 33}, 82)});
+  gradcheck([](const V& x) { return silu(x[0]); }, {leaf({4, 9}, 83, -4.0, 4.0)});
+  gradcheck([](const V& x) { return swiglu(x[0], x[1]); }, {leaf({3, 7}, 84, -4.0, 4.0), leaf({3, 7}, 85)});
+  gradcheck([](const V& x) { return rotaryEmbedding(x[0], 6, Rotary{.theta = 50.0, .offset = 2}); },
+            {leaf({2, 4, 12}, 86)});
 }
 
 TEST(Gradcheck, JoinSelectAndViews) {
