@@ -18,6 +18,7 @@
 #include "kolo/comm/spawn.h"
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
+#include "launch/rendezvous_benchmark.h"
 
 namespace kolo::cli {
 namespace {
@@ -46,6 +47,8 @@ struct BenchArgs {
   int rank = -1;
   int worldSize = 0;
   comm::NativeOptions native;
+  int hosts = 0;       // rendezvous: simulated hosts
+  double drop = 0;     // rendezvous: percent of ranks lost
 };
 
 /// Everything one rank needs to run the sweep.
@@ -143,6 +146,23 @@ int launchBenchmark(const BenchArgs& args, const BenchConfig& config) {
   }
 }
 
+// `kolo bench rendezvous`: the control plane alone, --ranks simulated ranks in this process's
+// children (launch::benchmarkRendezvous).
+int benchRendezvous(const BenchArgs& args) {
+  KOLO_REQUIRE(args.ranks >= 2, "kolo bench rendezvous: --ranks must be at least 2, got ", args.ranks);
+  KOLO_REQUIRE(args.timeoutSeconds > 0, "kolo bench: --timeout must be above 0, got ", args.timeoutSeconds);
+  launch::RendezvousBenchmarkOptions options;
+  options.ranks = args.ranks;
+  options.hosts = args.hosts;
+  options.dropPercent = args.drop;
+  options.timeout = std::chrono::milliseconds(static_cast<long long>(args.timeoutSeconds * 1000));
+  const launch::RendezvousBenchmarkResult result = launch::benchmarkRendezvous(options);
+  const std::string text =
+      args.json ? launch::rendezvousBenchmarkJson(result) + "\n" : launch::rendezvousBenchmarkTable(result);
+  std::fputs(text.c_str(), stdout);
+  return 0;
+}
+
 }  // namespace
 
 Command registerBench(CLI::App& root) {
@@ -153,11 +173,13 @@ Command registerBench(CLI::App& root) {
       "  kolo bench allreduce --ranks 4 -b 4K -e 64M -f 2\n"
       "  kolo bench allreduce --ranks 2 --sizes 4K,1M,16M,64M --json\n"
       "  mpirun -np 2 kolo bench allreduce --backend mpi\n"
+      "  kolo bench rendezvous --ranks 4096 --drop 1 --json\n"
       "Rank 0 prints one row per size: bytes, count, time (median over iterations of the slowest\n"
       "rank, us), algbw = bytes/time and busbw (GB/s, 1e9 bytes), and whether every result was\n"
       "correct. The exit code is 3 when a result was wrong, 1 when a rank failed.");
   app->add_option("collective", args->collective,
-                  "allreduce, reduce, broadcast, allgather, reducescatter, alltoall, gather or scatter")
+                  "allreduce, reduce, broadcast, allgather, reducescatter, alltoall, gather or scatter; "
+                  "rendezvous measures the control plane with --ranks simulated ranks")
       ->required();
   app->add_option("-b,--minbytes", args->minBytes, "smallest size (bytes; K/M/G suffixes)")->capture_default_str();
   app->add_option("-e,--maxbytes", args->maxBytes, "largest size")->capture_default_str();
@@ -193,10 +215,17 @@ Command registerBench(CLI::App& root) {
       ->check(oneOf({"none", "core"}))
       ->capture_default_str();
   app->add_flag("!--no-shm", args->native.sharedMemory, "TCP between all ranks, no shared memory");
+  app->add_option("--hosts", args->hosts,
+                  "rendezvous: simulated hosts the ranks are split into (default: one per 8 ranks)");
+  app->add_option("--drop", args->drop,
+                  "rendezvous: percent of the ranks lost after the first barrier; the survivors regroup");
 
   Command command;
   command.app = app;
-  command.run = [args]() -> int { return launchBenchmark(*args, toConfig(*args)); };
+  command.run = [args]() -> int {
+    if (args->collective == "rendezvous") return benchRendezvous(*args);
+    return launchBenchmark(*args, toConfig(*args));
+  };
   return command;
 }
 

@@ -53,6 +53,17 @@ struct TcpStoreServerOptions {
   size_t maxValueBytes = kMaxStoreValueBytes;
 };
 
+/// What a TcpStoreServer has served so far (for benchmarks and `kolo run`'s summary).
+struct TcpStoreServerStats {
+  /// Requests answered or parked, Hello included.
+  uint64_t requests = 0;
+  /// Frame bytes read from and written to clients.
+  uint64_t bytesReceived = 0;
+  uint64_t bytesSent = 0;
+  /// Connections accepted.
+  uint64_t connections = 0;
+};
+
 /// The TCP store server: one thread multiplexing every connection with poll(). A
 /// connection must send the job token first; a wrong token, an oversized or malformed
 /// request closes that connection only. get/wait block in the server until their keys
@@ -70,6 +81,8 @@ class TcpStoreServer {
   uint16_t port() const;
   /// Number of connections closed for a wrong token, oversized or malformed requests.
   uint64_t rejectedConnections() const;
+  /// Counters of what was served so far; safe to call from any thread.
+  TcpStoreServerStats stats() const;
   /// Stops serving now and closes every connection; idempotent.
   void stop();
 

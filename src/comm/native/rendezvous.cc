@@ -15,6 +15,7 @@
 #include <map>
 
 #include "comm/native/cma_allreduce.h"
+#include "comm/native/control_plane.h"
 #include "comm/native/native_communicator.h"
 #include "comm/native/rank_record.h"
 #include "comm/observers.h"
@@ -34,7 +35,7 @@ using native::Clock;
 using native::RankRecord;
 
 constexpr uint32_t kHelloMagic = 0x6b6f6c68u;  // "kolh"
-constexpr size_t kTokenBytes = 16;
+constexpr size_t kTokenBytes = native::kJobTokenBytes;
 
 struct Hello {
   uint32_t magic;
@@ -150,12 +151,6 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
   job->envAlgorithm = options.algorithm;
   if (job->envAlgorithm == Algorithm::Auto) job->envAlgorithm = parseAlgorithm(settings::algo());
 
-  // The job token: drawn by rank 0, presented on every TCP connection.
-  uint8_t token[kTokenBytes];
-  if (rank == 0) {
-    detail::randomBytes(token, sizeof(token));
-    store->set(prefix + "token", Bytes(token, token + kTokenBytes));
-  }
 
   // Publish who and where we are. The probe word lets peers test cross-memory attach.
   int port = 0;
@@ -174,18 +169,10 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
   me.probeAddress = reinterpret_cast<uint64_t>(probe.get());
   me.probeValue = *probe;
   me.cpus = allowedCpus();
-  store->setString(prefix + "rank/" + std::to_string(rank), native::encodeRankRecord(me));
-
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(prefix + "rank/" + std::to_string(r));
-  store->wait(keys, timeout);
-  std::vector<RankRecord> infos(static_cast<size_t>(size));
-  for (int r = 0; r < size; ++r) infos[r] = native::decodeRankRecord(store->getString(keys[r], timeout), r);
-  if (rank != 0) {
-    Bytes t = store->get(prefix + "token", timeout);
-    if (t.size() != kTokenBytes) KOLO_THROW(FormatError, "job token in the store has ", t.size(), " bytes");
-    std::memcpy(token, t.data(), kTokenBytes);
-  }
+  // The job token: drawn by rank 0, presented on every TCP connection.
+  uint8_t token[kTokenBytes];
+  native::shareJobToken(*store, prefix, rank, token, timeout);
+  const std::vector<RankRecord> infos = native::exchangeRankRecords(*store, prefix, rank, size, me, timeout);
 
   // Hosts in order of their lowest rank.
   std::map<std::string, int> hostIndex;
@@ -348,12 +335,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
       }
     }
   }
-  store->setString(prefix + "cma/" + std::to_string(rank), cmaOk ? "1" : "0");
-  std::vector<std::string> cmaKeys;
-  for (int r = 0; r < size; ++r) cmaKeys.push_back(prefix + "cma/" + std::to_string(r));
-  store->wait(cmaKeys, timeout);
-  bool allCma = options.sharedMemory;
-  for (int r = 0; r < size && allCma; ++r) allCma = store->getString(cmaKeys[r], timeout) == "1";
+  const bool allCma = native::agreeAll(*store, prefix, "cma", rank, size, cmaOk, timeout);
   job->cmaUsable = allCma && options.sharedMemory;
   // Peers read our probe word until they have published their verdict: keep it alive.
   job->probe = probe;

@@ -87,6 +87,14 @@ class TcpStoreServer::Impl {
 
   uint16_t port() const { return port_; }
   uint64_t rejected() const { return rejected_.load(); }
+  TcpStoreServerStats stats() const {
+    TcpStoreServerStats s;
+    s.requests = requests_.load(std::memory_order_relaxed);
+    s.bytesReceived = bytesReceived_.load(std::memory_order_relaxed);
+    s.bytesSent = bytesSent_.load(std::memory_order_relaxed);
+    s.connections = accepted_.load(std::memory_order_relaxed);
+    return s;
+  }
 
  private:
   void bindListeners() {
@@ -156,6 +164,7 @@ class TcpStoreServer::Impl {
       int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) return;  // EAGAIN, or a transient error: the next poll retries
       detail::setNoDelayAndKeepAlive(fd);
+      accepted_.fetch_add(1, std::memory_order_relaxed);
       Connection c;
       c.fd = fd;
       connections_.push_back(std::move(c));
@@ -181,6 +190,7 @@ class TcpStoreServer::Impl {
         if (errno != EAGAIN && errno != EWOULDBLOCK) c.closing = true;
         break;
       }
+      bytesReceived_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
       c.in.insert(c.in.end(), chunk, chunk + n);
       if (!parseFrames(c)) return;
       if (c.parked || static_cast<size_t>(n) < sizeof chunk) break;
@@ -215,6 +225,7 @@ class TcpStoreServer::Impl {
 
   /// Serves one request; false when it is malformed or not allowed (connection closes).
   bool handle(Connection& c, const uint8_t* body, size_t length) {
+    requests_.fetch_add(1, std::memory_order_relaxed);
     detail::StoreRequest request;
     try {
       request = detail::parseStoreRequest(body, length, c.authenticated, options_.maxKeyBytes,
@@ -296,6 +307,7 @@ class TcpStoreServer::Impl {
         return;
       }
       c.outSent += static_cast<size_t>(n);
+      bytesSent_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
     }
   }
 
@@ -353,6 +365,7 @@ class TcpStoreServer::Impl {
   int wake_[2] = {-1, -1};
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> rejected_{0};
+  std::atomic<uint64_t> requests_{0}, bytesReceived_{0}, bytesSent_{0}, accepted_{0};
   std::vector<Connection> connections_;
   std::map<std::string, Bytes> values_;
   std::thread thread_;
@@ -363,6 +376,7 @@ TcpStoreServer::TcpStoreServer(const TcpStoreServerOptions& options)
 TcpStoreServer::~TcpStoreServer() = default;
 uint16_t TcpStoreServer::port() const { return impl_->port(); }
 uint64_t TcpStoreServer::rejectedConnections() const { return impl_->rejected(); }
+TcpStoreServerStats TcpStoreServer::stats() const { return impl_->stats(); }
 void TcpStoreServer::stop() { impl_->stop(); }
 
 }  // namespace kolo::comm

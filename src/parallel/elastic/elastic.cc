@@ -16,21 +16,13 @@
 #include "kolo/comm/stores.h"
 #include "kolo/error.h"
 #include "kolo/settings.h"
+#include "parallel/elastic/membership.h"
 #include "parallel/elastic/record.h"
 
 namespace kolo::parallel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string joinIds(const std::vector<int>& ids) {
-  std::string text;
-  for (int id : ids) {
-    if (!text.empty()) text += ", ";
-    text += std::to_string(id);
-  }
-  return text.empty() ? "none" : text;
-}
 
 bool contains(const std::vector<int>& ids, int id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
@@ -213,86 +205,22 @@ void ElasticContext::finish(const std::string& why) {
 }
 
 MembershipChange ElasticContext::agree(int64_t completedStep, const std::string& reason) {
-  const int64_t next = generation_ + 1;
-  const std::string at = options_.prefix + "/g" + std::to_string(next);
-  // A generation formed after this rank's (it missed one): refused at once.
-  const int64_t current = store_->add(options_.prefix + "/generation", 0);
-  if (current > generation_)
-    KOLO_THROW(PeerError, "elastic rank ", id_, ": generation ", current,
-               " was formed without it (it is still in generation ", generation_, ")");
-  store_->setString(at + "/in/" + std::to_string(id_), std::to_string(completedStep));
-  // Wait until every member of this generation has reported or is known to be lost.
-  const auto deadline = Clock::now() + 2 * options_.native.timeout + std::chrono::seconds(1);
-  std::vector<int> pending = members_;
-  while (!pending.empty() && Clock::now() < deadline &&
-         !store_->check({at + "/members"})) {
-    std::vector<int> still;
-    for (int m : pending)
-      if (!store_->check({at + "/in/" + std::to_string(m)}) &&
-          !store_->check({elasticLostKey(m, options_.prefix)}))
-        still.push_back(m);
-    pending.swap(still);
-    if (!pending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  if (store_->add(at + "/leader", 1) == 1) {
-    // This rank decides: the members are those that reported, the step is their least,
-    // and the joiners registered since the last decision come in (while there is room and
-    // the job goes on at all; one that was lost while it waited is passed over).
-    int64_t step = completedStep;
-    std::vector<int> chosen;
-    for (int m : members_) {
-      const std::string reported = at + "/in/" + std::to_string(m);
-      if (!store_->check({reported})) continue;
-      step = std::min(step, detail::parseElasticNumber(
-                                store_->getString(reported, options_.native.timeout), reported,
-                                INT64_MIN, INT64_MAX));
-      chosen.push_back(m);
-    }
-    int64_t tickets = admitted_;
-    const bool goesOn = static_cast<int>(chosen.size()) >= options_.minRanks;
-    for (int64_t t = admitted_ + 1, registered = joinersRegistered();
-         goesOn && t <= registered && static_cast<int>(chosen.size()) < options_.maxRanks; ++t) {
-      const std::string ticket = key("joiner/" + std::to_string(t));
-      const int joiner = static_cast<int>(detail::parseElasticNumber(
-          store_->getString(ticket, options_.native.timeout), ticket, 0, INT_MAX));
-      tickets = t;
-      if (!store_->check({elasticLostKey(joiner, options_.prefix)})) chosen.push_back(joiner);
-    }
-    std::sort(chosen.begin(), chosen.end());
-    std::string record = std::to_string(step) + " " + std::to_string(tickets);
-    for (int m : chosen) {
-      record += ' ';
-      record += std::to_string(m);
-    }
-    store_->setString(at + "/members", record);
-    store_->add(options_.prefix + "/generation", 1);
-  }
-  const detail::ElasticRecord record = detail::parseElasticRecord(
-      store_->getString(at + "/members", 2 * options_.native.timeout + std::chrono::seconds(1)), at);
-  MembershipChange change;
-  change.generation = next;
-  change.step = record.step;
-  change.members = record.members;
-  for (int m : members_)
-    if (!contains(change.members, m)) change.lost.push_back(m);
-  for (int m : change.members)
-    if (!contains(members_, m)) change.joined.push_back(m);
-  const auto me = std::find(change.members.begin(), change.members.end(), id_);
-  if (me == change.members.end())
-    KOLO_THROW(PeerError, "elastic rank ", id_, ": generation ", next,
-               " was formed without it (it came back late, still in generation ", generation_,
-               ")");
-  if (static_cast<int>(change.members.size()) < options_.minRanks) {
-    const std::string what = kolo::detail::concat(
-        "elastic job: ", change.members.size(), " rank(s) left after losing rank(s) ",
-        joinIds(change.lost), " (", reason, "), below --min-ranks ", options_.minRanks, "; stopping");
-    finish(what);  // ranks waiting to join stop waiting
-    throw BelowMinRanksError(what, change);
-  }
-  generation_ = next;
+  detail::MembershipProposal proposal;
+  proposal.prefix = options_.prefix;
+  proposal.id = id_;
+  proposal.generation = generation_;
+  proposal.members = members_;
+  proposal.admitted = admitted_;
+  proposal.completedStep = completedStep;
+  proposal.minRanks = options_.minRanks;
+  proposal.maxRanks = options_.maxRanks;
+  proposal.timeout = options_.native.timeout;
+  detail::MembershipAgreement agreed = detail::agreeMembership(*store_, proposal, reason);
+  const MembershipChange& change = agreed.change;
+  generation_ = change.generation;
   members_ = change.members;
-  rank_ = static_cast<int>(me - change.members.begin());
-  admitted_ = record.tickets;
+  rank_ = static_cast<int>(std::find(members_.begin(), members_.end(), id_) - members_.begin());
+  admitted_ = agreed.tickets;
   return change;
 }
 

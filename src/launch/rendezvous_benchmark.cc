@@ -1,0 +1,459 @@
+// benchmarkRendezvous (rendezvous_benchmark.h). The parent hosts the TCP store server and
+// forks the processes whose threads are the ranks; every rank connects its own client and
+// runs the rendezvous functions createNativeCommunicator runs, a counter barrier, a step's
+// store operations and, with a drop, the elastic membership agreement and the next
+// generation's rendezvous. Each process marks its lost ranks as `kolo run --elastic`'s agent
+// does. Times are CLOCK_MONOTONIC, common to the processes; each phase ends when its last
+// rank is through.
+#include "launch/rendezvous_benchmark.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <vector>
+
+#include "comm/native/control_plane.h"
+#include "comm/observers.h"
+#include "comm/token.h"
+#include "kolo/comm/stores.h"
+#include "kolo/error.h"
+#include "parallel/elastic/membership.h"
+#include "parallel/elastic/store_keys.h"
+
+namespace kolo::launch {
+namespace {
+
+constexpr int kDefaultRanksPerProcess = 4096;
+constexpr int kDefaultRanksPerHost = 8;
+/// Stack of a simulated rank: its deepest path is a store request and a record decode.
+constexpr size_t kRankStackBytes = size_t{256} << 10;
+/// Descriptors the store process and each rank process need besides the ranks'.
+constexpr uint64_t kSpareFiles = 64;
+const std::string kPrefix = "kolo-bench-rendezvous";
+
+enum Phase { kStart, kRendezvous, kBarrier, kStep, kRegroup, kPhases };
+
+struct RankTimes {
+  int64_t at[kPhases] = {};  // CLOCK_MONOTONIC ns; 0 = not reached
+};
+
+int64_t nowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+/// What every rank process knows before it starts.
+struct Plan {
+  int ranks = 0;
+  int hosts = 0;
+  uint16_t port = 0;
+  std::string token;
+  std::chrono::milliseconds timeout{0};
+  std::vector<char> lost;  // by rank
+  int lostCount = 0;
+  std::vector<int> members;  // 0..ranks-1, shared by every rank's membership proposal
+};
+
+int hostOf(const Plan& plan, int rank) {
+  return static_cast<int>(int64_t{rank} * plan.hosts / plan.ranks);
+}
+
+/// What a rank of simulated host `host` publishes: one address, one CPU, as under `kolo run`.
+comm::native::RankRecord simulatedRecord(int rank, int host) {
+  comm::native::RankRecord record;
+  record.hostId = "simulated-host-" + std::to_string(host);
+  record.pid = static_cast<int>(getpid());
+  record.port = 1024 + rank % 60000;
+  record.addresses = {"127.0.0.1"};
+  record.probeAddress = 0x7f0000000000u + static_cast<uint64_t>(rank) * 64;
+  record.probeValue = static_cast<uint64_t>(rank) * 2654435761u;
+  record.cpus = {rank % kDefaultRanksPerHost};
+  return record;
+}
+
+/// createNativeCommunicator's store operations for `rank` of `size` under `prefix`.
+void rendezvous(comm::Store& store, const std::string& prefix, int rank, int size, int host,
+                std::chrono::milliseconds timeout) {
+  uint8_t token[comm::native::kJobTokenBytes];
+  comm::native::shareJobToken(store, prefix, rank, token, timeout);
+  const std::vector<comm::native::RankRecord> records =
+      comm::native::exchangeRankRecords(store, prefix, rank, size, simulatedRecord(rank, host), timeout);
+  comm::native::agreeAll(store, prefix, "cma", rank, size, true, timeout);
+  comm::detail::alignClocks(store, prefix, rank, size, false, timeout);
+}
+
+/// One simulated rank, start to end; failures land in `error`.
+void runRank(const Plan& plan, int rank, RankTimes& times, std::string& error) {
+  try {
+    times.at[kStart] = nowNs();
+    comm::TcpStoreClientOptions client;
+    client.host = "127.0.0.1";
+    client.port = plan.port;
+    client.token = plan.token;
+    client.connectTimeout = plan.timeout;
+    client.requestTimeout = plan.timeout;
+    auto store = std::make_unique<comm::TcpStoreClient>(client);
+    // Generation 0's communicator prefix, as ElasticContext::connect names it.
+    rendezvous(*store, kPrefix + "/g0/comm/native/", rank, plan.ranks, hostOf(plan, rank), plan.timeout);
+    times.at[kRendezvous] = nowNs();
+    comm::native::storeBarrier(*store, kPrefix + "/barrier/g0", plan.ranks, plan.timeout);
+    times.at[kBarrier] = nowNs();
+    store->add(kPrefix + "/steps", 1);
+    store->check({kPrefix + "/stop"});
+    times.at[kStep] = nowNs();
+    if (plan.lostCount == 0 || plan.lost[static_cast<size_t>(rank)]) return;  // a lost rank's connection closes
+    // A survivor learns of the loss when the launchers have marked every lost rank (a real
+    // one from its failed collective, at about that time).
+    store->wait({kPrefix + "/marked"}, plan.timeout);
+    parallel::detail::MembershipProposal proposal;
+    proposal.prefix = kPrefix;
+    proposal.id = rank;
+    proposal.generation = 0;
+    proposal.members = plan.members;
+    proposal.completedStep = 1;
+    proposal.minRanks = 1;
+    proposal.maxRanks = plan.ranks;
+    proposal.timeout = plan.timeout;
+    const parallel::detail::MembershipAgreement agreed =
+        parallel::detail::agreeMembership(*store, proposal, "ranks dropped by the benchmark");
+    const std::vector<int>& members = agreed.change.members;
+    const int newRank = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
+    const int newSize = static_cast<int>(members.size());
+    rendezvous(*store, kPrefix + "/g1/comm/native/", newRank, newSize, hostOf(plan, rank), plan.timeout);
+    comm::native::storeBarrier(*store, kPrefix + "/barrier/g1", newSize, plan.timeout);
+    times.at[kRegroup] = nowNs();
+  } catch (const std::exception& e) {
+    error = "rank " + std::to_string(rank) + ": " + e.what();
+  }
+}
+
+/// Reads or writes exactly n bytes of a pipe; false when it closed early.
+bool readAll(int fd, void* data, size_t n) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t got = ::read(fd, p, n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+bool writeAll(int fd, const void* data, size_t n) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t put = ::write(fd, p, n);
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) return false;
+    p += put;
+    n -= static_cast<size_t>(put);
+  }
+  return true;
+}
+
+/// A process's ranks [first, last): threads with small stacks, held at a gate until the
+/// parent says go, so that thread creation is not timed. Reports through `out`: the times,
+/// the moment its lost ranks were marked, the first error. Runs in the forked child.
+int runProcess(const Plan& plan, int first, int last, int goFd, int out) {
+  const int count = last - first;
+  std::vector<RankTimes> times(static_cast<size_t>(count));
+  std::vector<std::string> errors(static_cast<size_t>(count));
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool go = false;
+  int lostDone = 0;
+  struct Job {
+    std::function<void()> body;
+  };
+  std::vector<std::unique_ptr<Job>> jobs;
+  std::vector<pthread_t> threads;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, kRankStackBytes);
+  for (int r = first; r < last; ++r) {
+    auto job = std::make_unique<Job>();
+    job->body = [&, r] {
+      {
+        std::unique_lock lock(mutex);
+        changed.wait(lock, [&] { return go; });
+      }
+      runRank(plan, r, times[static_cast<size_t>(r - first)], errors[static_cast<size_t>(r - first)]);
+      if (plan.lostCount > 0 && plan.lost[static_cast<size_t>(r)]) {
+        std::lock_guard lock(mutex);
+        ++lostDone;
+        changed.notify_all();
+      }
+    };
+    pthread_t thread;
+    const int rc = pthread_create(
+        &thread, &attr, [](void* arg) -> void* {
+          static_cast<Job*>(arg)->body();
+          return nullptr;
+        },
+        job.get());
+    if (rc != 0) {
+      std::fprintf(stderr, "kolo bench rendezvous: cannot start the thread of rank %d: %s\n", r, std::strerror(rc));
+      return 1;
+    }
+    threads.push_back(thread);
+    jobs.push_back(std::move(job));
+  }
+  pthread_attr_destroy(&attr);
+  char byte = 1;
+  if (!writeAll(out, &byte, 1) || !readAll(goFd, &byte, 1)) return 1;
+  {
+    std::lock_guard lock(mutex);
+    go = true;
+  }
+  changed.notify_all();
+
+  // This process is the launcher of its ranks: once its lost ranks are gone it marks them
+  // lost, and the launcher that completes the count opens the survivors' regroup.
+  int64_t markedAt = 0;
+  std::string markError;
+  int myLost = 0;
+  for (int r = first; r < last; ++r) myLost += plan.lostCount > 0 && plan.lost[static_cast<size_t>(r)];
+  if (myLost > 0) {
+    {
+      std::unique_lock lock(mutex);
+      changed.wait(lock, [&] { return lostDone == myLost; });
+    }
+    try {
+      comm::TcpStoreClientOptions client;
+      client.host = "127.0.0.1";
+      client.port = plan.port;
+      client.token = plan.token;
+      client.connectTimeout = plan.timeout;
+      client.requestTimeout = plan.timeout;
+      comm::TcpStoreClient store(client);
+      for (int r = first; r < last; ++r)
+        if (plan.lost[static_cast<size_t>(r)]) store.setString(parallel::elasticLostKey(r, kPrefix), "1");
+      if (store.add(kPrefix + "/marked-count", myLost) == plan.lostCount) store.setString(kPrefix + "/marked", "1");
+      markedAt = nowNs();
+    } catch (const std::exception& e) {
+      markError = std::string("marking lost ranks: ") + e.what();
+    }
+  }
+  for (pthread_t thread : threads) pthread_join(thread, nullptr);
+
+  std::string error = markError;
+  for (const std::string& e : errors)
+    if (error.empty() && !e.empty()) error = e;
+  const uint64_t errorBytes = error.size();
+  const bool sent = writeAll(out, times.data(), times.size() * sizeof(RankTimes)) &&
+                    writeAll(out, &markedAt, sizeof markedAt) && writeAll(out, &errorBytes, sizeof errorBytes) &&
+                    writeAll(out, error.data(), error.size());
+  return sent ? 0 : 1;
+}
+
+uint64_t statusField(const char* name) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  const size_t length = std::strlen(name);
+  while (std::getline(status, line))
+    if (line.compare(0, length, name) == 0) return std::strtoull(line.c_str() + length, nullptr, 10) * 1024;
+  return 0;
+}
+
+uint64_t raiseFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+    getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  return limit.rlim_cur;
+}
+
+double seconds(int64_t ns) { return static_cast<double>(ns) / 1e9; }
+
+}  // namespace
+
+RendezvousBenchmarkResult benchmarkRendezvous(const RendezvousBenchmarkOptions& options) {
+  KOLO_REQUIRE(options.ranks >= 2, "rendezvous benchmark: ranks must be at least 2, got ", options.ranks);
+  KOLO_REQUIRE(options.hosts >= 0 && options.hosts <= options.ranks, "rendezvous benchmark: hosts must be within 0..",
+               options.ranks, ", got ", options.hosts);
+  KOLO_REQUIRE(options.dropPercent >= 0 && options.dropPercent <= 50,
+               "rendezvous benchmark: the percent of ranks dropped must be within 0..50, got ", options.dropPercent);
+  KOLO_REQUIRE(options.ranksPerProcess >= 0, "rendezvous benchmark: ranks per process must not be negative, got ",
+               options.ranksPerProcess);
+  KOLO_REQUIRE(options.timeout.count() > 0, "rendezvous benchmark: the timeout must be positive");
+  RendezvousBenchmarkResult result;
+  result.ranks = options.ranks;
+  result.fileLimit = raiseFileLimit();
+  const int perProcess = options.ranksPerProcess > 0 ? options.ranksPerProcess : kDefaultRanksPerProcess;
+  // The store holds a descriptor per rank, a rank process one per rank it runs.
+  const uint64_t needed = static_cast<uint64_t>(options.ranks) + kSpareFiles;
+  if (needed > result.fileLimit)
+    KOLO_THROW(InvalidArgument, "rendezvous benchmark: ", options.ranks,
+               " ranks need one store connection each, but this process may open at most ", result.fileLimit,
+               " files (the hard limit of RLIMIT_NOFILE)");
+
+  Plan plan;
+  plan.ranks = options.ranks;
+  plan.hosts = options.hosts > 0 ? options.hosts : std::max(1, options.ranks / kDefaultRanksPerHost);
+  plan.timeout = options.timeout;
+  plan.lost.assign(static_cast<size_t>(options.ranks), 0);
+  plan.lostCount = static_cast<int>(options.ranks * options.dropPercent / 100.0);
+  // Spread the lost ranks over the job (every k-th rank), as failures of single ranks are.
+  for (int i = 0; i < plan.lostCount; ++i)
+    plan.lost[static_cast<size_t>(int64_t{i} * options.ranks / plan.lostCount)] = 1;
+  plan.members.resize(static_cast<size_t>(options.ranks));
+  std::iota(plan.members.begin(), plan.members.end(), 0);
+  uint8_t tokenBytes[16];
+  comm::detail::randomBytes(tokenBytes, sizeof tokenBytes);
+  plan.token = comm::detail::hexText(tokenBytes, sizeof tokenBytes);
+  result.hosts = plan.hosts;
+  result.lost = plan.lostCount;
+
+  const uint64_t residentBefore = statusField("VmRSS:");
+  comm::TcpStoreServerOptions serverOptions;
+  serverOptions.host = "127.0.0.1";
+  serverOptions.token = plan.token;
+  comm::TcpStoreServer server(serverOptions);
+  plan.port = server.port();
+
+  struct Child {
+    pid_t pid = -1;
+    int go = -1;   // parent writes
+    int out = -1;  // parent reads
+    int first = 0, last = 0;
+  };
+  std::vector<Child> children;
+  std::string failure;
+  for (int first = 0; first < options.ranks; first += perProcess) {
+    Child child;
+    child.first = first;
+    child.last = std::min(options.ranks, first + perProcess);
+    int goPipe[2], outPipe[2];
+    if (::pipe2(goPipe, O_CLOEXEC) != 0 || ::pipe2(outPipe, O_CLOEXEC) != 0)
+      KOLO_THROW(IoError, "rendezvous benchmark: cannot create a pipe: ", std::strerror(errno));
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) KOLO_THROW(IoError, "rendezvous benchmark: cannot fork: ", std::strerror(errno));
+    if (pid == 0) {
+      ::close(goPipe[1]);
+      ::close(outPipe[0]);
+      _exit(runProcess(plan, child.first, child.last, goPipe[0], outPipe[1]));
+    }
+    ::close(goPipe[0]);
+    ::close(outPipe[1]);
+    child.pid = pid;
+    child.go = goPipe[1];
+    child.out = outPipe[0];
+    children.push_back(child);
+  }
+  result.processes = static_cast<int>(children.size());
+  // Every process has its threads waiting: start them together.
+  for (Child& child : children) {
+    char byte = 0;
+    if (!readAll(child.out, &byte, 1) && failure.empty())
+      failure = "a rank process ended before its ranks were ready";
+  }
+  for (Child& child : children) {
+    char byte = 1;
+    writeAll(child.go, &byte, 1);
+  }
+  std::vector<RankTimes> times(static_cast<size_t>(options.ranks));
+  int64_t markedAt = 0;
+  for (Child& child : children) {
+    int64_t childMarked = 0;
+    uint64_t errorBytes = 0;
+    const bool ok = readAll(child.out, times.data() + child.first, sizeof(RankTimes) * (child.last - child.first)) &&
+                    readAll(child.out, &childMarked, sizeof childMarked) &&
+                    readAll(child.out, &errorBytes, sizeof errorBytes) && errorBytes <= (1u << 20);
+    std::string error(ok ? errorBytes : 0, '\0');
+    if (ok && errorBytes > 0) readAll(child.out, error.data(), error.size());
+    if (!ok && failure.empty())
+      failure = "the process of ranks " + std::to_string(child.first) + ".." + std::to_string(child.last - 1) +
+                " ended without its results";
+    if (!error.empty() && failure.empty()) failure = error;
+    markedAt = std::max(markedAt, childMarked);
+    ::close(child.out);
+    ::close(child.go);
+    int status = 0;
+    while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  const comm::TcpStoreServerStats stats = server.stats();
+  server.stop();
+  if (!failure.empty()) KOLO_THROW(Error, "rendezvous benchmark: ", failure);
+
+  auto latest = [&](Phase phase, bool survivorsOnly) {
+    int64_t last = 0;
+    for (int r = 0; r < options.ranks; ++r)
+      if (!survivorsOnly || !plan.lost[static_cast<size_t>(r)]) last = std::max(last, times[r].at[phase]);
+    return last;
+  };
+  int64_t firstStart = INT64_MAX;
+  for (const RankTimes& t : times) firstStart = std::min(firstStart, t.at[kStart]);
+  result.rendezvousSeconds = seconds(latest(kRendezvous, false) - firstStart);
+  result.barrierSeconds = seconds(latest(kBarrier, false) - latest(kRendezvous, false));
+  result.stepSeconds = seconds(latest(kStep, false) - latest(kBarrier, false));
+  if (plan.lostCount > 0) result.regroupSeconds = seconds(latest(kRegroup, true) - markedAt);
+  const uint64_t peak = statusField("VmHWM:");
+  result.storePeakBytes = peak > residentBefore ? peak - residentBefore : 0;
+  result.storeRequests = stats.requests;
+  result.storeBytesReceived = stats.bytesReceived;
+  result.storeBytesSent = stats.bytesSent;
+  return result;
+}
+
+std::string rendezvousBenchmarkTable(const RendezvousBenchmarkResult& r) {
+  char text[1024];
+  std::snprintf(text, sizeof text,
+                "ranks %d on %d simulated hosts (%d processes; open-file limit %llu)\n"
+                "  rendezvous   %9.3f s\n"
+                "  barrier      %9.3f s\n"
+                "  step ops     %9.3f s\n"
+                "%s"
+                "  store peak   %9.1f MiB   requests %llu   received %.1f MiB   sent %.1f MiB\n",
+                r.ranks, r.hosts, r.processes, static_cast<unsigned long long>(r.fileLimit), r.rendezvousSeconds,
+                r.barrierSeconds, r.stepSeconds,
+                r.lost > 0 ? ("  regroup      " + std::to_string(r.regroupSeconds).substr(0, 9) + " s after losing " +
+                              std::to_string(r.lost) + " ranks\n")
+                                 .c_str()
+                           : "",
+                static_cast<double>(r.storePeakBytes) / (1 << 20), static_cast<unsigned long long>(r.storeRequests),
+                static_cast<double>(r.storeBytesReceived) / (1 << 20),
+                static_cast<double>(r.storeBytesSent) / (1 << 20));
+  return text;
+}
+
+std::string rendezvousBenchmarkJson(const RendezvousBenchmarkResult& r) {
+  nlohmann::ordered_json line;
+  line["ranks"] = r.ranks;
+  line["hosts"] = r.hosts;
+  line["processes"] = r.processes;
+  line["lost"] = r.lost;
+  line["rendezvous_s"] = r.rendezvousSeconds;
+  line["barrier_s"] = r.barrierSeconds;
+  line["step_s"] = r.stepSeconds;
+  if (r.lost > 0) line["regroup_s"] = r.regroupSeconds;
+  line["store_peak_bytes"] = r.storePeakBytes;
+  line["store_requests"] = r.storeRequests;
+  line["store_bytes_received"] = r.storeBytesReceived;
+  line["store_bytes_sent"] = r.storeBytesSent;
+  line["file_limit"] = r.fileLimit;
+  return line.dump();
+}
+
+}  // namespace kolo::launch
