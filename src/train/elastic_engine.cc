@@ -129,6 +129,12 @@ int64_t ElasticEngine::changeMembership(int64_t stepsDone, const std::string& re
       keepForStopping(stop.change());
       throw;
     }
+    if (failedAt_ && change.firstReport != std::chrono::system_clock::time_point{}) {
+      // A member that saw the loss before this rank did (this rank may have waited on a
+      // live peer meanwhile): the recovery counts from there.
+      const auto earlier = std::chrono::system_clock::now() - change.firstReport;
+      failedAt_ = std::min(*failedAt_, Clock::now() - std::chrono::duration_cast<Clock::duration>(earlier));
+    }
     const Snapshot* from = snapshotAfter(change.step);
     KOLO_CHECK(from != nullptr, "elastic rank ", context_->id(), ": the members agreed on step ",
                change.step, " but this rank holds the states after steps ", before_.step, " and ",

@@ -243,6 +243,37 @@ TEST(NativeThreads, CollectivesAfterATimeoutFailAtOnceNamingIt) {
   EXPECT_TRUE(second.find("after 0.3 s)") != std::string::npos) << second;
 }
 
+// A rank that gives up on a collective tells every peer at once, so that a rank waiting on
+// it (here in another group's collective, which it never joins) fails now, with the cause,
+// instead of at its own deadline: the elastic survivors' stall of a whole deadline.
+TEST(NativeThreads, ARankThatGivesUpTellsThoseWaitingOnIt) {
+  std::string waited;
+  std::atomic<bool> done{false};
+  runThreads(3, [&](Communicator& comm) {
+    auto pair = comm.split(comm.rank() < 2 ? 0 : 1, comm.rank());
+    float v = 1.0f;
+    CollectiveOptions opts;
+    if (comm.rank() == 0) {
+      // Waits on rank 1 alone, with a deadline no test waits out.
+      opts.timeout = std::chrono::minutes(1);
+      try {
+        pair->allreduce(&v, &v, 1, DType::F32, ReduceOp::Sum, opts);
+      } catch (const Timeout& e) {
+        waited = e.what();
+      }
+    } else if (comm.rank() == 1) {
+      // An all-reduce of the whole group that ranks 0 and 2 never join: it times out.
+      opts.timeout = std::chrono::milliseconds(300);
+      EXPECT_THROW(comm.allreduce(&v, &v, 1, DType::F32, ReduceOp::Sum, opts), Timeout);
+      done = true;
+    }
+    while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+  const std::string expected = "allreduce #0 on rank 0: rank 1 gave up: allreduce #1 on rank 1: no data from rank ";
+  EXPECT_EQ(waited.rfind(expected, 0), 0u) << waited;
+  EXPECT_NE(waited.find("after 0.3 s"), std::string::npos) << waited;
+}
+
 TEST(NativeThreads, ConnectionWithoutTokenIsRefusedAndJobCarriesOn) {
   NativeOptions options;
   options.sharedMemory = false;

@@ -54,6 +54,10 @@ struct MembershipChange {
   std::vector<int> joined;
   /// The last step every member completed: each member continues from the state after it.
   int64_t step = 0;
+  /// When the first member began this change (called regroup()): for a change after a
+  /// failure, about when the loss was first seen, which a survivor that waited longer on its
+  /// collective did not see itself. The epoch (unset) when unknown.
+  std::chrono::system_clock::time_point firstReport{};
 };
 
 /// regroup()'s error when fewer than minRanks members are left: `change` is what was agreed

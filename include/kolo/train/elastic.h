@@ -39,7 +39,8 @@ struct ElasticEngineOptions {
   observe::Logger* logger = nullptr;
   /// Called on every member when the first step after a membership change that lost ranks
   /// completes, with the "recovered" event's fields (step, generation, world_size,
-  /// recovery_s); it may add fields (a benchmark's time since the kill it caused).
+  /// recovery_s: from the first member's entry into the change, about when the loss was
+  /// first seen); it may add fields (a benchmark's time since the kill it caused).
   std::function<void(observe::Fields&)> onRecovered{};
 };
 

@@ -164,16 +164,21 @@ void Engine::failOp(Op& op, std::exception_ptr error) {
 
 std::exception_ptr Engine::brokenError(const Peer& p, const OpLabel& label) {
   const std::string message = label.prefix() + ": " + p.broken;
+  if (p.timedOut) return std::make_exception_ptr(Timeout(message));
   if (p.vanished) return std::make_exception_ptr(PeerError(message));
   return std::make_exception_ptr(IoError(message));
 }
 
-void Engine::breakPeer(int peer, const std::string& why, bool vanished) {
+void Engine::breakPeer(int peer, const std::string& why, bool vanished, bool timedOut) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   if (p.broken.empty()) {
     p.broken = why;
     p.vanished = vanished;
-    if (vanished && rootCause_.empty()) rootCause_ = why;
+    p.timedOut = timedOut;
+    if (vanished && rootCause_.empty()) {
+      rootCause_ = why;
+      rootTimedOut_ = timedOut;
+    }
   }
   matchUnexpected(peer);  // what arrived complete before the break is still delivered
   for (auto& s : p.sends) failOp(*s, brokenError(p, s->label));
@@ -330,8 +335,12 @@ void Engine::finishBody(int peer) {
 
 void Engine::onAbort(int peer, const Unexpected& u) {
   const std::string cause(u.payload.begin(), u.payload.end());
-  if (rootCause_.empty()) rootCause_ = cause;
-  breakPeer(peer, "rank " + std::to_string(peer) + " gave up: " + cause, true);
+  const bool timedOut = u.header.tag == kAbortTimedOut;
+  if (rootCause_.empty()) {
+    rootCause_ = cause;
+    rootTimedOut_ = timedOut;
+  }
+  breakPeer(peer, "rank " + std::to_string(peer) + " gave up: " + cause, true, timedOut);
 }
 
 void Engine::readFrames(int peer) {

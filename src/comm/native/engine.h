@@ -103,6 +103,13 @@ class Engine {
   /// Withdraws an op that will not be waited for (its buffer may go away). An op cut off
   /// mid-message leaves the channel unusable, which later operations report.
   void cancel(const std::shared_ptr<Op>& op);
+  /// This rank gives up on the job's collectives because of `cause` (a peer it lost, a
+  /// deadline it ran out of, a peer's memory it could not reach): tells every other live
+  /// peer once, with an Abort frame naming the first loss this engine saw (else `cause`),
+  /// so that a rank waiting on this one fails at once instead of at its deadline: with
+  /// Timeout when `timedOut`, else PeerError. Blocks for at most a fraction of a second
+  /// while the frames are written; a second call does nothing.
+  void abort(const std::string& cause, bool timedOut);
 
  private:
   struct Unexpected {
@@ -124,6 +131,7 @@ class Engine {
     std::shared_ptr<Unexpected> inUnexpected;
     std::string broken;     // why the channel is unusable ("" while healthy)
     bool vanished = false;  // broken because the peer left, not for what it sent
+    bool timedOut = false;  // ... and it left because it ran out of time (its Abort said so)
   };
 
   /// Whether a transfer to or from this peer is queued, posted or under way.
@@ -137,16 +145,20 @@ class Engine {
   /// Checks a frame against the receive it matched; returns the error or null.
   std::exception_ptr checkFrame(const RecvOp& op, const FrameHeader& h) const;
   /// Fails everything queued for `peer` and every later operation with it: PeerError when
-  /// the peer `vanished` (closed, reset or exited), IoError otherwise.
-  void breakPeer(int peer, const std::string& why, bool vanished = false);
+  /// the peer `vanished` (closed, reset or exited; Timeout when it gave up on a deadline,
+  /// `timedOut`), IoError otherwise.
+  void breakPeer(int peer, const std::string& why, bool vanished = false, bool timedOut = false);
   /// The error an operation on a broken peer fails with.
   static std::exception_ptr brokenError(const Peer& p, const OpLabel& label);
   void failOp(Op& op, std::exception_ptr error);
   /// `op`, a collective, failed because its peer left (or gave up): tells every other peer
   /// once, with an Abort frame carrying rootCause_, so that a rank waiting on a live rank
   /// that waits on the lost one fails now, naming the lost one, instead of at its deadline.
-  /// Sends for up to kAbortFlush. Under mutex_.
+  /// Under mutex_.
   void tellPeers(const Op& op);
+  /// Sends rootCause_ in an Abort frame to every live peer with a usable channel, once;
+  /// writes for up to kAbortFlush. Under mutex_.
+  void sendAborts();
   /// The oldest receive from any source that `peer`'s frame `h` matches, taken out of
   /// anyRecvs_ and bound to `peer`; null when none.
   std::shared_ptr<RecvOp> claimAnyRecv(int peer, const FrameHeader& h);
@@ -174,6 +186,7 @@ class Engine {
   /// The first loss this engine saw ("rank 1 (shm peer) has exited"), or the one a peer's
   /// Abort named; what tellPeers() sends (kept alive while it is sent).
   std::string rootCause_;
+  bool rootTimedOut_ = false;  // rootCause_ is a deadline that ran out, not a loss
   bool told_ = false;
   /// Bytes written to or read from any channel so far (under mutex_): a sleeper's re-check
   /// compares it to see whether its progress pass did anything.

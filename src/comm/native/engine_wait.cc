@@ -1,7 +1,7 @@
 // The native engine's waits and failures: spinning, yielding and sleeping on the right
 // transport until an operation completes or its deadline passes, checking that the awaited
 // peers still live, naming the ranks that left in a timeout, and telling the other peers
-// (Abort frames) when a collective failed because a peer left.
+// (Abort frames) when this rank gives up on a collective.
 #include <poll.h>
 #include <sched.h>
 
@@ -47,16 +47,32 @@ void Engine::checkAlive(int peer, int groupPeer) {
 }
 
 void Engine::tellPeers(const Op& op) {
-  if (told_ || !op.label.collective || !peers_[static_cast<size_t>(op.peer)].vanished) return;
+  if (!op.label.collective || !peers_[static_cast<size_t>(op.peer)].vanished) return;
+  sendAborts();
+}
+
+void Engine::abort(const std::string& cause, bool timedOut) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (rootCause_.empty()) {
+    rootCause_ = cause;
+    rootTimedOut_ = timedOut;
+  }
+  sendAborts();
+}
+
+void Engine::sendAborts() {
+  if (told_) return;
   told_ = true;
   std::vector<std::shared_ptr<SendOp>> sent;
   for (int q = 0; q < size_; ++q) {
     Peer& p = peers_[static_cast<size_t>(q)];
-    if (q == rank_ || !p.channel || !p.broken.empty()) continue;
+    // A peer that is gone reads nothing: writing to it could only wait for ring space.
+    if (q == rank_ || !p.channel || !p.broken.empty() || !p.channel->peerAlive()) continue;
     auto s = std::make_shared<SendOp>();
     s->peer = q;
     s->label = OpLabel{.name = "abort", .collective = false, .groupRank = rank_, .groupPeer = q};
     s->header.kind = static_cast<uint8_t>(FrameKind::Abort);
+    s->header.tag = rootTimedOut_ ? kAbortTimedOut : 0;
     s->header.length = std::min<uint64_t>(rootCause_.size(), kMaxAbortBytes);
     s->data = reinterpret_cast<const uint8_t*>(rootCause_.data());
     s->bytes = static_cast<size_t>(s->header.length);

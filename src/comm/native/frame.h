@@ -15,9 +15,11 @@ namespace kolo::comm::native {
 inline constexpr uint32_t kFrameMagic = 0x4b4f4c4fu;  // "KOLO"
 
 /// Abort: the sender gave up on the job's collectives; its payload (at most kMaxAbortBytes)
-/// says why (the first rank that left, as the sender saw it).
+/// says why (the first rank that left, as the sender saw it), and its tag is
+/// kAbortTimedOut when that was a deadline running out rather than a loss.
 enum class FrameKind : uint8_t { Collective = 1, PointToPoint = 2, Abort = 3 };
 inline constexpr uint64_t kMaxAbortBytes = 4096;
+inline constexpr int32_t kAbortTimedOut = 1;
 
 /// Which collective a frame belongs to (part of the signature).
 enum class CollectiveKind : uint8_t {

@@ -215,10 +215,20 @@ void NativeCommunicator::runTask(Task& task, bool started) {
     task.body();
   } catch (const Timeout& e) {
     if (broken_.empty()) broken_ = e.what();
+    // The peers still waiting on this rank fail now, not at their own deadlines: whatever
+    // step failed (the engine's wait, a peer's memory over cross-memory attach), the
+    // engine tells them once.
+    links_->engine()->abort(e.what(), true);
     dumpFlightRecorder(task.flightId, e.what(), "timeout");
     throw;
   } catch (const PeerError& e) {
     if (broken_.empty()) broken_ = e.what();
+    links_->engine()->abort(e.what(), false);
+    flight::failed(task.flightId, e.what());
+    throw;
+  } catch (const IoError& e) {
+    if (broken_.empty()) broken_ = e.what();  // the peers are told this rank gave up
+    links_->engine()->abort(e.what(), false);
     flight::failed(task.flightId, e.what());
     throw;
   } catch (const Mismatch& e) {

@@ -154,8 +154,8 @@ class NativeCommunicator : public Communicator {
   bool stopping_ = false;
   std::thread progressThread_;
   std::mutex runMutex_;  // held while a collective executes
-  // The first Timeout or PeerError of a collective (guarded by runMutex_): the ranks no
-  // longer agree on the sequence of operations, so every later one fails at once with it
+  // The first Timeout, PeerError or IoError of a collective (guarded by runMutex_; the
+  // peers were told with an Abort that this rank gave up): the ranks no longer agree on the sequence of operations, so every later one fails at once with it
   // instead of waiting out a deadline of its own.
   std::string broken_;
 };

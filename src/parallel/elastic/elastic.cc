@@ -166,8 +166,10 @@ MembershipChange ElasticContext::establish(MembershipChange change, const std::v
       if (!dynamic_cast<const PeerError*>(&e) && !dynamic_cast<const Timeout*>(&e)) throw;
       // A member failed during the change: the survivors form the next generation.
       comm_.reset();
+      const auto began = change.firstReport;
       change = agree(change.step, "the rendezvous of generation " + std::to_string(generation_) +
                                       " failed: " + e.what());
+      if (began != std::chrono::system_clock::time_point{}) change.firstReport = std::min(change.firstReport, began);
       continue;
     }
     change.lost.clear();

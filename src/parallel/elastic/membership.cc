@@ -41,6 +41,12 @@ MembershipAgreement agreeMembership(comm::Store& store, const MembershipProposal
   if (current > p.generation)
     KOLO_THROW(PeerError, "elastic rank ", p.id, ": generation ", current,
                " was formed without it (it is still in generation ", p.generation, ")");
+  // The first member to enter the change notes the moment (about when the loss was first
+  // seen): one key for all, so the store's work stays one operation per member.
+  if (store.add(at + "/entered", 1) == 1) {
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    store.setString(at + "/since", std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
+  }
   store.setString(at + "/in/" + std::to_string(p.id), std::to_string(p.completedStep));
   // Wait until every member of this generation has reported or is known to be lost.
   const auto deadline = Clock::now() + 2 * p.timeout + std::chrono::seconds(1);
@@ -98,6 +104,12 @@ MembershipAgreement agreeMembership(comm::Store& store, const MembershipProposal
     if (!contains(change.members, m)) change.lost.push_back(m);
   for (int m : change.members)
     if (!contains(p.members, m)) change.joined.push_back(m);
+  if (store.check({at + "/since"})) {
+    const int64_t since =
+        parseElasticNumber(store.getString(at + "/since", p.timeout), at + "/since", 0, INT64_MAX);
+    change.firstReport = std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(since)));
+  }
   if (!contains(change.members, p.id))
     KOLO_THROW(PeerError, "elastic rank ", p.id, ": generation ", next,
                " was formed without it (it came back late, still in generation ", p.generation,
