@@ -6,7 +6,9 @@ packages=(
   build-essential cmake ninja-build pkg-config
   ccache                     # compiled objects kept outside the clone: a second build reuses them
   libopenblas-dev            # GEMM (CBLAS) for matmul and convolution
-  zlib1g-dev                 # gzip-compressed IDX files
+  zlib1g-dev                 # gzip-compressed IDX files, deflated .npz members
+  libpng-dev                 # image folders (kolo::data::ImageFolder): PNG decoding
+  libjpeg-dev                # image folders: JPEG decoding (libjpeg62-turbo)
   libgtest-dev               # tests
   libcli11-dev               # command-line parsing
   nlohmann-json3-dev         # metrics, checkpoint metadata, safetensors headers
@@ -22,6 +24,9 @@ packages=(
   # peers of bench/ and the scripts that make golden fixtures. Without them CMake skips
   # kolo_torch with a message and those tests exit 77 (skipped).
   python3-torch libtorch-dev pybind11-dev python3-dev python3-numpy
+  # bench/data_readers.sh's peers: pandas.read_csv, torchvision's ImageFolder (and PIL, which
+  # also writes the image tests' files).
+  python3-pandas python3-torchvision python3-pil
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -54,6 +54,17 @@ class Dataset {
   /// Copies the samples at `indices` (each in [0, size())) into a new batch, in that order.
   /// Must be safe to call from a thread other than the one that built the dataset.
   virtual Batch gather(const std::vector<int64_t>& indices) const = 0;
+  /// gather for epoch `epoch` (0-based) of training, which the DataLoader calls: a dataset
+  /// whose samples change with the epoch (random augmentations drawn from the seed, the
+  /// epoch and the index) overrides it; by default gather(indices).
+  virtual Batch gatherForEpoch(const std::vector<int64_t>& indices, int64_t epoch) const {
+    (void)epoch;
+    return gather(indices);
+  }
+  /// The order in which a shuffled epoch visits the samples; the same on every rank and for
+  /// every rank count. By default epochPermutation(size(), seed, epoch); a dataset of many
+  /// files (ShardedDataset) orders them so that a global batch reads few files.
+  virtual std::vector<int64_t> shuffledOrder(uint64_t seed, int64_t epoch) const;
 };
 
 /// A dataset held in memory as two tensors: inputs f32 [N, ...] and labels i64 [N].
@@ -146,6 +157,10 @@ struct DistributedSamplerOptions {
 class DistributedSampler : public Sampler {
  public:
   DistributedSampler(int64_t n, DistributedSamplerOptions options);
+  /// Over `dataset` (size() samples): a shuffled epoch follows dataset->shuffledOrder(seed,
+  /// epoch), the same for every rank count, so that a run resumed on another number of ranks
+  /// continues the same sample order from the same position.
+  DistributedSampler(std::shared_ptr<const Dataset> dataset, DistributedSamplerOptions options);
   int64_t numSamples() const override;
   std::vector<int64_t> indices(int64_t epoch) const override;
   /// Samples of one rank per global batch (globalBatch / worldSize).
@@ -154,6 +169,7 @@ class DistributedSampler : public Sampler {
  private:
   int64_t n_;
   DistributedSamplerOptions options_;
+  std::shared_ptr<const Dataset> dataset_;
 };
 
 /// Options of DataLoader.

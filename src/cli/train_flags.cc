@@ -119,7 +119,7 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
   FlagScopes scopes;
   Registrar r(app, scopes);
 
-  r.option("--model", c.model, "model: mlp or cnn (Fashion-MNIST), lm (byte-level transformer on --data FILE)")
+  r.option("--model", c.model, "model: mlp or cnn (sized by --data), lm (transformer on the bytes or tokens of --data FILE)")
       ->check(oneOf({"mlp", "cnn", "lm"}))
       ->capture_default_str();
   r.option("--strategy", c.strategy,
@@ -171,7 +171,31 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
       "pad a last short global batch with samples from the epoch's start");
   r.option("--train-limit", c.trainLimit, "train on the first N training samples only, reading no further (0: all)")
       ->check(atLeast(0));
-  r.option("--data", c.dataDir, "directory of the Fashion-MNIST *-ubyte.gz files")->capture_default_str();
+  r.option("--data", c.dataDir,
+           "training data: the directory of the Fashion-MNIST *-ubyte.gz files, a .csv/.tsv table with a header "
+           "(--label-column), .npy inputs (--labels), an .npz archive (arrays x and y), a folder of images per class "
+           "(DIR/CLASS/*.png|jpg), shards of .npz or .csv files ('DIR/*.npz' or a comma-separated list); --model "
+           "lm: a text, or a token file with --token-dtype")
+      ->capture_default_str();
+  r.option("--test-data", c.testData,
+           "the test split, of the same kind as --data (default: a seeded tenth of --data held out)");
+  r.option("--label-column", c.labelColumn, "the header's name of a table's label column (integers, or strings "
+           "mapped to classes in sorted order)")
+      ->capture_default_str();
+  r.option("--labels", c.labelsPath, "the labels of .npy inputs in --data (.npy of integers)");
+  r.option("--test-labels", c.testLabelsPath, "the labels of .npy inputs in --test-data");
+  r.flag(
+      "--no-standardize", [&c] { c.standardize = false; },
+      "keep a table's or arrays' features as they are (default: each standardised with the training split's mean "
+      "and standard deviation, stored with checkpoints and --save)");
+  r.flag(
+      "--no-augment", [&c] { c.augment = false; },
+      "train on an image folder's images as they are (default: a random crop with 4 pixels of padding and a "
+      "horizontal flip per image and epoch, drawn from --seed)");
+  r.option("--token-dtype", c.tokenType, "--data is a token file of little-endian u8, u16 or u32 tokens (nanoGPT's "
+           "train.bin: u16)", kLm)
+      ->check(oneOf({"u8", "u16", "u32"}));
+  r.option("--vocab", c.vocab, "the token file's vocabulary (default: its largest token + 1)", kLm)->check(atLeast(1));
   r.option("--init", c.initPath, "start from these weights (safetensors)");
   r.option("--save", c.savePath, "write the final weights here (safetensors)");
   r.option("--threads", c.threads, "OpenBLAS threads")->capture_default_str()->check(atLeast(1));

@@ -72,12 +72,12 @@ std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin,
   const bool part = config.model == "lm" && (begin > 0 || end >= 0);
   std::shared_ptr<nn::Sequential> model;
   if (config.model == "lm") {
-    const nn::LanguageModelConfig sizes{.vocab = 256, .layers = config.layers, .dModel = config.dModel,
+    const nn::LanguageModelConfig sizes{.vocab = config.vocab > 0 ? config.vocab : 256, .layers = config.layers, .dModel = config.dModel,
                                         .heads = config.heads, .seqLen = config.seqLen};
     model = part ? nn::makeLanguageModelPart(sizes, gen, begin, end < 0 ? config.layers + 3 : end)
                  : nn::makeLanguageModel(sizes, gen);
   } else {
-    model = nn::makeModel(config.model, gen);
+    model = nn::makeModel(config.model, gen, config.modelData);
   }
   if (config.initPath.empty()) return model;
   if (!part) {
@@ -101,14 +101,20 @@ std::map<std::string, std::string> runIdentity(const TrainConfig& config) {
     identity["layers"] = std::to_string(config.layers);
     identity["d_model"] = std::to_string(config.dModel);
     identity["seq_len"] = std::to_string(config.seqLen);
+    if (config.vocab > 0 && config.vocab != 256) identity["vocab"] = std::to_string(config.vocab);
   }
+  // Stored with every checkpoint (a resume over other data is refused).
+  if (!config.standardizer.empty()) identity["standardize"] = config.standardizer;
   return identity;
 }
 
 void saveWeights(const TrainConfig& config, nn::Module& model, int64_t steps, observe::Logger& logger) {
   if (config.savePath.empty()) return;
-  checkpoint::saveSafetensors(config.savePath, model.stateDict(),
-                              {{"format", "pt"}, {"model", config.model}, {"step", std::to_string(steps)}});
+  std::map<std::string, std::string> metadata = {
+      {"format", "pt"}, {"model", config.model}, {"step", std::to_string(steps)}};
+  // The inputs' standardisation (data::Standardizer::toString), which the weights expect.
+  if (!config.standardizer.empty()) metadata["standardize"] = config.standardizer;
+  checkpoint::saveSafetensors(config.savePath, model.stateDict(), metadata);
   logger.info("saved weights", {{"file", config.savePath}});
 }
 

@@ -14,6 +14,7 @@
 #include "kolo/comm/communicator.h"
 #include "kolo/data.h"
 #include "kolo/nn/layers.h"
+#include "kolo/nn/models.h"
 #include "kolo/observe.h"
 #include "kolo/optim.h"
 #include "kolo/parallel/balancer.h"
@@ -56,6 +57,18 @@ struct TrainConfig {
   bool dropLast = true;
   int64_t trainLimit = 0;
   std::string dataDir = data::kFashionMnistDir;
+  // The data files (train_data.cc): the test split, the labels of .npy inputs, a table's label
+  // column, standardisation; the lm's token files.
+  std::string testData, labelsPath, testLabelsPath;
+  std::string labelColumn = "label";
+  bool standardize = true;
+  bool augment = true;    // an image folder's training augmentations
+  std::string tokenType;  // "" : --data is a text, read as bytes
+  int64_t vocab = 0;      // a token file's vocabulary (0: its largest token + 1)
+  /// Set once the data is read: the built-in models' sizes, and the training split's
+  /// standardisation statistics (data::Standardizer::toString, "" for none).
+  nn::ModelData modelData;
+  std::string standardizer;
   std::string initPath, savePath, metricsPath, timelineDir;
   int threads = 1;
   std::string precision = "f32";
@@ -140,6 +153,20 @@ std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin 
 /// The Fashion-MNIST training set of --data, cut to its first --train-limit samples when
 /// that is set. Throws FileError naming the directory when the files are missing.
 std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config);
+
+/// The training and test splits of a run over images or tables.
+struct RunDatasets {
+  std::shared_ptr<const data::Dataset> train, validation;
+};
+
+/// The datasets of --data (train_data.cc): the Fashion-MNIST directory (its test split), a
+/// .csv/.tsv table (--label-column), .npy arrays (--labels) or an .npz archive; the test split
+/// from --test-data (--test-labels), or else a seeded tenth of --data held out. Unless
+/// --no-standardize, tables and arrays are standardised with the training split's statistics.
+/// Sets config.modelData (the samples' shape and the classes) and config.standardizer. Throws
+/// the readers' FileError and FormatError (naming the file and record) and InvalidArgument
+/// for flags that do not fit the data.
+RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger);
 
 /// What fixes the weights' shapes and the data order (model, batch, seed), stored in every
 /// checkpoint; a resume with other values is refused. The strategy and the rank count may

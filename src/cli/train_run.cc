@@ -120,13 +120,24 @@ struct RunData {
   int64_t totalSteps = 0;
 };
 
-RunData loadRunData(TrainConfig& config) {
+RunData loadRunData(TrainConfig& config, observe::Logger& logger) {
   RunData run;
   if (config.model == "lm") {
     // lm without --optimizer and --lr: AdamW at 2e-3, warm-up over a tenth of the run, then
     // cosine decay.
     const std::string path = config.dataDir == data::kFashionMnistDir ? kDefaultText : config.dataDir;
-    run.corpus = std::make_shared<data::ByteCorpus>(path, config.seqLen);
+    if (config.tokenType.empty()) {
+      KOLO_REQUIRE(config.vocab == 0 || config.vocab == 256, "--vocab ", config.vocab,
+                   ": a text's bytes have a vocabulary of 256 (token files: --token-dtype u16 or u32)");
+      run.corpus = std::make_shared<data::ByteCorpus>(path, config.seqLen);
+    } else {
+      const data::TokenType type = config.tokenType == "u8"    ? data::TokenType::U8
+                                   : config.tokenType == "u16" ? data::TokenType::U16
+                                                               : data::TokenType::U32;
+      run.corpus = std::make_shared<data::ByteCorpus>(path, data::TokenFileOptions{.type = type, .vocab = config.vocab},
+                                                      config.seqLen);
+    }
+    config.vocab = run.corpus->vocab();
     run.train = std::make_shared<data::ByteWindows>(run.corpus);
     run.totalSteps = config.steps > 0 ? config.steps : kDefaultLmSteps;
     if (!config.optimizer && !config.lr) {
@@ -139,10 +150,10 @@ RunData loadRunData(TrainConfig& config) {
     return run;
   }
   resolveRecipe(config, 1);  // the flags' values, before the (slow) data loading
-  std::shared_ptr<data::TensorDataset> images = loadTrainingSet(config);
-  run.train = images;
-  run.validation = std::make_shared<data::FashionMnist>(config.dataDir, false);
-  const int64_t perEpoch = train::stepsPerEpoch(images->size(), config.batch, config.dropLast);
+  const RunDatasets sets = loadDatasets(config, logger);
+  run.train = sets.train;
+  run.validation = sets.validation;
+  const int64_t perEpoch = train::stepsPerEpoch(run.train->size(), config.batch, config.dropLast);
   run.recipe = resolveRecipe(config, perEpoch);
   run.totalSteps = run.recipe.epochs * perEpoch;
   if (config.steps > 0) run.totalSteps = config.epochs ? std::min(run.totalSteps, config.steps) : config.steps;
@@ -293,6 +304,7 @@ void printLanguageModelSummary(const TrainConfig& config, const RunData& run, nn
                                const train::FitSummary& summary, double heldOutLoss) {
   std::printf("train_loss %.4f held_out_loss %.4f steps %lld wall_s %.1f\n", summary.trainLoss, heldOutLoss,
               static_cast<long long>(summary.steps), summary.wallSeconds);
+  if (run.corpus->vocab() != 256) return;  // tokens that are not bytes: no text to show
   Generator gen(config.seed + 1);
   const data::ByteCorpus& corpus = *run.corpus;
   const std::string prompt = corpus.text(corpus.trainBytes(), std::min<int64_t>(32, config.seqLen));
@@ -357,7 +369,7 @@ int runTraining(const TrainConfig& flags, observe::Logger& logger) {
   const Family family = familyOf(config);
   const parallel::MeshShape shape = checkFlags(config, family);
   setNumThreads(config.threads);
-  const RunData run = loadRunData(config);
+  const RunData run = loadRunData(config, logger);
   // The engine outlives the options and callbacks, whose anomaly detector hooks its model.
   const std::unique_ptr<train::Engine> engine = makeEngine(config, family, shape, run, logger);
   if (!engine) return 0;  // a joiner the elastic job finished without

@@ -1,4 +1,5 @@
-// ByteCorpus: a text file as bytes, its seeded random windows and its windows in file order.
+// ByteCorpus: a text file's bytes or a token file's tokens, its seeded random windows and its
+// windows in file order.
 #include "kolo/byte_corpus.h"
 
 #include <algorithm>
@@ -6,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "data/mapped_file.h"
 #include "kolo/error.h"
 
 namespace kolo::data {
@@ -25,23 +27,62 @@ ByteCorpus::ByteCorpus(const std::string& path, int64_t seqLen, double heldOutFr
 
 ByteCorpus::ByteCorpus(std::vector<uint8_t> bytes, int64_t seqLen, double heldOutFraction,
                        const std::string& source)
-    : bytes_(std::move(bytes)), seqLen_(seqLen), source_(source) {
+    : source_(source) {
+  auto owned = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
+  tokens_ = owned->data();
+  count_ = static_cast<int64_t>(owned->size());
+  owner_ = std::move(owned);
+  split(seqLen, heldOutFraction);
+}
+
+ByteCorpus::ByteCorpus(const std::string& path, TokenFileOptions options, int64_t seqLen, double heldOutFraction)
+    : source_(path) {
+  std::shared_ptr<const detail::MappedFile> file = detail::MappedFile::open(path);
+  width_ = options.type == TokenType::U8 ? 1 : options.type == TokenType::U16 ? 2 : 4;
+  if (file->size() % static_cast<size_t>(width_) != 0)
+    KOLO_THROW(FormatError, "token file ", path, " holds ", file->size(), " bytes, not a whole number of ",
+               width_ * 8, "-bit tokens (truncated, or tokens of another type)");
+  tokens_ = file->data();
+  count_ = static_cast<int64_t>(file->size()) / width_;
+  owner_ = std::move(file);
+  KOLO_REQUIRE(options.vocab >= 0, "token file ", path, ": the vocabulary must be positive, got ", options.vocab);
+  vocab_ = options.vocab;
+  if (vocab_ == 0) {
+    int64_t largest = 0;
+    for (int64_t i = 0; i < count_; ++i) largest = std::max(largest, tokenAt(i));
+    vocab_ = largest + 1;
+  }
+  split(seqLen, heldOutFraction);
+}
+
+void ByteCorpus::split(int64_t seqLen, double heldOutFraction) {
+  const std::string& source = source_;
+  seqLen_ = seqLen;
   KOLO_REQUIRE(seqLen > 0, "text ", source, ": the sequence length must be at least 1, got ", seqLen);
   KOLO_REQUIRE(heldOutFraction >= 0.0 && heldOutFraction <= 0.5, "text ", source,
                ": the held-out fraction must be in [0, 0.5], got ", heldOutFraction);
-  const int64_t n = static_cast<int64_t>(bytes_.size());
+  const int64_t n = count_;
   const int64_t window = seqLen + 1;
-  KOLO_REQUIRE(n >= 2 * window, "text ", source, " has ", n, " bytes, too few for windows of ", window,
-               " bytes (--seq-len ", seqLen, "); it needs at least ", 2 * window);
+  KOLO_REQUIRE(n >= 2 * window, "text ", source, " has ", n, " tokens, too few for windows of ", window,
+               " tokens (sequence length ", seqLen, "); it needs at least ", 2 * window);
   int64_t heldOut = static_cast<int64_t>(static_cast<double>(n) * heldOutFraction);
   if (heldOutFraction > 0.0 && heldOut < window) heldOut = window;
   trainEnd_ = n - heldOut;
 }
 
+int64_t ByteCorpus::tokenAt(int64_t i) const {
+  const uint8_t* p = tokens_ + i * width_;
+  switch (width_) {
+    case 1: return p[0];
+    case 2: return int64_t(p[0]) | (int64_t(p[1]) << 8);
+    default: return int64_t(p[0]) | (int64_t(p[1]) << 8) | (int64_t(p[2]) << 16) | (int64_t(p[3]) << 24);
+  }
+}
+
 Batch ByteCorpus::batch(int64_t step, int64_t batchSize, uint64_t seed, bool heldOut) const {
   KOLO_REQUIRE(batchSize > 0, "text ", source_, ": batch size must be at least 1, got ", batchSize);
   const int64_t begin = heldOut ? trainEnd_ : 0;
-  const int64_t end = heldOut ? static_cast<int64_t>(bytes_.size()) : trainEnd_;
+  const int64_t end = heldOut ? count_ : trainEnd_;
   KOLO_REQUIRE(end - begin >= seqLen_ + 1, "text ", source_, ": the ", heldOut ? "held-out" : "training",
                " part has no window of ", seqLen_ + 1, " bytes");
   const int64_t starts = end - begin - seqLen_;  // window starts in [begin, begin + starts)
@@ -102,9 +143,13 @@ Batch ByteCorpus::gather(const std::vector<int64_t>& starts) const {
   inputs.reserve(static_cast<size_t>(batchSize * seqLen_));
   labels.reserve(inputs.capacity());
   for (const int64_t start : starts) {
-    for (int64_t t = 0; t < seqLen_; ++t) {
-      inputs.push_back(bytes_[static_cast<size_t>(start + t)]);
-      labels.push_back(bytes_[static_cast<size_t>(start + t + 1)]);
+    for (int64_t t = 0; t <= seqLen_; ++t) {
+      const int64_t token = tokenAt(start + t);
+      if (token >= vocab_)
+        KOLO_THROW(FormatError, "token file ", source_, ": token ", start + t, " is ", token,
+                   ", not below the vocabulary of ", vocab_);
+      if (t < seqLen_) inputs.push_back(token);
+      if (t > 0) labels.push_back(token);
     }
   }
   Batch out;
@@ -114,10 +159,11 @@ Batch ByteCorpus::gather(const std::vector<int64_t>& starts) const {
 }
 
 std::string ByteCorpus::text(int64_t offset, int64_t count) const {
-  const size_t begin = std::min(bytes_.size(), static_cast<size_t>(std::max<int64_t>(offset, 0)));
-  const size_t n = std::min(bytes_.size() - begin, static_cast<size_t>(std::max<int64_t>(count, 0)));
-  return std::string(bytes_.begin() + static_cast<std::ptrdiff_t>(begin),
-                     bytes_.begin() + static_cast<std::ptrdiff_t>(begin + n));
+  const int64_t begin = std::min(count_, std::max<int64_t>(offset, 0));
+  const int64_t n = std::min(count_ - begin, std::max<int64_t>(count, 0));
+  std::string text;
+  for (int64_t i = begin; i < begin + n; ++i) text.push_back(static_cast<char>(tokenAt(i) & 0xff));
+  return text;
 }
 
 }  // namespace kolo::data

@@ -56,7 +56,7 @@ Batch DataLoader::gatherAt(int64_t epoch, int64_t batchIndex) {
   const int64_t end =
       std::min<int64_t>(begin + options_.batchSize, static_cast<int64_t>(cachedIndices_.size()));
   std::vector<int64_t> indices(cachedIndices_.begin() + begin, cachedIndices_.begin() + end);
-  Batch batch = dataset_->gather(indices);
+  Batch batch = dataset_->gatherForEpoch(indices, epoch);
   // A dataset of one's own may leave them out; the loader knows them.
   if (batch.indices.empty()) batch.indices = std::move(indices);
   return batch;

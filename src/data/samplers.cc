@@ -31,6 +31,10 @@ std::vector<int64_t> epochPermutation(int64_t n, uint64_t seed, int64_t epoch) {
   return order;
 }
 
+std::vector<int64_t> Dataset::shuffledOrder(uint64_t seed, int64_t epoch) const {
+  return epochPermutation(size(), seed, epoch);
+}
+
 ShuffleSampler::ShuffleSampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {
   KOLO_REQUIRE(n >= 0, "sampler size ", n, " is negative");
 }
@@ -49,6 +53,12 @@ DistributedSampler::DistributedSampler(int64_t n, DistributedSamplerOptions opti
                " must be a positive multiple of world size ", options.worldSize);
 }
 
+DistributedSampler::DistributedSampler(std::shared_ptr<const Dataset> dataset, DistributedSamplerOptions options)
+    : DistributedSampler(dataset ? dataset->size() : 0, options) {
+  KOLO_REQUIRE(dataset != nullptr, "DistributedSampler: no dataset");
+  dataset_ = std::move(dataset);
+}
+
 int64_t DistributedSampler::numSamples() const {
   const int64_t fullBatches = n_ / options_.globalBatch;
   const bool partial = n_ % options_.globalBatch != 0;
@@ -59,7 +69,9 @@ int64_t DistributedSampler::numSamples() const {
 std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
   std::vector<int64_t> order;
   if (options_.shuffle) {
-    order = epochPermutation(n_, options_.seed, epoch);
+    order = dataset_ ? dataset_->shuffledOrder(options_.seed, epoch) : epochPermutation(n_, options_.seed, epoch);
+    KOLO_REQUIRE(static_cast<int64_t>(order.size()) == n_, "DistributedSampler: the dataset's shuffled order holds ",
+                 order.size(), " indices, not its ", n_, " samples");
   } else {
     order.resize(n_);
     for (int64_t i = 0; i < n_; ++i) order[i] = i;

@@ -193,7 +193,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
     return std::make_unique<data::DataLoader>(
         train,
         std::make_shared<data::DistributedSampler>(
-            train->size(), data::DistributedSamplerOptions{.globalBatch = globalBatch,
+            train, data::DistributedSamplerOptions{.globalBatch = globalBatch,
                                                            .rank = shard.rank,
                                                            .worldSize = shard.worldSize,
                                                            .shuffle = options.shuffle,

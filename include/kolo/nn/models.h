@@ -18,4 +18,18 @@ namespace kolo::nn {
 /// gen in registration order. Throws InvalidArgument for any other name.
 std::shared_ptr<Sequential> makeModel(const std::string& name, Generator& gen);
 
+/// What a built-in model's first and last layers follow: the samples (flat f32 of channels x
+/// height x width elements; a table's features are 1 x 1 x F) and the classes.
+struct ModelData {
+  int64_t channels = 1, height = 28, width = 28;
+  int64_t classes = 10;
+};
+
+/// The same models sized for `data`: the mlp's first Linear takes channels*height*width
+/// inputs and its last gives `classes` logits; the cnn unflattens to (channels, height, width)
+/// and its first Linear takes 64 * ((height-4)/2-4)/2 * ((width-4)/2-4)/2 features. The
+/// defaults give makeModel(name, gen)'s. Throws InvalidArgument for an image smaller than
+/// 12x12 (cnn) or sizes below 1.
+std::shared_ptr<Sequential> makeModel(const std::string& name, Generator& gen, const ModelData& data);
+
 }  // namespace kolo::nn
