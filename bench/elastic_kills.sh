@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Elastic recovery under SIGKILL at a random moment, many times: 3 ranks of
 #   kolo run --elastic --min-ranks 2 -n 3 --timeout 60 -- kolo train --strategy
-#   multi-worker-mirrored --model mlp --epochs 3 --batch 96
+#   multi-worker-mirrored --model mlp --epochs 3 --batch 96   (EPOCHS=1: a shorter job)
 # with launch rank 2 SIGKILLed from outside 1.5-4.5 s after the job's first step (so the kill
 # lands anywhere in a step: compute, a ring step, a cross-memory-attach copy, the barrier).
 # Per run: the job's wall time, the recovered event's recovery_s (from the first survivor's
 # sight of the loss to the next completed step) and whether any survivor waited out a
 # deadline (a Timeout "after 60" in its log). Prints the worst recovery and how many runs
 # waited out a deadline, against an uninterrupted run's wall time measured first.
-# Usage: [RUNS=50] [KOLO=path/to/kolo] bash bench/elastic_kills.sh
+# Usage: [RUNS=50] [EPOCHS=3] [KOLO=path/to/kolo] bash bench/elastic_kills.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kolo=${KOLO:-$PWD/build/release/src/cli/kolo}  # KOLO=PATH: another build
@@ -16,7 +16,7 @@ runs=${RUNS:-50}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 job=(--elastic --min-ranks 2 -n 3 --timeout 60 -- "$kolo" train --strategy multi-worker-mirrored
-  --model mlp --epochs 3 --batch 96 --quiet)
+  --model mlp --epochs "${EPOCHS:-3}" --batch 96 --quiet)
 
 echo "# load average: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cores, $runs runs"
 t0=$(date +%s.%N)
@@ -36,7 +36,7 @@ rank2() {
   done
 }
 
-worst=0 stalls=0 failed=0
+worst=0 stalls=0 failed=0 kills=0
 for i in $(seq 1 "$runs"); do
   rm -f "$dir"/*
   t0=$(date +%s.%N)
@@ -47,7 +47,8 @@ for i in $(seq 1 "$runs"); do
   delay=$(awk -v r="$RANDOM" 'BEGIN { printf "%.2f", 1.5 + 3.0 * r / 32767 }')
   sleep "$delay"
   victim=$(rank2 "$launcher")
-  [ -n "$victim" ] && kill -KILL "$victim" 2>/dev/null || true
+  killed=no
+  if [ -n "$victim" ] && kill -KILL "$victim" 2>/dev/null; then killed=yes; fi
   rc=0
   wait "$launcher" || rc=$?
   wall=$(echo "$(date +%s.%N) - $t0" | bc)
@@ -58,9 +59,11 @@ for i in $(seq 1 "$runs"); do
     stalls=$((stalls + 1))
   fi
   [ "$rc" -ne 0 ] && failed=$((failed + 1))
+  [ "$killed" = yes ] && kills=$((kills + 1))
   [ -z "$recovery" ] && recovery=none
+  [ "$killed" = no ] && recovery="none (the job ended before the kill)"
   printf "%4d %8s %8.2f %11s %s%s\n" "$i" "$delay" "$wall" "$recovery" "$waited" \
     "$([ "$rc" -ne 0 ] && echo " (exit $rc)")"
-  if [ "$recovery" != none ] && [ "$(echo "$recovery > $worst" | bc)" = 1 ]; then worst=$recovery; fi
+  if [[ "$recovery" != none* ]] && [ "$(echo "$recovery > $worst" | bc)" = 1 ]; then worst=$recovery; fi
 done
-echo "worst recovery_s: $worst; runs that waited out a deadline: $stalls of $runs; failed jobs: $failed"
+echo "$kills of $runs runs killed rank 2; worst recovery_s: $worst; runs that waited out a deadline: $stalls; failed jobs: $failed"

@@ -25,7 +25,7 @@ packages=(
   # kolo_torch with a message and those tests exit 77 (skipped).
   python3-torch libtorch-dev pybind11-dev python3-dev python3-numpy
   # bench/data_readers.sh's peers: pandas.read_csv, torchvision's ImageFolder (and PIL, which
-  # also writes the image tests' files).
+  # also writes the image tests' files); torchvision's resnet18 for bench/ddp_oversubscribed.sh.
   python3-pandas python3-torchvision python3-pil
 )
 missing=()

@@ -2,6 +2,7 @@
 // op against closed-form values, point-to-point tags, non-blocking order, split groups,
 // TCP-only wiring and signature mismatches.
 #include <arpa/inet.h>
+#include <sched.h>
 #include <gtest/gtest.h>
 
 #include <netinet/in.h>
@@ -272,6 +273,47 @@ TEST(NativeThreads, ARankThatGivesUpTellsThoseWaitingOnIt) {
   const std::string expected = "allreduce #0 on rank 0: rank 1 gave up: allreduce #1 on rank 1: no data from rank ";
   EXPECT_EQ(waited.rfind(expected, 0), 0u) << waited;
   EXPECT_NE(waited.find("after 0.3 s"), std::string::npos) << waited;
+}
+
+// A wait whose yield hands the CPU to other work (here a thread computing on the same CPU)
+// sleeps until its data comes instead of yielding again: yielding 200 times took a share
+// of the CPU from the computation and saw the data a time slice late each time.
+TEST(NativeThreads, AWaitSharingItsCpuWithComputationSleepsAfterOneYield) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &allowed)) ++cpu;
+  const auto pinHere = [cpu] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    sched_setaffinity(0, sizeof(one), &one);
+  };
+  native::Engine::WaitCounts before{}, after{};
+  runThreads(2, [&](Communicator& comm) {
+    auto& engine = dynamic_cast<native::NativeCommunicator&>(comm);
+    float v = 0.0f;
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      comm.send(&v, 1, DType::F32, 0);
+      return;
+    }
+    pinHere();
+    std::atomic<bool> stop{false};
+    std::thread computation([&] {
+      pinHere();
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+    before = engine.waitCounts();
+    comm.recv(&v, 1, DType::F32, 1);
+    after = engine.waitCounts();
+    stop = true;
+    computation.join();
+  });
+  EXPECT_EQ(after.slept - before.slept, 1u);
+  // At most a few yields returned at once before one ran the computation (200 before).
+  EXPECT_LE(after.yieldCalls - before.yieldCalls, 10u);
 }
 
 TEST(NativeThreads, ConnectionWithoutTokenIsRefusedAndJobCarriesOn) {

@@ -4,6 +4,7 @@
 // peer liveness checks. One engine per process-level communicator; sub-groups share it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -98,6 +99,15 @@ class Engine {
   /// Blocks until `op` completes or `deadline` passes; rethrows its error. On expiry
   /// throws Timeout ("... no data from rank P after T s"); a vanished peer -> PeerError.
   void wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds budget);
+  /// How this engine's waits ended so far: each wait() counts once, under the slowest way
+  /// it went (a wait that slept also spun). For benchmarks and tests.
+  struct WaitCounts {
+    uint64_t spun = 0;     // complete at once or while busy-polling
+    uint64_t yielded = 0;  // complete after giving the CPU away with sched_yield
+    uint64_t slept = 0;    // complete after sleeping (doorbell futex or poll) at least once
+    uint64_t yieldCalls = 0;  // sched_yield calls made by all waits
+  };
+  WaitCounts waitCounts() const;
   /// Makes progress once without blocking; returns whether `op` is complete.
   bool test(Op& op);
   /// Withdraws an op that will not be waited for (its buffer may go away). An op cut off
@@ -191,6 +201,7 @@ class Engine {
   /// Bytes written to or read from any channel so far (under mutex_): a sleeper's re-check
   /// compares it to see whether its progress pass did anything.
   uint64_t bytesMoved_ = 0;
+  std::atomic<uint64_t> spun_{0}, yielded_{0}, slept_{0}, yieldCalls_{0};  // waitCounts()
   std::mutex mutex_;
 };
 

@@ -18,6 +18,9 @@ namespace {
 // this many times, then sleep.
 constexpr int kSpinCheckEvery = 16;
 constexpr int kYieldIterations = 200;
+// A sched_yield() that keeps the CPU away longer than this ran another thread rather than
+// finding nothing else to run (which returns in about a microsecond).
+constexpr auto kYieldGaveAway = std::chrono::microseconds(50);
 constexpr auto kLivenessInterval = std::chrono::milliseconds(100);
 // How long a rank that gives up keeps sending its Abort frames before it throws.
 constexpr auto kAbortFlush = std::chrono::milliseconds(200);
@@ -215,10 +218,25 @@ void Engine::sleepBriefly(long micros) {
   bell_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
+Engine::WaitCounts Engine::waitCounts() const {
+  return {spun_.load(std::memory_order_relaxed), yielded_.load(std::memory_order_relaxed),
+          slept_.load(std::memory_order_relaxed), yieldCalls_.load(std::memory_order_relaxed)};
+}
+
 void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds budget) {
   int spins = 0;
   bool spinning = true;
   int yields = 0;
+  bool slept = false;
+  // Counts how the wait went, however it ends.
+  struct Count {
+    Engine& engine;
+    const int& yields;
+    const bool& slept;
+    ~Count() {
+      (slept ? engine.slept_ : yields > 0 ? engine.yielded_ : engine.spun_).fetch_add(1, std::memory_order_relaxed);
+    }
+  } count{*this, yields, slept};
   Clock::time_point start{};
   Clock::time_point lastLiveness{};
   for (;;) {
@@ -265,11 +283,20 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
         std::rethrow_exception(op.error);
       }
     }
-    if (yields++ < kYieldIterations) {
+    if (yields < kYieldIterations) {
+      ++yields;
+      yieldCalls_.fetch_add(1, std::memory_order_relaxed);
       sched_yield();
+      // A yield is for a peer on this CPU that is about to answer. One that kept the CPU
+      // away this long ran other work (this process's computation or another's): if the op
+      // is still not done when we are back (checked above), that work needs the CPU more
+      // than this wait, which sleeps until its data arrives instead of taking a share of
+      // the CPU yield after yield and noticing its data only a time slice late.
+      if (Clock::now() - now >= kYieldGaveAway) yields = kYieldIterations;
       continue;
     }
     const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now).count();
+    slept = true;
     sleepBriefly(left < 50000 ? static_cast<long>(left) + 1 : 50000);
   }
 }

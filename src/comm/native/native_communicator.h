@@ -89,6 +89,8 @@ class NativeCommunicator : public Communicator {
   /// What an all-reduce of `bytes` on this group runs: "cma" (single-copy shared-host),
   /// "direct" (one message per pair), or an Algorithm name. For benchmarks and tests.
   std::string allreducePlan(Algorithm requested, size_t bytes) const;
+  /// How the waits of this communicator's engine (shared with its splits) ended so far.
+  Engine::WaitCounts waitCounts() const { return links_->engine()->waitCounts(); }
   /// Whether this host's ranks outnumber the CPUs they may use (JobState::oversubscribed).
   bool oversubscribed() const { return job_->oversubscribed; }
   /// Whether ranks on one host read each other's buffers directly (cross-memory attach).
