@@ -187,3 +187,60 @@ write("line_prefixer_fuzz", "lines", b"\x07" + b"epoch 1 loss 0.5\nepoch 2 loss 
 write("line_prefixer_fuzz", "long_line", b"\xff" + b"x" * 3000 + b"\n" + b"y" * 10 + b"\n")
 # Past LinePrefixer::kMaxLineBytes (64 KiB), so that libFuzzer makes inputs that long.
 write("line_prefixer_fuzz", "line_past_the_limit", b"\xff" + b"z" * (64 * 1024 + 100) + b"\n")
+
+# CSV/TSV tables: a byte choosing the name (bit 0: .tsv), the label column (bit 1: "y") and
+# given classes (bit 2: a, b, c), then the file.
+write("csv_fuzz", "integers", b"\x00" + b"a,b,label\n1.5,-2,0\n3e4,4,2\n")
+write("csv_fuzz", "strings_quoted", b"\x02" + b'"x, 1",x2,y\r\n1,2,cat\r\n"3",4,"dog"\r\n\r\n')
+write("csv_fuzz", "tsv_classes", b"\x05" + b"label\tf\na\t1\nc\t2\n")
+
+
+def npy(descr, shape, payload, version=1):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+    pad = 64 - (10 + len(header) + 1) % 64
+    header = (header + " " * pad + "\n").encode()
+    size = struct.pack("<H", len(header)) if version == 1 else struct.pack("<I", len(header))
+    return b"\x93NUMPY" + bytes([version, 0]) + size + header + payload
+
+
+# NumPy arrays (every supported dtype) and .npz archives, stored and deflated.
+write("npy_fuzz", "f4", npy("<f4", "(2, 3)", struct.pack("<6f", *range(6))))
+write("npy_fuzz", "u1_v2", npy("|u1", "(4,)", bytes([1, 2, 3, 4]), version=2))
+write("npy_fuzz", "i8", npy("<i8", "(3,)", struct.pack("<3q", 0, 1, 2)))
+write("npy_fuzz", "f8_scalar", npy("<f8", "()", struct.pack("<d", 0.5)))
+
+
+def npz(members, method):
+    import io
+    import zipfile
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=method) as archive:
+        for name, data in members:
+            archive.writestr(name + ".npy", data)
+    return buffer.getvalue()
+
+
+members = [("x", npy("<f4", "(2, 2)", struct.pack("<4f", 1, 2, 3, 4))), ("y", npy("<i8", "(2,)", struct.pack("<2q", 0, 1)))]
+write("npy_fuzz", "stored_npz", npz(members, 0))
+write("npy_fuzz", "deflated_npz", npz(members, 8))
+
+
+def png(width, height, colour, rows):
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    raw = b"".join(b"\x00" + row for row in rows)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, colour, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+# Images: PNG grey and RGB (written here), and a small JPEG when PIL is there to encode it.
+write("image_fuzz", "grey.png", png(3, 2, 0, [bytes([0, 128, 255]), bytes([1, 2, 3])]))
+write("image_fuzz", "rgb.png", png(2, 2, 2, [bytes(range(6)), bytes(range(6, 12))]))
+try:
+    import io
+    from PIL import Image
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 30, 90)).save(buffer, format="JPEG", quality=80)
+    write("image_fuzz", "rgb.jpg", buffer.getvalue())
+except ImportError:
+    pass

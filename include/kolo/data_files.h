@@ -70,6 +70,8 @@ class NpyArray {
   const std::string& source() const { return source_; }
   /// Elements [begin, begin + count) converted to f32 into `out`.
   void copyF32(int64_t begin, int64_t count, float* out) const;
+  /// Asks the CPU to start loading elements [begin, begin + count) (no effect on values).
+  void prefetch(int64_t begin, int64_t count) const;
   /// Element `index` as an integer; throws FormatError naming the array and the index when a
   /// floating-point element is not a whole number.
   int64_t integerAt(int64_t index) const;

@@ -29,6 +29,13 @@ DecodedImage decodePng(const uint8_t* data, size_t size, int64_t channels, const
   }
   const bool grey = channels == 1 || (channels == 0 && (image.format & PNG_FORMAT_FLAG_COLOR) == 0);
   image.format = grey ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+  // The pixels are deflated: a file cannot hold more than deflate's 1032:1 of its bytes (so
+  // a small file claiming a huge image is refused before the buffer is allocated).
+  if (uint64_t(image.width) * image.height > uint64_t(size) * 1032 + 4096) {
+    png_image_free(&image);
+    KOLO_THROW(FormatError, source, ": PNG of ", size, " bytes claims ", image.width, "x", image.height,
+               " pixels, more than its compressed data can hold (truncated or corrupt)");
+  }
   DecodedImage out;
   out.channels = grey ? 1 : 3;
   out.height = image.height;
