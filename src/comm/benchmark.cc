@@ -12,6 +12,7 @@
 
 #include "base/printf_text.h"
 #include "comm/benchmark_case.h"
+#include "comm/native/native_communicator.h"
 #include "kolo/byte_size.h"
 #include "kolo/error.h"
 
@@ -174,6 +175,8 @@ BenchmarkResult benchmarkCollective(Communicator& comm, const BenchmarkOptions& 
   for (int i = 0; i < result.warmup; ++i) bench.run(call);
   std::vector<double> times;
   times.reserve(static_cast<size_t>(result.iters));
+  auto* native = dynamic_cast<native::NativeCommunicator*>(&comm);
+  const uint64_t sleptBefore = native ? native->waitCounts().slept : 0;
   for (int i = 0; i < result.iters; ++i) {
     comm.barrier(call);
     const auto start = Clock::now();
@@ -181,6 +184,23 @@ BenchmarkResult benchmarkCollective(Communicator& comm, const BenchmarkOptions& 
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     comm.allreduce(&seconds, &seconds, 1, DType::F64, ReduceOp::Max, call);
     times.push_back(seconds);
+  }
+
+  if (native) {
+    // The loop's barriers and timing all-reduces are counted too: an upper bound.
+    int64_t slept = static_cast<int64_t>(native->waitCounts().slept - sleptBefore);
+    comm.allreduce(&slept, &slept, 1, DType::I64, ReduceOp::Sum, call);
+    result.waitsSlept = slept;
+  }
+  if (!times.empty()) {
+    std::vector<double> sorted = times;
+    std::sort(sorted.begin(), sorted.end());
+    const double mid = median(sorted);
+    for (size_t i = 0; i < times.size(); ++i) {
+      if (times[i] <= 4 * mid) continue;
+      ++result.slowCalls;
+      result.lastSlowCall = static_cast<int>(i);
+    }
   }
 
   // A second check after the timed operations catches state that goes bad over time.
@@ -250,6 +270,9 @@ std::string benchmarkJson(const BenchmarkOptions& o, int ranks, const std::strin
   line["t_max_us"] = rounded(row.maxUs, 1e3);
   line["algbw_GBps"] = rounded(row.algbw, 1e4);
   line["busbw_GBps"] = rounded(row.busbw, 1e4);
+  line["slow_calls"] = row.slowCalls;
+  line["last_slow_call"] = row.lastSlowCall;
+  if (row.waitsSlept >= 0) line["waits_slept"] = row.waitsSlept;
   line["correct"] = row.correct;
   return line.dump();
 }

@@ -99,9 +99,12 @@ TEST(BenchmarkLines, AJsonLineHoldsEveryFieldRounded) {
   EXPECT_DOUBLE_EQ(line["t_min_us"].get<double>(), 10.0);
   EXPECT_DOUBLE_EQ(line["busbw_GBps"].get<double>(), 0.4977);
   EXPECT_EQ(line["correct"], true);
+  EXPECT_EQ(line["slow_calls"], 0);
+  EXPECT_EQ(line["last_slow_call"], -1);
+  EXPECT_FALSE(line.contains("waits_slept"));  // not measured (-1): left out
   std::vector<std::string> keys;
   for (const auto& item : line.items()) keys.push_back(item.key());
-  EXPECT_EQ(keys.size(), 22u);
+  EXPECT_EQ(keys.size(), 24u);
   EXPECT_EQ(keys.front(), "bench");
   EXPECT_EQ(keys.back(), "correct");
 }

@@ -82,6 +82,14 @@ struct BenchmarkResult {
   /// Whether both checked operations (before and after the timed ones) gave the
   /// closed-form result on every rank.
   bool correct = false;
+  /// Per call, not medians: the timed operations that took more than 4 × the median, and
+  /// the index of the last of them (-1 when none), so that a warm-up still under way (slow
+  /// first calls, then fast ones) shows as slow calls that end early.
+  int slowCalls = 0;
+  int lastSlowCall = -1;
+  /// Native backend: the waits of the timed operations that slept (futex or poll) rather
+  /// than finding their data while spinning or yielding, summed over ranks; -1 elsewhere.
+  int64_t waitsSlept = -1;
 };
 
 /// Measures `options.collective` at `bytes` over every rank of `comm`: one operation on
