@@ -8,7 +8,6 @@ load average; the summary is the median over rounds of each build's samples/s ov
 import argparse
 import datetime
 import os
-import socket
 import statistics
 import sys
 import time
@@ -19,7 +18,8 @@ os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
+
+from torch_backend import run  # noqa: E402  (spawns the ranks; bench/torch_backend.py)
 
 
 def ddp_worker(rank, world, port, backend, package, steps, q):
@@ -52,20 +52,6 @@ def ddp_worker(rank, world, port, backend, package, steps, q):
         q.put(steps * 32 / elapsed)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run(world, backend, package, steps):
-    ctx = mp.get_context("spawn")
-    q = ctx.SimpleQueue()
-    mp.start_processes(ddp_worker, args=(world, free_port(), backend, package, steps, q), nprocs=world, join=True,
-                       start_method="spawn")
-    return q.get()
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", type=int, default=4)
@@ -79,10 +65,10 @@ def main():
           f"global batch 32, {a.steps} timed steps, torch {torch.__version__}", flush=True)
     ratios = {label: [] for label, _ in builds}
     for r in range(a.rounds):
-        gloo = run(a.ranks, "gloo", None, a.steps)
+        gloo = run(ddp_worker, a.ranks, "gloo", None, a.steps)
         line = f"round {r + 1}: load {os.getloadavg()[0]:.1f}, gloo {gloo:.1f} samples/s"
         for label, package in builds:
-            kolo = run(a.ranks, "kolo", package, a.steps)
+            kolo = run(ddp_worker, a.ranks, "kolo", package, a.steps)
             ratios[label].append(kolo / gloo)
             line += f", kolo {label} {kolo:.1f} ({kolo / gloo:.2f}x gloo)"
         print(line, flush=True)
