@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "comm/closed_form.h"
+#include "comm/native/native_communicator.h"
 #include "native_test_support.h"
 #include "support/readiness_pipe.h"
 
@@ -208,6 +209,33 @@ TEST(NativeProcesses, StoppedRankGivesTimeoutNamingIt) {
       });
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[2], 0);
+}
+
+// The first 200 small all-reduces after a communicator's first collective, counted per call:
+// none sets up a ring (the first collective made the ring each rank writes and mapped the
+// one it reads), so none takes that slow path. How many waits slept is printed, not checked:
+// on a loaded machine any wait may find its peer descheduled.
+TEST(NativeProcesses, TheFirstTwoHundredSmallAllreducesSetUpNothing) {
+  auto codes = runProcesses(2, [](int rank, Communicator& comm) {
+    auto& native = dynamic_cast<native::NativeCommunicator&>(comm);
+    comm.barrier();
+    const uint64_t setUp = native.waitCounts().ringSetups;
+    std::vector<float> buf(1024, 0.0f);  // 4 KiB
+    int slowCalls = 0;
+    uint64_t slept = 0;
+    for (int call = 0; call < 200; ++call) {
+      const auto before = native.waitCounts();
+      comm.allreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Sum);
+      const auto after = native.waitCounts();
+      if (after.ringSetups != before.ringSetups) ++slowCalls;
+      slept += after.slept - before.slept;
+    }
+    std::fprintf(stderr, "rank %d: %llu rings after the barrier, %d of 200 calls set one up, %llu waits slept\n",
+                 rank, static_cast<unsigned long long>(setUp), slowCalls, static_cast<unsigned long long>(slept));
+    return setUp == 2 && slowCalls == 0 ? 0 : 1;
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
 }
 
 // Figures for the report, not a test: 2 ranks, median time per all-reduce (max over ranks),

@@ -37,6 +37,9 @@ class Channel {
   virtual const char* kind() const = 0;
   /// CPU the peer last waited on, or -1 when unknown.
   virtual int peerCpu() const { return -1; }
+  /// Rings this channel has made or mapped so far (shared memory sets them up on first use;
+  /// a socket is connected at rendezvous: 0). For tests: a call that sets one up is slow.
+  virtual int setups() const { return 0; }
 };
 
 // ---- shared memory ----
@@ -132,6 +135,7 @@ class ShmChannel : public Channel {
   bool peerAlive() override;
   const char* kind() const override { return "shm"; }
   int peerCpu() const override { return peerBell_.cpu.load(std::memory_order_relaxed); }
+  int setups() const override { return (outData_ != nullptr ? 1 : 0) + (inData_ != nullptr ? 1 : 0); }
 
  private:
   size_t space();

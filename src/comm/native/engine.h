@@ -100,14 +100,16 @@ class Engine {
   /// throws Timeout ("... no data from rank P after T s"); a vanished peer -> PeerError.
   void wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds budget);
   /// How this engine's waits ended so far: each wait() counts once, under the slowest way
-  /// it went (a wait that slept also spun). For benchmarks and tests.
+  /// it went (a wait that slept also spun); the yields made; the shared-memory rings set
+  /// up. For benchmarks and tests; takes the engine's lock.
   struct WaitCounts {
     uint64_t spun = 0;     // complete at once or while busy-polling
     uint64_t yielded = 0;  // complete after giving the CPU away with sched_yield
     uint64_t slept = 0;    // complete after sleeping (doorbell futex or poll) at least once
     uint64_t yieldCalls = 0;  // sched_yield calls made by all waits
+    uint64_t ringSetups = 0;  // shared-memory rings made or mapped so far (Channel::setups)
   };
-  WaitCounts waitCounts() const;
+  WaitCounts waitCounts();
   /// Makes progress once without blocking; returns whether `op` is complete.
   bool test(Op& op);
   /// Withdraws an op that will not be waited for (its buffer may go away). An op cut off

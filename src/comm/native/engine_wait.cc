@@ -218,9 +218,13 @@ void Engine::sleepBriefly(long micros) {
   bell_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-Engine::WaitCounts Engine::waitCounts() const {
-  return {spun_.load(std::memory_order_relaxed), yielded_.load(std::memory_order_relaxed),
-          slept_.load(std::memory_order_relaxed), yieldCalls_.load(std::memory_order_relaxed)};
+Engine::WaitCounts Engine::waitCounts() {
+  WaitCounts counts{spun_.load(std::memory_order_relaxed), yielded_.load(std::memory_order_relaxed),
+                    slept_.load(std::memory_order_relaxed), yieldCalls_.load(std::memory_order_relaxed), 0};
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const Peer& p : peers_)
+    if (p.channel) counts.ringSetups += static_cast<uint64_t>(p.channel->setups());
+  return counts;
 }
 
 void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds budget) {
