@@ -46,7 +46,9 @@ Kind kindOf(const std::string& path) {
   if (path.find_first_of(",*?[") != std::string::npos) return Kind::Shards;
   if (endsWith(path, ".csv") || endsWith(path, ".tsv")) return Kind::Table;
   if (endsWith(path, ".npy") || endsWith(path, ".npz")) return Kind::NumPy;
-  if (path == data::kFashionMnistDir || std::filesystem::exists(path + "/train-images-idx3-ubyte.gz"))
+  // A missing directory: the Fashion-MNIST reader names it and the Debian package.
+  if (path == data::kFashionMnistDir || std::filesystem::exists(path + "/train-images-idx3-ubyte.gz") ||
+      !std::filesystem::exists(path))
     return Kind::FashionMnist;
   if (std::filesystem::is_directory(path)) return Kind::Images;
   KOLO_THROW(InvalidArgument, "--data ", path,
@@ -115,13 +117,15 @@ std::string classList(const std::vector<std::string>& names) {
 
 }  // namespace
 
+bool readsFashionMnist(const TrainConfig& config) { return kindOf(config.dataDir) == Kind::FashionMnist; }
+
 RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger) {
   RunDatasets sets;
   const Kind kind = kindOf(config.dataDir);
   KOLO_REQUIRE(kind == Kind::NumPy || (config.labelsPath.empty() && config.testLabelsPath.empty()),
                "--labels and --test-labels go with .npy arrays in --data and --test-data");
-  KOLO_REQUIRE(kind == Kind::Table || !config.givenFlags.count("--label-column"),
-               "--label-column names a column of a .csv or .tsv file in --data");
+  KOLO_REQUIRE(kind == Kind::Table || kind == Kind::Shards || !config.givenFlags.count("--label-column"),
+               "--label-column names a column of the .csv or .tsv files in --data");
   if (kind == Kind::FashionMnist) {
     KOLO_REQUIRE(config.testData.empty(), "--test-data goes with a table or arrays in --data; the Fashion-MNIST "
                  "directory holds its own test split");
@@ -179,6 +183,8 @@ RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger) {
     const std::shared_ptr<data::ShardedDataset> other = data::openShards(config.testData, config.labelColumn);
     test = other;
     classes = std::max(shards->classes(), other->classes());
+    // Statistics over every shard would make each rank read them all: shards are used as they are.
+    config.standardize = false;
   } else {
     KOLO_REQUIRE(!endsWith(config.dataDir, ".npy") || !config.labelsPath.empty(), "--data ", config.dataDir,
                  " holds the inputs only: name the labels' .npy file with --labels");

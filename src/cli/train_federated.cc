@@ -28,6 +28,8 @@ int runFederated(const TrainConfig& config, observe::Logger& logger) {
                "--strategy federated counts --rounds and --local-epochs, not --epochs or --steps");
   KOLO_REQUIRE(config.checkpointDir.empty() && config.resumeDir.empty(),
                "--checkpoint-dir and --resume are not available with --strategy federated");
+  KOLO_REQUIRE(readsFashionMnist(config), "--strategy federated reads the Fashion-MNIST directory in --data, not ",
+               config.dataDir);
   train::FederatedTrainOptions options;
   options.partition = fed::parsePartition(config.partition);
   fed::FederatedOptions& f = options.federated = config.federated;

@@ -168,6 +168,10 @@ struct RunDatasets {
 /// for flags that do not fit the data.
 RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger);
 
+/// Whether --data names the Fashion-MNIST directory (what loadTrainingSet reads) rather than
+/// another kind of data.
+bool readsFashionMnist(const TrainConfig& config);
+
 /// What fixes the weights' shapes and the data order (model, batch, seed), stored in every
 /// checkpoint; a resume with other values is refused. The strategy and the rank count may
 /// change on resume: the loader position counts global batches.

@@ -89,7 +89,7 @@ void printChiefSummary(const TrainConfig& config, const train::ParameterServerSu
 }  // namespace
 
 int runParameterServerRole(const TrainConfig& given, observe::Logger& logger) {
-  const TrainConfig config = withModeDefaults(given);
+  TrainConfig config = withModeDefaults(given);
   KOLO_REQUIRE(config.model != "lm", "--strategy parameter-server trains --model mlp or cnn, not lm");
   setNumThreads(config.threads);
   const Recipe recipe = resolveRecipe(config, 1);
@@ -100,15 +100,22 @@ int runParameterServerRole(const TrainConfig& given, observe::Logger& logger) {
   auto optimizer = [recipe](const parallel::NamedTensors& slices) {
     return optim::makeOptimizer(recipe.optimizer, slices);
   };
-  // Only workers read training images; the others need their number, which the labels file
-  // tells without the 47 MB of images.
+  // Fashion-MNIST: only workers read training images; the others need their number, which the
+  // labels file tells without the 47 MB of images. Other data (a table, arrays, images) is read
+  // by every role first: the model's sizes follow it.
   train::ParameterServerData data;
-  data.train = [&config] { return loadTrainingSet(config); };
   const ps::RoleInfo role = ps::roleFromEnvironment();
-  if (role.role != ps::Role::Worker)
-    data.trainSize =
-        data::readIdx(config.dataDir + "/train-labels-idx1-ubyte.gz", config.trainLimit).dims.at(0);
-  data.validation = [&config] { return std::make_shared<data::FashionMnist>(config.dataDir, false); };
+  if (readsFashionMnist(config)) {
+    data.train = [&config] { return loadTrainingSet(config); };
+    if (role.role != ps::Role::Worker)
+      data.trainSize =
+          data::readIdx(config.dataDir + "/train-labels-idx1-ubyte.gz", config.trainLimit).dims.at(0);
+    data.validation = [&config] { return std::make_shared<data::FashionMnist>(config.dataDir, false); };
+  } else {
+    const RunDatasets sets = loadDatasets(config, logger);
+    data.train = [sets] { return sets.train; };
+    data.validation = [sets] { return sets.validation; };
+  }
   const train::ParameterServerSummary summary = train::trainParameterServer(
       model, optimizer, data, psOptions(given, config, recipe, logger),
       train::injectWorkerFaults(config.faults, static_cast<int>(settings::rank().value_or(-1))));
