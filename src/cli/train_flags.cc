@@ -178,7 +178,8 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
            "lm: a text, or a token file with --token-dtype")
       ->capture_default_str();
   r.option("--test-data", c.testData,
-           "the test split, of the same kind as --data (default: a seeded tenth of --data held out)");
+           "the test split, of the same kind as --data (default: a seeded tenth of --data held out; --model lm: the "
+           "last tenth of --data)");
   r.option("--label-column", c.labelColumn, "the header's name of a table's label column (integers, or strings "
            "mapped to classes in sorted order)")
       ->capture_default_str();

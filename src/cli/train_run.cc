@@ -114,7 +114,8 @@ parallel::MeshShape checkFlags(TrainConfig& config, Family family) {
 // The run's data and length: the lm's text windows (the held-out loss is computed at the end)
 // or Fashion-MNIST with its test split.
 struct RunData {
-  std::shared_ptr<data::ByteCorpus> corpus;  // lm
+  std::shared_ptr<data::ByteCorpus> corpus;   // lm
+  std::shared_ptr<data::ByteCorpus> heldOut;  // lm with --test-data: the held-out file, whole
   std::shared_ptr<const data::Dataset> train, validation;
   Recipe recipe;
   int64_t totalSteps = 0;
@@ -126,16 +127,27 @@ RunData loadRunData(TrainConfig& config, observe::Logger& logger) {
     // lm without --optimizer and --lr: AdamW at 2e-3, warm-up over a tenth of the run, then
     // cosine decay.
     const std::string path = config.dataDir == data::kFashionMnistDir ? kDefaultText : config.dataDir;
-    if (config.tokenType.empty()) {
-      KOLO_REQUIRE(config.vocab == 0 || config.vocab == 256, "--vocab ", config.vocab,
-                   ": a text's bytes have a vocabulary of 256 (token files: --token-dtype u16 or u32)");
-      run.corpus = std::make_shared<data::ByteCorpus>(path, config.seqLen);
-    } else {
+    // One file: its last tenth is held out. With --test-data (nanoGPT's train.bin and val.bin),
+    // all of --data trains and the held-out loss is the other file's.
+    const double heldOutFraction = config.testData.empty() ? 0.1 : 0.0;
+    auto open = [&config, heldOutFraction](const std::string& file, int64_t vocab) {
+      if (config.tokenType.empty()) {
+        KOLO_REQUIRE(config.vocab == 0 || config.vocab == 256, "--vocab ", config.vocab,
+                     ": a text's bytes have a vocabulary of 256 (token files: --token-dtype u16 or u32)");
+        return std::make_shared<data::ByteCorpus>(file, config.seqLen, heldOutFraction);
+      }
       const data::TokenType type = config.tokenType == "u8"    ? data::TokenType::U8
                                    : config.tokenType == "u16" ? data::TokenType::U16
                                                                : data::TokenType::U32;
-      run.corpus = std::make_shared<data::ByteCorpus>(path, data::TokenFileOptions{.type = type, .vocab = config.vocab},
-                                                      config.seqLen);
+      return std::make_shared<data::ByteCorpus>(file, data::TokenFileOptions{.type = type, .vocab = vocab},
+                                                config.seqLen, heldOutFraction);
+    };
+    run.corpus = open(path, config.vocab);
+    if (!config.testData.empty()) {
+      run.heldOut = open(config.testData, config.vocab);
+      KOLO_REQUIRE(config.vocab > 0 || run.heldOut->vocab() <= run.corpus->vocab(), "--test-data ", config.testData,
+                   " holds token ", run.heldOut->vocab() - 1, ", beyond --data's largest (", run.corpus->vocab() - 1,
+                   "): give the vocabulary with --vocab");
     }
     config.vocab = run.corpus->vocab();
     run.train = std::make_shared<data::ByteWindows>(run.corpus);
@@ -306,8 +318,8 @@ void printLanguageModelSummary(const TrainConfig& config, const RunData& run, nn
               static_cast<long long>(summary.steps), summary.wallSeconds);
   if (run.corpus->vocab() != 256) return;  // tokens that are not bytes: no text to show
   Generator gen(config.seed + 1);
-  const data::ByteCorpus& corpus = *run.corpus;
-  const std::string prompt = corpus.text(corpus.trainBytes(), std::min<int64_t>(32, config.seqLen));
+  const data::ByteCorpus& corpus = run.heldOut ? *run.heldOut : *run.corpus;
+  const std::string prompt = corpus.text(run.heldOut ? 0 : corpus.trainBytes(), std::min<int64_t>(32, config.seqLen));
   const std::string text = nn::generateText(whole, prompt, config.sampleBytes, config.seqLen, 0.8, gen);
   std::string shown;
   for (char c : text) shown.push_back((c == '\n' || c == '\t' || (c >= 32 && c < 127)) ? c : '?');
@@ -399,7 +411,8 @@ int runTraining(const TrainConfig& flags, observe::Logger& logger) {
     observe::Fields fields;
     if (config.model == "lm") {
       const train::EvaluateResult heldOut =
-          engine->evaluate(data::ByteWindows(run.corpus, true), {.batch = config.batch, .loss = nn::languageModelLoss});
+          engine->evaluate(run.heldOut ? data::ByteWindows(run.heldOut, false) : data::ByteWindows(run.corpus, true),
+                           {.batch = config.batch, .loss = nn::languageModelLoss});
       heldOutLoss = heldOut.loss;
       fields = {{"held_out_loss", heldOut.loss}, {"held_out_accuracy", heldOut.accuracy}};
     }
