@@ -29,6 +29,19 @@ int elementBytes(NpyType type) {
   return 1;
 }
 
+// One element of type T at `from`, which an .npz member may leave unaligned.
+template <class T>
+T elementAt(const uint8_t* from) {
+  T value;
+  std::memcpy(&value, from, sizeof(T));
+  return value;
+}
+
+template <class T>
+void convertElements(const uint8_t* from, int64_t count, float* out) {
+  for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(elementAt<T>(from + i * int64_t(sizeof(T))));
+}
+
 uint16_t littleEndian16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 uint32_t littleEndian32(const uint8_t* p) {
   return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
@@ -145,30 +158,10 @@ void NpyArray::copyF32(int64_t begin, int64_t count, float* out) const {
   const uint8_t* from = elements_ + begin * elementBytes(type_);
   switch (type_) {
     case NpyType::F32: std::memcpy(out, from, size_t(count) * 4); break;
-    case NpyType::F64:
-      for (int64_t i = 0; i < count; ++i) {
-        double v;
-        std::memcpy(&v, from + 8 * i, 8);
-        out[i] = static_cast<float>(v);
-      }
-      break;
-    case NpyType::U8:
-      for (int64_t i = 0; i < count; ++i) out[i] = from[i];
-      break;
-    case NpyType::I32:
-      for (int64_t i = 0; i < count; ++i) {
-        int32_t v;
-        std::memcpy(&v, from + 4 * i, 4);
-        out[i] = static_cast<float>(v);
-      }
-      break;
-    case NpyType::I64:
-      for (int64_t i = 0; i < count; ++i) {
-        int64_t v;
-        std::memcpy(&v, from + 8 * i, 8);
-        out[i] = static_cast<float>(v);
-      }
-      break;
+    case NpyType::F64: convertElements<double>(from, count, out); break;
+    case NpyType::U8: convertElements<uint8_t>(from, count, out); break;
+    case NpyType::I32: convertElements<int32_t>(from, count, out); break;
+    case NpyType::I64: convertElements<int64_t>(from, count, out); break;
   }
 }
 
@@ -184,26 +177,11 @@ int64_t NpyArray::integerAt(int64_t index) const {
   const uint8_t* from = elements_ + index * elementBytes(type_);
   switch (type_) {
     case NpyType::U8: return *from;
-    case NpyType::I32: {
-      int32_t v;
-      std::memcpy(&v, from, 4);
-      return v;
-    }
-    case NpyType::I64: {
-      int64_t v;
-      std::memcpy(&v, from, 8);
-      return v;
-    }
+    case NpyType::I32: return elementAt<int32_t>(from);
+    case NpyType::I64: return elementAt<int64_t>(from);
     case NpyType::F32:
     case NpyType::F64: {
-      double v;
-      if (type_ == NpyType::F32) {
-        float f;
-        std::memcpy(&f, from, 4);
-        v = f;
-      } else {
-        std::memcpy(&v, from, 8);
-      }
+      const double v = type_ == NpyType::F32 ? elementAt<float>(from) : elementAt<double>(from);
       if (!(std::floor(v) == v && std::fabs(v) < 9.0e15))
         KOLO_THROW(FormatError, source_, ": element ", index, " is ", v, ", not a whole number (a class label)");
       return static_cast<int64_t>(v);
