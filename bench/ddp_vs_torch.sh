@@ -6,7 +6,8 @@
 # steps skipped). Prints kolo/PyTorch per rank count and the scaling efficiency 1 -> 2
 # ranks (throughput_2 / (2 * throughput_1)).
 # Usage: bench/ddp_vs_torch.sh [BUILD_DIR]   (default build/release)
-#   MODELS="mlp cnn"  MLP_STEPS=300  CNN_STEPS=120  RANKS="1 2"  REPEAT=1 (best of REPEAT)
+#   MODELS="mlp cnn"  MLP_STEPS=300  CNN_STEPS=120  RESNET_STEPS=60  RANKS="1 2"  REPEAT=1 (best of REPEAT)
+#   SYNC_BN=1 (the resnet with synchronised batch norm: MODELS=resnet RANKS=2 SYNC_BN=1)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-"$here/../build/release"}
@@ -15,6 +16,9 @@ kolo="$build/src/cli/kolo"
 models=${MODELS:-"mlp cnn"}
 ranks=${RANKS:-"1 2"}
 repeat=${REPEAT:-1}
+# SYNC_BN=1: synchronised batch norm on both sides (kolo --sync-bn, PyTorch's SyncBatchNorm).
+sync_bn=""
+[ "${SYNC_BN:-0}" = 1 ] && sync_bn="--sync-bn"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 # glibc's malloc on transparent huge pages, as `kolo run` starts its ranks (KOLO_HUGE_PAGES);
 # the peer gets the same.
@@ -27,6 +31,7 @@ for m in $models; do
   case $m in
     mlp) steps=${MLP_STEPS:-300}; lr=0.05 ;;
     cnn) steps=${CNN_STEPS:-120}; lr=0.02 ;;
+    resnet) steps=${RESNET_STEPS:-60}; lr=0.05 ;;
     *) echo "ddp_vs_torch: unknown model $m" >&2; exit 1 ;;
   esac
   i=0
@@ -34,12 +39,12 @@ for m in $models; do
     for n in $ranks; do
       # PyTorch, then kolo, back to back.
       t_line=$(/usr/bin/python3 "$here/peers/torch_ddp_fmnist.py" --model "$m" --nprocs "$n" \
-        --steps "$steps" | tail -n 1)
+        --steps "$steps" $sync_bn | tail -n 1)
       t=$(echo "$t_line" | sed 's/.*"samples_per_s": \([0-9.]*\).*/\1/')
       # One thread per rank, as the peer: the batches are gathered on the training thread.
       k_out=$("$kolo" train --workers "$n" --strategy multi-worker-mirrored --threads 1 \
         --prefetch off --model "$m" --batch 128 --optimizer sgd --lr "$lr" --momentum 0.9 \
-        --steps "$steps" --timing-skip 20 --quiet 2>&1) || { echo "$k_out" >&2; exit 1; }
+        --steps "$steps" --timing-skip 20 --quiet $sync_bn 2>&1) || { echo "$k_out" >&2; exit 1; }
       k=$(echo "$k_out" | grep -o 'steady_samples_per_s [0-9.]*' | tail -n 1 | cut -d' ' -f2)
       echo "$m np=$n: PyTorch DDP $t samples/s, kolo $k samples/s" >&2
       runs="$runs

@@ -1,5 +1,5 @@
 // Times one training step (zero grad + forward + cross-entropy + backward + SGD momentum
-// update) of the built-in mlp and cnn at batch 128 (or --batch B) on one thread, on the
+// update) of the built-in mlp, cnn and resnet at batch 128 (or --batch B) on one thread, on the
 // first 1024 Fashion-MNIST training images cycled, as bench/peers/torch_single_step.py does
 // in PyTorch. Prints one JSON line per model with the median step time.
 #include <algorithm>
@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
     for (const auto& m : models) {
       if (m == "mlp") runModel({"mlp", 30, 300, 0.05, batch}, images, labels);
       else if (m == "cnn") runModel({"cnn", 10, 40, 0.02, batch}, images, labels);
-      else KOLO_THROW(kolo::InvalidArgument, "unknown model '", m, "' (mlp, cnn)");
+      else if (m == "resnet") runModel({"resnet", 5, 20, 0.05, batch}, images, labels);
+      else KOLO_THROW(kolo::InvalidArgument, "unknown model '", m, "' (mlp, cnn, resnet)");
     }
   } catch (const kolo::Error& e) {
     std::fprintf(stderr, "train_step: %s\n", e.what());

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs kolo's single-step benchmark and its PyTorch peer in one invocation, both on one
 # thread, and prints kolo's median step time over PyTorch's per model.
-# Usage: bench/train_step.sh [BUILD_DIR] [--batch B] [mlp] [cnn]
+# Usage: bench/train_step.sh [BUILD_DIR] [--batch B] [mlp] [cnn] [resnet]
 #   BUILD_DIR defaults to build/release; B to 128 (64 is what each of 2 data-parallel
 #   ranks computes for a global batch of 128).
 set -eu

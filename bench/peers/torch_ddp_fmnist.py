@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""PyTorch DDP (gloo, CPU) peer for bench/ddp_vs_torch.sh: trains the mlp or cnn on
+"""PyTorch DDP (gloo, CPU) peer for bench/ddp_vs_torch.sh: trains the mlp, cnn or resnet on
 Fashion-MNIST with global batch 128 split over --nprocs processes, one thread each, and
 prints one JSON line with the steady-state global throughput (samples/s, first 20 steps
 skipped) and, with --epochs, the test accuracy. Same recipe as kolo's peers' recipe:
-SGD momentum 0.9, lr 0.05 (mlp) / 0.02 (cnn), per-epoch permutation seeded 1000+epoch.
+SGD momentum 0.9, lr 0.05 (mlp, resnet) / 0.02 (cnn), per-epoch permutation seeded 1000+epoch;
+--sync-bn converts the resnet's batch norms to SyncBatchNorm.
 --slow-rank R:F (bench/balance.sh) makes rank R take F times its compute per step, as kolo's
 --debug-slow-rank: it sleeps (F - 1) times its last step's time before each step.
 """
@@ -26,7 +27,7 @@ import torch.multiprocessing as mp  # noqa: E402
 import torch.nn as nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
-LR = {"mlp": 0.05, "cnn": 0.02}
+LR = {"mlp": 0.05, "cnn": 0.02, "resnet": 0.05}
 GLOBAL_BATCH = 128
 SKIP = 20
 
@@ -48,6 +49,10 @@ def load(data_dir, split):
 
 
 def make_model(name):
+    if name == "resnet":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from torch_resnet import ResNet
+        return ResNet()
     if name == "mlp":
         return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
                              nn.Linear(256, 10))
@@ -62,7 +67,10 @@ def worker(rank, world, port, a, q):
                             world_size=world)
     X, Y = load(a.data, "train")
     torch.manual_seed(0)
-    model = DDP(make_model(a.model))
+    model = make_model(a.model)
+    if a.sync_bn:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = DDP(model)
     opt = torch.optim.SGD(model.parameters(), lr=LR[a.model], momentum=0.9)
     lossf = nn.CrossEntropyLoss()
     local_b = GLOBAL_BATCH // world
@@ -107,7 +115,8 @@ def worker(rank, world, port, a, q):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+    ap.add_argument("--model", default="mlp", choices=["mlp", "cnn", "resnet"])
+    ap.add_argument("--sync-bn", action="store_true", help="SyncBatchNorm (the resnet's batch norms)")
     ap.add_argument("--nprocs", type=int, default=1)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--epochs", type=int, default=0)

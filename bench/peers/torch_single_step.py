@@ -20,9 +20,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_ddp_fmnist import make_model, read_idx  # noqa: E402
 
 FMNIST_DIR = os.environ.get("FMNIST_DIR", "/usr/share/datasets/fashion-mnist")
-WARM = {"mlp": 30, "cnn": 10}
-STEPS = {"mlp": 300, "cnn": 40}
-LR = {"mlp": 0.05, "cnn": 0.02}
+WARM = {"mlp": 30, "cnn": 10, "resnet": 5}
+STEPS = {"mlp": 300, "cnn": 40, "resnet": 20}
+LR = {"mlp": 0.05, "cnn": 0.02, "resnet": 0.05}
 
 
 def median(v):

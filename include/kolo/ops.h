@@ -4,6 +4,7 @@
 // are summed back to each input's shape. f32 and f64 compute; other dtypes throw.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -91,6 +92,29 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
               int64_t padding = 0);
 /// Max-pooling with a square kernel; stride defaults to the kernel size.
 Tensor maxPool2d(const Tensor& x, int64_t kernel, int64_t stride = -1, int64_t padding = 0);
+/// Average pooling with a square kernel; stride defaults to the kernel size; the zero padding
+/// counts in the divisor (torch's avg_pool2d defaults). x (N, C, H, W).
+Tensor avgPool2d(const Tensor& x, int64_t kernel, int64_t stride = -1, int64_t padding = 0);
+/// Adaptive average pooling of x (N, C, H, W) to (N, C, outH, outW) with PyTorch's bins:
+/// output row i averages rows [floor(i H / outH), ceil((i + 1) H / outH)), columns alike.
+Tensor adaptiveAvgPool2d(const Tensor& x, int64_t outH, int64_t outW);
+/// Sums `values` element-wise over the replicas of a data-parallel group, in place (an
+/// all-reduce); every replica calls it at the same point with as many values.
+using GroupSum = std::function<void(std::vector<double>& values)>;
+/// Batch normalisation of x (N, C, ...) per channel (torch.nn.functional.batch_norm).
+/// Training: normalises with the batch's mean and biased variance and, where runningMean and
+/// runningVar (C) are defined, moves them in place: running = (1 - momentum) running +
+/// momentum batch, the variance unbiased. With `groupSum` the batch is the group's global
+/// batch, as PyTorch's SyncBatchNorm: forward sums each channel's count, sum and squared
+/// deviations over the group (one call of 2C + 1 values), and backward, where x needs its
+/// gradient, the output gradient's two sums per channel (one call of 2C values); weight's and
+/// bias's gradients stay this replica's own. Not training: normalises with the running
+/// statistics. weight and bias (C) may be undefined. Throws InvalidArgument for an input of
+/// fewer than two dimensions, (C) tensors of another size, or one value per channel when
+/// training.
+Tensor batchNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& runningMean,
+                 const Tensor& runningVar, bool training, double momentum = 0.1, double eps = 1e-5,
+                 const GroupSum& groupSum = {});
 /// Layer normalisation over the trailing dimensions `normalizedShape`; weight and bias
 /// (shape normalizedShape) may be undefined.
 Tensor layerNorm(const Tensor& x, const Shape& normalizedShape, const Tensor& weight, const Tensor& bias,

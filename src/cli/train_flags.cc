@@ -119,8 +119,10 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
   FlagScopes scopes;
   Registrar r(app, scopes);
 
-  r.option("--model", c.model, "model: mlp or cnn (sized by --data), lm (transformer on the bytes or tokens of --data FILE)")
-      ->check(oneOf({"mlp", "cnn", "lm"}))
+  r.option("--model", c.model,
+           "model: mlp, cnn or resnet (sized by --data; resnet: three residual blocks with batch norm), lm "
+           "(transformer on the bytes or tokens of --data FILE)")
+      ->check(oneOf({"mlp", "cnn", "resnet", "lm"}))
       ->capture_default_str();
   r.option("--strategy", c.strategy,
            "one-device, mirrored (--replicas threads), multi-worker-mirrored (one replica per rank, under kolo "
@@ -141,9 +143,15 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
            "batch size (lm: default 16; parameter-server: each worker's, default 64)")
       ->capture_default_str()
       ->check(atLeast(1));
+  r.option("--accumulate", c.accumulate,
+           "gradient accumulation: each replica takes its part of every --batch as K micro-batches, forward and "
+           "backward one after the other, and the gradients travel once, after the last (DDP's no_sync)",
+           {"one-device", "mirrored", "multi-worker-mirrored", "central-storage", "elastic"})
+      ->capture_default_str()
+      ->check(atLeast(1));
   r.option("--optimizer", c.optimizer, "sgd, adam or adamw (default sgd)")->check(oneOf({"sgd", "adam", "adamw"}));
   r.option("--lr", c.lr,
-           "learning rate (default recipe: 0.1 mlp / 0.05 cnn; --optimizer sgd: 0.05 / 0.02; adam: 1e-3)")
+           "learning rate (default recipe: 0.1 mlp and resnet / 0.05 cnn; --optimizer sgd: 0.05 / 0.02; adam: 1e-3)")
       ->check(above(0));
   r.option("--momentum", c.momentum, "SGD momentum (default 0.9)")->check(notBelow(0));
   r.flag("--nesterov", c.nesterov, "Nesterov momentum (sgd)");
@@ -223,6 +231,11 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
            {"mirrored", "central-storage"})
       ->capture_default_str()
       ->check(atLeast(1));
+  r.flag("--sync-bn", c.syncBatchNorm,
+         "synchronised batch norm: every batch norm normalises with the statistics of the whole global batch "
+         "over the replicas (one all-reduce per layer in forward and one in backward), so N replicas train as one "
+         "device on the global batch; without it each replica normalises with its own share",
+         {"mirrored", "multi-worker-mirrored", "central-storage", "fsdp", "elastic"});
   r.option("--reduction", c.reduction,
            "in-process gradient reduction of mirrored: reduce-to-one, hierarchical-copy, ring", {"mirrored"})
       ->check(oneOf({"reduce-to-one", "hierarchical-copy", "ring"}))

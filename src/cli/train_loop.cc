@@ -41,11 +41,12 @@ Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch) {
   Recipe recipe;
   optim::OptimizerSpec& optimizer = recipe.optimizer;
   // The default recipe (neither --optimizer nor --lr): Nesterov SGD, momentum 0.9, lr 0.1
-  // for the mlp and 0.05 for the cnn, warm-up + cosine over 10 epochs.
+  // for the mlp and the resnet (its batch norms take it) and 0.05 for the cnn, warm-up +
+  // cosine over 10 epochs.
   const bool defaultRecipe = !config.optimizer && !config.lr;
   optimizer.name = config.optimizer.value_or("sgd");
   if (optimizer.name == "sgd") {
-    const bool mlp = config.model == "mlp";
+    const bool mlp = config.model == "mlp" || config.model == "resnet";
     // Without --lr: the default recipe's rates, or the peers' constant-rate recipe's.
     optimizer.lr = config.lr.value_or(defaultRecipe ? (mlp ? 0.1 : 0.05) : (mlp ? 0.05 : 0.02));
     optimizer.momentum = config.momentum.value_or(0.9);

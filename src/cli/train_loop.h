@@ -46,6 +46,7 @@ struct TrainConfig {
   std::optional<int64_t> epochs;
   int64_t steps = 0;
   int64_t batch = 128;  // the global batch (parameter servers: each worker's)
+  int accumulate = 1;   // micro-batches per optimizer step (train::FitOptions::accumulate)
   std::optional<std::string> optimizer;
   std::optional<double> lr, momentum, beta1, weightDecay;
   bool nesterov = false;
@@ -87,6 +88,7 @@ struct TrainConfig {
   std::string compress = "none";
   bool balance = false;
   int64_t balanceEvery = 10;
+  bool syncBatchNorm = false;  // --sync-bn
 
   // Parameter servers (under kolo run --ps P --workers W): the --ps-* flags and --staleness, whose defaults
   // train_ps.cc completes (the look-ahead of async's and ssp's Adam).

@@ -185,6 +185,7 @@ train::FitOptions fitOptions(const TrainConfig& config, Family family, const Run
   options.metricsEvery = config.metricsEvery;
   options.statusFile = config.statusFile;
   options.timingSkip = config.timingSkip;
+  options.accumulate = config.accumulate;
   if (config.model == "lm" || family == Family::ModelParallel) {
     options.epochs = 0;
     options.steps = run.totalSteps;
@@ -369,6 +370,7 @@ train::DataParallelOptions engineOptions(const TrainConfig& config, std::shared_
   options.strategy.reducer.bucketCapBytes = static_cast<size_t>(config.bucketMb * (1 << 20));
   options.strategy.reducer.firstBucketCapBytes = static_cast<size_t>(config.firstBucketMb * (1 << 20));
   options.recompute = config.recompute;
+  options.strategy.syncBatchNorm = config.syncBatchNorm;
   if (config.balance) {
     options.balanceBatch = config.batch;
     options.balancer.replanEvery = config.balanceEvery;

@@ -44,6 +44,8 @@ Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Generator& gen, int64_t 
 Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, stride, padding); }
 
 Tensor MaxPool2d::forward(const Tensor& x) { return maxPool2d(x, kernel_, stride_, padding_); }
+Tensor AvgPool2d::forward(const Tensor& x) { return avgPool2d(x, kernel_, stride_, padding_); }
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) { return adaptiveAvgPool2d(x, outH_, outW_); }
 
 Tensor Flatten::forward(const Tensor& x) { return x.flatten(startDim_, endDim_); }
 
@@ -73,48 +75,6 @@ LayerNorm::LayerNorm(Shape normalizedShape, double eps) : normalizedShape_(std::
 
 Tensor LayerNorm::forward(const Tensor& x) { return layerNorm(x, normalizedShape_, weight, bias, eps_); }
 
-BatchNorm1d::BatchNorm1d(int64_t numFeatures, double eps, double momentum)
-    : numFeatures_(numFeatures), eps_(eps), momentum_(momentum) {
-  KOLO_REQUIRE(numFeatures > 0, "BatchNorm1d(", numFeatures, "): size must be positive");
-  weight = registerParameter("weight", Tensor::ones({numFeatures}));
-  bias = registerParameter("bias", Tensor::zeros({numFeatures}));
-  runningMean = registerBuffer("running_mean", Tensor::zeros({numFeatures}));
-  runningVar = registerBuffer("running_var", Tensor::ones({numFeatures}));
-  numBatchesTracked = registerBuffer("num_batches_tracked", Tensor::zeros({}, DType::I64));
-}
-
-Tensor BatchNorm1d::forward(const Tensor& x) {
-  KOLO_REQUIRE((x.dim() == 2 || x.dim() == 3) && x.size(1) == numFeatures_, "BatchNorm1d(",
-               numFeatures_, "): input ", shapeString(x.shape()), " is not (N, ", numFeatures_,
-               ") or (N, ", numFeatures_, ", L)");
-  // Statistics over every dimension but the channels; per-channel tensors are (C) for
-  // (N, C) inputs and (C, 1) for (N, C, L), so they broadcast against x.
-  const std::vector<int64_t> dims = x.dim() == 2 ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 2};
-  const Shape channelShape = x.dim() == 2 ? Shape{numFeatures_} : Shape{numFeatures_, 1};
-  const Tensor w = weight.reshape(channelShape), b = bias.reshape(channelShape);
-  if (!isTraining()) {
-    const Tensor mean = runningMean.reshape(channelShape), var = runningVar.reshape(channelShape);
-    return (x - mean) / sqrt(var + eps_) * w + b;
-  }
-  const int64_t count = x.numel() / numFeatures_;
-  KOLO_REQUIRE(count > 1, "BatchNorm1d: training needs more than one value per channel, input is ",
-               shapeString(x.shape()));
-  const Tensor mean = kolo::mean(x, dims, /*keepdim=*/true).reshape(channelShape);
-  const Tensor centered = x - mean;
-  const Tensor var = kolo::mean(centered * centered, dims, true).reshape(channelShape);
-  {
-    // The running estimates are state, not part of the graph.
-    autograd::NoGradGuard noGrad;
-    const double unbiased = static_cast<double>(count) / static_cast<double>(count - 1);
-    runningMean.copyFrom(runningMean * (1.0 - momentum_) +
-                         mean.detach().reshape({numFeatures_}) * momentum_);
-    runningVar.copyFrom(runningVar * (1.0 - momentum_) +
-                        var.detach().reshape({numFeatures_}) * (momentum_ * unbiased));
-    numBatchesTracked.data<int64_t>()[0] += 1;
-  }
-  return centered / sqrt(var + eps_) * w + b;
-}
-
 Embedding::Embedding(int64_t num, int64_t dim, Generator& gen) {
   weight = registerParameter("weight", Tensor::randn({num, dim}, gen));
 }
@@ -127,6 +87,11 @@ Sequential::Sequential(std::initializer_list<std::shared_ptr<Module>> modules) {
 
 Sequential& Sequential::add(std::shared_ptr<Module> module) {
   registerModule(std::to_string(children().size()), std::move(module));
+  return *this;
+}
+
+Sequential& Sequential::add(const std::string& name, std::shared_ptr<Module> module) {
+  registerModule(name, std::move(module));
   return *this;
 }
 

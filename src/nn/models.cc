@@ -1,7 +1,24 @@
-// The built-in Fashion-MNIST models, layer for layer the peers' nn.Sequential.
+// The built-in models, layer for layer the peers' PyTorch definitions.
 #include "kolo/nn/models.h"
 
 namespace kolo::nn {
+
+BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t stride, Generator& gen) {
+  conv1 = registerModule("conv1", std::make_shared<Conv2d>(in, out, 3, gen, stride, 1, /*bias=*/false));
+  bn1 = registerModule("bn1", std::make_shared<BatchNorm2d>(out));
+  conv2 = registerModule("conv2", std::make_shared<Conv2d>(out, out, 3, gen, 1, 1, /*bias=*/false));
+  bn2 = registerModule("bn2", std::make_shared<BatchNorm2d>(out));
+  shortcut = registerModule("shortcut", std::make_shared<Sequential>());
+  if (stride != 1 || in != out) {
+    shortcut->add(std::make_shared<Conv2d>(in, out, 1, gen, stride, 0, /*bias=*/false));
+    shortcut->add(std::make_shared<BatchNorm2d>(out));
+  }
+}
+
+Tensor BasicBlock::forward(const Tensor& x) {
+  const Tensor y = relu((*bn1)((*conv1)(x)));  // (N, out, H / stride, W / stride)
+  return relu((*bn2)((*conv2)(y)) + (*shortcut)(x));
+}
 
 std::shared_ptr<Sequential> makeModel(const std::string& name, Generator& gen) { return makeModel(name, gen, {}); }
 
@@ -36,7 +53,20 @@ std::shared_ptr<Sequential> makeModel(const std::string& name, Generator& gen, c
     model->add(std::make_shared<Linear>(128, data.classes, gen));
     return model;
   }
-  KOLO_THROW(InvalidArgument, "unknown model '", name, "' (expected mlp or cnn)");
+  if (name == "resnet") {
+    model->add("unflatten", std::make_shared<Unflatten>(1, Shape{data.channels, data.height, data.width}));
+    model->add("conv1", std::make_shared<Conv2d>(data.channels, 16, 3, gen, 1, 1, /*bias=*/false));
+    model->add("bn1", std::make_shared<BatchNorm2d>(16));
+    model->add("relu", std::make_shared<ReLU>());
+    model->add("layer1", std::make_shared<BasicBlock>(16, 16, 1, gen));
+    model->add("layer2", std::make_shared<BasicBlock>(16, 32, 2, gen));
+    model->add("layer3", std::make_shared<BasicBlock>(32, 64, 2, gen));
+    model->add("pool", std::make_shared<AdaptiveAvgPool2d>(1));
+    model->add("flatten", std::make_shared<Flatten>());
+    model->add("fc", std::make_shared<Linear>(64, data.classes, gen));
+    return model;
+  }
+  KOLO_THROW(InvalidArgument, "unknown model '", name, "' (expected mlp, cnn or resnet)");
 }
 
 }  // namespace kolo::nn

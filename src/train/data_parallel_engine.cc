@@ -36,6 +36,11 @@ parallel::ModelFactory recomputed(parallel::ModelFactory model) {
 
 }  // namespace
 
+void Engine::setAccumulate(int microBatches) {
+  KOLO_REQUIRE(microBatches == 1, name(), " does not accumulate gradients over micro-batches (accumulate ",
+               microBatches, ")");
+}
+
 int Engine::rank() const {
   const std::shared_ptr<comm::Communicator> comm = communicator();
   return comm ? comm->rank() : 0;
@@ -78,16 +83,24 @@ double DataParallelEngine::step(const data::Batch& batch, double lr) {
     // The update needs the clipped gradients (fsdp clips inside its step).
     nn::Module& net = model();
     net.train(true);
-    Tensor loss = options_.loss ? options_.loss(net, batch.inputs, batch.labels)
-                                : crossEntropy(net.forward(batch.inputs), batch.labels);
     optimizer().zeroGrad();
-    loss.backward();
+    const int micro = strategy_->accumulate();
+    double lossSum = 0.0;
+    for (int m = 0; m < micro; ++m) {
+      const int64_t rows = batch.inputs.size(0);
+      const Tensor x = batch.inputs.slice(0, rows * m / micro, rows * (m + 1) / micro);
+      const Tensor y = batch.labels.slice(0, rows * m / micro, rows * (m + 1) / micro);
+      Tensor loss = options_.loss ? options_.loss(net, x, y) : crossEntropy(net.forward(x), y);
+      lossSum += loss.item();
+      if (micro > 1) loss = loss * (1.0 / micro);
+      loss.backward();
+    }
     std::vector<Tensor> parameters;
     for (auto& [name, parameter] : net.namedParameters()) parameters.push_back(parameter);
     optim::clipGradNorm(parameters, options_.clipNorm);
     optimizer().setLr(lr);
     optimizer().step();
-    return loss.item();
+    return lossSum / micro;
   }
   strategy_->setLr(lr);
   if (balancer_) {
@@ -104,6 +117,12 @@ EvaluateResult DataParallelEngine::evaluate(const data::Dataset& dataset,
   const EvaluateResult result = train::evaluate(model(), dataset, options);
   model().train(true);
   return result;
+}
+
+void DataParallelEngine::setAccumulate(int microBatches) {
+  KOLO_REQUIRE(microBatches == 1 || !balancer_, "balancing does not accumulate gradients over micro-batches "
+               "(accumulate ", microBatches, ")");
+  strategy_->setAccumulate(microBatches);
 }
 
 DataShard DataParallelEngine::dataShard() const {

@@ -88,7 +88,9 @@ std::unique_ptr<DataParallelEngine> ElasticEngine::build(std::shared_ptr<comm::C
     options.strategy.communicator = nullptr;
     options.balanceBatch = 0;
   }
-  return std::make_unique<DataParallelEngine>(modelFactory_, optimizerFactory_, std::move(options));
+  auto engine = std::make_unique<DataParallelEngine>(modelFactory_, optimizerFactory_, std::move(options));
+  engine->setAccumulate(accumulate_);
+  return engine;
 }
 
 ElasticEngine::Snapshot ElasticEngine::take(int64_t step) {
@@ -237,6 +239,11 @@ std::optional<int64_t> ElasticEngine::joinedAt() const { return joinedAt_; }
 double ElasticEngine::step(const data::Batch& batch, double lr) {
   KOLO_CHECK(engine_ != nullptr && !stopped_, "ElasticEngine::step without a generation");
   return engine_->step(batch, lr);
+}
+
+void ElasticEngine::setAccumulate(int microBatches) {
+  if (engine_) engine_->setAccumulate(microBatches);
+  accumulate_ = microBatches;
 }
 
 EvaluateResult ElasticEngine::evaluate(const data::Dataset& dataset, EvaluateOptions options) {

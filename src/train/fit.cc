@@ -143,6 +143,8 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
   KOLO_REQUIRE(options.keepCheckpoints >= 1, "--keep-checkpoints must be at least 1, got ",
                options.keepCheckpoints);
   KOLO_REQUIRE(options.timingSkip >= 0, "--timing-skip must be at least 0, got ", options.timingSkip);
+  KOLO_REQUIRE(options.accumulate >= 1, "train::fit: accumulate must be at least 1 micro-batch, got ",
+               options.accumulate);
   KOLO_REQUIRE(options.metricsEvery >= 1, "--metrics-every must be at least 1, got ",
                options.metricsEvery);
   keepFreedMemory();  // each step reuses the buffers the last one freed
@@ -171,9 +173,13 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
       KOLO_REQUIRE(globalBatch % engine.replicas() == 0, "--batch ", globalBatch,
                    " does not split evenly over ", engine.replicas(), " replicas (", shard.worldSize,
                    " rank(s) x ", replicasHere, " per rank): use a multiple of ", engine.replicas());
+      KOLO_REQUIRE(globalBatch % (engine.replicas() * options.accumulate) == 0, "train::fit: the batch ",
+                   globalBatch, " does not split evenly over ", engine.replicas(), " replica(s) x ",
+                   options.accumulate, " micro-batches (accumulate)");
     }
   };
   refreshMembership();
+  engine.setAccumulate(options.accumulate);
   KOLO_REQUIRE(options.checkSyncEvery == 0 || comm != nullptr,
                "--check-sync compares the weights of several ranks: use it with --strategy "
                "multi-worker-mirrored under kolo run, or --workers N");

@@ -122,9 +122,9 @@ TEST_F(TrainCliTest, UnknownStrategyAndBadFlagsFail) {
   RunResult run = runKolo("train --model mlp --steps 1 --strategy parameter-server");
   EXPECT_NE(run.exitCode, 0);
   EXPECT_NE(run.output.find("parameter-server"), std::string::npos) << run.output;
-  run = runKolo("train --model resnet");
+  run = runKolo("train --model vgg");
   EXPECT_NE(run.exitCode, 0);
-  EXPECT_NE(run.output.find("resnet"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("vgg"), std::string::npos) << run.output;
 }
 
 // The table of flags by strategy that --help prints names only flags kolo train has, and

@@ -4,7 +4,8 @@
 // the work over the ranks and returns the figures of one process; save() keeps each
 // Stateful object's sections and refuses two objects that claim one name; the metrics lines
 // keep the schema `kolo report` reads, with what onEnd adds to the final line; every rank
-// learns every rank's figures; evaluate() counts each position of a sequence (its default loss
+// learns every rank's figures; accumulated micro-batches take the whole batch's steps with
+// one gradient exchange a step; evaluate() counts each position of a sequence (its default loss
 // too); a requeued Slurm job resumes from its checkpoint directory.
 #include <gtest/gtest.h>
 
@@ -109,6 +110,26 @@ TEST(FitTest, TwoRanksTakeTheStepsOfOneDevice) {
   const std::vector<float> two = trainOn(2, 24);
   EXPECT_GT(maxAbsDiff(one, initial), 1e-2) << "training did not move the weights";
   EXPECT_LT(maxAbsDiff(one, two), 2e-5);
+}
+
+TEST(FitTest, AccumulatedMicroBatchesTakeTheStepsOfTheWholeBatch) {
+  // The gradients of each step travel once whatever the micro-batches: as many bytes a step.
+  double bytesWhole = 0.0, bytesAccumulated = 0.0;
+  FitCallbacks whole, accumulated;
+  whole.onEnd = [&](const FitSummary& s) { return bytesWhole = s.gradBytesPerStep, observe::Fields{}; };
+  accumulated.onEnd = [&](const FitSummary& s) { return bytesAccumulated = s.gradBytesPerStep, observe::Fields{}; };
+  const std::vector<float> one = trainOn(0, 12);
+  const std::vector<float> oneInFour = trainOn(0, 12, [](FitOptions& o) { o.accumulate = 4; });
+  const std::vector<float> two = trainOn(2, 12, nullptr, whole);
+  const std::vector<float> twoInTwo = trainOn(2, 12, [](FitOptions& o) { o.accumulate = 2; }, accumulated);
+  EXPECT_GT(maxAbsDiff(one, weights(*model())), 1e-2) << "training did not move the weights";
+  EXPECT_LT(maxAbsDiff(one, oneInFour), 2e-5);
+  EXPECT_LT(maxAbsDiff(one, twoInTwo), 2e-5);
+  EXPECT_LT(maxAbsDiff(two, twoInTwo), 2e-5);
+  EXPECT_GT(bytesWhole, 0.0);
+  EXPECT_EQ(bytesAccumulated, bytesWhole);
+  // 32 samples a step do not split into 3 equal micro-batches.
+  EXPECT_THROW(trainOn(0, 1, [](FitOptions& o) { o.accumulate = 3; }), InvalidArgument);
 }
 
 // A run of 20 steps on `ranks` ranks (0: one process) checkpointing into `dir` every 4 steps

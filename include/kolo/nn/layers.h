@@ -1,10 +1,12 @@
 // Standard layers with PyTorch's weight layouts and default initialisation:
-// Linear [out, in], Conv2d [out, in, kh, kw], LayerNorm, BatchNorm1d, Embedding,
-// activations, pooling, shape adapters, dropout and Sequential (children named "0", "1", ...).
+// Linear [out, in], Conv2d [out, in, kh, kw], LayerNorm, Embedding, activations, pooling
+// (max, average, adaptive average), shape adapters, dropout and Sequential (children named
+// "0", "1", ... or by the caller). Batch norm: kolo/nn/batch_norm.h.
 #pragma once
 
 #include <initializer_list>
 
+#include "kolo/nn/batch_norm.h"
 #include "kolo/nn/module.h"
 
 namespace kolo::nn {
@@ -35,6 +37,31 @@ class MaxPool2d : public Module {
 
  private:
   int64_t kernel_, stride_, padding_;
+};
+
+/// Average pooling (torch.nn.AvgPool2d: the padding counts in the divisor); stride defaults
+/// to the kernel size.
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(int64_t kernel, int64_t stride = -1, int64_t padding = 0)
+      : kernel_(kernel), stride_(stride), padding_(padding) {}
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  int64_t kernel_, stride_, padding_;
+};
+
+/// Adaptive average pooling to an outH x outW grid (torch.nn.AdaptiveAvgPool2d's bins);
+/// AdaptiveAvgPool2d(1) is the global average of each channel.
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(int64_t outH, int64_t outW = -1) : outH_(outH), outW_(outW < 0 ? outH : outW) {
+    KOLO_REQUIRE(outH_ > 0 && outW_ > 0, "AdaptiveAvgPool2d(", outH, ", ", outW, "): sizes must be positive");
+  }
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  int64_t outH_, outW_;
 };
 
 /// Flattens dimensions startDim..endDim (PyTorch nn.Flatten defaults: 1..-1).
@@ -96,25 +123,6 @@ class LayerNorm : public Module {
   double eps_;
 };
 
-/// Batch normalisation of (N, C) or (N, C, L) inputs per channel (torch.nn.BatchNorm1d).
-/// Training mode normalises with the batch's mean and biased variance and moves the running
-/// estimates: running = (1 - momentum) * running + momentum * batch, with the unbiased
-/// variance; eval mode normalises with the running estimates. Parameters "weight" (ones)
-/// and "bias" (zeros); buffers "running_mean" (zeros), "running_var" (ones) and
-/// "num_batches_tracked" (i64, shape {}). Throws InvalidArgument for another input shape, or
-/// for one value per channel in training mode.
-class BatchNorm1d : public Module {
- public:
-  explicit BatchNorm1d(int64_t numFeatures, double eps = 1e-5, double momentum = 0.1);
-  Tensor forward(const Tensor& x) override;
-  Tensor weight, bias;
-  Tensor runningMean, runningVar, numBatchesTracked;
-
- private:
-  int64_t numFeatures_;
-  double eps_, momentum_;
-};
-
 /// Lookup table [num, dim] initialised N(0, 1); forward takes integer indices.
 class Embedding : public Module {
  public:
@@ -123,13 +131,17 @@ class Embedding : public Module {
   Tensor weight;
 };
 
-/// Runs children in order; children are named "0", "1", ... as in torch.nn.Sequential.
+/// Runs children in order; children are named "0", "1", ... as in torch.nn.Sequential,
+/// or as the caller names them.
 class Sequential : public Module {
  public:
   Sequential() = default;
   Sequential(std::initializer_list<std::shared_ptr<Module>> modules);
   /// Appends a module (named by its index); returns *this for chaining.
   Sequential& add(std::shared_ptr<Module> module);
+  /// Appends a module under `name` (torch's Sequential(OrderedDict(...))), so that its
+  /// entries are "name.weight", ...; returns *this. Throws InvalidArgument for a name taken.
+  Sequential& add(const std::string& name, std::shared_ptr<Module> module);
   using Module::forward;
   Tensor forward(const Tensor& x) override;
   size_t size() const { return children().size(); }

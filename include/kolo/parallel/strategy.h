@@ -65,6 +65,12 @@ struct StrategyOptions {
   double clipNorm = 0.0;
   /// fsdp: the fewest parameters of a unit (FsdpOptions::unitMinParameters); 0: one per child.
   int64_t unitMinParameters = 0;
+  /// Synchronised batch norm (parallel::convertSyncBatchNorm) in every replica: each batch
+  /// norm's statistics are those of the step's global batch over every replica of the job
+  /// (the replica threads of mirrored and central-storage, the ranks of
+  /// multi-worker-mirrored and fsdp), so that N replicas take one device's steps on the
+  /// global batch. One-device: nothing changes.
+  bool syncBatchNorm = false;
 };
 
 /// Result of one synchronous step.
@@ -108,6 +114,17 @@ class Strategy {
   virtual optim::Optimizer& checkpointOptimizer() { return optimizer(); }
   /// Sets the learning rate of every replica's optimizer (schedules call it per step).
   virtual void setLr(double lr) { optimizer().setLr(lr); }
+  /// Gradient accumulation: from the next trainStep() on, each replica's rows are taken as
+  /// `microBatches` equal micro-batches, forward and backward one after the other, each loss
+  /// scaled by 1/microBatches, with no gradient communication until the last one's backward
+  /// (DDP's no_sync); then one update. Without batch norm this is one step on the whole
+  /// rows (to float rounding); a batch norm normalises each micro-batch with its own
+  /// statistics, as in PyTorch. trainStep() then needs rows divisible by localReplicas() x
+  /// microBatches. Throws InvalidArgument for microBatches < 1, or > 1 where the strategy
+  /// cannot accumulate (fsdp).
+  virtual void setAccumulate(int microBatches);
+  /// The micro-batches of each step (1: no accumulation).
+  int accumulate() const { return accumulate_; }
   /// After model() and checkpointOptimizer() were changed from outside (loaded from a
   /// checkpoint), makes every replica (and, for multi-worker and fsdp, every rank from rank 0)
   /// agree with them. Collective for multi-worker-mirrored and fsdp; fsdp needs gatherModel()
@@ -122,6 +139,9 @@ class Strategy {
   virtual void gatherModel() {}
   /// The reducer of replica 0 (mirrored, multi-worker-mirrored), else null: for timelines.
   virtual Reducer* reducer() { return nullptr; }
+
+ protected:
+  int accumulate_ = 1;
 };
 
 /// Builds a strategy. Throws InvalidArgument for a replica count < 1, or a missing

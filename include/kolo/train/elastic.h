@@ -72,6 +72,8 @@ class ElasticEngine : public Engine {
   ElasticEngine& operator=(const ElasticEngine&) = delete;
 
   double step(const data::Batch& batch, double lr) override;
+  /// As DataParallelEngine's, kept for every later generation.
+  void setAccumulate(int microBatches) override;
   /// train::evaluate on every member alone, over the whole `dataset` (no collective, so
   /// that a member lost meanwhile cannot fail it outside a step). Leaves the model in
   /// training mode. Blocking; local.
@@ -154,6 +156,7 @@ class ElasticEngine : public Engine {
   ElasticEngineOptions options_;
   std::unique_ptr<observe::Logger> stderrLogger_;
   std::unique_ptr<DataParallelEngine> engine_;  // the current generation's
+  int accumulate_ = 1;  // micro-batches per step of every generation
   Snapshot before_, last_;  // the states after before_.step and last_.step steps
   std::optional<int64_t> joinedAt_;
   std::chrono::milliseconds deadline_{0};  // generation 0's detection deadline, once restored

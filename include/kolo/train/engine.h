@@ -57,6 +57,12 @@ class Engine : public Stateful {
   /// with learning rate `lr`. Returns the mean loss over the global batch, the same on every
   /// rank. Blocking; collective. Throws what the model, the loss or the communication throws.
   virtual double step(const data::Batch& batch, double lr) = 0;
+  /// Gradient accumulation (FitOptions::accumulate): each later step() takes every replica's
+  /// rows as `microBatches` equal micro-batches, forward and backward one after the other,
+  /// with no gradient communication until the last (DDP's no_sync), then one update; the
+  /// same as one step on the whole batch for a model without batch norm. Default: throws
+  /// InvalidArgument naming the engine for anything but 1.
+  virtual void setAccumulate(int microBatches);
   /// The loss and accuracy of the trained weights over `dataset` (train::evaluate), the work
   /// split over the engine's ranks (options.communicator is the engine's). Leaves the model
   /// in training mode. Blocking; collective.
@@ -158,6 +164,9 @@ class DataParallelEngine : public Engine {
   /// split over the local replicas; with balancing the whole global batch, of which this
   /// rank takes its share). Returns the global mean loss. Blocking; collective.
   double step(const data::Batch& batch, double lr) override;
+  /// Every strategy but fsdp accumulates (parallel::Strategy::setAccumulate); not with
+  /// balancing (InvalidArgument).
+  void setAccumulate(int microBatches) override;
   EvaluateResult evaluate(const data::Dataset& dataset, EvaluateOptions options = {}) override;
   DataShard dataShard() const override;
   nn::Module& model() override;

@@ -36,6 +36,11 @@ struct FitOptions {
   /// The global batch: samples per optimizer step over every replica of the job. It must
   /// split evenly over the replicas (InvalidArgument otherwise).
   int64_t batch = 128;
+  /// Gradient accumulation: every replica takes its part of each global batch as this many
+  /// equal micro-batches, with no gradient communication until the last (Engine::
+  /// setAccumulate); `batch` stays the samples per optimizer step and must split evenly
+  /// over replicas x accumulate (InvalidArgument otherwise, or from an engine that cannot).
+  int accumulate = 1;
   /// Shuffle the training set each epoch (seeded by `seed`); false: file order.
   bool shuffle = true;
   uint64_t seed = 0;

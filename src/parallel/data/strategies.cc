@@ -2,6 +2,7 @@
 // reducers), MultiWorkerMirrored (one replica per rank, Reducer over the communicator) and
 // CentralStorage (replicas alias the central variables; gradients summed centrally).
 #include <cstring>
+#include <optional>
 
 #include "kolo/error.h"
 #include "kolo/ops.h"
@@ -9,6 +10,7 @@
 #include "kolo/parallel/distributed.h"
 #include "kolo/parallel/fsdp.h"
 #include "kolo/parallel/strategy.h"
+#include "kolo/parallel/sync_batch_norm.h"
 #include "parallel/data/replica_pool.h"
 
 namespace kolo::parallel {
@@ -55,6 +57,11 @@ StrategyOptions strategyOptionsFromNames(const std::string& strategy, int replic
   return options;
 }
 
+void Strategy::setAccumulate(int microBatches) {
+  KOLO_REQUIRE(microBatches >= 1, name(), ": accumulate must be at least 1 micro-batch, got ", microBatches);
+  accumulate_ = microBatches;
+}
+
 namespace {
 
 // The default LossFn: kolo::crossEntropy of model(inputs) against labels.
@@ -75,12 +82,45 @@ Tensor shard(const Tensor& t, int r, int k) {
   return t.slice(0, b * r / k, b * (r + 1) / k).contiguous();
 }
 
-void checkShardable(const Tensor& inputs, const Tensor& labels, int k, const char* who) {
+void checkShardable(const Tensor& inputs, const Tensor& labels, int k, int microBatches, const char* who) {
   KOLO_REQUIRE(inputs.defined() && labels.defined(), who, ": undefined batch");
   KOLO_REQUIRE(inputs.size(0) == labels.size(0), who, ": a batch of ", inputs.size(0),
                " inputs and ", labels.size(0), " labels");
   KOLO_REQUIRE(inputs.size(0) % k == 0, who, ": batch of ", inputs.size(0),
                " samples does not split evenly over ", k, " replicas");
+  KOLO_REQUIRE(inputs.size(0) % (k * microBatches) == 0, who, ": batch of ", inputs.size(0),
+               " samples does not split evenly over ", k, " replica(s) x ", microBatches,
+               " micro-batches of accumulation");
+}
+
+// One replica's forward and backward over its rows, in `microBatches` equal parts when it
+// accumulates: each part's mean loss is scaled by 1/microBatches before its backward, so the
+// gradients add up to those of the rows' mean loss. With a reducer, every backward but the
+// last runs in its noSync scope, and the last one carries the rows' mean loss: the gradients
+// travel once, summed, during the last backward. Returns the rows' mean loss.
+double forwardBackward(const LossFn& lossOf, nn::Module& model, const Tensor& inputs, const Tensor& labels,
+                       int microBatches, Reducer* reducer) {
+  if (microBatches == 1) {
+    if (reducer) reducer->prepareForBackward();
+    Tensor loss = lossOf(model, inputs, labels);
+    const double value = loss.item();
+    if (reducer) reducer->setLocalLoss(value);
+    backward(loss);
+    return value;
+  }
+  double sum = 0.0;
+  for (int m = 0; m < microBatches; ++m) {
+    const bool last = m + 1 == microBatches;
+    std::optional<Reducer::NoSyncGuard> local;
+    if (reducer && !last) local.emplace(*reducer);
+    if (reducer && last) reducer->prepareForBackward();
+    const Tensor loss = lossOf(model, shard(inputs, m, microBatches), shard(labels, m, microBatches));
+    sum += loss.item();
+    if (reducer && last) reducer->setLocalLoss(sum / microBatches);
+    Tensor scaled = loss * (1.0 / microBatches);
+    backward(scaled);
+  }
+  return sum / microBatches;
 }
 
 void copyTensors(const NamedTensors& from, const NamedTensors& to) {
@@ -102,15 +142,14 @@ class OneDeviceStrategy : public Strategy {
   StrategyKind kind() const override { return StrategyKind::OneDevice; }
   int localReplicas() const override { return 1; }
   StepResult trainStep(const Tensor& inputs, const Tensor& labels) override {
-    checkShardable(inputs, labels, 1, "one-device");
+    checkShardable(inputs, labels, 1, accumulate_, "one-device");
     optimizer_->zeroGrad();
-    Tensor loss = loss_(*model_, inputs, labels);
-    backward(loss);
+    const double loss = forwardBackward(loss_, *model_, inputs, labels, accumulate_, nullptr);
     {
       trace::Scope span("optimizer", "compute");
       optimizer_->step();
     }
-    return {loss.item()};
+    return {loss};
   }
   nn::Module& model() override { return *model_; }
   optim::Optimizer& optimizer() override { return *optimizer_; }
@@ -134,7 +173,10 @@ class MirroredStrategy : public Strategy {
     models_.resize(k_);
     optimizers_.resize(k_);
     reducers_.resize(k_);
-    for (int r = 0; r < k_; ++r) models_[r] = models();
+    for (int r = 0; r < k_; ++r) {
+      models_[r] = models();
+      if (options.syncBatchNorm) convertSyncBatchNorm(*models_[r], comms[r]);
+    }
     // The reducers broadcast replica 0's weights; their construction is collective.
     pool_.run([&](int r) {
       reducers_[r] = std::make_unique<Reducer>(*models_[r], comms[r], options.reducer);
@@ -144,15 +186,12 @@ class MirroredStrategy : public Strategy {
   StrategyKind kind() const override { return StrategyKind::Mirrored; }
   int localReplicas() const override { return k_; }
   StepResult trainStep(const Tensor& inputs, const Tensor& labels) override {
-    checkShardable(inputs, labels, k_, "mirrored");
+    checkShardable(inputs, labels, k_, accumulate_, "mirrored");
     pool_.run([&](int r) {
       Reducer& reducer = *reducers_[r];
       try {
         optimizers_[r]->zeroGrad();
-        reducer.prepareForBackward();
-        Tensor loss = loss_(*models_[r], shard(inputs, r, k_), shard(labels, r, k_));
-        reducer.setLocalLoss(loss.item());
-        loss.backward();
+        forwardBackward(loss_, *models_[r], shard(inputs, r, k_), shard(labels, r, k_), accumulate_, &reducer);
         reducer.finalize();
         optimizers_[r]->step();
       } catch (const std::exception& e) {
@@ -192,6 +231,7 @@ class MultiWorkerMirroredStrategy : public Strategy {
   MultiWorkerMirroredStrategy(const StrategyOptions& options, ModelFactory models,
                               OptimizerFactory optimizers, LossFn loss)
       : comm_(options.communicator), model_(models()), loss_(std::move(loss)) {
+    if (options.syncBatchNorm) convertSyncBatchNorm(*model_, comm_);
     reducer_ = std::make_unique<Reducer>(*model_, comm_, options.reducer);
     optimizer_ = optimizers(model_->namedParameters());
   }
@@ -200,12 +240,9 @@ class MultiWorkerMirroredStrategy : public Strategy {
   int dataRank() const override { return comm_->rank(); }
   int dataWorldSize() const override { return comm_->size(); }
   StepResult trainStep(const Tensor& inputs, const Tensor& labels) override {
-    checkShardable(inputs, labels, 1, "multi-worker-mirrored");
+    checkShardable(inputs, labels, 1, accumulate_, "multi-worker-mirrored");
     optimizer_->zeroGrad();
-    reducer_->prepareForBackward();
-    Tensor loss = loss_(*model_, inputs, labels);
-    reducer_->setLocalLoss(loss.item());
-    backward(loss);
+    forwardBackward(loss_, *model_, inputs, labels, accumulate_, reducer_.get());
     reducer_->step(*optimizer_);
     return {reducer_->globalLoss()};
   }
@@ -257,19 +294,23 @@ class CentralStorageStrategy : public Strategy {
       }
       replicas_.push_back(std::move(replica));
     }
+    if (options.syncBatchNorm) {
+      // The replicas' threads sum their batch norms' statistics in a group of their own.
+      const auto group = makeReplicaGroup(k_);
+      for (int r = 0; r < k_; ++r) convertSyncBatchNorm(*replicas_[r], group[r]);
+    }
     losses_.assign(k_, 0.0);
   }
   StrategyKind kind() const override { return StrategyKind::CentralStorage; }
   int localReplicas() const override { return k_; }
   StepResult trainStep(const Tensor& inputs, const Tensor& labels) override {
-    checkShardable(inputs, labels, k_, "central-storage");
+    checkShardable(inputs, labels, k_, accumulate_, "central-storage");
     const NamedTensors centralBuffers = central_->namedBuffers();
     for (auto& replica : replicas_) copyTensors(centralBuffers, replica->namedBuffers());
     pool_.run([&](int r) {
       replicas_[r]->zeroGrad();
-      Tensor loss = loss_(*replicas_[r], shard(inputs, r, k_), shard(labels, r, k_));
-      loss.backward();
-      losses_[r] = loss.item();
+      losses_[r] = forwardBackward(loss_, *replicas_[r], shard(inputs, r, k_), shard(labels, r, k_), accumulate_,
+                                   nullptr);
     });
     // Reduce into the central gradients: sum over replicas in order, then average.
     const NamedTensors central = central_->namedParameters();
@@ -346,6 +387,12 @@ std::unique_ptr<Strategy> makeStrategy(const StrategyOptions& options, ModelFact
       return std::make_unique<CentralStorageStrategy>(options, std::move(modelFactory),
                                                       std::move(optimizerFactory), std::move(loss));
     case StrategyKind::FullyShardedDataParallel:
+      if (options.syncBatchNorm)
+        modelFactory = [models = std::move(modelFactory), comm = options.communicator] {
+          std::shared_ptr<nn::Module> model = models();
+          convertSyncBatchNorm(*model, comm);
+          return model;
+        };
       return makeFsdpStrategy(options.communicator,
                               {.shard = options.shard,
                                .collective = options.reducer.collective,

@@ -64,6 +64,12 @@ class FsdpStrategy : public Strategy {
   int localReplicas() const override { return 1; }
   int dataRank() const override { return world_->rank(); }
   int dataWorldSize() const override { return world_->size(); }
+  // Each unit's gradients are reduce-scattered as soon as backward finishes them, and the
+  // whole ones freed: there is no local sum to accumulate into.
+  void setAccumulate(int microBatches) override {
+    KOLO_REQUIRE(microBatches == 1, "fsdp does not accumulate gradients over micro-batches (accumulate ",
+                 microBatches, "): use a larger batch, or multi-worker-mirrored");
+  }
 
   StepResult trainStep(const Tensor& inputs, const Tensor& labels) override {
     KOLO_REQUIRE(inputs.defined() && labels.defined(), "fsdp: undefined batch");
