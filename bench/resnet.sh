@@ -5,7 +5,10 @@
 #     with --sync-bn against one PyTorch process on the global batch; 2 ranks without it
 #     against the same (each rank then normalises with its own half: it is expected to
 #     differ). Each line gives the worst relative difference over every state entry, running
-#     statistics included (max |kolo - torch| / max |torch| per tensor).
+#     statistics included (max |kolo - torch| / max |torch| per tensor); and, as the floor
+#     of what f32 can agree to here, PyTorch f32 and kolo one device against PyTorch in f64
+#     (a batch norm's bias is a sum of its output gradient, which nearly cancels: its f32
+#     rounding grows over the steps in any implementation).
 #  2. Step time on one thread at batch 128 (bench/train_step.sh resnet).
 #  3. 2-rank samples/s against PyTorch DDP with SyncBatchNorm over gloo
 #     (bench/ddp_vs_torch.sh with MODELS=resnet RANKS=2 SYNC_BN=1).
@@ -34,6 +37,8 @@ for part in $parts; do
       /usr/bin/python3 "$peer" init "$tmp/init.safetensors"
       # shellcheck disable=SC2086
       /usr/bin/python3 "$peer" steps --init "$tmp/init.safetensors" --out "$tmp/torch.safetensors" $steps
+      # shellcheck disable=SC2086
+      /usr/bin/python3 "$peer" steps --init "$tmp/init.safetensors" --out "$tmp/torch64.safetensors" $steps --double
       kolo_steps "" "$tmp/one.safetensors"
       kolo_steps "--workers 2 --sync-bn" "$tmp/sync.safetensors"
       kolo_steps "--workers 2" "$tmp/local.safetensors"
@@ -45,6 +50,10 @@ for part in $parts; do
         esac
         echo "$what: $(/usr/bin/python3 "$peer" compare "$tmp/$run.safetensors" "$tmp/torch.safetensors")"
       done
+      compare() { /usr/bin/python3 "$peer" compare "$tmp/$1.safetensors" "$tmp/$2.safetensors"; }
+      echo "kolo 2 ranks --sync-bn vs kolo one device:    $(compare sync one)"
+      echo "PyTorch f32 vs PyTorch f64:                   $(compare torch torch64)"
+      echo "kolo one device vs PyTorch f64:               $(compare one torch64)"
       ;;
     2) "$here/train_step.sh" "$build" resnet ;;
     3) MODELS=resnet RANKS=2 SYNC_BN=1 "$here/ddp_vs_torch.sh" "$build" ;;

@@ -6,10 +6,11 @@ torch_ddp_fmnist.py, which build this model):
 
   init OUT.safetensors [--seed S]        the initial state (weights and buffers) after
                                          torch.manual_seed(S), for kolo train --init
-  steps --init F --out OUT [--steps N --batch B --lr LR --momentum M --ranks R --sync-bn]
-                                         N SGD steps in file order from F on the first N*B
+  steps --init F --out OUT [--steps N --batch B --lr LR --momentum M --ranks R --sync-bn
+        --double]                        N SGD steps in file order from F on the first N*B
                                          training images (one process, or R DDP ranks over
-                                         gloo, each its B/R rows), the final state to OUT
+                                         gloo, each its B/R rows; --double: in f64), the final
+                                         state to OUT
   compare A B                            the worst relative difference of two state files
                                          (max |a - b| / max |b| per tensor), and its tensor
 
@@ -146,6 +147,8 @@ def cmd_steps(args):
     model = ResNet()
     model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in load_state(args.init).items()})
     x, y = first_rows(args.steps * args.batch)
+    if args.double:  # the reference both f32 runs round away from
+        model, x = model.double(), x.double()
     train_steps(model, x, y, args)
     save_state(args.out, model.state_dict())
 
@@ -177,6 +180,7 @@ def main():
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--ranks", type=int, default=1)
     p.add_argument("--sync-bn", action="store_true")
+    p.add_argument("--double", action="store_true", help="in f64 (one process)")
     p = sub.add_parser("compare")
     p.add_argument("a")
     p.add_argument("b")
