@@ -155,6 +155,18 @@ RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger) {
     // --seed, normalised per channel with the training folder's statistics.
     data::ImageFolderOptions options;
     options.threads = 2;
+    if (!config.imageSize.empty()) {
+      // "N" or "HxW".
+      const size_t x = config.imageSize.find('x');
+      try {
+        options.height = std::stoll(config.imageSize.substr(0, x));
+        options.width = x == std::string::npos ? options.height : std::stoll(config.imageSize.substr(x + 1));
+      } catch (const std::exception&) {
+        options.height = 0;
+      }
+      KOLO_REQUIRE(options.height > 0 && options.width > 0 && options.height <= 8192 && options.width <= 8192,
+                   "--image-size ", config.imageSize, ": expected N or HxW, each in [1, 8192]");
+    }
     const auto plain = std::make_shared<data::ImageFolder>(config.dataDir, options);
     channelStatistics(*plain, options.mean, options.stddev);
     options.classNames = plain->classNames();
@@ -172,7 +184,8 @@ RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger) {
       options.channels = plain->channels();
       test = std::make_shared<data::ImageFolder>(config.testData, options);
     } else {
-      test = plain;  // (the held-out part below is taken from the images without augmentation)
+      // The held-out part below is taken from the same images, normalised, without augmentation.
+      test = std::make_shared<data::ImageFolder>(config.dataDir, options);
     }
   } else if (kind == Kind::Shards) {
     const std::shared_ptr<data::ShardedDataset> shards = data::openShards(config.dataDir, config.labelColumn);

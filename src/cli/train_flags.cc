@@ -201,6 +201,9 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
       "--no-augment", [&c] { c.augment = false; },
       "train on an image folder's images as they are (default: a random crop with 4 pixels of padding and a "
       "horizontal flip per image and epoch, drawn from --seed)");
+  r.option("--image-size", c.imageSize,
+           "resize an image folder's images to N x N or H x W (bilinear), e.g. 32 or 64x48 (default: every image "
+           "must have the first one's size)");
   r.option("--token-dtype", c.tokenType, "--data is a token file of little-endian u8, u16 or u32 tokens (nanoGPT's "
            "train.bin: u16)", kLm)
       ->check(oneOf({"u8", "u16", "u32"}));

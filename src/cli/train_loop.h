@@ -64,6 +64,7 @@ struct TrainConfig {
   std::string labelColumn = "label";
   bool standardize = true;
   bool augment = true;    // an image folder's training augmentations
+  std::string imageSize;  // "" : every image the first one's size; "N" or "HxW": resized to it
   std::string tokenType;  // "" : --data is a text, read as bytes
   int64_t vocab = 0;      // a token file's vocabulary (0: its largest token + 1)
   /// Set once the data is read: the built-in models' sizes, and the training split's

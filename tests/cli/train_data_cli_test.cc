@@ -1,11 +1,13 @@
 // `kolo train` on data files: a CSV table with string classes trains an mlp as wide as its
 // features with as many outputs as its classes, its standardisation saved with the weights; a
 // u16 token file of a text's bytes trains exactly as --data TEXT (the same losses); a bad row
-// ends the run with the input-file exit code and the file:line.
+// ends the run with the input-file exit code and the file:line; an image folder of mixed sizes,
+// resized, trains the cnn and tests it on held-out images normalised as the training ones.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -93,6 +95,28 @@ TEST_F(TrainDataCliTest, AU16TokenFileOfATextsBytesTrainsAsTheText) {
   ASSERT_FALSE(line.empty()) << fromText.output;
   // The same losses to the last digit (the wall time differs).
   EXPECT_EQ(line.substr(0, line.find(" steps")), lineStarting(fromTokens.output, "train_loss").substr(0, line.find(" steps")));
+}
+
+TEST_F(TrainDataCliTest, AnImageFolderOfMixedSizesTrainsTheCnnOnHeldOutImages) {
+  // Two classes told apart by brightness, JPEGs of 18 to 29 pixels a side written by PIL.
+  const std::string script = file("make.py");
+  std::ofstream(script) << "import os, numpy as np\nfrom PIL import Image\nrng = np.random.default_rng(0)\n"
+                           "for c, level in (('dark', 40), ('light', 200)):\n"
+                           "    os.makedirs('" + file("images") + "/' + c)\n"
+                           "    for i in range(30):\n"
+                           "        h, w = rng.integers(18, 30, 2)\n"
+                           "        a = level + rng.integers(0, 40, (h, w, 3))\n"
+                           "        Image.fromarray(a.astype(np.uint8)).save('" + file("images") + "/%s/%d.jpg' % (c, i))\n";
+  if (std::system(("/usr/bin/python3 " + script + " 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "/usr/bin/python3 with numpy and PIL is needed to write the images";
+  const RunResult run = runKolo("train --data " + file("images") +
+                                " --model cnn --image-size 16 --epochs 3 --batch 8 --no-progress");
+  ASSERT_EQ(run.exitCode, 0) << run.output;
+  EXPECT_NE(run.output.find("labels=dark=0,light=1"), std::string::npos) << run.output;
+  double accuracy = 0.0;
+  ASSERT_EQ(std::sscanf(lineStarting(run.output, "test_accuracy").c_str(), "test_accuracy %lf", &accuracy), 1)
+      << run.output;
+  EXPECT_EQ(accuracy, 1.0) << run.output;
 }
 
 TEST_F(TrainDataCliTest, ABadRowIsAnInputFileErrorNamingFileAndLine) {
