@@ -40,8 +40,11 @@ Tensor CausalSelfAttention::forwardInputs(const std::vector<Tensor>& inputs) {
 Tensor CausalSelfAttention::forward(const Tensor& x, const Tensor& mask) {
   KOLO_REQUIRE(x.dim() == 3 && x.shape()[2] == embedDim_, "CausalSelfAttention: input ", shapeString(x.shape()),
                " is not (B, T, ", embedDim_, ")");
-  const int64_t b = x.shape()[0], t = x.shape()[1], c = embedDim_, h = numHeads_, hd = c / h;
   Tensor qkv = (*qkv_)(x);  // (B, T, 3C); the children through operator(), so their hooks fire
+  // The heads this module computes follow from qkv's width at the fixed head size: all of
+  // them, or a tensor-parallel rank's share when qkv is split by heads (then C/T below).
+  const int64_t hd = embedDim_ / numHeads_, h = qkv.shape()[2] / (3 * hd), c = h * hd;
+  const int64_t b = x.shape()[0], t = x.shape()[1];
   // The causal path alone is one fused op; a further mask goes through the separate ops.
   if (!mask.defined()) return (*proj_)(causalAttention(qkv, h));  // (B, T, C)
   auto head = [&](int64_t i) {    // (B, H, T, hd)
@@ -83,9 +86,14 @@ Tensor TransformerBlock::forward(const Tensor& x, const Tensor& mask) {
   // do); mlp.0 and the GELU as one op (bias and activation in one pass), then mlp.2.
   const Tensor normed = (*ln1_)(x);
   Tensor h = x + (mask.defined() ? (*attn_)(normed, mask) : (*attn_)(normed));
-  const auto& fc1 = static_cast<const Linear&>(*mlp_->children()[0].second);
+  Module& fc1 = *mlp_->children()[0].second;
+  Module& gelu = *mlp_->children()[1].second;
   Module& fc2 = *mlp_->children()[2].second;
-  return h + fc2(linearGelu((*ln2_)(h), fc1.weight, fc1.bias));
+  // A hook or transform on mlp.0 or the GELU (a tensor-parallel plan's) must see its call:
+  // then the separate ops, through operator().
+  if (fc1.hasHooks() || gelu.hasHooks() || mlp_->hasHooks()) return h + (*mlp_)((*ln2_)(h));
+  const auto& linear = static_cast<const Linear&>(fc1);
+  return h + fc2(linearGelu((*ln2_)(h), linear.weight, linear.bias));
 }
 
 }  // namespace kolo::nn

@@ -25,7 +25,9 @@ Tensor TokenPositionEmbedding::forward(const Tensor& ids) {
   std::vector<int64_t> positions(static_cast<size_t>(t));
   for (int64_t i = 0; i < t; ++i) positions[static_cast<size_t>(i)] = i;
   const Tensor where = Tensor::fromVector({t}, positions);
-  return tok_->forward(ids) + pos_->forward(where);  // (B, T, C) + (T, C)
+  // The children through operator(), so that their hooks and transforms apply (a
+  // vocabulary-parallel token table's, say).
+  return (*tok_)(ids) + (*pos_)(where);  // (B, T, C) + (T, C)
 }
 
 std::shared_ptr<Sequential> makeLanguageModel(const LanguageModelConfig& config, Generator& gen) {

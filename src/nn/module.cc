@@ -47,7 +47,38 @@ int Module::addOutputGradHook(OutputGradHook hook) {
 
 void Module::removeOutputGradHook(int id) { outputGradHooks_.erase(id); }
 
+int Module::addInputTransform(InputTransform transform) {
+  KOLO_REQUIRE(transform != nullptr, "addInputTransform with an empty function");
+  const int id = nextHookId_++;
+  inputTransforms_.emplace(id, std::move(transform));
+  return id;
+}
+
+void Module::removeInputTransform(int id) { inputTransforms_.erase(id); }
+
+int Module::addOutputTransform(OutputTransform transform) {
+  KOLO_REQUIRE(transform != nullptr, "addOutputTransform with an empty function");
+  const int id = nextHookId_++;
+  outputTransforms_.emplace(id, std::move(transform));
+  return id;
+}
+
+void Module::removeOutputTransform(int id) { outputTransforms_.erase(id); }
+
+bool Module::hasHooks() const {
+  return !forwardPreHooks_.empty() || !forwardHooks_.empty() || !outputGradHooks_.empty() ||
+         !inputTransforms_.empty() || !outputTransforms_.empty();
+}
+
+Tensor Module::transformInput(const Tensor& x) {
+  if (inputTransforms_.empty()) return x;
+  Tensor input = x;
+  for (auto& [id, transform] : inputTransforms_) input = transform(*this, input);
+  return input;
+}
+
 Tensor Module::afterForward(Tensor output) {
+  for (auto& [id, transform] : outputTransforms_) output = transform(*this, output);
   for (auto& [id, hook] : forwardHooks_) hook(*this, output);
   if (outputGradHooks_.empty() || !output.requiresGrad() || !autograd::isGradEnabled())
     return output;

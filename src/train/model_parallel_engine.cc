@@ -117,19 +117,40 @@ ModelParallelEngine::ModelParallelEngine(SequentialFactory model,
   parallel::StageLossFn loss = options_.loss;
   if (!loss) loss = [](const Tensor& out, const Tensor& y) { return crossEntropy(out, y); };
   if (shape.tp > 1) {
-    // Stages are cut from the tensor-parallel model, whose loss takes logits split by
-    // vocabulary.
-    tensorModel_ = std::make_shared<parallel::TensorParallelModel>(
-        *local, groups_.tensor, parallel::TensorParallelOptions{.sequenceParallel = options_.sequenceParallel});
+    // The model is split in place by the plan (checked over every stage first); stages are
+    // cut from it, and its loss takes logits split by vocabulary.
+    parallel::TensorParallelPlan plan = options_.plan ? *options_.plan : parallel::defaultPlan(*local);
+    plan.sequenceParallel = plan.sequenceParallel || options_.sequenceParallel;
+    tensorModel_ = std::make_shared<parallel::TensorParallelModel>(local, groups_.tensor, std::move(plan),
+                                                                   groups_.pipeline.get());
     loss = [tp = tensorModel_](const Tensor& out, const Tensor& y) { return tp->loss(out, y); };
   }
-  const nn::Sequential& cut = tensorModel_ ? static_cast<const nn::Sequential&>(*tensorModel_) : *local;
   stage_ = std::make_unique<parallel::PipelineStage>(
-      groups_.pipeline, cut, std::move(splits),
+      groups_.pipeline, *local, std::move(splits),
       parallel::PipelineOptions{.microBatches = options_.microBatches,
                                 .schedule = options_.schedule,
                                 .recompute = options_.recompute},
       std::move(loss), optimizer);
+  countParameters();
+}
+
+void ModelParallelEngine::countParameters() {
+  // The whole model's count: each stage's parameters, a split one T times, summed over the
+  // stages; and every rank's own count, for the start line.
+  double whole = 0.0;
+  const auto* specs = tensorModel_ ? &tensorModel_->shardSpecs() : nullptr;
+  for (const auto& [name, t] : stage_->module().namedParameters()) {
+    const bool split = specs && specs->count(name) && specs->at(name).dim >= 0;
+    whole += static_cast<double>(t.numel()) * (split ? options_.mesh.tp : 1);
+  }
+  if (groups_.pipeline)
+    groups_.pipeline->allreduce(&whole, &whole, 1, DType::F64, comm::ReduceOp::Sum);
+  modelParameters_ = static_cast<int64_t>(whole);
+  const std::shared_ptr<comm::Communicator>& world = options_.communicator;
+  const double mine = static_cast<double>(parameterCount());
+  std::vector<double> all(static_cast<size_t>(world ? world->size() : 1), mine);
+  if (world && world->size() > 1) world->allgather(&mine, all.data(), 1, DType::F64);
+  rankParameters_.assign(all.begin(), all.end());
 }
 
 ModelParallelEngine::~ModelParallelEngine() = default;
@@ -148,16 +169,19 @@ double ModelParallelEngine::step(const data::Batch& batch, double lr) {
   wholeCurrent_ = false;
   stage_->optimizer().setLr(lr);
   comm::Communicator* data = groups_.data.get();
-  if (!data) {
+  const bool sequenceParallel = tensorModel_ && tensorModel_->plan().sequenceParallel;
+  if (!data && !sequenceParallel) {
     lastStats_ = stage_->trainStep(batch.inputs, batch.labels);
     return lastStats_.loss;
   }
-  // A replica of a hybrid: its gradients are averaged with the same part of the others.
+  // A replica of a hybrid: its gradients are averaged with the same part of the others (the
+  // sequence-parallel norms' first summed over the tensor ranks' tokens).
   const auto start = std::chrono::steady_clock::now();
   stage_->optimizer().zeroGrad();
   parallel::PipelineStepStats stats = stage_->forwardBackward(batch.inputs, batch.labels);
   const auto update = std::chrono::steady_clock::now();
-  parallel::averageGradients(stage_->module(), *data);
+  if (tensorModel_) tensorModel_->synchronizeGradients();
+  if (data) parallel::averageGradients(stage_->module(), *data);
   stage_->optimizer().step();
   stats.loss = meanOverReplicas(stats.loss, data);
   const auto end = std::chrono::steady_clock::now();
@@ -284,7 +308,21 @@ observe::Fields ModelParallelEngine::describe() const {
     std::snprintf(one, sizeof(one), "%s%.2f", costs.empty() ? "" : " ", 1000.0 * c);
     costs += one;
   }
+  std::string byRank;
+  for (const int64_t n : rankParameters_) {
+    if (!byRank.empty()) byRank += ' ';
+    byRank += std::to_string(n);
+  }
+  std::snprintf(one, sizeof(one), "%.4f",
+                modelParameters_ > 0 ? static_cast<double>(parameterCount()) / static_cast<double>(modelParameters_) : 1.0);
+  std::string split;
+  if (tensorModel_) split = std::to_string(tensorModel_->splitModules().size()) + " modules split";
   return {{"rank_parameters", parameterCount()},
+          {"model_parameters", modelParameters_},
+          {"rank_share", std::string(one)},
+          {"parameters_by_rank", byRank},
+          {"tp_plan", tensorModel_ ? tensorModel_->plan().name : std::string("none")},
+          {"tp_split", split},
           {"dp", options_.mesh.dp},
           {"stages", options_.mesh.pp},
           {"tp", options_.mesh.tp},

@@ -185,9 +185,9 @@ TEST(Module, MaxRelativeDifferenceOfTwoModules) {
 }
 
 // A block's children run through operator(), as a PyTorch module's submodule calls do: the
-// forward hooks on ln1, attn (after its qkv and proj), ln2 and mlp.2 fire once per forward, in
-// that order, each with the child's (B, T, .) output; mlp.0 and the GELU run as one op, so
-// theirs (and mlp's) do not.
+// forward hooks on ln1, attn (after its qkv and proj), ln2 and the mlp's children fire once per
+// forward, in that order, each with the child's (B, T, .) output. (mlp.0 and the GELU run as
+// one op only while neither they nor the mlp has a hook.)
 TEST(Attention, TransformerBlockFiresItsChildrensHooks) {
   Generator gen(4);
   nn::TransformerBlock block(8, 2, gen);
@@ -201,7 +201,8 @@ TEST(Attention, TransformerBlockFiresItsChildrensHooks) {
   }
   const Tensor x = Tensor::randn({2, 5, 8}, gen);
   block(x);
-  const std::vector<std::string> order = {"ln1", "attn.qkv", "attn.proj", "attn", "ln2", "mlp.2"};
+  const std::vector<std::string> order = {"ln1",   "attn.qkv", "attn.proj", "attn", "ln2",
+                                          "mlp.0", "mlp.1",    "mlp.2",     "mlp"};
   EXPECT_EQ(fired, order);
   fired.clear();
   block(x, Tensor::ones({5, 5}));

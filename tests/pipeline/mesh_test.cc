@@ -79,10 +79,11 @@ PipeResult hybrid(const MeshShape& shape, bool sequenceParallel = false) {
     std::map<std::string, ShardSpec> specs;
     std::shared_ptr<TensorParallelModel> tp;
     if (shape.tp > 1) {
-      tp = std::make_shared<TensorParallelModel>(
-          *model, mesh.tensor, TensorParallelOptions{.sequenceParallel = sequenceParallel});
+      TensorParallelPlan plan = defaultPlan(*model);
+      plan.sequenceParallel = sequenceParallel;
+      tp = std::make_shared<TensorParallelModel>(model, mesh.tensor, plan,
+                                                 shape.pp > 1 ? mesh.pipeline.get() : nullptr);
       specs = tp->shardSpecs();
-      model = tp;
     }
     const nn::Module* trained = model.get();
     std::unique_ptr<PipelineStage> stage;
@@ -98,20 +99,22 @@ PipeResult hybrid(const MeshShape& shape, bool sequenceParallel = false) {
         stage->optimizer().zeroGrad();
         const PipelineStepStats stats = stage->forwardBackward(share(x, mesh.replica, shape.dp),
                                                                share(y, mesh.replica, shape.dp));
+        if (tp) tp->synchronizeGradients();
         averageGradients(stage->module(), *mesh.data);
         stage->optimizer().step();
         record(stats.loss);
       }
       trained = &stage->module();
     } else {
-      auto optimizer = pipeOptimizer(tp->namedParameters());
+      auto optimizer = pipeOptimizer(tp->module().namedParameters());
       for (int s = 0; s < kSteps; ++s) {
         auto [x, y] = pipeBatch("lm", s);
         optimizer->zeroGrad();
         Tensor l = tp->loss(tp->forward(share(x, mesh.replica, shape.dp)),
                             share(y, mesh.replica, shape.dp));
         l.backward();
-        averageGradients(*tp, *mesh.data);
+        tp->synchronizeGradients();
+        averageGradients(tp->module(), *mesh.data);
         optimizer->step();
         record(l.item());
       }

@@ -30,6 +30,20 @@ std::shared_ptr<nn::Sequential> tpModel(const std::string& model) {
       {.vocab = 24, .layers = 2, .dModel = 16, .heads = 4, .seqLen = kSpTokens}, gen);
 }
 
+// The default plan of kolo's own blocks, sequence-parallel or not.
+TensorParallelPlan planOf(const nn::Module& model, bool sequenceParallel = false) {
+  TensorParallelPlan plan = defaultPlan(model);
+  plan.sequenceParallel = sequenceParallel;
+  return plan;
+}
+
+std::shared_ptr<TensorParallelModel> split(std::shared_ptr<nn::Sequential> model,
+                                           std::shared_ptr<comm::Communicator> comm,
+                                           bool sequenceParallel = false) {
+  const TensorParallelPlan plan = planOf(*model, sequenceParallel);
+  return std::make_shared<TensorParallelModel>(std::move(model), std::move(comm), plan);
+}
+
 PipeResult trainTp(const std::string& model, int parts, int steps, bool sequenceParallel = false) {
   const int64_t tokens = sequenceParallel ? kSpTokens : 6;
   PipeResult result;
@@ -38,13 +52,15 @@ PipeResult trainTp(const std::string& model, int parts, int steps, bool sequence
   auto whole = tpModel(model);
   runThreads(parts, [&](int rank) {
     auto comm = commFor(rank);
-    TensorParallelModel tp(*tpModel(model), comm, {.sequenceParallel = sequenceParallel});
-    auto optimizer = pipeOptimizer(tp.namedParameters());
+    const auto held = split(tpModel(model), comm, sequenceParallel);
+    TensorParallelModel& tp = *held;
+    auto optimizer = pipeOptimizer(tp.module().namedParameters());
     for (int s = 0; s < steps; ++s) {
       auto [x, y] = pipeBatch(model, s, tokens);
       optimizer->zeroGrad();
       Tensor l = tp.loss(tp.forward(x), y);
       l.backward();
+      tp.synchronizeGradients();
       optimizer->step();
       losses[static_cast<size_t>(rank)].push_back(l.item());
     }
@@ -105,10 +121,11 @@ TEST(TensorParallelLayers, EmbeddingAndHeadAreSplitByVocabulary) {
   auto commFor = nativeRanks(2);
   const auto whole = tpModel("lm");
   runThreads(2, [&](int rank) {
-    TensorParallelModel tp(*tpModel("lm"), commFor(rank));
+    const auto held = split(tpModel("lm"), commFor(rank));
+    TensorParallelModel& tp = *held;
     EXPECT_TRUE(tp.outputSplitByVocabulary());
     std::map<std::string, Shape> shapes;
-    for (const auto& [name, t] : tp.namedParameters()) shapes[name] = t.shape();
+    for (const auto& [name, t] : tp.module().namedParameters()) shapes[name] = t.shape();
     EXPECT_EQ(shapes.at("0.tok.weight"), (Shape{12, 16}));
     EXPECT_EQ(shapes.at("0.pos.weight"), (Shape{kSpTokens, 16}));
     EXPECT_EQ(shapes.at("4.weight"), (Shape{12, 16}));  // the head: 24 classes over 2 ranks
@@ -153,8 +170,9 @@ TEST(TensorParallelLayers, ABlocksChildrenFireTheirHooks) {
   auto commFor = nativeRanks(2);
   std::vector<std::vector<std::string>> fired(2);
   runThreads(2, [&](int rank) {
-    TensorParallelModel tp(*tpModel("lm"), commFor(rank), {});
-    for (auto& [name, module] : tp.namedModules()) {
+    const auto held = split(tpModel("lm"), commFor(rank));
+    TensorParallelModel& tp = *held;
+    for (auto& [name, module] : tp.module().namedModules()) {
       if (name.rfind("1.", 0) != 0) continue;  // the children of block "1"
       module->addForwardHook(
           [&fired, rank, name](nn::Module&, const Tensor&) { fired[static_cast<size_t>(rank)].push_back(name); });
@@ -187,7 +205,7 @@ TEST(TensorParallelShards, HeadsThatDoNotDivideAreNamed) {
   runThreads(3, [&](int rank) {
     auto comm = commFor(rank);
     try {
-      TensorParallelModel tp(*tpModel("lm"), comm);
+      split(tpModel("lm"), comm);
       ADD_FAILURE() << "4 heads were split over 3 ranks";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("4 attention heads cannot be split over 3 ranks"), std::string::npos)
@@ -195,13 +213,14 @@ TEST(TensorParallelShards, HeadsThatDoNotDivideAreNamed) {
     }
   });
   // A vocabulary of 24 over 5 ranks; a sequence of 6 tokens over 4 ranks.
-  Generator gen(1);
-  const auto odd =
-      nn::makeLanguageModel({.vocab = 24, .layers = 1, .dModel = 20, .heads = 5, .seqLen = 6}, gen);
+  auto odd = [] {
+    Generator gen(1);
+    return nn::makeLanguageModel({.vocab = 24, .layers = 1, .dModel = 20, .heads = 5, .seqLen = 6}, gen);
+  };
   auto five = nativeRanks(5);
   runThreads(5, [&](int rank) {
     try {
-      TensorParallelModel tp(*odd, five(rank));
+      split(odd(), five(rank));
       ADD_FAILURE() << "a vocabulary of 24 was split over 5 ranks";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("vocabulary of 24 tokens cannot be split over 5 ranks"),
@@ -211,7 +230,8 @@ TEST(TensorParallelShards, HeadsThatDoNotDivideAreNamed) {
   });
   auto four = nativeRanks(4);
   runThreads(4, [&](int rank) {
-    TensorParallelModel tp(*tpModel("lm"), four(rank), {.sequenceParallel = true});
+    const auto held = split(tpModel("lm"), four(rank), true);
+    TensorParallelModel& tp = *held;
     auto [x, y] = pipeBatch("lm", 0, 6);
     try {
       tp.forward(x);

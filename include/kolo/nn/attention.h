@@ -8,6 +8,9 @@ namespace kolo::nn {
 
 /// Multi-head attention where position t attends to positions <= t. Parameters:
 /// "qkv" Linear(C, 3C) and "proj" Linear(C, C), called through operator() (their hooks fire).
+/// The head size C/numHeads is fixed and the heads computed follow from qkv's output width,
+/// so a tensor-parallel plan that splits qkv by heads (q, k and v blocks each) and proj by
+/// its input features makes each rank compute its share of the heads (parallel::attentionHeads).
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(int64_t embedDim, int64_t numHeads, Generator& gen);
@@ -35,9 +38,9 @@ class CausalSelfAttention : public Module {
 
 /// x + attn(ln1(x)), then + mlp(ln2(.)) with mlp = Linear(C, hidden) - GELU - Linear(hidden, C)
 /// (hidden defaults to 4C). Children: "ln1", "attn", "ln2", "mlp" ("mlp.0", "mlp.2"); forward
-/// calls them through operator(), so their hooks fire, except that it runs mlp.0 and the GELU
-/// as one op (linearGelu): hooks on "mlp", "mlp.0" and "mlp.1" do not fire (those on the
-/// block, "ln1", "attn", "ln2" and "mlp.2" do).
+/// calls them through operator(), so their hooks fire. It runs mlp.0 and the GELU as one op
+/// (linearGelu) while "mlp", "mlp.0" and "mlp.1" have no hooks or transforms (Module::hasHooks),
+/// and the mlp through operator() when they do.
 class TransformerBlock : public Module {
  public:
   TransformerBlock(int64_t embedDim, int64_t numHeads, Generator& gen, int64_t hidden = -1);

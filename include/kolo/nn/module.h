@@ -37,14 +37,14 @@ class Module {
   /// __call__, they do not fire when forward() is called directly.
   Tensor operator()(const Tensor& x) {
     beforeForward();
-    return afterForward(forward(x));
+    return afterForward(forward(transformInput(x)));
   }
   /// model(x, mask, ...): forward({x, mask, ...}), then the hooks.
   template <class... More>
     requires(sizeof...(More) > 0 && (std::convertible_to<const More&, const Tensor&> && ...))
   Tensor operator()(const Tensor& x, const More&... more) {
     beforeForward();
-    return afterForward(forwardInputs(std::vector<Tensor>{x, more...}));
+    return afterForward(forwardInputs(std::vector<Tensor>{transformInput(x), more...}));
   }
 
   /// Called with the module before each forward reached through operator().
@@ -69,6 +69,24 @@ class Module {
   /// removeOutputGradHook. Hooks present at forward time are the ones that fire.
   int addOutputGradHook(OutputGradHook hook);
   void removeOutputGradHook(int id);
+  /// Replaces the (first) input of each forward reached through operator(), after the
+  /// forward pre-hooks: forward sees transform(module, x). What PyTorch's forward pre-hooks
+  /// do when they return a value; tensor parallelism enters its regions this way (an
+  /// all-reduce of the input's gradient backward, say). Transforms run in registration
+  /// order. Returns an id for removeInputTransform.
+  using InputTransform = std::function<Tensor(Module& module, const Tensor& input)>;
+  int addInputTransform(InputTransform transform);
+  void removeInputTransform(int id);
+  /// Replaces the output of each forward reached through operator(), before the forward
+  /// hooks see it (PyTorch's forward hooks that return a value; tensor parallelism leaves
+  /// its regions this way). Registration order. Returns an id for removeOutputTransform.
+  using OutputTransform = std::function<Tensor(Module& module, const Tensor& output)>;
+  int addOutputTransform(OutputTransform transform);
+  void removeOutputTransform(int id);
+  /// Whether any hook or transform is registered on this module: a parent that would run
+  /// it by a fused path of its own (TransformerBlock's mlp) calls it through operator()
+  /// then.
+  bool hasHooks() const;
   /// Every module of the tree, this one first (named ""), then its children depth first in
   /// registration order, named as in namedParameters() ("0", "attn.qkv").
   std::vector<std::pair<std::string, Module*>> namedModules();
@@ -131,7 +149,9 @@ class Module {
   void addChild(const std::string& name, std::shared_ptr<Module> module);
   /// Runs the forward pre-hooks.
   void beforeForward();
-  /// Runs the forward hooks on `output` and, when there are output-gradient hooks and
+  /// x through the input transforms.
+  Tensor transformInput(const Tensor& x);
+  /// Runs the output transforms, then the forward hooks on `output` and, when there are output-gradient hooks and
   /// autograd records, returns it through their identity node; otherwise returns it.
   Tensor afterForward(Tensor output);
   enum class Entries { Parameters, Buffers, State };
@@ -146,6 +166,8 @@ class Module {
   std::map<int, ForwardPreHook> forwardPreHooks_;
   std::map<int, ForwardHook> forwardHooks_;
   std::map<int, OutputGradHook> outputGradHooks_;
+  std::map<int, InputTransform> inputTransforms_;
+  std::map<int, OutputTransform> outputTransforms_;
   int nextHookId_ = 0;
 };
 

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,13 @@ struct ModelParallelOptions {
   /// every rank builds the whole model and keeps its stage.
   SequentialPartFactory modelPart{};
 
-  /// Tensor parallelism: sequence-parallel norms and residuals (the lm only).
+  /// Tensor parallelism (tp > 1): how the model is split (parallel::TensorParallelPlan, paths
+  /// of the whole model's names: "3.attn", "*.mlp.0"); unset: parallel::defaultPlan of the
+  /// model (kolo's own blocks). Checked before training (TensorParallelModel's constructor,
+  /// over every stage): a pattern that matches nothing, a split that does not divide, or a
+  /// plan that splits nothing is an InvalidArgument.
+  std::optional<parallel::TensorParallelPlan> plan{};
+  /// Sequence-parallel norms and residuals: sets the plan's sequenceParallel.
   bool sequenceParallel = false;
 
   /// The mean loss of the last stage's output against a batch's labels; default
@@ -63,7 +70,8 @@ struct ModelParallelOptions {
   parallel::StageLossFn loss{};
 };
 
-/// Pipeline, tensor and hybrid (mesh) parallelism over the user's own nn::Sequential. Each
+/// Pipeline, tensor and hybrid (mesh) parallelism over the user's own nn::Sequential (a model
+/// of another shape goes inside one: Sequential{model}, its paths then "0.<path>"). Each
 /// step the ranks of one replica run the replica's share of the global batch through the
 /// model: every stage loads the whole share (the first reads its inputs, the last its
 /// labels), micro-batches flow under the schedule, tensor ranks split each layer, and the
@@ -114,7 +122,9 @@ class ModelParallelEngine : public Engine {
   /// The data-parallel replicas (mesh.dp).
   int replicas() const override;
   /// Stages, micro-batches, schedule, each stage's layers and how they were chosen, the
-  /// measured layer costs, tp, dp, this rank's parameter count.
+  /// measured layer costs, tp, dp, the tensor-parallel plan's name and the modules it split,
+  /// the whole model's parameter count, this rank's and its share of the whole, and every
+  /// rank's count.
   observe::Fields describe() const override;
   /// The whole model's weights and optimizer state on rank 0 (replica 0's ranks send their
   /// parts; the optimizer's per-element slots are reassembled like their parameters), and
@@ -146,12 +156,17 @@ class ModelParallelEngine : public Engine {
   optim::Optimizer& optimizer();
   /// Elements of this rank's parameters.
   int64_t parameterCount() const;
+  /// Elements of the whole model's parameters.
+  int64_t modelParameterCount() const { return modelParameters_; }
+  /// The tensor-parallel split (tp > 1), else null.
+  const std::shared_ptr<parallel::TensorParallelModel>& tensorModel() const { return tensorModel_; }
 
  private:
   std::shared_ptr<nn::Sequential> buildLocalModel();
   std::vector<parallel::ModelPiece> weightPieces() const;
   std::vector<parallel::ModelPiece> optimizerPieces(const optim::StateDict& state) const;
   comm::Communicator* gatherGroup() const;
+  void countParameters();
 
   SequentialFactory factory_;
   ModelParallelOptions options_;
@@ -161,6 +176,8 @@ class ModelParallelEngine : public Engine {
   std::unique_ptr<parallel::PipelineStage> stage_;
   std::shared_ptr<nn::Sequential> whole_;  // rank 0 after gatherModel()
   bool wholeCurrent_ = false;
+  int64_t modelParameters_ = 0;
+  std::vector<int64_t> rankParameters_;  // every world rank's, in rank order
   parallel::PipelineStepStats lastStats_;
 };
 

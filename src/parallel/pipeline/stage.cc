@@ -50,7 +50,7 @@ StageModule::StageModule(const nn::Sequential& model, int begin, int end)
 
 Tensor StageModule::forward(const Tensor& x) {
   Tensor h = x;
-  for (const auto& child : children()) h = recompute_ ? nn::checkpoint(*child.second, h) : child.second->forward(h);
+  for (const auto& child : children()) h = recompute_ ? nn::checkpoint(*child.second, h) : (*child.second)(h);
   return h;
 }
 

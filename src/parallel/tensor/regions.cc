@@ -1,6 +1,7 @@
 // The autograd operations at the edges of tensor-parallel regions: copy in / reduce out
-// (all-reduce on one side, identity on the other), the sequence-parallel all-gather and
-// reduce-scatter of tokens, and the cross-entropy of logits split by vocabulary.
+// (all-reduce on one side, identity on the other), the gather of split features, the
+// sequence-parallel all-gather, reduce-scatter and split of tokens, and the cross-entropy of
+// logits split by vocabulary.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -40,7 +41,7 @@ Tensor reduceScatterTokens(const Tensor& x, comm::Communicator& comm) {
   KOLO_REQUIRE(shape.size() >= 2 && shape[1] % parts == 0,
                "sequence parallel: ", shape.size() >= 2 ? shape[1] : 0,
                " tokens cannot be split over ", parts,
-               " ranks (--seq-len must be a multiple of --tp)");
+               " ranks (the sequence length must be a multiple of the tensor-parallel size)");
   Shape blocks = shape;
   blocks[1] = shape[1] / parts;
   blocks.insert(blocks.begin() + 1, parts);  // (B, T, S/T, ...)
@@ -54,7 +55,48 @@ Tensor reduceScatterTokens(const Tensor& x, comm::Communicator& comm) {
   return out;
 }
 
+// (B, S, ...) -> (B, S/T, ...): this rank's tokens, copied.
+Tensor ownTokens(const Tensor& x, comm::Communicator& comm) {
+  const int64_t parts = comm.size();
+  KOLO_REQUIRE(x.dim() >= 2 && x.shape()[1] % parts == 0, "sequence parallel: ",
+               x.dim() >= 2 ? x.shape()[1] : 0, " tokens cannot be split over ", parts,
+               " ranks (the sequence length must be a multiple of the tensor-parallel size)");
+  const int64_t part = x.shape()[1] / parts;
+  return x.detach().slice(1, comm.rank() * part, (comm.rank() + 1) * part).contiguous().clone();
+}
+
+// (..., n) on every rank -> (..., T·n), rank r's features at r·n ... r·n + n − 1.
+Tensor allgatherFeatures(const Tensor& x, comm::Communicator& comm) {
+  const Tensor local = x.detach().contiguous();
+  Shape stacked = local.shape();
+  stacked.insert(stacked.begin(), comm.size());  // (T, ..., n)
+  Tensor all = Tensor::empty(stacked, local.dtype());
+  comm.allgather(local.rawData(), all.rawData(), static_cast<size_t>(local.numel()), local.dtype());
+  std::vector<int64_t> order;
+  for (int64_t d = 1; d <= local.dim(); ++d) order.push_back(d);
+  order.insert(order.end() - 1, 0);  // (..., T, n)
+  Shape whole = local.shape();
+  whole.back() *= comm.size();
+  return all.permute(order).contiguous().reshape(whole);
+}
+
 }  // namespace
+
+Tensor gatherFeatures(const Tensor& x, std::shared_ptr<comm::Communicator> comm) {
+  const int64_t width = x.shape().back();
+  return autograd::record(allgatherFeatures(x, *comm), {x}, "GatherFeatures",
+                          [comm, width](const Tensor& g) {
+                            const int64_t first = comm->rank() * width;
+                            return std::vector<Tensor>{
+                                g.slice(g.dim() - 1, first, first + width).contiguous().clone()};
+                          });
+}
+
+Tensor splitSequence(const Tensor& x, std::shared_ptr<comm::Communicator> comm) {
+  return autograd::record(ownTokens(x, *comm), {x}, "SplitSequence", [comm](const Tensor& g) {
+    return std::vector<Tensor>{allgatherTokens(g, *comm)};
+  });
+}
 
 Tensor copyToTensorParallel(const Tensor& x, std::shared_ptr<comm::Communicator> comm) {
   Tensor out = x.detach();
