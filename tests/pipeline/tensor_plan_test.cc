@@ -100,10 +100,10 @@ class UserModel : public nn::Module {
 TensorParallelPlan userPlan(bool sequenceParallel = false) {
   return {.name = "user",
           .styles = {{"embed", vocabularyEmbedding()},
-                     {"*.attn.q", columnWise()},
-                     {"*.attn.k", columnWise()},
-                     {"*.attn.v", columnWise()},
-                     {"*.attn.o", rowWise()},
+                     {"*.attn.q", columnWiseHeads(kHeadDim)},
+                     {"*.attn.k", columnWiseHeads(kHeadDim)},
+                     {"*.attn.v", columnWiseHeads(kHeadDim)},
+                     {"*.attn.o", rowWiseHeads(kHeadDim)},
                      {"blocks.*.mlp.up", columnWise()},
                      {"blocks.*.mlp.down", rowWise()},
                      {"*norm*", sequenceNorm()},
@@ -195,16 +195,21 @@ TEST(TensorParallelPlans, RefusesWhatCannotBeSplitNamingWhy) {
   TensorParallelPlan typo = userPlan();
   typo.styles.emplace_back("*.attn.qq", columnWise());
   expectRefused(typo, 2, "the pattern '*.attn.qq' (column-wise) matches no module of the model");
-  // 2 key/value heads of 4 features over 3 ranks.
-  TensorParallelPlan gqa{.name = "gqa", .styles = {{"*.attn.k", columnWise()}}};
-  expectRefused(gqa, 3,
+  // 8 features over 3 ranks; 2 key/value heads of 4 features over 4 ranks (the features
+  // would divide, the heads do not).
+  TensorParallelPlan features{.name = "features", .styles = {{"*.attn.k", columnWise()}}};
+  expectRefused(features, 3,
                 "module 'blocks.0.attn.k' (column-wise): output features 8 of its weight [8, 16] "
                 "cannot be split over 3 ranks");
+  TensorParallelPlan heads{.name = "heads", .styles = {{"*.attn.v", columnWiseHeads(kHeadDim)}}};
+  expectRefused(heads, 4,
+                "module 'blocks.0.attn.v' (column-wise, heads of 4): output features 8 of its weight "
+                "[8, 16] (heads of 4) cannot be split over 4 ranks");
   TensorParallelPlan nothing{.name = "norms only", .styles = {{"*norm*", sequenceNorm()}, {"embed", replicated()}}};
   expectRefused(nothing, 2, "tensor-parallel plan 'norms only' splits no parameter of the model");
   expectRefused({.name = "empty"}, 2, "it has no entries");
   TensorParallelPlan notAttention{.name = "heads", .styles = {{"blocks.0.attn", attentionHeads()}}};
-  expectRefused(notAttention, 2, "module 'blocks.0.attn' is not an nn::CausalSelfAttention");
+  expectRefused(notAttention, 2, "module 'blocks.0.attn' is neither an nn::CausalSelfAttention nor");
   TensorParallelPlan noWeight{.name = "mlp", .styles = {{"blocks.0.mlp", rowWise()}}};
   expectRefused(noWeight, 2, "module 'blocks.0.mlp' (row-wise) has no 2-d parameter \"weight\"");
 }
@@ -217,7 +222,7 @@ TEST(TensorParallelPlans, EachModuleTakesTheFirstPatternThatMatchesItsWholePath)
   TensorParallelModel tp(std::make_shared<UserModel>(), one(0), plan);
   std::vector<std::pair<std::string, std::string>> want;
   for (const std::string block : {"blocks.0", "blocks.1"}) {
-    want.emplace_back(block + ".attn.q", "column-wise");
+    want.emplace_back(block + ".attn.q", "column-wise");  // a style's name, as the plan prints it
     for (const std::string name : {"k", "v", "o"}) want.emplace_back(block + ".attn." + name, "replicated");
   }
   EXPECT_EQ(tp.splitModules(), want);

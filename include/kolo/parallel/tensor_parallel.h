@@ -100,8 +100,10 @@ struct ParallelStyle {
     SequenceNorm,
     /// Kept whole on every rank; matching it keeps the module out of wider patterns' reach.
     Replicated,
-    /// kolo's nn::CausalSelfAttention: its fused "qkv" column-wise in 3 blocks (q, k and v
-    /// each split by heads) and "proj" row-wise, so each rank computes numHeads/T heads.
+    /// kolo's attention split by heads: nn::CausalSelfAttention's fused "qkv" column-wise in
+    /// 3 blocks (q, k and v each split by heads) and "proj" row-wise; nn::GroupedQueryAttention's
+    /// "q", "k" and "v" column-wise and "o" row-wise, query and key/value heads split
+    /// separately (T must divide both counts). Each rank computes heads/T of the heads.
     AttentionHeads,
   };
   Kind kind = Kind::Replicated;
@@ -109,6 +111,10 @@ struct ParallelStyle {
   bool gatherOutput = false;
   /// ColumnWise: equal blocks of the output features split separately (fused projections).
   int blocks = 1;
+  /// ColumnWise (output features) and RowWise (input features): the split features come in
+  /// units never cut apart, an attention head's features (a user's q, k, v and output
+  /// projections: the head size), so T must divide the number of units.
+  int64_t unit = 1;
 };
 
 /// Output features split; `gatherOutput` all-gathers them after the layer, `blocks` > 1 for a
@@ -116,6 +122,12 @@ struct ParallelStyle {
 ParallelStyle columnWise(bool gatherOutput = false, int blocks = 1);
 /// Input features split, the partial sums reduced.
 ParallelStyle rowWise();
+/// A projection into attention heads of `headDim` features (a user's q, k or v): column-wise,
+/// whole heads on each rank.
+ParallelStyle columnWiseHeads(int64_t headDim);
+/// The projection out of attention heads of `headDim` features (a user's o): row-wise, whole
+/// heads on each rank.
+ParallelStyle rowWiseHeads(int64_t headDim);
 /// Embedding rows split by vocabulary.
 ParallelStyle vocabularyEmbedding();
 /// Output classes split by vocabulary; the loss never gathers the logits.
@@ -145,12 +157,14 @@ struct TensorParallelPlan {
   bool sequenceParallel = false;
 };
 
-/// The plan of kolo's own building blocks found in `model`: nn::TokenPositionEmbedding and
-/// nn::Embedding children of the root vocabulary-parallel, nn::TransformerBlock (attention
-/// by heads, its mlp column- then row-wise, its norms sequenceNorm), nn::LanguageModelHead
-/// vocabulary-parallel, top-level LayerNorms sequenceNorm, and, in any Sequential, a Linear
-/// followed (after only element-wise layers: ReLU, GELU, Tanh) by another Linear column- then
-/// row-wise. Named "default". Throws InvalidArgument when it finds nothing to split.
+/// The plan of kolo's own building blocks found in `model`: nn::TokenPositionEmbedding
+/// vocabulary-parallel; nn::TransformerBlock (attention by heads, its mlp column- then
+/// row-wise, its norms sequenceNorm); nn::LlamaBlock's norms sequenceNorm;
+/// nn::GroupedQueryAttention by heads; nn::SwiGLU's gate and up column-wise and down row-wise;
+/// nn::LanguageModelHead vocabulary-parallel; LayerNorms and RMSNorms standing in the root
+/// sequenceNorm; and, in any other Sequential, a Linear followed (after only element-wise
+/// layers: ReLU, GELU, Tanh, SiLU) by another Linear column- then row-wise. Named "default".
+/// Empty when it finds none of them (which TensorParallelModel refuses).
 TensorParallelPlan defaultPlan(const nn::Module& model);
 
 /// A module tree split in place by a plan over the tensor group `comm` (T = comm->size()

@@ -5,6 +5,7 @@
 
 #include "kolo/nn/attention.h"
 #include "kolo/nn/language_model.h"
+#include "kolo/nn/llama.h"
 #include "kolo/parallel/tensor_parallel.h"
 
 namespace kolo::parallel {
@@ -13,6 +14,12 @@ ParallelStyle columnWise(bool gatherOutput, int blocks) {
   return {.kind = ParallelStyle::Kind::ColumnWise, .gatherOutput = gatherOutput, .blocks = blocks};
 }
 ParallelStyle rowWise() { return {.kind = ParallelStyle::Kind::RowWise}; }
+ParallelStyle columnWiseHeads(int64_t headDim) {
+  return {.kind = ParallelStyle::Kind::ColumnWise, .unit = headDim};
+}
+ParallelStyle rowWiseHeads(int64_t headDim) {
+  return {.kind = ParallelStyle::Kind::RowWise, .unit = headDim};
+}
 ParallelStyle vocabularyEmbedding() { return {.kind = ParallelStyle::Kind::VocabularyEmbedding}; }
 ParallelStyle vocabularyHead() { return {.kind = ParallelStyle::Kind::VocabularyHead}; }
 ParallelStyle sequenceNorm() { return {.kind = ParallelStyle::Kind::SequenceNorm}; }
@@ -24,9 +31,10 @@ std::string styleName(const ParallelStyle& style) {
   switch (style.kind) {
     case Kind::ColumnWise:
       return std::string("column-wise") + (style.gatherOutput ? ", gathered" : "") +
-             (style.blocks > 1 ? ", " + std::to_string(style.blocks) + " blocks" : "");
+             (style.blocks > 1 ? ", " + std::to_string(style.blocks) + " blocks" : "") +
+             (style.unit > 1 ? ", heads of " + std::to_string(style.unit) : "");
     case Kind::RowWise:
-      return "row-wise";
+      return std::string("row-wise") + (style.unit > 1 ? ", heads of " + std::to_string(style.unit) : "");
     case Kind::VocabularyEmbedding:
       return "vocabulary-parallel embedding";
     case Kind::VocabularyHead:
@@ -45,7 +53,7 @@ namespace {
 
 bool elementwise(const nn::Module& m) {
   return dynamic_cast<const nn::ReLU*>(&m) || dynamic_cast<const nn::GELU*>(&m) ||
-         dynamic_cast<const nn::Tanh*>(&m);
+         dynamic_cast<const nn::Tanh*>(&m) || dynamic_cast<const nn::SiLU*>(&m);
 }
 
 bool plainLinear(const nn::Module& m) {
@@ -74,10 +82,19 @@ TensorParallelPlan defaultPlan(const nn::Module& model) {
       styles.emplace_back(join(path, "mlp.0"), columnWise());
       styles.emplace_back(join(path, "mlp.2"), rowWise());
       inBlocks.insert(join(path, "mlp"));
+    } else if (dynamic_cast<const nn::LlamaBlock*>(module)) {
+      styles.emplace_back(join(path, "attn_norm"), sequenceNorm());
+      styles.emplace_back(join(path, "mlp_norm"), sequenceNorm());
+    } else if (dynamic_cast<const nn::GroupedQueryAttention*>(module)) {
+      styles.emplace_back(path, attentionHeads());
+    } else if (dynamic_cast<const nn::SwiGLU*>(module)) {
+      styles.emplace_back(join(path, "gate"), columnWise());
+      styles.emplace_back(join(path, "up"), columnWise());
+      styles.emplace_back(join(path, "down"), rowWise());
     } else if (dynamic_cast<const nn::LanguageModelHead*>(module)) {
       styles.emplace_back(path, vocabularyHead());
-    } else if (dynamic_cast<const nn::LayerNorm*>(module) && !path.empty() &&
-               path.find('.') == std::string::npos) {
+    } else if ((dynamic_cast<const nn::LayerNorm*>(module) || dynamic_cast<const nn::RMSNorm*>(module)) &&
+               !path.empty() && path.find('.') == std::string::npos) {
       styles.emplace_back(path, sequenceNorm());  // a norm of the root's residual stream
     } else if (const auto* sequential = dynamic_cast<const nn::Sequential*>(module);
                sequential && !inBlocks.count(path)) {

@@ -7,6 +7,7 @@
 
 #include "kolo/error.h"
 #include "kolo/nn/attention.h"
+#include "kolo/nn/llama.h"
 #include "kolo/ops.h"
 
 namespace kolo::parallel::detail {
@@ -41,9 +42,19 @@ Tensor weightOf(const std::string& path, const nn::Module& module, const Paralle
 
 void requireDivides(const std::string& path, const ParallelStyle& style, const std::string& what,
                     const Tensor& t, int64_t size, int64_t parts) {
-  KOLO_REQUIRE(size % parts == 0, "tensor-parallel plan: module '", path, "' (", styleName(style),
-               "): ", what, " ", size, " of its weight ", shapeString(t.shape()),
+  const int64_t unit = style.unit > 0 ? style.unit : 1;
+  KOLO_REQUIRE(size % unit == 0 && (size / unit) % parts == 0, "tensor-parallel plan: module '", path,
+               "' (", styleName(style), "): ", what, " ", size, " of its weight ", shapeString(t.shape()),
+               unit > 1 ? " (heads of " + std::to_string(unit) + ")" : std::string(),
                " cannot be split over ", parts, " ranks");
+}
+
+// q, k, v column-wise on head boundaries and o row-wise (nn::GroupedQueryAttention).
+void requireGroupedHeads(const std::string& path, const nn::GroupedQueryAttention& attention, int parts) {
+  KOLO_REQUIRE(attention.heads() % parts == 0 && attention.kvHeads() % parts == 0,
+               "tensor-parallel plan: module '", path, "': ", attention.heads(), " query and ",
+               attention.kvHeads(), " key/value attention heads cannot be split over ", parts,
+               " ranks (it must divide both)");
 }
 
 // Makes `param` (every handle to it) hold `shard`; a tensor split before (tied weights) must
@@ -226,11 +237,16 @@ void checkStyle(const std::string& path, nn::Module& module, const ParallelStyle
       return;
     }
     case Kind::AttentionHeads: {
+      if (const auto* grouped = dynamic_cast<const nn::GroupedQueryAttention*>(&module)) {
+        requireGroupedHeads(path, *grouped, parts);
+        return;
+      }
       const auto* attention = dynamic_cast<const nn::CausalSelfAttention*>(&module);
       KOLO_REQUIRE(attention != nullptr, "tensor-parallel plan: module '", path,
-                   "' is not an nn::CausalSelfAttention; attention by heads splits kolo's own "
-                   "attention (a module of separate q, k, v and output Linears takes column-wise "
-                   "q, k, v and a row-wise output instead)");
+                   "' is neither an nn::CausalSelfAttention nor an nn::GroupedQueryAttention; "
+                   "attention by heads splits kolo's own attention (a module of the user's with "
+                   "separate q, k, v and output Linears takes columnWiseHeads for q, k, v and "
+                   "rowWiseHeads for the output)");
       KOLO_REQUIRE(attention->numHeads() % parts == 0, "tensor-parallel plan: module '", path, "': ",
                    attention->numHeads(), " attention heads cannot be split over ", parts, " ranks");
       const Tensor qkv = weightOf(join(path, "qkv"), *childOf(module, "qkv"), columnWise());
@@ -263,7 +279,13 @@ void applyStyle(const std::string& path, nn::Module& module, const ParallelStyle
       splitEmbedding(path, module, context);
       return;
     case Kind::AttentionHeads:
-      // The module computes as many heads as qkv's width holds (nn::CausalSelfAttention).
+      // The module computes as many heads as its projections' widths hold.
+      if (dynamic_cast<const nn::GroupedQueryAttention*>(&module)) {
+        for (const char* name : {"q", "k", "v"})
+          splitColumns(join(path, name), *childOf(module, name), 1, false, context);
+        splitRows(join(path, "o"), *childOf(module, "o"), context);
+        return;
+      }
       splitColumns(join(path, "qkv"), *childOf(module, "qkv"), 3, false, context);
       splitRows(join(path, "proj"), *childOf(module, "proj"), context);
       return;
