@@ -316,7 +316,13 @@ observe::Fields ModelParallelEngine::describe() const {
   std::snprintf(one, sizeof(one), "%.4f",
                 modelParameters_ > 0 ? static_cast<double>(parameterCount()) / static_cast<double>(modelParameters_) : 1.0);
   std::string split;
-  if (tensorModel_) split = std::to_string(tensorModel_->splitModules().size()) + " modules split";
+  if (tensorModel_) {
+    // The modules whose parameters the plan split (not the replicated ones and norms).
+    size_t splitting = 0;
+    for (const auto& [path, style] : tensorModel_->splitModules())
+      splitting += style != "replicated" && style != "sequence-parallel norm";
+    split = std::to_string(splitting) + " modules split";
+  }
   return {{"rank_parameters", parameterCount()},
           {"model_parameters", modelParameters_},
           {"rank_share", std::string(one)},
