@@ -146,7 +146,7 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
   r.option("--accumulate", c.accumulate,
            "gradient accumulation: each replica takes its part of every --batch as K micro-batches, forward and "
            "backward one after the other, and the gradients travel once, after the last (DDP's no_sync)",
-           {"one-device", "mirrored", "multi-worker-mirrored", "central-storage", "elastic"})
+           {"one-device", "mirrored", "multi-worker-mirrored", "central-storage"})
       ->capture_default_str()
       ->check(atLeast(1));
   r.option("--optimizer", c.optimizer, "sgd, adam or adamw (default sgd)")->check(oneOf({"sgd", "adam", "adamw"}));
@@ -238,7 +238,7 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
          "synchronised batch norm: every batch norm normalises with the statistics of the whole global batch "
          "over the replicas (one all-reduce per layer in forward and one in backward), so N replicas train as one "
          "device on the global batch; without it each replica normalises with its own share",
-         {"mirrored", "multi-worker-mirrored", "central-storage", "fsdp", "elastic"});
+         {"mirrored", "multi-worker-mirrored", "central-storage", "fsdp"});
   r.option("--reduction", c.reduction,
            "in-process gradient reduction of mirrored: reduce-to-one, hierarchical-copy, ring", {"mirrored"})
       ->check(oneOf({"reduce-to-one", "hierarchical-copy", "ring"}))
