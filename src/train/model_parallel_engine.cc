@@ -310,25 +310,22 @@ observe::Fields ModelParallelEngine::describe() const {
   }
   std::string byRank;
   for (const int64_t n : rankParameters_) {
-    if (!byRank.empty()) byRank += ' ';
+    if (!byRank.empty()) byRank += ',';
     byRank += std::to_string(n);
   }
   std::snprintf(one, sizeof(one), "%.4f",
                 modelParameters_ > 0 ? static_cast<double>(parameterCount()) / static_cast<double>(modelParameters_) : 1.0);
-  std::string split;
-  if (tensorModel_) {
-    // The modules whose parameters the plan split (not the replicated ones and norms).
-    size_t splitting = 0;
+  // The modules whose parameters the plan split (not the replicated ones and norms).
+  int64_t splitting = 0;
+  if (tensorModel_)
     for (const auto& [path, style] : tensorModel_->splitModules())
       splitting += style != "replicated" && style != "sequence-parallel norm";
-    split = std::to_string(splitting) + " modules split";
-  }
   return {{"rank_parameters", parameterCount()},
           {"model_parameters", modelParameters_},
           {"rank_share", std::string(one)},
           {"parameters_by_rank", byRank},
           {"tp_plan", tensorModel_ ? tensorModel_->plan().name : std::string("none")},
-          {"tp_split", split},
+          {"tp_modules_split", splitting},
           {"dp", options_.mesh.dp},
           {"stages", options_.mesh.pp},
           {"tp", options_.mesh.tp},
