@@ -10,8 +10,10 @@
 #     (a batch norm's bias is a sum of its output gradient, which nearly cancels: its f32
 #     rounding grows over the steps in any implementation).
 #  2. Step time on one thread at batch 128 (bench/train_step.sh resnet).
-#  3. 2-rank samples/s against PyTorch DDP with SyncBatchNorm over gloo
-#     (bench/ddp_vs_torch.sh with MODELS=resnet RANKS=2 SYNC_BN=1).
+#  3. 2-rank samples/s, kolo with --sync-bn, against PyTorch DDP over gloo
+#     (bench/ddp_vs_torch.sh with MODELS=resnet RANKS=2 SYNC_BN=1). PyTorch 1.13's
+#     SyncBatchNorm refuses CPU modules, so the peer's batch norms are plain ones: each rank
+#     normalises its own half, with no all-reduce in forward or backward.
 # Usage: bench/resnet.sh [BUILD_DIR]   (default build/release)   PARTS="1 2 3"
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)

@@ -3,8 +3,9 @@
 Fashion-MNIST with global batch 128 split over --nprocs processes, one thread each, and
 prints one JSON line with the steady-state global throughput (samples/s, first 20 steps
 skipped) and, with --epochs, the test accuracy. Same recipe as kolo's peers' recipe:
-SGD momentum 0.9, lr 0.05 (mlp, resnet) / 0.02 (cnn), per-epoch permutation seeded 1000+epoch;
---sync-bn converts the resnet's batch norms to SyncBatchNorm.
+SGD momentum 0.9, lr 0.05 (mlp, resnet) / 0.02 (cnn), per-epoch permutation seeded 1000+epoch.
+The resnet's batch norms stay plain BatchNorm2d: PyTorch 1.13's SyncBatchNorm refuses CPU
+modules ("SyncBatchNorm layers only work with GPU modules").
 --slow-rank R:F (bench/balance.sh) makes rank R take F times its compute per step, as kolo's
 --debug-slow-rank: it sleeps (F - 1) times its last step's time before each step.
 """
@@ -67,10 +68,7 @@ def worker(rank, world, port, a, q):
                             world_size=world)
     X, Y = load(a.data, "train")
     torch.manual_seed(0)
-    model = make_model(a.model)
-    if a.sync_bn:
-        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    model = DDP(model)
+    model = DDP(make_model(a.model))
     opt = torch.optim.SGD(model.parameters(), lr=LR[a.model], momentum=0.9)
     lossf = nn.CrossEntropyLoss()
     local_b = GLOBAL_BATCH // world
@@ -116,7 +114,6 @@ def worker(rank, world, port, a, q):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="mlp", choices=["mlp", "cnn", "resnet"])
-    ap.add_argument("--sync-bn", action="store_true", help="SyncBatchNorm (the resnet's batch norms)")
     ap.add_argument("--nprocs", type=int, default=1)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--epochs", type=int, default=0)
