@@ -76,6 +76,30 @@ TEST(PipelineEquivalenceCnn, ThreeStagesMatchUnsplitModel) {
   expectSame(got, reference, "cnn P=3");
 }
 
+TEST(PipelineEquivalenceBatchNorm, StagesEqualOneDeviceRunningTheSameMicroBatches) {
+  // Batch norm normalises each micro-batch with its own statistics (PyTorch's pipelining):
+  // two stages equal one device running the same 4 micro-batches, running statistics and
+  // num_batches_tracked included, gathered under the whole model's names.
+  constexpr int kMicro = 4;
+  const PipeResult reference = trainMicroBatched({"resnet", 3}, kMicro);
+  const PipeResult got =
+      trainPipelined({"resnet", 3}, 2, {.microBatches = kMicro, .schedule = PipelineSchedule::OneFOneB});
+  ASSERT_EQ(got.losses.size(), reference.losses.size());
+  EXPECT_LT(maxRelDiff(got.losses, reference.losses), kTolerance);
+  ASSERT_EQ(got.state.size(), reference.state.size());
+  bool sawRunningVar = false;
+  for (size_t i = 0; i < got.state.size(); ++i) {
+    const auto& [name, tensor] = got.state[i];
+    EXPECT_EQ(name, reference.state[i].first);
+    EXPECT_LT(maxRelDiff(flatValues({got.state[i]}), flatValues({reference.state[i]})), kTolerance) << name;
+    if (name == "layer3.bn2.running_var") sawRunningVar = true;
+    if (name.ends_with("num_batches_tracked")) {
+      EXPECT_EQ(tensor.item(), 3.0 * kMicro) << name;
+    }
+  }
+  EXPECT_TRUE(sawRunningVar);
+}
+
 TEST(PipelineActivations, OneFOneBHoldsAtMostPMicroBatchesGPipeHoldsM) {
   constexpr int kStages = 4, kMicro = 8;
   for (PipelineSchedule schedule : {PipelineSchedule::GPipe, PipelineSchedule::OneFOneB}) {

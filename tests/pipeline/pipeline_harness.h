@@ -19,13 +19,13 @@ namespace kolo::parallel::testing {
 inline constexpr int64_t kPipeBatch = 8;
 
 struct PipeCase {
-  std::string model;  // "lm", "mlp" or "cnn"
+  std::string model;  // "lm", "mlp", "cnn" or "resnet"
   int steps = 10;
 };
 
 inline std::shared_ptr<nn::Sequential> makePipeModel(const std::string& model) {
   Generator gen(4242);
-  if (model == "mlp" || model == "cnn") return nn::makeModel(model, gen);
+  if (model == "mlp" || model == "cnn" || model == "resnet") return nn::makeModel(model, gen);
   return nn::makeLanguageModel({.vocab = 24, .layers = 3, .dModel = 16, .heads = 2, .seqLen = 6}, gen);
 }
 
@@ -82,6 +82,32 @@ inline PipeResult trainUnsplit(const PipeCase& c) {
     l.backward();
     optimizer->step();
     result.losses.push_back(l.item());
+  }
+  result.state = model->stateDict();
+  return result;
+}
+
+/// The unsplit model on one rank running the pipeline's M micro-batches one after another
+/// (each loss weighing 1/M, one optimizer step per batch): what a pipeline of a model with batch
+/// norm equals, since each micro-batch is normalised with its own statistics.
+inline PipeResult trainMicroBatched(const PipeCase& c, int micro) {
+  auto model = makePipeModel(c.model);
+  auto optimizer = pipeOptimizer(model->namedParameters());
+  const StageLossFn loss = pipeLoss(c.model);
+  PipeResult result;
+  const int64_t rows = kPipeBatch / micro;
+  for (int s = 0; s < c.steps; ++s) {
+    auto [x, y] = pipeBatch(c.model, s);
+    optimizer->zeroGrad();
+    double sum = 0;
+    for (int m = 0; m < micro; ++m) {
+      Tensor l = loss(model->forward(x.slice(0, m * rows, (m + 1) * rows).contiguous()),
+                      y.slice(0, m * rows, (m + 1) * rows).contiguous());
+      sum += l.item();
+      (l * (1.0 / micro)).backward();
+    }
+    optimizer->step();
+    result.losses.push_back(sum / micro);
   }
   result.state = model->stateDict();
   return result;

@@ -312,11 +312,17 @@ PipelineStepStats PipelineStage::trainStep(const Tensor& inputs, const Tensor& l
 }
 
 void PipelineStage::gatherModel(nn::Module* whole, int root) {
-  // Every entry of the whole model's state dict belongs to the stage holding its layer (the
-  // name's first component); owners send theirs in state-dict order, which is the whole
-  // model's order restricted to the stage.
-  auto ownerOf = [this](const std::string& name) {
-    const int layer = std::stoi(name.substr(0, name.find('.')));
+  // Every entry of the whole model's state dict (parameters and buffers) belongs to the stage
+  // holding its layer: the child named by the name's first component ("3" of an unnamed
+  // Sequential, "layer2" of the resnet); owners send theirs in state-dict order, which is the
+  // whole model's order restricted to the stage.
+  auto ownerOf = [this, whole](const std::string& name) {
+    const std::string child = name.substr(0, name.find('.'));
+    const auto& children = whole->children();
+    const auto found = std::find_if(children.begin(), children.end(),
+                                    [&](const auto& entry) { return entry.first == child; });
+    KOLO_CHECK(found != children.end(), "pipeline: ", name, " belongs to no layer of the whole model");
+    const int layer = static_cast<int>(found - children.begin());
     int s = 0;
     while (layer >= bounds_[static_cast<size_t>(s) + 1]) ++s;
     return s;
