@@ -30,6 +30,11 @@ write("tcp_request_fuzz", "wait", b"\x04" + struct.pack("<I", 2) + s("a") + s("b
 write("tcp_request_fuzz", "add", b"\x05" + s("counter") + struct.pack("<q", -3))
 write("tcp_request_fuzz", "remove", b"\x06" + s("a"))
 write("tcp_request_fuzz", "check", b"\x07" + struct.pack("<I", 1) + s("a"))
+write("tcp_request_fuzz", "multi_get", b"\x08" + struct.pack("<I", 2) + s("a") + s("b") + struct.pack("<Q", 5))
+write("tcp_request_fuzz", "multi_set", b"\x09" + struct.pack("<I", 2) + s("a") + s(b"1") + s("b") + s(b""))
+write("tcp_request_fuzz", "compare_set", b"\x0a" + s("a") + s(b"") + s(b"new"))
+write("tcp_request_fuzz", "arrive", b"\x0b" + s("barrier") + struct.pack("<QQ", 16384, 60000))
+write("tcp_request_fuzz", "check_each", b"\x0c" + struct.pack("<I", 2) + s("a") + s("b"))
 
 # TCP store replies: the request's opcode, then the reply body (status first).
 write("tcp_reply_fuzz", "hello_ok", b"\x01\x00")
@@ -39,6 +44,11 @@ write("tcp_reply_fuzz", "wait_timeout", b"\x04\x01" + struct.pack("<I", 2) + s("
 write("tcp_reply_fuzz", "add_ok", b"\x05\x00" + struct.pack("<q", 42))
 write("tcp_reply_fuzz", "add_error", b"\x05\x02" + s("not an integer"))
 write("tcp_reply_fuzz", "check_ok", b"\x07\x00\x01")
+write("tcp_reply_fuzz", "multi_get_ok", b"\x08\x00" + struct.pack("<I", 2) + s(b"x") + s(b""))
+write("tcp_reply_fuzz", "multi_get_timeout", b"\x08\x01" + struct.pack("<I", 1) + s("b"))
+write("tcp_reply_fuzz", "compare_set_ok", b"\x0a\x00" + s(b"new"))
+write("tcp_reply_fuzz", "arrive_ok", b"\x0b\x00" + struct.pack("<q", 7))
+write("tcp_reply_fuzz", "check_each_ok", b"\x0c\x00" + struct.pack("<I", 3) + b"\x01\x00\x01")
 
 # Native frame headers (frame.h): 64 bytes.
 def frame(kind, collective, dtype, op, algorithm, context, root, tag, seq, count, length):

@@ -16,7 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           data, size, authenticated, kMaxStoreKeyBytes, kMaxStoreValueBytes);
       KOLO_FUZZ_REQUIRE((request.op == detail::StoreOp::Hello) != authenticated);
       KOLO_FUZZ_REQUIRE(request.token.size() <= size);
-      KOLO_FUZZ_REQUIRE(request.value.size() <= size);
+      KOLO_FUZZ_REQUIRE(request.value.size() + request.expected.size() <= size);
+      KOLO_FUZZ_REQUIRE(request.values.empty() || request.values.size() == request.keys.size());
       size_t keyBytes = 0;
       for (const auto& key : request.keys) {
         KOLO_FUZZ_REQUIRE(!key.empty() && key.size() <= kMaxStoreKeyBytes);

@@ -6,6 +6,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kolo/error.h"
 #include "kolo/flight_recorder.h"
@@ -22,8 +23,12 @@ std::pair<int64_t, int64_t> alignClocks(Store& store, const std::string& prefix,
     return base + std::to_string(r) + "/" + std::to_string(round) + "/" + what;
   };
   if (rank == 0) {
+    // Who measures, in one request: rank 0 answers those ranks only.
+    std::vector<std::string> keys;
+    for (int r = 1; r < size; ++r) keys.push_back(base + std::to_string(r));
+    const std::vector<Bytes> measuring = store.multiGet(keys, timeout);
     for (int r = 1; r < size; ++r) {
-      if (store.getString(base + std::to_string(r), timeout) != "1") continue;
+      if (measuring[static_cast<size_t>(r - 1)] != Bytes{'1'}) continue;
       for (int round = 0; round < kClockRounds; ++round) {
         store.getString(key(r, round, "ping"), timeout);
         store.setString(key(r, round, "pong"), std::to_string(trace::nowNs()));

@@ -188,7 +188,7 @@ std::vector<int> listenTcp(const std::string& host, uint16_t port, const ListenO
       const int only = v6only ? 1 : 0;
       ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &only, sizeof only);
     }
-    if (::bind(fd, address, len) != 0 || ::listen(fd, 1024) != 0) {
+    if (::bind(fd, address, len) != 0 || ::listen(fd, options.backlog) != 0) {
       *error = std::strerror(errno);
       ::close(fd);
       return false;

@@ -58,9 +58,13 @@ struct ListenOptions {
   /// SO_REUSEADDR, for a server that must get a port it was told in advance.
   bool reuseAddress = false;
   bool nonBlocking = false;
+  /// Connections the kernel queues before accept (it caps this at net.core.somaxconn). A
+  /// store that thousands of ranks connect to at once needs a deep queue: a full one drops
+  /// connection attempts, which the clients retry only after a second.
+  int backlog = 1024;
 };
 
-/// Listening sockets (backlog 1024, close-on-exec) on host:port. An empty host is every
+/// Listening sockets (backlog from the options, close-on-exec) on host:port. An empty host is every
 /// interface: one dual-stack IPv6 socket, or IPv4 where IPv6 is off. With port 0 every
 /// socket after the first takes the port the first got. Returns the descriptors, or none
 /// with the reason in *error ("cannot resolve 'h': ..." or the last bind/listen error).

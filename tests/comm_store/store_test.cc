@@ -1,5 +1,6 @@
 // The Store contract, checked against every implementation (memory, file, TCP) through one
-// parameterised suite: set/get/wait/add/remove/check, blocking until a key appears,
+// parameterised suite: set/get/wait/add/remove/check and the bulk operations (multi-get,
+// multi-set, check-each, the counter barrier), blocking until a key appears,
 // deadlines that throw Timeout naming the key, and exact totals from concurrent adds.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -226,6 +227,73 @@ TEST_P(StoreTest, PrefixStoresAreIsolated) {
   } catch (const Timeout& e) {
     EXPECT_NE(std::string(e.what()).find("job-b/n"), std::string::npos) << e.what();
   }
+}
+
+TEST_P(StoreTest, MultiGetWaitsForEveryKeyAndKeepsTheOrder) {
+  auto other = backend_->connect();
+  store_->setString("m/b", "bee");
+  std::thread setter([&] {
+    std::this_thread::sleep_for(30ms);
+    other->multiSet({"m/a", "m/c"}, {Bytes{'a'}, Bytes{}});
+  });
+  const std::vector<Bytes> values = store_->multiGet({"m/c", "m/a", "m/b"}, 30s);
+  setter.join();
+  ASSERT_EQ(values.size(), 3u);
+  EXPECT_EQ(values[0], Bytes{});
+  EXPECT_EQ(values[1], Bytes{'a'});
+  EXPECT_EQ(values[2], (Bytes{'b', 'e', 'e'}));
+  EXPECT_TRUE(store_->multiGet({}, 1s).empty());
+  EXPECT_THROW(store_->multiSet({"x"}, {}), InvalidArgument);
+}
+
+TEST_P(StoreTest, MultiGetDeadlineNamesOnlyTheMissingKeys) {
+  store_->setString("here", "1");
+  try {
+    store_->multiGet({"here", "gone"}, 100ms);
+    FAIL() << "expected Timeout";
+  } catch (const Timeout& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'gone'"), std::string::npos) << what;
+    EXPECT_EQ(what.find("'here'"), std::string::npos) << what;
+  }
+}
+
+TEST_P(StoreTest, CheckEachAnswersPerKey) {
+  store_->setString("e1", "x");
+  store_->add("e3", 2);
+  EXPECT_EQ(store_->checkEach({"e1", "e2", "e3"}), (std::vector<bool>{true, false, true}));
+  auto prefixed = prefixStore(store_, "p");
+  prefixed->setString("e2", "y");
+  EXPECT_EQ(prefixed->checkEach({"e1", "e2"}), (std::vector<bool>{false, true}));
+}
+
+TEST_P(StoreTest, ArriveReleasesEveryWaiterOnceTheLastArrives) {
+  constexpr int kRanks = 6;
+  std::vector<std::thread> ranks;
+  std::vector<int64_t> arrivals(kRanks);
+  std::atomic<int> released{0};
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.emplace_back([&, r] {
+      auto handle = r == 0 ? store_ : backend_->connect();
+      arrivals[static_cast<size_t>(r)] = prefixStore(handle, "job")->arrive("barrier", kRanks, 30s);
+      released.fetch_add(1);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(released.load(), kRanks);
+  std::sort(arrivals.begin(), arrivals.end());
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(arrivals[static_cast<size_t>(r)], r + 1);
+}
+
+TEST_P(StoreTest, ArriveDeadlineNamesTheBarrier) {
+  try {
+    store_->arrive("lonely", 2, 100ms);
+    FAIL() << "expected Timeout";
+  } catch (const Timeout& e) {
+    EXPECT_NE(std::string(e.what()).find("lonely"), std::string::npos) << e.what();
+  }
+  // The arrival counted: a second one opens the barrier.
+  EXPECT_EQ(backend_->connect()->arrive("lonely", 2, 1s), 2);
 }
 
 TEST_P(StoreTest, AddsFromForkedProcessesGiveExactTotal) {

@@ -56,19 +56,25 @@ class RawSocket {
       if (n <= 0) return true;
     }
   }
-  /// Reads one reply frame's status byte (-1 on closure).
+  /// Reads one whole reply frame and returns its status byte (-1 on closure).
   int replyStatus() {
-    uint8_t head[5];
-    size_t got = 0;
-    while (got < sizeof head) {
-      ssize_t n = ::recv(fd_, head + got, sizeof head - got, 0);
-      if (n <= 0) return -1;
-      got += static_cast<size_t>(n);
-    }
-    return head[4];
+    uint32_t length = 0;
+    if (!readFully(&length, 4) || length == 0 || length > (1u << 20)) return -1;
+    std::vector<uint8_t> body(length);
+    if (!readFully(body.data(), length)) return -1;
+    return body[0];
   }
 
  private:
+  bool readFully(void* out, size_t size) {
+    auto* p = static_cast<uint8_t*>(out);
+    for (size_t got = 0; got < size;) {
+      ssize_t n = ::recv(fd_, p + got, size - got, 0);
+      if (n <= 0) return false;
+      got += static_cast<size_t>(n);
+    }
+    return true;
+  }
   int fd_ = -1;
 };
 
@@ -185,6 +191,61 @@ TEST_F(TcpStoreTest, GarbageAndMalformedRequestsCloseConnection) {
   }
   EXPECT_EQ(server_.rejectedConnections(), 4u);
   expectGoodClientWorks("k5");
+}
+
+TEST_F(TcpStoreTest, CompareSetSwapsOnlyFromTheExpectedValue) {
+  auto& client = dynamic_cast<TcpStoreClient&>(*good_);
+  const Bytes empty, one{'1'}, two{'2'};
+  EXPECT_EQ(client.compareSet("cas", one, two), empty);  // missing: holds "" only
+  EXPECT_EQ(client.compareSet("cas", empty, one), one);  // missing and expected "": set
+  EXPECT_EQ(client.compareSet("cas", two, empty), one);  // holds "1", not "2": unchanged
+  EXPECT_EQ(client.compareSet("cas", one, two), two);
+  EXPECT_EQ(good_->getString("cas", 1s), "2");
+}
+
+TEST_F(TcpStoreTest, BarrierOfManyClientsIsAnsweredWhenTheLastArrives) {
+  // Every arrival is parked in the server until the last: none may be answered early.
+  constexpr int kClients = 64;
+  std::vector<std::shared_ptr<Store>> clients;
+  for (int i = 0; i < kClients; ++i) clients.push_back(connectTcpStore(loopback(server_), kToken, 10s));
+  std::atomic<int> released{0};
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < kClients - 1; ++i)
+    waiters.emplace_back([&, i] {
+      clients[static_cast<size_t>(i)]->arrive("all", kClients, 30s);
+      released.fetch_add(1);
+    });
+  // The parked arrivals are counted before the last one comes.
+  for (int spins = 0; good_->add("all", 0) < kClients - 1; ++spins) {
+    ASSERT_LT(spins, 30'000) << "arrivals did not reach the server";
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(released.load(), 0);
+  EXPECT_EQ(clients.back()->arrive("all", kClients, 30s), kClients);
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(released.load(), kClients - 1);
+  expectGoodClientWorks("after-barrier");
+}
+
+TEST_F(TcpStoreTest, PipelinedRequestsBehindAParkedOneAreServedInOrder) {
+  RawSocket raw(server_.port());
+  raw.send(helloFrame(kToken));
+  EXPECT_EQ(raw.replyStatus(), 0);
+  // A get that parks, then a set and a multi-get sent before its reply.
+  Bytes frames = WireWriter().u8(static_cast<uint8_t>(StoreOp::Get)).str("later").u64(10'000).finish();
+  const Bytes set = WireWriter().u8(static_cast<uint8_t>(StoreOp::Set)).str("mine").str("v").finish();
+  const Bytes multi =
+      WireWriter().u8(static_cast<uint8_t>(StoreOp::MultiGet)).u32(1).str("mine").u64(10'000).finish();
+  frames.insert(frames.end(), set.begin(), set.end());
+  frames.insert(frames.end(), multi.begin(), multi.end());
+  raw.send(frames);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(good_->check({"mine"}));  // still behind the parked get
+  good_->setString("later", "now");
+  EXPECT_EQ(raw.replyStatus(), 0);  // the get
+  EXPECT_EQ(raw.replyStatus(), 0);  // the set
+  EXPECT_EQ(raw.replyStatus(), 0);  // the multi-get
+  EXPECT_EQ(good_->getString("mine", 1s), "v");
 }
 
 TEST_F(TcpStoreTest, StoppedServerTurnsBlockedGetIntoPeerError) {

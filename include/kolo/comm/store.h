@@ -31,6 +31,23 @@ class Store {
   /// True when every key exists (does not wait).
   virtual bool check(const std::vector<std::string>& keys) = 0;
 
+  // Bulk operations. Each has a default made of the operations above; a store that can do
+  // better (the TCP store: one request, one reply) overrides it, so that the control
+  // plane's requests grow with the ranks, not with their square.
+
+  /// Waits until every key exists, up to `timeout` (Timeout naming the missing keys
+  /// otherwise), and returns their values in the order of `keys`.
+  virtual std::vector<Bytes> multiGet(const std::vector<std::string>& keys, Millis timeout);
+  /// Sets keys[i] to values[i] for every i; InvalidArgument when the counts differ.
+  virtual void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
+  /// For each key, whether it exists now (does not wait).
+  virtual std::vector<bool> checkEach(const std::vector<std::string>& keys);
+  /// Counter barrier: adds 1 to the counter at `key` and returns once the counter has
+  /// reached `count`, with the counter's value after this arrival (1 for the first). Waits
+  /// up to `timeout`; Timeout naming the key otherwise (the arrival still counts). The
+  /// default opens the barrier with a second key, KEY/open.
+  virtual int64_t arrive(const std::string& key, int64_t count, Millis timeout);
+
   void setString(const std::string& key, const std::string& value) {
     set(key, Bytes(value.begin(), value.end()));
   }

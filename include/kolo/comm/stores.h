@@ -64,8 +64,9 @@ struct TcpStoreServerStats {
   uint64_t connections = 0;
 };
 
-/// The TCP store server: one thread multiplexing every connection with poll(). A
-/// connection must send the job token first; a wrong token, an oversized or malformed
+/// The TCP store server: one thread multiplexing every connection with epoll, requests
+/// parked per key (a write looks only at the requests waiting for its key), bulk requests
+/// answered in one reply. A connection must send the job token first; a wrong token, an oversized or malformed
 /// request closes that connection only. get/wait block in the server until their keys
 /// exist or the client's deadline passes. The destructor stops the thread and closes every
 /// connection (their clients then get PeerError, an IoError).
@@ -118,6 +119,16 @@ class TcpStoreClient : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool remove(const std::string& key) override;
   bool check(const std::vector<std::string>& keys) override;
+  /// One request and one reply each.
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys, Millis timeout) override;
+  void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  std::vector<bool> checkEach(const std::vector<std::string>& keys) override;
+  /// The server answers every arrival of a barrier in one pass when the last one comes.
+  int64_t arrive(const std::string& key, int64_t count, Millis timeout) override;
+  /// Atomically sets `key` to `desired` when it holds `expected` (a missing key counts as
+  /// holding an empty value) and returns the value the key holds afterwards (empty when
+  /// missing): `desired` when the swap happened.
+  Bytes compareSet(const std::string& key, const Bytes& expected, const Bytes& desired);
 
   /// This end's address of the connection to the server (the address peers on other hosts
   /// can reach this host at, as far as the route to the store goes), without a port.
@@ -126,6 +137,8 @@ class TcpStoreClient : public Store {
   std::string serverAddress() const;
 
  private:
+  /// Connects fd_, retrying until `deadline`; IoError when it cannot.
+  void connectSocket(std::chrono::steady_clock::time_point deadline);
   /// Sends one request frame and returns the reply body; IoError when the connection
   /// fails or no reply comes before `deadline` (the connection is then unusable).
   Bytes roundTrip(const Bytes& request, std::chrono::steady_clock::time_point deadline);
@@ -135,6 +148,7 @@ class TcpStoreClient : public Store {
   TcpStoreClientOptions options_;
   int fd_ = -1;
   bool broken_ = false;
+  bool closedByServer_ = false;  // the last failure was an orderly close by the server
   std::mutex mutex_;
 };
 

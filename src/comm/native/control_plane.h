@@ -23,20 +23,35 @@ inline constexpr size_t kJobTokenBytes = 16;
 void shareJobToken(Store& store, const std::string& prefix, int rank, uint8_t (&token)[kJobTokenBytes],
                    std::chrono::milliseconds timeout);
 
-/// Publishes `me` as rank `rank`'s record and returns every rank's record, index = rank.
-/// Collective over the `size` ranks. Throws Timeout naming the ranks that did not publish,
-/// FormatError naming a rank whose record does not decode.
-std::vector<RankRecord> exchangeRankRecords(Store& store, const std::string& prefix, int rank, int size,
-                                            const RankRecord& me, std::chrono::milliseconds timeout);
+/// Publishes `me` as rank `rank`'s record and returns the records of `peers` (in that
+/// order), waiting up to `timeout` for them to be published: one request for all of them.
+/// Collective over the ranks that publish. Throws Timeout naming the ranks that did not
+/// publish, FormatError naming a rank whose record does not decode.
+std::vector<RankRecord> exchangeRankRecords(Store& store, const std::string& prefix, int rank,
+                                            const RankRecord& me, const std::vector<int>& peers,
+                                            std::chrono::milliseconds timeout);
 
-/// Collective over the `size` ranks: true when every rank passed `mine` = true. The keys
-/// live under PREFIX/NAME/. Throws Timeout when a rank does not take part within `timeout`.
-bool agreeAll(Store& store, const std::string& prefix, const std::string& name, int rank, int size, bool mine,
+/// Every rank of 0..size-1, for exchangeRankRecords when a rank needs them all (a
+/// communicator that connects to every peer at once).
+std::vector<int> allRanks(int size);
+
+/// The host of every rank, as indices 0, 1, ... in order of each host's lowest rank. Rank
+/// 0 reads every record in one request and publishes the table under PREFIX/hosts; a rank
+/// that needs it (one per host: the others share its copy) reads it back. Call after the
+/// ranks published their records. Throws Timeout, or FormatError for a malformed table.
+std::vector<uint32_t> hostDirectory(Store& store, const std::string& prefix, int rank, int size,
+                                    std::chrono::milliseconds timeout);
+
+/// Collective over the `size` ranks: true when every rank passed `mine` = true. Ranks that
+/// say no count themselves on PREFIX/NAME/no before a counter barrier, so a rank makes two
+/// or three requests whatever the size. Throws Timeout when a rank does not take part
+/// within `timeout`.
+bool agreeAll(Store& store, const std::string& prefix, const std::string& name, int size, bool mine,
               std::chrono::milliseconds timeout);
 
 /// Collective over the `size` ranks: returns once all have called it with the same `key`
-/// (a counter under KEY/arrived; the last arrival opens KEY/open, which everyone waits for).
-/// One use per key. Throws Timeout when a rank does not arrive within `timeout`.
+/// (Store::arrive: one request each, answered together when the last arrives). One use per
+/// key. Throws Timeout when a rank does not arrive within `timeout`.
 void storeBarrier(Store& store, const std::string& key, int size, std::chrono::milliseconds timeout);
 
 }  // namespace kolo::comm::native

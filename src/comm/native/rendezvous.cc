@@ -172,7 +172,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
   // The job token: drawn by rank 0, presented on every TCP connection.
   uint8_t token[kTokenBytes];
   native::shareJobToken(*store, prefix, rank, token, timeout);
-  const std::vector<RankRecord> infos = native::exchangeRankRecords(*store, prefix, rank, size, me, timeout);
+  const std::vector<RankRecord> infos = native::exchangeRankRecords(*store, prefix, rank, me, native::allRanks(size), timeout);
 
   // Hosts in order of their lowest rank.
   std::map<std::string, int> hostIndex;
@@ -335,7 +335,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
       }
     }
   }
-  const bool allCma = native::agreeAll(*store, prefix, "cma", rank, size, cmaOk, timeout);
+  const bool allCma = native::agreeAll(*store, prefix, "cma", size, cmaOk, timeout);
   job->cmaUsable = allCma && options.sharedMemory;
   // Peers read our probe word until they have published their verdict: keep it alive.
   job->probe = probe;

@@ -70,6 +70,34 @@ std::chrono::steady_clock::time_point deadlineAfter(Millis timeout) {
 
 }  // namespace detail
 
+std::vector<Bytes> Store::multiGet(const std::vector<std::string>& keys, Millis timeout) {
+  wait(keys, timeout);
+  std::vector<Bytes> values;
+  values.reserve(keys.size());
+  for (const auto& key : keys) values.push_back(get(key, timeout));
+  return values;
+}
+
+void Store::multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  if (keys.size() != values.size())
+    KOLO_THROW(InvalidArgument, "store multiSet: ", keys.size(), " keys but ", values.size(), " values");
+  for (size_t i = 0; i < keys.size(); ++i) set(keys[i], values[i]);
+}
+
+std::vector<bool> Store::checkEach(const std::vector<std::string>& keys) {
+  std::vector<bool> present;
+  present.reserve(keys.size());
+  for (const auto& key : keys) present.push_back(check({key}));
+  return present;
+}
+
+int64_t Store::arrive(const std::string& key, int64_t count, Millis timeout) {
+  const int64_t arrival = add(key, 1);
+  if (arrival >= count) setString(key + "/open", "1");
+  wait({key + "/open"}, timeout);
+  return arrival;
+}
+
 namespace {
 
 /// Forwards every call with `prefix/` in front of each key.
@@ -92,6 +120,18 @@ class PrefixStore : public Store {
   }
   bool remove(const std::string& key) override { return base_->remove(full(key)); }
   bool check(const std::vector<std::string>& keys) override { return base_->check(full(keys)); }
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys, Millis timeout) override {
+    return base_->multiGet(full(keys), timeout);
+  }
+  void multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override {
+    base_->multiSet(full(keys), values);
+  }
+  std::vector<bool> checkEach(const std::vector<std::string>& keys) override {
+    return base_->checkEach(full(keys));
+  }
+  int64_t arrive(const std::string& key, int64_t count, Millis timeout) override {
+    return base_->arrive(full(key), count, timeout);
+  }
 
  private:
   std::string full(const std::string& key) const { return prefix_ + "/" + key; }

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <thread>
 
@@ -54,7 +55,51 @@ HostPort parseHostPort(const std::string& text) {
 }
 
 TcpStoreClient::TcpStoreClient(const TcpStoreClientOptions& options) : options_(options) {
-  auto deadline = detail::deadlineAfter(options_.connectTimeout);
+  const auto deadline = detail::deadlineAfter(options_.connectTimeout);
+  const Bytes hello = WireWriter()
+                          .u8(static_cast<uint8_t>(StoreOp::Hello))
+                          .u32(detail::kTcpStoreMagic)
+                          .u8(detail::kTcpStoreVersion)
+                          .str(options_.token)
+                          .finish();
+  // A server whose accept queue overflowed (thousands of ranks connecting at once) leaves a
+  // connection that this end thinks is open unanswered, and the kernel retries it with a
+  // backoff that grows to minutes. A Hello unanswered for a while is therefore retried on a
+  // new connection, waiting longer each time, until the connect timeout.
+  auto helloWait = std::chrono::milliseconds(1000);
+  for (;;) {
+    connectSocket(deadline);
+    const auto helloDeadline =
+        std::min({detail::deadlineAfter(options_.requestTimeout), deadline, Clock::now() + helloWait});
+    Bytes reply;
+    try {
+      reply = roundTrip(hello, helloDeadline);
+    } catch (const IoError& e) {
+      ::close(fd_);
+      fd_ = -1;
+      broken_ = false;
+      // The server closes a connection whose token it refuses; a reset or silence is the
+      // overflow above.
+      const bool refused = closedByServer_;
+      if (refused || Clock::now() >= deadline)
+        KOLO_THROW(IoError, "TCP store at ", serverAddress(), " refused this client (wrong job token?): ", e.what());
+      helloWait = std::min(helloWait * 2, std::chrono::milliseconds(8000));
+      continue;
+    }
+    bool accepted = false;
+    try {
+      accepted = detail::parseStoreReply(StoreOp::Hello, reply.data(), reply.size()).status == StoreStatus::Ok;
+    } catch (const FormatError&) {
+    }
+    if (accepted) return;
+    ::close(fd_);
+    fd_ = -1;
+    KOLO_THROW(IoError, "TCP store at ", serverAddress(),
+               " refused this client (wrong job token?): it did not accept the connection");
+  }
+}
+
+void TcpStoreClient::connectSocket(Clock::time_point deadline) {
   std::string lastError = "no address";
   auto pause = std::chrono::milliseconds(10);
   // The server may not be listening yet (rank 0 starts it): retry until the deadline.
@@ -68,28 +113,6 @@ TcpStoreClient::TcpStoreClient(const TcpStoreClientOptions& options) : options_(
     pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }
   detail::setNoDelayAndKeepAlive(fd_);
-  Bytes hello = WireWriter()
-                    .u8(static_cast<uint8_t>(StoreOp::Hello))
-                    .u32(detail::kTcpStoreMagic)
-                    .u8(detail::kTcpStoreVersion)
-                    .str(options_.token)
-                    .finish();
-  try {
-    Bytes reply = roundTrip(hello, detail::deadlineAfter(options_.requestTimeout));
-    bool accepted = false;
-    try {
-      accepted = detail::parseStoreReply(StoreOp::Hello, reply.data(), reply.size()).status ==
-                 StoreStatus::Ok;
-    } catch (const FormatError&) {
-    }
-    if (!accepted)
-      KOLO_THROW(IoError, "TCP store at ", serverAddress(), " did not accept the connection");
-  } catch (const IoError& e) {
-    ::close(fd_);
-    fd_ = -1;
-    KOLO_THROW(IoError, "TCP store at ", serverAddress(),
-               " refused this client (wrong job token?): ", e.what());
-  }
 }
 
 TcpStoreClient::~TcpStoreClient() {
@@ -129,6 +152,7 @@ Bytes TcpStoreClient::roundTrip(const Bytes& request, Clock::time_point replyDea
   if (!sent.ok()) {
     error = sent.status == detail::Transfer::TimedOut ? "send timed out" : sent.reason();
   } else if (received.status == detail::Transfer::Closed) {
+    closedByServer_ = true;
     error = "the server closed the connection";
   } else if (received.status == detail::Transfer::TimedOut) {
     error = "no reply before the deadline";
@@ -235,6 +259,92 @@ bool TcpStoreClient::check(const std::vector<std::string>& keys) {
   }
   Bytes reply = roundTrip(writer.finish(), detail::deadlineAfter(options_.requestTimeout));
   return readReply(StoreOp::Check, reply, serverAddress()).flag;
+}
+
+namespace {
+
+WireWriter& keyList(WireWriter& writer, const std::vector<std::string>& keys) {
+  writer.u32(static_cast<uint32_t>(keys.size()));
+  for (const auto& key : keys) {
+    detail::checkStoreKey(key);
+    writer.str(key);
+  }
+  return writer;
+}
+
+uint64_t wireTimeout(Millis timeout) { return static_cast<uint64_t>(std::max<int64_t>(timeout.count(), 0)); }
+
+}  // namespace
+
+std::vector<Bytes> TcpStoreClient::multiGet(const std::vector<std::string>& keys, Millis timeout) {
+  if (keys.empty()) return {};
+  WireWriter writer;
+  keyList(writer.u8(static_cast<uint8_t>(StoreOp::MultiGet)), keys).u64(wireTimeout(timeout));
+  Bytes reply = roundTrip(writer.finish(), replyDeadline(timeout));
+  detail::StoreReply parsed = readReply(StoreOp::MultiGet, reply, serverAddress());
+  if (parsed.status == StoreStatus::Timeout)
+    detail::throwStoreTimeout("TCP multi-get at " + serverAddress(), parsed.missing, timeout);
+  if (parsed.values.size() != keys.size())
+    KOLO_THROW(FormatError, "TCP store at ", serverAddress(), ": ", parsed.values.size(), " values for ",
+               keys.size(), " keys");
+  return std::move(parsed.values);
+}
+
+void TcpStoreClient::multiSet(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  if (keys.size() != values.size())
+    KOLO_THROW(InvalidArgument, "TCP store multiSet: ", keys.size(), " keys but ", values.size(), " values");
+  if (keys.empty()) return;
+  WireWriter writer;
+  writer.u8(static_cast<uint8_t>(StoreOp::MultiSet)).u32(static_cast<uint32_t>(keys.size()));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    detail::checkStoreKey(keys[i]);
+    detail::checkStoreValue(keys[i], values[i]);
+    writer.str(keys[i]).bytes(values[i]);
+  }
+  Bytes reply = roundTrip(writer.finish(), detail::deadlineAfter(options_.requestTimeout));
+  readReply(StoreOp::MultiSet, reply, serverAddress());
+}
+
+std::vector<bool> TcpStoreClient::checkEach(const std::vector<std::string>& keys) {
+  if (keys.empty()) return {};
+  WireWriter writer;
+  keyList(writer.u8(static_cast<uint8_t>(StoreOp::CheckEach)), keys);
+  Bytes reply = roundTrip(writer.finish(), detail::deadlineAfter(options_.requestTimeout));
+  detail::StoreReply parsed = readReply(StoreOp::CheckEach, reply, serverAddress());
+  if (parsed.present.size() != keys.size())
+    KOLO_THROW(FormatError, "TCP store at ", serverAddress(), ": ", parsed.present.size(), " answers for ",
+               keys.size(), " keys");
+  return std::move(parsed.present);
+}
+
+int64_t TcpStoreClient::arrive(const std::string& key, int64_t count, Millis timeout) {
+  detail::checkStoreKey(key);
+  Bytes request = WireWriter()
+                      .u8(static_cast<uint8_t>(StoreOp::Arrive))
+                      .str(key)
+                      .u64(static_cast<uint64_t>(count))
+                      .u64(wireTimeout(timeout))
+                      .finish();
+  Bytes reply = roundTrip(request, replyDeadline(timeout));
+  detail::StoreReply parsed = readReply(StoreOp::Arrive, reply, serverAddress());
+  if (parsed.status == StoreStatus::Timeout)
+    detail::throwStoreTimeout("TCP barrier at " + serverAddress() + " (" + std::to_string(count) + " arrivals)",
+                              {key}, timeout);
+  return parsed.counter;
+}
+
+Bytes TcpStoreClient::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  detail::checkStoreKey(key);
+  detail::checkStoreValue(key, expected);
+  detail::checkStoreValue(key, desired);
+  Bytes request = WireWriter()
+                      .u8(static_cast<uint8_t>(StoreOp::CompareSet))
+                      .str(key)
+                      .bytes(expected)
+                      .bytes(desired)
+                      .finish();
+  Bytes reply = roundTrip(request, detail::deadlineAfter(options_.requestTimeout));
+  return std::move(readReply(StoreOp::CompareSet, reply, serverAddress()).value);
 }
 
 std::shared_ptr<Store> connectTcpStore(const std::string& address, const std::string& token,

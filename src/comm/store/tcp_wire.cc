@@ -64,16 +64,48 @@ StoreRequest parseStoreRequest(const uint8_t* body, size_t size, bool authentica
     case StoreOp::Remove:
       request.keys.push_back(readKey(in, maxKeyBytes));
       break;
-    case StoreOp::Check: {
+    case StoreOp::Check:
+    case StoreOp::CheckEach: {
       const uint32_t count = readCount(in);
       for (uint32_t i = 0; i < count; ++i) request.keys.push_back(readKey(in, maxKeyBytes));
       break;
     }
+    case StoreOp::MultiGet: {
+      const uint32_t count = readCount(in);
+      for (uint32_t i = 0; i < count; ++i) request.keys.push_back(readKey(in, maxKeyBytes));
+      request.timeoutMs = in.u64();
+      break;
+    }
+    case StoreOp::MultiSet: {
+      // Each pair is at least two 4-byte lengths.
+      const uint32_t count = readCount(in);
+      if (count > in.remaining() / 8)
+        KOLO_THROW(FormatError, "count of ", count, " key-value pairs in ", in.remaining(), " bytes");
+      for (uint32_t i = 0; i < count; ++i) {
+        request.keys.push_back(readKey(in, maxKeyBytes));
+        request.values.push_back(in.bytes(maxValueBytes));
+      }
+      break;
+    }
+    case StoreOp::CompareSet:
+      request.keys.push_back(readKey(in, maxKeyBytes));
+      request.expected = in.bytes(maxValueBytes);
+      request.value = in.bytes(maxValueBytes);
+      break;
+    case StoreOp::Arrive:
+      request.keys.push_back(readKey(in, maxKeyBytes));
+      request.delta = static_cast<int64_t>(in.u64());
+      request.timeoutMs = in.u64();
+      break;
     default:
       KOLO_THROW(FormatError, "unknown opcode ", int(opcode));
   }
   in.expectEnd();
   return request;
+}
+
+bool storeOpWaits(StoreOp op) {
+  return op == StoreOp::Get || op == StoreOp::Wait || op == StoreOp::MultiGet || op == StoreOp::Arrive;
 }
 
 StoreReply parseStoreReply(StoreOp op, const uint8_t* body, size_t size) {
@@ -86,7 +118,7 @@ StoreReply parseStoreReply(StoreOp op, const uint8_t* body, size_t size) {
       reply.message = in.str(kMaxStoreValueBytes);
       break;
     case StoreStatus::Timeout: {
-      if (op != StoreOp::Get && op != StoreOp::Wait)
+      if (!storeOpWaits(op))
         KOLO_THROW(FormatError, "Timeout status in the reply to opcode ", int(op));
       const uint32_t count = readCount(in);
       for (uint32_t i = 0; i < count; ++i) reply.missing.push_back(in.str(kMaxStoreKeyBytes));
@@ -98,8 +130,24 @@ StoreReply parseStoreReply(StoreOp op, const uint8_t* body, size_t size) {
           reply.value = in.bytes(kMaxStoreValueBytes);
           break;
         case StoreOp::Add:
+        case StoreOp::Arrive:
           reply.counter = static_cast<int64_t>(in.u64());
           break;
+        case StoreOp::CompareSet:
+          reply.value = in.bytes(kMaxStoreValueBytes);
+          break;
+        case StoreOp::MultiGet: {
+          const uint32_t count = readCount(in);
+          for (uint32_t i = 0; i < count; ++i) reply.values.push_back(in.bytes(kMaxStoreValueBytes));
+          break;
+        }
+        case StoreOp::CheckEach: {
+          const uint32_t count = in.u32();
+          if (count > in.remaining())
+            KOLO_THROW(FormatError, "count of ", count, " flags in ", in.remaining(), " bytes");
+          for (uint32_t i = 0; i < count; ++i) reply.present.push_back(in.u8() != 0);
+          break;
+        }
         case StoreOp::Remove:
         case StoreOp::Check:
           reply.flag = in.u8() != 0;

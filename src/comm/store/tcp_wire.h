@@ -27,7 +27,17 @@ enum class StoreOp : uint8_t {
   Wait = 4,
   Add = 5,
   Remove = 6,
-  Check = 7
+  Check = 7,
+  /// Waits until every key exists and answers all their values in one reply.
+  MultiGet = 8,
+  /// Sets several keys in one request.
+  MultiSet = 9,
+  /// Sets a key to a new value when it holds the expected one; answers what it holds.
+  CompareSet = 10,
+  /// Counter barrier: adds 1 to a counter and answers once the counter reaches a target.
+  Arrive = 11,
+  /// Answers, for each key, whether it exists.
+  CheckEach = 12
 };
 enum class StoreStatus : uint8_t { Ok = 0, Timeout = 1, Error = 2 };
 
@@ -126,10 +136,12 @@ class WireReader {
 struct StoreRequest {
   StoreOp op = StoreOp::Hello;
   std::string token;              // Hello
-  std::vector<std::string> keys;  // Set, Get, Add, Remove: one; Wait, Check: any number
-  Bytes value;                    // Set
-  int64_t delta = 0;              // Add
-  uint64_t timeoutMs = 0;         // Get, Wait
+  std::vector<std::string> keys;  // Set, Get, Add, Remove, CompareSet, Arrive: one; others any number
+  Bytes value;                    // Set; CompareSet: the new value
+  Bytes expected;                 // CompareSet
+  std::vector<Bytes> values;      // MultiSet, one per key
+  int64_t delta = 0;              // Add; Arrive: the count that opens the barrier
+  uint64_t timeoutMs = 0;         // Get, Wait, MultiGet, Arrive
 };
 
 /// Parses one request body (the frame without its length prefix). Before the connection
@@ -145,14 +157,19 @@ StoreRequest parseStoreRequest(const uint8_t* body, size_t size, bool authentica
 struct StoreReply {
   StoreStatus status = StoreStatus::Ok;
   std::string message;               // Error: the server's explanation
-  Bytes value;                       // Get, Ok
-  int64_t counter = 0;               // Add, Ok
+  Bytes value;                       // Get, CompareSet, Ok
+  std::vector<Bytes> values;         // MultiGet, Ok
+  int64_t counter = 0;               // Add, Arrive (this arrival's count), Ok
   bool flag = false;                 // Remove (existed), Check (all present), Ok
-  std::vector<std::string> missing;  // Get/Wait, Timeout: the keys still missing
+  std::vector<bool> present;         // CheckEach, Ok
+  std::vector<std::string> missing;  // Get/Wait/MultiGet/Arrive, Timeout: the keys still missing
 };
 
+/// Whether a request of kind `op` may be answered with Timeout (it waits in the server).
+bool storeOpWaits(StoreOp op);
+
 /// Parses the reply body to a request of kind `op`. Throws FormatError when the status is
-/// unknown or not possible for `op` (Timeout only answers Get and Wait), or the body is
+/// unknown or not possible for `op` (Timeout only answers requests that wait), or the body is
 /// truncated, has trailing bytes or announces more strings than it holds.
 StoreReply parseStoreReply(StoreOp op, const uint8_t* body, size_t size);
 

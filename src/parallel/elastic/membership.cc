@@ -1,11 +1,14 @@
 // agreeMembership (membership.h): the members of generation G+1 are decided by the first
-// survivor whose view is complete (every member of G has reported under G+1 or is marked
-// lost, or the wait ran out): it takes the leader counter of G+1 and writes the members and
-// their common step; the others read that record.
+// survivor to report under G+1 (it takes the leader counter): it waits until its view is
+// complete (every member of G has reported or is marked lost, or the wait ran out) and
+// writes the members and their common step twice: whole under G+1/members (for joiners) and
+// as the ids that left or came under G+1/change, which the members wait for and apply to
+// the members they know.
 #include "parallel/elastic/membership.h"
 
 #include <algorithm>
 #include <climits>
+#include <iterator>
 #include <thread>
 
 #include "kolo/error.h"
@@ -17,10 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool contains(std::span<const int> ids, int id) {
-  return std::find(ids.begin(), ids.end(), id) != ids.end();
-}
-
 std::string joinIds(const std::vector<int>& ids) {
   std::string text;
   for (int id : ids) {
@@ -28,6 +27,16 @@ std::string joinIds(const std::vector<int>& ids) {
     text += std::to_string(id);
   }
   return text.empty() ? "none" : text;
+}
+
+/// A generation's record as parseElasticRecord reads it: "STEP TICKETS ID...".
+std::string recordText(int64_t step, int64_t tickets, const std::vector<int>& ids) {
+  std::string text = std::to_string(step) + " " + std::to_string(tickets);
+  for (int id : ids) {
+    text += ' ';
+    text += std::to_string(id);
+  }
+  return text;
 }
 
 }  // namespace
@@ -48,31 +57,44 @@ MembershipAgreement agreeMembership(comm::Store& store, const MembershipProposal
     store.setString(at + "/since", std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
   }
   store.setString(at + "/in/" + std::to_string(p.id), std::to_string(p.completedStep));
-  // Wait until every member of this generation has reported or is known to be lost.
-  const auto deadline = Clock::now() + 2 * p.timeout + std::chrono::seconds(1);
-  std::vector<int> pending(p.members.begin(), p.members.end());
-  while (!pending.empty() && Clock::now() < deadline && !store.check({at + "/members"})) {
-    std::vector<int> still;
-    for (int m : pending)
-      if (!store.check({at + "/in/" + std::to_string(m)}) &&
-          !store.check({elasticLostKey(m, p.prefix)}))
-        still.push_back(m);
-    pending.swap(still);
-    if (!pending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
   if (store.add(at + "/leader", 1) == 1) {
-    // This rank decides: the members are those that reported, the step is their least,
+    // This rank decides. It waits until every member has reported or is marked lost (or
+    // the wait runs out), looking at the ones still pending in one request a round, so the
+    // others make no requests while they wait and the work grows with the members, not
+    // with their square. The members are those that reported, the step is their least,
     // and the joiners registered since the last decision come in (while there is room and
     // the job goes on at all; one that was lost while it waited is passed over).
-    int64_t step = p.completedStep;
-    std::vector<int> chosen;
-    for (int m : p.members) {
-      const std::string reported = at + "/in/" + std::to_string(m);
-      if (!store.check({reported})) continue;
-      step = std::min(step, parseElasticNumber(store.getString(reported, p.timeout), reported,
-                                               INT64_MIN, INT64_MAX));
-      chosen.push_back(m);
+    const auto deadline = Clock::now() + 2 * p.timeout + std::chrono::seconds(1);
+    std::vector<int> pending(p.members.begin(), p.members.end());
+    std::vector<int> reported;
+    for (;;) {
+      std::vector<std::string> keys;
+      keys.reserve(2 * pending.size());
+      for (int m : pending) keys.push_back(at + "/in/" + std::to_string(m));
+      for (int m : pending) keys.push_back(elasticLostKey(m, p.prefix));
+      const std::vector<bool> present = store.checkEach(keys);
+      std::vector<int> still;
+      for (size_t i = 0; i < pending.size(); ++i) {
+        if (present[i]) {
+          reported.push_back(pending[i]);
+        } else if (!present[pending.size() + i]) {
+          still.push_back(pending[i]);
+        }
+      }
+      pending.swap(still);
+      if (pending.empty() || Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
+    std::sort(reported.begin(), reported.end());
+    int64_t step = p.completedStep;
+    std::vector<std::string> reportKeys;
+    reportKeys.reserve(reported.size());
+    for (int m : reported) reportKeys.push_back(at + "/in/" + std::to_string(m));
+    const std::vector<comm::Bytes> steps = store.multiGet(reportKeys, p.timeout);
+    for (size_t i = 0; i < reported.size(); ++i)
+      step = std::min(step, parseElasticNumber(std::string(steps[i].begin(), steps[i].end()), reportKeys[i],
+                                               INT64_MIN, INT64_MAX));
+    std::vector<int> chosen = reported;
     int64_t tickets = p.admitted;
     const bool goesOn = static_cast<int>(chosen.size()) >= p.minRanks;
     for (int64_t t = p.admitted + 1, registered = store.add(p.prefix + "/joiners", 0);
@@ -84,33 +106,40 @@ MembershipAgreement agreeMembership(comm::Store& store, const MembershipProposal
       if (!store.check({elasticLostKey(joiner, p.prefix)})) chosen.push_back(joiner);
     }
     std::sort(chosen.begin(), chosen.end());
-    std::string record = std::to_string(step) + " " + std::to_string(tickets);
-    for (int m : chosen) {
-      record += ' ';
-      record += std::to_string(m);
-    }
-    store.setString(at + "/members", record);
+    // The whole list for joiners, and the change (the ids that left or came) for the
+    // members, so that each of them reads and parses what changed, not every member.
+    std::vector<int> changed;
+    std::set_symmetric_difference(p.members.begin(), p.members.end(), chosen.begin(), chosen.end(),
+                                  std::back_inserter(changed));
+    store.setString(at + "/members", recordText(step, tickets, chosen));
+    store.setString(at + "/change", recordText(step, tickets, changed));
     store.add(p.prefix + "/generation", 1);
   }
-  const ElasticRecord record = parseElasticRecord(
-      store.getString(at + "/members", 2 * p.timeout + std::chrono::seconds(1)), at);
+  const std::string where = at + "/change";
+  const ElasticRecord record =
+      parseElasticRecord(store.getString(where, 2 * p.timeout + std::chrono::seconds(1)), where);
+  std::vector<int> changed = record.members;
+  std::sort(changed.begin(), changed.end());
   MembershipAgreement agreed;
   MembershipChange& change = agreed.change;
   change.generation = next;
   change.step = record.step;
-  change.members = record.members;
+  std::set_symmetric_difference(p.members.begin(), p.members.end(), changed.begin(), changed.end(),
+                                std::back_inserter(change.members));
   agreed.tickets = record.tickets;
-  for (int m : p.members)
-    if (!contains(change.members, m)) change.lost.push_back(m);
-  for (int m : change.members)
-    if (!contains(p.members, m)) change.joined.push_back(m);
+  // Both lists are ascending: linear differences, not a search per member (thousands of
+  // members each doing that is what made a regroup take seconds).
+  std::set_difference(p.members.begin(), p.members.end(), change.members.begin(), change.members.end(),
+                      std::back_inserter(change.lost));
+  std::set_difference(change.members.begin(), change.members.end(), p.members.begin(), p.members.end(),
+                      std::back_inserter(change.joined));
   if (store.check({at + "/since"})) {
     const int64_t since =
         parseElasticNumber(store.getString(at + "/since", p.timeout), at + "/since", 0, INT64_MAX);
     change.firstReport = std::chrono::system_clock::time_point(
         std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(since)));
   }
-  if (!contains(change.members, p.id))
+  if (!std::binary_search(change.members.begin(), change.members.end(), p.id))
     KOLO_THROW(PeerError, "elastic rank ", p.id, ": generation ", next,
                " was formed without it (it came back late, still in generation ", p.generation,
                ")");

@@ -41,7 +41,7 @@ struct MembershipAgreement {
 };
 
 /// Collective over the surviving members of `proposal.generation`: each reports its step;
-/// the first whose view is complete (every member reported or is marked lost) decides the
+/// the first to report waits until every member reported or is marked lost and decides the
 /// members of the next generation and their common step, admitting registered joiners while
 /// there is room. Throws PeerError when a newer generation was formed without this member
 /// or the agreed one leaves it out, BelowMinRanksError (after marking the job finished,

@@ -45,10 +45,14 @@ ElasticRecord parseElasticRecord(const std::string& text, const std::string& whe
   for (size_t i = 2; i < parts.size(); ++i) {
     int64_t member = 0;
     if (!number(parts[i], 0, INT_MAX, &member)) refuse("'" + parts[i] + "' is not a rank id");
-    if (std::find(record.members.begin(), record.members.end(), member) != record.members.end())
-      refuse("rank " + parts[i] + " is named twice");
     record.members.push_back(static_cast<int>(member));
   }
+  // Duplicates found by sorting a copy: a search per member would make every survivor of a
+  // job of N ranks do N^2 work.
+  std::vector<int> sorted = record.members;
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  if (twice != sorted.end()) refuse("rank " + std::to_string(*twice) + " is named twice");
   return record;
 }
 
