@@ -76,14 +76,7 @@ TEST(PipelineEquivalenceCnn, ThreeStagesMatchUnsplitModel) {
   expectSame(got, reference, "cnn P=3");
 }
 
-TEST(PipelineEquivalenceBatchNorm, StagesEqualOneDeviceRunningTheSameMicroBatches) {
-  // Batch norm normalises each micro-batch with its own statistics (PyTorch's pipelining):
-  // two stages equal one device running the same 4 micro-batches, running statistics and
-  // num_batches_tracked included, gathered under the whole model's names.
-  constexpr int kMicro = 4;
-  const PipeResult reference = trainMicroBatched({"resnet", 3}, kMicro);
-  const PipeResult got =
-      trainPipelined({"resnet", 3}, 2, {.microBatches = kMicro, .schedule = PipelineSchedule::OneFOneB});
+void expectSameBatchNorm(const PipeResult& got, const PipeResult& reference, double batches) {
   ASSERT_EQ(got.losses.size(), reference.losses.size());
   EXPECT_LT(maxRelDiff(got.losses, reference.losses), kTolerance);
   ASSERT_EQ(got.state.size(), reference.state.size());
@@ -94,10 +87,25 @@ TEST(PipelineEquivalenceBatchNorm, StagesEqualOneDeviceRunningTheSameMicroBatche
     EXPECT_LT(maxRelDiff(flatValues({got.state[i]}), flatValues({reference.state[i]})), kTolerance) << name;
     if (name == "layer3.bn2.running_var") sawRunningVar = true;
     if (name.ends_with("num_batches_tracked")) {
-      EXPECT_EQ(tensor.item(), 3.0 * kMicro) << name;
+      EXPECT_EQ(tensor.item(), batches) << name;
     }
   }
   EXPECT_TRUE(sawRunningVar);
+}
+
+TEST(PipelineEquivalenceBatchNorm, StagesEqualOneDeviceRunningTheSameMicroBatches) {
+  // Batch norm normalises each micro-batch with its own statistics (PyTorch's pipelining):
+  // two stages equal one device running the same 4 micro-batches, running statistics and
+  // num_batches_tracked included, gathered under the whole model's names; recomputation
+  // moves the running statistics once per micro-batch too.
+  constexpr int kMicro = 4;
+  const PipeResult reference = trainMicroBatched({"resnet", 3}, kMicro);
+  for (bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recompute" : "no recompute");
+    const PipeResult got = trainPipelined(
+        {"resnet", 3}, 2, {.microBatches = kMicro, .schedule = PipelineSchedule::OneFOneB, .recompute = recompute});
+    expectSameBatchNorm(got, reference, 3.0 * kMicro);
+  }
 }
 
 TEST(PipelineActivations, OneFOneBHoldsAtMostPMicroBatchesGPipeHoldsM) {

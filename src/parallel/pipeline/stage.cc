@@ -36,6 +36,25 @@ bool differentiable(DType dtype) {
   return dtype == DType::F32 || dtype == DType::F64 || dtype == DType::F16 || dtype == DType::BF16;
 }
 
+// Holds a module's buffers as they are and puts them back when it goes: the forward that
+// recomputation runs again for the backward must not move batch norm's running statistics a
+// second time for the same micro-batch.
+class KeepBuffers {
+ public:
+  explicit KeepBuffers(nn::Module& module) : buffers_(module.namedBuffers()) {
+    for (const auto& [name, buffer] : buffers_) saved_.push_back(buffer.clone());
+  }
+  ~KeepBuffers() {
+    for (size_t i = 0; i < saved_.size(); ++i) buffers_[i].second.copyFrom(saved_[i]);
+  }
+  KeepBuffers(const KeepBuffers&) = delete;
+  KeepBuffers& operator=(const KeepBuffers&) = delete;
+
+ private:
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<Tensor> saved_;
+};
+
 }  // namespace
 
 StageModule::StageModule(const nn::Sequential& model, int begin, int end)
@@ -208,6 +227,7 @@ void PipelineStage::runBackward(int m, PipelineStepStats& stats) {
     // known after the forward runs again, so that runs first.
     if (options_.recompute) {
       const auto start = Clock::now();
+      KeepBuffers keep(*module_);
       flight->output = module_->forward(flight->input);
       stats.computeSeconds += secondsSince(start);
     }
@@ -218,6 +238,7 @@ void PipelineStage::runBackward(int m, PipelineStepStats& stats) {
   const auto start = Clock::now();
   if (isLast()) {
     if (options_.recompute) {
+      KeepBuffers keep(*module_);
       flight->output = module_->forward(flight->input);
       flight->loss = loss_(flight->output, flight->labels) * (1.0 / options_.microBatches);
     }
