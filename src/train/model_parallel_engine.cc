@@ -172,6 +172,7 @@ double ModelParallelEngine::step(const data::Batch& batch, double lr) {
   const bool sequenceParallel = tensorModel_ && tensorModel_->plan().sequenceParallel;
   if (!data && !sequenceParallel) {
     lastStats_ = stage_->trainStep(batch.inputs, batch.labels);
+    requireSplitModulesReached();
     return lastStats_.loss;
   }
   // A replica of a hybrid: its gradients are averaged with the same part of the others (the
@@ -188,7 +189,15 @@ double ModelParallelEngine::step(const data::Batch& batch, double lr) {
   stats.computeSeconds += std::chrono::duration<double>(end - update).count();
   stats.stepSeconds = std::chrono::duration<double>(end - start).count();
   lastStats_ = stats;
+  requireSplitModulesReached();
   return stats.loss;
+}
+
+void ModelParallelEngine::requireSplitModulesReached() {
+  // Once, after the first step: every stage's split modules ran their communication.
+  if (!tensorModel_ || reachedChecked_) return;
+  reachedChecked_ = true;
+  tensorModel_->requireReached(&stage_->module());
 }
 
 EvaluateResult ModelParallelEngine::evaluate(const data::Dataset& dataset,

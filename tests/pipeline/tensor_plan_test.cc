@@ -234,6 +234,38 @@ TEST(TensorParallelPlans, EachModuleTakesTheFirstPatternThatMatchesItsWholePath)
   expectRefused(found, 2, "tensor-parallel plan 'default' splits no parameter of the model");
 }
 
+// A model that calls its children's forward() directly skips the transforms where the split
+// layers communicate: the numbers would be wrong, so the first loss names the module.
+TEST(TensorParallelPlans, AModelThatSkipsItsChildrensTransformsIsToldWhy) {
+  class DirectCalls : public nn::Module {
+   public:
+    DirectCalls() {
+      Generator gen(3);
+      up_ = registerModule("up", std::make_shared<nn::Linear>(kWidth, kHidden, gen));
+      down_ = registerModule("down", std::make_shared<nn::Linear>(kHidden, kVocab, gen));
+    }
+    Tensor forward(const Tensor& x) override { return down_->forward(gelu((*up_)(x))); }
+
+   private:
+    std::shared_ptr<nn::Linear> up_, down_;
+  };
+  const TensorParallelPlan plan{.name = "direct", .styles = {{"up", columnWise()}, {"down", rowWise()}}};
+  auto commFor = nativeRanks(2);
+  runThreads(2, [&](int rank) {
+    TensorParallelModel tp(std::make_shared<DirectCalls>(), commFor(rank), plan);
+    Generator gen(4);
+    const Tensor x = Tensor::randn({3, kWidth}, gen);
+    try {
+      tp.loss(tp(x), Tensor::fromVector({3}, std::vector<int64_t>{0, 1, 2}));
+      ADD_FAILURE() << "rank " << rank << ": a skipped row-wise layer went unnoticed";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("module 'down' was split but no forward reached it through operator()"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
 // The engine takes the user's plan (the model inside a Sequential, its paths "0.<path>"),
 // says so, and the start line's figures give each rank's share of the model.
 TEST(TensorParallelPlans, TheEngineSplitsByTheUsersPlanAndCountsTheShare) {

@@ -198,6 +198,13 @@ class TensorParallelModel {
   /// of the output's last dimension): vocabParallelCrossEntropy when the output is split by
   /// vocabulary, the ordinary cross-entropy otherwise. Collective then.
   Tensor loss(const Tensor& output, const Tensor& targets);
+  /// Throws InvalidArgument naming the first split module that no forward has reached
+  /// through operator() yet: its transforms never ran, so the numbers would be wrong (a
+  /// parent that calls child->forward(x) skips them). With `part`, only the split modules
+  /// inside it (a pipeline stage's, by path). loss() checks once, after the first forward,
+  /// when the model was split without `stages`; ModelParallelEngine checks its stage after its
+  /// first step.
+  void requireReached(nn::Module* part = nullptr) const;
   /// Whether forward's output holds V/T of the classes (the plan has a vocabularyHead).
   bool outputSplitByVocabulary() const { return vocabularyOutput_; }
   /// Sums the gradients of the sequence-parallel norms' parameters over the ranks (each
@@ -224,7 +231,9 @@ class TensorParallelModel {
   std::map<std::string, ShardSpec> specs_;
   std::vector<std::pair<std::string, std::string>> split_;
   std::vector<Tensor> sequenceParameters_;
+  std::vector<std::pair<std::string, std::shared_ptr<int64_t>>> reached_;
   bool vocabularyOutput_ = false;
+  bool reachedChecked_ = false;  // or not to be checked by loss(): a pipeline stage's part
 };
 
 }  // namespace kolo::parallel

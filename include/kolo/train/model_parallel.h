@@ -167,6 +167,7 @@ class ModelParallelEngine : public Engine {
   std::vector<parallel::ModelPiece> optimizerPieces(const optim::StateDict& state) const;
   comm::Communicator* gatherGroup() const;
   void countParameters();
+  void requireSplitModulesReached();
 
   SequentialFactory factory_;
   ModelParallelOptions options_;
@@ -177,6 +178,7 @@ class ModelParallelEngine : public Engine {
   std::shared_ptr<nn::Sequential> whole_;  // rank 0 after gatherModel()
   bool wholeCurrent_ = false;
   int64_t modelParameters_ = 0;
+  bool reachedChecked_ = false;
   std::vector<int64_t> rankParameters_;  // every world rank's, in rank order
   parallel::PipelineStepStats lastStats_;
 };

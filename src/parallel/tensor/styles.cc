@@ -57,6 +57,13 @@ void requireGroupedHeads(const std::string& path, const nn::GroupedQueryAttentio
                " ranks (it must divide both)");
 }
 
+// Counts the forwards that reach `module` through operator(), where its transforms run.
+void countCalls(const std::string& path, nn::Module& module, SplitContext& context) {
+  auto calls = std::make_shared<int64_t>(0);
+  module.addForwardPreHook([calls](nn::Module&) { ++*calls; });
+  context.reached.emplace_back(path, calls);
+}
+
 // Makes `param` (every handle to it) hold `shard`; a tensor split before (tied weights) must
 // have been split alike.
 void becomeShard(Tensor param, int dim, int blocks, const std::string& name, SplitContext& context) {
@@ -84,6 +91,7 @@ void splitColumns(const std::string& path, nn::Module& module, int blocks, bool 
   becomeShard(parameterOf(module, "weight"), 0, blocks, join(path, "weight"), context);
   if (const Tensor bias = parameterOf(module, "bias"); bias.defined())
     becomeShard(bias, 0, blocks, join(path, "bias"), context);
+  countCalls(path, module, context);
   auto comm = context.comm;
   const bool sequenceParallel = context.sequenceParallel;
   module.addInputTransform([comm, sequenceParallel](nn::Module&, const Tensor& x) {
@@ -96,6 +104,7 @@ void splitColumns(const std::string& path, nn::Module& module, int blocks, bool 
 
 void splitRows(const std::string& path, nn::Module& module, SplitContext& context) {
   becomeShard(parameterOf(module, "weight"), 1, 1, join(path, "weight"), context);
+  countCalls(path, module, context);
   auto comm = context.comm;
   const bool sequenceParallel = context.sequenceParallel;
   // The module adds its (replicated) bias on every rank; it must count once in the sum, so
@@ -118,6 +127,7 @@ void splitTable(const std::string& path, nn::Module& table, SplitContext& contex
   const int64_t rows = weight.shape()[0] / context.comm->size();
   const int64_t first = context.comm->rank() * rows;
   becomeShard(weight, 0, 1, join(path, "weight"), context);
+  countCalls(path, table, context);
   auto mask = std::make_shared<Tensor>();
   table.addInputTransform([mask, first, rows](nn::Module&, const Tensor& ids) {
     const std::vector<double> all = ids.toDoubleVector();

@@ -29,6 +29,8 @@ struct SplitContext {
   /// The sequence-parallel norms' parameters, summed over the ranks after backward.
   std::vector<Tensor> sequenceParameters{};
   bool vocabularyOutput = false;
+  /// Each module given transforms, with how many forwards through operator() reached it.
+  std::vector<std::pair<std::string, std::shared_ptr<int64_t>>> reached{};
 };
 
 /// Throws InvalidArgument, naming `path`, the style and the shapes, when `module` lacks what

@@ -5,6 +5,7 @@
 #include "kolo/parallel/tensor_parallel.h"
 
 #include <exception>
+#include <set>
 
 #include "kolo/autograd.h"
 #include "kolo/error.h"
@@ -112,6 +113,19 @@ TensorParallelModel::TensorParallelModel(std::shared_ptr<nn::Module> model,
   specs_ = std::move(context.specs);
   sequenceParameters_ = std::move(context.sequenceParameters);
   vocabularyOutput_ = context.vocabularyOutput;
+  reached_ = std::move(context.reached);
+  reachedChecked_ = stages != nullptr && stages->size() > 1;  // the engine checks each stage
+}
+
+void TensorParallelModel::requireReached(nn::Module* part) const {
+  std::set<std::string> inPart;
+  if (part)
+    for (const auto& [path, module] : part->namedModules()) inPart.insert(path);
+  for (const auto& [path, calls] : reached_)
+    KOLO_REQUIRE(*calls > 0 || (part && !inPart.count(path)), "tensor-parallel plan '", plan_.name, "': module '", path,
+                 "' was split but no forward reached it through operator(), where its "
+                 "communication runs (a model must call its children as (*child)(x), not "
+                 "child->forward(x); a module the model never calls must not be in the plan)");
 }
 
 void TensorParallelModel::synchronizeGradients() {
@@ -145,6 +159,10 @@ void TensorParallelModel::synchronizeGradients() {
 }
 
 Tensor TensorParallelModel::loss(const Tensor& output, const Tensor& targets) {
+  if (!reachedChecked_) {
+    requireReached();
+    reachedChecked_ = true;
+  }
   if (vocabularyOutput_) return vocabParallelCrossEntropy(output, targets, comm_);
   const int64_t classes = output.shape().back();
   return crossEntropy(output.reshape({-1, classes}), targets.reshape({-1}));
