@@ -47,8 +47,12 @@ kolo_run() {
   recipe=""
   [ "$mode" = sync ] && recipe="--optimizer sgd --lr 0.05 --momentum 0.9 --schedule $sync_schedule"
   # shellcheck disable=SC2086
+  # --batch is the global batch (a step's samples): 64 a push is 64 in async and ssp, 64 x W
+  # in sync, where a step is one push of every worker.
+  batch=64
+  [ "$mode" = sync ] && batch=$((64 * workers))
   out=$("$kolo" run --bind "$bind" --ps 1 --workers "$workers" -- "$kolo" train \
-    --strategy parameter-server --ps-mode "$mode" --model mlp --batch 64 $recipe \
+    --strategy parameter-server --ps-mode "$mode" --model mlp --batch "$batch" $recipe \
     --epochs "$epochs" --threads 1 --init "$init" --quiet "$@" 2>&1) || { echo "$out" >&2; exit 1; }
   line=$(echo "$out" | grep 'test_accuracy' | tail -n 1)
   echo "$(echo "$line" | grep -o 'steady_samples_per_s [0-9.]*' | cut -d' ' -f2)" \

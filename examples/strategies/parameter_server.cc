@@ -3,13 +3,14 @@
 // Fashion-MNIST (or synthetic data when the dataset is not installed) by
 // train::trainParameterServer. Every process of the job runs this same program; the library
 // reads its role (server, worker or chief) from what `kolo run --ps P --workers W` set. A
-// step is one update of the servers: one worker's batch in async and ssp, a round of every
-// worker's batch in sync. With --compare the chief then trains the same model on one device
-// for the same number of samples (sync: `steps` steps of W x batch; async and ssp: `steps`
-// steps of one batch) and its last line is `accuracy A vs one device B` (test accuracies).
-// Options: --steps N (default 600), --mode sync|async|ssp (default async), --batch B per
-// worker (default 64), --lr LR (default 0.05), --momentum M (default 0.5), --data DIR,
-// --compare. Exit status 1 when A is more than 0.05 below B (or on an error).
+// step is one update of the servers, of `batch` samples (the global batch, as under fit):
+// one worker's push in async and ssp, a round of every worker's batch / W in sync. With
+// --compare the chief then trains the same model on one device for the same steps of the
+// same batch and its last line is `accuracy A vs one device B` (test accuracies).
+// Options: --steps N (default 600), --mode sync|async|ssp (default async), --batch B, the
+// global batch (default 64), --lr LR (default 0.05), --momentum M (default 0.5), --data DIR,
+// --compare. Exit status 1 when A is more than 0.05 below B; an error ends it with kolo's
+// exit code for it (kolo::main, docs/exit_codes.md).
 // Momentum 0.5, not one device's usual 0.9: a stale gradient acts as momentum of its own
 // (about 1 - 1/W with W async workers), and 0.9 on top of it trains worse early on
 // (docs/parameter_server.md, "Async against PyTorch's RPC parameter server").
@@ -21,6 +22,7 @@
 
 #include "kolo/data.h"
 #include "kolo/error.h"
+#include "kolo/exit_codes.h"
 #include "kolo/nn/layers.h"
 #include "kolo/ops.h"
 #include "kolo/optim.h"
@@ -93,7 +95,7 @@ double oneDeviceAccuracy(std::shared_ptr<kolo::data::TensorDataset> train,
 
 }  // namespace
 
-int main(int argc, char** argv) try {
+int run(int argc, char** argv) {
   int64_t steps = 600, batch = 64;
   double lr = 0.05, momentum = 0.5;
   bool compare = false;
@@ -129,15 +131,10 @@ int main(int argc, char** argv) try {
               summary.validationAccuracy);
   if (!compare) return 0;
 
-  // One device, the same samples: sync's step is a round of every worker's batch.
-  const int64_t workers = kolo::parallel::ps::roleFromEnvironment().workers;
-  const bool sync = options.mode == kolo::parallel::ps::Mode::Sync;
-  const int64_t oneDeviceBatch = sync ? workers * batch : batch;
-  const double reference =
-      oneDeviceAccuracy(train, test, steps, oneDeviceBatch, sgd(lr, momentum));
+  // One device, the same steps of the same global batch.
+  const double reference = oneDeviceAccuracy(train, test, steps, batch, sgd(lr, momentum));
   std::printf("accuracy %.4f vs one device %.4f\n", summary.validationAccuracy, reference);
   return summary.validationAccuracy >= reference - 0.05 ? 0 : 1;
-} catch (const kolo::Error& e) {
-  std::fprintf(stderr, "parameter_server: %s\n", e.what());
-  return 1;
 }
+
+int main(int argc, char** argv) { return kolo::main(argc, argv, run); }

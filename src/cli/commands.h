@@ -1,6 +1,6 @@
 // The `kolo` subcommands. Each registers itself on the CLI11 app and returns the
 // subcommand; main.cc runs whichever was chosen and maps exceptions to exit codes
-// (exit_codes.h).
+// (kolo/exit_codes.h).
 #pragma once
 
 #include <functional>

@@ -1,15 +1,17 @@
 // Entry point of the `kolo` command: parses the command line, checks the KOLO_* settings,
-// runs the chosen subcommand (train, run, bench, env, report, status) and turns what ended it into an exit
-// code through one table (exit_codes.h, docs/exit_codes.md).
+// runs the chosen subcommand (train, run, bench, env, report, status) and turns what ended it
+// into an exit code through the library's table (kolo/exit_codes.h, docs/exit_codes.md), its
+// message in the command line's words (library_words.h).
 #include <cstdio>
 #include <exception>
 #include <vector>
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
-#include "cli/exit_codes.h"
+#include "cli/library_words.h"
 #include "cli/options.h"
 #include "kolo/error.h"
+#include "kolo/exit_codes.h"
 #include "kolo/settings.h"
 
 namespace {
@@ -43,7 +45,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // --help and friends end with code 0; every other parse error is a usage error.
     const int code = app.exit(e);
-    return code == 0 ? kolo::cli::kExitOk : kolo::cli::kExitUsage;
+    return code == 0 ? kolo::kExitOk : kolo::kExitUsage;
   }
   try {
     for (auto& command : commands) {
@@ -53,13 +55,13 @@ int main(int argc, char** argv) {
     }
   } catch (const kolo::InternalError& e) {
     std::fprintf(stderr, "kolo: internal error (please report it): %s\n", e.what());
-    return kolo::cli::exitCodeFor(e);
+    return kolo::exitCodeFor(e);
   } catch (const kolo::Error& e) {
-    std::fprintf(stderr, "kolo: error: %s\n", e.what());
-    return kolo::cli::exitCodeFor(e);
+    std::fprintf(stderr, "kolo: error: %s\n", kolo::cli::inFlagWords(e.what()).c_str());
+    return kolo::exitCodeFor(e);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kolo: unexpected error: %s\n", e.what());
-    return kolo::cli::exitCodeFor(e);
+    return kolo::exitCodeFor(e);
   }
-  return kolo::cli::kExitInternal;
+  return kolo::kExitInternal;
 }

@@ -16,8 +16,9 @@ int showStatus(const std::string& file) {
   const std::vector<train::RankStatusLine> ranks = train::readRankStatus(file);
   if (ranks.empty())
     KOLO_THROW(FileError, "kolo status: no rank has written ", file,
-               ".rank-N yet (start the job with kolo run --status-file ", file,
-               " or KOLO_STATUS_FILE=", file, ")");
+               ".rank-N yet: the job has not begun training, was not started with kolo run "
+               "--status-file ", file, " (or KOLO_STATUS_FILE=", file,
+               "), or trains in a loop of its own rather than train::fit");
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::printf("%-5s %-8s %-11s %-13s %-8s %-9s %-10s %s\n", "rank", "pid", "state", "step", "loss",

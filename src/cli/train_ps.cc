@@ -1,6 +1,6 @@
 // `kolo train --strategy parameter-server`: the flags mapped onto train::trainParameterServer,
 // which runs this process's role of the job started by kolo run --ps P --workers W. Here: the
-// flags' defaults for the modes (Adam in async and ssp, a worker's batch of 64), the data
+// flags' defaults for the modes (Adam in async and ssp, 64 samples a push), the data
 // (training images on workers only), and the chief's summary.
 #include <chrono>
 #include <cstdio>
@@ -16,10 +16,11 @@ namespace {
 
 namespace ps = parallel::ps;
 
-// A worker's batch is one push: by default 64, the batch of PyTorch's parameter-server
-// examples. Async with three workers reached 0.869-0.874 test accuracy in three epochs at 64
-// and 0.859-0.868 at one device's 128 (docs/parameter_server.md); sync with two workers at
-// 64 each is one device's global batch of 128.
+// --batch is the global batch, a step's samples, as under every strategy. Without it a push
+// is 64 samples, the batch of PyTorch's parameter-server examples: async's step is one push
+// (with three workers it reached 0.869-0.874 test accuracy in three epochs at 64 and
+// 0.859-0.868 at one device's 128, docs/parameter_server.md); sync's is one push of each
+// worker, 64 x W (two workers: one device's 128).
 constexpr int64_t kDefaultWorkerBatch = 64;
 
 /// async and ssp without --optimizer, --lr, --momentum or --nesterov: Adam at 1e-3 with a
@@ -33,10 +34,11 @@ bool adamDefaults(const TrainConfig& config, ps::Mode mode) {
          !config.nesterov;
 }
 
-/// The flags' defaults for the mode: a worker's batch, and adamDefaults' recipe and look-ahead.
-TrainConfig withModeDefaults(TrainConfig config) {
+/// The flags' defaults for the mode: the batch, and adamDefaults' recipe and look-ahead.
+TrainConfig withModeDefaults(TrainConfig config, int workers) {
   train::ParameterServerOptions& options = config.ps;
-  if (!config.givenFlags.count("--batch")) config.batch = kDefaultWorkerBatch;
+  if (!config.givenFlags.count("--batch"))
+    config.batch = kDefaultWorkerBatch * (options.mode == ps::Mode::Sync ? workers : 1);
   const bool adam = adamDefaults(config, options.mode);
   // A look-ahead asked for overlaps the exchange; Adam's defaults look ahead 1.5 where it is
   // overlapped anyway.
@@ -89,14 +91,14 @@ void printChiefSummary(const TrainConfig& config, const train::ParameterServerSu
 }  // namespace
 
 int runParameterServerRole(const TrainConfig& given, observe::Logger& logger) {
-  TrainConfig config = withModeDefaults(given);
+  const ps::RoleInfo role = ps::roleFromEnvironment();
+  TrainConfig config = withModeDefaults(given, role.workers);
   KOLO_REQUIRE(config.model != "lm", "--strategy parameter-server trains --model mlp or cnn, not lm");
   setNumThreads(config.threads);
   const Recipe recipe = resolveRecipe(config, 1);
-  // Every process builds the same seeded model (or the --init file's weights); on the chief
-  // the last one built holds the trained weights at the end.
-  std::shared_ptr<nn::Module> built;
-  auto model = [&config, &built]() -> std::shared_ptr<nn::Module> { return built = buildModel(config); };
+  // Every process builds the same seeded model (or the --init file's weights); the chief's
+  // summary carries the one holding the trained weights.
+  auto model = [&config]() -> std::shared_ptr<nn::Module> { return buildModel(config); };
   auto optimizer = [recipe](const parallel::NamedTensors& slices) {
     return optim::makeOptimizer(recipe.optimizer, slices);
   };
@@ -104,7 +106,6 @@ int runParameterServerRole(const TrainConfig& given, observe::Logger& logger) {
   // labels file tells without the 47 MB of images. Other data (a table, arrays, images) is read
   // by every role first: the model's sizes follow it.
   train::ParameterServerData data;
-  const ps::RoleInfo role = ps::roleFromEnvironment();
   if (readsFashionMnist(config)) {
     data.train = [&config] { return loadTrainingSet(config); };
     if (role.role != ps::Role::Worker)
@@ -120,7 +121,7 @@ int runParameterServerRole(const TrainConfig& given, observe::Logger& logger) {
       model, optimizer, data, psOptions(given, config, recipe, logger),
       train::injectWorkerFaults(config.faults, static_cast<int>(settings::rank().value_or(-1))));
   if (summary.role != ps::Role::Chief) return 0;
-  saveWeights(config, *built, summary.steps, logger);
+  saveWeights(config, *summary.model, summary.steps, logger);
   printChiefSummary(config, summary, role);
   return 0;
 }

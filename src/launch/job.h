@@ -81,6 +81,8 @@ class Job {
   /// mpirun -np P+1+W gives them too).
   void assignRole(Rank& r) const;
   static std::string describeRank(const Rank& r);
+  /// Says every started rank's pid, in one line.
+  void sayPids() const;
   /// Starts rank r (its globalRank and localRank set) with the job's variables, KOLO_RANK,
   /// KOLO_LOCAL_RANK and `vars`, bound to its local rank's CPU. False (said why) when the
   /// program cannot be started.

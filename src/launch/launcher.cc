@@ -207,6 +207,7 @@ int Job::run() {
       break;
     }
   }
+  if (exitCode_ == 0) sayPids();
   loop();
   if (debug_ && debug_->collecting()) printDiagnosis();
   guard_->release();  // every rank is reaped: nothing is left for the guard to stop
@@ -299,6 +300,23 @@ void Job::assignRole(Rank& r) const {
     r.role = "worker";
     r.roleIndex = r.globalRank - servers - 1;
   }
+}
+
+void Job::sayPids() const {
+  // One line, so that a user attaching a debugger or `kill -STOP` to a rank need not wait for
+  // it to die to learn its pid.
+  std::string line = "started " + std::to_string(ranks_.size()) + " rank(s): ";
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    const Rank& r = ranks_[i];
+    std::string role;
+    if (!r.role.empty())
+      role = r.role == "chief" ? " (chief)"
+                               : " (" + std::string(r.role == "ps" ? "parameter server " : "worker ") +
+                                     std::to_string(r.roleIndex) + ")";
+    line += (i == 0 ? "" : ", ") + ("rank " + std::to_string(r.globalRank)) + role + " pid " +
+            std::to_string(r.pid);
+  }
+  say(line);
 }
 
 std::string Job::describeRank(const Rank& r) {

@@ -40,8 +40,8 @@ std::shared_ptr<Sequential> makeLanguageModelPart(const LanguageModelConfig& con
                    config.seqLen > 0,
                "lm: vocab ", config.vocab, ", layers ", config.layers, ", d-model ", config.dModel,
                ", heads ", config.heads, " and seq-len ", config.seqLen, " must all be at least 1");
-  KOLO_REQUIRE(config.dModel % config.heads == 0, "lm: --d-model ", config.dModel,
-               " is not divisible by --heads ", config.heads);
+  KOLO_REQUIRE(config.dModel % config.heads == 0, "lm: LanguageModelConfig::dModel ", config.dModel,
+               " is not divisible by LanguageModelConfig::heads ", config.heads);
   const int64_t count = config.layers + 3;
   KOLO_REQUIRE(keepBegin >= 0 && keepBegin < keepEnd && keepEnd <= count, "lm: layers [", keepBegin, ", ",
                keepEnd, ") are not inside the model's ", count);

@@ -52,7 +52,7 @@ void chargeTensorBytes(size_t bytes, const Shape& shape, DType dtype) {
     live.fetch_sub(n, std::memory_order_relaxed);
     KOLO_THROW(MemoryLimitError, "tensor memory limit of ", mib(budget), " exceeded: a ", dtypeName(dtype), " ",
                shapeString(shape), " tensor of ", mib(n), " with ", mib(now - n),
-               " already allocated (--memory-limit)");
+               " already allocated (setTensorMemoryLimit)");
   }
   int64_t seen = peak.load(std::memory_order_relaxed);
   while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {

@@ -7,6 +7,7 @@
 
 #include "tensor/dispatch.h"
 #include "tensor/kernels.h"
+#include "tensor/label_error.h"
 #include "tensor/row_kernels.h"
 
 namespace kolo::kernels {
@@ -129,7 +130,9 @@ Tensor crossEntropyForward(const Tensor& logits, const Tensor& labels0, Tensor* 
     T* pp = p.data<T>();
     for (int64_t i = 0; i < n; ++i) {
       const int64_t y = labelAt(labels, i);
-      if (y < 0 || y >= c) KOLO_THROW(InvalidArgument, "crossEntropy: label ", y, " at row ", i, " outside [0, ", c, ")");
+      if (y < 0 || y >= c)
+        throw ::kolo::detail::LabelOutOfRange(
+            kolo::detail::concat("crossEntropy: label ", y, " at row ", i, " outside [0, ", c, ")"), y, c);
       loss -= pp[i * c + y];
     }
     if constexpr (std::is_same_v<T, float>) {

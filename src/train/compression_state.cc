@@ -142,10 +142,10 @@ void scatterCompressionState(comm::Communicator* comm, parallel::Strategy& strat
   if (comm && size > 1) comm->broadcast(&verdict, 1, DType::I64, 0);
   if (verdict == -3)
     KOLO_THROW(Mismatch,
-               "--resume: the checkpoint holds communication-hook state (it was "
-               "written with --compress) but this run has --compress none");
+               "resuming: the checkpoint holds communication-hook state (it was written with a "
+               "DataParallelOptions::commHook) but this run's commHook is none");
   if (verdict == -2 || verdict == -1)
-    KOLO_THROW(Mismatch, "--resume: the checkpoint's --compress state was written by ",
+    KOLO_THROW(Mismatch, "resuming: the checkpoint's DataParallelOptions::commHook state was written by ",
                verdict == -2 ? "more" : "fewer", " ranks than this run's ", size,
                "; compression residuals are per rank, resume with the same rank count");
   if (verdict == 0) return;

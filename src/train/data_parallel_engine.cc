@@ -52,18 +52,20 @@ DataParallelEngine::DataParallelEngine(parallel::ModelFactory model,
     : options_(std::move(options)) {
   const StrategyKind kind = options_.strategy.kind;
   const std::string name = parallel::strategyKindName(kind);
-  KOLO_REQUIRE(options_.clipNorm >= 0.0, "clipNorm must be at least 0, got ", options_.clipNorm);
+  KOLO_REQUIRE(options_.clipNorm >= 0.0, "DataParallelOptions::clipNorm must be at least 0, got ", options_.clipNorm);
   KOLO_REQUIRE(options_.clipNorm == 0.0 || kind == StrategyKind::OneDevice ||
                    kind == StrategyKind::FullyShardedDataParallel,
-               "--clip-norm is available with --strategy one-device and fsdp only, not ", name);
+               "DataParallelOptions::clipNorm is available with the strategies one-device and fsdp "
+               "only, not ", name);
   KOLO_REQUIRE(!options_.commHook || kind == StrategyKind::MultiWorkerMirrored,
-               "--compress needs --strategy multi-worker-mirrored (one reducer per rank), not "
-               "--strategy ", name);
+               "DataParallelOptions::commHook needs the strategy multi-worker-mirrored (one reducer "
+               "per rank), not ", name);
   // fsdp clips inside its step; one-device clips in step() below.
   options_.strategy.clipNorm = kind == StrategyKind::FullyShardedDataParallel ? options_.clipNorm : 0.0;
   if (options_.balanceBatch > 0) {
     KOLO_REQUIRE(kind == StrategyKind::MultiWorkerMirrored && options_.strategy.communicator,
-                 "--balance is available with --strategy multi-worker-mirrored, not ", name);
+                 "DataParallelOptions::balanceBatch is available with the strategy "
+                 "multi-worker-mirrored over a communicator, not ", name);
     const auto& comm = options_.strategy.communicator;
     balancer_ = std::make_unique<parallel::Balancer>(options_.balanceBatch, comm->rank(),
                                                      comm->size(), options_.balancer);

@@ -43,10 +43,11 @@ ElasticEngine::ElasticEngine(std::shared_ptr<parallel::ElasticContext> context,
   KOLO_REQUIRE(context_ != nullptr, "ElasticEngine: no elastic context (run under kolo run --elastic)");
   const DataParallelOptions& dp = options_.dataParallel;
   KOLO_REQUIRE(dp.strategy.kind == StrategyKind::MultiWorkerMirrored,
-               "ElasticEngine: elastic training is multi-worker-mirrored, not --strategy ",
+               "ElasticEngine: elastic training is multi-worker-mirrored, not ",
                parallel::strategyKindName(dp.strategy.kind));
   KOLO_REQUIRE(dp.clipNorm == 0.0 && !dp.commHook,
-               "ElasticEngine: --clip-norm and --compress are not available in an elastic job");
+               "ElasticEngine: DataParallelOptions::clipNorm and commHook are not available in an "
+               "elastic job");
   if (!options_.logger) stderrLogger_ = std::make_unique<observe::Logger>(stderr);
   const parallel::MembershipChange& admitted = context_->change();
   if (std::find(admitted.joined.begin(), admitted.joined.end(), context_->id()) != admitted.joined.end()) {

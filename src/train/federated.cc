@@ -65,11 +65,15 @@ FederatedSummary serve(const parallel::ModelFactory& makeModel, const data::Data
     FederatedRoundEnd end{.report = server.runRound()};
     for (const std::string& why : end.report.refused) logger.warn(why, {{"round", end.report.round}});
     fed::loadParameters(*summary.model, server.weights());
-    if (validation) end.validationAccuracy = evaluate(*summary.model, *validation).accuracy;
+    if (validation) {
+      const EvaluateResult figures = evaluate(*summary.model, *validation);
+      end.validationAccuracy = figures.accuracy;
+      summary.validationLoss = figures.loss;
+    }
     summary.validationAccuracy = end.validationAccuracy;
     summary.bytesUp += end.report.bytesUp;
     summary.bytesDown += end.report.bytesDown;
-    summary.rounds = end.report.round;
+    summary.rounds = summary.steps = end.report.round;
     if (metrics) metrics->write(roundFields(end));
     if (!options.quiet) {
       const std::string epsilon =
@@ -137,11 +141,11 @@ FederatedSummary trainFederated(parallel::ModelFactory model, std::shared_ptr<co
   // The job's store must outlive every client host's last read, which kolo run's launcher
   // guarantees (it serves the store until its ranks end); under srun or torchrun's variables
   // nobody would serve it, and every rank would wait out the store timeout to say so.
-  KOLO_REQUIRE(launch.launcher == "kolo" && !launch.storeAddress.empty(), "--strategy federated under ",
+  KOLO_REQUIRE(launch.launcher == "kolo" && !launch.storeAddress.empty(), "trainFederated under ",
                launch.launcher, " (rank ", launch.rank, " of ", launch.size,
                ") needs kolo run's store (KOLO_STORE): start it with kolo run -n N --tolerate-failures -- "
-               "kolo train ...; under Slurm one launcher per node: srun --ntasks-per-node=1 kolo run -n G "
-               "--tolerate-failures -- kolo train --strategy federated ...");
+               "PROGRAM ...; under Slurm one launcher per node: srun --ntasks-per-node=1 kolo run -n G "
+               "--tolerate-failures -- PROGRAM ...");
   auto store = comm::prefixStore(comm::connectTcpStore(launch.storeAddress, launch.token, options.storeTimeout),
                                  "kolo-federated/");
   if (launch.rank == 0) return serve(model, validation.get(), options, callbacks, store, launch.size - 1);
@@ -152,7 +156,7 @@ FederatedSummary trainFederated(parallel::ModelFactory model, std::shared_ptr<co
   for (int64_t round = 1;; ++round) {
     if (callbacks.beforeRound) callbacks.beforeRound(round);
     if (!host->serveRound(idle)) break;
-    summary.rounds = round;
+    summary.rounds = summary.steps = round;
   }
   summary.wallSeconds = secondsSince(start);
   return summary;

@@ -18,10 +18,14 @@
 
 #include "kolo/error.h"
 #include "kolo/memory.h"
+#include "kolo/settings.h"
 #include "kolo/trace.h"
 #include "kolo/train/elastic.h"
+#include "tensor/label_error.h"
 #include "train/balance.h"
+#include "train/batch_contract.h"
 #include "train/monitor.h"
+#include "train/resume.h"
 #include "train/run_lines.h"
 #include "train/timeline_files.h"
 
@@ -120,10 +124,10 @@ class TerminateRequests {
 }  // namespace
 
 int64_t stepsPerEpoch(int64_t datasetSize, int64_t batch, bool dropLast) {
-  KOLO_REQUIRE(batch >= 1, "--batch must be at least 1, got ", batch);
+  KOLO_REQUIRE(batch >= 1, "FitOptions::batch must be at least 1, got ", batch);
   const int64_t steps = dropLast ? datasetSize / batch : (datasetSize + batch - 1) / batch;
-  KOLO_REQUIRE(steps > 0, "--batch ", batch, " is larger than the ", datasetSize,
-               " training samples (with --drop-last no step is left; use --pad-last)");
+  KOLO_REQUIRE(steps > 0, "FitOptions::batch ", batch, " is larger than the training set's ",
+               datasetSize, " samples: with FitOptions::dropLast no step is left");
   return steps;
 }
 
@@ -136,16 +140,16 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
                const FitCallbacks& callbacks) {
   const auto start = Clock::now();
   KOLO_REQUIRE(train != nullptr, "train::fit: no training dataset");
-  KOLO_REQUIRE(options.epochs >= 0, "--epochs must be at least 1, got ", options.epochs);
-  KOLO_REQUIRE(options.steps >= 0, "--steps must be at least 0, got ", options.steps);
-  KOLO_REQUIRE(options.checkpointEvery >= 0, "--checkpoint-every must be at least 0, got ",
+  KOLO_REQUIRE(options.epochs >= 0, "FitOptions::epochs must be at least 0, got ", options.epochs);
+  KOLO_REQUIRE(options.steps >= 0, "FitOptions::steps must be at least 0, got ", options.steps);
+  KOLO_REQUIRE(options.checkpointEvery >= 0, "FitOptions::checkpointEvery must be at least 0, got ",
                options.checkpointEvery);
-  KOLO_REQUIRE(options.keepCheckpoints >= 1, "--keep-checkpoints must be at least 1, got ",
+  KOLO_REQUIRE(options.keepCheckpoints >= 1, "FitOptions::keepCheckpoints must be at least 1, got ",
                options.keepCheckpoints);
-  KOLO_REQUIRE(options.timingSkip >= 0, "--timing-skip must be at least 0, got ", options.timingSkip);
-  KOLO_REQUIRE(options.accumulate >= 1, "train::fit: accumulate must be at least 1 micro-batch, got ",
+  KOLO_REQUIRE(options.timingSkip >= 0, "FitOptions::timingSkip must be at least 0, got ", options.timingSkip);
+  KOLO_REQUIRE(options.accumulate >= 1, "FitOptions::accumulate must be at least 1, got ",
                options.accumulate);
-  KOLO_REQUIRE(options.metricsEvery >= 1, "--metrics-every must be at least 1, got ",
+  KOLO_REQUIRE(options.metricsEvery >= 1, "FitOptions::metricsEvery must be at least 1, got ",
                options.metricsEvery);
   keepFreedMemory();  // each step reuses the buffers the last one freed
   observe::Logger stderrLogger(stderr);
@@ -166,23 +170,23 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
     balancer = engine.balancer();
     shard = engine.dataShard();
     if (balancer) {
-      KOLO_REQUIRE(balancer->globalBatch() == globalBatch, "train::fit: the batch ", globalBatch,
+      KOLO_REQUIRE(balancer->globalBatch() == globalBatch, "FitOptions::batch ", globalBatch,
                    " is not the balanced engine's global batch ", balancer->globalBatch());
     } else {
       const int replicasHere = engine.replicas() / std::max(1, shard.worldSize);
-      KOLO_REQUIRE(globalBatch % engine.replicas() == 0, "--batch ", globalBatch,
+      KOLO_REQUIRE(globalBatch % engine.replicas() == 0, "FitOptions::batch ", globalBatch,
                    " does not split evenly over ", engine.replicas(), " replicas (", shard.worldSize,
                    " rank(s) x ", replicasHere, " per rank): use a multiple of ", engine.replicas());
-      KOLO_REQUIRE(globalBatch % (engine.replicas() * options.accumulate) == 0, "train::fit: the batch ",
+      KOLO_REQUIRE(globalBatch % (engine.replicas() * options.accumulate) == 0, "FitOptions::batch ",
                    globalBatch, " does not split evenly over ", engine.replicas(), " replica(s) x ",
-                   options.accumulate, " micro-batches (accumulate)");
+                   options.accumulate, " micro-batches (FitOptions::accumulate)");
     }
   };
   refreshMembership();
   engine.setAccumulate(options.accumulate);
   KOLO_REQUIRE(options.checkSyncEvery == 0 || comm != nullptr,
-               "--check-sync compares the weights of several ranks: use it with --strategy "
-               "multi-worker-mirrored under kolo run, or --workers N");
+               "FitOptions::checkSyncEvery compares the weights of several ranks, and the engine ",
+               engine.name(), " has no communicator: use an engine over the job's ranks");
 
   const int64_t perEpoch = stepsPerEpoch(train->size(), globalBatch, options.dropLast);
   // --steps is the total step count: it cuts --epochs short, or alone sets the length.
@@ -208,13 +212,18 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
         data::DataLoaderOptions{.batchSize = globalBatch / shard.worldSize, .prefetch = options.prefetch});
   };
   std::unique_ptr<data::DataLoader> loader = makeLoader();
+  detail::BatchContract contract("the training set", [&]() -> std::optional<DType> {
+    const auto parameters = engine.model().namedParameters();
+    if (parameters.empty()) return std::nullopt;
+    return parameters.front().second.dtype();
+  }());
   // Step `at`'s place in the data (what the loader's state is after `at` steps).
   auto positionOf = [perEpoch](int64_t at) { return data::LoaderState{at / perEpoch, at % perEpoch}; };
 
   CheckpointOptions checkpoints{.directory = options.checkpointDir,
                                 .keep = options.keepCheckpoints,
                                 .communicator = comm,
-                                .identity = options.identity,
+                                .identity = detail::identityOf(options),
                                 .warn = [&logger](const std::string& line) { logger.warn(line); }};
   int64_t step = 0;
   const bool joined = elastic && elastic->joinedAt();
@@ -226,7 +235,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
              !resumeDir.empty()) {
     CheckpointOptions from = checkpoints;
     from.directory = resumeDir;
-    const Position position = load({&engine}, from);
+    const Position position = detail::loadFrom({&engine}, from, "FitOptions::resumeDir");
     if (primary)
       logger.info(options.resumeDir.empty() ? "requeued Slurm job: resuming from its checkpoints" : "resuming",
                   {{"checkpoint", position.path}, {"step", position.step}});
@@ -238,7 +247,8 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
     if (options.checkpointDir.empty()) return;
     trace::Scope span("checkpoint", "checkpoint");
     span.index(at);
-    const std::string path = save({&engine}, {.step = at, .loader = loader->state(), .path = ""}, checkpoints);
+    // At an epoch's end the position is the next epoch's start, as every trainer records it.
+    const std::string path = save({&engine}, {.step = at, .loader = positionOf(at), .path = ""}, checkpoints);
     if (primary) logger.debug("checkpoint written", {{"dir", path}, {"step", at}});
   };
 
@@ -250,7 +260,9 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
     return std::make_unique<detail::StepMonitor>(comm.get(), options.metricsEvery, globalBatch / shard.worldSize);
   };
   std::unique_ptr<detail::StepMonitor> monitor = makeMonitor();
-  detail::RankStatus status(options.statusFile, rank, totalSteps);
+  // A program of one's own under `kolo run --status-file` keeps its lines without a word.
+  detail::RankStatus status(options.statusFile.empty() ? settings::statusFile() : options.statusFile,
+                            rank, totalSteps);
   const detail::FailureEvent failureEvent(metrics, step);
   if (!joined)
     metrics.event(step > 0 ? "resume" : "start", step,
@@ -344,6 +356,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
       {
         trace::Scope dataSpan("data", "data");
         if (!loader->next(batch)) break;
+        contract.check(batch);
       }
       const double dataSeconds = secondsSince(stepStart);
       if (options.anomalyDetector) options.anomalyDetector->beginStep(step);
@@ -360,6 +373,8 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
         if (elastic) regrouped = elastic->admitJoiners(step);
         if (regrouped) break;
         loss = engine.step(batch, lr);
+      } catch (const ::kolo::detail::LabelOutOfRange&) {
+        contract.rethrowNamingTheLabel(batch);
       } catch (const Error& error) {
         if (!elastic || !(regrouped = recoverFrom(error))) throw;
         break;
@@ -384,7 +399,7 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
       monitor->record(dataSeconds, seconds, engine.reducer(), blocked);
       if (!std::isfinite(loss))
         KOLO_THROW(DivergedError, "training diverged: loss ", loss, " at step ", step, " (lr ",
-                   lr, "); try a smaller --lr");
+                   lr, "); try a smaller learning rate");
       if (callbacks.onStepEnd)
         callbacks.onStepEnd({.step = step, .loss = loss, .lr = lr, .seconds = seconds,
                              .computeSeconds = compute, .batch = &batch});
@@ -502,6 +517,8 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
     if (!options.checkpointDir.empty()) metrics.event("checkpoint", step);
   }
   summary.ranks = rankFigures.gather(comm.get());
+  // The engine owns its model; the summary's handle is valid while the engine lives.
+  summary.model = std::shared_ptr<nn::Module>(std::shared_ptr<nn::Module>(), &engine.model());
   summary.wallSeconds = secondsSince(start);
   const observe::Fields endFields = callbacks.onEnd ? callbacks.onEnd(summary) : observe::Fields{};
   metrics.event("end", step);  // before the final line, which stays the file's last

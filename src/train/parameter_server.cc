@@ -24,38 +24,45 @@ namespace {
 namespace ps = parallel::ps;
 
 void checkOptions(const ParameterServerOptions& options) {
-  KOLO_REQUIRE(options.batch >= 1, "--batch must be at least 1, got ", options.batch);
-  KOLO_REQUIRE(options.epochs >= 0, "--epochs must be at least 0, got ", options.epochs);
-  KOLO_REQUIRE(options.steps >= 0, "--steps must be at least 0, got ", options.steps);
-  KOLO_REQUIRE(options.unitBatches >= 1, "--ps-unit-batches must be at least 1, got ",
+  KOLO_REQUIRE(options.batch >= 1, "ParameterServerOptions::batch must be at least 1, got ", options.batch);
+  KOLO_REQUIRE(options.epochs >= 0, "ParameterServerOptions::epochs must be at least 0, got ", options.epochs);
+  KOLO_REQUIRE(options.steps >= 0, "ParameterServerOptions::steps must be at least 0, got ", options.steps);
+  KOLO_REQUIRE(options.unitBatches >= 1, "ParameterServerOptions::unitBatches must be at least 1, got ",
                options.unitBatches);
-  KOLO_REQUIRE(options.shardBytes >= 1, "--ps-shard-bytes must be at least 1, got ",
+  KOLO_REQUIRE(options.shardBytes >= 1, "ParameterServerOptions::shardBytes must be at least 1, got ",
                options.shardBytes);
-  KOLO_REQUIRE(options.checkpointEvery >= 0, "--checkpoint-every must be at least 0, got ",
+  KOLO_REQUIRE(options.checkpointEvery >= 0, "ParameterServerOptions::checkpointEvery must be at least 0, got ",
                options.checkpointEvery);
-  KOLO_REQUIRE(options.keepCheckpoints >= 1, "--keep-checkpoints must be at least 1, got ",
+  KOLO_REQUIRE(options.keepCheckpoints >= 1, "ParameterServerOptions::keepCheckpoints must be at least 1, got ",
                options.keepCheckpoints);
-  KOLO_REQUIRE(options.lookahead >= 0.0, "--ps-lookahead must be at least 0, got ",
+  KOLO_REQUIRE(options.lookahead >= 0.0, "ParameterServerOptions::lookahead must be at least 0, got ",
                options.lookahead);
-  KOLO_REQUIRE(options.heartbeat.count() >= 0, "--ps-heartbeat-seconds must be at least 0");
+  KOLO_REQUIRE(options.heartbeat.count() >= 0, "ParameterServerOptions::heartbeat must be at least 0");
   KOLO_REQUIRE(options.mode != ps::Mode::Sync || !options.overlap.value_or(false),
-               "--ps-overlap on is not available with --ps-mode sync: a round's mean must be of "
-               "gradients computed on the same parameters");
+               "ParameterServerOptions::overlap on is not available with ParameterServerOptions::mode "
+               "sync: a round's mean must be of gradients computed on the same parameters");
   KOLO_REQUIRE((options.mode != ps::Mode::Sync && options.overlap.value_or(true)) ||
                    options.lookahead == 0.0,
-               "--ps-lookahead needs the exchange overlapped (--ps-overlap, async and ssp)");
+               "ParameterServerOptions::lookahead needs the exchange overlapped "
+               "(ParameterServerOptions::overlap, async and ssp)");
 }
 
-/// The run's length: `epochs` epochs of whole batches, cut short by `steps` (server updates:
-/// a batch each in async and ssp, a round of W batches in sync).
+/// The run's length: `epochs` epochs of floor(samples / batch) steps, fit's, cut short by
+/// `steps` (server updates: a push of `batch` samples each in async and ssp, a round of W
+/// pushes of batch / W samples in sync).
 void planLength(detail::PsJob& job, const ParameterServerOptions& options) {
-  job.batchesPerEpoch = job.trainSize / options.batch;
-  KOLO_REQUIRE(job.batchesPerEpoch > 0, "--batch ", options.batch, " is larger than the ",
-               job.trainSize, " training samples");
   const int64_t workers = job.role.workers;
   const bool sync = options.mode == ps::Mode::Sync;
+  KOLO_REQUIRE(!sync || options.batch % workers == 0, "ParameterServerOptions::batch ",
+               options.batch, " does not split evenly over ", workers,
+               " workers: a sync step is one batch of batch / W samples from each worker; use a "
+               "multiple of ", workers);
+  job.stepsPerEpoch = job.trainSize / options.batch;
+  KOLO_REQUIRE(job.stepsPerEpoch > 0, "ParameterServerOptions::batch ", options.batch,
+               " is larger than the training set's ", job.trainSize, " samples");
   const int64_t batchesPerStep = sync ? workers : 1;
-  job.stepsPerEpoch = (job.batchesPerEpoch + batchesPerStep - 1) / batchesPerStep;
+  job.workerBatch = options.batch / batchesPerStep;
+  job.batchesPerEpoch = job.stepsPerEpoch * batchesPerStep;
   const int64_t epochs = std::max<int64_t>(options.epochs, 1);
   int64_t batches = epochs * job.batchesPerEpoch;
   job.totalSteps = epochs * job.stepsPerEpoch;
@@ -65,7 +72,7 @@ void planLength(detail::PsJob& job, const ParameterServerOptions& options) {
   }
   job.epochs = (batches + job.batchesPerEpoch - 1) / job.batchesPerEpoch;
   const int64_t lastBatches = batches - (job.epochs - 1) * job.batchesPerEpoch;
-  job.lastEpochSamples = lastBatches < job.batchesPerEpoch ? lastBatches * options.batch : 0;
+  job.lastEpochSamples = lastBatches < job.batchesPerEpoch ? lastBatches * job.workerBatch : 0;
 }
 
 detail::PsJob planJob(const parallel::ModelFactory& makeModel,
@@ -151,8 +158,12 @@ ParameterServerSummary runServer(const detail::PsJob& job, comm::Store& store,
                   comm::HostPort{server.host, instance.port()}.toString());
   instance.serve();
   const ps::ServerStats stats = instance.stats();
-  return {.role = ps::Role::Server, .index = job.role.index, .steps = stats.updates,
-          .stalenessMax = stats.stalenessMax};
+  ParameterServerSummary summary;
+  summary.role = ps::Role::Server;
+  summary.index = job.role.index;
+  summary.steps = stats.updates;
+  summary.stalenessMax = stats.stalenessMax;
+  return summary;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "kolo/error.h"
 #include "kolo/trace.h"
 #include "train/parameter_server_roles.h"
+#include "train/resume.h"
 #include "train/run_lines.h"
 
 namespace kolo::train::detail {
@@ -64,9 +65,9 @@ ps::DispatchOptions dispatchOptions(const PsJob& job, const ParameterServerOptio
                                     comm::Store& store, int64_t firstEpoch) {
   ps::DispatchOptions dispatch;
   dispatch.workers = job.role.workers;
-  dispatch.samplesPerEpoch = job.batchesPerEpoch * options.batch;
+  dispatch.samplesPerEpoch = job.batchesPerEpoch * job.workerBatch;
   dispatch.lastEpochSamples = job.lastEpochSamples;
-  dispatch.unitSamples = options.unitBatches * options.batch;
+  dispatch.unitSamples = options.unitBatches * job.workerBatch;
   dispatch.epochs = job.epochs;
   dispatch.token = job.role.token;
   dispatch.host = ps::localHost(store);
@@ -97,7 +98,7 @@ class Chief {
         checkpoints_{.directory = options.checkpointDir,
                      .keep = options.keepCheckpoints,
                      .communicator = nullptr,
-                     .identity = options.identity,
+                     .identity = identityOf(options),
                      .warn = [&logger](const std::string& line) { logger.warn(line); }} {}
 
   ParameterServerSummary run() {
@@ -116,21 +117,26 @@ class Chief {
   }
 
  private:
-  /// Restores the servers from the newest checkpoint of `directory`; returns the epochs it
-  /// had done.
+  /// Restores the servers from the newest checkpoint of `directory` (any strategy's, at an
+  /// epoch's end); returns the epochs it had done.
   int64_t resume(const std::string& directory) {
     CheckpointOptions from = checkpoints_;
     from.directory = directory;
-    const Position position = load({&state_}, from);
-    KOLO_REQUIRE(position.loader.batch == 0, "--resume ", position.path, " was written at batch ",
-                 position.loader.batch, " of epoch ", position.loader.epoch + 1,
-                 ": parameter servers resume at an epoch's end only");
-    KOLO_REQUIRE(position.loader.epoch <= job_.epochs, "--resume ", position.path,
-                 " is at epoch ", position.loader.epoch, ", past the run's ", job_.epochs);
-    if (!options_.quiet)
-      logger_.info("resuming", {{"checkpoint", position.path},
-                                {"epoch", position.loader.epoch},
-                                {"step", position.step}});
+    Position position = loadFrom({&state_}, from, "ParameterServerOptions::resumeDir");
+    // A checkpoint written before an epoch's end was recorded as the next epoch's start may
+    // say "after the last batch of epoch e": that is epoch e + 1's start (the identity has
+    // made sure the batch, and so the steps of an epoch, are this run's).
+    if (position.loader.batch == job_.stepsPerEpoch) position.loader = {position.loader.epoch + 1, 0};
+    KOLO_REQUIRE(position.loader.batch == 0, "ParameterServerOptions::resumeDir ", position.path,
+                 " was written at step ", position.loader.batch, " of epoch ",
+                 position.loader.epoch + 1, " (", job_.stepsPerEpoch,
+                 " steps an epoch): parameter servers resume at an epoch's end only");
+    KOLO_REQUIRE(position.loader.epoch <= job_.epochs, "ParameterServerOptions::resumeDir ",
+                 position.path, " is at epoch ", position.loader.epoch, ", past the run's ",
+                 job_.epochs);
+    logger_.info("resuming", {{"checkpoint", position.path},
+                              {"epoch", position.loader.epoch},
+                              {"step", position.step}});
     return position.loader.epoch;
   }
 
@@ -160,13 +166,13 @@ class Chief {
                      {"strategy", "parameter-server"},
                      {"algorithm", ""},
                      {"batch", options_.batch}});
-    if (options_.quiet) return;
     observe::Fields fields = options_.describe;
     fields.update({{"strategy", "parameter-server"},
                    {"ps_mode", ps::modeName(options_.mode)},
                    {"servers", job_.role.servers},
                    {"workers", job_.role.workers},
-                   {"batch_per_worker", options_.batch},
+                   {"batch", options_.batch},
+                   {"worker_batch", job_.workerBatch},
                    {"epochs", job_.epochs},
                    {"steps", job_.totalSteps}});
     logger_.info("training", fields);
@@ -182,8 +188,11 @@ class Chief {
                              epochSteps, stderr, 100, options_.progress);
     const ps::EpochReport done = dispatcher_->waitEpoch(epoch);
     if (!options_.checkpointDir.empty()) {
-      if (last || (options_.checkpointEvery > 0 && (epoch + 1) % options_.checkpointEvery == 0))
-        checkpoint(epoch + 1);
+      // checkpointEvery counts steps, as fit's; the servers are quiet between epochs only, so
+      // a multiple of it reached during the epoch is checkpointed at the epoch's end.
+      const int64_t every = options_.checkpointEvery;
+      const int64_t before = job_.stepsPerEpoch * epoch, after = before + epochSteps;
+      if (last || (every > 0 && after / every > before / every)) checkpoint(epoch + 1);
       dispatcher_->releaseEpoch(epoch + 1);
     }
     step_ = servers_->pull(job_.parameters);
@@ -191,11 +200,12 @@ class Chief {
       trace::Scope span("evaluate", "train");
       figures_ = evaluate(*job_.model, *validation_);
       summary_.validationAccuracy = figures_->accuracy;
+      summary_.validationLoss = figures_->loss;
     }
     summary_.trainLoss = done.batches > 0 ? done.lossSum / done.batches : 0.0;
     summary_.epochs = epoch + 1;
-    const double epochSamples = static_cast<double>(done.batches * options_.batch);
-    samples_ += done.batches * options_.batch;
+    const double epochSamples = static_cast<double>(done.batches * job_.workerBatch);
+    samples_ += done.batches * job_.workerBatch;
     const double rate = epochSamples / std::max(done.seconds - seconds_, 1e-9);
     // The epochs after this run's first, when every worker has loaded its data and started:
     // the steady rate, as the peers measure theirs (PyTorch's RPC example from each
@@ -256,18 +266,15 @@ class Chief {
     last.set("units_done", observe::Value::Array(unitsDone.begin(), unitsDone.end()));
     last.set("final", true);
     metrics_->write(last);
-    return {.role = ps::Role::Chief,
-            .index = 0,
-            .steps = summary_.steps,
-            .epochs = summary_.epochs,
-            .trainLoss = summary_.trainLoss,
-            .validationAccuracy = summary_.validationAccuracy,
-            .samplesPerSecond = summary_.samplesPerSecond,
-            .steadySamplesPerSecond = summary_.steadySamplesPerSecond,
-            .wallSeconds = summary_.wallSeconds,
-            .stalenessMax = stalenessMax(stats),
-            .workersAlive = dispatcher_->workersAlive(),
-            .unitsDone = unitsDone};
+    ParameterServerSummary summary;
+    static_cast<FitSummary&>(summary) = summary_;
+    summary.model = job_.model;  // the last pull left the servers' final values in it
+    summary.role = ps::Role::Chief;
+    summary.index = 0;
+    summary.stalenessMax = stalenessMax(stats);
+    summary.workersAlive = dispatcher_->workersAlive();
+    summary.unitsDone = unitsDone;
+    return summary;
   }
 
   const PsJob& job_;

@@ -22,8 +22,9 @@ struct PsJob {
   parallel::NamedTensors parameters;
   parallel::ps::Placement placement;
   int64_t trainSize = 0;
-  int64_t batchesPerEpoch = 0;  // whole batches of one epoch
-  int64_t stepsPerEpoch = 0;    // server updates of one epoch (sync: rounds)
+  int64_t workerBatch = 0;      // samples of one push (sync: batch / W, else batch)
+  int64_t batchesPerEpoch = 0;  // pushes of one epoch (sync: W per step)
+  int64_t stepsPerEpoch = 0;    // server updates of one epoch (sync: rounds), as fit's
   int64_t totalSteps = 0;       // server updates of the whole run
   int64_t epochs = 0;           // epochs begun (the last may be cut short by `steps`)
   int64_t lastEpochSamples = 0;  // samples of the last epoch when it is cut short, else 0

@@ -40,7 +40,11 @@ ParameterServerSummary lateWorker(const PsJob& job) {
   std::fprintf(stderr,
                "worker %d: the job finished before this worker connected; nothing left to do\n",
                job.role.index);
-  return {.role = ps::Role::Worker, .index = job.role.index, .joinedTooLate = true};
+  ParameterServerSummary summary;
+  summary.role = ps::Role::Worker;
+  summary.index = job.role.index;
+  summary.joinedTooLate = true;
+  return summary;
 }
 
 /// Positions [0, n) of an epoch's sample order.
@@ -85,8 +89,7 @@ ParameterServerSummary runWorker(const PsJob& job, comm::Store& store,
   }
   for (const auto& model : models) model->train(true);
   ps::WorkerExchange exchange(servers, replicas, overlapped ? options.lookahead : 0.0);
-  if (!options.quiet)
-    logger.info("worker exchange", {{"worker", index},
+  logger.debug("worker exchange", {{"worker", index},
                                     {"overlapped", overlapped},
                                     {"lookahead", overlapped ? options.lookahead : 0.0},
                                     {"servers_in_shared_memory", servers.sharedServers()}});
@@ -117,9 +120,9 @@ ParameterServerSummary runWorker(const PsJob& job, comm::Store& store,
       order = epochOrder(train.size(), options, orderEpoch);
     }
     report = ps::UnitReport{unit->id, 0.0, 0};
-    for (int64_t at = unit->begin; at < unit->end; at += options.batch) {
+    for (int64_t at = unit->begin; at < unit->end; at += job.workerBatch) {
       const std::vector<int64_t> indices(order.begin() + at,
-                                         order.begin() + std::min(at + options.batch, unit->end));
+                                         order.begin() + std::min(at + job.workerBatch, unit->end));
       const auto stepStart = Clock::now();
       const data::Batch batch = train.gather(indices);
       const auto current = static_cast<size_t>(exchange.current());
@@ -132,7 +135,7 @@ ParameterServerSummary runWorker(const PsJob& job, comm::Store& store,
       const double batchLoss = value.item();
       if (!std::isfinite(batchLoss))
         KOLO_THROW(DivergedError, "worker ", index, ": loss ", batchLoss, " in epoch ",
-                   unit->epoch + 1, "; try a smaller --lr");
+                   unit->epoch + 1, "; try a smaller learning rate");
       if (callbacks.beforePush)
         callbacks.beforePush(
             {.worker = index,
@@ -153,7 +156,11 @@ ParameterServerSummary runWorker(const PsJob& job, comm::Store& store,
     servers.leave();
   } catch (const Error&) {
   }
-  return {.role = ps::Role::Worker, .index = index, .steps = pushes};
+  ParameterServerSummary summary;
+  summary.role = ps::Role::Worker;
+  summary.index = index;
+  summary.steps = pushes;
+  return summary;
 }
 
 }  // namespace kolo::train::detail

@@ -5,11 +5,13 @@
 #include "kolo/train/state.h"
 
 #include <exception>
+#include <filesystem>
 #include <set>
 
 #include "kolo/checkpoint.h"
 #include "kolo/error.h"
 #include "kolo/settings.h"
+#include "train/resume.h"
 
 namespace kolo::train {
 namespace {
@@ -68,7 +70,14 @@ std::string save(const std::vector<Stateful*>& objects, const Position& position
 }
 
 Position load(const std::vector<Stateful*>& objects, const CheckpointOptions& options) {
-  KOLO_REQUIRE(!options.directory.empty(), "train::load: CheckpointOptions::directory is empty");
+  return detail::loadFrom(objects, options, "CheckpointOptions::directory");
+}
+
+namespace detail {
+
+Position loadFrom(const std::vector<Stateful*>& objects, const CheckpointOptions& options,
+                  const char* option) {
+  KOLO_REQUIRE(!options.directory.empty(), "train::load: ", option, " is empty");
   const int rank = rankOf(options);
   const auto& comm = options.communicator;
   // Rank 0 reads the checkpoint and tells every rank whether it could (so that none waits
@@ -79,16 +88,22 @@ Position load(const std::vector<Stateful*>& objects, const CheckpointOptions& op
   std::string path;
   if (rank == 0) {
     try {
+      // A directory that is not there is told apart from one without a good checkpoint:
+      // the first is a wrong path, the second a run that never saved or saved torn files.
+      std::error_code error;
+      if (!std::filesystem::is_directory(options.directory, error))
+        KOLO_THROW(FileError, option, " ", options.directory, ": no such directory");
       checkpoint::CheckpointManager manager(options.directory, options.keep, false, options.warn);
       const std::optional<checkpoint::CheckpointInfo> found = manager.latestGood();
       if (!found)
-        KOLO_THROW(FileError, "--resume ", options.directory, ": no good checkpoint there");
+        KOLO_THROW(FileError, option, " ", options.directory,
+                   ": no good checkpoint there (none written, or each one incomplete or corrupt)");
       checkpoint::CheckpointContents contents = checkpoint::CheckpointManager::read(found->path);
       for (const auto& [key, value] : options.identity) {
         const auto it = contents.state.extra.find(key);
         if (it != contents.state.extra.end() && it->second != value)
-          KOLO_THROW(Mismatch, "--resume ", found->path, ": the checkpoint was written with --",
-                     key, " ", it->second, ", this run has ", value);
+          KOLO_THROW(Mismatch, option, " ", found->path, ": the checkpoint was written with ",
+                     key, " ", it->second, ", this run has ", key, " ", value);
       }
       path = found->path;
       state.weights = std::move(contents.weights);
@@ -114,6 +129,15 @@ Position load(const std::vector<Stateful*>& objects, const CheckpointOptions& op
   for (Stateful* object : objects) object->loadStateDict(state);
   return Position{.step = position[1], .loader = {position[2], position[3]}, .path = path};
 }
+
+std::map<std::string, std::string> identityOf(const RunOptions& options) {
+  std::map<std::string, std::string> identity = options.identity;
+  identity.emplace("batch", std::to_string(options.batch));
+  identity.emplace("seed", std::to_string(options.seed));
+  return identity;
+}
+
+}  // namespace detail
 
 std::string resumeDirectory(const std::string& resumeDir, const std::string& checkpointDir) {
   if (!resumeDir.empty() || checkpointDir.empty()) return resumeDir;

@@ -9,7 +9,8 @@
 #include <sstream>
 #include <string>
 
-#include "cli/exit_codes.h"
+#include "cli/library_words.h"
+#include "kolo/exit_codes.h"
 #include "kolo/data.h"
 #include "kolo/error.h"
 #include "kolo/settings.h"
@@ -115,14 +116,27 @@ TEST(EnvCli, AFailedCheckIsAnInternalErrorNotAUsageError) {
     KOLO_CHECK_EQ(two, 3, "while testing");
     FAIL() << "KOLO_CHECK_EQ did not throw";
   } catch (const kolo::InternalError& e) {
-    EXPECT_EQ(kolo::cli::exitCodeFor(e), kolo::cli::kExitCheckFailed);
-    EXPECT_EQ(kolo::cli::kExitCheckFailed, 8);
+    EXPECT_EQ(kolo::exitCodeFor(e), kolo::kExitCheckFailed);
+    EXPECT_EQ(kolo::kExitCheckFailed, 8);
     EXPECT_NE(std::string(e.what()).find("check failed: two == 3 (2 vs 3)"), std::string::npos)
         << e.what();
     EXPECT_NE(dynamic_cast<const kolo::InvalidArgument*>(&e), nullptr);
   }
-  EXPECT_EQ(kolo::cli::exitCodeFor(kolo::InvalidArgument("--batch must be at least 1")),
-            kolo::cli::kExitUsage);
+  EXPECT_EQ(kolo::exitCodeFor(kolo::InvalidArgument("--batch must be at least 1")),
+            kolo::kExitUsage);
+}
+
+// The library names its own options; `kolo` prints the flags that set them, in one table.
+TEST(EnvCli, LibraryOptionsAreShownAsTheirFlags) {
+  using kolo::cli::inFlagWords;
+  EXPECT_EQ(inFlagWords("FitOptions::batch 100 does not split evenly over 3 replicas"),
+            "--batch 100 does not split evenly over 3 replicas");
+  EXPECT_EQ(inFlagWords("FitOptions::resumeDir ck: no such directory"), "--resume ck: no such directory");
+  EXPECT_EQ(inFlagWords("a batch (the batch must be a multiple of PipelineOptions::microBatches)"),
+            "a batch (the batch must be a multiple of --micro-batches)");
+  // Only whole names: a longer name, or one the table does not hold, stays as it is.
+  EXPECT_EQ(inFlagWords("FitOptions::stepsDone and MyOptions::batch"),
+            "FitOptions::stepsDone and MyOptions::batch");
 }
 
 TEST(EnvCli, DivergedRunExitsWithItsOwnCode) {

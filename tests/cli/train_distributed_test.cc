@@ -220,7 +220,7 @@ TEST_F(TrainDistributedTest, OneDeviceCheckpointResumesOnTwoRanks) {
   const RunResult other = runKolo(
       "train --model mlp --train-limit 640 --batch 32 --steps 14 --quiet --resume " + checkpoints);
   EXPECT_NE(other.exitCode, 0);
-  EXPECT_NE(other.output.find("written with --batch 64, this run has 32"), std::string::npos)
+  EXPECT_NE(other.output.find("written with batch 64, this run has batch 32"), std::string::npos)
       << other.output;
 }
 

@@ -275,7 +275,7 @@ TEST_F(TrainPipelineCliTest, BadFlagsAreNamed) {
       {lm(2) + " --mesh dp=2,pp=2", "needs 4 ranks, this job has 1", 2},
       {lm(2) + " --mesh dp=2,qq=2", "--mesh 'dp=2,qq=2' is not accepted", 2},
       {lm(2) + " --sequence-parallel", "--sequence-parallel applies to --strategy tensor or pipeline", 2},
-      {lm(2) + " --resume " + file("nothing"), "no good checkpoint there", 3},
+      {lm(2) + " --resume " + file("nothing"), "--resume " + file("nothing") + ": no such directory", 3},
       {lm(2) + " --memory-limit 12Q", "size '12Q' is not accepted", 2},
   };
   for (const Case& c : cases) {

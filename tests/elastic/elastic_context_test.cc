@@ -153,7 +153,7 @@ TEST(ElasticContext, FewerMembersThanTheMinimumIsAnError) {
   } catch (const BelowMinRanksError& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("1 rank(s) left after losing rank(s) 1"), std::string::npos) << what;
-    EXPECT_NE(what.find("below --min-ranks 2"), std::string::npos) << what;
+    EXPECT_NE(what.find("below ElasticOptions::minRanks 2"), std::string::npos) << what;
     // What was agreed, for the checkpoint the survivor writes before it stops.
     EXPECT_EQ(e.change().members, std::vector<int>{0});
     EXPECT_EQ(e.change().lost, std::vector<int>{1});

@@ -330,7 +330,7 @@ TEST_F(ElasticEngineTest, BelowTheMinimumTheAgreedStateIsSavedAndResumes) {
       throw;
     }
   });
-  EXPECT_NE(errors[0].find("below --min-ranks 2"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("below ElasticOptions::minRanks 2"), std::string::npos) << errors[0];
   ASSERT_TRUE(fs::exists(file("checkpoints") + "/ckpt-000000007"));
   EXPECT_LE(maxRelativeDifference(oneDeviceWeights(train, file("checkpoints")), oneDeviceWeights(train)), 1e-5);
 }

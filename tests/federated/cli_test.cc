@@ -85,7 +85,7 @@ TEST(FederatedCliFlags, BadFlagsAreNamed) {
            {"--clients 10 --clients-per-round 11",
             "--clients-per-round 11 is more than the 10 clients"},
            {"--dp-noise 1", "--dp-noise needs --dp-clip"},
-           {"--prox-mu 0.1", "--prox-mu applies to --algorithm fedprox only"},
+           {"--prox-mu 0.1", "--prox-mu applies to FedProx only"},
            {"--algorithm ring", "--algorithm 'ring' is not accepted: use fedavg or fedprox"},
            {"--epochs 3", "counts --rounds and --local-epochs, not --epochs or --steps"}}) {
     const auto result = kolo::testing::runKolo("train --strategy federated --quiet " + args);

@@ -81,6 +81,21 @@ TEST(Reducer, BucketsAreReverseOrderAndRespectTheCaps) {
             static_cast<size_t>(4 * (kHidden * kIn + kHidden + kClasses * kHidden + kClasses)));
 }
 
+// A small model is split into ReducerOptions::minBuckets buckets by default, so that its
+// all-reduces overlap backward: 208 KB of gradients make four buckets of 52 KB, not one.
+TEST(Reducer, ASmallModelGetsSeveralBucketsByDefault) {
+  auto comms = makeReplicaGroup(1);
+  NamedTensors p;
+  for (int k = 0; k < 4; ++k)
+    p.emplace_back("w" + std::to_string(k), Tensor::zeros({13000}, DType::F32).setRequiresGrad());
+  Reducer split(p, comms[0], {});
+  ASSERT_EQ(split.bucketCount(), 4u);
+  EXPECT_EQ(split.bucketBytes(0), 52000u);
+  ReducerOptions whole;
+  whole.minBuckets = 1;
+  EXPECT_EQ(Reducer(p, comms[0], whole).bucketCount(), 1u);
+}
+
 TEST(Reducer, FirstBucketStartsBeforeBackwardEnds) {
   const int k = 2;
   auto comms = makeReplicaGroup(k);

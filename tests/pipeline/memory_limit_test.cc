@@ -37,7 +37,7 @@ TEST_F(MemoryLimitTest, CountsAndEnforces) {
     const std::string message = e.what();
     EXPECT_NE(message.find("[2048, 256]"), std::string::npos) << message;
     EXPECT_NE(message.find("2.0 MiB"), std::string::npos) << message;
-    EXPECT_NE(message.find("--memory-limit"), std::string::npos) << message;
+    EXPECT_NE(message.find("setTensorMemoryLimit"), std::string::npos) << message;
   }
   EXPECT_EQ(liveTensorBytes() - base, 1 << 20);  // the refused allocation is not counted
   EXPECT_NO_THROW(Tensor::empty({512, 256}));

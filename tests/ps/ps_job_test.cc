@@ -245,8 +245,29 @@ TEST_F(PsJob, ResumeRefusesAnotherJobsCheckpoint) {
   Child other = start(1, 1, "sync", 2, {"--train-limit", "2000", "--resume", dir_ + "/ck"});
   const Result result = collect(other);
   EXPECT_NE(result.exitCode(), 0);
-  EXPECT_NE(result.err.find("--train-limit 1000, this run has 2000"), std::string::npos)
+  EXPECT_NE(result.err.find("train-limit 1000, this run has train-limit 2000"), std::string::npos)
       << result.err;
+}
+
+/// One vocabulary on the command line: a one-device run's checkpoint at an epoch's end
+/// resumes under parameter servers, `--batch 64` being the global batch under both (two sync
+/// workers push 32 samples each a step).
+TEST_F(PsJob, ResumesAOneDeviceCheckpointAtTheSameGlobalBatch) {
+  const std::string checkpoints = dir_ + "/one-device";
+  Child one = spawnChild({kKolo, "train", "--model", "mlp", "--optimizer", "sgd", "--lr", "0.05",
+                          "--batch", "64", "--epochs", "1", "--train-limit", "640",
+                          "--checkpoint-dir", checkpoints, "--quiet"},
+                         cleanEnvironment({}));
+  const Result first = collect(one);
+  ASSERT_EQ(first.exitCode(), 0) << first.err;
+  Child job = start(1, 2, "sync", 2, {"--train-limit", "640", "--resume", checkpoints});
+  const Result result = collect(job);
+  ASSERT_EQ(result.exitCode(), 0) << result.out << result.err;
+  EXPECT_NE(result.err.find("resuming"), std::string::npos) << result.err;
+  const std::vector<nlohmann::json> lines = metricLines();
+  ASSERT_EQ(lines.size(), 2u);  // epoch 2 and the final line
+  EXPECT_EQ(lines.front()["epoch"], 2);
+  EXPECT_TRUE(lines.back()["final"].get<bool>());
 }
 
 /// A one-worker job of 8 epochs, joinable at a reserved store port, takes a second worker

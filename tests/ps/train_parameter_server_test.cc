@@ -8,6 +8,7 @@
 #include <functional>
 #include <thread>
 
+#include "kolo/checkpoint.h"
 #include "kolo/comm/stores.h"
 #include "kolo/train/engine.h"
 #include "kolo/train/fit.h"
@@ -71,8 +72,10 @@ JobResult runJob(int workers, std::shared_ptr<const data::Dataset> train,
   return result;
 }
 
-/// Weights of the mlp after `epochs` epochs of train::fit on one device, global batch 64.
-std::vector<float> oneDeviceWeights(std::shared_ptr<const data::Dataset> train, int64_t epochs) {
+/// Weights of the mlp after `epochs` epochs of train::fit on one device, global batch 64,
+/// checkpointed into `checkpointDir` at the end ("" : not).
+std::vector<float> oneDeviceWeights(std::shared_ptr<const data::Dataset> train, int64_t epochs,
+                                    const std::string& checkpointDir = "") {
   train::DataParallelOptions single;
   single.strategy.kind = StrategyKind::OneDevice;
   train::DataParallelEngine engine(makeMlp, sgdMomentum(), single);
@@ -82,9 +85,19 @@ std::vector<float> oneDeviceWeights(std::shared_ptr<const data::Dataset> train, 
   options.batch = 64;
   options.quiet = true;
   options.logger = &quiet;
+  options.checkpointDir = checkpointDir;
   train::fit(engine, train, nullptr, options);
   std::vector<float> flat;
   for (const auto& [name, p] : engine.model().namedParameters()) {
+    const std::vector<float> v = p.toFloatVector();
+    flat.insert(flat.end(), v.begin(), v.end());
+  }
+  return flat;
+}
+
+std::vector<float> flatWeights(nn::Module& model) {
+  std::vector<float> flat;
+  for (const auto& [name, p] : model.namedParameters()) {
     const std::vector<float> v = p.toFloatVector();
     flat.insert(flat.end(), v.begin(), v.end());
   }
@@ -140,6 +153,10 @@ TEST_F(TrainParameterServer, OneSyncWorkerTakesOneDevicesSteps) {
 
   const train::ParameterServerSummary& chief = job.summaries[1];
   EXPECT_EQ(chief.role, Role::Chief);
+  // The chief's summary carries the model that holds the trained weights.
+  ASSERT_NE(chief.model, nullptr);
+  EXPECT_EQ(flatWeights(*chief.model), job.chiefWeights);
+  EXPECT_EQ(job.summaries[0].model, nullptr);
   EXPECT_EQ(chief.steps, 20);
   EXPECT_EQ(chief.epochs, 2);
   EXPECT_GT(chief.validationAccuracy, 0.3);  // chance is 0.1
@@ -184,6 +201,46 @@ TEST_F(TrainParameterServer, AResumedJobEndsOnTheWeightsOfAStraightOne) {
   const JobResult resumed = runJob(1, train_, test_, rest);
   EXPECT_EQ(resumed.summaries[1].steps, 30);
   EXPECT_EQ(resumed.chiefWeights, straight.chiefWeights);
+}
+
+// `batch` is the global batch, as fit's: two sync workers push 32 samples each a round, the
+// epoch's 640 samples in 20 pushes (at 64 a push they would be 10), in at least one device's
+// 10 steps (a round a worker sits out, waiting for a unit, adds one); a batch they cannot
+// share is refused in the options' words.
+TEST_F(TrainParameterServer, SyncWorkersShareTheGlobalBatch) {
+  const JobResult job = runJob(2, train_, test_, syncOptions(1));
+  EXPECT_EQ(job.summaries[2].steps + job.summaries[3].steps, 20);  // pushes of 32 samples
+  EXPECT_GE(job.summaries[1].steps, 10);
+  EXPECT_LT(job.summaries[1].steps, 20);
+  train::ParameterServerOptions odd = syncOptions(1);
+  odd.batch = 63;
+  try {
+    runJob(2, train_, test_, odd);
+    FAIL() << "a global batch of 63 was split over 2 sync workers";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("ParameterServerOptions::batch 63 does not split evenly "
+                                         "over 2 workers"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// fit on one device checkpoints its first epoch's end (recorded as the second epoch's start);
+// parameter servers resume there with the same global batch and end on the weights of two
+// epochs on one device.
+TEST_F(TrainParameterServer, ResumesFitsCheckpointAtAnEpochsEnd) {
+  const std::string checkpoints = dir_ + "/one-device";
+  oneDeviceWeights(train_, 1, checkpoints);
+  const checkpoint::CheckpointManager manager(checkpoints, 1, false, [](const std::string&) {});
+  const checkpoint::CheckpointContents written =
+      checkpoint::CheckpointManager::read(manager.latestGood()->path);
+  EXPECT_EQ(written.state.loader.epoch, 1);
+  EXPECT_EQ(written.state.loader.batch, 0);
+  train::ParameterServerOptions rest = syncOptions(2);
+  rest.resumeDir = checkpoints;
+  const JobResult resumed = runJob(1, train_, test_, rest);
+  EXPECT_EQ(resumed.summaries[1].steps, 20);
+  EXPECT_LT(maxRelativeDifference(resumed.chiefWeights, oneDeviceWeights(train_, 2)), 1e-6);
 }
 
 }  // namespace

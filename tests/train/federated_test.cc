@@ -67,13 +67,13 @@ TEST(TrainFederatedTest, OneProcessLearnsAndReportsEveryRound) {
 TEST(TrainFederatedTest, BadOptionsAreNamed) {
   using Change = std::function<void(parallel::fed::FederatedOptions&)>;
   for (const auto& [change, words] : std::vector<std::pair<Change, std::string>>{
-           {[](auto& f) { f.clientsPerRound = 9; }, "--clients-per-round 9 is more than the 8 clients"},
-           {[](auto& f) { f.rounds = 0; }, "--rounds must be at least 1, got 0"},
-           {[](auto& f) { f.client.proxMu = 0.1; }, "--prox-mu applies to --algorithm fedprox only"},
-           {[](auto& f) { f.saThreshold = 2; }, "--sa-threshold applies to --secure-agg only"},
-           {[](auto& f) { f.dpNoise = 1.0; }, "--dp-noise needs --dp-clip"},
-           {[](auto& f) { f.simulatedDropRate = 1.5; }, "--debug-drop-rate must lie in [0, 1], got 1.5"},
-           {[](auto& f) { f.dpDelta = 1.0; }, "--dp-delta must lie in (0, 1), got 1"}}) {
+           {[](auto& f) { f.clientsPerRound = 9; }, "FederatedOptions::clientsPerRound 9 is more than the 8 clients"},
+           {[](auto& f) { f.rounds = 0; }, "FederatedOptions::rounds must be at least 1, got 0"},
+           {[](auto& f) { f.client.proxMu = 0.1; }, "LocalTrainingOptions::proxMu applies to FedProx only"},
+           {[](auto& f) { f.saThreshold = 2; }, "FederatedOptions::saThreshold applies to FederatedOptions::secureAgg only"},
+           {[](auto& f) { f.dpNoise = 1.0; }, "FederatedOptions::dpNoise needs FederatedOptions::dpClip"},
+           {[](auto& f) { f.simulatedDropRate = 1.5; }, "FederatedOptions::simulatedDropRate must lie in [0, 1], got 1.5"},
+           {[](auto& f) { f.dpDelta = 1.0; }, "FederatedOptions::dpDelta must lie in (0, 1), got 1"}}) {
     FederatedTrainOptions o = options();
     change(o.federated);
     try {

@@ -174,10 +174,112 @@ TEST(FitTest, AResumeWithAnotherIdentityIsRefused) {
     });
     FAIL() << "resumed a checkpoint of another identity";
   } catch (const Mismatch& e) {
-    EXPECT_NE(std::string(e.what()).find("--batch 32, this run has 64"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("written with batch 32, this run has batch 64"), std::string::npos)
         << e.what();
   }
   fs::remove_all(dir);
+}
+
+// Without an identity of the caller's, fit records the global batch and seed itself: a
+// resume at another batch is refused in the options' words, not by the loader's position.
+TEST(FitTest, TheLibraryFillsTheIdentityItKnows) {
+  const std::string dir = freshDir("filled-identity");
+  trainOn(0, 2, [&](FitOptions& o) { o.checkpointDir = dir; });
+  try {
+    trainOn(0, 4, [&](FitOptions& o) {
+      o.resumeDir = dir;
+      o.batch = 64;
+    });
+    FAIL() << "resumed a checkpoint of another global batch";
+  } catch (const Mismatch& e) {
+    EXPECT_NE(std::string(e.what()).find("FitOptions::resumeDir " + dir), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("written with batch 32, this run has batch 64"), std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+// A resume directory that is not there is a wrong path; one without a good checkpoint is a
+// run that never saved: the two are told apart, both as FileError naming resumeDir.
+TEST(FitTest, AMissingResumeDirectoryIsToldApartFromAnEmptyOne) {
+  const std::string dir = freshDir("empty-resume");
+  fs::create_directories(dir);
+  for (const auto& [where, said] : {std::pair{dir + "/absent", std::string(": no such directory")},
+                                    std::pair{dir, std::string(": no good checkpoint there")}}) {
+    try {
+      trainOn(0, 2, [&](FitOptions& o) { o.resumeDir = where; });
+      FAIL() << "resumed from " << where;
+    } catch (const FileError& e) {
+      EXPECT_NE(std::string(e.what()).find("FitOptions::resumeDir " + where + said), std::string::npos)
+          << e.what();
+    }
+  }
+  fs::remove_all(dir);
+}
+
+// A checkpoint at an epoch's end is recorded as the next epoch's start (any trainer resumes
+// it there), not as "after the last batch" of the epoch it ended.
+TEST(FitTest, AnEpochsEndIsRecordedAsTheNextEpochsStart) {
+  const std::string dir = freshDir("epoch-end");
+  trainOn(0, 0, [&](FitOptions& o) {
+    o.epochs = 1;
+    o.checkpointDir = dir;
+    o.checkpointEvery = 16;  // 512 samples at 32: the epoch's 16th step is its last
+  });
+  const checkpoint::CheckpointManager manager(dir, 3, false, [](const std::string&) {});
+  const checkpoint::CheckpointContents contents =
+      checkpoint::CheckpointManager::read(manager.latestGood()->path);
+  EXPECT_EQ(contents.state.step, 16);
+  EXPECT_EQ(contents.state.loader.epoch, 1);
+  EXPECT_EQ(contents.state.loader.batch, 0);
+  fs::remove_all(dir);
+}
+
+// A dataset of one's own whose gather breaks the data::Dataset contract in one way.
+class BrokenDataset : public data::Dataset {
+ public:
+  enum class Fault { Float64Inputs, ShortInputs, LabelOutOfRange };
+  explicit BrokenDataset(Fault fault) : fault_(fault), data_(dataset(64, 1)) {}
+  int64_t size() const override { return data_->size(); }
+  data::Batch gather(const std::vector<int64_t>& indices) const override {
+    data::Batch batch = data_->gather(indices);
+    if (fault_ == Fault::Float64Inputs) batch.inputs = batch.inputs.to(DType::F64);
+    if (fault_ == Fault::ShortInputs) batch.inputs = batch.inputs.slice(0, 1, batch.inputs.shape()[0]).contiguous();
+    if (fault_ == Fault::LabelOutOfRange) {
+      std::vector<int64_t> labels(indices.size(), 0);
+      for (size_t i = 0; i < indices.size(); ++i) labels[i] = indices[i] == 13 ? kClasses + 2 : 1;
+      batch.labels = Tensor::fromVector({static_cast<int64_t>(labels.size())}, labels);
+    }
+    return batch;
+  }
+
+ private:
+  Fault fault_;
+  std::shared_ptr<data::TensorDataset> data_;
+};
+
+// A dataset that breaks its contract is named as the dataset's fault, with its index, not as
+// a failed check inside a kernel.
+TEST(FitTest, ADatasetThatBreaksItsContractIsNamed) {
+  using Fault = BrokenDataset::Fault;
+  observe::Logger logger(stderr, observe::LogLevel::Warn);
+  for (const auto& [fault, said] :
+       {std::pair{Fault::Float64Inputs, std::string("returned f64 inputs, but the model's parameters are f32")},
+        std::pair{Fault::ShortInputs, std::string("returned inputs of shape [31, 12]: one row per index")},
+        std::pair{Fault::LabelOutOfRange, std::string("the training set's label 7 at index 13 is outside "
+                                                      "the model's 5 classes")}}) {
+    auto e = engine(nullptr);
+    FitOptions options = quietOptions(logger);
+    options.epochs = 1;
+    try {
+      fit(*e, std::make_shared<BrokenDataset>(fault), nullptr, options);
+      ADD_FAILURE() << said << ": not refused";
+    } catch (const InvalidArgument& error) {
+      EXPECT_EQ(dynamic_cast<const InternalError*>(&error), nullptr) << error.what();
+      EXPECT_NE(std::string(error.what()).find(said), std::string::npos) << error.what();
+      EXPECT_NE(std::string(error.what()).find("the training set"), std::string::npos) << error.what();
+    }
+  }
 }
 
 TEST(EvaluateTest, RanksShareTheWorkAndAgreeWithOneProcess) {

@@ -17,6 +17,7 @@
 #include "kolo/observe.h"
 #include "kolo/parallel/federated.h"
 #include "kolo/parallel/strategy.h"
+#include "kolo/train/fit.h"
 
 namespace kolo::train {
 
@@ -55,15 +56,15 @@ struct FederatedCallbacks {
   std::function<void(const FederatedRoundEnd&)> onRoundEnd{};
 };
 
-struct FederatedSummary {
+/// What a federated job ends with: fit's figures (FitSummary; on the server `model`, the
+/// global model after the last round, built by the model factory, and the validation
+/// accuracy and loss after it; `steps`, the server's updates, one a round; the wall seconds)
+/// and federated training's own.
+struct FederatedSummary : FitSummary {
   bool server = false;  // this process served (rank 0, or the one process)
-  /// The server's: the global model after the last round (built by the model factory).
-  std::shared_ptr<nn::Module> model{};
-  double validationAccuracy = 0.0;
-  int64_t rounds = 0;
-  int hosts = 0;  // client host processes (1 in one process)
+  int64_t rounds = 0;   // rounds done (= steps)
+  int hosts = 0;        // client host processes (1 in one process)
   int64_t bytesUp = 0, bytesDown = 0;
-  double wallSeconds = 0.0;
 };
 
 /// Trains `model` (built by every process, seeded alike) federatedly on `train` split over

@@ -17,60 +17,28 @@
 #include "kolo/observe.h"
 #include "kolo/optim.h"
 #include "kolo/train/engine.h"
+#include "kolo/train/run_options.h"
 
 namespace kolo::train {
 
-/// Builds the learning-rate schedule of a run from its total optimizer steps and its steps
-/// per epoch (both known once fit has seen the dataset).
-using ScheduleFactory =
-    std::function<std::unique_ptr<optim::LrSchedule>(int64_t totalSteps, int64_t stepsPerEpoch)>;
-
-struct FitOptions {
-  /// Epochs over the training set. 0 (the default): `steps` alone sets the length, or one
-  /// epoch without it.
-  int64_t epochs = 0;
-  /// Total optimizer steps of the run, resumed steps included (0: all `epochs`). With both
-  /// set, the run ends at whichever comes first. A step is one global batch under every
-  /// engine.
-  int64_t steps = 0;
-  /// The global batch: samples per optimizer step over every replica of the job. It must
-  /// split evenly over the replicas (InvalidArgument otherwise).
-  int64_t batch = 128;
+/// How fit trains: the options every trainer reads (RunOptions: epochs, steps, the global
+/// batch, data order, schedule, metrics, progress, status file, checkpoints, resume,
+/// identity, logger) and fit's own.
+struct FitOptions : RunOptions {
   /// Gradient accumulation: every replica takes its part of each global batch as this many
   /// equal micro-batches, with no gradient communication until the last (Engine::
   /// setAccumulate); `batch` stays the samples per optimizer step and must split evenly
   /// over replicas x accumulate (InvalidArgument otherwise, or from an engine that cannot).
   int accumulate = 1;
-  /// Shuffle the training set each epoch (seeded by `seed`); false: file order.
-  bool shuffle = true;
-  uint64_t seed = 0;
   /// A last global batch shorter than `batch` is dropped (true) or padded from the epoch's
   /// start (false).
   bool dropLast = true;
   /// Batches the loader gathers ahead on a thread of its own (0: on the training thread).
   int prefetch = 2;
-  /// The learning rate per step; default: the optimizer's own, constant.
-  ScheduleFactory schedule{};
-
-  /// Metrics as JSON lines, written by rank 0 ("" : none): an event per start/resume,
-  /// checkpoint, end or failure, an interval line every `metricsEvery` steps (the ranks'
-  /// step-time breakdown), a line per epoch, and a final summary line (docs/training.md).
-  std::string metricsPath{};
+  /// An interval metrics line every `metricsEvery` steps (the ranks' step-time breakdown).
   int64_t metricsEvery = 50;
-  /// Rank 0's progress on stderr: -1 a bar on a terminal and plain lines otherwise, 0 plain
-  /// lines, 1 a bar; `quiet` prints none.
-  int progress = -1;
-  bool quiet = false;
-  /// Each rank keeps its step and state in FILE.rank-N (`kolo status FILE`); "" : none.
-  std::string statusFile{};
   /// Steps at the start left out of the steady-state throughput.
   int64_t timingSkip = 20;
-
-  /// Checkpoints (train::save of the engine) every `checkpointEvery` steps (0: only at the
-  /// end) and at the end, into `checkpointDir` ("" : none), the last `keepCheckpoints` kept.
-  std::string checkpointDir{};
-  int64_t checkpointEvery = 0;
-  int keepCheckpoints = 3;
   /// With a checkpointDir: a SIGTERM (kolo run stopping the job, Slurm preempting or
   /// cancelling it, Kubernetes deleting the pod) lets the step under way finish, the ranks
   /// agree on it at the step's end, a checkpoint of it is saved, and the process then ends by
@@ -78,13 +46,6 @@ struct FitOptions {
   /// where SIGTERM has its default action when fit starts (a program's own handler is kept).
   /// false, or without a checkpointDir: SIGTERM ends the process at once.
   bool checkpointOnTerminate = true;
-  /// Continue from the newest good checkpoint in this directory ("" : start fresh); `steps`
-  /// stays the total. Without it, a requeued Slurm job resumes from checkpointDir
-  /// (train::resumeDirectory).
-  std::string resumeDir{};
-  /// What fixes the weights' shapes and the data order (model, batch, seed, ...): stored in
-  /// every checkpoint; a resume whose checkpoint has other values is refused.
-  std::map<std::string, std::string> identity{};
 
   /// Every N steps compare a hash of every rank's weights and throw ReplicaMismatch naming
   /// the ranks that differ and the first tensor (0: off). Needs an engine with a
@@ -96,11 +57,6 @@ struct FitOptions {
   /// Stop recording the timeline at the end (when one is recording, see startTimeline),
   /// write each rank's file and merge them into DIR/trace.json on rank 0.
   bool finishTimeline = true;
-
-  /// Log lines (start, resume, checkpoints warnings, tensor memory); null: stderr.
-  observe::Logger* logger = nullptr;
-  /// Further fields of the "training" log line (model, optimizer, ...).
-  observe::Fields describe{};
 };
 
 /// What a step ended with (FitCallbacks::onStepEnd).
@@ -143,8 +99,14 @@ struct RankFigures {
   int64_t peakResidentBytes = 0;
 };
 
-/// What a finished fit reports (on every rank; the loss and accuracy are global).
+/// What a finished fit reports (on every rank; the loss and accuracy are global), and the
+/// figures every trainer reports alike (ParameterServerSummary adds its own).
 struct FitSummary {
+  /// The trained model: fit's engine.model() (owned by the engine, valid while it lives;
+  /// under fsdp whole only after engine.gatherModel()), the parameter-server chief's model
+  /// holding the servers' final weights; null on a process that holds no whole model (a
+  /// parameter server, a worker).
+  std::shared_ptr<nn::Module> model{};
   int64_t steps = 0;       // the step count reached (resumed steps included)
   int64_t epochs = 0;      // epochs begun
   double trainLoss = 0.0;  // mean loss over the last epoch's steps

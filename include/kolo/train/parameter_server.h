@@ -29,11 +29,14 @@
 
 namespace kolo::train {
 
-/// How a parameter-server job trains. What a step is: one update of the servers' parameters,
-/// one optimizer step. In async and ssp a step is one worker's pushed batch (`batch`
-/// samples); in sync it is one round, the mean of one batch of every worker (W x `batch`
-/// samples, one device's global batch). Steps, the schedule and checkpoints count these.
-struct ParameterServerOptions {
+/// How a parameter-server job trains: the options every trainer reads (RunOptions), in
+/// fit's words, and the servers' own. What a step is: one update of the servers'
+/// parameters, one optimizer step of `batch` samples, the global batch. In sync a step is one
+/// round: the mean of one batch of batch/W samples from each of the W workers (so `batch`
+/// must split evenly over them), one device's global batch. In async and ssp it is one
+/// worker's push of `batch` samples. An epoch has floor(training samples / batch) steps under
+/// every mode, as under fit. Steps, the schedule and checkpoints count these.
+struct ParameterServerOptions : RunOptions {
   /// This process's role and the job's shape, store and token; unset: from the environment
   /// (parallel::ps::roleFromEnvironment, what `kolo run --ps P --workers W` sets). Set it to
   /// start the roles some other way (threads of one process share a store this way).
@@ -44,7 +47,8 @@ struct ParameterServerOptions {
   /// Parameters of more than this many bytes are split over the servers; smaller ones go
   /// whole to the server holding the fewest bytes (parallel::ps::placeParameters).
   int64_t shardBytes = 1 << 20;
-  /// Batches per unit of data the chief hands a worker at a time (faster workers take more).
+  /// A worker's batches per unit of data the chief hands it at a time (faster workers take
+  /// more).
   int64_t unitBatches = 8;
   /// Values on the workers' wire: f32, bf16 or fp16 (the servers keep f32).
   parallel::ps::Compression compression = parallel::ps::Compression::None;
@@ -65,46 +69,14 @@ struct ParameterServerOptions {
   double lookahead = 0.0;
   /// Deadline of every wait on a peer (connecting, a reply, a sync round, a unit).
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
-
-  /// Samples of one push: a worker's batch.
-  int64_t batch = 64;
-  /// Epochs over the training set (0: `steps` alone sets the length, or one epoch without it).
-  int64_t epochs = 0;
-  /// Total steps (server updates, see above) of the run, resumed ones included; with
-  /// `epochs` too, whichever ends first. The chief hands out `steps` batches (sync: W x
-  /// `steps`), so a sync round that a worker sits out (waiting for a unit) adds a step.
-  int64_t steps = 0;
-  /// Each epoch's sample order: a permutation seeded by (seed, epoch), or file order.
-  bool shuffle = true;
-  uint64_t seed = 0;
-  /// The learning rate of step u: the schedule built from the total steps and steps per
-  /// epoch; default: the optimizer's own rate, constant.
-  ScheduleFactory schedule{};
   /// A worker's loss of a batch; default cross-entropy of the model's output.
   OutputLoss loss{};
-
-  /// The chief's metrics (fit's schema, docs/training.md, with the servers' fields), progress
-  /// lines on stderr (fit's `progress`: -1 bar on a terminal, 0 plain lines, 1 a bar) and
-  /// log lines (null: stderr).
-  std::string metricsPath{};
-  int progress = -1;
-  bool quiet = false;
-  observe::Logger* logger = nullptr;
-  /// Further fields of the chief's "training" log line.
-  observe::Fields describe{};
-
-  /// Checkpoints (train::save of the servers' state, ParameterServerState) into
-  /// `checkpointDir` every `checkpointEvery` epochs (0: at the end only) and at the end, the
-  /// last `keepCheckpoints` kept. Taken between epochs with the servers quiet.
-  std::string checkpointDir{};
-  int64_t checkpointEvery = 0;
-  int keepCheckpoints = 3;
-  /// Continue from the newest good checkpoint here ("" : start fresh): any strategy's
-  /// checkpoint of the same model, at an epoch's end. Without it, a requeued Slurm job
-  /// resumes from checkpointDir (train::resumeDirectory).
-  std::string resumeDir{};
-  /// Stored in every checkpoint; a resume whose checkpoint has other values is refused.
-  std::map<std::string, std::string> identity{};
+  // Checkpoints (RunOptions::checkpointDir): train::save of the servers' state
+  // (ParameterServerState), taken between epochs with the servers quiet: at the end of each
+  // epoch in which a multiple of `checkpointEvery` steps was reached, and at the end. They
+  // are recorded at the next epoch's start, as fit's at an epoch's end. Resume
+  // (RunOptions::resumeDir) takes any strategy's checkpoint of the same model at an epoch's
+  // end.
 };
 
 /// What a worker is about to push (ParameterServerCallbacks::beforePush).
@@ -130,22 +102,14 @@ struct ParameterServerCallbacks {
 /// --debug-kill-rank and --fail-at-step; a program of one's own tests its recovery the same way.
 ParameterServerCallbacks injectWorkerFaults(const FaultPlan& plan, int rank);
 
-/// What a role returns when the job is over.
-struct ParameterServerSummary {
+/// What a role returns when the job is over: fit's figures (FitSummary) on the chief, with
+/// the model holding the servers' final weights, and the roles' own.
+struct ParameterServerSummary : FitSummary {
   parallel::ps::Role role = parallel::ps::Role::Worker;
   int index = 0;  // among the processes of its role
-  /// Steps (server updates) done, resumed ones included (the chief's and servers' figure; a
-  /// worker's is its own pushes).
-  int64_t steps = 0;
-  /// The chief's: epochs begun, the last epoch's mean batch loss, the validation accuracy
-  /// after the last epoch (0 without a validation set), rates of all workers together (the
-  /// steady one without this run's first epoch), the chief's wall seconds.
-  int64_t epochs = 0;
-  double trainLoss = 0.0;
-  double validationAccuracy = 0.0;
-  double samplesPerSecond = 0.0;
-  double steadySamplesPerSecond = 0.0;
-  double wallSeconds = 0.0;
+  // FitSummary::steps: steps (server updates) done, resumed ones included (the chief's and
+  // servers' figure; a worker's is its own pushes). The other figures are the chief's: the
+  // rates are of all workers together (the steady one without this run's first epoch).
   /// The chief's: the servers' largest staleness, the workers still in the job at the end,
   /// the units each worker did.
   int64_t stalenessMax = 0;
@@ -172,8 +136,8 @@ struct ParameterServerData {
 /// environment (parallel::ps::roleFromEnvironment: `kolo run --ps P --workers W`, or
 /// mpirun/srun with KOLO_PS_SERVERS, where server 0 hosts the job's store). `model` is called by every
 /// process (twice on an overlapped worker) and must build the same weights each time
-/// (seeded), and on the chief the model it built holds the trained weights when this
-/// returns; `optimizer` builds a server's optimizer over its slices of the parameters.
+/// (seeded); on the chief the model it built holds the trained weights when this returns
+/// (ParameterServerSummary::model); `optimizer` builds a server's optimizer over its slices of the parameters.
 /// Blocking until the chief ends the job; collective over the job's processes, which all
 /// pass the same options. Throws InvalidArgument for bad options (naming the option),
 /// FileError/Mismatch from resuming, DivergedError when a worker's loss is not finite,

@@ -3,6 +3,7 @@
 // missing-gradient check.
 #include "kolo/parallel/reducer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -34,6 +35,8 @@ Reducer::Reducer(NamedTensors parameters, std::shared_ptr<comm::Communicator> co
   KOLO_REQUIRE(!params_.empty(), "Reducer needs at least one parameter");
   KOLO_REQUIRE(options_.bucketCapBytes > 0, "Reducer: bucketCapBytes must be positive");
   KOLO_REQUIRE(options_.firstBucketCapBytes > 0, "Reducer: firstBucketCapBytes must be positive");
+  KOLO_REQUIRE(options_.minBuckets >= 1, "ReducerOptions::minBuckets must be at least 1, got ",
+               options_.minBuckets);
   dtype_ = params_.front().second.dtype();
   KOLO_CHECK(dtype_ == DType::F32 || dtype_ == DType::F64, "Reducer: parameter '",
              params_.front().first, "' has dtype ", dtypeName(dtype_),
@@ -51,6 +54,16 @@ Reducer::Reducer(NamedTensors parameters, std::shared_ptr<comm::Communicator> co
 
   // Buckets in reverse parameter order: the gradients of the last layers are ready first.
   const size_t elemBytes = dtypeSize(dtype_);
+  // A small model gets minBuckets buckets rather than one that only starts once backward is
+  // over; a bucket under 16 KiB costs more in latency than its overlap saves.
+  size_t modelBytes = 0;
+  for (const auto& [name, p] : params_) modelBytes += static_cast<size_t>(p.numel()) * elemBytes;
+  const auto wanted = static_cast<size_t>(options_.minBuckets);
+  if (wanted > 1 && modelBytes <= wanted * options_.firstBucketCapBytes) {
+    const size_t share = std::max<size_t>(size_t{16} << 10, (modelBytes + wanted - 1) / wanted);
+    options_.firstBucketCapBytes = std::min(options_.firstBucketCapBytes, share);
+    options_.bucketCapBytes = std::min(options_.bucketCapBytes, share);
+  }
   bucketOf_.assign(params_.size(), 0);
   slotOf_.assign(params_.size(), 0);
   Bucket current;

@@ -46,7 +46,7 @@ StrategyOptions strategyOptionsFromNames(const std::string& strategy, int replic
                                          std::shared_ptr<comm::Communicator> communicator) {
   StrategyOptions options;
   options.kind = parseStrategyKind(strategy);
-  KOLO_CHECK_GE(replicas, 1, "(--replicas)");
+  KOLO_REQUIRE(replicas >= 1, "StrategyOptions::replicas must be at least 1, got ", replicas);
   options.replicas = replicas;
   options.reduction = parseLocalReduction(reduction);
   options.reducer.collective.algorithm = comm::parseAlgorithm(algorithm);

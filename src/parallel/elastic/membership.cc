@@ -146,7 +146,7 @@ MembershipAgreement agreeMembership(comm::Store& store, const MembershipProposal
   if (static_cast<int>(change.members.size()) < p.minRanks) {
     const std::string what = kolo::detail::concat(
         "elastic job: ", change.members.size(), " rank(s) left after losing rank(s) ",
-        joinIds(change.lost), " (", reason, "), below --min-ranks ", p.minRanks, "; stopping");
+        joinIds(change.lost), " (", reason, "), below ElasticOptions::minRanks ", p.minRanks, "; stopping");
     store.setString(elasticFinishedKey(p.prefix), what);  // ranks waiting to join stop waiting
     throw BelowMinRanksError(what, change);
   }

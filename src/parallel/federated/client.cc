@@ -63,9 +63,9 @@ std::vector<float> trainClient(nn::Module& model, const std::vector<float>& glob
                                const data::TensorDataset& data, const std::vector<int64_t>& indices,
                                const LocalTrainingOptions& options, int64_t round, int client) {
   KOLO_REQUIRE(!indices.empty(), "federated: client ", client, " holds no samples");
-  KOLO_REQUIRE(options.localEpochs >= 1, "federated: --local-epochs must be at least 1, got ",
+  KOLO_REQUIRE(options.localEpochs >= 1, "federated: LocalTrainingOptions::localEpochs must be at least 1, got ",
                options.localEpochs);
-  KOLO_REQUIRE(options.localBatch >= 0, "federated: --local-batch must be at least 0, got ",
+  KOLO_REQUIRE(options.localBatch >= 0, "federated: LocalTrainingOptions::localBatch must be at least 0, got ",
                options.localBatch);
   loadParameters(model, global);
   model.train(true);

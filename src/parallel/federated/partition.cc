@@ -83,7 +83,7 @@ PartitionSpec parsePartition(const std::string& text) {
 
 std::vector<std::vector<int64_t>> partitionClients(const Tensor& labels, int clients,
                                                    const PartitionSpec& spec, uint64_t seed) {
-  KOLO_REQUIRE(clients >= 1, "federated: --clients must be at least 1, got ", clients);
+  KOLO_REQUIRE(clients >= 1, "federated: FederatedOptions::clients must be at least 1, got ", clients);
   const std::vector<double> y = labels.toDoubleVector();
   const int64_t n = static_cast<int64_t>(y.size());
   KOLO_REQUIRE(n >= clients, "federated: ", n, " training samples cannot be split over ", clients,
@@ -100,7 +100,7 @@ std::vector<std::vector<int64_t>> partitionClients(const Tensor& labels, int cli
   }
   if (spec.kind == PartitionSpec::Kind::Shards) {
     const int64_t shards = static_cast<int64_t>(clients) * spec.shards;
-    KOLO_REQUIRE(n >= shards, "federated: --partition shards:", spec.shards, " needs ", shards,
+    KOLO_REQUIRE(n >= shards, "federated: PartitionSpec::shards ", spec.shards, " needs ", shards,
                  " shards but there are only ", n, " training samples");
     std::vector<int64_t> order(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
@@ -152,7 +152,7 @@ std::vector<std::vector<int64_t>> partitionClients(const Tensor& labels, int cli
 
 std::vector<int> sampleClients(int clients, int perRound, int64_t round, uint64_t seed) {
   KOLO_REQUIRE(perRound >= 1 && perRound <= clients,
-               "federated: --clients-per-round must be in [1, ", clients, "], got ", perRound);
+               "federated: FederatedOptions::clientsPerRound must be in [1, ", clients, "], got ", perRound);
   Generator generator(mixSeed(seed, 0x5a3b1e, static_cast<uint64_t>(round)));
   std::vector<int> ids(static_cast<size_t>(clients));
   std::iota(ids.begin(), ids.end(), 0);

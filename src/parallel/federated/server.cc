@@ -39,22 +39,22 @@ std::vector<int> idsOf(const std::map<int, sa::PublicKeys>& keys) {
 }  // namespace
 
 void checkOptions(const FederatedOptions& o) {
-  KOLO_REQUIRE(o.clients >= 1, "federated: --clients must be at least 1, got ", o.clients);
-  KOLO_REQUIRE(o.clientsPerRound >= 1, "federated: --clients-per-round must be at least 1, got ",
+  KOLO_REQUIRE(o.clients >= 1, "federated: FederatedOptions::clients must be at least 1, got ", o.clients);
+  KOLO_REQUIRE(o.clientsPerRound >= 1, "federated: FederatedOptions::clientsPerRound must be at least 1, got ",
                o.clientsPerRound);
-  KOLO_REQUIRE(o.clientsPerRound <= o.clients, "federated: --clients-per-round ", o.clientsPerRound,
+  KOLO_REQUIRE(o.clientsPerRound <= o.clients, "federated: FederatedOptions::clientsPerRound ", o.clientsPerRound,
                " is more than the ", o.clients, " clients");
-  KOLO_REQUIRE(o.rounds >= 1, "federated: --rounds must be at least 1, got ", o.rounds);
-  KOLO_REQUIRE(o.serverLr > 0.0, "federated: --server-lr must be above 0, got ", o.serverLr);
+  KOLO_REQUIRE(o.rounds >= 1, "federated: FederatedOptions::rounds must be at least 1, got ", o.rounds);
+  KOLO_REQUIRE(o.serverLr > 0.0, "federated: FederatedOptions::serverLr must be above 0, got ", o.serverLr);
   KOLO_REQUIRE(o.client.method == Method::FedProx || o.client.proxMu == 0.0,
-               "federated: --prox-mu applies to --algorithm fedprox only");
+               "federated: LocalTrainingOptions::proxMu applies to FedProx only");
   KOLO_REQUIRE(o.saThreshold == 0 || o.secureAgg,
-               "federated: --sa-threshold applies to --secure-agg only");
+               "federated: FederatedOptions::saThreshold applies to FederatedOptions::secureAgg only");
   KOLO_REQUIRE(o.dpNoise == 0.0 || o.dpClip > 0.0,
-               "federated: --dp-noise needs --dp-clip (the noise is relative to the clip)");
+               "federated: FederatedOptions::dpNoise needs FederatedOptions::dpClip (the noise is relative to the clip)");
   KOLO_REQUIRE(o.simulatedDropRate >= 0.0 && o.simulatedDropRate <= 1.0,
-               "federated: --debug-drop-rate must lie in [0, 1], got ", o.simulatedDropRate);
-  KOLO_REQUIRE(o.dpDelta > 0.0 && o.dpDelta < 1.0, "federated: --dp-delta must lie in (0, 1), got ",
+               "federated: FederatedOptions::simulatedDropRate must lie in [0, 1], got ", o.simulatedDropRate);
+  KOLO_REQUIRE(o.dpDelta > 0.0 && o.dpDelta < 1.0, "federated: FederatedOptions::dpDelta must lie in (0, 1), got ",
                o.dpDelta);
 }
 
@@ -64,11 +64,11 @@ FederatedServer::FederatedServer(std::shared_ptr<comm::Store> store, FederatedOp
   checkOptions(options_);
   if (options_.secureAgg) {
     KOLO_REQUIRE(options_.clientsPerRound <= 1024,
-                 "federated: --secure-agg sums at most 1024 clients a round, got ",
+                 "federated: FederatedOptions::secureAgg sums at most 1024 clients a round, got ",
                  options_.clientsPerRound);
     if (options_.saThreshold == 0) options_.saThreshold = options_.clientsPerRound / 2 + 1;
     KOLO_REQUIRE(options_.saThreshold >= 1 && options_.saThreshold <= options_.clientsPerRound,
-                 "federated: --sa-threshold must be in [1, ", options_.clientsPerRound, "], got ",
+                 "federated: FederatedOptions::saThreshold must be in [1, ", options_.clientsPerRound, "], got ",
                  options_.saThreshold);
   }
   if (options_.dpClip > 0.0) {

@@ -58,7 +58,7 @@ std::vector<int> parseSplitPoints(const std::string& text) {
 }
 
 MeshGroups makeMesh(comm::Communicator& world, const MeshShape& shape) {
-  KOLO_REQUIRE(world.size() == shape.size(), "--mesh dp=", shape.dp, ",pp=", shape.pp, ",tp=", shape.tp,
+  KOLO_REQUIRE(world.size() == shape.size(), "MeshShape dp=", shape.dp, ",pp=", shape.pp, ",tp=", shape.tp,
                " needs ", shape.size(), " ranks, this job has ", world.size());
   const int m = shape.pp * shape.tp, rank = world.rank();
   MeshGroups groups;

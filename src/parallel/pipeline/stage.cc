@@ -267,8 +267,8 @@ PipelineStepStats PipelineStage::forwardBackward(const Tensor& inputs, const Ten
                  isFirst() ? "inputs" : "labels", " of the batch are missing");
     const int64_t batch = rows.shape()[0];
     KOLO_REQUIRE(batch % micro == 0 && batch >= micro, "pipeline: a batch of ", batch,
-                 " rows cannot be split into ", micro, " equal micro-batches (--batch must be a multiple of "
-                 "--micro-batches)");
+                 " rows cannot be split into ", micro, " equal micro-batches (the batch must be a "
+                 "multiple of PipelineOptions::microBatches)");
     microRows_ = batch / micro;
     if (isFirst() && isLast())
       KOLO_REQUIRE(labels.defined() && labels.shape()[0] == batch, "pipeline: inputs have ", batch,

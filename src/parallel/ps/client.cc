@@ -42,7 +42,7 @@ class ServerGroup::Impl {
         KOLO_THROW(Mismatch, peer, " holds ", answer.b, " elements, but this process places ",
                    placement_.elementsOf(s),
                    " there: the processes disagree about the model or "
-                   "--ps-shard-bytes");
+                   "ParameterServerOptions::shardBytes");
       shared_.emplace_back();
       serverValues_.emplace_back();
       if (options_.sharedMemory && !compressed()) offerSharedMemory(socket, s, until);

@@ -30,7 +30,7 @@ class UnitDispatcher::Impl {
  public:
   explicit Impl(DispatchOptions options) : options_(std::move(options)), start_(Clock::now()) {
     KOLO_REQUIRE(options_.workers >= 1, "a parameter-server job needs at least 1 worker");
-    KOLO_REQUIRE(options_.unitSamples >= 1, "--ps-unit-samples must be at least 1");
+    KOLO_REQUIRE(options_.unitSamples >= 1, "DispatchOptions::unitSamples must be at least 1");
     KOLO_REQUIRE(options_.samplesPerEpoch >= 1, "an epoch needs at least one sample");
     unitsPerEpoch_ = (options_.samplesPerEpoch + options_.unitSamples - 1) / options_.unitSamples;
     KOLO_REQUIRE(options_.firstEpoch >= 0 && options_.firstEpoch <= options_.epochs, "first epoch ",

@@ -53,7 +53,7 @@ int64_t Placement::elementsOf(int server) const {
 Placement placeParameters(const std::vector<std::string>& names, const std::vector<int64_t>& sizes,
                           int servers, int64_t shardBytes) {
   KOLO_REQUIRE(servers >= 1, "a parameter-server job needs at least 1 server, got ", servers);
-  KOLO_REQUIRE(shardBytes >= 1, "--ps-shard-bytes must be at least 1, got ", shardBytes);
+  KOLO_REQUIRE(shardBytes >= 1, "ParameterServerOptions::shardBytes must be at least 1, got ", shardBytes);
   KOLO_CHECK_EQ(names.size(), sizes.size());
   Placement placement;
   placement.servers = servers;

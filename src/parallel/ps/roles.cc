@@ -21,8 +21,9 @@ RoleInfo roleFromEnvironment() {
     const auto servers = settings::psServers(env);
     const comm::LaunchInfo launch = comm::detectLaunch(env.variables());
     KOLO_REQUIRE(servers && launch.launcher != "single",
-                 "--strategy parameter-server runs under kolo run --ps P --workers W, or under "
-                 "mpirun / srun with KOLO_PS_SERVERS=P set (KOLO_ROLE is not set)");
+                 "a parameter-server job runs under kolo run --ps P --workers W, or under mpirun / "
+                 "srun with KOLO_PS_SERVERS=P set (KOLO_ROLE is not set; "
+                 "ParameterServerOptions::role names a role without either)");
     info.servers = static_cast<int>(*servers);
     info.workers = launch.size - info.servers - 1;
     KOLO_REQUIRE(info.servers >= 1 && info.workers >= 1, "KOLO_PS_SERVERS=", info.servers,

@@ -26,7 +26,7 @@ ParameterServer::Impl::Impl(ServerOptions options, Placement placement, const Na
       workers_(static_cast<size_t>(options_.workers)) {
   KOLO_REQUIRE(options_.workers >= 1, "a parameter server needs at least 1 worker, got ",
                options_.workers);
-  KOLO_REQUIRE(options_.staleness >= 0, "--staleness must be at least 0, got ", options_.staleness);
+  KOLO_REQUIRE(options_.staleness >= 0, "ServerOptions::staleness must be at least 0, got ", options_.staleness);
   KOLO_REQUIRE(initial.size() == placement_.names.size(), "parameter server: ", initial.size(),
                " initial parameters for a placement of ", placement_.names.size());
   elements_ = placement_.elementsOf(options_.index);

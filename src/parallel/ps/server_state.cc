@@ -35,7 +35,8 @@ int64_t restoreServerState(const std::string& path, int index, const NamedTensor
     targets.emplace_back("value/" + slice, view);
     if (!file.find("value/" + slice).defined())
       KOLO_THROW(Mismatch, path, " holds no values of ", slice,
-                 ": it was written for another model, number of servers or --ps-shard-bytes");
+                 ": it was written for another model, number of servers or "
+                 "ParameterServerOptions::shardBytes");
   }
   checkpoint::copyIntoTensors(file, targets, false, path);
   std::vector<std::pair<std::string, Tensor>> state;

@@ -1,9 +1,14 @@
-// The exception -> exit code table of the `kolo` program (exit_codes.h).
-#include "cli/exit_codes.h"
+// The exception -> exit code table of kolo's programs (kolo/exit_codes.h), and kolo::main,
+// which applies it to what ends a program.
+#include "kolo/exit_codes.h"
+
+#include <cstdio>
+#include <cstring>
+#include <string>
 
 #include "kolo/error.h"
 
-namespace kolo::cli {
+namespace kolo {
 namespace {
 
 template <class... Kinds>
@@ -13,23 +18,23 @@ bool isAny(const std::exception& error) {
 
 // More specific kinds come before their bases (FileError and PeerError before IoError).
 constexpr ExitCodeRow kTable[] = {
-    // Before InvalidArgument, of which it is a kind: a failed invariant is not a flag.
+    // Before InvalidArgument, of which it is a kind: a failed invariant is not a usage error.
     {kExitCheckFailed, "InternalError (a failed KOLO_CHECK)",
      "an internal check failed: a bug in kolo or in the program calling it; the message names "
      "the check and its source line",
      isAny<InternalError>},
     {kExitUsage, "InvalidArgument, command-line parse errors",
-     "a flag, option value or KOLO_* setting is not accepted; the message says which and what is",
+     "an option value or KOLO_* setting is not accepted; the message says which and what is",
      isAny<InvalidArgument>},
     {kExitInputFile, "FileError, FormatError",
-     "a file or directory named by the user (data, --init, --resume) is missing, unreadable or "
-     "malformed",
+     "a file or directory named by the user (data, weights, checkpoints) is missing, "
+     "unreadable or malformed",
      isAny<FileError, FormatError>},
     {kExitDiverged, "DivergedError", "training diverged: the loss is no longer finite",
      isAny<DivergedError>},
     {kExitOutOfSync, "ReplicaMismatch",
-     "the replicas' weights differ between ranks (--check-sync names the ranks and the first "
-     "tensor)",
+     "the replicas' weights differ between ranks (the weight-sync check names the ranks and "
+     "the first tensor)",
      isAny<ReplicaMismatch>},
     {kExitJob, "PeerError, Timeout, Mismatch",
      "another rank failed or vanished, a collective passed its deadline, or ranks disagreed",
@@ -51,4 +56,21 @@ ExitCode exitCodeFor(const std::exception& error) {
   return kExitInternal;
 }
 
-}  // namespace kolo::cli
+int main(int argc, char** argv, const std::function<int(int, char**)>& body) {
+  const char* program = argc > 0 && argv[0] != nullptr ? argv[0] : "program";
+  if (const char* slash = std::strrchr(program, '/')) program = slash + 1;
+  try {
+    return body(argc, argv);
+  } catch (const InternalError& e) {
+    std::fprintf(stderr, "%s: internal error: %s\n", program, e.what());
+    return exitCodeFor(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return exitCodeFor(e);
+  } catch (...) {
+    std::fprintf(stderr, "%s: error: an exception that is not a std::exception\n", program);
+    return kExitInternal;
+  }
+}
+
+}  // namespace kolo
