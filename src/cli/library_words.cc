@@ -11,6 +11,7 @@ namespace {
 // underscore), so FitOptions::steps does not eat into a longer name.
 constexpr std::pair<const char*, const char*> kFlags[] = {
     {"FitOptions::batch", "--batch"},
+    {"FitOptions::accumulate", "--accumulate"},
     {"FitOptions::epochs", "--epochs"},
     {"FitOptions::steps", "--steps"},
     {"FitOptions::checkpointEvery", "--checkpoint-every"},

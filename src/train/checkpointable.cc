@@ -2,10 +2,9 @@
 // broadcast, for a training loop of one's own (train/checkpointable.h).
 #include "kolo/train/checkpointable.h"
 
-#include <exception>
-
 #include "kolo/error.h"
 #include "kolo/safetensors.h"
+#include "train/rank_zero.h"
 
 namespace kolo::train {
 
@@ -46,27 +45,15 @@ StateDict Checkpointable::stateDict() {
 void Checkpointable::loadStateDict(const StateDict& state) {
   comm::Communicator* comm = distributed_ ? &distributed_->communicator() : communicator_.get();
   // Rank 0 loads and tells every rank whether it could before any state moves.
-  int64_t loaded = 1;
-  std::exception_ptr problem;
-  if (rank() == 0) {
-    try {
-      checkpoint::copyIntoTensors(checkpoint::SafetensorsFile{state.weights, {}}, model_->stateDict(),
-                                  true, "the checkpoint's weights");
-      if (state.optimizerKind != optimizer().kind())
-        KOLO_THROW(Mismatch, "Checkpointable: the checkpoint holds ",
-                   state.optimizerKind.empty() ? std::string("no") : state.optimizerKind,
-                   " optimizer state, this loop's optimizer is ", optimizer().kind());
-      optimizer().loadStateDict(parallel::conformStateShapes(state.optimizer, optimizer()));
-    } catch (const Error&) {
-      loaded = 0;
-      problem = std::current_exception();
-    }
-  }
-  if (comm && comm->size() > 1) comm->broadcast(&loaded, 1, DType::I64, 0);
-  if (loaded == 0) {
-    if (problem) std::rethrow_exception(problem);
-    KOLO_THROW(PeerError, "Checkpointable on rank ", rank(), ": rank 0 could not load the checkpoint");
-  }
+  detail::loadOnRankZero(comm, rank(), [&] {
+    checkpoint::copyIntoTensors(checkpoint::SafetensorsFile{state.weights, {}}, model_->stateDict(),
+                                true, "the checkpoint's weights");
+    if (state.optimizerKind != optimizer().kind())
+      KOLO_THROW(Mismatch, "Checkpointable: the checkpoint holds ",
+                 state.optimizerKind.empty() ? std::string("no") : state.optimizerKind,
+                 " optimizer state, this loop's optimizer is ", optimizer().kind());
+    optimizer().loadStateDict(parallel::conformStateShapes(state.optimizer, optimizer()));
+  }, "load the checkpoint");
   if (comm && comm->size() > 1) {
     parallel::broadcastParameters(*model_, *comm, 0);
     parallel::broadcastOptimizerState(optimizer(), *comm, 0);

@@ -8,10 +8,12 @@
 #include "kolo/error.h"
 #include "kolo/nn/layers.h"
 #include "kolo/ops.h"
+#include "kolo/parallel/distributed.h"
 #include "kolo/safetensors.h"
 #include "kolo/train/engine.h"
 #include "train/balance.h"
 #include "train/compression_state.h"
+#include "train/rank_zero.h"
 
 namespace kolo::train {
 namespace {
@@ -172,42 +174,20 @@ void DataParallelEngine::loadStateDict(const StateDict& state) {
   const std::shared_ptr<comm::Communicator>& comm = options_.strategy.communicator;
   strategy_->gatherModel();  // fsdp: whole parameters to load into (collective)
   // Rank 0 loads and tells every rank whether it could before the state moves.
-  int64_t loaded = 1;
-  std::exception_ptr problem;
-  if (isPrimary()) {
-    try {
-      // By name, strictly: every tensor of the model and nothing else, shapes alike
-      // (InvalidArgument listing what differs).
-      checkpoint::SafetensorsFile saved{state.weights, {}};
-      checkpoint::copyIntoTensors(saved, model().stateDict(), true, "the checkpoint's weights");
-      optim::Optimizer& optimizer = strategy_->checkpointOptimizer();
-      if (state.optimizerKind.empty())
-        KOLO_THROW(Mismatch, "checkpoint: it holds no optimizer state, this run's optimizer is ",
-                   optimizer.kind());
-      if (state.optimizerKind != optimizer.kind())
-        KOLO_THROW(Mismatch, "checkpoint: it holds ", state.optimizerKind,
-                   " optimizer state, this run's optimizer is ", optimizer.kind());
-      optim::StateDict savedState = state.optimizer;
-      // State slots are per-element companions of their parameter: give a slot saved flat
-      // the parameter's shape, which loadStateDict checks.
-      for (const auto& [name, parameter] : optimizer.parameters()) {
-        const auto it = savedState.perParameter.find(name);
-        if (it == savedState.perParameter.end()) continue;
-        for (auto& [slot, t] : it->second)
-          if (t.shape() != parameter.shape() && t.numel() == parameter.numel())
-            t = t.reshape(parameter.shape());
-      }
-      optimizer.loadStateDict(savedState);
-    } catch (const Error&) {
-      loaded = 0;
-      problem = std::current_exception();
-    }
-  }
-  if (comm && comm->size() > 1) comm->broadcast(&loaded, 1, DType::I64, 0);
-  if (loaded == 0) {
-    if (problem) std::rethrow_exception(problem);
-    KOLO_THROW(PeerError, "rank ", rank(), ": rank 0 could not load the checkpoint's state");
-  }
+  detail::loadOnRankZero(comm.get(), rank(), [&] {
+    // By name, strictly: every tensor of the model and nothing else, shapes alike
+    // (InvalidArgument listing what differs).
+    checkpoint::SafetensorsFile saved{state.weights, {}};
+    checkpoint::copyIntoTensors(saved, model().stateDict(), true, "the checkpoint's weights");
+    optim::Optimizer& optimizer = strategy_->checkpointOptimizer();
+    if (state.optimizerKind.empty())
+      KOLO_THROW(Mismatch, "checkpoint: it holds no optimizer state, this run's optimizer is ",
+                 optimizer.kind());
+    if (state.optimizerKind != optimizer.kind())
+      KOLO_THROW(Mismatch, "checkpoint: it holds ", state.optimizerKind,
+                 " optimizer state, this run's optimizer is ", optimizer.kind());
+    optimizer.loadStateDict(parallel::conformStateShapes(state.optimizer, optimizer));
+  }, "load the checkpoint's state");
   strategy_->syncReplicas();
   NamedTensors hookState;
   for (const auto& [name, tensor] : state.tensors)

@@ -48,9 +48,9 @@ struct RunOptions {
   /// (training, resuming, checkpoints, warnings) still go to `logger`.
   int progress = -1;
   bool quiet = false;
-  /// Each process keeps its step and state in FILE.rank-N (`kolo status FILE`); "" : the
+  /// fit: each process keeps its step and state in FILE.rank-N (`kolo status FILE`); "" : the
   /// one `kolo run --status-file` passes through the environment (KOLO_STATUS_FILE), else
-  /// none.
+  /// none. The parameter servers keep no status lines yet.
   std::string statusFile{};
 
   /// Checkpoints (train::save) into `checkpointDir` ("" : none) every `checkpointEvery`
