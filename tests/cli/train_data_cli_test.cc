@@ -12,7 +12,7 @@
 #include <fstream>
 #include <string>
 
-#include "cli/exit_codes.h"
+#include "kolo/exit_codes.h"
 #include "kolo/safetensors.h"
 #include "run_kolo.h"
 
@@ -122,7 +122,7 @@ TEST_F(TrainDataCliTest, AnImageFolderOfMixedSizesTrainsTheCnnOnHeldOutImages) {
 TEST_F(TrainDataCliTest, ABadRowIsAnInputFileErrorNamingFileAndLine) {
   std::ofstream(file("bad.csv")) << "a,b,label\n1,2,0\n3,oops,1\n";
   const RunResult run = runKolo("train --data " + file("bad.csv") + " --steps 1 --no-progress");
-  EXPECT_EQ(run.exitCode, kolo::cli::kExitInputFile) << run.output;
+  EXPECT_EQ(run.exitCode, kolo::kExitInputFile) << run.output;
   EXPECT_NE(run.output.find(file("bad.csv") + ":3: column 'b': 'oops' is not a finite number"), std::string::npos)
       << run.output;
 }
