@@ -1,6 +1,7 @@
 // Times one training step of the `lm` (zero grad + forward + loss + backward + AdamW) on one
 // thread in fp32 (or with bf16 products: --precision bf16), on file-order batches of a text,
-// as bench/peers/torch_lm.py does in PyTorch. Prints one JSON line with the median step time.
+// as bench/peers/torch_lm.py does in PyTorch (either architecture: --arch gpt or llama,
+// --kv-heads K). Prints one JSON line with the median step time.
 // Under `kolo run -n N` the ranks train it data-parallel (train::DataParallelEngine,
 // multi-worker-mirrored: bucketed all-reduce overlapped with backward), each on its rows of the
 // same global batch, as the twin does under DDP (`--ranks N`); rank 0 prints the line.
@@ -54,6 +55,8 @@ int main(int argc, char** argv) {
     else if (flag == "--steps") steps = value;
     else if (flag == "--data") text = argv[i + 1];
     else if (flag == "--precision") precision = argv[i + 1];
+    else if (flag == "--arch") config.arch = nn::parseLanguageModelArch(argv[i + 1]);
+    else if (flag == "--kv-heads") config.kvHeads = value;
     else {
       std::fprintf(stderr, "lm_step: unknown flag %s\n", argv[i]);
       return 2;
@@ -96,10 +99,10 @@ int main(int argc, char** argv) {
     }
     if (rank != 0) return 0;
     std::printf(
-        "{\"bench\": \"kolo_lm_step\", \"ranks\": %d, \"precision\": \"%s\", \"layers\": %lld, \"d_model\": %lld, \"heads\": %lld, \"seq_len\": %lld, "
+        "{\"bench\": \"kolo_lm_step\", \"ranks\": %d, \"precision\": \"%s\", \"arch\": \"%s\", \"layers\": %lld, \"d_model\": %lld, \"heads\": %lld, \"seq_len\": %lld, "
         "\"batch\": %lld, \"parameters\": %lld, \"steps\": %lld, \"step_ms_median\": %.3f, \"step_ms_min\": %.3f, "
         "\"final_loss\": %.4f}\n",
-        ranks, precision.c_str(), static_cast<long long>(config.layers), static_cast<long long>(config.dModel),
+        ranks, precision.c_str(), nn::languageModelArchName(config.arch), static_cast<long long>(config.layers), static_cast<long long>(config.dModel),
         static_cast<long long>(config.heads), static_cast<long long>(config.seqLen), static_cast<long long>(batch),
         static_cast<long long>(parameters), static_cast<long long>(steps), median(total),
         *std::min_element(total.begin(), total.end()), lastLoss);

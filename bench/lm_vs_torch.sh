@@ -6,9 +6,11 @@
 # older/lm_step adds that build to the rounds (before/after figures from the same run).
 # RANKS=N: both data-parallel on N processes of one thread (kolo: `kolo run -n N` of lm_step,
 # multi-worker-mirrored; PyTorch: DDP over gloo), the same global batch split over them.
+# `--arch llama --kv-heads K` times the llama lm against its twin (bench/peers/torch_llama.py).
 # Usage: bench/lm_vs_torch.sh [BUILD_DIR] [--layers L --d-model C --heads H --seq-len T
-#          --batch B --steps N ...]   (defaults: the lm's default size, 4 blocks, C 128,
-#          4 heads, T 64, batch 16; BUILD_DIR build/release; ROUNDS=3; RANKS=1)
+#          --batch B --steps N --arch gpt|llama --kv-heads K ...]   (defaults: the lm's
+#          default size, 4 blocks, C 128, 4 heads, T 64, batch 16, gpt; BUILD_DIR
+#          build/release; ROUNDS=3; RANKS=1)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build="$here/../build/release"

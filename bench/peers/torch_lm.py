@@ -11,11 +11,12 @@ The twin has kolo's parameter names, so a state_dict maps onto kolo's namedParam
                Linear(4C, C)
   L+1          final LayerNorm(C) (eps 1e-5)
   L+2          head Linear(C, V) without bias (untied)
-Loss: mean cross-entropy over all B*T positions.
+Loss: mean cross-entropy over all B*T positions. With --arch llama (--kv-heads K) the model
+is the twin of `lm --arch llama` instead (bench/peers/torch_llama.py).
 
 Usage: /usr/bin/python3 bench/peers/torch_lm.py [--layers L] [--d-model C] [--heads H]
          [--seq-len T] [--batch B] [--warmup W] [--steps N] [--data FILE] [--precision bf16]
-         [--ranks N]
+         [--ranks N] [--arch gpt|llama] [--kv-heads K]
 (bf16: forward and loss under torch.autocast("cpu", dtype=torch.bfloat16), f32 weights;
 --ranks N: N processes under DistributedDataParallel over gloo, rank r training on rows
 r*B/N ... (r+1)*B/N - 1 of each global batch of B, one thread each; rank 0 prints)
@@ -118,7 +119,11 @@ def median(v):
 def train(rank, args):
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = make_lm(args.layers, args.d_model, args.heads, args.seq_len)
+    if args.arch == "llama":
+        from torch_llama import make_llama
+        model = make_llama(args.layers, args.d_model, args.heads, args.kv_heads, args.seq_len)
+    else:
+        model = make_lm(args.layers, args.d_model, args.heads, args.seq_len)
     parameters = sum(p.numel() for p in model.parameters())
     if args.ranks > 1:
         import torch.distributed as dist
@@ -146,6 +151,7 @@ def train(rank, args):
             times.append(1000.0 * (t1 - t0))
     if rank == 0:
         print(json.dumps({"bench": "torch_lm_step", "ranks": args.ranks, "precision": args.precision,
+                          "arch": args.arch,
                           "layers": args.layers, "d_model": args.d_model,
                           "heads": args.heads, "seq_len": args.seq_len, "batch": args.batch,
                           "parameters": parameters,
@@ -168,6 +174,8 @@ def main():
     ap.add_argument("--data", default=DEFAULT_TEXT)
     ap.add_argument("--precision", default="f32", choices=["f32", "bf16"])
     ap.add_argument("--ranks", type=int, default=1)
+    ap.add_argument("--arch", default="gpt", choices=["gpt", "llama"])
+    ap.add_argument("--kv-heads", type=int, default=0)
     args = ap.parse_args()
     assert args.batch % args.ranks == 0, "--batch must split evenly over --ranks"
     if args.ranks == 1:

@@ -50,6 +50,7 @@ constexpr std::pair<const char*, const char*> kFlags[] = {
     {"TensorParallelOptions::sequenceParallel", "--sequence-parallel"},
     {"LanguageModelConfig::heads", "--heads"},
     {"LanguageModelConfig::dModel", "--d-model"},
+    {"LanguageModelConfig::kvHeads", "--kv-heads"},
     {"MeshShape", "--mesh"},
     {"ElasticOptions::minRanks", "--min-ranks"},
     {"FederatedOptions::clients", "--clients"},

@@ -402,6 +402,14 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
   r.option("--heads", c.heads, "lm: attention heads (must divide --d-model)", kLm)
       ->capture_default_str()
       ->check(atLeast(1));
+  r.option("--arch", c.arch,
+           "lm: gpt (learned positions, LayerNorm, GELU MLP, biases) or llama (rotary positions, RMSNorm, "
+           "grouped-query attention, SwiGLU, no biases, tied embeddings)",
+           kLm)
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gpt", "llama"}));
+  r.option("--kv-heads", c.kvHeads, "lm, llama: key/value heads (must divide --heads; default: --heads)", kLm)
+      ->check(atLeast(1));
   r.option("--seq-len", c.seqLen, "lm: context length in bytes", kLm)->capture_default_str()->check(atLeast(1));
   r.option("--sample-bytes", c.sampleBytes, "lm: bytes of text generated at the end", kLm)
       ->capture_default_str()

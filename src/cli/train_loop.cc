@@ -73,8 +73,15 @@ std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin,
   const bool part = config.model == "lm" && (begin > 0 || end >= 0);
   std::shared_ptr<nn::Sequential> model;
   if (config.model == "lm") {
-    const nn::LanguageModelConfig sizes{.vocab = config.vocab > 0 ? config.vocab : 256, .layers = config.layers, .dModel = config.dModel,
-                                        .heads = config.heads, .seqLen = config.seqLen};
+    KOLO_REQUIRE(config.kvHeads == 0 || config.arch == "llama", "--kv-heads applies to --arch llama, not ",
+                 config.arch);
+    const nn::LanguageModelConfig sizes{.vocab = config.vocab > 0 ? config.vocab : 256,
+                                        .layers = config.layers,
+                                        .dModel = config.dModel,
+                                        .heads = config.heads,
+                                        .seqLen = config.seqLen,
+                                        .arch = nn::parseLanguageModelArch(config.arch),
+                                        .kvHeads = config.kvHeads};
     model = part ? nn::makeLanguageModelPart(sizes, gen, begin, end < 0 ? config.layers + 3 : end)
                  : nn::makeLanguageModel(sizes, gen);
   } else {
@@ -103,6 +110,10 @@ std::map<std::string, std::string> runIdentity(const TrainConfig& config) {
     identity["d_model"] = std::to_string(config.dModel);
     identity["seq_len"] = std::to_string(config.seqLen);
     if (config.vocab > 0 && config.vocab != 256) identity["vocab"] = std::to_string(config.vocab);
+    if (config.arch != "gpt") {
+      identity["arch"] = config.arch;
+      identity["kv_heads"] = std::to_string(config.kvHeads > 0 ? config.kvHeads : config.heads);
+    }
   }
   // Stored with every checkpoint (a resume over other data is refused).
   if (!config.standardizer.empty()) identity["standardize"] = config.standardizer;

@@ -103,6 +103,8 @@ struct TrainConfig {
 
   // The lm and model parallelism (docs/model_parallel.md).
   int64_t layers = 4, dModel = 128, heads = 4, seqLen = 64;
+  std::string arch = "gpt";
+  int64_t kvHeads = 0;  // llama: 0 = as many as heads
   std::string pipelineSchedule = "1f1b";
   int stages = 1, tp = 1;
   bool sequenceParallel = false;

@@ -238,6 +238,9 @@ std::unique_ptr<train::Engine> makeModelParallelEngine(const TrainConfig& config
     options.splitAt = parallel::parseSplitPoints(config.splitAt);
     if (config.model == "lm")
       options.modelPart = [&config](int begin, int end) { return buildModel(config, begin, end); };
+    // The llama lm's head is its embedding's table: copies on the first and last stages.
+    if (config.model == "lm" && config.arch == "llama")
+      options.tiedParameters = {{"0.weight", std::to_string(config.layers + 2) + ".weight"}};
   } else if (shape.pp > 1) {
     // The layers are measured on one micro-batch of the training set's first samples.
     const int64_t rows = config.batch / shape.dp / config.microBatches;

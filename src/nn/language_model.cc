@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kolo/autograd.h"
+#include "kolo/nn/llama.h"
 #include "kolo/ops.h"
 
 namespace kolo::nn {
@@ -34,6 +35,16 @@ std::shared_ptr<Sequential> makeLanguageModel(const LanguageModelConfig& config,
   return makeLanguageModelPart(config, gen, 0, config.layers + 3);
 }
 
+const char* languageModelArchName(LanguageModelArch arch) {
+  return arch == LanguageModelArch::Llama ? "llama" : "gpt";
+}
+
+LanguageModelArch parseLanguageModelArch(const std::string& name) {
+  if (name == "gpt") return LanguageModelArch::Gpt;
+  if (name == "llama") return LanguageModelArch::Llama;
+  KOLO_THROW(InvalidArgument, "lm: unknown architecture '", name, "' (gpt or llama)");
+}
+
 std::shared_ptr<Sequential> makeLanguageModelPart(const LanguageModelConfig& config, Generator& gen,
                                                   int64_t keepBegin, int64_t keepEnd) {
   KOLO_REQUIRE(config.vocab > 0 && config.layers > 0 && config.dModel > 0 && config.heads > 0 &&
@@ -42,6 +53,10 @@ std::shared_ptr<Sequential> makeLanguageModelPart(const LanguageModelConfig& con
                ", heads ", config.heads, " and seq-len ", config.seqLen, " must all be at least 1");
   KOLO_REQUIRE(config.dModel % config.heads == 0, "lm: LanguageModelConfig::dModel ", config.dModel,
                " is not divisible by LanguageModelConfig::heads ", config.heads);
+  const int64_t kvHeads = config.kvHeads > 0 ? config.kvHeads : config.heads;
+  KOLO_REQUIRE(config.arch != LanguageModelArch::Llama || config.heads % kvHeads == 0,
+               "lm: LanguageModelConfig::kvHeads ", kvHeads, " does not divide LanguageModelConfig::heads ",
+               config.heads);
   const int64_t count = config.layers + 3;
   KOLO_REQUIRE(keepBegin >= 0 && keepBegin < keepEnd && keepEnd <= count, "lm: layers [", keepBegin, ", ",
                keepEnd, ") are not inside the model's ", count);
@@ -50,11 +65,26 @@ std::shared_ptr<Sequential> makeLanguageModelPart(const LanguageModelConfig& con
     const int64_t i = static_cast<int64_t>(model->size());
     model->add(i >= keepBegin && i < keepEnd ? std::move(layer) : std::make_shared<Sequential>());
   };
-  keep(std::make_shared<TokenPositionEmbedding>(config.vocab, config.dModel, config.seqLen, gen));
-  for (int64_t i = 0; i < config.layers; ++i)
-    keep(std::make_shared<TransformerBlock>(config.dModel, config.heads, gen));
-  keep(std::make_shared<LayerNorm>(Shape{config.dModel}));
-  keep(std::make_shared<LanguageModelHead>(config.dModel, config.vocab, gen));
+  if (config.arch == LanguageModelArch::Gpt) {
+    keep(std::make_shared<TokenPositionEmbedding>(config.vocab, config.dModel, config.seqLen, gen));
+    for (int64_t i = 0; i < config.layers; ++i)
+      keep(std::make_shared<TransformerBlock>(config.dModel, config.heads, gen));
+    keep(std::make_shared<LayerNorm>(Shape{config.dModel}));
+    keep(std::make_shared<LanguageModelHead>(config.dModel, config.vocab, gen));
+    return model;
+  }
+  // N(0, 1/C) rather than N(0, 1): the tied head's logits then start near unit scale.
+  auto embedding = std::make_shared<Embedding>(config.vocab, config.dModel, gen);
+  embedding->weight.copyFrom(embedding->weight * (1.0 / std::sqrt(static_cast<double>(config.dModel))));
+  const bool embeddingKept = keepBegin == 0;
+  // The head shares the table when this part holds both; otherwise it starts from a copy.
+  Tensor table = embeddingKept ? embedding->weight : embedding->weight.detach().clone();
+  keep(std::move(embedding));
+  const LlamaBlockConfig block{.dim = config.dModel, .heads = config.heads, .kvHeads = kvHeads,
+                               .ropeTheta = config.ropeTheta};
+  for (int64_t i = 0; i < config.layers; ++i) keep(std::make_shared<LlamaBlock>(block, gen));
+  keep(std::make_shared<RMSNorm>(config.dModel));
+  keep(std::make_shared<LanguageModelHead>(std::move(table)));
   return model;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <typeinfo>
 #include <vector>
 
@@ -27,6 +28,16 @@ Linear::Linear(int64_t in, int64_t out, Generator& gen, bool withBias) {
   KOLO_REQUIRE(in > 0 && out > 0, "Linear(", in, ", ", out, "): sizes must be positive");
   weight = registerParameter("weight", uniformInit({out, in}, in, gen));
   if (withBias) bias = registerParameter("bias", uniformInit({out}, in, gen));
+}
+
+Linear::Linear(Tensor weight_, Tensor bias_) {
+  KOLO_REQUIRE(weight_.defined() && weight_.dim() == 2, "Linear: weight ",
+               weight_.defined() ? shapeString(weight_.shape()) : std::string("(undefined)"), " is not [out, in]");
+  KOLO_REQUIRE(!bias_.defined() || bias_.shape() == Shape{weight_.shape()[0]}, "Linear: bias ",
+               bias_.defined() ? shapeString(bias_.shape()) : std::string(), " does not match weight ",
+               shapeString(weight_.shape()));
+  weight = registerParameter("weight", std::move(weight_));
+  if (bias_.defined()) bias = registerParameter("bias", std::move(bias_));
 }
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
@@ -119,9 +130,25 @@ std::string childSpanName(const std::string& name, const Module& child) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  const auto run = [this](Module& child, const Tensor& in) { return recompute_ ? checkpoint(child, in) : child(in); };
+  if (recompute_ && ownParameters_.size() != children().size()) {
+    // A parameter two children hold (tied embeddings) would get one gradient per child, each
+    // from its own recomputed backward: those children run as usual.
+    std::map<const TensorImpl*, int> holders;
+    for (const auto& [name, child] : children())
+      for (const auto& [pname, p] : child->namedParameters()) ++holders[p.impl()];
+    ownParameters_.clear();
+    for (const auto& [name, child] : children()) {
+      bool own = true;
+      for (const auto& [pname, p] : child->namedParameters()) own = own && holders[p.impl()] == 1;
+      ownParameters_.push_back(own);
+    }
+  }
+  const auto run = [this](size_t i, const Tensor& in) {
+    Module& child = *children()[i].second;
+    return recompute_ && ownParameters_[i] ? checkpoint(child, in) : child(in);
+  };
   if (!trace::enabled()) {
-    for (const auto& [name, child] : children()) h = run(*child, h);
+    for (size_t i = 0; i < children().size(); ++i) h = run(i, h);
     return h;
   }
   // The names are made once per child (and kept by the recorder), not on every call.
@@ -132,7 +159,7 @@ Tensor Sequential::forward(const Tensor& x) {
   for (size_t i = 0; i < children().size(); ++i) {
     trace::Scope span(traceNames_[i], "module");
     span.index(static_cast<int64_t>(i));
-    h = run(*children()[i].second, h);
+    h = run(i, h);
   }
   return h;
 }

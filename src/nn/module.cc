@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "kolo/autograd.h"
 #include "kolo/error.h"
@@ -144,8 +145,13 @@ void Module::collect(const std::string& prefix, Entries which,
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::namedParameters() const {
-  std::vector<std::pair<std::string, Tensor>> out;
-  collect("", Entries::Parameters, out);
+  std::vector<std::pair<std::string, Tensor>> all, out;
+  collect("", Entries::Parameters, all);
+  // A tensor shared by two modules (tied embeddings) is one parameter: optimizers, reducers
+  // and shards must see it once.
+  std::set<const TensorImpl*> seen;
+  for (auto& entry : all)
+    if (seen.insert(entry.second.impl()).second) out.push_back(std::move(entry));
   return out;
 }
 
@@ -182,11 +188,17 @@ void Module::loadStateDict(const std::vector<std::pair<std::string, Tensor>>& st
   }
   std::vector<std::pair<Tensor, Tensor>> copies;
   std::map<std::string, bool> wanted;
-  for (const auto& [name, target] : stateDict()) {
+  const auto entries = stateDict();
+  // A tensor held under two names (tied embeddings) needs only one of them in the state, as
+  // PyTorch's safetensors files keep one name of a shared tensor.
+  std::set<const TensorImpl*> givenTensors;
+  for (const auto& [name, target] : entries)
+    if (const auto it = given.find(name); it != given.end() && it->second.defined()) givenTensors.insert(target.impl());
+  for (const auto& [name, target] : entries) {
     wanted[name] = true;
     auto it = given.find(name);
     if (it == given.end() || !it->second.defined()) {
-      problems.push_back(name + ": missing from the " + source);
+      if (!givenTensors.count(target.impl())) problems.push_back(name + ": missing from the " + source);
       continue;
     }
     if (it->second.shape() != target.shape()) {

@@ -131,6 +131,18 @@ ModelParallelEngine::ModelParallelEngine(SequentialFactory model,
                                 .schedule = options_.schedule,
                                 .recompute = options_.recompute},
       std::move(loss), optimizer);
+  if (shape.tp == 1 && shape.pp > 1) {
+    // Ties named by the options and those the local model shows (a model built whole).
+    std::vector<parallel::TiedParameter> ties = options_.tiedParameters;
+    for (const parallel::TiedParameter& found : parallel::tiedParameters(*local))
+      if (std::none_of(ties.begin(), ties.end(), [&](const parallel::TiedParameter& t) {
+            return t.first == found.first && t.second == found.second;
+          }))
+        ties.push_back(found);
+    tied_ = std::make_unique<parallel::TiedGradients>(groups_.pipeline, stage_->bounds(), groups_.stage,
+                                                      stage_->module(), ties);
+    if (tied_->empty()) tied_.reset();
+  }
   countParameters();
 }
 
@@ -170,21 +182,23 @@ double ModelParallelEngine::step(const data::Batch& batch, double lr) {
   stage_->optimizer().setLr(lr);
   comm::Communicator* data = groups_.data.get();
   const bool sequenceParallel = tensorModel_ && tensorModel_->plan().sequenceParallel;
-  if (!data && !sequenceParallel) {
+  if (!data && !sequenceParallel && !tied_) {
     lastStats_ = stage_->trainStep(batch.inputs, batch.labels);
     requireSplitModulesReached();
     return lastStats_.loss;
   }
-  // A replica of a hybrid: its gradients are averaged with the same part of the others (the
-  // sequence-parallel norms' first summed over the tensor ranks' tokens).
+  // Tied copies on two stages sum their gradients; a replica of a hybrid averages its
+  // gradients with the same part of the others (the sequence-parallel norms' first summed
+  // over the tensor ranks' tokens).
   const auto start = std::chrono::steady_clock::now();
   stage_->optimizer().zeroGrad();
   parallel::PipelineStepStats stats = stage_->forwardBackward(batch.inputs, batch.labels);
   const auto update = std::chrono::steady_clock::now();
   if (tensorModel_) tensorModel_->synchronizeGradients();
+  if (tied_) tied_->sum();
   if (data) parallel::averageGradients(stage_->module(), *data);
   stage_->optimizer().step();
-  stats.loss = meanOverReplicas(stats.loss, data);
+  if (data) stats.loss = meanOverReplicas(stats.loss, data);
   const auto end = std::chrono::steady_clock::now();
   stats.computeSeconds += std::chrono::duration<double>(end - update).count();
   stats.stepSeconds = std::chrono::duration<double>(end - start).count();

@@ -277,6 +277,9 @@ TEST_F(TrainPipelineCliTest, BadFlagsAreNamed) {
       {lm(2) + " --sequence-parallel", "--sequence-parallel applies to --strategy tensor or pipeline", 2},
       {lm(2) + " --resume " + file("nothing"), "--resume " + file("nothing") + ": no such directory", 3},
       {lm(2) + " --memory-limit 12Q", "size '12Q' is not accepted", 2},
+      {lm(2) + " --kv-heads 2", "--kv-heads applies to --arch llama, not gpt", 2},
+      {lm(2, "", "--layers 2 --d-model 16 --heads 4 --seq-len 8 --arch llama --kv-heads 3"),
+       "--kv-heads 3 does not divide --heads 4", 2},
   };
   for (const Case& c : cases) {
     const RunResult r = runKolo(c.args);

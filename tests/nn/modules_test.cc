@@ -3,6 +3,7 @@
 // causality of self-attention.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -34,6 +35,30 @@ TEST(Models, NamesAndShapesEqualPyTorchStateDict) {
   EXPECT_EQ(cnn->forward(Tensor::zeros({3, 784})).shape(), (Shape{3, 10}));
   EXPECT_THROW(nn::makeModel("vgg", gen), InvalidArgument);
   for (auto& p : cnn->parameters()) EXPECT_TRUE(p.requiresGrad());
+}
+
+// The llama lm's head is its embedding's table: one parameter (listed once, trained once),
+// two state-dict names, loadable from a file that holds either.
+TEST(Models, TiedEmbeddingsAreOneParameterUnderTwoStateDictNames) {
+  Generator gen(0);
+  const nn::LanguageModelConfig sizes{.layers = 1, .dModel = 32, .heads = 4, .seqLen = 8,
+                                      .arch = nn::LanguageModelArch::Llama, .kvHeads = 1};
+  auto lm = nn::makeLanguageModel(sizes, gen);
+  const std::vector<std::string> listed = names(*lm);
+  EXPECT_EQ(std::count(listed.begin(), listed.end(), "0.weight"), 1);
+  EXPECT_EQ(std::count(listed.begin(), listed.end(), "3.weight"), 0);
+  // 1 block: norms 2 x 32, q 32x32, k and v 32x8 each, o 32x32, SwiGLU 3 x 32x64; final norm.
+  EXPECT_EQ(lm->parameterCount(), 256 * 32 + 64 + 1024 + 512 + 1024 + 3 * 2048 + 32);
+  int64_t inState = 0;
+  for (const auto& [name, t] : lm->stateDict()) inState += name == "0.weight" || name == "3.weight";
+  EXPECT_EQ(inState, 2);
+  std::vector<std::pair<std::string, Tensor>> state;
+  for (const auto& [name, t] : lm->stateDict())
+    if (name != "3.weight") state.emplace_back(name, name == "0.weight" ? Tensor::ones(t.shape()) : t.clone());
+  lm->loadStateDict(state, "a file with one name of the table");
+  EXPECT_EQ(lm->stateDict().back().second.toDoubleVector()[0], 1.0) << "the head does not read the loaded table";
+  const Tensor logits = lm->forward(Tensor::fromVector({1, 3}, std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(logits.shape(), (Shape{1, 3, 256}));
 }
 
 // A model's author getting a size or a name wrong gets InvalidArgument naming it, not a

@@ -2,7 +2,10 @@
 twin's initial weights written as safetensors under kolo's names start `kolo train --init`,
 both train AdamW on the same file-order batches (--no-shuffle), and the loss of every step
 agrees to float rounding, on one device and on two ranks (multi-worker-mirrored, fsdp and a
-two-stage pipeline). Needs python3-torch (exit 77 without it) and the kolo binary (argv[1])."""
+two-stage pipeline); then the same for `--arch llama --kv-heads 2` against its twin
+(bench/peers/torch_llama.py: RMSNorm, rotary grouped-query attention, SwiGLU, tied embeddings),
+on one device, under fsdp and on two pipeline stages that hold copies of the tied table. Needs
+python3-torch (exit 77 without it) and the kolo binary (argv[1])."""
 import json
 import os
 import struct
@@ -19,9 +22,11 @@ except ImportError:
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "peers"))
+from torch_llama import make_llama  # noqa: E402
 from torch_lm import DEFAULT_TEXT, file_order_batch, lm_loss, make_lm, training_bytes  # noqa: E402
 
 LAYERS, D_MODEL, HEADS, SEQ_LEN, BATCH, STEPS = 2, 32, 4, 16, 8, 6
+KV_HEADS = 2  # --arch llama
 LR, WEIGHT_DECAY = 1e-2, 0.1
 TOLERANCE = 1e-5  # relative, per step's loss
 
@@ -39,11 +44,16 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
-def torch_losses(init_path):
+def torch_losses(init_path, arch):
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = make_lm(LAYERS, D_MODEL, HEADS, SEQ_LEN)
-    write_safetensors(init_path, {n: p.detach().numpy() for n, p in model.named_parameters()})
+    if arch == "llama":
+        model = make_llama(LAYERS, D_MODEL, HEADS, KV_HEADS, SEQ_LEN)
+        # The state dict names the tied table twice, as kolo's does.
+        write_safetensors(init_path, {n: p.detach().numpy() for n, p in model.state_dict().items()})
+    else:
+        model = make_lm(LAYERS, D_MODEL, HEADS, SEQ_LEN)
+        write_safetensors(init_path, {n: p.detach().numpy() for n, p in model.named_parameters()})
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
     part = training_bytes(DEFAULT_TEXT)
     losses = []
@@ -71,28 +81,44 @@ def kolo_losses(kolo, launch, flags, init_path, metrics_path):
     return [line["train_loss"] for line in lines if line.get("kind") == "interval"]
 
 
-def main():
-    kolo = sys.argv[1]
+def compare(kolo, arch, runs):
+    """Prints each run's losses against the twin's; True when one is beyond TOLERANCE."""
+    failed = False
     with tempfile.TemporaryDirectory() as tmp:
         init_path = os.path.join(tmp, "init.safetensors")
-        expected = torch_losses(init_path)
-        runs = {
-            "one device": ([], []),
-            "multi-worker-mirrored, 2 ranks": ([kolo, "run", "-n", "2", "--"], ["--strategy", "multi-worker-mirrored"]),
-            "fsdp, 2 ranks": ([kolo, "run", "-n", "2", "--"], ["--strategy", "fsdp"]),
-            "pipeline, 2 stages": ([kolo, "run", "-n", "2", "--"],
-                                   ["--strategy", "pipeline", "--stages", "2", "--micro-batches", "2"]),
-        }
-        failed = False
+        expected = torch_losses(init_path, arch)
         for i, (name, (launch, flags)) in enumerate(runs.items()):
             got = kolo_losses(kolo, launch, flags, init_path, os.path.join(tmp, f"metrics{i}.jsonl"))
             worst = max(abs(a - b) / abs(b) for a, b in zip(got, expected)) if len(got) == STEPS else float("inf")
             print(f"{name}: kolo {['%.6f' % v for v in got]}, PyTorch {['%.6f' % v for v in expected]}, "
                   f"largest relative difference {worst:.2g}")
             failed = failed or not worst <= TOLERANCE
-        if failed:
-            sys.exit(f"a run's losses are more than {TOLERANCE} away from PyTorch's")
+    return failed
 
+
+def main():
+    kolo = sys.argv[1]
+    pair = [kolo, "run", "-n", "2", "--"]
+    llama = ["--arch", "llama", "--kv-heads", str(KV_HEADS)]
+    cases = [
+        ("gpt", {
+            "one device": ([], []),
+            "multi-worker-mirrored, 2 ranks": (pair, ["--strategy", "multi-worker-mirrored"]),
+            "fsdp, 2 ranks": (pair, ["--strategy", "fsdp"]),
+            "pipeline, 2 stages": (pair, ["--strategy", "pipeline", "--stages", "2", "--micro-batches", "2"]),
+        }),
+        ("llama", {
+            "llama, one device": ([], llama),
+            "llama, fsdp, 2 ranks": (pair, llama + ["--strategy", "fsdp"]),
+            "llama, pipeline, 2 stages": (pair, llama + ["--strategy", "pipeline", "--stages", "2",
+                                                         "--micro-batches", "2", "--split-at", "2"]),
+        }),
+    ]
+    failed = False
+    for arch, runs in cases:
+        failed = compare(kolo, arch, runs) or failed
+    if failed:
+        sys.exit(f"a run's losses are more than {TOLERANCE} away from PyTorch's")
 
 if __name__ == "__main__":
     main()

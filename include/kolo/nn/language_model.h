@@ -13,13 +13,27 @@
 
 namespace kolo::nn {
 
-/// Sizes of the `lm` model (`kolo train --model lm --layers --d-model --heads --seq-len`).
+/// The blocks an `lm` is built from. Gpt: learned positions, pre-LayerNorm blocks with
+/// biases, a 4C GELU MLP and an untied head (GPT-2). Llama: no position table but rotary
+/// positions in the attention, RMSNorm, grouped-query attention, a SwiGLU MLP of
+/// swigluHidden(dModel), no biases, and the head tied to the token embedding (LLaMA).
+enum class LanguageModelArch { Gpt, Llama };
+
+/// "gpt" or "llama"; parseLanguageModelArch throws InvalidArgument naming another word.
+const char* languageModelArchName(LanguageModelArch arch);
+LanguageModelArch parseLanguageModelArch(const std::string& name);
+
+/// Sizes of the `lm` model (`kolo train --model lm --arch --layers --d-model --heads
+/// --kv-heads --seq-len`).
 struct LanguageModelConfig {
   int64_t vocab = 256;  // byte-level
   int64_t layers = 4;
   int64_t dModel = 128;
   int64_t heads = 4;
-  int64_t seqLen = 64;  // the longest context (rows of the position table)
+  int64_t seqLen = 64;  // the longest context (gpt: rows of the position table)
+  LanguageModelArch arch = LanguageModelArch::Gpt;
+  int64_t kvHeads = 0;        // llama: key/value heads, dividing heads; 0: as many as heads
+  double ropeTheta = 10000.0;  // llama: the base of the rotary positions
 };
 
 /// Token ids (B, T) of any integer dtype -> tok(ids) + pos(0..T-1), (B, T, C) in f32.
@@ -44,19 +58,29 @@ class LanguageModelHead : public Linear {
  public:
   LanguageModelHead(int64_t dModel, int64_t vocab, Generator& gen)
       : Linear(dModel, vocab, gen, false) {}
+  /// A head over `weight` [vocab, dModel]: the token embedding's table itself (tied
+  /// embeddings, one parameter), or a copy of it on a pipeline stage that does not hold the
+  /// embedding.
+  explicit LanguageModelHead(Tensor weight) : Linear(std::move(weight)) {}
 };
 
-/// The `lm` model: children "0" TokenPositionEmbedding, "1" ... "L" TransformerBlock(dModel,
-/// heads), "L+1" LayerNorm(dModel), "L+2" LanguageModelHead(dModel, vocab). Maps ids (B, T) to
-/// logits (B, T, vocab). Parameters are drawn from gen in registration order. Throws
-/// InvalidArgument for a size below 1 or dModel not divisible by heads.
+/// The `lm` model. Gpt: children "0" TokenPositionEmbedding, "1" ... "L" TransformerBlock(dModel,
+/// heads), "L+1" LayerNorm(dModel), "L+2" LanguageModelHead(dModel, vocab). Llama: "0"
+/// Embedding(vocab, dModel) drawn N(0, 1/dModel), "1" ... "L" LlamaBlock (dModel, heads,
+/// kvHeads, ropeTheta), "L+1" RMSNorm(dModel), "L+2" LanguageModelHead over child 0's table
+/// (one parameter, "0.weight" in namedParameters(); the state dict also names it
+/// "L+2.weight", as PyTorch's does). Maps ids (B, T) to logits (B, T, vocab). Parameters are
+/// drawn from gen in registration order. Throws InvalidArgument for a size below 1, dModel
+/// not divisible by heads, or kvHeads not dividing heads.
 std::shared_ptr<Sequential> makeLanguageModel(const LanguageModelConfig& config, Generator& gen);
 
 /// The layers [keepBegin, keepEnd) of makeLanguageModel(config, gen) with the same values,
 /// the others replaced by empty Sequential placeholders: every layer is drawn from gen in
 /// order and those outside the range are dropped as soon as they are made, so a pipeline
 /// stage never holds the whole model. Throws as makeLanguageModel, and InvalidArgument for
-/// a range outside [0, layers + 3).
+/// a range outside [0, layers + 3). A llama part that holds the head but not the embedding
+/// gives the head a copy of the embedding's initial table: a pipeline must then sum the two
+/// copies' gradients (parallel::tiedParameters finds them).
 std::shared_ptr<Sequential> makeLanguageModelPart(const LanguageModelConfig& config, Generator& gen,
                                                   int64_t keepBegin, int64_t keepEnd);
 

@@ -15,6 +15,10 @@ namespace kolo::nn {
 class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, Generator& gen, bool bias = true);
+  /// A layer over given tensors, weight [out, in] and bias [out] (may be undefined), registered
+  /// as its parameters. A tensor that another module already holds is then shared (tied input
+  /// and output embeddings): Module::namedParameters() lists it once.
+  explicit Linear(Tensor weight, Tensor bias = Tensor());
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias;
 };
@@ -148,7 +152,9 @@ class Sequential : public Module {
   Module& at(size_t i) const { return *children().at(i).second; }
   /// Activation checkpointing per child: forward keeps only each child's input and backward
   /// computes the child again before its gradient (nn::checkpoint). Trades one more forward
-  /// per step for the activations inside the children; the numbers do not change.
+  /// per step for the activations inside the children; the numbers do not change. A child
+  /// that shares a parameter with another child (tied embeddings) runs as usual, since
+  /// nn::checkpoint needs a block whose parameters are its own.
   void setRecompute(bool recompute) { recompute_ = recompute; }
   bool recompute() const { return recompute_; }
 
@@ -160,6 +166,7 @@ class Sequential : public Module {
  private:
   std::vector<const char*> traceNames_;  // the children's timeline span names, made on first use
   bool recompute_ = false;
+  std::vector<bool> ownParameters_;  // under recompute: children sharing no parameter, on first use
 };
 
 /// Activation checkpointing (torch.utils.checkpoint) of `block` on `x`: block(x) runs without

@@ -93,7 +93,9 @@ class Module {
 
   /// Every parameter of this module and its children, depth first in registration order,
   /// named as PyTorch's state_dict names them. The tensors are handles to the live
-  /// parameters (writing into them changes the model).
+  /// parameters (writing into them changes the model). A tensor registered by two modules
+  /// (tied embeddings) is listed once, under its first name, as PyTorch's named_parameters()
+  /// does; stateDict() holds it under both.
   std::vector<std::pair<std::string, Tensor>> namedParameters() const;
   /// The tensors of namedParameters(), same order.
   std::vector<Tensor> parameters() const;
@@ -107,8 +109,8 @@ class Module {
   /// snapshot).
   std::vector<std::pair<std::string, Tensor>> stateDict() const;
   /// Copies `state` into the parameters and buffers by name, converting to their dtypes.
-  /// Every name of stateDict() must be present with its shape, and `state` may hold no
-  /// other name; otherwise throws InvalidArgument listing each missing, unexpected or
+  /// Every name of stateDict() must be present with its shape (of a tensor held under two
+  /// names, one is enough), and `state` may hold no other name; otherwise throws InvalidArgument listing each missing, unexpected or
   /// mis-shaped name ("0.weight: state has [512, 784], module expects [256, 784]") after
   /// "cannot load <source>:". Nothing is copied unless every check passes.
   void loadStateDict(const std::vector<std::pair<std::string, Tensor>>& state,

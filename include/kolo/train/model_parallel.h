@@ -16,6 +16,7 @@
 #include "kolo/parallel/mesh.h"
 #include "kolo/parallel/pipeline.h"
 #include "kolo/parallel/tensor_parallel.h"
+#include "kolo/parallel/tied_parameters.h"
 #include "kolo/train/engine.h"
 
 namespace kolo::train {
@@ -62,6 +63,13 @@ struct ModelParallelOptions {
   std::optional<parallel::TensorParallelPlan> plan{};
   /// Sequence-parallel norms and residuals: sets the plan's sequenceParallel.
   bool sequenceParallel = false;
+
+  /// Parameters shared by two layers (tied embeddings), by whole-model names: when the
+  /// pipeline puts the two on different stages, their gradients are summed between those
+  /// stages before every step (parallel::TiedGradients). Those of a model built whole are
+  /// found by themselves (parallel::tiedParameters); a modelPart's must be named here (the
+  /// llama lm's: {"0.weight", "<layers+2>.weight"}).
+  std::vector<parallel::TiedParameter> tiedParameters{};
 
   /// The mean loss of the last stage's output against a batch's labels; default
   /// cross-entropy. With tp > 1 the loss is the tensor-parallel model's cross-entropy
@@ -175,6 +183,7 @@ class ModelParallelEngine : public Engine {
   std::vector<double> layerCosts_;
   std::shared_ptr<parallel::TensorParallelModel> tensorModel_;  // tp > 1
   std::unique_ptr<parallel::PipelineStage> stage_;
+  std::unique_ptr<parallel::TiedGradients> tied_;  // copies of tied parameters on two stages
   std::shared_ptr<nn::Sequential> whole_;  // rank 0 after gatherModel()
   bool wholeCurrent_ = false;
   int64_t modelParameters_ = 0;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "fsdp_unit.h"
 #include "kolo/autograd.h"
@@ -173,21 +174,45 @@ class FsdpStrategy : public Strategy {
     const int n = shard_->size();
     const int rank = shard_->rank();
     size_t inUnits = 0;
+    std::map<const TensorImpl*, size_t> unitOf;  // each parameter's unit
     for (const auto& [childName, child] : model_->children()) {
       NamedTensors parameters = child->namedParameters();
       if (parameters.empty()) continue;
-      if (units_.empty() || units_.back().numel >= options_.unitMinParameters) units_.emplace_back();
+      // A tensor that an earlier unit holds (tied embeddings): that unit through this child
+      // become one, so that the tensor is gathered whenever either of its layers runs.
+      size_t joinFrom = units_.size();
+      for (const auto& entry : parameters)
+        if (const auto at = unitOf.find(entry.second.impl()); at != unitOf.end()) joinFrom = std::min(joinFrom, at->second);
+      if (joinFrom < units_.size()) {
+        Unit& into = units_[joinFrom];
+        for (size_t u = joinFrom + 1; u < units_.size(); ++u) {
+          Unit& from = units_[u];
+          into.name += "+" + from.name;
+          into.modules.insert(into.modules.end(), from.modules.begin(), from.modules.end());
+          for (size_t i = 0; i < from.parameters.size(); ++i) {
+            into.offsets.push_back(into.numel + from.offsets[i]);
+            into.parameters.push_back(from.parameters[i]);
+            unitOf[from.parameters[i].second.impl()] = joinFrom;
+          }
+          into.numel += from.numel;
+        }
+        units_.resize(joinFrom + 1);
+      } else if (units_.empty() || units_.back().numel >= options_.unitMinParameters) {
+        units_.emplace_back();
+      }
       Unit& unit = units_.back();
       unit.name += (unit.name.empty() ? "" : "+") + childName;
       unit.modules.push_back(child.get());
       for (auto& [name, p] : parameters) {
+        if (unitOf.count(p.impl())) continue;  // tied: held once, under its first name
         KOLO_CHECK(p.dtype() == DType::F32, "fsdp: parameter '", childName, ".", name,
                    "' is ", dtypeName(p.dtype()), "; only f32 parameters can be sharded");
         unit.offsets.push_back(unit.numel);
         unit.numel += p.numel();
         unit.parameters.emplace_back(childName + "." + name, p);
+        unitOf[p.impl()] = units_.size() - 1;
+        ++inUnits;
       }
-      inUnits += parameters.size();
     }
     for (Unit& unit : units_) {
       unit.padded = (unit.numel + n - 1) / n * n;
