@@ -110,9 +110,10 @@ class Module {
   std::vector<std::pair<std::string, Tensor>> stateDict() const;
   /// Copies `state` into the parameters and buffers by name, converting to their dtypes.
   /// Every name of stateDict() must be present with its shape (of a tensor held under two
-  /// names, one is enough), and `state` may hold no other name; otherwise throws InvalidArgument listing each missing, unexpected or
-  /// mis-shaped name ("0.weight: state has [512, 784], module expects [256, 784]") after
-  /// "cannot load <source>:". Nothing is copied unless every check passes.
+  /// names, one is enough), and `state` may hold no other name; otherwise throws
+  /// InvalidArgument listing each missing, unexpected or mis-shaped name ("0.weight: state
+  /// has [512, 784], module expects [256, 784]") after "cannot load <source>:". Nothing is
+  /// copied unless every check passes.
   void loadStateDict(const std::vector<std::pair<std::string, Tensor>>& state,
                      const std::string& source = "state dict");
   /// Direct children in registration order.
