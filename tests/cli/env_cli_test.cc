@@ -85,7 +85,7 @@ TEST(EnvCli, UserMistakesSayWhatIsAcceptedWithoutSourcePaths) {
   for (const Case& c : {
            Case{"train --batch 0", "kolo: error: --batch must be at least 1, got 0"},
            Case{"train --workers 0", "kolo: error: --workers must be at least 1, got 0"},
-           Case{"train --model resnet", "kolo: error: --model 'resnet' is not accepted: use mlp, cnn or lm"},
+           Case{"train --model vgg", "kolo: error: --model 'vgg' is not accepted: use mlp, cnn, resnet or lm"},
            Case{"train --lr -1", "kolo: error: --lr must be above 0, got -1"},
            Case{"run -n 0 -- true", "kolo: error: --nproc-per-node must be at least 1, got 0"},
            Case{"train --batch many", "kolo: error: --batch must be a whole number, got 'many'"},

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kolo/nn/attention.h"
+#include "kolo/nn/batch_norm.h"
 #include "kolo/nn/language_model.h"
 #include "kolo/nn/layers.h"
 #include "kolo/nn/llama.h"
