@@ -44,7 +44,7 @@ netns_on "$NETNS_H1" timeout 240 "$mpirun" --allow-run-as-root -np 4 --hostfile 
   -x KOLO_PS_SERVERS=1 -x KOLO_TIMEOUT=60 -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 \
   sh -c 'echo "rank $OMPI_COMM_WORLD_RANK runs on $(hostname)" >&2; exec "$@"' sh \
   "$kolo" train --strategy parameter-server --ps-mode sync --model mlp --optimizer sgd \
-  --lr 0.1 --momentum 0.5 --batch 64 --epochs 1 --train-limit 12000 --ps-unit-batches 4 \
+  --lr 0.1 --momentum 0.5 --batch 128 --epochs 1 --train-limit 12000 --ps-unit-batches 4 \
   --threads 1 --quiet --metrics "$dir/m.jsonl" >"$dir/out" 2>"$dir/err" || rc=$?
 
 fail() {
@@ -65,7 +65,8 @@ grep -q 'test_accuracy .* ps_mode sync .* workers_alive 2' "$dir/out" ||
 python3 - "$dir/m.jsonl" <<'EOF' || fail "the metrics do not show a finished, trained job"
 import json, sys
 last = json.loads(open(sys.argv[1]).read().splitlines()[-1])
-# 187 batches of 64 in units of 4 -> 47 units, both workers taking part.
+# --batch 128 over 2 workers: 187 pushes of 64 in units of 4 -> 47 units, both workers
+# taking part.
 ok = (last.get("final") and last["workers_alive"] == 2 and len(last["units_done"]) == 2
       and sum(last["units_done"]) == 47 and min(last["units_done"]) > 0
       and last["test_accuracy"] > 0.5)  # trained (chance is 0.1); sync reaches about 0.75

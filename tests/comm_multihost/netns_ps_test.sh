@@ -18,18 +18,20 @@ netns_test_begin "multi-host parameter-server test" fashion-mnist
 store="$NETNS_ADDR1:29500"
 
 failures=0
-# run_job NAME P W MODE SHARED: one epoch of 12,000 images (47 units of 4 batches); node 0 on
+# run_job NAME P W MODE SHARED: one epoch of 12,000 images (47 units of 4 pushes of 64); node 0 on
 # host 1, node 1 on host 2; SHARED: the worker connections expected through shared memory.
 run_job() {
   local name="$1" servers="$2" workers="$3" mode="$4" shared="$5"
-  local node ns rc=0 pid
+  local node ns rc=0 pid batch=64
+  # --batch is the global batch: in sync W pushes of 64 make one step.
+  [ "$mode" = sync ] && batch=$((64 * workers))
   pids=()
   for node in 0 1; do
     if [ $node = 0 ]; then ns="$NETNS_H1"; else ns="$NETNS_H2"; fi
     ip netns exec "$ns" env KOLO_TOKEN=netns-ps timeout 180 "$kolo" run --nnodes 2 \
       --node-rank $node --store "$store" --ps "$servers" --workers "$workers" --timeout 60 \
       -- "$kolo" train --strategy parameter-server --ps-mode "$mode" --model mlp \
-      --optimizer sgd --lr 0.1 --momentum 0.5 --batch 64 --epochs 1 --train-limit 12000 \
+      --optimizer sgd --lr 0.1 --momentum 0.5 --batch "$batch" --epochs 1 --train-limit 12000 \
       --ps-unit-batches 4 --quiet --metrics "$dir/$name.jsonl" \
       >"$dir/$name.node$node.out" 2>"$dir/$name.node$node.err" &
     pids+=($!)

@@ -77,14 +77,14 @@ class PsJob : public TempDirTest {
                                      "sgd",
                                      "--momentum",
                                      "0.5",
-                                     "--batch",
-                                     "64",
                                      "--epochs",
                                      std::to_string(epochs),
                                      "--ps-unit-batches",
                                      "4",
                                      "--quiet"};
     args.insert(args.end(), extra.begin(), extra.end());
+    if (std::find(extra.begin(), extra.end(), "--batch") == extra.end())
+      args.insert(args.end(), {"--batch", "64"});
     if (std::find(extra.begin(), extra.end(), "--train-limit") == extra.end())
       args.insert(args.end(), {"--train-limit", "12000"});
     if (std::find(extra.begin(), extra.end(), "--lr") == extra.end())
@@ -166,9 +166,11 @@ TEST_F(PsJob, StoppedWorkerIsLostAfterMissedHeartbeats) {
   // Worker 1 (rank 3) stops itself before its push 20, in the first of three epochs: stopped
   // from outside after an epoch's line, it could outlive a job whose epochs take a fraction
   // of a second (a whole-suite run under load found the job over before the stop).
-  // (--lr 0.1: sync rounds of three workers take a third of the async updates.)
+  // (--lr 0.1: sync rounds of three workers take a third of the async updates.) --batch is
+  // the global batch: 192 keeps each worker's push at 64 samples.
   Child job = start(1, 3, "sync", 3,
-                    {"--ps-heartbeat-seconds", "3", "--lr", "0.1", "--debug-kill-rank", "3:20:STOP"});
+                    {"--ps-heartbeat-seconds", "3", "--lr", "0.1", "--batch", "192",
+                     "--debug-kill-rank", "3:20:STOP"});
   pid_t victim = -1;
   waitFor(
       [&] {
@@ -408,9 +410,11 @@ TEST_F(PsJob, TwoNodesSplitTheRoles) {
     const ReservedPort port;
     auto node = [&](int rank) {
       std::vector<std::string> args = nodeArgs(rank, port.address(), 2, 2);
+      // --batch is the global batch: in sync 128 keeps each worker's push at 64 samples.
       const std::vector<std::string> train = trainArgs(
           mode, 1,
-          {"--train-limit", "12000", "--lr", "0.1", "--metrics", dir_ + "/two-nodes.jsonl"});
+          {"--train-limit", "12000", "--lr", "0.1", "--batch", mode == "sync" ? "128" : "64",
+           "--metrics", dir_ + "/two-nodes.jsonl"});
       args.insert(args.end(), train.begin(), train.end());
       return spawnChild(args, cleanEnvironment({{"KOLO_TOKEN", "ps-two-nodes"}}));
     };
@@ -429,7 +433,7 @@ TEST_F(PsJob, TwoNodesSplitTheRoles) {
         nlohmann::json::parse(splitLines(readFile(dir_ + "/two-nodes.jsonl")).back());
     EXPECT_EQ(last["workers_alive"], 2);
     ASSERT_EQ(last["units_done"].size(), 2u);
-    // 187 batches of 64 in units of 4.
+    // 187 pushes of 64 in units of 4.
     EXPECT_EQ(last["units_done"][0].get<int64_t>() + last["units_done"][1].get<int64_t>(), 47);
     EXPECT_GT(last["test_accuracy"].get<double>(), 0.5);
     std::filesystem::remove(dir_ + "/two-nodes.jsonl");
