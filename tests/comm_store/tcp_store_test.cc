@@ -203,6 +203,18 @@ TEST_F(TcpStoreTest, CompareSetSwapsOnlyFromTheExpectedValue) {
   EXPECT_EQ(good_->getString("cas", 1s), "2");
 }
 
+TEST_F(TcpStoreTest, RepliesAfterAReplyPastOneMebibyteAreSent) {
+  // A reply big enough for the server to give its buffer back afterwards (a federated
+  // update, say) must not stop the replies that follow it on the same connection.
+  const Bytes big(3u << 20, 'x');
+  good_->set("big", big);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(good_->get("big", 10s), big);
+    good_->set("small" + std::to_string(i), Bytes{'s'});
+    EXPECT_EQ(good_->getString("small" + std::to_string(i), 10s), "s");
+  }
+}
+
 TEST_F(TcpStoreTest, BarrierOfManyClientsIsAnsweredWhenTheLastArrives) {
   // Every arrival is parked in the server until the last: none may be answered early.
   constexpr int kClients = 64;

@@ -552,7 +552,13 @@ class TcpStoreServer::Impl {
       ::epoll_ctl(epoll_, EPOLL_CTL_MOD, c.fd, &event);
       c.wantsOut = pending;
     }
-    if (!pending && c.out.capacity() > (size_t{1} << 20)) Bytes().swap(c.out);  // a big reply's buffer
+    if (!pending) {
+      // Everything went out: the buffer starts again at its beginning (and a big reply's
+      // buffer is given back), so the next reply is sent from offset 0.
+      c.out.clear();
+      c.outSent = 0;
+      if (c.out.capacity() > (size_t{1} << 20)) Bytes().swap(c.out);
+    }
   }
 
   TcpStoreServerOptions options_;
