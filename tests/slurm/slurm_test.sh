@@ -218,7 +218,7 @@ echo "job: srun -N 2 --ntasks-per-node 1 kolo run -n 2 --tolerate-failures -- ko
 echo "  $(grep -o 'test_accuracy .*hosts 3' "$dir/fed.out")"
 slurm_on_host1 timeout 60 srun -N 1 -n 2 "${fed[@]}" >"$dir/fed_srun.out" 2>&1 &&
   fail "the federated job under srun without kolo run trained" "$dir/fed_srun.out"
-grep -q "strategy federated under slurm (rank 0 of 2) needs kolo run's store" "$dir/fed_srun.out" ||
+grep -q "under slurm (rank 0 of 2) needs kolo run's store" "$dir/fed_srun.out" ||
   fail "srun of the federated job without kolo run did not give kolo's error" "$dir/fed_srun.out"
 echo "job: srun -n 2 kolo train --strategy federated: $(grep -m1 -o 'strategy federated under slurm (rank 0 of 2)[^:]*' "$dir/fed_srun.out")"
 
