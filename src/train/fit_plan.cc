@@ -18,13 +18,17 @@ int64_t stepsPerEpoch(int64_t datasetSize, int64_t batch, bool dropLast) {
 
 namespace detail {
 
-FitPlan planFit(const FitOptions& options, int64_t trainSize) {
-  KOLO_REQUIRE(options.epochs >= 0, "FitOptions::epochs must be at least 0, got ", options.epochs);
-  KOLO_REQUIRE(options.steps >= 0, "FitOptions::steps must be at least 0, got ", options.steps);
-  KOLO_REQUIRE(options.checkpointEvery >= 0, "FitOptions::checkpointEvery must be at least 0, got ",
+void checkRunOptions(const RunOptions& options, const char* type) {
+  KOLO_REQUIRE(options.epochs >= 0, type, "::epochs must be at least 0, got ", options.epochs);
+  KOLO_REQUIRE(options.steps >= 0, type, "::steps must be at least 0, got ", options.steps);
+  KOLO_REQUIRE(options.checkpointEvery >= 0, type, "::checkpointEvery must be at least 0, got ",
                options.checkpointEvery);
-  KOLO_REQUIRE(options.keepCheckpoints >= 1, "FitOptions::keepCheckpoints must be at least 1, got ",
+  KOLO_REQUIRE(options.keepCheckpoints >= 1, type, "::keepCheckpoints must be at least 1, got ",
                options.keepCheckpoints);
+}
+
+FitPlan planFit(const FitOptions& options, int64_t trainSize) {
+  checkRunOptions(options, "FitOptions");
   KOLO_REQUIRE(options.timingSkip >= 0, "FitOptions::timingSkip must be at least 0, got ",
                options.timingSkip);
   KOLO_REQUIRE(options.accumulate >= 1, "FitOptions::accumulate must be at least 1, got ",

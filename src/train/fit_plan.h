@@ -24,4 +24,8 @@ struct FitPlan {
 /// run over `trainSize` samples.
 FitPlan planFit(const FitOptions& options, int64_t trainSize);
 
+/// The checks every trainer makes of the options it shares (RunOptions), each message naming
+/// the caller's options type (`type`, e.g. "FitOptions"). Throws InvalidArgument.
+void checkRunOptions(const RunOptions& options, const char* type);
+
 }  // namespace kolo::train::detail

@@ -16,6 +16,7 @@
 #include "kolo/error.h"
 #include "kolo/memory.h"
 #include "kolo/train/parameter_server.h"
+#include "train/fit_plan.h"
 #include "train/parameter_server_roles.h"
 
 namespace kolo::train {
@@ -25,16 +26,11 @@ namespace ps = parallel::ps;
 
 void checkOptions(const ParameterServerOptions& options) {
   KOLO_REQUIRE(options.batch >= 1, "ParameterServerOptions::batch must be at least 1, got ", options.batch);
-  KOLO_REQUIRE(options.epochs >= 0, "ParameterServerOptions::epochs must be at least 0, got ", options.epochs);
-  KOLO_REQUIRE(options.steps >= 0, "ParameterServerOptions::steps must be at least 0, got ", options.steps);
+  detail::checkRunOptions(options, "ParameterServerOptions");
   KOLO_REQUIRE(options.unitBatches >= 1, "ParameterServerOptions::unitBatches must be at least 1, got ",
                options.unitBatches);
   KOLO_REQUIRE(options.shardBytes >= 1, "ParameterServerOptions::shardBytes must be at least 1, got ",
                options.shardBytes);
-  KOLO_REQUIRE(options.checkpointEvery >= 0, "ParameterServerOptions::checkpointEvery must be at least 0, got ",
-               options.checkpointEvery);
-  KOLO_REQUIRE(options.keepCheckpoints >= 1, "ParameterServerOptions::keepCheckpoints must be at least 1, got ",
-               options.keepCheckpoints);
   KOLO_REQUIRE(options.lookahead >= 0.0, "ParameterServerOptions::lookahead must be at least 0, got ",
                options.lookahead);
   KOLO_REQUIRE(options.heartbeat.count() >= 0, "ParameterServerOptions::heartbeat must be at least 0");
