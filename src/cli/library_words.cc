@@ -22,6 +22,13 @@ constexpr std::pair<const char*, const char*> kFlags[] = {
     {"FitOptions::checkSyncEvery", "--check-sync"},
     {"FitOptions::resumeDir", "--resume"},
     {"RunOptions::batch", "--batch"},
+    // The parsers of option text: the flag whose value each reads.
+    {"parseMethod", "--algorithm"},
+    {"parsePartition", "--partition"},
+    {"parseMeshShape", "--mesh"},
+    {"parseSplitPoints", "--split-at"},
+    {"parseMode", "--ps-mode"},
+    {"parseCompression", "--ps-compress"},
     {"RunOptions::epochs", "--epochs"},
     {"RunOptions::steps", "--steps"},
     {"RunOptions::checkpointEvery", "--checkpoint-every"},

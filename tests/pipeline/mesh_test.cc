@@ -230,7 +230,7 @@ TEST(Mesh, ShapesAreParsedOrNamed) {
       parseMeshShape(bad);
       ADD_FAILURE() << bad << " was accepted";
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("--mesh"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("parseMeshShape"), std::string::npos) << e.what();
     }
   }
 }

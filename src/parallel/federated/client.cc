@@ -41,7 +41,7 @@ void loadParameters(nn::Module& model, const std::vector<float>& flat) {
 Method parseMethod(const std::string& name) {
   if (name == "fedavg") return Method::FedAvg;
   if (name == "fedprox") return Method::FedProx;
-  KOLO_THROW(InvalidArgument, "--algorithm '", name, "' is not accepted: use fedavg or fedprox");
+  KOLO_THROW(InvalidArgument, "parseMethod '", name, "' is not accepted: use fedavg or fedprox");
 }
 
 std::vector<int64_t> clientEpochOrder(const std::vector<int64_t>& indices,

@@ -77,7 +77,7 @@ PartitionSpec parsePartition(const std::string& text) {
     }
   } catch (const std::exception&) {
   }
-  KOLO_THROW(InvalidArgument, "--partition '", text,
+  KOLO_THROW(InvalidArgument, "parsePartition '", text,
              "' is not accepted: use iid, shards:S (S >= 1) or dirichlet:ALPHA (ALPHA > 0)");
 }
 

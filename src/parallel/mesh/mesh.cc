@@ -32,12 +32,12 @@ MeshShape parseMeshShape(const std::string& text) {
       value = 0;
     }
     const std::string key = item.substr(0, eq);
-    KOLO_REQUIRE(value >= 1 && (key == "dp" || key == "pp" || key == "tp"), "--mesh '", text,
+    KOLO_REQUIRE(value >= 1 && (key == "dp" || key == "pp" || key == "tp"), "parseMeshShape '", text,
                  "' is not accepted: use sizes such as dp=2,pp=2,tp=2");
     (key == "dp" ? shape.dp : key == "pp" ? shape.pp : shape.tp) = value;
     any = true;
   }
-  KOLO_REQUIRE(any, "--mesh '", text, "' is not accepted: use sizes such as dp=2,pp=2,tp=2");
+  KOLO_REQUIRE(any, "parseMeshShape '", text, "' is not accepted: use sizes such as dp=2,pp=2,tp=2");
   return shape;
 }
 
@@ -51,7 +51,7 @@ std::vector<int> parseSplitPoints(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    KOLO_REQUIRE(used > 0 && used == word.size(), "--split-at '", text,
+    KOLO_REQUIRE(used > 0 && used == word.size(), "parseSplitPoints '", text,
                  "' is not accepted: use layer indices such as 3,6");
   }
   return splits;

@@ -25,14 +25,14 @@ Mode parseMode(const std::string& name) {
   if (name == "sync") return Mode::Sync;
   if (name == "async") return Mode::Async;
   if (name == "ssp") return Mode::Ssp;
-  KOLO_THROW(InvalidArgument, "--ps-mode '", name, "' is not accepted: use sync, async or ssp");
+  KOLO_THROW(InvalidArgument, "parseMode '", name, "' is not accepted: use sync, async or ssp");
 }
 
 Compression parseCompression(const std::string& name) {
   if (name == "none") return Compression::None;
   if (name == "bf16") return Compression::Bf16;
   if (name == "fp16") return Compression::Fp16;
-  KOLO_THROW(InvalidArgument, "--ps-compress '", name,
+  KOLO_THROW(InvalidArgument, "parseCompression '", name,
              "' is not accepted: use none, bf16 or fp16");
 }
 
