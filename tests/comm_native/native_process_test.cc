@@ -1,8 +1,9 @@
 // Native communicator with ranks as forked processes over the file store: shared
 // memory, cross-memory attach and TCP between processes, sizes up to 8, and the failure
 // cases: a SIGKILLed rank (PeerError within twice the deadline; at four ranks every survivor
-// names it, told by the others' Abort messages) and a SIGSTOPped rank
-// (Timeout naming it), each started by the parent only when the ranks say they are ready.
+// names it, told by the others' Abort messages), a SIGSTOPped rank (Timeout naming it),
+// each started by the parent only when the ranks say they are ready, and ranks that call
+// different sizes (every rank fails at once with a Mismatch naming both).
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
@@ -94,12 +95,14 @@ TEST(NativeProcesses, TwoHostsByHostIdUseTcpBetweenAndShmWithin) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
-/// Expects `what` from a collective that a peer will never finish; exit code 0 when the
-/// right exception arrived within `limit`, 10 + something otherwise.
+/// Expects `what` from an all-reduce of `count` floats that a peer will never finish; exit
+/// code 0 when the right exception, mentioning each of `mustMention`, arrived within
+/// `limit`, 10 + something otherwise.
 template <class Expected>
-int expectFailure(Communicator& comm, Ms deadline, Ms limit, const std::string& mustMention) {
+int expectFailure(Communicator& comm, Ms deadline, Ms limit, const std::vector<std::string>& mustMention,
+                  size_t count = 1 << 16) {
   comm.setTimeout(deadline);
-  std::vector<float> buf(1 << 16, 1.0f);
+  std::vector<float> buf(count, 1.0f);
   const auto t0 = std::chrono::steady_clock::now();
   try {
     comm.allreduce(buf.data(), buf.data(), buf.size(), DType::F32, ReduceOp::Sum);
@@ -108,7 +111,8 @@ int expectFailure(Communicator& comm, Ms deadline, Ms limit, const std::string& 
     std::fprintf(stderr, "rank %d got the expected error after %.2f s: %s\n", comm.rank(),
                  std::chrono::duration<double>(took).count(), e.what());
     if (took > limit) return 11;
-    if (std::string(e.what()).find(mustMention) == std::string::npos) return 12;
+    for (const std::string& words : mustMention)
+      if (std::string(e.what()).find(words) == std::string::npos) return 12;
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: unexpected error: %s\n", comm.rank(), e.what());
@@ -132,7 +136,7 @@ void killedRankCase(const NativeOptions& options, const std::string& mustMention
           pause();  // killed by the parent while the others wait for it
           return 0;
         }
-        return expectFailure<PeerError>(comm, deadline, 2 * deadline, mustMention);
+        return expectFailure<PeerError>(comm, deadline, 2 * deadline, {mustMention});
       },
       options,
       [&](const std::vector<pid_t>& pids) {
@@ -166,7 +170,7 @@ void killedRankOfFourCase(const NativeOptions& options) {
           pause();
           return 0;
         }
-        return expectFailure<PeerError>(comm, deadline, deadline / 2, "rank 2");
+        return expectFailure<PeerError>(comm, deadline, deadline / 2, {"rank 2"});
       },
       options,
       [&](const std::vector<pid_t>& pids) {
@@ -197,7 +201,7 @@ TEST(NativeProcesses, StoppedRankGivesTimeoutNamingIt) {
           raise(SIGSTOP);
           return 0;
         }
-        const int code = expectFailure<Timeout>(comm, deadline, 2 * deadline, "rank 1 after 1.0 s");
+        const int code = expectFailure<Timeout>(comm, deadline, 2 * deadline, {"rank 1 after 1.0 s"});
         ready.signal();  // this survivor is done with the stopped rank
         return code;
       },
@@ -209,6 +213,20 @@ TEST(NativeProcesses, StoppedRankGivesTimeoutNamingIt) {
       });
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[2], 0);
+}
+
+// Rank 3 of four all-reduces one element fewer. The ranks that receive from it see the
+// disagreement; the others wait on ranks that gave up. Each rank that sees it tells every
+// peer (Abort), so every rank fails with a Mismatch naming both sizes long before its
+// deadline, as when a rank is killed, instead of the bystanders waiting the deadline out.
+TEST(NativeProcesses, MismatchedSizeEndsEveryRankWithAMismatchNamingBothSizes) {
+  const Ms deadline(30000);
+  const size_t count = 1 << 16;
+  auto codes = runProcesses(4, [&](int rank, Communicator& comm) {
+    return expectFailure<Mismatch>(comm, deadline, deadline / 2, {"count=65536", "count=65535", " vs rank "},
+                                   rank == 3 ? count - 1 : count);
+  });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
 // The first 200 small all-reduces after a communicator's first collective, counted per call:

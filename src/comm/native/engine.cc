@@ -164,20 +164,21 @@ void Engine::failOp(Op& op, std::exception_ptr error) {
 
 std::exception_ptr Engine::brokenError(const Peer& p, const OpLabel& label) {
   const std::string message = label.prefix() + ": " + p.broken;
-  if (p.timedOut) return std::make_exception_ptr(Timeout(message));
+  if (p.vanished && p.why == GaveUp::TimedOut) return std::make_exception_ptr(Timeout(message));
+  if (p.vanished && p.why == GaveUp::Disagreed) return std::make_exception_ptr(Mismatch(message));
   if (p.vanished) return std::make_exception_ptr(PeerError(message));
   return std::make_exception_ptr(IoError(message));
 }
 
-void Engine::breakPeer(int peer, const std::string& why, bool vanished, bool timedOut) {
+void Engine::breakPeer(int peer, const std::string& why, bool vanished, GaveUp gaveUp) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   if (p.broken.empty()) {
     p.broken = why;
     p.vanished = vanished;
-    p.timedOut = timedOut;
+    p.why = gaveUp;
     if (vanished && rootCause_.empty()) {
       rootCause_ = why;
-      rootTimedOut_ = timedOut;
+      rootWhy_ = gaveUp;
     }
   }
   matchUnexpected(peer);  // what arrived complete before the break is still delivered
@@ -335,12 +336,16 @@ void Engine::finishBody(int peer) {
 
 void Engine::onAbort(int peer, const Unexpected& u) {
   const std::string cause(u.payload.begin(), u.payload.end());
-  const bool timedOut = u.header.tag == kAbortTimedOut;
+  // A tag this build does not know is taken for a lost peer, the kind an elastic job mends.
+  const int32_t tag = u.header.tag;
+  const GaveUp why = tag == static_cast<int32_t>(GaveUp::TimedOut)    ? GaveUp::TimedOut
+                     : tag == static_cast<int32_t>(GaveUp::Disagreed) ? GaveUp::Disagreed
+                                                                      : GaveUp::PeerLost;
   if (rootCause_.empty()) {
     rootCause_ = cause;
-    rootTimedOut_ = timedOut;
+    rootWhy_ = why;
   }
-  breakPeer(peer, "rank " + std::to_string(peer) + " gave up: " + cause, true, timedOut);
+  breakPeer(peer, "rank " + std::to_string(peer) + " gave up: " + cause, true, why);
 }
 
 void Engine::readFrames(int peer) {

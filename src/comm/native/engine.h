@@ -116,12 +116,13 @@ class Engine {
   /// mid-message leaves the channel unusable, which later operations report.
   void cancel(const std::shared_ptr<Op>& op);
   /// This rank gives up on the job's collectives because of `cause` (a peer it lost, a
-  /// deadline it ran out of, a peer's memory it could not reach): tells every other live
-  /// peer once, with an Abort frame naming the first loss this engine saw (else `cause`),
-  /// so that a rank waiting on this one fails at once instead of at its deadline: with
-  /// Timeout when `timedOut`, else PeerError. Blocks for at most a fraction of a second
-  /// while the frames are written; a second call does nothing.
-  void abort(const std::string& cause, bool timedOut);
+  /// deadline it ran out of, a peer's memory it could not reach, a peer that called another
+  /// collective or size): tells every other live peer once, with an Abort frame naming the
+  /// first loss this engine saw (else `cause`), so that a rank waiting on this one fails at
+  /// once instead of at its deadline: with Timeout for GaveUp::TimedOut, Mismatch for
+  /// GaveUp::Disagreed, else PeerError. Blocks for at most a fraction of a second while the
+  /// frames are written; a second call does nothing.
+  void abort(const std::string& cause, GaveUp why);
 
  private:
   struct Unexpected {
@@ -143,7 +144,7 @@ class Engine {
     std::shared_ptr<Unexpected> inUnexpected;
     std::string broken;     // why the channel is unusable ("" while healthy)
     bool vanished = false;  // broken because the peer left, not for what it sent
-    bool timedOut = false;  // ... and it left because it ran out of time (its Abort said so)
+    GaveUp why = GaveUp::PeerLost;  // ... and why it left (its Abort said so)
   };
 
   /// Whether a transfer to or from this peer is queued, posted or under way.
@@ -158,8 +159,8 @@ class Engine {
   std::exception_ptr checkFrame(const RecvOp& op, const FrameHeader& h) const;
   /// Fails everything queued for `peer` and every later operation with it: PeerError when
   /// the peer `vanished` (closed, reset or exited; Timeout when it gave up on a deadline,
-  /// `timedOut`), IoError otherwise.
-  void breakPeer(int peer, const std::string& why, bool vanished = false, bool timedOut = false);
+  /// Mismatch when it found ranks disagreeing: `gaveUp`), IoError otherwise.
+  void breakPeer(int peer, const std::string& why, bool vanished = false, GaveUp gaveUp = GaveUp::PeerLost);
   /// The error an operation on a broken peer fails with.
   static std::exception_ptr brokenError(const Peer& p, const OpLabel& label);
   void failOp(Op& op, std::exception_ptr error);
@@ -198,7 +199,7 @@ class Engine {
   /// The first loss this engine saw ("rank 1 (shm peer) has exited"), or the one a peer's
   /// Abort named; what tellPeers() sends (kept alive while it is sent).
   std::string rootCause_;
-  bool rootTimedOut_ = false;  // rootCause_ is a deadline that ran out, not a loss
+  GaveUp rootWhy_ = GaveUp::PeerLost;  // what kind of cause rootCause_ is
   bool told_ = false;
   /// Bytes written to or read from any channel so far (under mutex_): a sleeper's re-check
   /// compares it to see whether its progress pass did anything.

@@ -1,7 +1,7 @@
 // The native engine's waits and failures: spinning, yielding and sleeping on the right
 // transport until an operation completes or its deadline passes, checking that the awaited
 // peers still live, naming the ranks that left in a timeout, and telling the other peers
-// (Abort frames) when this rank gives up on a collective.
+// (Abort frames) when this rank gives up on a collective (a loss, a deadline, a disagreement).
 #include <poll.h>
 #include <sched.h>
 
@@ -54,11 +54,11 @@ void Engine::tellPeers(const Op& op) {
   sendAborts();
 }
 
-void Engine::abort(const std::string& cause, bool timedOut) {
+void Engine::abort(const std::string& cause, GaveUp why) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (rootCause_.empty()) {
     rootCause_ = cause;
-    rootTimedOut_ = timedOut;
+    rootWhy_ = why;
   }
   sendAborts();
 }
@@ -75,7 +75,7 @@ void Engine::sendAborts() {
     s->peer = q;
     s->label = OpLabel{.name = "abort", .collective = false, .groupRank = rank_, .groupPeer = q};
     s->header.kind = static_cast<uint8_t>(FrameKind::Abort);
-    s->header.tag = rootTimedOut_ ? kAbortTimedOut : 0;
+    s->header.tag = static_cast<int32_t>(rootWhy_);
     s->header.length = std::min<uint64_t>(rootCause_.size(), kMaxAbortBytes);
     s->data = reinterpret_cast<const uint8_t*>(rootCause_.data());
     s->bytes = static_cast<size_t>(s->header.length);

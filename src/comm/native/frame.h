@@ -15,11 +15,15 @@ namespace kolo::comm::native {
 inline constexpr uint32_t kFrameMagic = 0x4b4f4c4fu;  // "KOLO"
 
 /// Abort: the sender gave up on the job's collectives; its payload (at most kMaxAbortBytes)
-/// says why (the first rank that left, as the sender saw it), and its tag is
-/// kAbortTimedOut when that was a deadline running out rather than a loss.
+/// says why (the first rank that left, as the sender saw it, or the disagreement it found),
+/// and its tag is the GaveUp that names the kind of cause.
 enum class FrameKind : uint8_t { Collective = 1, PointToPoint = 2, Abort = 3 };
 inline constexpr uint64_t kMaxAbortBytes = 4096;
-inline constexpr int32_t kAbortTimedOut = 1;
+
+/// Why a rank gave up on the job's collectives (an Abort frame's tag), which decides the
+/// error its peers fail with: PeerError, Timeout or Mismatch. An elastic job regroups after
+/// the first two; ranks that disagree on what they call are not mended by a regroup.
+enum class GaveUp : int32_t { PeerLost = 0, TimedOut = 1, Disagreed = 2 };
 
 /// Which collective a frame belongs to (part of the signature).
 enum class CollectiveKind : uint8_t {

@@ -218,20 +218,25 @@ void NativeCommunicator::runTask(Task& task, bool started) {
     // The peers still waiting on this rank fail now, not at their own deadlines: whatever
     // step failed (the engine's wait, a peer's memory over cross-memory attach), the
     // engine tells them once.
-    links_->engine()->abort(e.what(), true);
+    links_->engine()->abort(e.what(), GaveUp::TimedOut);
     dumpFlightRecorder(task.flightId, e.what(), "timeout");
     throw;
   } catch (const PeerError& e) {
     if (broken_.empty()) broken_ = e.what();
-    links_->engine()->abort(e.what(), false);
+    links_->engine()->abort(e.what(), GaveUp::PeerLost);
     flight::failed(task.flightId, e.what());
     throw;
   } catch (const IoError& e) {
     if (broken_.empty()) broken_ = e.what();  // the peers are told this rank gave up
-    links_->engine()->abort(e.what(), false);
+    links_->engine()->abort(e.what(), GaveUp::PeerLost);
     flight::failed(task.flightId, e.what());
     throw;
   } catch (const Mismatch& e) {
+    // Ranks that called different collectives or sizes: the peers that did not see the
+    // disagreement themselves wait on this rank or on one waiting on it; told now, each
+    // fails with a Mismatch naming both sides instead of waiting out its deadline.
+    if (broken_.empty()) broken_ = e.what();
+    links_->engine()->abort(e.what(), GaveUp::Disagreed);
     dumpFlightRecorder(task.flightId, e.what(), "mismatch");
     throw;
   } catch (const std::exception& e) {
