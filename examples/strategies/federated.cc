@@ -144,13 +144,13 @@ int main(int argc, char** argv) try {
   // [federated] The server: rounds of sampled clients, their updates averaged.
   const auto test = loadSplit(dataDir, false);
   std::shared_ptr<kolo::nn::Module> model = makeModel();
-  fed::FederatedServer server(store, options, fed::flattenParameters(*model));
+  fed::FederatedServer server(store, options, fed::flattenState(*model));
   KOLO_REQUIRE(server.awaitHosts(hosts, std::chrono::minutes(5)) == hosts,
                "not every client host said it was ready");
   double accuracy = 0.0;
   for (int64_t round = 0; round < rounds; ++round) {
     const fed::RoundReport report = server.runRound();
-    fed::loadParameters(*model, server.weights());
+    fed::loadState(*model, server.weights());
     accuracy = kolo::train::evaluate(*model, *test).accuracy;
     std::printf("round %lld: %d client(s), test accuracy %.4f\n", static_cast<long long>(report.round),
                 report.clients, accuracy);

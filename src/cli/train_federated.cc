@@ -16,8 +16,8 @@ namespace kolo::cli {
 
 int runFederated(const TrainConfig& config, observe::Logger& logger) {
   namespace fed = parallel::fed;
-  KOLO_REQUIRE(config.model == "mlp" || config.model == "cnn", "--model '", config.model,
-               "' is not accepted: use mlp or cnn");
+  KOLO_REQUIRE(config.model == "mlp" || config.model == "cnn" || config.model == "resnet",
+               "--model '", config.model, "' is not accepted: use mlp, cnn or resnet");
   KOLO_REQUIRE(!config.optimizer || *config.optimizer == "sgd",
                "--strategy federated trains the clients with plain SGD: --optimizer ",
                config.optimizer.value_or(""), " is not available");

@@ -55,7 +55,7 @@ FederatedSummary serve(const parallel::ModelFactory& makeModel, const data::Data
   summary.server = true;
   summary.hosts = hosts;
   summary.model = makeModel();
-  fed::FederatedServer server(store, options.federated, fed::flattenParameters(*summary.model));
+  fed::FederatedServer server(store, options.federated, fed::flattenState(*summary.model));
   std::unique_ptr<observe::MetricsWriter> metrics;
   if (!options.metricsPath.empty()) metrics = std::make_unique<observe::MetricsWriter>(options.metricsPath);
   const int ready = server.awaitHosts(hosts, options.federated.roundTimeout * 2 + std::chrono::minutes(5));
@@ -64,7 +64,7 @@ FederatedSummary serve(const parallel::ModelFactory& makeModel, const data::Data
   for (int64_t r = 0; r < options.federated.rounds; ++r) {
     FederatedRoundEnd end{.report = server.runRound()};
     for (const std::string& why : end.report.refused) logger.warn(why, {{"round", end.report.round}});
-    fed::loadParameters(*summary.model, server.weights());
+    fed::loadState(*summary.model, server.weights());
     if (validation) {
       const EvaluateResult figures = evaluate(*summary.model, *validation);
       end.validationAccuracy = figures.accuracy;
@@ -107,6 +107,20 @@ FederatedSummary trainFederated(parallel::ModelFactory model, std::shared_ptr<co
                                 const FederatedTrainOptions& options, const FederatedCallbacks& callbacks) {
   KOLO_REQUIRE(train != nullptr, "train::trainFederated: no training dataset");
   fed::checkOptions(options.federated);
+  if (options.federated.dpClip > 0.0) {
+    // DP-FedAvg bounds what one client changes in the model by clipping its update; a batch
+    // norm's running statistics are computed from the client's samples as well, would be
+    // clipped and noised as if they were weights, and leak the batch statistics besides
+    // (Opacus refuses batch norm for the same reason).
+    const auto buffers = model()->namedBuffers();
+    KOLO_REQUIRE(
+        buffers.empty(),
+        "train::trainFederated: FederatedOptions::dpClip is set and the model has buffers (",
+        buffers.front().first,
+        ", ...: a batch norm's running statistics), which differential privacy does not cover: use "
+        "a "
+        "model without batch norm (e.g. group or layer norm)");
+  }
   keepFreedMemory();  // each local step reuses the buffers the last one freed
   const std::chrono::milliseconds idle = idleTimeout(options);
   const comm::LaunchInfo launch = comm::detectLaunch();

@@ -82,12 +82,6 @@ detail::PsJob planJob(const parallel::ModelFactory& makeModel,
   job.model = makeModel();
   KOLO_REQUIRE(job.model != nullptr, "trainParameterServer: the model factory returned no model");
   job.parameters = job.model->namedParameters();
-  // The servers hold and update parameters alone: running statistics would stay each
-  // worker's, and the chief, which evaluates and saves, would keep its initial ones.
-  const auto buffers = job.model->namedBuffers();
-  KOLO_REQUIRE(buffers.empty(), "parameter servers train parameters only, and the model has buffers (",
-               buffers.front().first, ", ...: a batch norm's running statistics), which no server would "
-               "hold: train it with a data-parallel strategy");
   // Without a schedule, the optimizer's own rate throughout (the chief records it).
   std::unique_ptr<optim::LrSchedule> schedule =
       options.schedule ? options.schedule(job.totalSteps, job.stepsPerEpoch)

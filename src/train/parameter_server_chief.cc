@@ -86,15 +86,21 @@ class Chief {
   Chief(const PsJob& job, comm::Store& store, std::shared_ptr<const data::Dataset> validation,
         const ParameterServerOptions& options, const ParameterServerCallbacks& callbacks,
         observe::Logger& logger)
-      : job_(job), store_(store), validation_(std::move(validation)), options_(options),
-        callbacks_(callbacks), logger_(logger), addresses_(serverAddresses(store, job)),
+      : job_(job),
+        store_(store),
+        validation_(std::move(validation)),
+        options_(options),
+        callbacks_(callbacks),
+        logger_(logger),
+        addresses_(serverAddresses(store, job)),
         servers_(std::make_shared<ps::ServerGroup>(
             ps::ClientOptions{ps::ClientRole::Chief, 0, ps::Compression::None, job.role.token,
                               job.timeout, options.sharedMemory},
             job.placement, addresses_)),
         // The staging files go where the checkpoints are, which the servers reach too.
         state_(servers_, job.parameters,
-               options.checkpointDir.empty() ? options.resumeDir : options.checkpointDir),
+               options.checkpointDir.empty() ? options.resumeDir : options.checkpointDir,
+               job.model->namedBuffers()),
         checkpoints_{.directory = options.checkpointDir,
                      .keep = options.keepCheckpoints,
                      .communicator = nullptr,
@@ -106,6 +112,9 @@ class Chief {
     // published by startDispatching), so every worker's first pull has the checkpoint's values.
     const std::string resumeDir = resumeDirectory(options_.resumeDir, options_.checkpointDir);
     const int64_t firstEpoch = resumeDir.empty() ? 0 : resume(resumeDir);
+    // Before the workers can reach the chief: they start from the checkpoint's buffers.
+    startBuffers_ = packBuffers(*job_.model);
+    if (firstEpoch > 0 && hasBuffers_) store_.set(ps::startBuffersKey(), startBuffers_);
     startDispatching(firstEpoch);
     metrics_ = std::make_unique<MetricsLog>(options_.metricsPath, firstEpoch > 0, start_);
     step_ = job_.stepsPerEpoch * firstEpoch;
@@ -196,6 +205,7 @@ class Chief {
       dispatcher_->releaseEpoch(epoch + 1);
     }
     step_ = servers_->pull(job_.parameters);
+    takeWorkersBuffers();
     if (validation_) {
       trace::Scope span("evaluate", "train");
       figures_ = evaluate(*job_.model, *validation_);
@@ -229,10 +239,17 @@ class Chief {
   void checkpoint(int64_t epochs) {
     trace::Scope span("checkpoint", "checkpoint");
     const int64_t version = servers_->pull(job_.parameters);
+    takeWorkersBuffers();
     const std::string path =
         save({&state_}, {.step = version, .loader = {epochs, 0}, .path = ""}, checkpoints_);
     logger_.debug("checkpoint written", {{"dir", path}, {"epoch", epochs}});
     metrics_->event("checkpoint", version);
+  }
+
+  /// The model's buffers become the workers' mean (parameter_server_roles.h), when it has any.
+  void takeWorkersBuffers() {
+    if (hasBuffers_)
+      averageBuffers(store_, job_.role.workers, job_.timeout, startBuffers_, *job_.model);
   }
 
   /// The fields every metrics line adds: the servers' figures and the workers'.
@@ -250,6 +267,7 @@ class Chief {
     // Before the servers stop: a worker that has not connected yet learns the job is over.
     store_.setString(ps::finishedKey(), "1");
     summary_.steps = step_ = servers_->pull(job_.parameters);
+    takeWorkersBuffers();
     const std::vector<ps::ServerStats> stats = servers_->stats();
     servers_->shutdown();
     for (const ps::LostWorker& lost : dispatcher_->lost())
@@ -284,6 +302,8 @@ class Chief {
   const ParameterServerCallbacks& callbacks_;
   observe::Logger& logger_;
   const Clock::time_point start_ = Clock::now();
+  const bool hasBuffers_ = !job_.model->namedBuffers().empty();
+  comm::Bytes startBuffers_;  // the buffers every worker started from
   std::vector<std::string> addresses_;
   std::shared_ptr<ps::ServerGroup> servers_;
   ParameterServerState state_;

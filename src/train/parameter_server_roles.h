@@ -38,6 +38,32 @@ std::vector<std::string> serverAddresses(comm::Store& store, const PsJob& job);
 /// Whether the chief has marked the job over (a store that is gone counts as not).
 bool jobFinished(comm::Store& store);
 
+// A model's buffers (a batch norm's running statistics) in a parameter-server job: the
+// servers hold and update parameters only. A batch norm in training mode normalises with its
+// batch's statistics and never reads its running ones, so each worker keeps its own (as each
+// replica of a Keras batch norm keeps its moving statistics, sync-on-read variables with MEAN
+// aggregation under tf.distribute) and publishes them to the store after every unit; the
+// chief's model takes their mean over the workers that published (floating buffers; each
+// worker's estimate is of the same data distribution, as in Keras) and, for counters, the
+// start's count plus every worker's batches since (num_batches_tracked counts every batch
+// the job's workers normalised, as the servers' updates count every push in async) whenever
+// it evaluates, checkpoints or ends. A resumed job's workers start from the checkpoint's.
+
+/// The model's buffers as bytes, in namedBuffers() order (both ends build the same model).
+comm::Bytes packBuffers(const nn::Module& model);
+/// packBuffers' bytes into the model's buffers; FormatError naming `from` for another size.
+void unpackBuffers(nn::Module& model, const comm::Bytes& bytes, const std::string& from);
+/// Copies the buffers of `from` into those of `to` (the same model's replicas).
+void copyBuffers(const nn::Module& from, nn::Module& to);
+/// Worker `worker`'s buffers into the store (replacing what it published before).
+void publishBuffers(comm::Store& store, int worker, const nn::Module& model);
+/// Sets the model's buffers to the mean of what workers 0..workers-1 published, in worker
+/// order, summed in f64 (counters: `start`'s, packBuffers of what every worker started from,
+/// plus the sum of what each added since); returns how many had published (0: the buffers
+/// stay).
+int averageBuffers(comm::Store& store, int workers, std::chrono::milliseconds timeout,
+                   const comm::Bytes& start, nn::Module& model);
+
 /// A worker's loop: units from the chief, a push per batch, until the job is over.
 ParameterServerSummary runWorker(const PsJob& job, comm::Store& store,
                                  const parallel::ModelFactory& makeModel,

@@ -100,9 +100,12 @@ const Tensor& findWhole(const NamedTensors& tensors, const std::string& name,
 }  // namespace
 
 ParameterServerState::ParameterServerState(std::shared_ptr<ps::ServerGroup> servers,
-                                           parallel::NamedTensors parameters, std::string staging)
-    : servers_(std::move(servers)), parameters_(std::move(parameters)),
-      staging_(std::move(staging)) {
+                                           parallel::NamedTensors parameters, std::string staging,
+                                           parallel::NamedTensors buffers)
+    : servers_(std::move(servers)),
+      parameters_(std::move(parameters)),
+      staging_(std::move(staging)),
+      buffers_(std::move(buffers)) {
   KOLO_REQUIRE(servers_ != nullptr, "ParameterServerState: no server group");
   KOLO_REQUIRE(parameters_.size() == servers_->placement().names.size(),
                "ParameterServerState: ", parameters_.size(), " parameters, the placement has ",
@@ -163,6 +166,7 @@ StateDict ParameterServerState::stateDict() {
     std::memcpy(target.data<float>(), weights[p].data<float>(),
                 static_cast<size_t>(weights[p].numel()) * sizeof(float));
   }
+  for (const auto& [name, buffer] : buffers_) state.weights.emplace_back(name, buffer.clone());
   state.optimizer.perParameter = std::move(slots);
   state.optimizer.scalars = {{"step", static_cast<double>(step)}, {"lr", lr}};
   version_ = std::max<int64_t>(version, 0);
@@ -214,6 +218,17 @@ void ParameterServerState::loadStateDict(const StateDict& state) {
   }
   servers_->restore(staging.path());
   version_ = version;
+  for (auto& [name, buffer] : buffers_) {
+    const auto it = std::find_if(state.weights.begin(), state.weights.end(),
+                                 [&name](const auto& entry) { return entry.first == name; });
+    if (it == state.weights.end())
+      KOLO_THROW(Mismatch, "the checkpoint holds no buffer '", name,
+                 "' of the model (a batch norm's running statistics)");
+    if (it->second.numel() != buffer.numel())
+      KOLO_THROW(Mismatch, "the checkpoint's ", name, " has ", it->second.numel(),
+                 " elements, the model's ", buffer.numel());
+    buffer.copyFrom(it->second.reshape(buffer.shape()));
+  }
 }
 
 }  // namespace kolo::train

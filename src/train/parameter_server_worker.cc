@@ -77,6 +77,11 @@ ParameterServerSummary runWorker(const PsJob& job, comm::Store& store,
     if (jobFinished(store)) return lateWorker(job);
     throw;
   }
+  const bool hasBuffers = !job.model->namedBuffers().empty();
+  // A resumed job's workers start from the buffers of the chief's checkpoint.
+  if (hasBuffers && store.check({ps::startBuffersKey()}))
+    unpackBuffers(*job.model, store.get(ps::startBuffersKey(), job.timeout),
+                  "the chief's checkpoint");
   ps::ServerGroup& servers = *connected;
   ps::UnitClient& units = *chief;
   // Overlapped, a second replica of the model computes while the first one's exchange runs.
@@ -86,6 +91,7 @@ ParameterServerSummary runWorker(const PsJob& job, comm::Store& store,
   if (overlapped) {
     models.push_back(makeModel());
     replicas.push_back(models.back()->namedParameters());
+    if (hasBuffers) copyBuffers(*job.model, *models.back());
   }
   for (const auto& model : models) model->train(true);
   ps::WorkerExchange exchange(servers, replicas, overlapped ? options.lookahead : 0.0);
@@ -132,6 +138,8 @@ ParameterServerSummary runWorker(const PsJob& job, comm::Store& store,
       }
       Tensor value = loss(models[current]->forward(batch.inputs), batch.labels);
       value.backward();
+      // One chain of running statistics per worker: the other replica goes on from these.
+      if (hasBuffers && models.size() > 1) copyBuffers(*models[current], *models[1 - current]);
       const double batchLoss = value.item();
       if (!std::isfinite(batchLoss))
         KOLO_THROW(DivergedError, "worker ", index, ": loss ", batchLoss, " in epoch ",
@@ -146,9 +154,10 @@ ParameterServerSummary runWorker(const PsJob& job, comm::Store& store,
       report.lossSum += batchLoss;
       ++report.batches;
     }
-    // A unit reported done has every push answered: the chief evaluates, checkpoints and
-    // ends the job on that.
+    // A unit reported done has every push answered and this worker's buffers published: the
+    // chief evaluates, checkpoints and ends the job on that.
     exchange.settle();
+    if (hasBuffers) publishBuffers(store, index, *models[static_cast<size_t>(exchange.current())]);
   }
   // The chief stops the servers once every worker has been told the job is over, so they
   // may already be gone: leaving is a courtesy.

@@ -76,23 +76,26 @@ TEST(FederatedUpdateFrame, RoundTripsAndRefusesMalformedBytes) {
   EXPECT_THROW(decodeUpdate(magic, "client 9"), FormatError);
 }
 
-// Flat weights round-trip through a model; a vector of another length is a Mismatch naming
+// A flat state round-trips through a model; a vector of another length is a Mismatch naming
 // both lengths, and the model keeps its weights.
 TEST(FederatedWeights, LoadTakesFlattenedWeightsAndRefusesAnotherLength) {
   Generator gen(1);
   nn::Linear model(3, 2, gen);  // 6 weights and 2 biases
-  std::vector<float> flat = flattenParameters(model);
+  std::vector<float> flat = flattenState(model);
   ASSERT_EQ(flat.size(), 8u);
   for (float& v : flat) v += 1.0f;
-  loadParameters(model, flat);
-  EXPECT_EQ(flattenParameters(model), flat);
+  loadState(model, flat);
+  EXPECT_EQ(flattenState(model), flat);
   try {
-    loadParameters(model, std::vector<float>(7, 0.0f));
+    loadState(model, std::vector<float>(7, 0.0f));
     ADD_FAILURE() << "7 weights were taken";
   } catch (const Mismatch& e) {
-    EXPECT_NE(std::string(e.what()).find("7 weights for a model of 8 parameters"), std::string::npos) << e.what();
+    EXPECT_NE(
+        std::string(e.what()).find("7 values for a model whose parameters and buffers hold 8"),
+        std::string::npos)
+        << e.what();
   }
-  EXPECT_EQ(flattenParameters(model), flat);
+  EXPECT_EQ(flattenState(model), flat);
 }
 
 }  // namespace

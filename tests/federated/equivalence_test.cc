@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "federated/federated_harness.h"
+#include "kolo/nn/batch_norm.h"
 #include "kolo/ops.h"
 #include "kolo/optim.h"
 
@@ -58,9 +59,9 @@ TEST(FederatedEquivalence, OneClientWithAllDataEqualsOneDevice) {
     for (size_t b = 0; b < order.size(); b += 50)
       sgdStep(*model, sgd, *data, std::vector<int64_t>(order.begin() + b, order.begin() + b + 50));
   }
-  const std::vector<float> expected = flattenParameters(*model);
+  const std::vector<float> expected = flattenState(*model);
   EXPECT_LE(maxRelativeError(job.server().weights(), expected), 1e-5);
-  EXPECT_GT(maxRelativeError(flattenParameters(*makeMlp()), expected), 1e-3);  // it trained
+  EXPECT_GT(maxRelativeError(flattenState(*makeMlp()), expected), 1e-3);  // it trained
 }
 
 TEST(FederatedEquivalence, IidClientsWithWholeBatchEqualFedSgd) {
@@ -88,7 +89,7 @@ TEST(FederatedEquivalence, IidClientsWithWholeBatchEqualFedSgd) {
   model->train(true);
   optim::Sgd sgd(model->namedParameters(), optim::SgdOptions{.lr = 0.1});
   for (int step = 0; step < 2; ++step) sgdStep(*model, sgd, *data, order);
-  EXPECT_LE(maxRelativeError(job.server().weights(), flattenParameters(*model)), 1e-5);
+  EXPECT_LE(maxRelativeError(job.server().weights(), flattenState(*model)), 1e-5);
 }
 
 TEST(FederatedEquivalence, FedProxPullsTowardsTheGlobalModel) {
@@ -97,7 +98,7 @@ TEST(FederatedEquivalence, FedProxPullsTowardsTheGlobalModel) {
   std::vector<int64_t> ids(200);
   std::iota(ids.begin(), ids.end(), 0);
   auto model = makeMlp();
-  const std::vector<float> global = flattenParameters(*model);
+  const std::vector<float> global = flattenState(*model);
   LocalTrainingOptions options;
   options.localEpochs = 3;
   options.localBatch = 20;
@@ -116,6 +117,93 @@ TEST(FederatedEquivalence, FedProxPullsTowardsTheGlobalModel) {
   EXPECT_LT(prox, 0.9 * plain);
   options.dpClip = 0.01;
   EXPECT_NEAR(norm(trainClient(*model, global, *data, ids, options, 1, 0)), 0.01, 1e-6);
+}
+
+// Linear(784,32)-BatchNorm1d(32)-ReLU-Linear(32,10): a model with running statistics.
+std::shared_ptr<nn::Module> makeBatchNormSmall() {
+  Generator generator(9);
+  return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(784, 32, generator), std::make_shared<nn::BatchNorm1d>(32),
+      std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(32, 10, generator)});
+}
+
+// A batch norm's running statistics are state of the model, averaged like the weights: after
+// a round the server's running mean and variance are the sample-weighted mean of the clients'
+// (each continued from the global ones over the client's own batches), num_batches_tracked
+// the weighted mean count, rounded; a few rounds evaluate well above chance in eval mode.
+TEST(FederatedEquivalence, BatchNormStatisticsAreTheClientsSampleWeightedMean) {
+  KOLO_SKIP_WITHOUT_FASHION_MNIST();
+  auto data = firstSamples(1000);
+  // Unequal client sizes: 100, 150, 200 and 50 samples, in batches of 50.
+  std::vector<std::vector<int64_t>> partition;
+  for (auto [begin, end] : {std::pair{0, 100}, {100, 250}, {250, 450}, {450, 500}}) {
+    partition.emplace_back(end - begin);
+    std::iota(partition.back().begin(), partition.back().end(), begin);
+  }
+  FederatedOptions options;
+  options.clients = 4;
+  options.clientsPerRound = 4;
+  options.client.localBatch = 50;
+  options.client.lr = 0.1;
+  options.seed = 3;
+  testing::Job job(options, data, partition, 2, {}, {}, makeBatchNormSmall);
+  EXPECT_EQ(job.round().clients, 4);
+
+  // Each client's local model after round 1, from the initial global state.
+  const std::vector<float> global = flattenState(*makeBatchNormSmall());
+  LocalTrainingOptions client = options.client;
+  client.seed = options.seed;
+  std::vector<double> mean, var;
+  double weight = 0.0, batches = 0.0;
+  for (int c = 0; c < 4; ++c) {
+    auto local = makeBatchNormSmall();
+    trainClient(*local, global, *data, partition[c], client, 1, c);
+    const auto buffers =
+        local->namedBuffers();  // 1.running_mean, 1.running_var, 1.num_batches_tracked
+    const std::vector<float> m = buffers[0].second.toFloatVector(),
+                             v = buffers[1].second.toFloatVector();
+    const double w = static_cast<double>(partition[c].size());
+    mean.resize(m.size());
+    var.resize(v.size());
+    for (size_t i = 0; i < m.size(); ++i) {
+      mean[i] += w * m[i];
+      var[i] += w * v[i];
+    }
+    batches += w * buffers[2].second.data<int64_t>()[0];
+    weight += w;
+  }
+  auto server = makeBatchNormSmall();
+  loadState(*server, job.server().weights());
+  const auto buffers = server->namedBuffers();
+  const std::vector<float> serverMean = buffers[0].second.toFloatVector();
+  const std::vector<float> serverVar = buffers[1].second.toFloatVector();
+  std::vector<float> expectedMean, expectedVar;
+  for (size_t i = 0; i < mean.size(); ++i) {
+    expectedMean.push_back(static_cast<float>(mean[i] / weight));
+    expectedVar.push_back(static_cast<float>(var[i] / weight));
+  }
+  // The server adds the weighted mean change to the global state in f32: a rounding apart.
+  EXPECT_LE(maxRelativeError(serverMean, expectedMean), 1e-6);
+  EXPECT_LE(maxRelativeError(serverVar, expectedVar), 1e-6);
+  EXPECT_GT(maxRelativeError(serverMean, std::vector<float>(32, 0.0f)), 1e-2);  // they moved
+  // 2, 3, 4 and 1 batches weighted by 100, 150, 200 and 50 samples: 3.
+  EXPECT_EQ(batches / weight, 3.0);
+  EXPECT_EQ(buffers[2].second.data<int64_t>()[0], 3);
+
+  for (int r = 0; r < 4; ++r) job.round();
+  job.stop();
+  loadState(*server, job.server().weights());
+  server->train(false);
+  const data::Batch heldOut = data->gather([] {
+    std::vector<int64_t> ids(500);
+    std::iota(ids.begin(), ids.end(), 500);
+    return ids;
+  }());
+  const std::vector<float> predicted = argmax(server->forward(heldOut.inputs), 1).toFloatVector();
+  const std::vector<float> labels = heldOut.labels.toFloatVector();
+  int correct = 0;
+  for (size_t i = 0; i < labels.size(); ++i) correct += predicted[i] == labels[i];
+  EXPECT_GT(correct / 500.0, 0.5);  // chance is 0.1
 }
 
 }  // namespace

@@ -55,11 +55,12 @@ inline double maxRelativeError(const std::vector<float>& a, const std::vector<fl
 /// their process had died before the job began).
 class Job {
  public:
-  Job(const FederatedOptions& options, std::shared_ptr<data::TensorDataset> data,
+  Job(
+      const FederatedOptions& options, std::shared_ptr<data::TensorDataset> data,
       std::vector<std::vector<int64_t>> partition, int hosts, std::vector<int> silent = {},
       const std::function<void(ClientHost&)>& configure = {},
       const ModelFactory& model = [] { return makeMlp(); })
-      : store_(comm::makeMemoryStore()), server_(store_, options, flattenParameters(*model())) {
+      : store_(comm::makeMemoryStore()), server_(store_, options, flattenState(*model())) {
     for (int h = 0; h < hosts; ++h) {
       hosts_.push_back(
           std::make_unique<ClientHost>(store_, options, h, hosts, model(), data, partition));

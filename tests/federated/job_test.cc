@@ -40,7 +40,7 @@ std::vector<float> expectedAfterOneRound(const FederatedOptions& options,
                                          const std::vector<std::vector<int64_t>>& partition,
                                          const std::vector<int>& clients) {
   auto model = makeSmall();
-  const std::vector<float> global = flattenParameters(*model);
+  const std::vector<float> global = flattenState(*model);
   LocalTrainingOptions client = options.client;
   client.seed = options.seed;
   client.dpClip = options.dpClip;
@@ -157,7 +157,7 @@ TEST(FederatedJob, SecureAggregationWithThirtyPercentDroppingEqualsPlainFedAvg) 
   job.stop();
   // The same clients' weighted mean; only the 2^-24 fixed point differs.
   EXPECT_LE(maxRelativeError(job.server().weights(), plainWeights), 1e-6);
-  EXPECT_GT(maxRelativeError(job.server().weights(), flattenParameters(*makeSmall())), 1e-4);
+  EXPECT_GT(maxRelativeError(job.server().weights(), flattenState(*makeSmall())), 1e-4);
   EXPECT_GT(secure.bytesUp, plain.bytesUp);  // u64 words and the protocol's keys and shares
 }
 

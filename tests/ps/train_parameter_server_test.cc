@@ -10,6 +10,8 @@
 
 #include "kolo/checkpoint.h"
 #include "kolo/comm/stores.h"
+#include "kolo/nn/batch_norm.h"
+#include "kolo/nn/layers.h"
 #include "kolo/train/engine.h"
 #include "kolo/train/fit.h"
 #include "kolo/train/parameter_server.h"
@@ -25,17 +27,40 @@ OptimizerFactory sgdMomentum() {
   };
 }
 
-/// What the roles of one job returned, and the weights the chief's model ended with.
+/// What the roles of one job returned, the weights the chief's model ended with, and every
+/// role's model (server, chief, worker 0, 1, ...).
 struct JobResult {
   std::vector<train::ParameterServerSummary> summaries;  // server, chief, worker 0, 1, ...
   std::vector<float> chiefWeights;
+  std::vector<std::shared_ptr<nn::Module>> models;
 };
+
+/// Linear(784, 32), BatchNorm1d(32), ReLU, Linear(32, 10): a model with running statistics.
+std::shared_ptr<nn::Module> makeBatchNormMlp() {
+  Generator gen(4321);
+  auto model = std::make_shared<nn::Sequential>();
+  model->add(std::make_shared<nn::Linear>(784, 32, gen));
+  model->add(std::make_shared<nn::BatchNorm1d>(32));
+  model->add(std::make_shared<nn::ReLU>());
+  model->add(std::make_shared<nn::Linear>(32, 10, gen));
+  return model;
+}
+
+/// The model's parameters and buffers in state_dict order, as floats.
+std::vector<float> flatState(const nn::Module& model) {
+  std::vector<float> flat;
+  for (const auto& [name, t] : model.stateDict()) {
+    const std::vector<float> v = t.toFloatVector();
+    flat.insert(flat.end(), v.begin(), v.end());
+  }
+  return flat;
+}
 
 /// One job of 1 server, the chief and `workers` workers, each a thread calling
 /// trainParameterServer with its role, through a store of the test's own.
 JobResult runJob(int workers, std::shared_ptr<const data::Dataset> train,
                  std::shared_ptr<const data::Dataset> validation,
-                 train::ParameterServerOptions options) {
+                 train::ParameterServerOptions options, const ModelFactory& makeModel = makeMlp) {
   comm::TcpStoreServer store(comm::TcpStoreServerOptions{.host = "127.0.0.1", .token = kToken});
   const std::string address = "127.0.0.1:" + std::to_string(store.port());
   std::vector<RoleInfo> roles = {{Role::Server, 0, 1, workers, address, kToken},
@@ -55,7 +80,7 @@ JobResult runJob(int workers, std::shared_ptr<const data::Dataset> train,
         train::ParameterServerOptions mine = options;
         mine.role = roles[r];
         result.summaries[r] = train::trainParameterServer(
-            [&built, r] { return built[r] = makeMlp(); }, sgdMomentum(), train,
+            [&built, &makeModel, r] { return built[r] = makeModel(); }, sgdMomentum(), train,
             roles[r].role == Role::Chief ? validation : nullptr, mine);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -69,16 +94,19 @@ JobResult runJob(int workers, std::shared_ptr<const data::Dataset> train,
     const std::vector<float> v = p.toFloatVector();
     result.chiefWeights.insert(result.chiefWeights.end(), v.begin(), v.end());
   }
+  result.models = built;
   return result;
 }
 
 /// Weights of the mlp after `epochs` epochs of train::fit on one device, global batch 64,
 /// checkpointed into `checkpointDir` at the end ("" : not).
 std::vector<float> oneDeviceWeights(std::shared_ptr<const data::Dataset> train, int64_t epochs,
-                                    const std::string& checkpointDir = "") {
+                                    const std::string& checkpointDir = "",
+                                    std::vector<float>* state = nullptr,
+                                    const ModelFactory& makeModel = makeMlp) {
   train::DataParallelOptions single;
   single.strategy.kind = StrategyKind::OneDevice;
-  train::DataParallelEngine engine(makeMlp, sgdMomentum(), single);
+  train::DataParallelEngine engine(makeModel, sgdMomentum(), single);
   observe::Logger quiet(stderr, observe::LogLevel::Warn);
   train::FitOptions options;
   options.epochs = epochs;
@@ -87,6 +115,7 @@ std::vector<float> oneDeviceWeights(std::shared_ptr<const data::Dataset> train, 
   options.logger = &quiet;
   options.checkpointDir = checkpointDir;
   train::fit(engine, train, nullptr, options);
+  if (state) *state = flatState(engine.model());
   std::vector<float> flat;
   for (const auto& [name, p] : engine.model().namedParameters()) {
     const std::vector<float> v = p.toFloatVector();
@@ -241,6 +270,54 @@ TEST_F(TrainParameterServer, ResumesFitsCheckpointAtAnEpochsEnd) {
   const JobResult resumed = runJob(1, train_, test_, rest);
   EXPECT_EQ(resumed.summaries[1].steps, 20);
   EXPECT_LT(maxRelativeDifference(resumed.chiefWeights, oneDeviceWeights(train_, 2)), 1e-6);
+}
+
+// A batch norm's running statistics are the model's state: the workers keep theirs, the
+// chief's model takes their mean (num_batches_tracked: their sum). One sync worker normalises
+// the batches one device does, so the chief ends on one device's state, running statistics
+// included; two workers' job ends with the chief holding exactly the mean of the workers'
+// statistics and evaluates well above chance; a resumed job ends on a straight one's state.
+TEST_F(TrainParameterServer, BatchNormsRunningStatisticsAreTheWorkersMean) {
+  const JobResult one = runJob(1, train_, test_, syncOptions(2), makeBatchNormMlp);
+  std::vector<float> reference;
+  oneDeviceWeights(train_, 2, "", &reference, makeBatchNormMlp);
+  const std::vector<float> chief = flatState(*one.models[1]);
+  ASSERT_EQ(chief.size(), reference.size());
+  EXPECT_LT(maxRelativeDifference(chief, reference), 1e-6);
+  const Tensor trackedOne = one.models[1]->namedBuffers()[2].second;
+  EXPECT_EQ(trackedOne.toFloatVector(), std::vector<float>{20.0f});  // 2 epochs of 10 batches
+  // Not vacuous: the running statistics moved from their initial zeros and ones.
+  EXPECT_NE(one.models[1]->namedBuffers()[0].second.toFloatVector(), std::vector<float>(32, 0.0f));
+
+  const JobResult two = runJob(2, train_, test_, syncOptions(2), makeBatchNormMlp);
+  const auto chiefBuffers = two.models[1]->namedBuffers();
+  const auto first = two.models[2]->namedBuffers(), second = two.models[3]->namedBuffers();
+  ASSERT_EQ(chiefBuffers.size(), 3u);
+  for (size_t b = 0; b < 2; ++b) {  // running_mean, running_var
+    SCOPED_TRACE(chiefBuffers[b].first);
+    const std::vector<float> a = first[b].second.toFloatVector(),
+                             c = second[b].second.toFloatVector();
+    std::vector<float> mean(a.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      mean[i] = static_cast<float>((static_cast<double>(a[i]) + c[i]) / 2.0);
+    EXPECT_EQ(chiefBuffers[b].second.toFloatVector(), mean);
+    EXPECT_NE(a, c);  // each worker normalised batches of its own
+  }
+  const int64_t batchesFirst = first[2].second.data<int64_t>()[0];
+  const int64_t batchesSecond = second[2].second.data<int64_t>()[0];
+  EXPECT_EQ(batchesFirst + batchesSecond, 40);  // 2 epochs of 20 pushes of 32 samples
+  EXPECT_EQ(chiefBuffers[2].second.data<int64_t>()[0], 40);
+  EXPECT_GT(two.summaries[1].validationAccuracy, 0.5);  // chance is 0.1
+
+  train::ParameterServerOptions first2 = syncOptions(2);
+  first2.steps = 10;
+  first2.checkpointDir = dir_ + "/bn";
+  first2.checkpointEvery = 1;
+  runJob(1, train_, test_, first2, makeBatchNormMlp);
+  train::ParameterServerOptions rest = syncOptions(2);
+  rest.resumeDir = dir_ + "/bn";
+  const JobResult resumed = runJob(1, train_, test_, rest, makeBatchNormMlp);
+  EXPECT_EQ(flatState(*resumed.models[1]), flatState(*one.models[1]));
 }
 
 }  // namespace

@@ -49,13 +49,20 @@ std::vector<std::vector<int64_t>> partitionClients(const Tensor& labels, int cli
 /// function of (clients, perRound, round, seed) only, so any process can recompute it.
 std::vector<int> sampleClients(int clients, int perRound, int64_t round, uint64_t seed);
 
-// ---- weights as one flat vector ----
+// ---- the model's state as one flat vector ----
 
-/// The model's parameters in namedParameters() order, concatenated (f32).
-std::vector<float> flattenParameters(const nn::Module& model);
-/// Writes `flat` (flattenParameters' layout) into the model's parameters; throws Mismatch
-/// when the length differs from the model's parameter count.
-void loadParameters(nn::Module& model, const std::vector<float>& flat);
+/// The model's parameters in namedParameters() order, then its buffers in namedBuffers()
+/// order (a batch norm's running mean and variance, and its num_batches_tracked as a float),
+/// concatenated (f32). The server averages all of it alike: FedAvg's weighted mean of the
+/// clients' states, so the global running statistics are the sample-weighted mean of the
+/// clients' (each continued from the global ones over its own samples), as FedAvg
+/// implementations average every state_dict entry. Only the mean is taken because secure
+/// aggregation reveals the server nothing but the sum.
+std::vector<float> flattenState(const nn::Module& model);
+/// Writes `flat` (flattenState's layout) into the model's parameters and buffers (integer
+/// buffers rounded to the nearest count); throws Mismatch when the length differs from the
+/// model's parameter and buffer elements.
+void loadState(nn::Module& model, const std::vector<float>& flat);
 
 // ---- a client's local training ----
 
@@ -74,9 +81,10 @@ struct LocalTrainingOptions {
   double dpClip = 0.0;  // > 0: the update is scaled to L2 norm at most dpClip
 };
 
-/// Local training of one client: loads `global` into `model`, runs `localEpochs` epochs of
-/// plain SGD over batches of `localBatch` of `indices` in `data`, and returns the update
-/// (local weights - global), clipped to `dpClip` when set. Not thread-safe per model.
+/// Local training of one client: loads `global` (flattenState's layout) into `model`, runs
+/// `localEpochs` epochs of plain SGD over batches of `localBatch` of `indices` in `data`, and
+/// returns the update (local state - global), clipped to `dpClip` when set. Not thread-safe per
+/// model.
 std::vector<float> trainClient(nn::Module& model, const std::vector<float>& global,
                                const data::TensorDataset& data, const std::vector<int64_t>& indices,
                                const LocalTrainingOptions& options, int64_t round, int client);
@@ -92,7 +100,7 @@ struct Update {
   int64_t round = 0;
   int32_t client = 0;
   int64_t samples = 0;       // the client's sample count: its weight in the average
-  std::vector<float> delta;  // local weights - global weights
+  std::vector<float> delta;  // local state - global state (flattenState's layout)
 };
 
 /// Frames an update: magic, round, client, samples, count, then count f32 values.
@@ -216,6 +224,7 @@ class FederatedServer {
   RoundReport runRound();
   /// Tells the client hosts to stop (after the last round).
   void finish();
+  /// The global model's state (flattenState's layout: parameters, then buffers).
   const std::vector<float>& weights() const { return weights_; }
   int64_t round() const { return round_; }
   /// The unmasked integer sum of the last securely aggregated round (empty otherwise).

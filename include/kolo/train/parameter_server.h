@@ -167,9 +167,12 @@ class ParameterServerState : public Stateful {
  public:
   /// `servers`: the chief's connections to every server; `parameters`: a model's parameters
   /// in placement order (their shapes are the whole tensors'; stateDict() pulls the values
-  /// into them).
+  /// into them); `buffers`: the model's buffers (a batch norm's running statistics, which the
+  /// workers keep and the chief averages), saved with the weights as they are and loaded
+  /// into these tensors.
   ParameterServerState(std::shared_ptr<parallel::ps::ServerGroup> servers,
-                       parallel::NamedTensors parameters, std::string staging);
+                       parallel::NamedTensors parameters, std::string staging,
+                       parallel::NamedTensors buffers = {});
   /// Every server's values, optimizer state and version, merged. The servers must be quiet.
   /// Blocking. Throws Mismatch when the servers' optimizers disagree in kind or step count.
   StateDict stateDict() override;
@@ -184,6 +187,7 @@ class ParameterServerState : public Stateful {
   std::shared_ptr<parallel::ps::ServerGroup> servers_;
   parallel::NamedTensors parameters_;
   std::string staging_;
+  parallel::NamedTensors buffers_;
   int64_t version_ = 0;
 };
 

@@ -1,6 +1,8 @@
 // A federated client's local training: plain SGD (optionally FedProx's proximal term) from
 // the global weights over the client's own samples, returning the update (local - global),
-// clipped for DP-FedAvg. Weights travel as one flat f32 vector in namedParameters() order.
+// clipped for DP-FedAvg. The model's state travels as one flat f32 vector: its parameters in
+// namedParameters() order, then its buffers (a batch norm's running statistics) in namedBuffers()
+// order.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,27 +16,47 @@
 
 namespace kolo::parallel::fed {
 
-std::vector<float> flattenParameters(const nn::Module& model) {
+std::vector<float> flattenState(const nn::Module& model) {
   std::vector<float> flat;
   for (const auto& [name, parameter] : model.namedParameters()) {
     const Tensor values = parameter.contiguous();
     const float* p = values.data<float>();
     flat.insert(flat.end(), p, p + values.numel());
   }
+  for (const auto& [name, buffer] : model.namedBuffers()) {
+    const std::vector<float> values = buffer.toFloatVector();
+    flat.insert(flat.end(), values.begin(), values.end());
+  }
   return flat;
 }
 
-void loadParameters(nn::Module& model, const std::vector<float>& flat) {
-  auto named = model.namedParameters();
+void loadState(nn::Module& model, const std::vector<float>& flat) {
+  auto parameters = model.namedParameters();
+  auto buffers = model.namedBuffers();
   size_t total = 0;
-  for (const auto& [name, parameter] : named) total += static_cast<size_t>(parameter.numel());
+  for (const auto& [name, parameter] : parameters) total += static_cast<size_t>(parameter.numel());
+  for (const auto& [name, buffer] : buffers) total += static_cast<size_t>(buffer.numel());
   if (flat.size() != total)
-    KOLO_THROW(Mismatch, "federated: ", flat.size(), " weights for a model of ", total, " parameters");
+    KOLO_THROW(Mismatch, "federated: ", flat.size(),
+               " values for a model whose parameters and buffers hold ", total);
   size_t offset = 0;
-  for (auto& [name, parameter] : named) {
+  for (auto& [name, parameter] : parameters) {
     KOLO_REQUIRE(parameter.isContiguous(), "federated: parameter ", name, " is not contiguous");
     std::memcpy(parameter.data<float>(), flat.data() + offset, parameter.nbytes());
     offset += static_cast<size_t>(parameter.numel());
+  }
+  for (auto& [name, buffer] : buffers) {
+    KOLO_REQUIRE(buffer.isContiguous(), "federated: buffer ", name, " is not contiguous");
+    // A counter (num_batches_tracked) comes back as the clients' weighted mean: the nearest
+    // whole count.
+    const bool integer =
+        buffer.dtype() == DType::I32 || buffer.dtype() == DType::I64 || buffer.dtype() == DType::U8;
+    for (int64_t i = 0; i < buffer.numel(); ++i) {
+      const double value = flat[offset + static_cast<size_t>(i)];
+      storeElement(buffer.dtype(), buffer.rawData(), static_cast<size_t>(i),
+                   integer ? std::round(value) : value);
+    }
+    offset += static_cast<size_t>(buffer.numel());
   }
 }
 
@@ -67,7 +89,7 @@ std::vector<float> trainClient(nn::Module& model, const std::vector<float>& glob
                options.localEpochs);
   KOLO_REQUIRE(options.localBatch >= 0, "federated: LocalTrainingOptions::localBatch must be at least 0, got ",
                options.localBatch);
-  loadParameters(model, global);
+  loadState(model, global);
   model.train(true);
   optim::NamedParameters named = model.namedParameters();
   optim::Sgd sgd(named, optim::SgdOptions{.lr = options.lr});
@@ -98,7 +120,7 @@ std::vector<float> trainClient(nn::Module& model, const std::vector<float>& glob
       sgd.step();
     }
   }
-  std::vector<float> delta = flattenParameters(model);
+  std::vector<float> delta = flattenState(model);
   for (size_t i = 0; i < delta.size(); ++i) delta[i] -= global[i];
   if (options.dpClip > 0.0) {
     double norm = 0.0;

@@ -89,7 +89,7 @@ bool ClientHost::serveRound(std::chrono::milliseconds idleTimeout) {
   } catch (const Timeout&) {
     return true;
   }
-  const std::vector<float> global = floatsOf(model, flattenParameters(*model_).size());
+  const std::vector<float> global = floatsOf(model, flattenState(*model_).size());
   if (options_.secureAgg) {
     secureRound(round, mine, selected, global);
   } else {

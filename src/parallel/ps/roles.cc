@@ -93,6 +93,10 @@ std::string joinCounterKey() { return "ps/joined"; }
 
 std::string finishedKey() { return "ps/finished"; }
 
+std::string workerBuffersKey(int worker) { return "ps/buffers/" + std::to_string(worker); }
+
+std::string startBuffersKey() { return "ps/buffers/start"; }
+
 std::string localHost(comm::Store& store) {
   if (auto* tcp = dynamic_cast<comm::TcpStoreClient*>(&store)) return tcp->localAddress();
   return "127.0.0.1";

@@ -16,5 +16,10 @@ std::string joinCounterKey();
 /// The store key the chief sets once the job is over, before it stops the servers: a worker
 /// that starts after that has nothing to do.
 std::string finishedKey();
+/// The store key under which worker i publishes its model's buffers (a batch norm's running
+/// statistics) after each unit, and the one under which a resumed chief publishes the
+/// checkpoint's buffers for every worker to start from.
+std::string workerBuffersKey(int worker);
+std::string startBuffersKey();
 
 }  // namespace kolo::parallel::ps
