@@ -74,7 +74,7 @@ std::shared_ptr<Sequential> makeLanguageModelPart(const LanguageModelConfig& con
     return model;
   }
   // N(0, 1/C) rather than N(0, 1): the tied head's logits then start near unit scale.
-  auto embedding = std::make_shared<Embedding>(config.vocab, config.dModel, gen);
+  auto embedding = std::make_shared<TokenEmbedding>(config.vocab, config.dModel, gen);
   embedding->weight.copyFrom(embedding->weight * (1.0 / std::sqrt(static_cast<double>(config.dModel))));
   const bool embeddingKept = keepBegin == 0;
   // The head shares the table when this part holds both; otherwise it starts from a copy.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,8 +77,7 @@ std::shared_ptr<comm::Communicator> unlessAlone(std::shared_ptr<comm::Communicat
 
 }  // namespace
 
-ModelParallelEngine::ModelParallelEngine(SequentialFactory model,
-                                         parallel::OptimizerFactory optimizer,
+ModelParallelEngine::ModelParallelEngine(ModelFactory model, parallel::OptimizerFactory optimizer,
                                          ModelParallelOptions options)
     : factory_(std::move(model)), options_(std::move(options)) {
   const parallel::MeshShape& shape = options_.mesh;
@@ -104,14 +104,20 @@ ModelParallelEngine::ModelParallelEngine(SequentialFactory model,
     groups_.model = unlessAlone(groups_.model);
   }
 
-  std::shared_ptr<nn::Sequential> local = buildLocalModel();
+  std::shared_ptr<nn::Module> local = buildLocalModel();
+  KOLO_REQUIRE(local != nullptr, "ModelParallelEngine: the model factory returned no model");
+  // A pipeline cuts a Sequential between its layers; one stage holds any module tree whole.
+  const auto layers = std::dynamic_pointer_cast<nn::Sequential>(local);
+  KOLO_REQUIRE(layers || shape.pp == 1, "ModelParallelEngine: ", shape.pp, " pipeline stages cut an "
+               "nn::Sequential between its layers, and the model factory built another module; build "
+               "the model as a Sequential of its layers, or train it with pp = 1");
   std::vector<int> splits = options_.splitAt;
   if (shape.pp > 1 && splits.empty()) {
     KOLO_REQUIRE(options_.splitSample.defined(),
                  "ModelParallelEngine: ", shape.pp, " stages without splitAt need a splitSample "
                  "to measure the layers on");
     // World rank 0 measures, so that every replica and tensor rank cuts alike.
-    splits = parallel::measuredSplit(*world, *local, options_.splitSample,
+    splits = parallel::measuredSplit(*world, *layers, options_.splitSample,
                                      options_.measureRepeats, &layerCosts_, shape.pp);
   }
   parallel::StageLossFn loss = options_.loss;
@@ -125,33 +131,45 @@ ModelParallelEngine::ModelParallelEngine(SequentialFactory model,
                                                                    groups_.pipeline.get());
     loss = [tp = tensorModel_](const Tensor& out, const Tensor& y) { return tp->loss(out, y); };
   }
-  stage_ = std::make_unique<parallel::PipelineStage>(
-      groups_.pipeline, *local, std::move(splits),
-      parallel::PipelineOptions{.microBatches = options_.microBatches,
-                                .schedule = options_.schedule,
-                                .recompute = options_.recompute},
-      std::move(loss), optimizer);
-  if (shape.tp == 1 && shape.pp > 1) {
-    // Ties named by the options and those the local model shows (a model built whole).
-    std::vector<parallel::TiedParameter> ties = options_.tiedParameters;
-    for (const parallel::TiedParameter& found : parallel::tiedParameters(*local))
-      if (std::none_of(ties.begin(), ties.end(), [&](const parallel::TiedParameter& t) {
-            return t.first == found.first && t.second == found.second;
-          }))
-        ties.push_back(found);
+  const parallel::PipelineOptions pipeline{
+      .microBatches = options_.microBatches, .schedule = options_.schedule, .recompute = options_.recompute};
+  stage_ = layers ? std::make_unique<parallel::PipelineStage>(groups_.pipeline, *layers, std::move(splits), pipeline,
+                                                              std::move(loss), optimizer)
+                  : std::make_unique<parallel::PipelineStage>(groups_.pipeline, local, pipeline, std::move(loss),
+                                                              optimizer);
+  // Ties named by the options and those the local model shows (a model built whole).
+  std::vector<parallel::TiedParameter>& ties = ties_;
+  ties = options_.tiedParameters;
+  for (const parallel::TiedParameter& found : parallel::tiedParameters(*local))
+    if (std::none_of(ties.begin(), ties.end(), [&](const parallel::TiedParameter& t) {
+          return t.first == found.first && t.second == found.second;
+        }))
+      ties.push_back(found);
+  if (shape.pp > 1) {
+    // Under tensor parallelism the two copies are split alike (the plan refuses a tie split
+    // two ways), so each tensor rank sums its shards' gradients with its own pipeline's.
     tied_ = std::make_unique<parallel::TiedGradients>(groups_.pipeline, stage_->bounds(), groups_.stage,
                                                       stage_->module(), ties);
     if (tied_->empty()) tied_.reset();
   }
-  countParameters();
+  countParameters(ties);
 }
 
-void ModelParallelEngine::countParameters() {
+void ModelParallelEngine::countParameters(const std::vector<parallel::TiedParameter>& ties) {
   // The whole model's count: each stage's parameters, a split one T times, summed over the
-  // stages; and every rank's own count, for the start line.
+  // stages, a tied table once (its copy on a stage without the first name is not counted);
+  // and every rank's own count, for the start line.
+  std::set<std::string> held;
+  for (const auto& [name, t] : stage_->module().stateDict()) held.insert(name);
+  auto copyOfATie = [&](const std::string& name) {
+    return std::any_of(ties.begin(), ties.end(), [&](const parallel::TiedParameter& tie) {
+      return tie.second == name && !held.count(tie.first);
+    });
+  };
   double whole = 0.0;
   const auto* specs = tensorModel_ ? &tensorModel_->shardSpecs() : nullptr;
   for (const auto& [name, t] : stage_->module().namedParameters()) {
+    if (copyOfATie(name)) continue;
     const bool split = specs && specs->count(name) && specs->at(name).dim >= 0;
     whole += static_cast<double>(t.numel()) * (split ? options_.mesh.tp : 1);
   }
@@ -167,7 +185,7 @@ void ModelParallelEngine::countParameters() {
 
 ModelParallelEngine::~ModelParallelEngine() = default;
 
-std::shared_ptr<nn::Sequential> ModelParallelEngine::buildLocalModel() {
+std::shared_ptr<nn::Module> ModelParallelEngine::buildLocalModel() {
   const int stages = options_.mesh.pp;
   if (!options_.modelPart || !plausibleSplits(options_.splitAt, stages)) return factory_();
   // Given split points: build only this rank's layers (the stage checks the points).
@@ -382,7 +400,7 @@ void ModelParallelEngine::loadStateDict(const StateDict& state) {
   if (world && world->size() > 1) whole = detail::broadcastWholeState(*world, whole);
   detail::PartShape part{&stage_->module(), &stage_->optimizer(),
                          tensorModel_ ? tensorModel_->shardSpecs() : detail::ShardSpecs{},
-                         groups_.tensorRank, options_.mesh.tp};
+                         groups_.tensorRank, options_.mesh.tp, ties_};
   std::exception_ptr problem;
   try {
     detail::loadPart(whole, part);

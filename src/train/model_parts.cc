@@ -113,7 +113,12 @@ void loadPart(const WholeState& whole, const PartShape& part) {
   optim::StateDict local;
   local.scalars = whole.optimizer.scalars;
   for (const auto& [name, shape] : parameterShapes(*part.module)) {
-    const auto slots = whole.optimizer.perParameter.find(name);
+    auto slots = whole.optimizer.perParameter.find(name);
+    for (const parallel::TiedParameter& tie : part.ties) {
+      if (slots != whole.optimizer.perParameter.end()) break;
+      if (tie.first == name || tie.second == name)
+        slots = whole.optimizer.perParameter.find(tie.first == name ? tie.second : tie.first);
+    }
     if (slots == whole.optimizer.perParameter.end()) continue;
     const Tensor& full = wholeTensor(whole.weights, name);
     for (const auto& [slot, t] : slots->second) {

@@ -15,6 +15,7 @@
 #include "kolo/nn/module.h"
 #include "kolo/optim.h"
 #include "kolo/parallel/mesh.h"
+#include "kolo/parallel/tied_parameters.h"
 #include "kolo/train/state.h"
 
 namespace kolo::train::detail {
@@ -41,13 +42,16 @@ struct WholeState {
 /// Every rank returns rank 0's `state`. Blocking; collective over `comm`.
 WholeState broadcastWholeState(comm::Communicator& comm, const WholeState& state);
 
-/// A rank's part: its module and optimizer, the parameters' cuts, its tensor rank of `parts`.
+/// A rank's part: its module and optimizer, the parameters' cuts, its tensor rank of `parts`,
+/// and the model's tied parameters (a copy on this part may find its optimizer state under
+/// the other name: a state written where one tensor held both).
 struct PartShape {
   nn::Module* module = nullptr;
   optim::Optimizer* optimizer = nullptr;
   ShardSpecs specs;
   int tensorRank = 0;
   int parts = 1;
+  std::vector<parallel::TiedParameter> ties{};
 };
 /// Copies this part's pieces of `whole` into the module and its optimizer. Throws Mismatch
 /// naming the tensor when one is missing or its piece has another shape, or when the

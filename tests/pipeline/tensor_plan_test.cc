@@ -266,23 +266,28 @@ TEST(TensorParallelPlans, AModelThatSkipsItsChildrensTransformsIsToldWhy) {
   });
 }
 
-// The engine takes the user's plan (the model inside a Sequential, its paths "0.<path>"),
-// says so, and the start line's figures give each rank's share of the model.
+// The engine takes the user's model as it is (not a Sequential: the plan's paths are the
+// model's own) and the user's plan, says so, and the start line's figures give each rank's
+// share of the model; its state dict has the one-device model's names. A pipeline, which cuts
+// a Sequential between its layers, refuses the model by a message that says why.
 TEST(TensorParallelPlans, TheEngineSplitsByTheUsersPlanAndCountsTheShare) {
   constexpr int kParts = 2;
-  TensorParallelPlan plan = userPlan();
-  for (auto& [pattern, style] : plan.styles) pattern = "0." + pattern;
+  const TensorParallelPlan plan = userPlan();
   auto commFor = nativeRanks(kParts);
   const int64_t whole = UserModel().parameterCount();
+  std::vector<std::string> wholeNames;
+  for (const auto& [name, t] : UserModel().stateDict()) wholeNames.push_back(name);
   runThreads(kParts, [&](int rank) {
     train::ModelParallelOptions options;
     options.communicator = commFor(rank);
     options.mesh = {.dp = 1, .pp = 1, .tp = kParts};
     options.plan = plan;
-    train::ModelParallelEngine engine(
-        [] { return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::Module>>{
-                 std::make_shared<UserModel>()}); },
-        pipeOptimizer, options);
+    train::ModelParallelEngine engine([] { return std::make_shared<UserModel>(); }, pipeOptimizer, options);
+    std::vector<std::string> names;
+    for (const auto& [name, t] : engine.stateDict().weights) names.push_back(name);
+    if (rank == 0) {
+      EXPECT_EQ(names, wholeNames);
+    }
     const std::string start = engine.describe().json();
     EXPECT_NE(start.find("\"tp_plan\":\"user\""), std::string::npos) << start;
     EXPECT_NE(start.find("\"rank_share\":\"0.5"), std::string::npos) << start;
@@ -293,6 +298,22 @@ TEST(TensorParallelPlans, TheEngineSplitsByTheUsersPlanAndCountsTheShare) {
     EXPECT_EQ(engine.parameterCount(), replicatedCount + (whole - replicatedCount) / kParts);
     auto [x, y] = pipeBatch("lm", 0, kTokens);
     EXPECT_TRUE(std::isfinite(engine.step({.inputs = x, .labels = y, .indices = {}}, 0.1)));
+  });
+  auto pipelineFor = nativeRanks(2);
+  runThreads(2, [&](int rank) {
+    train::ModelParallelOptions options;
+    options.communicator = pipelineFor(rank);
+    options.mesh = {.dp = 1, .pp = 2, .tp = 1};
+    options.splitAt = {1};
+    try {
+      train::ModelParallelEngine engine([] { return std::make_shared<UserModel>(); }, pipeOptimizer, options);
+      ADD_FAILURE() << "rank " << rank << ": a pipeline took a model that is not a Sequential";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("2 pipeline stages cut an nn::Sequential between its layers, and the "
+                                           "model factory built another module"),
+                std::string::npos)
+          << e.what();
+    }
   });
 }
 

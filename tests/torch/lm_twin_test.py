@@ -4,7 +4,8 @@ both train AdamW on the same file-order batches (--no-shuffle), and the loss of 
 agrees to float rounding, on one device and on two ranks (multi-worker-mirrored, fsdp and a
 two-stage pipeline); then the same for `--arch llama --kv-heads 2` against its twin
 (bench/peers/torch_llama.py: RMSNorm, rotary grouped-query attention, SwiGLU, tied embeddings),
-on one device, under fsdp and on two pipeline stages that hold copies of the tied table. Needs
+on one device, under fsdp, on two pipeline stages that hold copies of the tied table, and on
+two tensor-parallel ranks that split the tied table by vocabulary. Needs
 python3-torch (exit 77 without it) and the kolo binary (argv[1])."""
 import json
 import os
@@ -112,6 +113,7 @@ def main():
             "llama, fsdp, 2 ranks": (pair, llama + ["--strategy", "fsdp"]),
             "llama, pipeline, 2 stages": (pair, llama + ["--strategy", "pipeline", "--stages", "2",
                                                          "--micro-batches", "2", "--split-at", "2"]),
+            "llama, tensor, 2 ranks": (pair, llama + ["--strategy", "tensor", "--tp", "2"]),
         }),
     ]
     failed = False

@@ -1,19 +1,25 @@
 // The llama lm (RMSNorm, rotary grouped-query attention, SwiGLU, tied embeddings) in every
-// layout that keeps its layers whole, ranks as threads: 10 SGD steps on a 2-stage pipeline
-// (the model built whole, and built by parts with the tie named), with per-stage
-// recomputation, on two data-parallel replicas and on a dp=2 x pp=2 mesh give one process's
-// weights; a pipeline that does not sum the tied copies' gradients does not (the negative
-// control), and a checkpoint of the pipeline resumes on one process.
+// layout, ranks as threads: 10 SGD steps on a 2-stage pipeline (the model built whole, and
+// built by parts with the tie named), with per-stage recomputation, on two data-parallel
+// replicas, on a dp=2 x pp=2 mesh, and split by the default tensor-parallel plan (tp=2,
+// dp=2 x tp=2, pp=2 x tp=2) give one process's weights; a pipeline that does not sum the tied
+// copies' gradients, and a plan that gives query heads the wrong key/value heads, do not (the
+// negative controls). The tied table is split once and counted once; a plan that splits the
+// head but not the table it shares is refused; checkpoints of a pipeline and of tensor ranks
+// resume in other layouts.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kolo/byte_corpus.h"
 #include "kolo/error.h"
 #include "kolo/nn/language_model.h"
+#include "kolo/parallel/tensor_parallel.h"
 #include "kolo/parallel/tied_parameters.h"
 #include "kolo/train/fit.h"
 #include "kolo/train/model_parallel.h"
@@ -30,7 +36,8 @@ using parallel::testing::runThreads;
 using testing::maxAbsDiff;
 using testing::weights;
 
-// 2 blocks of width 16, 4 query and 2 key/value heads: layers 0 (embedding) .. 4 (head).
+// 2 blocks of width 16, 4 query and 2 key/value heads of 4 features: layers 0 (embedding) ..
+// 4 (head).
 const nn::LanguageModelConfig kSizes{.vocab = 256, .layers = 2, .dModel = 16, .heads = 4, .seqLen = 8,
                                      .arch = nn::LanguageModelArch::Llama, .kvHeads = 2};
 
@@ -60,13 +67,15 @@ struct Layout {
   bool parts = false;         // each stage builds only its layers (modelPart)
   bool nameTheTie = true;     // with parts: ModelParallelOptions::tiedParameters
   bool recompute = false;
+  std::optional<parallel::TensorParallelPlan> plan{};  // tp > 1; unset: the default plan
 };
 
-// Trains `steps` steps in `layout` and returns rank 0's whole weights (every state-dict entry).
-std::vector<float> trainIn(const Layout& layout, int64_t steps, const std::function<void(FitOptions&)>& change = {}) {
+// Trains `steps` steps in `layout` and returns the whole model rank 0 gathered.
+std::shared_ptr<nn::Sequential> trainModel(const Layout& layout, int64_t steps,
+                                           const std::function<void(FitOptions&)>& change = {}) {
   const auto train = windows(0.1);
   observe::Logger logger(stderr, observe::LogLevel::Warn);
-  std::vector<float> result;
+  auto result = llama();
   auto run = [&](std::shared_ptr<comm::Communicator> comm) {
     ModelParallelOptions options;
     options.communicator = comm;
@@ -74,7 +83,8 @@ std::vector<float> trainIn(const Layout& layout, int64_t steps, const std::funct
     options.microBatches = layout.mesh.pp > 1 ? 2 : 1;
     options.splitAt = layout.splitAt;
     options.recompute = layout.recompute;
-    options.loss = nn::languageModelLoss;
+    if (layout.mesh.tp == 1) options.loss = nn::languageModelLoss;  // else the split model's
+    options.plan = layout.plan;
     if (layout.parts) options.modelPart = llamaPart;
     if (layout.parts && layout.nameTheTie) options.tiedParameters = {{"0.weight", "4.weight"}};
     ModelParallelEngine engine(llama, sgd, options);
@@ -88,7 +98,7 @@ std::vector<float> trainIn(const Layout& layout, int64_t steps, const std::funct
     if (change) change(fit);
     train::fit(engine, train, nullptr, fit);
     engine.gatherModel();
-    if (engine.isPrimary()) result = weights(engine.model());
+    if (engine.isPrimary()) result->loadStateDict(engine.model().stateDict(), "the gathered model");
   };
   if (layout.mesh.size() == 1) {
     run(nullptr);
@@ -97,6 +107,11 @@ std::vector<float> trainIn(const Layout& layout, int64_t steps, const std::funct
     runThreads(layout.mesh.size(), [&](int rank) { run(make(rank)); });
   }
   return result;
+}
+
+// Rank 0's whole weights (every state-dict entry) after `steps` steps in `layout`.
+std::vector<float> trainIn(const Layout& layout, int64_t steps, const std::function<void(FitOptions&)>& change = {}) {
+  return weights(*trainModel(layout, steps, change));
 }
 
 TEST(LlamaLayouts, TheTiedHeadIsOneParameterUnderTwoNames) {
@@ -126,6 +141,96 @@ TEST(LlamaLayouts, EveryLayoutTakesTheStepsOfOneProcess) {
   // gradients train two different tables.
   const Layout untied{.mesh = {.dp = 1, .pp = 2, .tp = 1}, .splitAt = {2}, .parts = true, .nameTheTie = false};
   EXPECT_GT(maxAbsDiff(trainIn(untied, 10), one), 1e-3) << "the check cannot tell an untied pipeline";
+}
+
+// The default plan splits the table by vocabulary with the head that shares it: 10 SGD steps
+// under tp=2, dp=2 x tp=2 and pp=2 x tp=2 (built whole, and by parts with the tie named, as
+// kolo train does) equal one process's, worst tensor relative. The negative control: query
+// heads 0 and 2 on rank 0 (q cut in two blocks, one head of each), while the key/value heads
+// and o follow the heads in order, so rank 0's second query head reads the wrong key/value
+// head; every size divides and the shapes fit, only the numbers are wrong.
+TEST(LlamaLayouts, TheDefaultTensorParallelPlanTakesTheStepsOfOneProcess) {
+  const auto one = trainModel({}, 10);
+  ASSERT_GT(nn::maxRelativeDifference(*llama(), *one), 1e-2) << "training did not move the weights";
+  const std::vector<std::pair<std::string, Layout>> layouts = {
+      {"tp=2", {.mesh = {.dp = 1, .pp = 1, .tp = 2}}},
+      {"dp=2 x tp=2", {.mesh = {.dp = 2, .pp = 1, .tp = 2}}},
+      {"pp=2 x tp=2", {.mesh = {.dp = 1, .pp = 2, .tp = 2}, .splitAt = {2}}},
+      {"pp=2 x tp=2 by parts", {.mesh = {.dp = 1, .pp = 2, .tp = 2}, .splitAt = {3}, .parts = true}}};
+  for (const auto& [name, layout] : layouts) {
+    const double difference = nn::maxRelativeDifference(*trainModel(layout, 10), *one);
+    std::printf("    llama lm, %s: weights %.2g from one process (worst tensor, relative)\n", name.c_str(),
+                difference);
+    EXPECT_LT(difference, 1e-5) << name;
+  }
+  parallel::TensorParallelPlan wrong = parallel::defaultPlan(*llama());
+  std::erase_if(wrong.styles, [](const auto& entry) {
+    return entry.second.kind == parallel::ParallelStyle::Kind::AttentionHeads;
+  });
+  wrong.styles.insert(wrong.styles.end(), {{"*.attn.q", parallel::columnWise(false, 2)},
+                                           {"*.attn.k", parallel::columnWiseHeads(4)},
+                                           {"*.attn.v", parallel::columnWiseHeads(4)},
+                                           {"*.attn.o", parallel::rowWiseHeads(4)}});
+  const double wrongDifference =
+      nn::maxRelativeDifference(*trainModel({.mesh = {.dp = 1, .pp = 1, .tp = 2}, .plan = wrong}, 10), *one);
+  std::printf("    llama lm, tp=2, query heads paired with the wrong key/value heads: weights %.2g from one "
+              "process\n", wrongDifference);
+  EXPECT_GT(wrongDifference, 1e-3) << "the check cannot tell query heads paired with the wrong key/value heads";
+}
+
+TEST(LlamaLayouts, TheTiedTableIsSplitOnceAndCountedOnce) {
+  const int64_t whole = llama()->parameterCount();
+  // A plan that splits the head by vocabulary but leaves the table it shares whole would have
+  // the embedding look rows up in a shard: refused on every rank, naming both.
+  parallel::TensorParallelPlan headOnly = parallel::defaultPlan(*llama());
+  std::erase_if(headOnly.styles, [](const auto& entry) { return entry.first == "0"; });
+  ASSERT_EQ(headOnly.styles.size(), parallel::defaultPlan(*llama()).styles.size() - 1);
+  auto make = nativeRanks(2);
+  runThreads(2, [&](int rank) {
+    try {
+      parallel::TensorParallelModel tp(llama(), make(rank), headOnly);
+      ADD_FAILURE() << "a head split without its table was accepted on rank " << rank;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("'0.weight' is the same tensor as '4.weight', which module '4' splits "
+                                           "(vocabulary-parallel head), but the plan does not split module '0' alike"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+  // On two stages of two tensor ranks each, the table's copies on the first and last stage
+  // count once in the model's size.
+  auto mesh = nativeRanks(4);
+  std::vector<int64_t> counted(4);
+  runThreads(4, [&](int rank) {
+    ModelParallelOptions options;
+    options.communicator = mesh(rank);
+    options.mesh = {.dp = 1, .pp = 2, .tp = 2};
+    options.splitAt = {3};
+    options.modelPart = llamaPart;
+    options.tiedParameters = {{"0.weight", "4.weight"}};
+    ModelParallelEngine engine(llama, sgd, options);
+    counted[static_cast<size_t>(rank)] = engine.modelParameterCount();
+  });
+  for (const int64_t c : counted) EXPECT_EQ(c, whole);
+}
+
+TEST(LlamaLayouts, ATensorParallelCheckpointResumesInOtherLayouts) {
+  const std::string dir = testing::freshDir("kolo_llama_layouts_test", "tp_resume");
+  const auto straight = trainModel({}, 8);
+  const Layout tensor{.mesh = {.dp = 1, .pp = 1, .tp = 2}};
+  trainIn(tensor, 4, [&](FitOptions& o) {
+    o.checkpointDir = dir;
+    o.checkpointEvery = 4;
+  });
+  const std::vector<std::pair<std::string, Layout>> layouts = {
+      {"one process", {}},
+      {"pp=2 by parts", {.mesh = {.dp = 1, .pp = 2, .tp = 1}, .splitAt = {3}, .parts = true}},
+      {"pp=2 x tp=2", {.mesh = {.dp = 1, .pp = 2, .tp = 2}, .splitAt = {2}}}};
+  for (const auto& [name, layout] : layouts) {
+    const auto resumed = trainModel(layout, 8, [&](FitOptions& o) { o.resumeDir = dir; });
+    EXPECT_LT(nn::maxRelativeDifference(*resumed, *straight), 1e-5) << name;
+  }
+  fs::remove_all(dir);
 }
 
 TEST(LlamaLayouts, APipelinesCheckpointResumesOnOneProcess) {

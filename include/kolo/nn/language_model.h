@@ -52,6 +52,14 @@ class TokenPositionEmbedding : public Module {
   std::shared_ptr<Embedding> tok_, pos_;
 };
 
+/// The token table of the llama `lm` (its layer 0): an Embedding(vocab, dModel), a type of its
+/// own so that tensor parallelism finds it and splits it by vocabulary, as the head that shares
+/// its table (parallel::defaultPlan).
+class TokenEmbedding : public Embedding {
+ public:
+  TokenEmbedding(int64_t vocab, int64_t dModel, Generator& gen) : Embedding(vocab, dModel, gen) {}
+};
+
 /// The output head of the `lm`: Linear(dModel, vocab) without bias, a type of its own so that
 /// tensor parallelism finds it and splits it by vocabulary (parallel::TensorParallelModel).
 class LanguageModelHead : public Linear {
@@ -66,7 +74,7 @@ class LanguageModelHead : public Linear {
 
 /// The `lm` model. Gpt: children "0" TokenPositionEmbedding, "1" ... "L" TransformerBlock(dModel,
 /// heads), "L+1" LayerNorm(dModel), "L+2" LanguageModelHead(dModel, vocab). Llama: "0"
-/// Embedding(vocab, dModel) drawn N(0, 1/dModel), "1" ... "L" LlamaBlock (dModel, heads,
+/// TokenEmbedding(vocab, dModel) drawn N(0, 1/dModel), "1" ... "L" LlamaBlock (dModel, heads,
 /// kvHeads, ropeTheta), "L+1" RMSNorm(dModel), "L+2" LanguageModelHead over child 0's table
 /// (one parameter, "0.weight" in namedParameters(); the state dict also names it
 /// "L+2.weight", as PyTorch's does). Maps ids (B, T) to logits (B, T, vocab). Parameters are

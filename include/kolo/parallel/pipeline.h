@@ -80,6 +80,10 @@ class StageModule : public nn::Module {
   /// Layers [begin, end) of `model`; a model with recompute() on recomputes each of them in
   /// backward (nn::checkpoint per layer) inside the stage too.
   StageModule(const nn::Sequential& model, int begin, int end);
+  /// The one stage of a model that is not cut (any module tree): its parameters, buffers and
+  /// children under their own names ("attn.q.weight", no layer prefix), forward through the
+  /// model's operator() (its hooks and transforms run). Throws InvalidArgument for a null model.
+  explicit StageModule(std::shared_ptr<nn::Module> whole);
   using Module::forward;
   Tensor forward(const Tensor& x) override;
   int begin() const { return begin_; }
@@ -88,6 +92,7 @@ class StageModule : public nn::Module {
  private:
   int begin_, end_;
   bool recompute_ = false;
+  std::shared_ptr<nn::Module> whole_;  // the uncut model, or null: the Sequential's layers
 };
 
 struct PipelineOptions {
@@ -139,6 +144,12 @@ class PipelineStage {
   PipelineStage(std::shared_ptr<comm::Communicator> comm, const nn::Sequential& model,
                 std::vector<int> splits, PipelineOptions options, StageLossFn loss,
                 const StageOptimizerFactory& optimizerFactory);
+  /// One stage holding the whole of `model`, any module tree, under its own names
+  /// (StageModule(whole)): the micro-batches and schedule of a one-stage pipeline. `comm` must
+  /// be null or of one rank: only a Sequential is cut into stages. Throws InvalidArgument
+  /// otherwise, or for microBatches < 1.
+  PipelineStage(std::shared_ptr<comm::Communicator> comm, std::shared_ptr<nn::Module> model, PipelineOptions options,
+                StageLossFn loss, const StageOptimizerFactory& optimizerFactory);
   ~PipelineStage();
 
   /// One synchronous step over the global batch: inputs (used by the first stage) and labels

@@ -157,7 +157,8 @@ struct TensorParallelPlan {
   bool sequenceParallel = false;
 };
 
-/// The plan of kolo's own building blocks found in `model`: nn::TokenPositionEmbedding
+/// The plan of kolo's own building blocks found in `model`: nn::TokenPositionEmbedding,
+/// nn::TokenEmbedding and an nn::Embedding whose table an nn::LanguageModelHead shares (tied)
 /// vocabulary-parallel; nn::TransformerBlock (attention by heads, its mlp column- then
 /// row-wise, its norms sequenceNorm); nn::LlamaBlock's norms sequenceNorm;
 /// nn::GroupedQueryAttention by heads; nn::SwiGLU's gate and up column-wise and down row-wise;
@@ -178,10 +179,13 @@ class TensorParallelModel {
  public:
   /// Splits `model` as `plan` says. The plan is checked first, on this rank's part: a pattern
   /// that matches no module, a style on a module without what it splits, a size that T does
-  /// not divide (naming the path and the shapes), and a plan that splits no parameter at all
-  /// are each an InvalidArgument, and nothing is split. With `stages` (the pipeline group
-  /// holding the rest of the model), the first and last checks count the matches of every
-  /// stage (collective over it). Blocking; no collective over `comm`.
+  /// not divide (naming the path and the shapes), a tensor that two modules share (a tied
+  /// embedding and head) split by one and not alike by the other, and a plan that splits no
+  /// parameter at all are each an InvalidArgument, and nothing is split. With `stages` (the
+  /// pipeline group holding the rest of the model), the last check counts the splits of every
+  /// stage, and so does the first when every stage holds the same plan (each stage's own
+  /// defaultPlan of a part built alone must match on that part). Collective over `stages`;
+  /// none over `comm`.
   TensorParallelModel(std::shared_ptr<nn::Module> model, std::shared_ptr<comm::Communicator> comm,
                       TensorParallelPlan plan, comm::Communicator* stages = nullptr);
   TensorParallelModel(const TensorParallelModel&) = delete;
@@ -225,6 +229,14 @@ class TensorParallelModel {
   const std::shared_ptr<comm::Communicator>& communicator() const { return comm_; }
 
  private:
+  // A module the plan names, with the index of the entry it takes.
+  struct Match {
+    std::string path;
+    nn::Module* module;
+    size_t entry;
+  };
+  void checkSharedTensors(const std::vector<Match>& matches) const;
+
   std::shared_ptr<nn::Module> model_;
   std::shared_ptr<comm::Communicator> comm_;
   TensorParallelPlan plan_;

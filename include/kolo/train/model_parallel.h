@@ -21,8 +21,13 @@
 
 namespace kolo::train {
 
-/// Builds the whole model. Called on every rank (each builds it alike: the same seed or the
-/// same weights file), which keeps only its part, and again on rank 0 by gatherModel().
+/// Builds the whole model, any module tree. Called on every rank (each builds it alike: the
+/// same seed or the same weights file), which keeps only its part, and again on rank 0 by
+/// gatherModel(). A pipeline (pp > 1) needs an nn::Sequential to cut into stages of layers;
+/// with pp = 1 (tensor parallelism, data-parallel replicas, one process) any nn::Module is
+/// trained whole under its own names, so a plan's paths are the model's ("blocks.*.attn.q").
+using ModelFactory = std::function<std::shared_ptr<nn::Module>()>;
+/// A factory of Sequential models (converts to a ModelFactory).
 using SequentialFactory = std::function<std::shared_ptr<nn::Sequential>()>;
 /// Builds only layers [begin, end) of the model (end < 0: to the last layer), with empty
 /// placeholders for the others (nn::makeLanguageModelPart), so that a stage never holds the
@@ -78,8 +83,9 @@ struct ModelParallelOptions {
   parallel::StageLossFn loss{};
 };
 
-/// Pipeline, tensor and hybrid (mesh) parallelism over the user's own nn::Sequential (a model
-/// of another shape goes inside one: Sequential{model}, its paths then "0.<path>"). Each
+/// Pipeline, tensor and hybrid (mesh) parallelism over the user's own model: any nn::Module
+/// for tensor parallelism and data-parallel replicas, an nn::Sequential (cut between its
+/// layers) when there are pipeline stages. Each
 /// step the ranks of one replica run the replica's share of the global batch through the
 /// model: every stage loads the whole share (the first reads its inputs, the last its
 /// labels), micro-batches flow under the schedule, tensor ranks split each layer, and the
@@ -89,14 +95,14 @@ struct ModelParallelOptions {
 /// cuts its part), so any layout, or a DataParallelEngine, may load what another saved.
 class ModelParallelEngine : public Engine {
  public:
-  /// Builds this rank's part of `model` (see SequentialFactory) with an optimizer over its
-  /// parameters (whole-model names) from `optimizer`. Blocking; collective over the
-  /// communicator (the mesh's groups are split off it; a measured split times the layers on
-  /// rank 0 and broadcasts the cut). Throws InvalidArgument for a mesh whose size is not the
-  /// communicator's, pp > 1 without splitAt or splitSample, split points that do not fit
-  /// the model, sizes that tp does not divide, a loss given with tp > 1, microBatches below 1.
-  ModelParallelEngine(SequentialFactory model, parallel::OptimizerFactory optimizer,
-                      ModelParallelOptions options);
+  /// Builds this rank's part of `model` (see ModelFactory; a SequentialFactory converts) with
+  /// an optimizer over its parameters (whole-model names) from `optimizer`. Blocking;
+  /// collective over the communicator (the mesh's groups are split off it; a measured split
+  /// times the layers on rank 0 and broadcasts the cut). Throws InvalidArgument for a mesh
+  /// whose size is not the communicator's, pp > 1 with a model that is not an nn::Sequential,
+  /// pp > 1 without splitAt or splitSample, split points that do not fit the model, sizes
+  /// that tp does not divide, a loss given with tp > 1, microBatches below 1.
+  ModelParallelEngine(ModelFactory model, parallel::OptimizerFactory optimizer, ModelParallelOptions options);
   ~ModelParallelEngine() override;
   ModelParallelEngine(const ModelParallelEngine&) = delete;
   ModelParallelEngine& operator=(const ModelParallelEngine&) = delete;
@@ -170,21 +176,22 @@ class ModelParallelEngine : public Engine {
   const std::shared_ptr<parallel::TensorParallelModel>& tensorModel() const { return tensorModel_; }
 
  private:
-  std::shared_ptr<nn::Sequential> buildLocalModel();
+  std::shared_ptr<nn::Module> buildLocalModel();
   std::vector<parallel::ModelPiece> weightPieces() const;
   std::vector<parallel::ModelPiece> optimizerPieces(const optim::StateDict& state) const;
   comm::Communicator* gatherGroup() const;
-  void countParameters();
+  void countParameters(const std::vector<parallel::TiedParameter>& ties);
   void requireSplitModulesReached();
 
-  SequentialFactory factory_;
+  ModelFactory factory_;
   ModelParallelOptions options_;
   parallel::MeshGroups groups_;
   std::vector<double> layerCosts_;
   std::shared_ptr<parallel::TensorParallelModel> tensorModel_;  // tp > 1
   std::unique_ptr<parallel::PipelineStage> stage_;
+  std::vector<parallel::TiedParameter> ties_;       // named in the options or found in the model
   std::unique_ptr<parallel::TiedGradients> tied_;  // copies of tied parameters on two stages
-  std::shared_ptr<nn::Sequential> whole_;  // rank 0 after gatherModel()
+  std::shared_ptr<nn::Module> whole_;  // rank 0 after gatherModel()
   bool wholeCurrent_ = false;
   int64_t modelParameters_ = 0;
   bool reachedChecked_ = false;

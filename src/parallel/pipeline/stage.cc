@@ -13,6 +13,7 @@
 // other at the same moment (1F1B's steady state) cannot block each other.
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "kolo/autograd.h"
 #include "kolo/error.h"
@@ -67,7 +68,23 @@ StageModule::StageModule(const nn::Sequential& model, int begin, int end)
   }
 }
 
+StageModule::StageModule(std::shared_ptr<nn::Module> whole) : begin_(0), end_(1), whole_(std::move(whole)) {
+  KOLO_REQUIRE(whole_ != nullptr, "pipeline stage: the model is null");
+  // The root's own tensors under their names, then its children: stateDict()'s order.
+  std::set<const TensorImpl*> buffers;
+  for (const auto& [name, t] : whole_->namedBuffers()) buffers.insert(t.impl());
+  for (const auto& [name, t] : whole_->stateDict()) {
+    if (name.find('.') != std::string::npos) continue;
+    if (buffers.count(t.impl()))
+      registerBuffer(name, t);
+    else
+      registerParameter(name, t);
+  }
+  for (const auto& [name, child] : whole_->children()) registerModule(name, child);
+}
+
 Tensor StageModule::forward(const Tensor& x) {
+  if (whole_) return (*whole_)(x);
   Tensor h = x;
   for (const auto& child : children()) h = recompute_ ? nn::checkpoint(*child.second, h) : (*child.second)(h);
   return h;
@@ -108,6 +125,19 @@ PipelineStage::PipelineStage(std::shared_ptr<comm::Communicator> comm, const nn:
   KOLO_REQUIRE(loss_ != nullptr, "pipeline: the last stage needs a loss function");
   module_ = std::make_shared<StageModule>(model, bounds_[static_cast<size_t>(stage_)],
                                           bounds_[static_cast<size_t>(stage_) + 1]);
+  optimizer_ = optimizerFactory(module_->namedParameters());
+}
+
+PipelineStage::PipelineStage(std::shared_ptr<comm::Communicator> comm, std::shared_ptr<nn::Module> model,
+                             PipelineOptions options, StageLossFn loss, const StageOptimizerFactory& optimizerFactory)
+    : comm_(std::move(comm)), options_(options), loss_(std::move(loss)) {
+  KOLO_REQUIRE(!comm_ || comm_->size() == 1, "pipeline: ", comm_ ? comm_->size() : 1,
+               " stages cut an nn::Sequential into its layers; this model is one stage");
+  KOLO_REQUIRE(options_.microBatches >= 1, "pipeline: micro-batches must be at least 1, got ",
+               options_.microBatches);
+  KOLO_REQUIRE(loss_ != nullptr, "pipeline: the last stage needs a loss function");
+  bounds_ = {0, 1};
+  module_ = std::make_shared<StageModule>(std::move(model));
   optimizer_ = optimizerFactory(module_->namedParameters());
 }
 

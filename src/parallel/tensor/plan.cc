@@ -72,8 +72,14 @@ TensorParallelPlan defaultPlan(const nn::Module& model) {
   auto& styles = plan.styles;
   std::set<std::string> inBlocks;  // the mlps of transformer blocks, planned with the block
   // namedModules() is not const; the walk only reads.
-  for (const auto& [path, module] : const_cast<nn::Module&>(model).namedModules()) {
-    if (dynamic_cast<const nn::TokenPositionEmbedding*>(module)) {
+  const auto modules = const_cast<nn::Module&>(model).namedModules();
+  std::set<const TensorImpl*> headTables;  // an embedding that shares one is split as the head
+  for (const auto& [path, module] : modules)
+    if (const auto* head = dynamic_cast<const nn::LanguageModelHead*>(module)) headTables.insert(head->weight.impl());
+  for (const auto& [path, module] : modules) {
+    const auto* embedding = dynamic_cast<const nn::Embedding*>(module);
+    if (dynamic_cast<const nn::TokenPositionEmbedding*>(module) || dynamic_cast<const nn::TokenEmbedding*>(module) ||
+        (embedding && headTables.count(embedding->weight.impl()))) {
       styles.emplace_back(path, vocabularyEmbedding());
     } else if (dynamic_cast<const nn::TransformerBlock*>(module)) {
       styles.emplace_back(join(path, "ln1"), sequenceNorm());

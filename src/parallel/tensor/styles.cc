@@ -271,6 +271,47 @@ void checkStyle(const std::string& path, nn::Module& module, const ParallelStyle
   }
 }
 
+std::vector<PlannedSplit> plannedSplits(const std::string& path, nn::Module& module, const ParallelStyle& style) {
+  using Kind = ParallelStyle::Kind;
+  std::vector<PlannedSplit> splits;
+  // The weight (and a column-wise layer's bias) of the Linear-like or table module at `at`.
+  auto add = [&](const std::string& at, nn::Module& m, ShardSpec spec, bool withBias) {
+    splits.push_back({join(at, "weight"), parameterOf(m, "weight"), spec});
+    if (const Tensor bias = parameterOf(m, "bias"); withBias && bias.defined())
+      splits.push_back({join(at, "bias"), bias, spec});
+  };
+  switch (style.kind) {
+    case Kind::ColumnWise:
+      add(path, module, {0, style.blocks}, true);
+      break;
+    case Kind::VocabularyHead:
+      add(path, module, {0, 1}, true);
+      break;
+    case Kind::RowWise:
+      add(path, module, {1, 1}, false);
+      break;
+    case Kind::VocabularyEmbedding:
+      if (parameterOf(module, "weight").defined())
+        add(path, module, {0, 1}, false);
+      else
+        add(join(path, "tok"), *childOf(module, "tok"), {0, 1}, false);
+      break;
+    case Kind::AttentionHeads:
+      if (dynamic_cast<const nn::GroupedQueryAttention*>(&module)) {
+        for (const char* name : {"q", "k", "v"}) add(join(path, name), *childOf(module, name), {0, 1}, true);
+        add(join(path, "o"), *childOf(module, "o"), {1, 1}, false);
+      } else {
+        add(join(path, "qkv"), *childOf(module, "qkv"), {0, 3}, true);
+        add(join(path, "proj"), *childOf(module, "proj"), {1, 1}, false);
+      }
+      break;
+    case Kind::SequenceNorm:
+    case Kind::Replicated:
+      break;
+  }
+  return splits;
+}
+
 void applyStyle(const std::string& path, nn::Module& module, const ParallelStyle& style,
                 SplitContext& context) {
   using Kind = ParallelStyle::Kind;

@@ -37,6 +37,17 @@ struct SplitContext {
 /// `style` splits or T = parts does not divide a split size.
 void checkStyle(const std::string& path, nn::Module& module, const ParallelStyle& style, int parts);
 
+/// One parameter a style splits: its whole-model name, the tensor, and how it is cut.
+struct PlannedSplit {
+  std::string name;
+  Tensor tensor;
+  ShardSpec spec;
+};
+
+/// The parameters applyStyle would split in `module` (at `path`), without splitting them;
+/// checkStyle must have passed.
+std::vector<PlannedSplit> plannedSplits(const std::string& path, nn::Module& module, const ParallelStyle& style);
+
 /// Splits `module` (at `path`) in place as `style` says; checkStyle must have passed.
 void applyStyle(const std::string& path, nn::Module& module, const ParallelStyle& style,
                 SplitContext& context);

@@ -5,6 +5,7 @@
 #include "kolo/parallel/tensor_parallel.h"
 
 #include <exception>
+#include <functional>
 #include <set>
 
 #include "kolo/autograd.h"
@@ -46,6 +47,19 @@ Tensor unshardTensor(const std::vector<Tensor>& parts, int dim, int blocks) {
   return cat(pieces, dim).detach().contiguous();
 }
 
+namespace {
+
+// A fingerprint of a plan's entries (patterns, styles) and sequence parallelism, exact in a
+// double: stages that hold equal plans print equal numbers.
+double planPrint(const TensorParallelPlan& plan) {
+  std::string text = plan.sequenceParallel ? "sp" : "";
+  for (const auto& [pattern, style] : plan.styles)
+    text += pattern + '\n' + styleName(style) + '\n';
+  return static_cast<double>(std::hash<std::string>{}(text) & ((uint64_t{1} << 52) - 1));
+}
+
+}  // namespace
+
 TensorParallelModel::TensorParallelModel(std::shared_ptr<nn::Module> model,
                                          std::shared_ptr<comm::Communicator> comm,
                                          TensorParallelPlan plan, comm::Communicator* stages)
@@ -54,11 +68,6 @@ TensorParallelModel::TensorParallelModel(std::shared_ptr<nn::Module> model,
   KOLO_REQUIRE(comm_ != nullptr, "TensorParallelModel: tensor parallelism needs a communicator");
   // Which entry each module takes: the first that matches, none inside a module whose style
   // splits its children itself.
-  struct Match {
-    std::string path;
-    nn::Module* module;
-    size_t entry;
-  };
   std::vector<Match> matches;
   std::vector<double> counts(plan_.styles.size() + 2, 0.0);  // per entry, then splits, problems
   std::string covered;  // the path prefix of the last module that covers its children
@@ -80,6 +89,7 @@ TensorParallelModel::TensorParallelModel(std::shared_ptr<nn::Module> model,
   try {
     for (const Match& m : matches)
       detail::checkStyle(m.path, *m.module, plan_.styles[m.entry].second, comm_->size());
+    checkSharedTensors(matches);
   } catch (const InvalidArgument&) {
     problem = std::current_exception();
   }
@@ -89,15 +99,29 @@ TensorParallelModel::TensorParallelModel(std::shared_ptr<nn::Module> model,
     if (kind != Kind::Replicated && kind != Kind::SequenceNorm) counts[counts.size() - 2] += 1;
   }
   counts.back() = problem ? 1.0 : 0.0;
-  if (stages && stages->size() > 1)
-    stages->allreduce(counts.data(), counts.data(), counts.size(), DType::F64, comm::ReduceOp::Sum);
+  // The stages hold the same plan (one of the user's), or each its own (the default plan of a
+  // part built alone): the per-entry counts are summed over the stages only in the first case,
+  // so every stage first learns which it is, and the collectives' sizes agree.
+  bool samePlan = true;
+  if (stages && stages->size() > 1) {
+    const double print = planPrint(plan_);
+    double extremes[2] = {print, -print};
+    stages->allreduce(extremes, extremes, 2, DType::F64, comm::ReduceOp::Max);
+    samePlan = extremes[0] == -extremes[1];
+    if (samePlan)
+      stages->allreduce(counts.data(), counts.data(), counts.size(), DType::F64, comm::ReduceOp::Sum);
+    else
+      stages->allreduce(counts.data() + counts.size() - 2, counts.data() + counts.size() - 2, 2, DType::F64,
+                        comm::ReduceOp::Sum);
+  }
   if (problem) std::rethrow_exception(problem);
   KOLO_REQUIRE(counts.back() == 0.0, "TensorParallelModel: another pipeline stage refused the plan '",
                plan_.name, "'");
+  const bool overStages = stages && stages->size() > 1 && samePlan;
   for (size_t e = 0; e < plan_.styles.size(); ++e)
     KOLO_REQUIRE(counts[e] > 0, "tensor-parallel plan '", plan_.name, "': the pattern '",
                  plan_.styles[e].first, "' (", styleName(plan_.styles[e].second),
-                 ") matches no module of the model", stages && stages->size() > 1 ? " on any stage" : "");
+                 ") matches no module of the model", overStages ? " on any stage" : "");
   KOLO_REQUIRE(counts[counts.size() - 2] > 0, "tensor-parallel plan '", plan_.name,
                "' splits no parameter of the model: ",
                plan_.styles.empty() ? "it has no entries"
@@ -115,6 +139,40 @@ TensorParallelModel::TensorParallelModel(std::shared_ptr<nn::Module> model,
   vocabularyOutput_ = context.vocabularyOutput;
   reached_ = std::move(context.reached);
   reachedChecked_ = stages != nullptr && stages->size() > 1;  // the engine checks each stage
+}
+
+void TensorParallelModel::checkSharedTensors(const std::vector<Match>& matches) const {
+  // A tensor held by two modules (a tied embedding and head) is one shard on each rank, so
+  // every module that holds it must be split, and split alike: otherwise a replicated module
+  // would compute with a shard.
+  struct Split {
+    std::string name, path, style;
+    ShardSpec spec;
+  };
+  std::map<const TensorImpl*, Split> byTensor;
+  std::set<std::string> names;
+  for (const Match& m : matches) {
+    const ParallelStyle& style = plan_.styles[m.entry].second;
+    for (const detail::PlannedSplit& split : detail::plannedSplits(m.path, *m.module, style)) {
+      names.insert(split.name);
+      const auto [at, fresh] =
+          byTensor.emplace(split.tensor.impl(), Split{split.name, m.path, styleName(style), split.spec});
+      KOLO_REQUIRE(fresh || (at->second.spec.dim == split.spec.dim && at->second.spec.blocks == split.spec.blocks),
+                   "tensor-parallel plan '", plan_.name, "': '", split.name, "' (module '", m.path, "', ",
+                   styleName(style), ") is the same tensor as '", at->second.name, "' (module '", at->second.path,
+                   "', ", at->second.style, "), which is split another way");
+    }
+  }
+  for (const auto& [name, t] : model_->stateDict()) {
+    const auto at = byTensor.find(t.impl());
+    if (at == byTensor.end() || names.count(name)) continue;
+    const size_t dot = name.rfind('.');
+    KOLO_THROW(InvalidArgument, "tensor-parallel plan '", plan_.name, "': '", name, "' is the same tensor as '",
+               at->second.name, "', which module '", at->second.path, "' splits (", at->second.style,
+               "), but the plan does not split module '", dot == std::string::npos ? std::string() : name.substr(0, dot),
+               "' alike (a tied embedding and head: vocabularyEmbedding() for the table, vocabularyHead() "
+               "for the head)");
+  }
 }
 
 void TensorParallelModel::requireReached(nn::Module* part) const {
