@@ -145,8 +145,9 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
       ->check(atLeast(1));
   r.option("--accumulate", c.accumulate,
            "gradient accumulation: each replica takes its part of every --batch as K micro-batches, forward and "
-           "backward one after the other, and the gradients travel once, after the last (DDP's no_sync)",
-           {"one-device", "mirrored", "multi-worker-mirrored", "central-storage"})
+           "backward one after the other, and the gradients travel once, after the last (DDP's no_sync; fsdp "
+           "reduce-scatters each micro-batch's into the sharded sum)",
+           {"one-device", "mirrored", "multi-worker-mirrored", "central-storage", "fsdp"})
       ->capture_default_str()
       ->check(atLeast(1));
   r.option("--optimizer", c.optimizer, "sgd, adam or adamw (default sgd)")->check(oneOf({"sgd", "adam", "adamw"}));

@@ -120,8 +120,9 @@ class Strategy {
   /// (DDP's no_sync); then one update. Without batch norm this is one step on the whole
   /// rows (to float rounding); a batch norm normalises each micro-batch with its own
   /// statistics, as in PyTorch. trainStep() then needs rows divisible by localReplicas() x
-  /// microBatches. Throws InvalidArgument for microBatches < 1, or > 1 where the strategy
-  /// cannot accumulate (fsdp).
+  /// microBatches. fsdp reduce-scatters every micro-batch's gradients and adds them in the
+  /// shards (gradients stay sharded; K reduce-scatters a step). Throws InvalidArgument for
+  /// microBatches < 1.
   virtual void setAccumulate(int microBatches);
   /// The micro-batches of each step (1: no accumulation).
   int accumulate() const { return accumulate_; }

@@ -164,7 +164,7 @@ class DataParallelEngine : public Engine {
   /// split over the local replicas; with balancing the whole global batch, of which this
   /// rank takes its share). Returns the global mean loss. Blocking; collective.
   double step(const data::Batch& batch, double lr) override;
-  /// Every strategy but fsdp accumulates (parallel::Strategy::setAccumulate); not with
+  /// Every strategy accumulates (parallel::Strategy::setAccumulate); not with
   /// balancing (InvalidArgument).
   void setAccumulate(int microBatches) override;
   EvaluateResult evaluate(const data::Dataset& dataset, EvaluateOptions options = {}) override;

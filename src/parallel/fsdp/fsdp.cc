@@ -65,47 +65,33 @@ class FsdpStrategy : public Strategy {
   int localReplicas() const override { return 1; }
   int dataRank() const override { return world_->rank(); }
   int dataWorldSize() const override { return world_->size(); }
-  // Each unit's gradients are reduce-scattered as soon as backward finishes them, and the
-  // whole ones freed: there is no local sum to accumulate into.
-  void setAccumulate(int microBatches) override {
-    KOLO_REQUIRE(microBatches == 1, "fsdp does not accumulate gradients over micro-batches (accumulate ",
-                 microBatches, "): use a larger batch, or multi-worker-mirrored");
-  }
-
+  // Gradient accumulation (Strategy::setAccumulate, the base's): every micro-batch's backward
+  // reduce-scatters each unit's gradients as a step without it does, and the shard adds them
+  // to what the earlier micro-batches left (each loss scaled by 1/K), so gradients stay
+  // sharded between micro-batches; the price is K reduce-scatters a step (and, under ZeRO-3,
+  // K gathers), as PyTorch FSDP accumulates outside no_sync. Keeping the whole gradients
+  // until the last micro-batch (no_sync) would send them once but hold a whole model's
+  // gradients, which is what sharding is for not holding.
   StepResult trainStep(const Tensor& inputs, const Tensor& labels) override {
     KOLO_REQUIRE(inputs.defined() && labels.defined(), "fsdp: undefined batch");
     KOLO_REQUIRE(inputs.size(0) == labels.size(0), "fsdp: a batch of ", inputs.size(0),
                  " inputs and ", labels.size(0), " labels");
+    const int micro = accumulate_;
+    KOLO_REQUIRE(inputs.size(0) % micro == 0, "fsdp: batch of ", inputs.size(0),
+                 " samples does not split evenly over ", micro, " micro-batches of accumulation");
     keepGathered_ = false;
     whole_.reset();  // a checkpoint's whole optimizer state is not kept between steps
-    for (Unit& unit : units_) {
-      release(unit);
-      unit.ready = 0;
-      unit.reduced = false;
-      unit.gradFlat = Tensor();
-      unit.referencesBeforeForward = references(unit);
-      unit.readInBackward = true;
+    double local = 0.0;
+    for (int m = 0; m < micro; ++m) {
+      microBatch_ = m;
+      const int64_t rows = inputs.size(0), begin = rows * m / micro, end = rows * (m + 1) / micro;
+      const Tensor x = micro == 1 ? inputs : inputs.slice(0, begin, end).contiguous();
+      const Tensor y = micro == 1 ? labels : labels.slice(0, begin, end).contiguous();
+      local += forwardBackward(x, y, micro);
     }
-    // The first step records the order in which forward reaches the units; later steps
-    // prefetch along it (PyTorch FSDP's forward-order recording).
-    recording_ = !orderKnown_;
-    Tensor loss = loss_(*model_, inputs, labels);
-    if (recording_) {
-      orderKnown_ = true;
-      recording_ = false;
-      position_.assign(units_.size(), -1);
-      for (size_t i = 0; i < forwardOrder_.size(); ++i)
-        if (position_[forwardOrder_[i]] < 0) position_[forwardOrder_[i]] = static_cast<int>(i);
-    }
-    {
-      trace::Scope span("backward", "compute");
-      loss.backward();
-    }
-    // A unit some of whose parameters got no gradient: the missing ones count as zeros.
-    for (Unit& unit : units_)
-      if (!unit.reduced) reduceScatter(unit);
+    microBatch_ = 0;
+    local /= micro;
     if (options_.clipNorm > 0.0) clipGradients();
-    const double local = loss.item();
     double sum = 0;
     world_->allreduce(&local, &sum, 1, DType::F64, comm::ReduceOp::Sum, options_.collective);
     {
@@ -121,6 +107,40 @@ class FsdpStrategy : public Strategy {
   }
 
   nn::Module& model() override { return *model_; }
+  // One micro-batch's forward and backward (its loss scaled by 1/micro) and every unit's
+  // reduce-scatter; returns its mean loss.
+  double forwardBackward(const Tensor& inputs, const Tensor& labels, int micro) {
+    for (Unit& unit : units_) {
+      release(unit);
+      unit.ready = 0;
+      unit.reduced = false;
+      unit.gradFlat = Tensor();
+      unit.referencesBeforeForward = references(unit);
+      unit.readInBackward = true;
+    }
+    // The first forward records the order in which it reaches the units; later ones
+    // prefetch along it (PyTorch FSDP's forward-order recording).
+    recording_ = !orderKnown_;
+    Tensor loss = loss_(*model_, inputs, labels);
+    if (recording_) {
+      orderKnown_ = true;
+      recording_ = false;
+      position_.assign(units_.size(), -1);
+      for (size_t i = 0; i < forwardOrder_.size(); ++i)
+        if (position_[forwardOrder_[i]] < 0) position_[forwardOrder_[i]] = static_cast<int>(i);
+    }
+    const double value = loss.item();
+    if (micro > 1) loss = loss * (1.0 / micro);
+    {
+      trace::Scope span("backward", "compute");
+      loss.backward();
+    }
+    // A unit some of whose parameters got no gradient: the missing ones count as zeros.
+    for (Unit& unit : units_)
+      if (!unit.reduced) reduceScatter(unit);
+    return value;
+  }
+
   optim::Optimizer& optimizer() override { return *optimizer_; }
   optim::Optimizer& checkpointOptimizer() override {
     if (!whole_) whole_ = optimizers_(model_->namedParameters());
@@ -444,15 +464,23 @@ class FsdpStrategy : public Strategy {
     std::fill(flat + unit.numel, flat + unit.padded, 0.0f);
     fillStorage(*unit.gradShard.impl()->storage, unit.shardLength);
     float* shard = unit.gradShard.data<float>();
-    shard_->reduceScatter(flat, shard, static_cast<size_t>(unit.shardLength), DType::F32,
+    // A later micro-batch of an accumulating step reduces into a part of its own, added to
+    // the shard below.
+    Tensor part = microBatch_ > 0 ? Tensor::empty({unit.shardLength}) : Tensor();
+    float* into = part.defined() ? part.data<float>() : shard;
+    shard_->reduceScatter(flat, into, static_cast<size_t>(unit.shardLength), DType::F32,
                           comm::ReduceOp::Sum, options_.collective);
     buffer = Tensor();  // the whole gradients go before anything else is allocated
     // HSDP: the other groups summed the same shard over their own ranks.
     if (replicas_)
-      replicas_->allreduce(shard, shard, static_cast<size_t>(unit.shardLength), DType::F32,
+      replicas_->allreduce(into, into, static_cast<size_t>(unit.shardLength), DType::F32,
                            comm::ReduceOp::Sum, options_.collective);
     const float scale = 1.0f / static_cast<float>(world_->size());
-    for (int64_t j = 0; j < unit.shardLength; ++j) shard[j] *= scale;
+    if (part.defined()) {
+      for (int64_t j = 0; j < unit.shardLength; ++j) shard[j] += into[j] * scale;
+    } else {
+      for (int64_t j = 0; j < unit.shardLength; ++j) shard[j] *= scale;
+    }
     unit.reduced = true;
   }
 
@@ -468,6 +496,7 @@ class FsdpStrategy : public Strategy {
   std::unique_ptr<optim::Optimizer> optimizer_;  // over this rank's pieces
   std::unique_ptr<optim::Optimizer> whole_;      // checkpoints: over the whole parameters
   bool keepGathered_ = true;
+  int microBatch_ = 0;               // of the step's accumulate_ micro-batches
   bool recording_ = false;           // this forward appends to forwardOrder_
   bool orderKnown_ = false;          // forwardOrder_ holds the first step's order
   std::vector<size_t> forwardOrder_;  // units in the order forward reached them
