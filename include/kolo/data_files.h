@@ -177,6 +177,17 @@ class Subset : public Dataset {
   std::vector<int64_t> indices_;
 };
 
+/// What a path given as a dataset holds.
+enum class DataPathKind { FashionMnist, Table, NumPy, ImageFolder, Shards };
+
+/// The kind of dataset `path` names, from its name and what is there: a comma-separated list
+/// or a glob ("DIR/*.npz") names Shards (openShards); a .csv/.tsv file a Table (readCsv);
+/// .npy/.npz NumPy (loadNpyDataset); kFashionMnistDir, a directory holding
+/// train-images-idx3-ubyte.gz, or a path that does not exist FashionMnist (whose reader then
+/// names the missing directory and its Debian package); any other directory an ImageFolder.
+/// Throws InvalidArgument naming the path and the kinds for anything else.
+DataPathKind dataPathKind(const std::string& path);
+
 /// A train/test split of one dataset.
 struct Split {
   std::shared_ptr<Subset> train;

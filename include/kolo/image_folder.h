@@ -68,6 +68,16 @@ class ImageFolder : public Dataset {
   int64_t channels_ = 0, height_ = 0, width_ = 0;
 };
 
+/// Per-channel mean and standard deviation of pixel / 255, what ImageFolderOptions::mean and
+/// ::stddev take (as torchvision users compute for transforms.Normalize).
+struct ChannelStatistics {
+  std::vector<float> mean, stddev;
+};
+
+/// The statistics of `images` over up to `maxImages` of them, evenly spaced in sample order,
+/// decoded without augmentation (stddev at least 1e-3). Throws what ImageFolder::gather throws.
+ChannelStatistics channelStatistics(const ImageFolder& images, int64_t maxImages = 2048);
+
 /// A decoded image: channels x height x width bytes, channel-interleaved (HWC), as the file
 /// holds them.
 struct DecodedImage {

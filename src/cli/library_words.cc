@@ -25,6 +25,7 @@ constexpr std::pair<const char*, const char*> kFlags[] = {
     // The parsers of option text: the flag whose value each reads.
     {"parseMethod", "--algorithm"},
     {"parsePartition", "--partition"},
+    {"dataPathKind", "--data"},
     {"parseMeshShape", "--mesh"},
     {"parseSplitPoints", "--split-at"},
     {"parseMode", "--ps-mode"},

@@ -3,8 +3,6 @@
 // seeded tenth held out), the training split's standardisation, and the sizes the built-in
 // models take from it.
 #include <algorithm>
-#include <cmath>
-#include <filesystem>
 
 #include "cli/train_loop.h"
 #include "kolo/data_files.h"
@@ -39,52 +37,7 @@ bool endsWith(const std::string& text, const std::string& tail) {
   return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-enum class Kind { FashionMnist, Table, NumPy, Images, Shards };
-
-Kind kindOf(const std::string& path) {
-  // A list or a glob: shards (one file alone is read as itself).
-  if (path.find_first_of(",*?[") != std::string::npos) return Kind::Shards;
-  if (endsWith(path, ".csv") || endsWith(path, ".tsv")) return Kind::Table;
-  if (endsWith(path, ".npy") || endsWith(path, ".npz")) return Kind::NumPy;
-  // A missing directory: the Fashion-MNIST reader names it and the Debian package.
-  if (path == data::kFashionMnistDir || std::filesystem::exists(path + "/train-images-idx3-ubyte.gz") ||
-      !std::filesystem::exists(path))
-    return Kind::FashionMnist;
-  if (std::filesystem::is_directory(path)) return Kind::Images;
-  KOLO_THROW(InvalidArgument, "--data ", path,
-             ": expected a .csv or .tsv table, .npy arrays (with --labels), an .npz archive, a folder of images per "
-             "class (DIR/CLASS/*.png|jpg), shards ('DIR/*.npz', or a comma-separated list), or the directory of "
-             "the Fashion-MNIST *-ubyte.gz files");
-}
-
-// The per-channel mean and standard deviation of pixel / 255 over up to 2048 of `images`,
-// evenly spaced, without augmentation.
-void channelStatistics(const data::ImageFolder& images, std::vector<float>& mean, std::vector<float>& stddev) {
-  const int64_t n = images.size(), take = std::min<int64_t>(n, 2048);
-  std::vector<int64_t> picked;
-  for (int64_t i = 0; i < take; ++i) picked.push_back(i * n / take);
-  const int64_t c = images.channels(), plane = images.height() * images.width();
-  std::vector<double> sum(size_t(c), 0.0), squares(size_t(c), 0.0);
-  for (size_t begin = 0; begin < picked.size(); begin += 256) {
-    const std::vector<int64_t> part(picked.begin() + std::ptrdiff_t(begin),
-                                    picked.begin() + std::ptrdiff_t(std::min(picked.size(), begin + 256)));
-    const data::Batch batch = images.gather(part);
-    const float* x = batch.inputs.data<float>();
-    for (size_t r = 0; r < part.size(); ++r)
-      for (int64_t k = 0; k < c; ++k)
-        for (int64_t p = 0; p < plane; ++p) {
-          const double v = x[(int64_t(r) * c + k) * plane + p];
-          sum[size_t(k)] += v;
-          squares[size_t(k)] += v * v;
-        }
-  }
-  const double count = double(take * plane);
-  for (int64_t k = 0; k < c; ++k) {
-    const double m = sum[size_t(k)] / count;
-    mean.push_back(float(m));
-    stddev.push_back(float(std::max(1e-3, std::sqrt(std::max(0.0, squares[size_t(k)] / count - m * m)))));
-  }
-}
+using Kind = data::DataPathKind;
 
 // A sample shape's channels, height and width as the built-in models take them: [F] is a
 // table's row (1 x 1 x F), [H, W] a grey image, [C, H, W] an image of C channels.
@@ -117,11 +70,11 @@ std::string classList(const std::vector<std::string>& names) {
 
 }  // namespace
 
-bool readsFashionMnist(const TrainConfig& config) { return kindOf(config.dataDir) == Kind::FashionMnist; }
+bool readsFashionMnist(const TrainConfig& config) { return data::dataPathKind(config.dataDir) == Kind::FashionMnist; }
 
 RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger) {
   RunDatasets sets;
-  const Kind kind = kindOf(config.dataDir);
+  const Kind kind = data::dataPathKind(config.dataDir);
   KOLO_REQUIRE(kind == Kind::NumPy || (config.labelsPath.empty() && config.testLabelsPath.empty()),
                "--labels and --test-labels go with .npy arrays in --data and --test-data");
   KOLO_REQUIRE(kind == Kind::Table || kind == Kind::Shards || !config.givenFlags.count("--label-column"),
@@ -150,7 +103,7 @@ RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger) {
       test = std::make_shared<data::TensorDataset>(other.inputs, other.labels);
       classes = std::max(classes, other.classes);
     }
-  } else if (kind == Kind::Images) {
+  } else if (kind == Kind::ImageFolder) {
     // Training images augmented (random crop with 4 pixels of padding, horizontal flips) from
     // --seed, normalised per channel with the training folder's statistics.
     data::ImageFolderOptions options;
@@ -168,7 +121,9 @@ RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger) {
                    "--image-size ", config.imageSize, ": expected N or HxW, each in [1, 8192]");
     }
     const auto plain = std::make_shared<data::ImageFolder>(config.dataDir, options);
-    channelStatistics(*plain, options.mean, options.stddev);
+    data::ChannelStatistics statistics = data::channelStatistics(*plain);
+    options.mean = std::move(statistics.mean);
+    options.stddev = std::move(statistics.stddev);
     options.classNames = plain->classNames();
     data::ImageFolderOptions augmented = options;
     augmented.augment = config.augment;
@@ -215,11 +170,11 @@ RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger) {
       classes = std::max(classes, other->classes());
     }
   }
-  if (!test || test == train || (kind == Kind::Images && config.testData.empty())) {
+  if (!test || test == train || (kind == Kind::ImageFolder && config.testData.empty())) {
     // No test file: a seeded tenth of the data is held out, the same for every rank.
     const data::Split split = data::splitDataset(train, 0.1, true, config.seed);
     logger.info("held out a test split", {{"train", split.train->size()}, {"test", split.test->size()}});
-    test = kind == Kind::Images ? std::make_shared<data::Subset>(test, split.test->indices()) : split.test;
+    test = kind == Kind::ImageFolder ? std::make_shared<data::Subset>(test, split.test->indices()) : split.test;
     train = split.train;
   }
   if (config.trainLimit > 0 && config.trainLimit < train->size()) {

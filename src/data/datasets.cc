@@ -1,9 +1,12 @@
-// In-memory datasets: TensorDataset (two tensors) and Fashion-MNIST loaded from IDX files.
+// In-memory datasets: TensorDataset (two tensors) and Fashion-MNIST loaded from IDX files; what
+// kind of dataset a path names.
 #include <sys/stat.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "kolo/data.h"
+#include "kolo/data_files.h"
 
 namespace kolo::data {
 
@@ -104,5 +107,24 @@ TensorDataset loadFashionMnist(const std::string& dir, bool train, int64_t maxIt
 
 FashionMnist::FashionMnist(const std::string& dir, bool train, int64_t maxItems)
     : TensorDataset(loadFashionMnist(dir, train, maxItems)) {}
+
+DataPathKind dataPathKind(const std::string& path) {
+  const auto endsWith = [&](const char* tail) {
+    const size_t n = std::strlen(tail);
+    return path.size() >= n && path.compare(path.size() - n, n, tail) == 0;
+  };
+  // A list or a glob: shards (one file alone is read as itself).
+  if (path.find_first_of(",*?[") != std::string::npos) return DataPathKind::Shards;
+  if (endsWith(".csv") || endsWith(".tsv")) return DataPathKind::Table;
+  if (endsWith(".npy") || endsWith(".npz")) return DataPathKind::NumPy;
+  if (path == kFashionMnistDir || std::filesystem::exists(path + "/train-images-idx3-ubyte.gz") ||
+      !std::filesystem::exists(path))
+    return DataPathKind::FashionMnist;
+  if (std::filesystem::is_directory(path)) return DataPathKind::ImageFolder;
+  KOLO_THROW(InvalidArgument, "dataPathKind: ", path,
+             ": expected a .csv or .tsv table, .npy arrays, an .npz archive, a folder of images per class "
+             "(DIR/CLASS/*.png|jpg), shards ('DIR/*.npz', or a comma-separated list), or the directory of the "
+             "Fashion-MNIST *-ubyte.gz files");
+}
 
 }  // namespace kolo::data

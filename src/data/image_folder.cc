@@ -179,4 +179,34 @@ Batch ImageFolder::gatherForEpoch(const std::vector<int64_t>& indices, int64_t e
   return batch;
 }
 
+ChannelStatistics channelStatistics(const ImageFolder& images, int64_t maxImages) {
+  KOLO_REQUIRE(maxImages > 0, "channelStatistics: maxImages ", maxImages, " must be positive");
+  const int64_t n = images.size(), take = std::min(n, maxImages);
+  std::vector<int64_t> picked;
+  for (int64_t i = 0; i < take; ++i) picked.push_back(i * n / take);
+  const int64_t c = images.channels(), plane = images.height() * images.width();
+  std::vector<double> sum(size_t(c), 0.0), squares(size_t(c), 0.0);
+  for (size_t begin = 0; begin < picked.size(); begin += 256) {  // 256 images decoded at a time
+    const std::vector<int64_t> part(picked.begin() + std::ptrdiff_t(begin),
+                                    picked.begin() + std::ptrdiff_t(std::min(picked.size(), begin + 256)));
+    const Batch batch = images.gather(part);
+    const float* x = batch.inputs.data<float>();
+    for (size_t r = 0; r < part.size(); ++r)
+      for (int64_t k = 0; k < c; ++k)
+        for (int64_t p = 0; p < plane; ++p) {
+          const double v = x[(int64_t(r) * c + k) * plane + p];
+          sum[size_t(k)] += v;
+          squares[size_t(k)] += v * v;
+        }
+  }
+  ChannelStatistics out;
+  const double count = double(take * plane);
+  for (int64_t k = 0; k < c; ++k) {
+    const double m = sum[size_t(k)] / count;
+    out.mean.push_back(float(m));
+    out.stddev.push_back(float(std::max(1e-3, std::sqrt(std::max(0.0, squares[size_t(k)] / count - m * m)))));
+  }
+  return out;
+}
+
 }  // namespace kolo::data

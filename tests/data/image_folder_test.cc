@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -84,6 +85,35 @@ TEST(ImageFolder, PixelsMatchPilInClassOrder) {
                     pixels[size_t(((i * 5 + y) * 7 + x) * 3 + c)] / 255.0f)
               << images.file(i) << " channel " << c << " at " << y << "," << x;
   }
+  // Per-channel statistics of pixel / 255, from PIL's pixels.
+  const ChannelStatistics statistics = channelStatistics(images);
+  ASSERT_EQ(statistics.mean.size(), 3u);
+  for (size_t c = 0; c < 3; ++c) {
+    double sum = 0, squares = 0;
+    for (size_t v = c; v < pixels.size(); v += 3) {
+      sum += pixels[v] / 255.0;
+      squares += (pixels[v] / 255.0) * (pixels[v] / 255.0);
+    }
+    const double n = double(pixels.size() / 3), mean = sum / n;
+    EXPECT_NEAR(statistics.mean[c], mean, 1e-6) << "channel " << c;
+    EXPECT_NEAR(statistics.stddev[c], std::sqrt(squares / n - mean * mean), 1e-6) << "channel " << c;
+  }
+  // Two of six images, evenly spaced: images 0 and 3.
+  double firstAndFourth = 0;
+  for (const size_t image : {0u, 3u})
+    for (size_t v = 0; v < 35; ++v) firstAndFourth += pixels[image * 105 + v * 3] / 255.0;
+  EXPECT_NEAR(channelStatistics(images, 2).mean[0], firstAndFourth / 70, 1e-6);
+
+  // What a dataset path names.
+  EXPECT_EQ(dataPathKind(dir / "root"), DataPathKind::ImageFolder);
+  EXPECT_EQ(dataPathKind(dir / "expected.npy"), DataPathKind::NumPy);
+  EXPECT_EQ(dataPathKind(dir / "table.csv"), DataPathKind::Table);
+  EXPECT_EQ(dataPathKind(dir / "a.npz," + (dir / "b.npz")), DataPathKind::Shards);
+  EXPECT_EQ(dataPathKind(dir / "root/*/0.png"), DataPathKind::Shards);
+  EXPECT_EQ(dataPathKind(dir / "missing"), DataPathKind::FashionMnist);
+  EXPECT_THAT(errorOf([&] { dataPathKind(dir / "root/cat/notes.txt"); }),
+              HasSubstr("root/cat/notes.txt: expected a .csv or .tsv table"));
+
   const ImageFolder grey(dir / "grey");
   EXPECT_EQ(grey.channels(), 1);
   const ImageFolder resized(dir / "grey", {.height = 3, .width = 4, .channels = 3});
