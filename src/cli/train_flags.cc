@@ -427,7 +427,8 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
          {"tensor", "pipeline"});
   r.option("--mesh", c.mesh,
            "hybrid: dp=D,pp=P (D replicas of a P-stage pipeline) or dp=D,tp=T; gradients are averaged between "
-           "replicas; run under kolo run -n D*P (or D*T)");
+           "replicas (with --strategy fsdp and dp=D,tp=T, the replicas shard each tensor rank's part again); run "
+           "under kolo run -n D*P (or D*T)");
   r.option("--micro-batches", c.microBatches, "pipeline: micro-batches per step (--batch must be a multiple)",
            {"pipeline", "lm"})
       ->capture_default_str()
@@ -526,6 +527,7 @@ void TrainFlags::finish(const CLI::App& app) {
 std::string effectiveStrategy(const TrainConfig& config) {
   if (config.mesh.empty()) return config.strategy;
   const parallel::MeshShape shape = parallel::parseMeshShape(config.mesh);
+  if (config.strategy == "fsdp" || config.shardReplicas) return "fsdp";  // fsdp over the replicas
   return shape.pp == 1 && shape.tp > 1 ? "tensor" : "pipeline";
 }
 

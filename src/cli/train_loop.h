@@ -86,6 +86,7 @@ struct TrainConfig {
   int shardGroup = 0;
   bool hsdp = false;
   int64_t unitParams = 0;
+  bool shardReplicas = false;  // --strategy fsdp with --mesh dp=D,tp=T: fsdp over the replicas
   std::string compress = "none";
   bool balance = false;
   int64_t balanceEvery = 10;

@@ -62,6 +62,12 @@ parallel::MeshShape checkModelParallelFlags(TrainConfig& config, Family family) 
     // tensor groups when tp > 1), or tensor parallelism alone when pp = 1.
     shape = parallel::parseMeshShape(config.mesh);
     KOLO_REQUIRE(config.stages == 1 && config.tp == 1, "--mesh sets the stages and --tp; give one or the other");
+    // --strategy fsdp with a mesh: the replicas of the tensor ranks are sharded (2-D fsdp x tp).
+    if (config.strategy == "fsdp") {
+      KOLO_REQUIRE(shape.pp == 1 && shape.dp > 1, "--strategy fsdp with --mesh shards the replicas of tensor "
+                   "ranks, --mesh dp=D,tp=T with D > 1 and no pp; --mesh ", config.mesh, " is not");
+      config.shardReplicas = true;
+    }
     config.strategy = shape.pp == 1 && shape.tp > 1 ? "tensor" : "pipeline";
     config.stages = shape.pp;
     config.tp = shape.tp;
@@ -75,8 +81,9 @@ parallel::MeshShape checkModelParallelFlags(TrainConfig& config, Family family) 
   KOLO_REQUIRE(tensor || config.tp > 1 || !config.sequenceParallel,
                "--sequence-parallel needs --strategy tensor (or a mesh with tp)");
   KOLO_REQUIRE(lm || !config.sequenceParallel, "--sequence-parallel works with --model lm only");
-  KOLO_REQUIRE(config.clipNorm == 0.0 || config.strategy == "fsdp", "--clip-norm is not available with --model lm "
-               "or --strategy pipeline or tensor, except under --strategy fsdp");
+  KOLO_REQUIRE(config.clipNorm == 0.0 || config.strategy == "fsdp" || config.shardReplicas,
+               "--clip-norm is not available with --model lm or --strategy pipeline or tensor, except under "
+               "--strategy fsdp");
   if (lm && !config.givenFlags.count("--batch")) config.batch = kDefaultLmBatch;
   KOLO_REQUIRE(config.batch % (shape.dp * config.microBatches) == 0, "--batch ", config.batch,
                " cannot be split into ", shape.dp * config.microBatches, " equal micro-batches (", shape.dp,
@@ -234,6 +241,11 @@ std::unique_ptr<train::Engine> makeModelParallelEngine(const TrainConfig& config
   const bool perBlock = config.recompute && shape.pp == 1 && shape.tp == 1;
   options.recompute = config.recompute && !perBlock;
   options.sequenceParallel = config.sequenceParallel;
+  if (config.shardReplicas)
+    options.fsdp = parallel::FsdpOptions{.shard = parallel::parseShardLevel(config.shard),
+                                         .shardGroup = config.hsdp ? parallel::kShardGroupPerHost : config.shardGroup,
+                                         .clipNorm = config.clipNorm,
+                                         .unitMinParameters = config.unitParams};
   if (!config.splitAt.empty()) {
     options.splitAt = parallel::parseSplitPoints(config.splitAt);
     if (config.model == "lm")

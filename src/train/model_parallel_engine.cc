@@ -96,6 +96,10 @@ ModelParallelEngine::ModelParallelEngine(ModelFactory model, parallel::Optimizer
                "model's cross-entropy; leave ModelParallelOptions::loss empty");
   KOLO_REQUIRE(!options_.sequenceParallel || shape.tp > 1,
                "ModelParallelEngine: sequenceParallel needs tp > 1, the mesh is ", meshText(shape));
+  KOLO_REQUIRE(!options_.fsdp || (shape.pp == 1 && shape.dp > 1 && !options_.sequenceParallel),
+               "ModelParallelEngine: fsdp shards the replicas (dp > 1) of a model without pipeline stages "
+               "and without sequenceParallel; the mesh is ", meshText(shape),
+               options_.sequenceParallel ? " with sequenceParallel" : "");
   if (worldSize > 1) {
     groups_ = parallel::makeMesh(*world, shape);
     groups_.data = unlessAlone(groups_.data);
@@ -133,10 +137,18 @@ ModelParallelEngine::ModelParallelEngine(ModelFactory model, parallel::Optimizer
   }
   const parallel::PipelineOptions pipeline{
       .microBatches = options_.microBatches, .schedule = options_.schedule, .recompute = options_.recompute};
+  // With fsdp the sharded strategy steps; the stage evaluates and names the parts, with an
+  // optimizer that holds no state and never steps.
+  parallel::OptimizerFactory stageOptimizer = optimizer;
+  if (options_.fsdp)
+    stageOptimizer = [](const parallel::NamedTensors& parameters) {
+      return std::make_unique<optim::Sgd>(parameters, optim::SgdOptions{});
+    };
+  parallel::StageLossFn stageLoss = loss;
   stage_ = layers ? std::make_unique<parallel::PipelineStage>(groups_.pipeline, *layers, std::move(splits), pipeline,
-                                                              std::move(loss), optimizer)
-                  : std::make_unique<parallel::PipelineStage>(groups_.pipeline, local, pipeline, std::move(loss),
-                                                              optimizer);
+                                                              std::move(stageLoss), stageOptimizer)
+                  : std::make_unique<parallel::PipelineStage>(groups_.pipeline, local, pipeline, std::move(stageLoss),
+                                                              stageOptimizer);
   // Ties named by the options and those the local model shows (a model built whole).
   std::vector<parallel::TiedParameter>& ties = ties_;
   ties = options_.tiedParameters;
@@ -153,6 +165,14 @@ ModelParallelEngine::ModelParallelEngine(ModelFactory model, parallel::Optimizer
     if (tied_->empty()) tied_.reset();
   }
   countParameters(ties);
+  if (options_.fsdp) {
+    // The data group holds the ranks of every replica with this tensor rank's shards: fsdp
+    // shards those again (collective over the data group).
+    auto model = std::shared_ptr<nn::Module>(&stage_->module(), [](nn::Module*) {});
+    fsdp_ = parallel::makeFsdpStrategy(
+        groups_.data, *options_.fsdp, [model] { return model; }, std::move(optimizer),
+        [loss](nn::Module& m, const Tensor& x, const Tensor& y) { return loss(m(x), y); });
+  }
 }
 
 void ModelParallelEngine::countParameters(const std::vector<parallel::TiedParameter>& ties) {
@@ -197,6 +217,12 @@ std::shared_ptr<nn::Module> ModelParallelEngine::buildLocalModel() {
 
 double ModelParallelEngine::step(const data::Batch& batch, double lr) {
   wholeCurrent_ = false;
+  if (fsdp_) {
+    fsdp_->setLr(lr);
+    const double loss = fsdp_->trainStep(batch.inputs, batch.labels).loss;
+    requireSplitModulesReached();
+    return loss;
+  }
   stage_->optimizer().setLr(lr);
   comm::Communicator* data = groups_.data.get();
   const bool sequenceParallel = tensorModel_ && tensorModel_->plan().sequenceParallel;
@@ -251,6 +277,7 @@ EvaluateResult ModelParallelEngine::evaluate(const data::Dataset& dataset,
   if (tensorModel_) loss = [tp = tensorModel_](const Tensor& out, const Tensor& y) { return tp->loss(out, y); };
   if (!loss) loss = [](const Tensor& out, const Tensor& y) { return crossEntropy(out, y); };
   double sums[3] = {0.0, 0.0, 0.0};  // loss summed over samples, correct predictions, predictions
+  if (fsdp_) fsdp_->gatherModel();  // whole parameters (this rank's tensor shards) for the forwards
   stage_->module().train(false);
   stage_->forwardOnly(chunks, [&](int64_t c) { return chunk(c).inputs; },
                       [&](int64_t c, const Tensor& output) {
@@ -311,6 +338,7 @@ std::vector<parallel::ModelPiece> ModelParallelEngine::optimizerPieces(
 }
 
 void ModelParallelEngine::gatherModel() {
+  if (fsdp_) fsdp_->gatherModel();  // every replica: the shards gathered over the data group
   // Replica 0's model group gathers; the other replicas hold the same weights.
   if (groups_.replica != 0) return;
   const NamedTensors gathered = detail::gatherPieces(gatherGroup(), weightPieces());
@@ -320,7 +348,7 @@ void ModelParallelEngine::gatherModel() {
   wholeCurrent_ = true;
 }
 
-double ModelParallelEngine::lr() const { return stage_->optimizer().lr(); }
+double ModelParallelEngine::lr() const { return fsdp_ ? fsdp_->optimizer().lr() : stage_->optimizer().lr(); }
 
 std::shared_ptr<comm::Communicator> ModelParallelEngine::communicator() const {
   return options_.communicator;
@@ -371,6 +399,7 @@ observe::Fields ModelParallelEngine::describe() const {
           {"stages", options_.mesh.pp},
           {"tp", options_.mesh.tp},
           {"sequence_parallel", options_.sequenceParallel},
+          {"fsdp", options_.fsdp ? parallel::shardLevelName(options_.fsdp->shard) : "none"},
           {"micro_batches", options_.microBatches},
           {"pipeline_schedule", parallel::pipelineScheduleName(options_.schedule)},
           {"recompute", options_.recompute},
@@ -381,14 +410,18 @@ observe::Fields ModelParallelEngine::describe() const {
 
 StateDict ModelParallelEngine::stateDict() {
   StateDict state;
+  // fsdp: every replica's shards assembled into whole parameters and optimizer state on the
+  // data group's rank 0, replica 0 (collective over the data group).
+  if (fsdp_) fsdp_->consolidateState();
   if (groups_.replica != 0) return state;  // the other replicas hold the same state
+  optim::Optimizer& wholeOptimizer = fsdp_ ? fsdp_->checkpointOptimizer() : stage_->optimizer();
   comm::Communicator* group = gatherGroup();
   NamedTensors weights = detail::gatherPieces(group, weightPieces());
-  const optim::StateDict local = stage_->optimizer().stateDict();
+  const optim::StateDict local = wholeOptimizer.stateDict();
   NamedTensors slots = detail::gatherPieces(group, optimizerPieces(local));
   if (!isPrimary()) return state;
   state.weights = std::move(weights);
-  state.optimizerKind = stage_->optimizer().kind();
+  state.optimizerKind = wholeOptimizer.kind();
   state.optimizer = optim::StateDict::fromFlat(slots, local.scalars);
   state.metadata = {{"strategy", name()}};
   return state;
@@ -398,7 +431,8 @@ void ModelParallelEngine::loadStateDict(const StateDict& state) {
   comm::Communicator* world = options_.communicator.get();
   detail::WholeState whole{state.weights, state.optimizerKind, state.optimizer};
   if (world && world->size() > 1) whole = detail::broadcastWholeState(*world, whole);
-  detail::PartShape part{&stage_->module(), &stage_->optimizer(),
+  if (fsdp_) fsdp_->gatherModel();  // whole parameters to load into (collective)
+  detail::PartShape part{&stage_->module(), fsdp_ ? &fsdp_->checkpointOptimizer() : &stage_->optimizer(),
                          tensorModel_ ? tensorModel_->shardSpecs() : detail::ShardSpecs{},
                          groups_.tensorRank, options_.mesh.tp, ties_};
   std::exception_ptr problem;
@@ -408,12 +442,13 @@ void ModelParallelEngine::loadStateDict(const StateDict& state) {
     problem = std::current_exception();
   }
   detail::agreeLoaded(world, problem, "the checkpoint's state");
+  if (fsdp_) fsdp_->syncReplicas();  // every replica keeps its shards of what it loaded
   wholeCurrent_ = false;
 }
 
 const std::vector<int>& ModelParallelEngine::bounds() const { return stage_->bounds(); }
 parallel::PipelineStage& ModelParallelEngine::stage() { return *stage_; }
-optim::Optimizer& ModelParallelEngine::optimizer() { return stage_->optimizer(); }
+optim::Optimizer& ModelParallelEngine::optimizer() { return fsdp_ ? fsdp_->optimizer() : stage_->optimizer(); }
 
 int64_t ModelParallelEngine::parameterCount() const { return stage_->module().parameterCount(); }
 

@@ -68,6 +68,7 @@ struct Layout {
   bool nameTheTie = true;     // with parts: ModelParallelOptions::tiedParameters
   bool recompute = false;
   std::optional<parallel::TensorParallelPlan> plan{};  // tp > 1; unset: the default plan
+  std::optional<parallel::FsdpOptions> fsdp{};          // the replicas sharded (2-D FSDP x TP)
 };
 
 // Trains `steps` steps in `layout` and returns the whole model rank 0 gathered.
@@ -85,6 +86,7 @@ std::shared_ptr<nn::Sequential> trainModel(const Layout& layout, int64_t steps,
     options.recompute = layout.recompute;
     if (layout.mesh.tp == 1) options.loss = nn::languageModelLoss;  // else the split model's
     options.plan = layout.plan;
+    options.fsdp = layout.fsdp;
     if (layout.parts) options.modelPart = llamaPart;
     if (layout.parts && layout.nameTheTie) options.tiedParameters = {{"0.weight", "4.weight"}};
     ModelParallelEngine engine(llama, sgd, options);
@@ -156,7 +158,10 @@ TEST(LlamaLayouts, TheDefaultTensorParallelPlanTakesTheStepsOfOneProcess) {
       {"tp=2", {.mesh = {.dp = 1, .pp = 1, .tp = 2}}},
       {"dp=2 x tp=2", {.mesh = {.dp = 2, .pp = 1, .tp = 2}}},
       {"pp=2 x tp=2", {.mesh = {.dp = 1, .pp = 2, .tp = 2}, .splitAt = {2}}},
-      {"pp=2 x tp=2 by parts", {.mesh = {.dp = 1, .pp = 2, .tp = 2}, .splitAt = {3}, .parts = true}}};
+      {"pp=2 x tp=2 by parts", {.mesh = {.dp = 1, .pp = 2, .tp = 2}, .splitAt = {3}, .parts = true}},
+      {"fsdp dp=2 x tp=2", {.mesh = {.dp = 2, .pp = 1, .tp = 2}, .fsdp = parallel::FsdpOptions{}}},
+      {"fsdp (ZeRO-2) dp=2 x tp=2",
+       {.mesh = {.dp = 2, .pp = 1, .tp = 2}, .fsdp = parallel::FsdpOptions{.shard = parallel::ShardLevel::Gradients}}}};
   for (const auto& [name, layout] : layouts) {
     const double difference = nn::maxRelativeDifference(*trainModel(layout, 10), *one);
     std::printf("    llama lm, %s: weights %.2g from one process (worst tensor, relative)\n", name.c_str(),
@@ -214,23 +219,53 @@ TEST(LlamaLayouts, TheTiedTableIsSplitOnceAndCountedOnce) {
   for (const int64_t c : counted) EXPECT_EQ(c, whole);
 }
 
-TEST(LlamaLayouts, ATensorParallelCheckpointResumesInOtherLayouts) {
-  const std::string dir = testing::freshDir("kolo_llama_layouts_test", "tp_resume");
-  const auto straight = trainModel({}, 8);
-  const Layout tensor{.mesh = {.dp = 1, .pp = 1, .tp = 2}};
-  trainIn(tensor, 4, [&](FitOptions& o) {
-    o.checkpointDir = dir;
-    o.checkpointEvery = 4;
+// 2-D FSDP x TP: the two ranks holding the same tensor shards shard them again, so the
+// optimizer of each of the four ranks steps about a quarter of the model (its units padded to
+// a multiple of 2), where the tensor shards alone are half.
+TEST(LlamaLayouts, FsdpShardsEachTensorRanksShards) {
+  const int64_t whole = llama()->parameterCount();
+  auto make = nativeRanks(4);
+  std::vector<int64_t> held(4), stepped(4);
+  runThreads(4, [&](int rank) {
+    ModelParallelOptions options;
+    options.communicator = make(rank);
+    options.mesh = {.dp = 2, .pp = 1, .tp = 2};
+    options.fsdp = parallel::FsdpOptions{};
+    ModelParallelEngine engine(llama, sgd, options);
+    held[static_cast<size_t>(rank)] = engine.parameterCount();
+    for (const auto& [name, shard] : engine.optimizer().parameters())
+      stepped[static_cast<size_t>(rank)] += shard.numel();
   });
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_LT(held[rank], whole * 6 / 10) << "rank " << rank << " holds more than its tensor shards";
+    EXPECT_LE(stepped[rank], held[rank] / 2 + 8) << "rank " << rank << " steps more than half its tensor shards";
+    EXPECT_GE(stepped[rank], held[rank] / 2 - 8) << "rank " << rank;
+  }
+}
+
+// Checkpoints written by tensor ranks, and by fsdp over them, resume in other layouts.
+TEST(LlamaLayouts, ATensorParallelCheckpointResumesInOtherLayouts) {
+  const auto straight = trainModel({}, 8);
+  const std::vector<std::pair<std::string, Layout>> writers = {
+      {"tp=2", {.mesh = {.dp = 1, .pp = 1, .tp = 2}}},
+      {"fsdp dp=2 x tp=2", {.mesh = {.dp = 2, .pp = 1, .tp = 2}, .fsdp = parallel::FsdpOptions{}}}};
   const std::vector<std::pair<std::string, Layout>> layouts = {
       {"one process", {}},
       {"pp=2 by parts", {.mesh = {.dp = 1, .pp = 2, .tp = 1}, .splitAt = {3}, .parts = true}},
-      {"pp=2 x tp=2", {.mesh = {.dp = 1, .pp = 2, .tp = 2}, .splitAt = {2}}}};
-  for (const auto& [name, layout] : layouts) {
-    const auto resumed = trainModel(layout, 8, [&](FitOptions& o) { o.resumeDir = dir; });
-    EXPECT_LT(nn::maxRelativeDifference(*resumed, *straight), 1e-5) << name;
+      {"pp=2 x tp=2", {.mesh = {.dp = 1, .pp = 2, .tp = 2}, .splitAt = {2}}},
+      {"fsdp dp=2 x tp=2", {.mesh = {.dp = 2, .pp = 1, .tp = 2}, .fsdp = parallel::FsdpOptions{}}}};
+  for (const auto& [writer, written] : writers) {
+    const std::string dir = testing::freshDir("kolo_llama_layouts_test", "tp_resume");
+    trainIn(written, 4, [&](FitOptions& o) {
+      o.checkpointDir = dir;
+      o.checkpointEvery = 4;
+    });
+    for (const auto& [name, layout] : layouts) {
+      const auto resumed = trainModel(layout, 8, [&](FitOptions& o) { o.resumeDir = dir; });
+      EXPECT_LT(nn::maxRelativeDifference(*resumed, *straight), 1e-5) << writer << " -> " << name;
+    }
+    fs::remove_all(dir);
   }
-  fs::remove_all(dir);
 }
 
 TEST(LlamaLayouts, APipelinesCheckpointResumesOnOneProcess) {

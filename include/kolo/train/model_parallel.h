@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kolo/parallel/fsdp.h"
 #include "kolo/parallel/mesh.h"
 #include "kolo/parallel/pipeline.h"
 #include "kolo/parallel/tensor_parallel.h"
@@ -68,6 +69,14 @@ struct ModelParallelOptions {
   std::optional<parallel::TensorParallelPlan> plan{};
   /// Sequence-parallel norms and residuals: sets the plan's sequenceParallel.
   bool sequenceParallel = false;
+
+  /// Fully sharded data parallelism over the replicas (pp = 1, dp > 1; torchtitan's 2-D
+  /// FSDP × TP): instead of averaging whole gradients, the dp ranks that hold the same tensor
+  /// shards shard them again, their gradients and the optimizer state (parallel::
+  /// makeFsdpStrategy over the data group; ZeRO-3 gathers each unit's parameters for its
+  /// forward and backward). Unset: the replicas average their gradients. Refused with
+  /// pipeline stages and with sequenceParallel.
+  std::optional<parallel::FsdpOptions> fsdp{};
 
   /// Parameters shared by two layers (tied embeddings), by whole-model names: when the
   /// pipeline puts the two on different stages, their gradients are summed between those
@@ -166,7 +175,7 @@ class ModelParallelEngine : public Engine {
   const ModelParallelOptions& options() const { return options_; }
   /// This rank's stage.
   parallel::PipelineStage& stage();
-  /// The optimizer of this rank's part.
+  /// The optimizer of this rank's part (with fsdp: of its shards of it).
   optim::Optimizer& optimizer();
   /// Elements of this rank's parameters.
   int64_t parameterCount() const;
@@ -189,6 +198,7 @@ class ModelParallelEngine : public Engine {
   std::vector<double> layerCosts_;
   std::shared_ptr<parallel::TensorParallelModel> tensorModel_;  // tp > 1
   std::unique_ptr<parallel::PipelineStage> stage_;
+  std::unique_ptr<parallel::Strategy> fsdp_;  // options.fsdp: the replicas' sharded update
   std::vector<parallel::TiedParameter> ties_;       // named in the options or found in the model
   std::unique_ptr<parallel::TiedGradients> tied_;  // copies of tied parameters on two stages
   std::shared_ptr<nn::Module> whole_;  // rank 0 after gatherModel()
