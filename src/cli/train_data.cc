@@ -3,6 +3,7 @@
 // seeded tenth held out), the training split's standardisation, and the sizes the built-in
 // models take from it.
 #include <algorithm>
+#include <cstdio>
 
 #include "cli/train_loop.h"
 #include "kolo/data_files.h"
@@ -60,6 +61,18 @@ nn::ModelData modelDataOf(const Shape& sample, int64_t classes, const std::strin
                " (the built-in models take [F], [H, W] or [C, H, W])");
   }
   return out;
+}
+
+// "0.286,0.353": the values at float's precision.
+std::string numberList(const std::vector<float>& values) {
+  std::string text;
+  char number[32];
+  for (size_t i = 0; i < values.size(); ++i) {
+    std::snprintf(number, sizeof number, "%.9g", double(values[i]));
+    if (i > 0) text += ',';
+    text += number;
+  }
+  return text;
 }
 
 std::string classList(const std::vector<std::string>& names) {
@@ -122,6 +135,7 @@ RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger) {
     }
     const auto plain = std::make_shared<data::ImageFolder>(config.dataDir, options);
     data::ChannelStatistics statistics = data::channelStatistics(*plain);
+    config.channelNormalization = "mean=" + numberList(statistics.mean) + ";std=" + numberList(statistics.stddev);
     options.mean = std::move(statistics.mean);
     options.stddev = std::move(statistics.stddev);
     options.classNames = plain->classNames();

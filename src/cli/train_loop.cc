@@ -117,6 +117,7 @@ std::map<std::string, std::string> runIdentity(const TrainConfig& config) {
   }
   // Stored with every checkpoint (a resume over other data is refused).
   if (!config.standardizer.empty()) identity["standardize"] = config.standardizer;
+  if (!config.channelNormalization.empty()) identity["normalize"] = config.channelNormalization;
   return identity;
 }
 
@@ -126,6 +127,8 @@ void saveWeights(const TrainConfig& config, nn::Module& model, int64_t steps, ob
       {"format", "pt"}, {"model", config.model}, {"step", std::to_string(steps)}};
   // The inputs' standardisation (data::Standardizer::toString), which the weights expect.
   if (!config.standardizer.empty()) metadata["standardize"] = config.standardizer;
+  // An image folder's per-channel normalisation, likewise.
+  if (!config.channelNormalization.empty()) metadata["normalize"] = config.channelNormalization;
   checkpoint::saveSafetensors(config.savePath, model.stateDict(), metadata);
   logger.info("saved weights", {{"file", config.savePath}});
 }

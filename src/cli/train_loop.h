@@ -68,9 +68,10 @@ struct TrainConfig {
   std::string tokenType;  // "" : --data is a text, read as bytes
   int64_t vocab = 0;      // a token file's vocabulary (0: its largest token + 1)
   /// Set once the data is read: the built-in models' sizes, and the training split's
-  /// standardisation statistics (data::Standardizer::toString, "" for none).
+  /// standardisation statistics (data::Standardizer::toString, "" for none), or an image
+  /// folder's per-channel normalisation ("mean=M0,M1,...;std=S0,S1,...", "" for none).
   nn::ModelData modelData;
-  std::string standardizer;
+  std::string standardizer, channelNormalization;
   std::string initPath, savePath, metricsPath, timelineDir;
   int threads = 1;
   std::string precision = "f32";

@@ -110,9 +110,24 @@ TEST_F(TrainDataCliTest, AnImageFolderOfMixedSizesTrainsTheCnnOnHeldOutImages) {
   if (std::system(("/usr/bin/python3 " + script + " 2>/dev/null").c_str()) != 0)
     GTEST_SKIP() << "/usr/bin/python3 with numpy and PIL is needed to write the images";
   const RunResult run = runKolo("train --data " + file("images") +
-                                " --model cnn --image-size 16 --epochs 3 --batch 8 --no-progress");
+                                " --model cnn --image-size 16 --epochs 3 --batch 8 --no-progress --save " +
+                                file("w.safetensors"));
   ASSERT_EQ(run.exitCode, 0) << run.output;
   EXPECT_NE(run.output.find("labels=dark=0,light=1"), std::string::npos) << run.output;
+  // The per-channel normalisation the weights expect, with them: three channels' means
+  // between the two classes' levels.
+  const kolo::checkpoint::SafetensorsFile weights = kolo::checkpoint::loadSafetensors(file("w.safetensors"));
+  ASSERT_TRUE(weights.metadata.count("normalize"));
+  float mean[3] = {}, stddev[3] = {};
+  ASSERT_EQ(std::sscanf(weights.metadata.at("normalize").c_str(), "mean=%f,%f,%f;std=%f,%f,%f", &mean[0], &mean[1],
+                        &mean[2], &stddev[0], &stddev[1], &stddev[2]),
+            6)
+      << weights.metadata.at("normalize");
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_GT(mean[c], 40 / 255.0) << weights.metadata.at("normalize");
+    EXPECT_LT(mean[c], 240 / 255.0) << weights.metadata.at("normalize");
+    EXPECT_GT(stddev[c], 0.1) << weights.metadata.at("normalize");
+  }
   double accuracy = 0.0;
   ASSERT_EQ(std::sscanf(lineStarting(run.output, "test_accuracy").c_str(), "test_accuracy %lf", &accuracy), 1)
       << run.output;
