@@ -23,7 +23,7 @@ def s(text):
 
 
 # TCP store requests (tcp_wire.h): opcode, then fields.
-write("tcp_request_fuzz", "hello", b"\x01" + struct.pack("<IB", 0x4F4C4F4B, 1) + s("job-token"))
+write("tcp_request_fuzz", "hello", b"\x01" + struct.pack("<IB", 0x4F4C4F4B, 2) + s("job-token"))
 write("tcp_request_fuzz", "set", b"\x02" + s("rank/0") + s(b"\x00\x01value"))
 write("tcp_request_fuzz", "get", b"\x03" + s("rank/0") + struct.pack("<Q", 1000))
 write("tcp_request_fuzz", "wait", b"\x04" + struct.pack("<I", 2) + s("a") + s("b") + struct.pack("<Q", 5))
@@ -33,8 +33,10 @@ write("tcp_request_fuzz", "check", b"\x07" + struct.pack("<I", 1) + s("a"))
 write("tcp_request_fuzz", "multi_get", b"\x08" + struct.pack("<I", 2) + s("a") + s("b") + struct.pack("<Q", 5))
 write("tcp_request_fuzz", "multi_set", b"\x09" + struct.pack("<I", 2) + s("a") + s(b"1") + s("b") + s(b""))
 write("tcp_request_fuzz", "compare_set", b"\x0a" + s("a") + s(b"") + s(b"new"))
-write("tcp_request_fuzz", "arrive", b"\x0b" + s("barrier") + struct.pack("<QQ", 16384, 60000))
+write("tcp_request_fuzz", "arrive", b"\x0b" + s("barrier") + struct.pack("<QQQ", 16384, 1, 60000))
+write("tcp_request_fuzz", "arrive_many", b"\x0b" + s("barrier") + struct.pack("<QQQ", 16384, 256, 60000))
 write("tcp_request_fuzz", "check_each", b"\x0c" + struct.pack("<I", 2) + s("a") + s("b"))
+write("tcp_request_fuzz", "get_available", b"\x0d" + struct.pack("<I", 2) + s("a") + s("b") + struct.pack("<Q", 30000))
 
 # TCP store replies: the request's opcode, then the reply body (status first).
 write("tcp_reply_fuzz", "hello_ok", b"\x01\x00")
@@ -49,6 +51,7 @@ write("tcp_reply_fuzz", "multi_get_timeout", b"\x08\x01" + struct.pack("<I", 1) 
 write("tcp_reply_fuzz", "compare_set_ok", b"\x0a\x00" + s(b"new"))
 write("tcp_reply_fuzz", "arrive_ok", b"\x0b\x00" + struct.pack("<q", 7))
 write("tcp_reply_fuzz", "check_each_ok", b"\x0c\x00" + struct.pack("<I", 3) + b"\x01\x00\x01")
+write("tcp_reply_fuzz", "get_available_ok", b"\x0d\x00" + struct.pack("<I", 3) + b"\x01" + s(b"x") + b"\x00\x01" + s(b""))
 
 # Native frame headers (frame.h): 64 bytes.
 def frame(kind, collective, dtype, op, algorithm, context, root, tag, seq, count, length):

@@ -11,7 +11,7 @@ using namespace kolo::comm;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  const auto op = static_cast<detail::StoreOp>(data[0] % 13);
+  const auto op = static_cast<detail::StoreOp>(data[0] % 14);
   try {
     const detail::StoreReply reply = detail::parseStoreReply(op, data + 1, size - 1);
     KOLO_FUZZ_REQUIRE(reply.status == detail::StoreStatus::Ok ||
@@ -21,6 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     KOLO_FUZZ_REQUIRE(reply.missing.size() <= size / 4);
     KOLO_FUZZ_REQUIRE(reply.values.size() <= size / 4 && reply.present.size() < size);
     if (reply.status == detail::StoreStatus::Timeout) KOLO_FUZZ_REQUIRE(detail::storeOpWaits(op));
+    // A get-available answer: one presence flag and one value (empty when absent) per key.
+    if (op == detail::StoreOp::GetAvailable) KOLO_FUZZ_REQUIRE(reply.present.size() == reply.values.size());
     for (const auto& key : reply.missing) KOLO_FUZZ_REQUIRE(key.size() <= kMaxStoreKeyBytes);
   } catch (const kolo::Error&) {
   }

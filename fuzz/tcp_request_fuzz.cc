@@ -24,6 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         keyBytes += 4 + key.size();
       }
       KOLO_FUZZ_REQUIRE(keyBytes <= size);
+      // A barrier request counts at least one arrival and never more than an int32 holds.
+      KOLO_FUZZ_REQUIRE(request.arrivals >= 1 && request.arrivals <= INT32_MAX);
     } catch (const kolo::Error&) {
     }
   }

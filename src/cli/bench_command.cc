@@ -49,6 +49,7 @@ struct BenchArgs {
   comm::NativeOptions native;
   int hosts = 0;       // rendezvous: simulated hosts
   double drop = 0;     // rendezvous: percent of ranks lost
+  bool hostStores = true;  // rendezvous: a host store per simulated host
 };
 
 /// Everything one rank needs to run the sweep.
@@ -155,6 +156,7 @@ int benchRendezvous(const BenchArgs& args) {
   options.ranks = args.ranks;
   options.hosts = args.hosts;
   options.dropPercent = args.drop;
+  options.hostStores = args.hostStores;
   options.timeout = std::chrono::milliseconds(static_cast<long long>(args.timeoutSeconds * 1000));
   const launch::RendezvousBenchmarkResult result = launch::benchmarkRendezvous(options);
   const std::string text =
@@ -219,6 +221,9 @@ Command registerBench(CLI::App& root) {
                   "rendezvous: simulated hosts the ranks are split into (default: one per 8 ranks)");
   app->add_option("--drop", args->drop,
                   "rendezvous: percent of the ranks lost after the first barrier; the survivors regroup");
+  app->add_flag("!--no-host-stores", args->hostStores,
+                "rendezvous: every rank connects to the root store (default: each simulated host's ranks "
+                "connect to a host store that forwards to the root in batches, as kolo run's host stores do)");
 
   Command command;
   command.app = app;

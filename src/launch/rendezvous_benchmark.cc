@@ -1,5 +1,6 @@
 // benchmarkRendezvous (rendezvous_benchmark.h). The parent hosts the TCP store server and
-// forks the processes whose threads are the ranks; every rank connects its own client and
+// forks the processes whose threads are the ranks, each process holding whole simulated
+// hosts and running their host stores; every rank connects its own client and
 // runs the rendezvous functions createNativeCommunicator runs, a counter barrier, a step's
 // store operations and, with a drop, the elastic membership agreement and the next
 // generation's rendezvous. Each process marks its lost ranks as `kolo run --elastic`'s agent
@@ -52,6 +53,7 @@ enum Phase { kStart, kRendezvous, kBarrier, kStep, kRegroup, kPhases };
 
 struct RankTimes {
   int64_t at[kPhases] = {};  // CLOCK_MONOTONIC ns; 0 = not reached
+  int64_t neighboursChecked = 0;  // neighbours' records found to be theirs, both generations
 };
 
 int64_t nowNs() {
@@ -66,6 +68,7 @@ struct Plan {
   int hosts = 0;
   uint16_t port = 0;
   std::string token;
+  bool hostStores = false;
   std::chrono::milliseconds timeout{0};
   std::vector<char> lost;  // by rank
   int lostCount = 0;
@@ -92,25 +95,37 @@ comm::native::RankRecord simulatedRecord(int rank, int host) {
 /// createNativeCommunicator's store operations for `rank` of `size` under `prefix`, as a
 /// communicator that connects lazily does them: it reads the records of its ring
 /// neighbours only, and the first rank of each host reads the host table (the host's other
-/// ranks would share its copy).
-void rendezvous(comm::Store& store, const std::string& prefix, int rank, int size, bool firstOfHost, int host,
-                std::chrono::milliseconds timeout) {
+/// ranks would share its copy). `hostOfRank` gives the simulated host of a rank of this
+/// generation. Returns how many neighbours' records were theirs (2); Mismatch naming the
+/// rank when one was not.
+int rendezvous(comm::Store& store, const std::string& prefix, int rank, int size, bool firstOfHost,
+               const std::function<int(int)>& hostOfRank, std::chrono::milliseconds timeout) {
   uint8_t token[comm::native::kJobTokenBytes];
   comm::native::shareJobToken(store, prefix, rank, token, timeout);
   const std::vector<int> neighbours = {(rank + size - 1) % size, (rank + 1) % size};
-  comm::native::exchangeRankRecords(store, prefix, rank, simulatedRecord(rank, host), neighbours, timeout);
+  const std::vector<comm::native::RankRecord> records = comm::native::exchangeRankRecords(
+      store, prefix, rank, simulatedRecord(rank, hostOfRank(rank)), neighbours, timeout);
+  for (size_t i = 0; i < neighbours.size(); ++i) {
+    comm::native::RankRecord expected = simulatedRecord(neighbours[i], hostOfRank(neighbours[i]));
+    expected.pid = records[i].pid;  // the process that runs it
+    if (records[i] != expected)
+      KOLO_THROW(Mismatch, "rank ", rank, " read a record under rank ", neighbours[i], "'s key (", prefix,
+                 ") that is not the one rank ", neighbours[i], " published");
+  }
   if (firstOfHost) comm::native::hostDirectory(store, prefix, rank, size, timeout);
   comm::native::agreeAll(store, prefix, "cma", size, true, timeout);
   comm::detail::alignClocks(store, prefix, rank, size, false, timeout);
+  return static_cast<int>(neighbours.size());
 }
 
-/// One simulated rank, start to end; failures land in `error`.
-void runRank(const Plan& plan, int rank, RankTimes& times, std::string& error) {
+/// One simulated rank, start to end, with its store at `storePort` (the root or its host's
+/// store); failures land in `error`.
+void runRank(const Plan& plan, int rank, uint16_t storePort, RankTimes& times, std::string& error) {
   try {
     times.at[kStart] = nowNs();
     comm::TcpStoreClientOptions client;
     client.host = "127.0.0.1";
-    client.port = plan.port;
+    client.port = storePort;
     client.token = plan.token;
     client.connectTimeout = plan.timeout;
     client.requestTimeout = plan.timeout;
@@ -118,7 +133,8 @@ void runRank(const Plan& plan, int rank, RankTimes& times, std::string& error) {
     // Generation 0's communicator prefix, as ElasticContext::connect names it.
     const int host = hostOf(plan, rank);
     const bool firstOfHost = rank == 0 || hostOf(plan, rank - 1) != host;
-    rendezvous(*store, kPrefix + "/g0/comm/native/", rank, plan.ranks, firstOfHost, host, plan.timeout);
+    times.neighboursChecked += rendezvous(*store, kPrefix + "/g0/comm/native/", rank, plan.ranks, firstOfHost,
+                                          [&](int r) { return hostOf(plan, r); }, plan.timeout);
     times.at[kRendezvous] = nowNs();
     comm::native::storeBarrier(*store, kPrefix + "/barrier/g0", plan.ranks, plan.timeout);
     times.at[kBarrier] = nowNs();
@@ -144,7 +160,9 @@ void runRank(const Plan& plan, int rank, RankTimes& times, std::string& error) {
     const int newRank = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
     const int newSize = static_cast<int>(members.size());
     const bool firstSurvivorOfHost = newRank == 0 || hostOf(plan, members[static_cast<size_t>(newRank) - 1]) != host;
-    rendezvous(*store, kPrefix + "/g1/comm/native/", newRank, newSize, firstSurvivorOfHost, host, plan.timeout);
+    times.neighboursChecked +=
+        rendezvous(*store, kPrefix + "/g1/comm/native/", newRank, newSize, firstSurvivorOfHost,
+                   [&](int r) { return hostOf(plan, members[static_cast<size_t>(r)]); }, plan.timeout);
     comm::native::storeBarrier(*store, kPrefix + "/barrier/g1", newSize, plan.timeout);
     times.at[kRegroup] = nowNs();
   } catch (const std::exception& e) {
@@ -186,6 +204,30 @@ int runProcess(const Plan& plan, int first, int last, int goFd, int out) {
   if (::setpriority(PRIO_PROCESS, 0, kRankNice) != 0)
     std::fprintf(stderr, "kolo bench rendezvous: cannot lower the ranks' priority: %s\n", std::strerror(errno));
   const int count = last - first;
+  // The host stores of this process's hosts, up before any rank connects, as `kolo run`
+  // starts a host's store before its ranks.
+  std::vector<std::unique_ptr<comm::TcpStoreServer>> hostStores;
+  std::vector<uint16_t> storePort(static_cast<size_t>(count), plan.port);
+  if (plan.hostStores) {
+    try {
+      for (int r = first; r < last; ++r) {
+        if (r > first && hostOf(plan, r) == hostOf(plan, r - 1)) {
+          storePort[static_cast<size_t>(r - first)] = storePort[static_cast<size_t>(r - first - 1)];
+          continue;
+        }
+        comm::TcpStoreServerOptions options;
+        options.host = "127.0.0.1";
+        options.token = plan.token;
+        options.upstream = "127.0.0.1:" + std::to_string(plan.port);
+        options.upstreamTimeout = plan.timeout;
+        hostStores.push_back(std::make_unique<comm::TcpStoreServer>(options));
+        storePort[static_cast<size_t>(r - first)] = hostStores.back()->port();
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kolo bench rendezvous: cannot start a host store: %s\n", e.what());
+      return 1;
+    }
+  }
   std::vector<RankTimes> times(static_cast<size_t>(count));
   std::vector<std::string> errors(static_cast<size_t>(count));
   std::vector<int64_t> failedAt(static_cast<size_t>(count), 0);
@@ -208,7 +250,8 @@ int runProcess(const Plan& plan, int first, int last, int goFd, int out) {
         std::unique_lock lock(mutex);
         changed.wait(lock, [&] { return go; });
       }
-      runRank(plan, r, times[static_cast<size_t>(r - first)], errors[static_cast<size_t>(r - first)]);
+      runRank(plan, r, storePort[static_cast<size_t>(r - first)], times[static_cast<size_t>(r - first)],
+              errors[static_cast<size_t>(r - first)]);
       failedAt[static_cast<size_t>(r - first)] = nowNs();
       if (plan.lostCount > 0 && plan.lost[static_cast<size_t>(r)]) {
         std::lock_guard lock(mutex);
@@ -267,6 +310,7 @@ int runProcess(const Plan& plan, int first, int last, int goFd, int out) {
     }
   }
   for (pthread_t thread : threads) pthread_join(thread, nullptr);
+  for (auto& store : hostStores) store->stop();
 
   // The first failure is the one to report: the ranks that waited for it time out later.
   std::string error = markError;
@@ -323,17 +367,11 @@ RendezvousBenchmarkResult benchmarkRendezvous(const RendezvousBenchmarkOptions& 
   result.ranks = options.ranks;
   result.fileLimit = raiseFileLimit();
   const int perProcess = options.ranksPerProcess > 0 ? options.ranksPerProcess : kDefaultRanksPerProcess;
-  // The store holds a descriptor per rank, a rank process one per rank it runs.
-  const uint64_t needed = static_cast<uint64_t>(options.ranks) + kSpareFiles;
-  if (needed > result.fileLimit)
-    KOLO_THROW(InvalidArgument, "rendezvous benchmark: ", options.ranks,
-               " ranks need one store connection each, but this process may open at most ", result.fileLimit,
-               " files (the hard limit of RLIMIT_NOFILE)");
-
   Plan plan;
   plan.ranks = options.ranks;
   plan.hosts = options.hosts > 0 ? options.hosts : std::max(1, options.ranks / kDefaultRanksPerHost);
   plan.timeout = options.timeout;
+  plan.hostStores = options.hostStores;
   plan.lost.assign(static_cast<size_t>(options.ranks), 0);
   plan.lostCount = static_cast<int>(options.ranks * options.dropPercent / 100.0);
   // Spread the lost ranks over the job (every k-th rank), as failures of single ranks are.
@@ -346,6 +384,17 @@ RendezvousBenchmarkResult benchmarkRendezvous(const RendezvousBenchmarkOptions& 
   plan.token = comm::detail::hexText(tokenBytes, sizeof tokenBytes);
   result.hosts = plan.hosts;
   result.lost = plan.lostCount;
+  // Without host stores the root holds a descriptor per rank; with them a rank process holds
+  // two per rank it runs (the rank's end and its host store's), and whole hosts.
+  const uint64_t largestHost = (static_cast<uint64_t>(options.ranks) + plan.hosts - 1) / plan.hosts;
+  const uint64_t needed =
+      (options.hostStores ? 2 * std::max<uint64_t>(std::min(options.ranks, perProcess), largestHost)
+                          : static_cast<uint64_t>(options.ranks)) +
+      kSpareFiles;
+  if (needed > result.fileLimit)
+    KOLO_THROW(InvalidArgument, "rendezvous benchmark: ", options.ranks, " ranks on ", plan.hosts,
+               " hosts need ", needed, " open files in one process, but this process may open at most ",
+               result.fileLimit, " (the hard limit of RLIMIT_NOFILE)");
 
   const uint64_t residentBefore = statusField("VmRSS:");
   comm::TcpStoreServerOptions serverOptions;
@@ -362,10 +411,22 @@ RendezvousBenchmarkResult benchmarkRendezvous(const RendezvousBenchmarkOptions& 
   };
   std::vector<Child> children;
   std::string failure;
-  for (int first = 0; first < options.ranks; first += perProcess) {
+  for (int first = 0; first < options.ranks;) {
     Child child;
     child.first = first;
     child.last = std::min(options.ranks, first + perProcess);
+    if (options.hostStores) {
+      // Whole hosts: up to the end of the host of the last rank that fits, or of the first
+      // rank's host when that host alone is larger.
+      int last = child.last;
+      while (last < options.ranks && hostOf(plan, last) == hostOf(plan, last - 1)) ++last;
+      if (last - first > perProcess && hostOf(plan, child.last - 1) != hostOf(plan, first)) {
+        last = child.last;
+        while (hostOf(plan, last - 1) == hostOf(plan, last)) --last;
+      }
+      child.last = last;
+    }
+    first = child.last;
     int goPipe[2], outPipe[2];
     if (::pipe2(goPipe, O_CLOEXEC) != 0 || ::pipe2(outPipe, O_CLOEXEC) != 0)
       KOLO_THROW(IoError, "rendezvous benchmark: cannot create a pipe: ", std::strerror(errno));
@@ -441,7 +502,10 @@ RendezvousBenchmarkResult benchmarkRendezvous(const RendezvousBenchmarkOptions& 
   if (plan.lostCount > 0) result.regroupSeconds = seconds(latest(kRegroup, true) - markedAt);
   const uint64_t peak = statusField("VmHWM:");
   result.storePeakBytes = peak > residentBefore ? peak - residentBefore : 0;
+  for (const RankTimes& t : times) result.neighboursChecked += t.neighboursChecked;
   result.storeRequests = stats.requests;
+  result.storeConnections = stats.connections;
+  result.hostStores = options.hostStores ? plan.hosts : 0;
   result.storeBytesReceived = stats.bytesReceived;
   result.storeBytesSent = stats.bytesSent;
   return result;
@@ -450,19 +514,22 @@ RendezvousBenchmarkResult benchmarkRendezvous(const RendezvousBenchmarkOptions& 
 std::string rendezvousBenchmarkTable(const RendezvousBenchmarkResult& r) {
   char text[1024];
   std::snprintf(text, sizeof text,
-                "ranks %d on %d simulated hosts (%d processes; open-file limit %llu)\n"
+                "ranks %d on %d simulated hosts (%s; %d processes; open-file limit %llu)\n"
                 "  rendezvous   %9.3f s\n"
                 "  barrier      %9.3f s\n"
                 "  step ops     %9.3f s\n"
                 "%s"
-                "  store peak   %9.1f MiB   requests %llu   received %.1f MiB   sent %.1f MiB\n",
-                r.ranks, r.hosts, r.processes, static_cast<unsigned long long>(r.fileLimit), r.rendezvousSeconds,
+                "  root store   %9.1f MiB peak   %llu connections   requests %llu   received %.1f MiB   sent %.1f "
+                "MiB\n",
+                r.ranks, r.hosts, r.hostStores > 0 ? "a host store each" : "every rank at the root", r.processes,
+                static_cast<unsigned long long>(r.fileLimit), r.rendezvousSeconds,
                 r.barrierSeconds, r.stepSeconds,
                 r.lost > 0 ? ("  regroup      " + std::to_string(r.regroupSeconds).substr(0, 9) + " s after losing " +
                               std::to_string(r.lost) + " ranks\n")
                                  .c_str()
                            : "",
-                static_cast<double>(r.storePeakBytes) / (1 << 20), static_cast<unsigned long long>(r.storeRequests),
+                static_cast<double>(r.storePeakBytes) / (1 << 20), static_cast<unsigned long long>(r.storeConnections),
+                static_cast<unsigned long long>(r.storeRequests),
                 static_cast<double>(r.storeBytesReceived) / (1 << 20),
                 static_cast<double>(r.storeBytesSent) / (1 << 20));
   return text;
@@ -472,14 +539,17 @@ std::string rendezvousBenchmarkJson(const RendezvousBenchmarkResult& r) {
   nlohmann::ordered_json line;
   line["ranks"] = r.ranks;
   line["hosts"] = r.hosts;
+  line["host_stores"] = r.hostStores;
   line["processes"] = r.processes;
   line["lost"] = r.lost;
   line["rendezvous_s"] = r.rendezvousSeconds;
   line["barrier_s"] = r.barrierSeconds;
   line["step_s"] = r.stepSeconds;
   if (r.lost > 0) line["regroup_s"] = r.regroupSeconds;
+  line["neighbours_checked"] = r.neighboursChecked;
   line["store_peak_bytes"] = r.storePeakBytes;
   line["store_requests"] = r.storeRequests;
+  line["store_connections"] = r.storeConnections;
   line["store_bytes_received"] = r.storeBytesReceived;
   line["store_bytes_sent"] = r.storeBytesSent;
   line["file_limit"] = r.fileLimit;

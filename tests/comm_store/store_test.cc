@@ -1,4 +1,5 @@
-// The Store contract, checked against every implementation (memory, file, TCP) through one
+// The Store contract, checked against every implementation (memory, file, TCP, and TCP
+// through a host store that forwards to a root store) through one
 // parameterised suite: set/get/wait/add/remove/check and the bulk operations (multi-get,
 // multi-set, check-each, the counter barrier), blocking until a key appears,
 // deadlines that throw Timeout naming the key, and exact totals from concurrent adds.
@@ -61,9 +62,30 @@ class TcpBackend : public StoreBackend {
   TcpStoreServer server_;
 };
 
+/// Ranks of one host talk to their host store, which forwards to the root in batches.
+class HostStoreBackend : public StoreBackend {
+ public:
+  HostStoreBackend()
+      : root_(TcpStoreServerOptions{"127.0.0.1", 0, "job-token"}),
+        host_(hostOptions(root_.port())) {}
+  std::shared_ptr<Store> connect() override {
+    return connectTcpStore("127.0.0.1:" + std::to_string(host_.port()), "job-token", 10s);
+  }
+
+ private:
+  static TcpStoreServerOptions hostOptions(uint16_t rootPort) {
+    TcpStoreServerOptions options{"127.0.0.1", 0, "job-token"};
+    options.upstream = "127.0.0.1:" + std::to_string(rootPort);
+    return options;
+  }
+  TcpStoreServer root_;
+  TcpStoreServer host_;
+};
+
 std::unique_ptr<StoreBackend> makeBackend(const std::string& name) {
   if (name == "memory") return std::make_unique<MemoryBackend>();
   if (name == "file") return std::make_unique<FileBackend>();
+  if (name == "host") return std::make_unique<HostStoreBackend>();
   return std::make_unique<TcpBackend>();
 }
 
@@ -324,7 +346,7 @@ TEST_P(StoreTest, AddsFromForkedProcessesGiveExactTotal) {
   EXPECT_EQ(store_->add("procs", 0), kChildren * kAdds);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllStores, StoreTest, ::testing::Values("memory", "file", "tcp"),
+INSTANTIATE_TEST_SUITE_P(AllStores, StoreTest, ::testing::Values("memory", "file", "tcp", "host"),
                          [](const auto& info) { return info.param; });
 
 TEST(FileStoreTest, UnusableDirectoryThrowsIoError) {

@@ -1,6 +1,8 @@
 // What only the TCP store must do: refuse a wrong token while good clients carry on,
 // close connections that send oversized, unauthenticated or garbled requests, serve IPv4
-// and IPv6, and turn a server that vanishes into PeerError on the client instead of a hang.
+// and IPv6, and turn a server that vanishes into PeerError on the client instead of a hang;
+// a host store in front of a root: the root sees a few connections and batched requests,
+// and a root that vanishes closes the host's ranks' connections.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -10,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <future>
 #include <thread>
@@ -341,6 +344,99 @@ TEST(TcpStoreAddressTest, UnreachableServerThrowsIoErrorAfterConnectTimeout) {
   // Nobody listens on a reserved port, and nobody else can take it while it is held.
   const testing::ReservedPort port;
   EXPECT_THROW(connectTcpStore(port.address(), kToken, 200ms), IoError);
+}
+
+TEST_F(TcpStoreTest, GetAvailableAnswersWhatExistsOnceAnyKeyDoes) {
+  auto& client = dynamic_cast<TcpStoreClient&>(*good_);
+  // Nothing there: the deadline answers "none present", not a Timeout.
+  auto none = client.getAvailable({"ga/a", "ga/b"}, 50ms);
+  ASSERT_EQ(none.size(), 2u);
+  EXPECT_FALSE(none[0] || none[1]);
+  auto other = connectTcpStore(loopback(server_), kToken, 10s);
+  std::thread setter([&] {
+    std::this_thread::sleep_for(30ms);
+    other->setString("ga/b", "bee");
+  });
+  auto some = client.getAvailable({"ga/a", "ga/b"}, 30s);
+  setter.join();
+  EXPECT_FALSE(some[0]);
+  ASSERT_TRUE(some[1]);
+  EXPECT_EQ(*some[1], (Bytes{'b', 'e', 'e'}));
+  // Several arrivals in one request: it waits for the fifth like four ranks would.
+  auto four = std::async(std::launch::async, [&] { return client.arriveMany("ga/barrier", 5, 4, 30s); });
+  for (int spins = 0; other->add("ga/barrier", 0) < 4; ++spins) {
+    ASSERT_LT(spins, 30'000) << "the arrivals did not reach the server";
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(other->arrive("ga/barrier", 5, 30s), 5);
+  EXPECT_EQ(four.get(), 4);
+  EXPECT_THROW(client.arriveMany("ga/barrier", 5, 0, 1s), InvalidArgument);
+}
+
+/// A host store forwarding to server_, as `kolo run` hosts one per host.
+TcpStoreServerOptions hostStoreOptions(const TcpStoreServer& root) {
+  TcpStoreServerOptions options{"127.0.0.1", 0, kToken};
+  options.upstream = loopback(root);
+  options.upstreamTimeout = 10s;
+  return options;
+}
+
+TEST_F(TcpStoreTest, HostStoreGivesTheRootAFewConnectionsAndBatchedRequests) {
+  constexpr int kRanks = 48;
+  const TcpStoreServerStats before = server_.stats();
+  TcpStoreServer host(hostStoreOptions(server_));
+  std::vector<std::shared_ptr<Store>> ranks;
+  for (int r = 0; r < kRanks; ++r) ranks.push_back(connectTcpStore(loopback(host), kToken, 10s));
+  // What a rendezvous does: publish, read both ring neighbours, a barrier, a counter.
+  std::vector<std::thread> threads;
+  std::vector<int64_t> arrivals(kRanks), counts(kRanks);
+  std::vector<std::string> seen(kRanks);
+  for (int r = 0; r < kRanks; ++r)
+    threads.emplace_back([&, r] {
+      Store& store = *ranks[static_cast<size_t>(r)];
+      store.setString("rank/" + std::to_string(r), "addr-" + std::to_string(r));
+      const auto peers = store.multiGet(
+          {"rank/" + std::to_string((r + kRanks - 1) % kRanks), "rank/" + std::to_string((r + 1) % kRanks)}, 30s);
+      seen[static_cast<size_t>(r)] = std::string(peers[0].begin(), peers[0].end()) + " " +
+                                     std::string(peers[1].begin(), peers[1].end());
+      arrivals[static_cast<size_t>(r)] = store.arrive("barrier", kRanks, 30s);
+      counts[static_cast<size_t>(r)] = store.add("steps", 1);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r)
+    EXPECT_EQ(seen[static_cast<size_t>(r)],
+              "addr-" + std::to_string((r + kRanks - 1) % kRanks) + " addr-" + std::to_string((r + 1) % kRanks));
+  // Every rank has its own arrival number and its own counter value, as from the root.
+  std::sort(arrivals.begin(), arrivals.end());
+  std::sort(counts.begin(), counts.end());
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(arrivals[static_cast<size_t>(r)], r + 1);
+    EXPECT_EQ(counts[static_cast<size_t>(r)], r + 1);
+  }
+  EXPECT_EQ(good_->getString("rank/7", 1s), "addr-7");
+  const TcpStoreServerStats after = server_.stats();
+  // Batches, watcher, one barrier connection: three, not 48.
+  EXPECT_EQ(after.connections - before.connections, 3u);
+  EXPECT_GE(host.stats().connections, uint64_t{kRanks});
+  // Each rank made 5 requests of its own (Hello included); the root got fewer in all,
+  // whatever the batches were (at worst one batch per request after the Hellos).
+  EXPECT_LE(after.requests - before.requests, host.stats().requests);
+}
+
+TEST_F(TcpStoreTest, HostStoreClosesItsRanksConnectionsWhenTheRootIsLost) {
+  auto root = std::make_unique<TcpStoreServer>(TcpStoreServerOptions{"127.0.0.1", 0, kToken});
+  TcpStoreServerOptions options{"127.0.0.1", 0, kToken};
+  options.upstream = loopback(*root);
+  options.upstreamTimeout = 10s;
+  TcpStoreServer host(options);
+  auto rank = connectTcpStore(loopback(host), kToken, 10s);
+  rank->setString("before", "1");
+  auto waiting = std::async(std::launch::async, [&] { return rank->get("never", 60s); });
+  std::this_thread::sleep_for(50ms);
+  root->stop();
+  EXPECT_THROW(waiting.get(), PeerError);
+  // A wrong token is refused by the host store itself.
+  EXPECT_THROW(connectTcpStore(loopback(host), "wrong-token", 5s), IoError);
 }
 
 TEST(HostPortTest, ParsesIpv4Ipv6AndNames) {

@@ -62,6 +62,19 @@ TEST(StoreRequestTest, RoundTripsEveryOperation) {
   WireWriter add;
   add.u8(uint8_t(StoreOp::Add)).str("n").u64(static_cast<uint64_t>(-4));
   EXPECT_EQ(parseRequest(body(add)).delta, -4);
+  // A host store's barrier request counts its ranks' arrivals; zero arrivals is no request.
+  WireWriter arrive;
+  arrive.u8(uint8_t(StoreOp::Arrive)).str("b").u64(64).u64(16).u64(1000);
+  const auto barrier = parseRequest(body(arrive));
+  EXPECT_EQ(barrier.delta, 64);
+  EXPECT_EQ(barrier.arrivals, 16);
+  EXPECT_EQ(barrier.timeoutMs, 1000u);
+  WireWriter none;
+  none.u8(uint8_t(StoreOp::Arrive)).str("b").u64(64).u64(0).u64(1000);
+  EXPECT_NE(formatErrorOf([&] { parseRequest(body(none)); }).find("0 arrivals"), std::string::npos);
+  WireWriter available;
+  available.u8(uint8_t(StoreOp::GetAvailable)).u32(1).str("k").u64(5);
+  EXPECT_EQ(parseRequest(body(available)).keys, std::vector<std::string>{"k"});
 }
 
 TEST(StoreRequestTest, MalformedBodiesThrowFormatError) {
@@ -103,7 +116,7 @@ TEST(StoreRequestTest, MalformedBodiesThrowFormatError) {
 TEST(StoreReplyTest, SeedsParseAndRegressionsThrow) {
   auto parse = [](const std::vector<uint8_t>& b) {
     if (b.empty()) throw FormatError("empty input");
-    parseReply(static_cast<StoreOp>(b[0] % 13), Bytes(b.begin() + 1, b.end()));
+    parseReply(static_cast<StoreOp>(b[0] % 14), Bytes(b.begin() + 1, b.end()));
   };
   const auto seeds = seedInputs("tcp_reply");
   ASSERT_FALSE(seeds.empty());
@@ -131,6 +144,16 @@ TEST(StoreReplyTest, MalformedRepliesThrowFormatError) {
   WireWriter shortCounter;
   shortCounter.u8(uint8_t(StoreStatus::Ok)).u32(1);
   formatErrorOf([&] { parseReply(StoreOp::Add, body(shortCounter)); });
+  // A get-available answer: a flag per key, a value after each present one.
+  WireWriter available;
+  available.u8(uint8_t(StoreStatus::Ok)).u32(3).u8(0).u8(1).str("v").u8(0);
+  const auto answer = parseReply(StoreOp::GetAvailable, body(available));
+  EXPECT_EQ(answer.present, (std::vector<bool>{false, true, false}));
+  EXPECT_EQ(answer.values[1], (Bytes{'v'}));
+  WireWriter tooMany;
+  tooMany.u8(uint8_t(StoreStatus::Ok)).u32(4).u8(0).u8(0);
+  EXPECT_NE(formatErrorOf([&] { parseReply(StoreOp::GetAvailable, body(tooMany)); }).find("count"),
+            std::string::npos);
   WireWriter error;
   error.u8(uint8_t(StoreStatus::Error)).str("no such counter");
   EXPECT_EQ(parseReply(StoreOp::Add, body(error)).message, "no such counter");

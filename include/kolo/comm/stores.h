@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,15 @@ struct TcpStoreServerOptions {
   /// Largest accepted key and value; larger requests close the connection.
   size_t maxKeyBytes = kMaxStoreKeyBytes;
   size_t maxValueBytes = kMaxStoreValueBytes;
+  /// "HOST:PORT" of a root store: this server is then a host store, which serves its
+  /// host's ranks (checking the same token) by forwarding their requests to the root in
+  /// batches (writes of a batch as one multi-set, adds to a key as one add, reads as one
+  /// bulk read, a barrier's arrivals as one arrival counting them all), so that the root
+  /// sees a few connections per host rather than one per rank. Empty: it serves its own keys.
+  std::string upstream = {};
+  /// A host store's deadline to connect to the root and for its requests there; the
+  /// constructor throws IoError when the root cannot be reached within it.
+  std::chrono::milliseconds upstreamTimeout{std::chrono::seconds(60)};
 };
 
 /// What a TcpStoreServer has served so far (for benchmarks and `kolo run`'s summary).
@@ -125,6 +135,13 @@ class TcpStoreClient : public Store {
   std::vector<bool> checkEach(const std::vector<std::string>& keys) override;
   /// The server answers every arrival of a barrier in one pass when the last one comes.
   int64_t arrive(const std::string& key, int64_t count, Millis timeout) override;
+  /// arrive() for `arrivals` arrivals at once (a host store's ranks): adds `arrivals` to the
+  /// counter and returns its value after them once it reaches `count`. InvalidArgument
+  /// unless 1 <= arrivals < 2^31.
+  int64_t arriveMany(const std::string& key, int64_t count, int64_t arrivals, Millis timeout);
+  /// The values of those keys that exist (nullopt for the others), waiting up to `timeout`
+  /// until at least one does; at the deadline every answer may be nullopt (no Timeout).
+  std::vector<std::optional<Bytes>> getAvailable(const std::vector<std::string>& keys, Millis timeout);
   /// Atomically sets `key` to `desired` when it holds `expected` (a missing key counts as
   /// holding an empty value) and returns the value the key holds afterwards (empty when
   /// missing): `desired` when the swap happened.
@@ -135,6 +152,9 @@ class TcpStoreClient : public Store {
   std::string localAddress() const;
   /// "host:port" of the server.
   std::string serverAddress() const;
+  /// Ends a request in progress on another thread (it fails with IoError) and every later
+  /// one: the connection is shut down. For the owner of a client that must stop waiting.
+  void interrupt();
 
  private:
   /// Connects fd_, retrying until `deadline`; IoError when it cannot.

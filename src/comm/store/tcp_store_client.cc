@@ -123,6 +123,12 @@ std::string TcpStoreClient::serverAddress() const {
   return HostPort{options_.host, options_.port}.toString();
 }
 
+void TcpStoreClient::interrupt() {
+  // fd_ changes only in the constructor; shutting the socket down wakes a recv or poll in
+  // progress without racing with close.
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
 std::string TcpStoreClient::localAddress() const {
   sockaddr_storage addr{};
   socklen_t len = sizeof addr;
@@ -318,11 +324,18 @@ std::vector<bool> TcpStoreClient::checkEach(const std::vector<std::string>& keys
 }
 
 int64_t TcpStoreClient::arrive(const std::string& key, int64_t count, Millis timeout) {
+  return arriveMany(key, count, 1, timeout);
+}
+
+int64_t TcpStoreClient::arriveMany(const std::string& key, int64_t count, int64_t arrivals, Millis timeout) {
   detail::checkStoreKey(key);
+  if (arrivals < 1 || arrivals > INT32_MAX)
+    KOLO_THROW(InvalidArgument, "TCP barrier '", key, "': ", arrivals, " arrivals in one request (1 to 2^31-1)");
   Bytes request = WireWriter()
                       .u8(static_cast<uint8_t>(StoreOp::Arrive))
                       .str(key)
                       .u64(static_cast<uint64_t>(count))
+                      .u64(static_cast<uint64_t>(arrivals))
                       .u64(wireTimeout(timeout))
                       .finish();
   Bytes reply = roundTrip(request, replyDeadline(timeout));
@@ -331,6 +344,22 @@ int64_t TcpStoreClient::arrive(const std::string& key, int64_t count, Millis tim
     detail::throwStoreTimeout("TCP barrier at " + serverAddress() + " (" + std::to_string(count) + " arrivals)",
                               {key}, timeout);
   return parsed.counter;
+}
+
+std::vector<std::optional<Bytes>> TcpStoreClient::getAvailable(const std::vector<std::string>& keys,
+                                                                Millis timeout) {
+  if (keys.empty()) return {};
+  WireWriter writer;
+  keyList(writer.u8(static_cast<uint8_t>(StoreOp::GetAvailable)), keys).u64(wireTimeout(timeout));
+  Bytes reply = roundTrip(writer.finish(), replyDeadline(timeout));
+  detail::StoreReply parsed = readReply(StoreOp::GetAvailable, reply, serverAddress());
+  if (parsed.present.size() != keys.size())
+    KOLO_THROW(FormatError, "TCP store at ", serverAddress(), ": ", parsed.present.size(), " answers for ",
+               keys.size(), " keys");
+  std::vector<std::optional<Bytes>> values(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (parsed.present[i]) values[i] = std::move(parsed.values[i]);
+  return values;
 }
 
 Bytes TcpStoreClient::compareSet(const std::string& key, const Bytes& expected, const Bytes& desired) {

@@ -6,7 +6,9 @@
 // is written: a set wakes the requests parked on its key, not every connection, and the
 // last arrival of a barrier answers all its waiters in one pass. Connections that present a
 // wrong token, send an oversized frame or a malformed request are closed; everyone else
-// carries on.
+// carries on. A host store (options.upstream set) reads its ranks' requests the same way but
+// serves them through a HostStoreUplink to the root; the uplink's replies come back through
+// the wake pipe.
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -18,12 +20,14 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <queue>
 #include <thread>
 #include <unordered_map>
 
 #include "comm/socket.h"
+#include "comm/store/host_store_uplink.h"
 #include "comm/store/store_detail.h"
 #include "comm/store/tcp_wire.h"
 #include "kolo/comm/stores.h"
@@ -100,6 +104,25 @@ class TcpStoreServer::Impl {
     }
     watch(wake_[0], EPOLLIN, kFdTag | static_cast<uint64_t>(wake_[0]));
     for (int fd : listeners_) watch(fd, EPOLLIN, kFdTag | static_cast<uint64_t>(fd));
+    if (!options_.upstream.empty()) {
+      const HostPort root = parseHostPort(options_.upstream);
+      TcpStoreClientOptions client;
+      client.host = root.host;
+      client.port = root.port;
+      client.token = options_.token;
+      client.connectTimeout = options_.upstreamTimeout;
+      client.requestTimeout = options_.upstreamTimeout;
+      try {
+        uplink_ = std::make_unique<detail::HostStoreUplink>(
+            client, [this](uint64_t id, uint64_t serial, Bytes frame) { deliver(id, serial, std::move(frame)); });
+      } catch (...) {
+        ::close(epoll_);
+        ::close(wake_[0]);
+        ::close(wake_[1]);
+        closeListeners();
+        throw;
+      }
+    }
     thread_ = std::thread([this] { loop(); });
   }
 
@@ -111,6 +134,8 @@ class TcpStoreServer::Impl {
   }
 
   void stop() {
+    // The uplink first: its threads hand replies to this loop until they end.
+    if (uplink_) uplink_->stop();
     if (stopped_.exchange(true)) return;
     char byte = 1;
     [[maybe_unused]] ssize_t n = ::write(wake_[1], &byte, 1);
@@ -167,7 +192,11 @@ class TcpStoreServer::Impl {
         const uint32_t what = events[static_cast<size_t>(i)].events;
         if (data & kFdTag) {
           const int fd = static_cast<int>(data & ~kFdTag);
-          if (fd == wake_[0]) return;
+          if (fd == wake_[0]) {
+            if (stopped_.load()) return;
+            takeDelivered();
+            continue;
+          }
           acceptAll(fd);
           continue;
         }
@@ -181,6 +210,41 @@ class TcpStoreServer::Impl {
       resumeBuffered();
       for (uint64_t id : dropped_) close(id);
       dropped_.clear();
+    }
+  }
+
+  /// From the uplink's threads: a reply for a forwarded request, or an empty frame to close
+  /// its connection.
+  void deliver(uint64_t id, uint64_t serial, Bytes frame) {
+    {
+      std::lock_guard lock(deliveredMutex_);
+      delivered_.push_back({id, serial, std::move(frame)});
+    }
+    char byte = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_[1], &byte, 1);
+  }
+
+  /// Sends the replies the uplink delivered to the connections still waiting for them.
+  void takeDelivered() {
+    char drain[256];
+    while (::read(wake_[0], drain, sizeof drain) > 0) {
+    }
+    std::vector<Delivered> replies;
+    {
+      std::lock_guard lock(deliveredMutex_);
+      replies.swap(delivered_);
+    }
+    for (Delivered& d : replies) {
+      if (!live({d.connection, d.serial})) continue;
+      Connection& c = *find(d.connection);
+      c.parked.reset();
+      if (d.frame.empty()) {
+        c.closing = true;
+        dropped_.push_back(c.id);
+        continue;
+      }
+      appendReply(c, d.frame);
+      if (c.in.size() >= 4) resumable_.push_back(c.id);
     }
   }
 
@@ -301,6 +365,17 @@ class TcpStoreServer::Impl {
       return false;
     }
     WireWriter out;
+    if (uplink_ && request.op != StoreOp::Hello) {
+      // A host store: the request waits for the uplink's reply as a parked one would.
+      Parked parked;
+      parked.op = request.op;
+      parked.serial = ++lastSerial_;
+      const auto deadline = detail::deadlineAfter(
+          Millis(static_cast<int64_t>(std::min<uint64_t>(request.timeoutMs, INT64_MAX / 2))));
+      c.parked = std::move(parked);
+      uplink_->submit({c.id, c.parked->serial, std::move(request), deadline});
+      return true;
+    }
     switch (request.op) {
       case StoreOp::Hello:
         if (!sameToken(request.token, options_.token)) return false;
@@ -319,6 +394,7 @@ class TcpStoreServer::Impl {
       case StoreOp::Wait:
       case StoreOp::MultiGet:
       case StoreOp::Arrive:
+      case StoreOp::GetAvailable:
         park(c, std::move(request));
         return true;
       case StoreOp::Add: {
@@ -402,7 +478,7 @@ class TcpStoreServer::Impl {
     if (parked.op == StoreOp::Arrive) {
       // The arrival counts now, whether or not the barrier opens before the deadline.
       parked.target = request.delta;
-      if (!addTo(c, parked.keys[0], 1, &parked.arrival)) return;
+      if (!addTo(c, parked.keys[0], request.arrivals, &parked.arrival)) return;
       wake(parked.keys[0]);
     }
     c.parked = std::move(parked);
@@ -430,10 +506,18 @@ class TcpStoreServer::Impl {
         return false;
       }
       status(out, StoreStatus::Ok).u64(static_cast<uint64_t>(p.arrival));
+    } else if (p.op == StoreOp::GetAvailable) {
+      bool any = false;
+      for (const auto& key : p.keys) any = any || values_.count(key) > 0;
+      if (!any) {
+        for (const auto& key : p.keys) waitFor(key, {c.id, p.serial});
+        return false;
+      }
+      availableReply(out, p.keys);
     } else {
       for (const auto& key : p.keys) {
         if (values_.count(key)) continue;
-        waiters_[key].push_back({c.id, p.serial});
+        waitFor(key, {c.id, p.serial});
         return false;
       }
       status(out, StoreStatus::Ok);
@@ -447,6 +531,27 @@ class TcpStoreServer::Impl {
     reply(c, out);
     if (c.in.size() >= 4) resumable_.push_back(c.id);
     return true;
+  }
+
+  /// Registers a parked request under a key it waits for. A get-available registers under
+  /// each of its keys and leaves stale entries under the others when one is written: they
+  /// are swept whenever a key's list doubles, so that a key never written holds at most
+  /// twice its live waiters.
+  void waitFor(const std::string& key, ParkedRef ref) {
+    auto& refs = waiters_[key];
+    refs.push_back(ref);
+    if (refs.size() >= 64 && (refs.size() & (refs.size() - 1)) == 0)
+      std::erase_if(refs, [&](const ParkedRef& r) { return !live(r); });
+  }
+
+  /// Ok, then for each key whether it exists and its value if it does.
+  void availableReply(WireWriter& out, const std::vector<std::string>& keys) {
+    status(out, StoreStatus::Ok).u32(static_cast<uint32_t>(keys.size()));
+    for (const auto& key : keys) {
+      auto it = values_.find(key);
+      out.u8(it == values_.end() ? 0 : 1);
+      if (it != values_.end()) out.bytes(it->second);
+    }
   }
 
   /// Looks again at the requests parked on `key` (it was just written): the arrivals whose
@@ -503,6 +608,14 @@ class TcpStoreServer::Impl {
       if (!live(ref)) continue;
       Connection& c = *find(ref.connection);
       WireWriter out;
+      if (c.parked->op == StoreOp::GetAvailable) {
+        // Nothing appeared: the answer says so, not a Timeout.
+        availableReply(out, c.parked->keys);
+        c.parked.reset();
+        reply(c, out);
+        if (c.in.size() >= 4) resumable_.push_back(c.id);
+        continue;
+      }
       status(out, StoreStatus::Timeout);
       std::vector<std::string> missing;
       if (c.parked->op == StoreOp::Arrive) {
@@ -519,8 +632,9 @@ class TcpStoreServer::Impl {
     }
   }
 
-  void reply(Connection& c, WireWriter& writer) {
-    Bytes frame = writer.finish();
+  void reply(Connection& c, WireWriter& writer) { appendReply(c, writer.finish()); }
+
+  void appendReply(Connection& c, const Bytes& frame) {
     if (c.outSent == c.out.size()) {
       c.out.clear();
       c.outSent = 0;
@@ -583,6 +697,15 @@ class TcpStoreServer::Impl {
   std::vector<uint64_t> resumable_;
   /// Connections to close at the end of this round.
   std::vector<uint64_t> dropped_;
+  /// A host store's way to the root; null for a root store.
+  std::unique_ptr<detail::HostStoreUplink> uplink_;
+  struct Delivered {
+    uint64_t connection;
+    uint64_t serial;
+    Bytes frame;
+  };
+  std::mutex deliveredMutex_;
+  std::vector<Delivered> delivered_;
   std::thread thread_;
 };
 

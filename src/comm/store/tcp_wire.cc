@@ -70,7 +70,8 @@ StoreRequest parseStoreRequest(const uint8_t* body, size_t size, bool authentica
       for (uint32_t i = 0; i < count; ++i) request.keys.push_back(readKey(in, maxKeyBytes));
       break;
     }
-    case StoreOp::MultiGet: {
+    case StoreOp::MultiGet:
+    case StoreOp::GetAvailable: {
       const uint32_t count = readCount(in);
       for (uint32_t i = 0; i < count; ++i) request.keys.push_back(readKey(in, maxKeyBytes));
       request.timeoutMs = in.u64();
@@ -95,6 +96,10 @@ StoreRequest parseStoreRequest(const uint8_t* body, size_t size, bool authentica
     case StoreOp::Arrive:
       request.keys.push_back(readKey(in, maxKeyBytes));
       request.delta = static_cast<int64_t>(in.u64());
+      request.arrivals = static_cast<int64_t>(in.u64());
+      // A host store counts at most its ranks in one request; anything else is not a client.
+      if (request.arrivals < 1 || request.arrivals > INT32_MAX)
+        KOLO_THROW(FormatError, "barrier request counting ", request.arrivals, " arrivals");
       request.timeoutMs = in.u64();
       break;
     default:
@@ -139,6 +144,18 @@ StoreReply parseStoreReply(StoreOp op, const uint8_t* body, size_t size) {
         case StoreOp::MultiGet: {
           const uint32_t count = readCount(in);
           for (uint32_t i = 0; i < count; ++i) reply.values.push_back(in.bytes(kMaxStoreValueBytes));
+          break;
+        }
+        case StoreOp::GetAvailable: {
+          // Each answer is at least its presence byte.
+          const uint32_t count = in.u32();
+          if (count > in.remaining())
+            KOLO_THROW(FormatError, "count of ", count, " answers in ", in.remaining(), " bytes");
+          for (uint32_t i = 0; i < count; ++i) {
+            const bool present = in.u8() != 0;
+            reply.present.push_back(present);
+            reply.values.push_back(present ? in.bytes(kMaxStoreValueBytes) : Bytes{});
+          }
           break;
         }
         case StoreOp::CheckEach: {

@@ -16,7 +16,7 @@
 namespace kolo::comm::detail {
 
 inline constexpr uint32_t kTcpStoreMagic = 0x4f4c4f4b;  // "KOLO" read as little-endian u32
-inline constexpr uint8_t kTcpStoreVersion = 1;
+inline constexpr uint8_t kTcpStoreVersion = 2;
 /// Largest frame a connection may send before it has presented the token.
 inline constexpr uint32_t kMaxHelloFrame = 4096 + 64;
 
@@ -34,10 +34,14 @@ enum class StoreOp : uint8_t {
   MultiSet = 9,
   /// Sets a key to a new value when it holds the expected one; answers what it holds.
   CompareSet = 10,
-  /// Counter barrier: adds 1 to a counter and answers once the counter reaches a target.
+  /// Counter barrier: adds the number of arrivals it carries (1 for a rank, a host's
+  /// ranks for a host store) to a counter and answers once the counter reaches a target.
   Arrive = 11,
   /// Answers, for each key, whether it exists.
-  CheckEach = 12
+  CheckEach = 12,
+  /// Waits until at least one of the keys exists (or the deadline passes) and answers the
+  /// values of those that exist: how a host store watches the keys its ranks wait for.
+  GetAvailable = 13
 };
 enum class StoreStatus : uint8_t { Ok = 0, Timeout = 1, Error = 2 };
 
@@ -141,7 +145,8 @@ struct StoreRequest {
   Bytes expected;                 // CompareSet
   std::vector<Bytes> values;      // MultiSet, one per key
   int64_t delta = 0;              // Add; Arrive: the count that opens the barrier
-  uint64_t timeoutMs = 0;         // Get, Wait, MultiGet, Arrive
+  int64_t arrivals = 1;           // Arrive: how many arrivals this request counts (at least 1)
+  uint64_t timeoutMs = 0;         // Get, Wait, MultiGet, Arrive, GetAvailable
 };
 
 /// Parses one request body (the frame without its length prefix). Before the connection
@@ -158,14 +163,15 @@ struct StoreReply {
   StoreStatus status = StoreStatus::Ok;
   std::string message;               // Error: the server's explanation
   Bytes value;                       // Get, CompareSet, Ok
-  std::vector<Bytes> values;         // MultiGet, Ok
+  std::vector<Bytes> values;         // MultiGet, GetAvailable (empty where absent), Ok
   int64_t counter = 0;               // Add, Arrive (this arrival's count), Ok
   bool flag = false;                 // Remove (existed), Check (all present), Ok
-  std::vector<bool> present;         // CheckEach, Ok
+  std::vector<bool> present;         // CheckEach, GetAvailable, Ok
   std::vector<std::string> missing;  // Get/Wait/MultiGet/Arrive, Timeout: the keys still missing
 };
 
-/// Whether a request of kind `op` may be answered with Timeout (it waits in the server).
+/// Whether a request of kind `op` may be answered with Timeout (it waits in the server;
+/// GetAvailable also waits but answers "none present" at its deadline).
 bool storeOpWaits(StoreOp op);
 
 /// Parses the reply body to a request of kind `op`. Throws FormatError when the status is
