@@ -19,10 +19,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 
+#include "example_data.h"
 #include "kolo/data.h"
 #include "kolo/error.h"
 #include "kolo/nn/layers.h"
@@ -55,20 +55,6 @@ struct GatedMlp : kolo::nn::Module {
 std::shared_ptr<kolo::nn::Module> makeModel() {
   kolo::Generator gen(1);  // every rank alike (the engine also copies rank 0's)
   return std::make_shared<GatedMlp>(gen);
-}
-
-// Fashion-MNIST's split, or a synthetic stand-in of its shape (labels from a fixed linear
-// map of the inputs, so there is something to learn) when the files are not there.
-std::shared_ptr<kolo::data::TensorDataset> loadSplit(const std::string& dir, bool train) {
-  if (std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz"))
-    return std::make_shared<kolo::data::FashionMnist>(dir, train, train ? 8000 : 2000);
-  const int64_t n = train ? 4096 : 1024;
-  kolo::Generator gen(train ? 7 : 8);
-  kolo::Tensor inputs = kolo::Tensor::rand({n, 784}, gen);
-  kolo::Generator mapGen(9);
-  kolo::Tensor map = kolo::Tensor::rand({784, 10}, mapGen, -1.0, 1.0);
-  kolo::Tensor labels = kolo::argmax(kolo::matmul(inputs, map), 1);
-  return std::make_shared<kolo::data::TensorDataset>(inputs, labels);
 }
 
 // The same options for the elastic run and the one-device reference.
@@ -112,8 +98,8 @@ int main(int argc, char** argv) try {
   KOLO_REQUIRE(kolo::parallel::ElasticContext::launchedElastic(),
                "start it under kolo run --elastic (e.g. kolo run --elastic -n 2 -- ./elastic)");
   kolo::setNumThreads(1);  // one intra-op thread per rank: the ranks fill the cores
-  const auto train = loadSplit(dataDir, true);
-  const auto test = loadSplit(dataDir, false);
+  const auto train = loadSplit(dataDir, true, 8000, 2000);
+  const auto test = loadSplit(dataDir, false, 8000, 2000);
 
   // [elastic] This rank's membership: a rank kolo run started in a lost one's place blocks
   // here until a generation admits it, or gets null when the job finished first.

@@ -16,12 +16,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 
 #include "kolo/comm/init.h"
 #include "kolo/comm/stores.h"
+#include "example_data.h"
 #include "kolo/data.h"
 #include "kolo/error.h"
 #include "kolo/nn/layers.h"
@@ -55,20 +55,6 @@ struct GeluMlp : kolo::nn::Module {
 std::shared_ptr<kolo::nn::Module> makeModel() {
   kolo::Generator gen(1);  // the server and every client start alike
   return std::make_shared<GeluMlp>(gen);
-}
-
-// Fashion-MNIST's split, or a synthetic stand-in of its shape (labels from a fixed linear
-// map of the inputs, so there is something to learn) when the files are not there.
-std::shared_ptr<kolo::data::TensorDataset> loadSplit(const std::string& dir, bool train) {
-  if (std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz"))
-    return std::make_shared<kolo::data::FashionMnist>(dir, train, train ? 6000 : 2000);
-  const int64_t n = train ? 6000 : 1000;
-  kolo::Generator gen(train ? 7 : 8);
-  kolo::Tensor inputs = kolo::Tensor::rand({n, 784}, gen);
-  kolo::Generator mapGen(9);
-  kolo::Tensor map = kolo::Tensor::rand({784, 10}, mapGen, -1.0, 1.0);
-  kolo::Tensor labels = kolo::argmax(kolo::matmul(inputs, map), 1);
-  return std::make_shared<kolo::data::TensorDataset>(inputs, labels);
 }
 
 fed::FederatedOptions federatedOptions(int64_t rounds, double lr) {
@@ -130,7 +116,7 @@ int main(int argc, char** argv) try {
       kolo::comm::connectTcpStore(launch.storeAddress, launch.token, std::chrono::minutes(5)),
       "federated-example/");
   const fed::FederatedOptions options = federatedOptions(rounds, lr);
-  const auto train = loadSplit(dataDir, true);
+  const auto train = loadSplit(dataDir, true, 6000, 2000);
   const int hosts = launch.size - 1;
 
   if (launch.rank > 0) {
@@ -142,7 +128,7 @@ int main(int argc, char** argv) try {
     return 0;
   }
   // [federated] The server: rounds of sampled clients, their updates averaged.
-  const auto test = loadSplit(dataDir, false);
+  const auto test = loadSplit(dataDir, false, 6000, 2000);
   std::shared_ptr<kolo::nn::Module> model = makeModel();
   fed::FederatedServer server(store, options, fed::flattenState(*model));
   KOLO_REQUIRE(server.awaitHosts(hosts, std::chrono::minutes(5)) == hosts,

@@ -14,10 +14,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 
+#include "example_data.h"
 #include "kolo/data.h"
 #include "kolo/error.h"
 #include "kolo/nn/layers.h"
@@ -46,20 +46,6 @@ std::shared_ptr<kolo::nn::Sequential> makeModel() {
   model->add(std::make_shared<kolo::nn::ReLU>());
   model->add(std::make_shared<kolo::nn::Linear>(128, 10, gen));
   return model;
-}
-
-// Fashion-MNIST's split, or a synthetic stand-in of its shape (labels from a fixed linear
-// map of the inputs, so there is something to learn) when the files are not there.
-std::shared_ptr<kolo::data::TensorDataset> loadSplit(const std::string& dir, bool train) {
-  if (std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz"))
-    return std::make_shared<kolo::data::FashionMnist>(dir, train, train ? 20000 : 0);
-  const int64_t n = train ? 4096 : 1024;
-  kolo::Generator gen(train ? 7 : 8);
-  kolo::Tensor inputs = kolo::Tensor::rand({n, 784}, gen);
-  kolo::Generator mapGen(9);
-  kolo::Tensor map = kolo::Tensor::rand({784, 10}, mapGen, -1.0, 1.0);
-  kolo::Tensor labels = kolo::argmax(kolo::matmul(inputs, map), 1);
-  return std::make_shared<kolo::data::TensorDataset>(inputs, labels);
 }
 
 struct Settings {
