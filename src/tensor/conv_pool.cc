@@ -1,8 +1,11 @@
-// Convolution (im2col + one GEMM per image, NCHW, weights [O, C, kh, kw]) and max-pooling.
+// Convolution (im2col + one GEMM per image, NCHW, weights [O, C, kh, kw]; stride-1 f32 ones
+// without im2col, as products over shifted rows of the zero-bordered image) and max-pooling.
 // One image's column buffer stays in cache between im2col and its GEMM; backward rebuilds
 // the columns per image instead of keeping N of them alive from forward.
+#include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "tensor/dispatch.h"
@@ -150,6 +153,95 @@ bool isPointwise(const ConvGeometry& g, const Conv2dParams& p) {
   return g.kh == 1 && g.kw == 1 && p.strideH == 1 && p.strideW == 1 && p.padH == 0 && p.padW == 0;
 }
 
+// ---- stride-1 f32 convolutions without im2col (shifted rows) ----
+//
+// With stride 1, row (c, i, j) of an image's im2col columns is plane c of the zero-bordered
+// image shifted by i rows and j columns. Computed on the bordered width wp instead of ow, each
+// output row gets kw - 1 extra columns, and every such row of columns is one contiguous window
+// of the bordered image, starting at c hp wp + i wp + j: the GEMM reads the image itself
+// (detail::gemmShiftedB) and the columns are never written. Per image that writes the
+// bordered copy (C hp wp floats) instead of the columns (C kh kw oh ow: 9x more for 3x3), and
+// the output rows once more when their extra columns are dropped. The input's gradient is
+// the same product over the output gradient with the kernel flipped and its channels swapped
+// (a stride-1 convolution's adjoint, with padding k - 1 - p), and the weight's gradient the
+// transposed product of the shifted rows with the output gradient (detail::gemmShiftedA).
+
+bool shiftedRows(const ConvGeometry& g, const Conv2dParams& p) {
+  return p.strideH == 1 && p.strideW == 1 && !isPointwise(g, p) && detail::shiftedRowsAvailable();
+}
+
+// A [C, H, W] image with a zero border of ph rows and pw columns, [C, hp, wp], followed by the
+// kw - 1 zeros that the last window's row reads past its end; and each (c, i, j)'s offset.
+struct BorderedImage {
+  int64_t c, h, w, ph, pw, kh, kw, hp, wp;
+  std::vector<float> values;
+  std::vector<int64_t> offsets;
+
+  BorderedImage(int64_t c0, int64_t h0, int64_t w0, int64_t ph0, int64_t pw0, int64_t kh0, int64_t kw0)
+      : c(c0), h(h0), w(w0), ph(ph0), pw(pw0), kh(kh0), kw(kw0), hp(h0 + 2 * ph0), wp(w0 + 2 * pw0),
+        values(static_cast<size_t>(c0 * hp * wp + kw0 - 1), 0.0f) {
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t i = 0; i < kh; ++i)
+        for (int64_t j = 0; j < kw; ++j) offsets.push_back(ci * hp * wp + i * wp + j);
+  }
+  int64_t outHeight() const { return hp - kh + 1; }
+  int64_t outWidth() const { return wp - kw + 1; }
+  // The border stays zero from construction: only the interior is written.
+  KOLO_ROW_LOOPS void load(const float* __restrict img) {
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t y = 0; y < h; ++y) {
+        float* dst = values.data() + (ci * hp + y + ph) * wp + pw;
+        const float* src = img + (ci * h + y) * w;
+        for (int64_t x = 0; x < w; ++x) dst[x] = src[x];
+      }
+  }
+};
+
+// out [O, oh, ow] = the convolution of the loaded image with weight [O, C kh kw], plus bias
+// [O] when given; `wide` is scratch for [O, oh, wp].
+KOLO_ROW_LOOPS void shiftedConv(const BorderedImage& image, const float* weight, int64_t o, const float* bias,
+                                std::vector<float>& wide, float* __restrict out) {
+  const int64_t oh = image.outHeight(), ow = image.outWidth(), rows = oh * image.wp;
+  wide.resize(static_cast<size_t>(o * rows));
+  const int64_t ckk = image.c * image.kh * image.kw;
+  detail::gemmShiftedB(o, rows, ckk, weight, ckk, image.values.data(), image.offsets.data(), wide.data(), rows);
+  for (int64_t r = 0; r < o; ++r) {
+    const float b = bias ? bias[r] : 0.0f;
+    for (int64_t y = 0; y < oh; ++y) {
+      const float* src = wide.data() + r * rows + y * image.wp;
+      float* dst = out + (r * oh + y) * ow;
+      for (int64_t x = 0; x < ow; ++x) dst[x] = src[x] + b;
+    }
+  }
+}
+
+// g [O, oh, ow] into gT [oh wp, O] (the rows' extra columns untouched: they stay zero), in
+// blocks of 16 positions so that each block's lines of gT stay in L1 while the O rows pass.
+KOLO_ROW_LOOPS void transposeRows(const float* __restrict g, int64_t o, int64_t oh, int64_t ow, int64_t wp,
+                                  float* __restrict gT) {
+  for (int64_t y = 0; y < oh; ++y)
+    for (int64_t x0 = 0; x0 < ow; x0 += 16) {
+      const int64_t x1 = std::min(ow, x0 + 16);
+      for (int64_t r = 0; r < o; ++r) {
+        const float* src = g + (r * oh + y) * ow;
+        float* dst = gT + (y * wp) * o + r;
+        for (int64_t x = x0; x < x1; ++x) dst[x * o] = src[x];
+      }
+    }
+}
+
+// The weight [O, C, kh, kw] flipped in both kernel axes, with O and C swapped: [C, O, kh, kw].
+std::vector<float> flippedTransposed(const float* w, const ConvGeometry& g) {
+  std::vector<float> out(static_cast<size_t>(g.o * g.c * g.kh * g.kw));
+  for (int64_t o = 0; o < g.o; ++o)
+    for (int64_t c = 0; c < g.c; ++c)
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t j = 0; j < g.kw; ++j)
+          out[static_cast<size_t>(((c * g.o + o) * g.kh + (g.kh - 1 - i)) * g.kw + (g.kw - 1 - j))] =
+              w[((o * g.c + c) * g.kh + i) * g.kw + j];
+  return out;
+}
+
 }  // namespace
 
 Tensor conv2dForward(const Tensor& x0, const Tensor& w0, const Tensor& bias, const Conv2dParams& p) {
@@ -162,6 +254,17 @@ Tensor conv2dForward(const Tensor& x0, const Tensor& w0, const Tensor& bias, con
   Tensor out = Tensor::empty({g.n, g.o, g.oh, g.ow}, x.dtype());
   const int64_t ckk = g.c * g.kh * g.kw, spatial = g.oh * g.ow;
   const bool pointwise = isPointwise(g, p);
+  if (x.dtype() == DType::F32 && shiftedRows(g, p)) {
+    BorderedImage image(g.c, g.h, g.w, p.padH, p.padW, g.kh, g.kw);
+    std::vector<float> wide;
+    const Tensor b = bias.defined() ? bias.to(DType::F32).contiguous() : Tensor();
+    for (int64_t n = 0; n < g.n; ++n) {
+      image.load(x.data<float>() + n * g.c * g.h * g.w);
+      shiftedConv(image, w.data<float>(), g.o, b.defined() ? b.data<float>() : nullptr, wide,
+                  out.data<float>() + n * g.o * spatial);
+    }
+    return out;
+  }
   detail::dispatchFloat(x.dtype(), "conv2d", [&](auto tag) {
     using T = typename decltype(tag)::type;
     std::vector<T> col(pointwise ? 0 : static_cast<size_t>(ckk * spatial));
@@ -188,6 +291,53 @@ Tensor conv2dForward(const Tensor& x0, const Tensor& w0, const Tensor& bias, con
   return out;
 }
 
+namespace {
+
+// conv2dBackward of a stride-1 f32 convolution through shifted rows (see shiftedConv): per
+// image, the weight's gradient transposed, dW^T [C kh kw, O] += rows (c, i, j) of the bordered
+// image [., oh wp] @ g^T [oh wp, O] (g's extra columns zero), and the input's gradient as the
+// convolution of g, bordered by k - 1 - p, with the flipped, transposed kernel.
+void shiftedBackward(const ConvGeometry& g, const Conv2dParams& p, const Tensor& grad, const Tensor& x,
+                     const Tensor& w, Tensor* gradX, Tensor* gradW, Tensor* gradB) {
+  const int64_t spatial = g.oh * g.ow, imageSize = g.c * g.h * g.w, ckk = g.c * g.kh * g.kw;
+  const float* pg = grad.data<float>();
+  std::optional<BorderedImage> image, gradImage;
+  std::vector<float> gradT, weightT, flipped, wide;
+  if (gradW) {
+    image.emplace(g.c, g.h, g.w, p.padH, p.padW, g.kh, g.kw);
+    gradT.assign(static_cast<size_t>(g.oh * image->wp * g.o), 0.0f);  // extra columns stay 0
+    weightT.assign(static_cast<size_t>(ckk * g.o), 0.0f);
+  }
+  if (gradX) {
+    gradImage.emplace(g.o, g.oh, g.ow, g.kh - 1 - p.padH, g.kw - 1 - p.padW, g.kh, g.kw);
+    flipped = flippedTransposed(w.data<float>(), g);
+  }
+  for (int64_t n = 0; n < g.n; ++n) {
+    const float* gn = pg + n * g.o * spatial;  // (O, oh, ow)
+    if (gradB) {
+      float* pb = gradB->data<float>();
+      for (int64_t o = 0; o < g.o; ++o) pb[o] += sumContiguous(gn + o * spatial, spatial);
+    }
+    if (gradW) {
+      image->load(x.data<float>() + n * imageSize);
+      transposeRows(gn, g.o, g.oh, g.ow, image->wp, gradT.data());
+      detail::gemmShiftedA(ckk, g.o, g.oh * image->wp, image->values.data(), image->offsets.data(), gradT.data(),
+                           g.o, weightT.data(), g.o);
+    }
+    if (gradX) {
+      gradImage->load(gn);
+      shiftedConv(*gradImage, flipped.data(), g.c, nullptr, wide, gradX->data<float>() + n * imageSize);
+    }
+  }
+  if (gradW) {
+    float* dw = gradW->data<float>();
+    for (int64_t o = 0; o < g.o; ++o)
+      for (int64_t k = 0; k < ckk; ++k) dw[o * ckk + k] = weightT[static_cast<size_t>(k * g.o + o)];
+  }
+}
+
+}  // namespace
+
 void conv2dBackward(const Tensor& grad0, const Tensor& x0, const Tensor& w0, const Conv2dParams& p,
                     Tensor* gradX, Tensor* gradW, Tensor* gradB) {
   const ConvGeometry g = convGeometry(x0, w0, p);
@@ -200,6 +350,10 @@ void conv2dBackward(const Tensor& grad0, const Tensor& x0, const Tensor& w0, con
   if (gradX) *gradX = Tensor::empty(x.shape(), x.dtype());
   if (gradW) *gradW = Tensor::zeros(w.shape(), w.dtype());
   if (gradB) *gradB = Tensor::zeros({g.o}, w.dtype());
+  if (grad.dtype() == DType::F32 && shiftedRows(g, p) && g.kh - 1 - p.padH >= 0 && g.kw - 1 - p.padW >= 0) {
+    shiftedBackward(g, p, grad, x, w, gradX, gradW, gradB);
+    return;
+  }
   detail::dispatchFloat(x.dtype(), "conv2d backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     std::vector<T> col(pointwise ? 0 : static_cast<size_t>(ckk * spatial));

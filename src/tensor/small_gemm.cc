@@ -10,6 +10,8 @@
 //                      B is copied transposed instead and the product goes as NN.
 // A linear layer's forward (smallLinear) goes as that last NT, with its bias added in the
 // tiles' store and its GELU taken over each block of rows once its products are done.
+// Shifted rows (gemmShiftedB, gemmShiftedA): the same tiles with the rows of one operand at
+// given offsets, a stride-1 convolution's products straight from its padded image.
 #include "tensor/small_gemm.h"
 
 #include <algorithm>
@@ -219,6 +221,68 @@ bool enabled() {
   return on;
 }
 
+// Shifted rows: the products of a stride-1 convolution without im2col. Row r of the A tile
+// is aRows[r] (a(r, k) = aRows[r][k]); row k of B is b + bOffsets[k] when bOffsets is given
+// (a window of the padded image, shifted by the kernel position of k), else b + k ldb. C is
+// written (beta 0) or added to (beta 1).
+template <int MR, int NV>
+KOLO_AVX512 inline void shiftedTile(int64_t depth, const float* const* aRows, const float* b, int64_t ldb,
+                                    const int64_t* bOffsets, float beta, float* c, int64_t ldc, __mmask16 last) {
+  __m512 acc[MR][NV];
+  KOLO_UNROLL for (int r = 0; r < MR; ++r) KOLO_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < depth; ++k) {
+    const float* row = bOffsets ? b + bOffsets[k] : b + k * ldb;
+    __m512 bv[NV];
+    KOLO_UNROLL for (int v = 0; v < NV; ++v) {
+      bv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(last, row + kLanes * v) : _mm512_loadu_ps(row + kLanes * v);
+    }
+    KOLO_UNROLL for (int r = 0; r < MR; ++r) {
+      const __m512 av = _mm512_set1_ps(aRows[r][k]);
+      KOLO_UNROLL for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+  KOLO_UNROLL for (int r = 0; r < MR; ++r) KOLO_UNROLL for (int v = 0; v < NV; ++v) {
+    const __mmask16 mask = v == NV - 1 ? last : static_cast<__mmask16>(0xFFFF);
+    float* out = c + r * ldc + kLanes * v;
+    __m512 x = acc[r][v];
+    if (beta != 0.0f) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mask, out));
+    _mm512_mask_storeu_ps(out, mask, x);
+  }
+}
+
+template <int MR>
+KOLO_AVX512 void shiftedTileOfWidth(int64_t depth, const float* const* aRows, const float* b, int64_t ldb,
+                                    const int64_t* bOffsets, float beta, float* c, int64_t ldc, int64_t cols) {
+  const int tail = static_cast<int>(cols % kLanes);
+  const __mmask16 last = tail ? static_cast<__mmask16>((1u << tail) - 1) : static_cast<__mmask16>(0xFFFF);
+  switch ((cols + kLanes - 1) / kLanes) {
+    case 4: shiftedTile<MR, 4>(depth, aRows, b, ldb, bOffsets, beta, c, ldc, last); break;
+    case 3: shiftedTile<MR, 3>(depth, aRows, b, ldb, bOffsets, beta, c, ldc, last); break;
+    case 2: shiftedTile<MR, 2>(depth, aRows, b, ldb, bOffsets, beta, c, ldc, last); break;
+    default: shiftedTile<MR, 1>(depth, aRows, b, ldb, bOffsets, beta, c, ldc, last); break;
+  }
+}
+
+// C[m x n] (+)= A B over tiles of 6 x 64, A's row i at aRows[i], B's rows as shiftedTile's.
+KOLO_AVX512 void shiftedGemm(int64_t m, int64_t n, int64_t k, const float* const* aRows, const float* b,
+                             int64_t ldb, const int64_t* bOffsets, float beta, float* c, int64_t ldc) {
+  for (int64_t j = 0; j < n; j += kTileCols) {
+    const int64_t cols = std::min<int64_t>(kTileCols, n - j);
+    for (int64_t i = 0; i < m; i += kTileRows) {
+      const float* const* rows = aRows + i;
+      float* out = c + i * ldc + j;
+      switch (std::min<int64_t>(kTileRows, m - i)) {
+        case 6: shiftedTileOfWidth<6>(k, rows, b + j, ldb, bOffsets, beta, out, ldc, cols); break;
+        case 5: shiftedTileOfWidth<5>(k, rows, b + j, ldb, bOffsets, beta, out, ldc, cols); break;
+        case 4: shiftedTileOfWidth<4>(k, rows, b + j, ldb, bOffsets, beta, out, ldc, cols); break;
+        case 3: shiftedTileOfWidth<3>(k, rows, b + j, ldb, bOffsets, beta, out, ldc, cols); break;
+        case 2: shiftedTileOfWidth<2>(k, rows, b + j, ldb, bOffsets, beta, out, ldc, cols); break;
+        default: shiftedTileOfWidth<1>(k, rows, b + j, ldb, bOffsets, beta, out, ldc, cols); break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool smallGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -271,7 +335,33 @@ bool smallLinear(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, c
   return true;
 }
 
+bool shiftedRowsAvailable() { return enabled() && openblas_get_num_threads() == 1; }
+
+void gemmShiftedB(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                  const int64_t* bOffsets, float* c, int64_t ldc) {
+  thread_local std::vector<const float*> rows;
+  rows.resize(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) rows[static_cast<size_t>(i)] = a + i * lda;
+  shiftedGemm(m, n, k, rows.data(), b, 0, bOffsets, 0.0f, c, ldc);
+}
+
+void gemmShiftedA(int64_t m, int64_t n, int64_t k, const float* a, const int64_t* aOffsets, const float* b,
+                  int64_t ldb, float* c, int64_t ldc) {
+  thread_local std::vector<const float*> rows;
+  rows.resize(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) rows[static_cast<size_t>(i)] = a + aOffsets[i];
+  shiftedGemm(m, n, k, rows.data(), b, ldb, nullptr, 1.0f, c, ldc);
+}
+
 #else
+
+bool shiftedRowsAvailable() { return false; }
+
+void gemmShiftedB(int64_t, int64_t, int64_t, const float*, int64_t, const float*, const int64_t*, float*,
+                  int64_t) {}
+
+void gemmShiftedA(int64_t, int64_t, int64_t, const float*, const int64_t*, const float*, int64_t, float*,
+                  int64_t) {}
 
 bool smallGemm(CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int64_t, int64_t, int64_t, float, const float*, int64_t,
                const float*, int64_t, float, float*, int64_t) {

@@ -27,4 +27,20 @@ bool smallGemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int
 bool smallLinear(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w, int64_t ldw,
                  const float* bias, float* c, int64_t ldc, float* g, int64_t ldg);
 
+/// Whether gemmShiftedB and gemmShiftedA run here: AVX-512 present, one OpenBLAS thread and
+/// KOLO_SMALL_GEMM not 0 (they do nothing otherwise: callers take im2col and smallGemm).
+bool shiftedRowsAvailable();
+
+/// C[m x n] = A[m x k] B, where row p of B is the n floats from b + bOffsets[p]: a stride-1
+/// convolution's output on the padded width (A the weight [O, C kh kw], B's row (c, i, j) the
+/// padded image shifted by i rows and j columns). Needs shiftedRowsAvailable().
+void gemmShiftedB(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                  const int64_t* bOffsets, float* c, int64_t ldc);
+
+/// C[m x n] += A B, where row i of A is the k floats from a + aOffsets[i] and B is [k x n]
+/// (ldb): a stride-1 convolution's weight gradient transposed (A's rows the shifted padded
+/// image, B the output gradient transposed). Needs shiftedRowsAvailable().
+void gemmShiftedA(int64_t m, int64_t n, int64_t k, const float* a, const int64_t* aOffsets, const float* b,
+                  int64_t ldb, float* c, int64_t ldc);
+
 }  // namespace kolo::detail

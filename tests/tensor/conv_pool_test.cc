@@ -1,5 +1,6 @@
 // Convolution and max-pool kernels against direct (definition-by-sum) references over
-// strides, paddings, rectangular kernels, pointwise convolutions, NaN and ties.
+// strides, paddings, rectangular kernels, pointwise convolutions, NaN and ties (f32 stride-1
+// convolutions take the shifted rows where AVX-512 is, the others im2col).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -96,6 +97,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          ConvCase{2, 2, 6, 9, 3, 2, 4, 1, 2},   // rectangular, wide pad
                                          ConvCase{3, 1, 9, 9, 2, 5, 5, 3, 1},   // stride 3
                                          ConvCase{2, 4, 12, 12, 5, 5, 5, 1, 0}, // the cnn's second layer shape
+                                         ConvCase{3, 5, 11, 9, 7, 3, 3, 1, 1},  // the resnet's 3x3s
+                                         ConvCase{2, 1, 10, 10, 16, 3, 3, 1, 1}, // its first, one channel
                                          ConvCase{0, 2, 5, 5, 3, 3, 3, 1, 0}),  // empty batch
                        ::testing::Values(DType::F32, DType::F64)));
 
