@@ -73,6 +73,12 @@ class Job {
   /// Publishes this node's shape of the job (-n N, or --ps P --workers W) and checks that
   /// every node uses the same.
   void registerNode(std::chrono::milliseconds timeout);
+  /// A node other than node 0: starts this host's store, which forwards to the root at
+  /// `rootAddress` (kolo/comm/stores.h), and returns the address its ranks use. The root's
+  /// address when this host's address towards the root is unknown; IoError when the host
+  /// store cannot listen or reach the root.
+  std::string startHostStore(const std::string& rootAddress, const std::string& token,
+                             std::chrono::milliseconds timeout);
   /// --join: reads the running job's shape ("P W", published by its chief) from its store and
   /// takes the next worker index beyond W. Returns the global rank of the worker to start.
   int joinParameterServerJob(const std::string& storeAddress, const std::string& token,
@@ -150,6 +156,8 @@ class Job {
   int worldSize_ = 0;  // ranks of the whole job (KOLO_WORLD_SIZE)
   std::unique_ptr<JobGuard> guard_;
   std::unique_ptr<comm::TcpStoreServer> server_;
+  /// Nodes other than node 0: the store this host's ranks use, in front of node 0's.
+  std::unique_ptr<comm::TcpStoreServer> hostStore_;
   std::shared_ptr<comm::Store> store_;
   std::vector<Rank> ranks_;
   std::vector<std::pair<std::string, std::string>> vars_;  // every rank's KOLO_* variables

@@ -148,6 +148,9 @@ int Job::run() {
     store_ = comm::connectTcpStore(storeAddress, token, rendezvous);
     registerNode(rendezvous);
   }
+  // Node 0's ranks use the root; every other host's ranks their host store.
+  const std::string rankStore =
+      nodes() > 1 && !server_ ? startHostStore(storeAddress, token, rendezvous) : storeAddress;
   // Elastic jobs: the launcher marks lost ranks in the store for the survivors.
   if (options_.elastic && !store_) store_ = comm::connectTcpStore(storeAddress, token, rendezvous);
 
@@ -156,7 +159,7 @@ int Job::run() {
       {"KOLO_LOCAL_SIZE", std::to_string(options_.procsPerNode)},
       {"KOLO_NODE_RANK", std::to_string(options_.nodeRank)},
       {"KOLO_NNODES", std::to_string(options_.nnodes)},
-      {"KOLO_STORE", storeAddress},
+      {"KOLO_STORE", rankStore},
       {"KOLO_TOKEN", token},
   };
   if (auto tunables = hugePageTunables(settings::Environment::process()))

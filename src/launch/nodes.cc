@@ -1,7 +1,8 @@
 // The launchers of a job across nodes agree through the store: each registers its shape of
 // the job (and a node that joins a running elastic job checks its own against node 0's), a
 // failure is published under "kolo-run/failed" for the others to stop their ranks, and
-// node 0, which hosts the store, keeps it up until every node that registered has finished.
+// node 0, which hosts the store, keeps it up until every node that registered has finished;
+// every other node's ranks reach that root store through a host store run by their launcher.
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -22,6 +23,22 @@ constexpr char kFinishedKey[] = "kolo-run/finished";
 constexpr char kNodesKey[] = "kolo-run/nodes";  // how many nodes registered
 
 }  // namespace
+
+std::string Job::startHostStore(const std::string& rootAddress, const std::string& token,
+                                std::chrono::milliseconds timeout) {
+  // The host store listens where this host reaches the root from: the ranks' own store
+  // connections then leave from that address, which they publish for their peers.
+  auto* root = dynamic_cast<comm::TcpStoreClient*>(store_.get());
+  const std::string here = root != nullptr ? root->localAddress() : "";
+  if (here.empty()) return rootAddress;
+  comm::TcpStoreServerOptions options;
+  options.host = here;
+  options.token = token;
+  options.upstream = rootAddress;
+  options.upstreamTimeout = timeout;
+  hostStore_ = std::make_unique<comm::TcpStoreServer>(options);
+  return comm::HostPort{here, hostStore_->port()}.toString();
+}
 
 void Job::registerNode(std::chrono::milliseconds timeout) {
   const std::string shape = psServers_ > 0 ? "--ps " + std::to_string(psServers_) + " --workers " +
