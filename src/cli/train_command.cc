@@ -40,9 +40,6 @@ Command registerTrain(CLI::App& root) {
     train::startTimeline(config->timelineDir);
     // Every strategy computes on this thread (or on replica threads that take its setting).
     const MatmulPrecisionGuard products(parseMatmulPrecision(config->precision));
-    if (config->strategy == "parameter-server" || config->strategy == "federated")
-      KOLO_REQUIRE(config->statusFile.empty(), "KOLO_STATUS_FILE is not available with --strategy ",
-                   config->strategy);
     KOLO_REQUIRE(!config->detectAnomaly || config->model != "lm", "--detect-anomaly is not available with --model lm");
     KOLO_REQUIRE(config->model != "lm" || !parallel::ElasticContext::launchedElastic(),
                  "kolo run --elastic trains --model mlp or cnn, not lm");

@@ -458,7 +458,8 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
            "KOLO_TIMELINE=DIR)");
   r.option("--status-file", c.statusFile,
            "each rank keeps its step and state in FILE.rank-N (kolo status FILE); default KOLO_STATUS_FILE",
-           {"one-device", "mirrored", "central-storage", "multi-worker-mirrored", "fsdp", "pipeline", "tensor", "lm"});
+           {"one-device", "mirrored", "central-storage", "multi-worker-mirrored", "fsdp", "pipeline", "tensor", "lm",
+            "parameter-server", "federated"});
   r.option("--timing-skip", c.timingSkip, "steps left out of the steady-state samples/s")
       ->capture_default_str()
       ->check(atLeast(0));

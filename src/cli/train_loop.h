@@ -202,6 +202,7 @@ void setRunOptions(const TrainConfig& config, const Recipe& recipe, observe::Log
   options.checkpointEvery = config.checkpointEvery;
   options.keepCheckpoints = config.keepCheckpoints;
   options.resumeDir = config.resumeDir;
+  options.statusFile = config.statusFile;
   options.identity = runIdentity(config);
   options.logger = &logger;
   options.describe = {{"model", config.model}, {"optimizer", recipe.optimizer.name}, {"lr", recipe.optimizer.lr}};

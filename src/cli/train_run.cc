@@ -190,7 +190,6 @@ train::FitOptions fitOptions(const TrainConfig& config, Family family, const Run
     return optim::makeSchedule(recipe.schedule, totalSteps);
   };
   options.metricsEvery = config.metricsEvery;
-  options.statusFile = config.statusFile;
   options.timingSkip = config.timingSkip;
   options.accumulate = config.accumulate;
   if (config.model == "lm" || family == Family::ModelParallel) {

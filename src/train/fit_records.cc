@@ -26,9 +26,7 @@ FitRecords::FitRecords(const FitOptions& options, const FitPlan& plan, Engine& e
       logger_(logger),
       // A resumed run continues the metrics file (and its step count).
       metrics_(primary ? options.metricsPath : "", firstStep > 0, start),
-      // A program of one's own under `kolo run --status-file` keeps its lines without a word.
-      status_(options.statusFile.empty() ? settings::statusFile() : options.statusFile, rank,
-              plan.totalSteps),
+      status_(statusFileOf(options.statusFile), rank, plan.totalSteps),
       rankFigures_(engine.tensorBytesBefore()),
       primary_(primary),
       rank_(rank),
@@ -68,6 +66,7 @@ void FitRecords::announce(int64_t step, const observe::Fields& extra) {
 
 void FitRecords::beginEpoch(const data::LoaderState& at, int64_t steps) {
   passStart_ = at;
+  status_.setEpoch(at.epoch + 1);
   bar_ = std::make_unique<observe::ProgressBar>(
       "epoch " + std::to_string(at.epoch + 1) + "/" + std::to_string(plan_.epochs), at.batch + steps,
       stderr, 100, options_.progress);

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kolo/error.h"
+#include "kolo/settings.h"
 #include "observe/rank_files.h"
 
 namespace kolo::train::detail {
@@ -166,6 +167,11 @@ std::string IntervalTimes::progressText() const {
   return text;
 }
 
+std::string statusFileOf(const std::string& optionsStatusFile) {
+  // A program of one's own under `kolo run --status-file` keeps its lines without a word.
+  return optionsStatusFile.empty() ? settings::statusFile() : optionsStatusFile;
+}
+
 RankStatus::RankStatus(std::string file, int rank, int64_t totalSteps)
     : path_(file.empty() ? "" : file + ".rank-" + std::to_string(rank)),
       rank_(rank),
@@ -205,6 +211,7 @@ void RankStatus::write(const std::string& state) {
                                            {"state", state},
                                            {"step", step_},
                                            {"total_steps", totalSteps_},
+                                           {"epoch", epoch_},
                                            {"loss", loss_},
                                            {"step_s", stepSeconds_},
                                            {"samples_per_s", samplesPerSecond_},
@@ -291,6 +298,7 @@ std::vector<RankStatusLine> readRankStatus(const std::string& file) {
                         .state = f.value("state", "?"),
                         .step = f.value("step", int64_t{0}),
                         .totalSteps = f.value("total_steps", int64_t{0}),
+                        .epoch = f.value("epoch", int64_t{0}),
                         .loss = f.value("loss", 0.0),
                         .stepSeconds = f.value("step_s", 0.0),
                         .samplesPerSecond = f.value("samples_per_s", 0.0),

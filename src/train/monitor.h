@@ -84,6 +84,10 @@ class RankFiguresLog {
   int64_t steps_[2] = {};
 };
 
+/// The status file a trainer keeps: RunOptions::statusFile, else the one `kolo run
+/// --status-file` passes through the environment (KOLO_STATUS_FILE), else "" (none).
+std::string statusFileOf(const std::string& optionsStatusFile);
+
 /// This rank's line in the status file: FILE.rank-N, rewritten atomically (a temporary file
 /// renamed over it) at most twice a second and whenever the state changes; when destroyed
 /// by an exception it writes state "failed". A path of "" turns it off.
@@ -93,9 +97,14 @@ class RankStatus {
   ~RankStatus();
   RankStatus(const RankStatus&) = delete;
   RankStatus& operator=(const RankStatus&) = delete;
-  /// state: "starting", "training", "evaluating", "checkpoint", "done".
+  /// state: "starting", "training", "evaluating", "checkpoint", "done"; a parameter-server
+  /// job's servers "serving" and its chief "dispatching" (RankStatusLine::state).
   void update(const std::string& state, int64_t step, double loss = 0.0, double stepSeconds = 0.0,
               double samplesPerSecond = 0.0);
+  /// The epoch under way (1-based), written with the next update.
+  void setEpoch(int64_t epoch) { epoch_ = epoch; }
+  /// Whether a file is kept (a path was given).
+  bool kept() const { return !path_.empty(); }
 
  private:
   void write(const std::string& state);
@@ -105,6 +114,7 @@ class RankStatus {
   int uncaught_;
   std::string state_;
   int64_t step_ = 0;
+  int64_t epoch_ = 0;
   double loss_ = 0.0, stepSeconds_ = 0.0, samplesPerSecond_ = 0.0;
   std::chrono::steady_clock::time_point lastWrite_{};
 };

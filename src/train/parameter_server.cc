@@ -5,8 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <thread>
 
 #include "comm/token.h"
@@ -129,9 +132,61 @@ std::unique_ptr<comm::TcpStoreServer> bootstrapStore(detail::PsJob& job) {
   return hosted;
 }
 
+/// A server's status line after `updates` updates: "serving", and the epoch they reached.
+void showServing(detail::RankStatus& status, const detail::PsJob& job, int64_t updates) {
+  status.setEpoch(std::min(updates / job.stepsPerEpoch + 1, job.epochs));
+  status.update("serving", updates);
+}
+
+/// Keeps a server's status line while it serves (serve() blocks, so on a thread of its own):
+/// "serving", its updates as the step, every half second until destroyed; an error writing
+/// the line is rethrown by rethrow().
+class ServingStatus {
+ public:
+  ServingStatus(detail::RankStatus& status, const ps::ParameterServer& server, const detail::PsJob& job) {
+    if (!status.kept()) return;
+    watch_ = std::thread([this, &status, &server, &job] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      do {
+        try {
+          showServing(status, job, server.stats().updates);
+        } catch (...) {
+          error_ = std::current_exception();
+          return;
+        }
+      } while (!wake_.wait_for(lock, std::chrono::milliseconds(500), [this] { return served_; }));
+    });
+  }
+  ~ServingStatus() { stop(); }
+  ServingStatus(const ServingStatus&) = delete;
+  ServingStatus& operator=(const ServingStatus&) = delete;
+
+  /// Stops the thread; rethrows what it failed with.
+  void rethrow() {
+    stop();
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      served_ = true;
+    }
+    wake_.notify_all();
+    if (watch_.joinable()) watch_.join();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool served_ = false;
+  std::exception_ptr error_;
+  std::thread watch_;
+};
+
 ParameterServerSummary runServer(const detail::PsJob& job, comm::Store& store,
                                  const parallel::OptimizerFactory& makeOptimizer,
-                                 const ParameterServerOptions& options) {
+                                 const ParameterServerOptions& options, detail::RankStatus& status) {
   ps::ServerOptions server;
   server.index = job.role.index;
   server.workers = job.role.workers;
@@ -146,8 +201,11 @@ ParameterServerSummary runServer(const detail::PsJob& job, comm::Store& store,
       [schedule = job.schedule](int64_t update) { return schedule->lrAt(update); });
   store.setString(ps::serverAddressKey(job.role.index),
                   comm::HostPort{server.host, instance.port()}.toString());
+  ServingStatus serving(status, instance, job);
   instance.serve();
+  serving.rethrow();
   const ps::ServerStats stats = instance.stats();
+  showServing(status, job, stats.updates);
   ParameterServerSummary summary;
   summary.role = ps::Role::Server;
   summary.index = job.role.index;
@@ -170,6 +228,15 @@ ParameterServerCallbacks injectWorkerFaults(const FaultPlan& plan, int rank) {
 }
 
 namespace detail {
+
+int launchRank(const ps::RoleInfo& role) {
+  switch (role.role) {
+    case ps::Role::Server: return role.index;
+    case ps::Role::Chief: return role.servers;
+    case ps::Role::Worker: return role.servers + 1 + role.index;
+  }
+  return -1;
+}
 
 std::vector<std::string> serverAddresses(comm::Store& store, const PsJob& job) {
   std::vector<std::string> addresses;
@@ -213,14 +280,17 @@ ParameterServerSummary trainParameterServer(parallel::ModelFactory model,
       job.role.store.empty() ? bootstrapStore(job) : nullptr;
   const std::shared_ptr<comm::Store> store =
       comm::connectTcpStore(job.role.store, job.role.token, job.timeout);
+  // Each role keeps its line as fit's ranks do (done, or failed on an exception, at the end).
+  detail::RankStatus status(detail::statusFileOf(options.statusFile), detail::launchRank(job.role),
+                            job.totalSteps);
   switch (job.role.role) {
     case ps::Role::Server:
-      return runServer(job, *store, optimizer, options);
+      return runServer(job, *store, optimizer, options, status);
     case ps::Role::Worker:
-      return detail::runWorker(job, *store, model, *train, options, callbacks, logger);
+      return detail::runWorker(job, *store, model, *train, options, callbacks, logger, status);
     case ps::Role::Chief:
       return detail::runChief(job, *store, data.validation ? data.validation() : nullptr, options,
-                              callbacks, logger);
+                              callbacks, logger, status);
   }
   KOLO_CHECK(false, "unknown parameter-server role");
   return {};

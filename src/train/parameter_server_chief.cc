@@ -68,6 +68,11 @@ ps::DispatchOptions dispatchOptions(const PsJob& job, const ParameterServerOptio
   dispatch.samplesPerEpoch = job.batchesPerEpoch * job.workerBatch;
   dispatch.lastEpochSamples = job.lastEpochSamples;
   dispatch.unitSamples = options.unitBatches * job.workerBatch;
+  // A sync round takes a push from every worker still in the rounds, and a worker waiting
+  // for a unit sits the rounds out: the W workers, which push in step, take the epoch's units
+  // W alike at a time (its last W shorter), so that none holds a unit that the others do not
+  // match and pushes rounds alone, past the plan's steps.
+  if (options.mode == ps::Mode::Sync) dispatch.unitsAlike = job.role.workers;
   dispatch.epochs = job.epochs;
   dispatch.token = job.role.token;
   dispatch.host = ps::localHost(store);
@@ -85,13 +90,14 @@ class Chief {
  public:
   Chief(const PsJob& job, comm::Store& store, std::shared_ptr<const data::Dataset> validation,
         const ParameterServerOptions& options, const ParameterServerCallbacks& callbacks,
-        observe::Logger& logger)
+        observe::Logger& logger, RankStatus& status)
       : job_(job),
         store_(store),
         validation_(std::move(validation)),
         options_(options),
         callbacks_(callbacks),
         logger_(logger),
+        status_(status),
         addresses_(serverAddresses(store, job)),
         servers_(std::make_shared<ps::ServerGroup>(
             ps::ClientOptions{ps::ClientRole::Chief, 0, ps::Compression::None, job.role.token,
@@ -120,6 +126,8 @@ class Chief {
     step_ = job_.stepsPerEpoch * firstEpoch;
     const FailureEvent failureEvent(*metrics_, step_);
     announce(firstEpoch);
+    status_.setEpoch(firstEpoch + 1);
+    status_.update("dispatching", step_);
     summary_.epochs = firstEpoch;
     for (int64_t epoch = firstEpoch; epoch < job_.epochs; ++epoch) runEpoch(epoch, firstEpoch);
     return finish();
@@ -195,6 +203,7 @@ class Chief {
         last ? job_.totalSteps - job_.stepsPerEpoch * (job_.epochs - 1) : job_.stepsPerEpoch;
     observe::ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(job_.epochs),
                              epochSteps, stderr, 100, options_.progress);
+    status_.setEpoch(epoch + 1);
     const ps::EpochReport done = dispatcher_->waitEpoch(epoch);
     if (!options_.checkpointDir.empty()) {
       // checkpointEvery counts steps, as fit's; the servers are quiet between epochs only, so
@@ -208,6 +217,7 @@ class Chief {
     takeWorkersBuffers();
     if (validation_) {
       trace::Scope span("evaluate", "train");
+      status_.update("evaluating", step_);
       figures_ = evaluate(*job_.model, *validation_);
       summary_.validationAccuracy = figures_->accuracy;
       summary_.validationLoss = figures_->loss;
@@ -216,6 +226,7 @@ class Chief {
     summary_.epochs = epoch + 1;
     const double epochSamples = static_cast<double>(done.batches * job_.workerBatch);
     samples_ += done.batches * job_.workerBatch;
+    const double secondsBefore = seconds_;
     const double rate = epochSamples / std::max(done.seconds - seconds_, 1e-9);
     // The epochs after this run's first, when every worker has loaded its data and started:
     // the steady rate, as the peers measure theirs (PyTorch's RPC example from each
@@ -227,6 +238,8 @@ class Chief {
     seconds_ = done.seconds;
     const EpochEnd ended{.epoch = epoch + 1, .step = step_, .trainLoss = summary_.trainLoss,
                          .validation = figures_, .samplesPerSecond = rate};
+    status_.update("dispatching", step_, summary_.trainLoss,
+                   (done.seconds - secondsBefore) / std::max<int64_t>(epochSteps, 1), rate);
     if (callbacks_.onEpochEnd) callbacks_.onEpochEnd(ended);
     if (!options_.quiet) bar.finish(epochProgressText(summary_.trainLoss, figures_, rate));
     const double lr = job_.schedule->lrAt(std::clamp<int64_t>(step_ - 1, 0, job_.totalSteps - 1));
@@ -240,6 +253,7 @@ class Chief {
     trace::Scope span("checkpoint", "checkpoint");
     const int64_t version = servers_->pull(job_.parameters);
     takeWorkersBuffers();
+    status_.update("checkpoint", version);
     const std::string path =
         save({&state_}, {.step = version, .loader = {epochs, 0}, .path = ""}, checkpoints_);
     logger_.debug("checkpoint written", {{"dir", path}, {"epoch", epochs}});
@@ -301,6 +315,7 @@ class Chief {
   const ParameterServerOptions& options_;
   const ParameterServerCallbacks& callbacks_;
   observe::Logger& logger_;
+  RankStatus& status_;
   const Clock::time_point start_ = Clock::now();
   const bool hasBuffers_ = !job_.model->namedBuffers().empty();
   comm::Bytes startBuffers_;  // the buffers every worker started from
@@ -325,8 +340,8 @@ ParameterServerSummary runChief(const PsJob& job, comm::Store& store,
                                 std::shared_ptr<const data::Dataset> validation,
                                 const ParameterServerOptions& options,
                                 const ParameterServerCallbacks& callbacks,
-                                observe::Logger& logger) {
-  return Chief(job, store, std::move(validation), options, callbacks, logger).run();
+                                observe::Logger& logger, RankStatus& status) {
+  return Chief(job, store, std::move(validation), options, callbacks, logger, status).run();
 }
 
 }  // namespace kolo::train::detail

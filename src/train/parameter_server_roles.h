@@ -11,6 +11,7 @@
 #include "kolo/comm/store.h"
 #include "kolo/optim.h"
 #include "kolo/train/parameter_server.h"
+#include "train/monitor.h"
 
 namespace kolo::train::detail {
 
@@ -64,17 +65,26 @@ void publishBuffers(comm::Store& store, int worker, const nn::Module& model);
 int averageBuffers(comm::Store& store, int workers, std::chrono::milliseconds timeout,
                    const comm::Bytes& start, nn::Module& model);
 
-/// A worker's loop: units from the chief, a push per batch, until the job is over.
+/// This process's place in the job's launch order, servers first, then the chief, then the
+/// workers (kolo run --ps and the roles that mpirun's ranks decide alike): the N of its
+/// status file's FILE.rank-N.
+int launchRank(const parallel::ps::RoleInfo& role);
+
+/// A worker's loop: units from the chief, a push per batch, until the job is over. Its status
+/// line: "training", its pushes as the step, its last batch's loss.
 ParameterServerSummary runWorker(const PsJob& job, comm::Store& store,
                                  const parallel::ModelFactory& makeModel,
                                  const data::Dataset& train, const ParameterServerOptions& options,
-                                 const ParameterServerCallbacks& callbacks, observe::Logger& logger);
+                                 const ParameterServerCallbacks& callbacks, observe::Logger& logger,
+                                 RankStatus& status);
 
 /// The chief's loop: resume, hand out units, evaluate, record and checkpoint after each
-/// epoch, stop the servers at the end.
+/// epoch, stop the servers at the end. Its status line: "dispatching" (the servers' updates
+/// and the last epoch's loss at each epoch's end), "checkpoint" and "evaluating".
 ParameterServerSummary runChief(const PsJob& job, comm::Store& store,
                                 std::shared_ptr<const data::Dataset> validation,
                                 const ParameterServerOptions& options,
-                                const ParameterServerCallbacks& callbacks, observe::Logger& logger);
+                                const ParameterServerCallbacks& callbacks, observe::Logger& logger,
+                                RankStatus& status);
 
 }  // namespace kolo::train::detail

@@ -61,7 +61,7 @@ ParameterServerSummary runWorker(const PsJob& job, comm::Store& store,
                                  const parallel::ModelFactory& makeModel,
                                  const data::Dataset& train, const ParameterServerOptions& options,
                                  const ParameterServerCallbacks& callbacks,
-                                 observe::Logger& logger) {
+                                 observe::Logger& logger, RankStatus& status) {
   const int index = job.role.index;
   if (jobFinished(store)) return lateWorker(job);
   std::optional<ps::ServerGroup> connected;
@@ -153,6 +153,10 @@ ParameterServerSummary runWorker(const PsJob& job, comm::Store& store,
       exchange.pushAndSwap();
       report.lossSum += batchLoss;
       ++report.batches;
+      const double seconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
+      status.setEpoch(unit->epoch + 1);
+      status.update("training", pushes, batchLoss, seconds,
+                    static_cast<double>(indices.size()) / std::max(seconds, 1e-9));
     }
     // A unit reported done has every push answered and this worker's buffers published: the
     // chief evaluates, checkpoints and ends the job on that.

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "kolo/error.h"
 #include "kolo/parallel/parameter_server.h"
@@ -88,6 +90,37 @@ TEST(UnitDispatcher, AShortLastEpochHandsOutOnlyItsSamples) {
   EXPECT_EQ(units[12].end, 250);
   EXPECT_EQ(dispatcher.unitsDone()[0], 13);
   o.lastEpochSamples = 1001;
+  EXPECT_THROW(UnitDispatcher{o}, InvalidArgument);
+}
+
+// Units two alike (two sync workers): a short last epoch of 260 samples is one cycle of two
+// whole units and then two equal units of what is left, 30 samples each, so that two workers
+// taking one unit each per cycle hold the same number of samples; a count that does not
+// divide the epoch is refused.
+TEST(UnitDispatcher, UnitsAlikeCutWhatIsLeftIntoEqualUnits) {
+  DispatchOptions o = options(1, 2);
+  o.unitsAlike = 2;
+  o.lastEpochSamples = 260;
+  UnitDispatcher dispatcher(o);
+  std::vector<Unit> units;
+  std::thread worker([&] {
+    UnitClient client(address(dispatcher), 0, kToken, std::chrono::seconds(30));
+    UnitReport report;
+    while (auto unit = client.next(report, nullptr)) {
+      units.push_back(*unit);
+      report = {unit->id, 1.0, 1};
+    }
+  });
+  dispatcher.waitEpoch(1);
+  dispatcher.waitWorkersFinished();
+  worker.join();
+  ASSERT_EQ(units.size(), 14u);  // 10 of 100, then 100, 100, 30, 30
+  const std::vector<std::pair<int64_t, int64_t>> last = {{0, 100}, {100, 200}, {200, 230}, {230, 260}};
+  for (size_t i = 0; i < last.size(); ++i) {
+    EXPECT_EQ(units[10 + i].epoch, 1);
+    EXPECT_EQ(std::make_pair(units[10 + i].begin, units[10 + i].end), last[i]) << "unit " << 10 + i;
+  }
+  o.unitsAlike = 3;  // 1000 samples do not split into 3 alike
   EXPECT_THROW(UnitDispatcher{o}, InvalidArgument);
 }
 

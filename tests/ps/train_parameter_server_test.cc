@@ -60,7 +60,8 @@ std::vector<float> flatState(const nn::Module& model) {
 /// trainParameterServer with its role, through a store of the test's own.
 JobResult runJob(int workers, std::shared_ptr<const data::Dataset> train,
                  std::shared_ptr<const data::Dataset> validation,
-                 train::ParameterServerOptions options, const ModelFactory& makeModel = makeMlp) {
+                 train::ParameterServerOptions options, const ModelFactory& makeModel = makeMlp,
+                 const train::ParameterServerCallbacks& callbacks = {}) {
   comm::TcpStoreServer store(comm::TcpStoreServerOptions{.host = "127.0.0.1", .token = kToken});
   const std::string address = "127.0.0.1:" + std::to_string(store.port());
   std::vector<RoleInfo> roles = {{Role::Server, 0, 1, workers, address, kToken},
@@ -81,7 +82,7 @@ JobResult runJob(int workers, std::shared_ptr<const data::Dataset> train,
         mine.role = roles[r];
         result.summaries[r] = train::trainParameterServer(
             [&built, &makeModel, r] { return built[r] = makeModel(); }, sgdMomentum(), train,
-            roles[r].role == Role::Chief ? validation : nullptr, mine);
+            roles[r].role == Role::Chief ? validation : nullptr, mine, callbacks);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -233,14 +234,23 @@ TEST_F(TrainParameterServer, AResumedJobEndsOnTheWeightsOfAStraightOne) {
 }
 
 // `batch` is the global batch, as fit's: two sync workers push 32 samples each a round, the
-// epoch's 640 samples in 20 pushes (at 64 a push they would be 10), in at least one device's
-// 10 steps (a round a worker sits out, waiting for a unit, adds one); a batch they cannot
-// share is refused in the options' words.
+// epoch's 640 samples in 20 pushes (at 64 a push they would be 10), in one device's 10 steps
+// exactly: the units (4 batches, then the epoch's last 2 and 2) go to the workers two alike
+// at a time, so no worker pushes rounds alone while the other waits for a unit (12 steps
+// before). A run that `steps` cuts short mid-epoch (13 of 20) takes its steps exactly too. A
+// batch they cannot share is refused in the options' words.
 TEST_F(TrainParameterServer, SyncWorkersShareTheGlobalBatch) {
   const JobResult job = runJob(2, train_, test_, syncOptions(1));
-  EXPECT_EQ(job.summaries[2].steps + job.summaries[3].steps, 20);  // pushes of 32 samples
-  EXPECT_GE(job.summaries[1].steps, 10);
-  EXPECT_LT(job.summaries[1].steps, 20);
+  EXPECT_EQ(job.summaries[2].steps, 10);  // pushes of 32 samples
+  EXPECT_EQ(job.summaries[3].steps, 10);
+  EXPECT_EQ(job.summaries[1].steps, 10);
+  EXPECT_EQ(job.summaries[0].steps, 10);
+  train::ParameterServerOptions cut = syncOptions(2);
+  cut.steps = 13;
+  const JobResult shorter = runJob(2, train_, test_, cut);
+  EXPECT_EQ(shorter.summaries[1].steps, 13);
+  EXPECT_EQ(shorter.summaries[2].steps, 13);
+  EXPECT_EQ(shorter.summaries[3].steps, 13);
   train::ParameterServerOptions odd = syncOptions(1);
   odd.batch = 63;
   try {
@@ -318,6 +328,45 @@ TEST_F(TrainParameterServer, BatchNormsRunningStatisticsAreTheWorkersMean) {
   rest.resumeDir = dir_ + "/bn";
   const JobResult resumed = runJob(1, train_, test_, rest, makeBatchNormMlp);
   EXPECT_EQ(flatState(*resumed.models[1]), flatState(*one.models[1]));
+}
+
+// Every role keeps a status line as fit's ranks do (kolo status), at its place in the launch
+// order: the server (0) "serving" with its updates, the chief (1) "dispatching", the workers
+// (2, 3) "training" with their pushes while the job runs; each "done" at the end, with the
+// epoch, its steps and a loss.
+TEST_F(TrainParameterServer, EveryRoleKeepsAStatusLine) {
+  const std::string status = dir_ + "/status";
+  train::ParameterServerOptions options = syncOptions(2);
+  options.statusFile = status;
+  std::vector<train::RankStatusLine> during;
+  train::ParameterServerCallbacks callbacks;
+  callbacks.beforePush = [&](const train::WorkerPush& push) {
+    if (push.worker == 0 && push.push == 6) during = train::readRankStatus(status);
+  };
+  const JobResult job = runJob(2, train_, test_, options, makeMlp, callbacks);
+  ASSERT_EQ(during.size(), 4u);
+  EXPECT_EQ(during[0].state, "serving");
+  EXPECT_TRUE(during[1].state == "dispatching" || during[1].state == "evaluating") << during[1].state;
+  EXPECT_EQ(during[2].state, "training");
+  EXPECT_GE(during[2].step, 1);
+  // Only the workers are compared for a straggler: the server and the chief count otherwise.
+  EXPECT_TRUE(train::findStraggler(during).rank < 0 || train::findStraggler(during).rank >= 2);
+  const std::vector<train::RankStatusLine> after = train::readRankStatus(status);
+  ASSERT_EQ(after.size(), 4u);
+  const std::vector<int64_t> steps = {job.summaries[0].steps, job.summaries[1].steps, job.summaries[2].steps,
+                                      job.summaries[3].steps};
+  for (size_t r = 0; r < 4; ++r) {
+    SCOPED_TRACE("launch rank " + std::to_string(r));
+    EXPECT_EQ(after[r].rank, static_cast<int>(r));
+    EXPECT_EQ(after[r].state, "done");
+    EXPECT_EQ(after[r].step, steps[r]);
+    EXPECT_EQ(after[r].totalSteps, 20);
+    EXPECT_EQ(after[r].epoch, 2);
+    if (r > 0) {
+      EXPECT_GT(after[r].loss, 0.0);
+    }
+  }
+  EXPECT_EQ(after[0].step, job.summaries[1].steps);  // the servers' updates, as the chief saw them
 }
 
 }  // namespace

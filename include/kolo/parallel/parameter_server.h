@@ -297,6 +297,11 @@ struct DispatchOptions {
   int workers = 1;
   int64_t samplesPerEpoch = 0;  // positions of one epoch's order that are used
   int64_t unitSamples = 512;    // samples per unit (the last of an epoch may be shorter)
+  /// The epoch is cut into cycles of this many equal units (the last cycle's shorter units
+  /// equal too), so that this many workers taking one unit each per cycle, as sync workers
+  /// pushing in step do, hold the same number of batches throughout. samplesPerEpoch and
+  /// lastEpochSamples must be multiples of it. 1: units of unitSamples, the last shorter.
+  int unitsAlike = 1;
   int64_t epochs = 1;
   /// Positions of the last epoch's order that are used (a run that ends mid-epoch, by its
   /// step count); 0: samplesPerEpoch.

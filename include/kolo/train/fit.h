@@ -174,12 +174,15 @@ FitSummary fit(Engine& engine, std::shared_ptr<const data::Dataset> train,
 struct RankStatusLine {
   int rank = 0;
   int64_t pid = 0;
-  /// starting, training, evaluating, checkpoint, done or failed.
+  /// starting, training, evaluating, checkpoint, done or failed; in a parameter-server job
+  /// the servers are "serving" and the chief "dispatching" between its epochs' evaluations
+  /// and checkpoints (only "training" ranks are compared for a straggler).
   std::string state{};
   /// The process is not there any more and its line does not say it ended (killed).
   bool gone = false;
-  int64_t step = 0;        // steps done
+  int64_t step = 0;        // steps done (a parameter-server worker: its pushes)
   int64_t totalSteps = 0;
+  int64_t epoch = 0;       // the epoch under way (1-based); 0 before the first
   double loss = 0.0;       // the last step's
   double stepSeconds = 0.0;
   double samplesPerSecond = 0.0;

@@ -48,7 +48,9 @@ struct ParameterServerOptions : RunOptions {
   /// whole to the server holding the fewest bytes (parallel::ps::placeParameters).
   int64_t shardBytes = 1 << 20;
   /// A worker's batches per unit of data the chief hands it at a time (faster workers take
-  /// more).
+  /// more). In sync the workers take them W alike at a time, the epoch's last W shorter when
+  /// its steps are not a multiple of this, so that each round has a push from every worker
+  /// and the run takes exactly its planned steps (unless a worker is lost).
   int64_t unitBatches = 8;
   /// Values on the workers' wire: f32, bf16 or fp16 (the servers keep f32).
   parallel::ps::Compression compression = parallel::ps::Compression::None;

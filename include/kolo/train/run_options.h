@@ -48,9 +48,12 @@ struct RunOptions {
   /// (training, resuming, checkpoints, warnings) still go to `logger`.
   int progress = -1;
   bool quiet = false;
-  /// fit: each process keeps its step and state in FILE.rank-N (`kolo status FILE`); "" : the
-  /// one `kolo run --status-file` passes through the environment (KOLO_STATUS_FILE), else
-  /// none. The parameter servers keep no status lines yet.
+  /// Each process keeps its step, epoch, loss and state in FILE.rank-N (`kolo status FILE`,
+  /// train::readRankStatus); "" : the one `kolo run --status-file` passes through the
+  /// environment (KOLO_STATUS_FILE), else none. Under parameter servers N is the launch
+  /// order (servers, the chief, the workers): a worker's step counts its pushes, a server's
+  /// its updates ("serving"), the chief's the servers' updates at each epoch's end
+  /// ("dispatching").
   std::string statusFile{};
 
   /// Checkpoints (train::save) into `checkpointDir` ("" : none) every `checkpointEvery`

@@ -4,7 +4,8 @@
 // answered; a worker whose connection drops holding a unit is lost and the unit goes back to
 // the front of the queue, to whoever asks next. So is a worker that stops sending heartbeats
 // on its second connection (a stopped process or hung host keeps its sockets open): the
-// monitor thread closes its connection and tells the chief (which tells the servers).
+// monitor thread closes its connection and tells the chief (which tells the servers). Sync
+// workers take the units in cycles of equal ones (DispatchOptions::unitsAlike).
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "kolo/error.h"
 #include "kolo/parallel/parameter_server.h"
@@ -32,7 +34,11 @@ class UnitDispatcher::Impl {
     KOLO_REQUIRE(options_.workers >= 1, "a parameter-server job needs at least 1 worker");
     KOLO_REQUIRE(options_.unitSamples >= 1, "DispatchOptions::unitSamples must be at least 1");
     KOLO_REQUIRE(options_.samplesPerEpoch >= 1, "an epoch needs at least one sample");
-    unitsPerEpoch_ = (options_.samplesPerEpoch + options_.unitSamples - 1) / options_.unitSamples;
+    KOLO_REQUIRE(options_.unitsAlike >= 1 && options_.samplesPerEpoch % options_.unitsAlike == 0 &&
+                     options_.lastEpochSamples % options_.unitsAlike == 0,
+                 "DispatchOptions::unitsAlike ", options_.unitsAlike, " does not divide an epoch's ",
+                 options_.samplesPerEpoch, " samples and the last epoch's ", options_.lastEpochSamples);
+    unitsPerEpoch_ = unitsIn(options_.samplesPerEpoch);
     KOLO_REQUIRE(options_.firstEpoch >= 0 && options_.firstEpoch <= options_.epochs, "first epoch ",
                  options_.firstEpoch, " is outside 0..", options_.epochs);
     KOLO_REQUIRE(options_.lastEpochSamples >= 0 &&
@@ -295,9 +301,9 @@ class UnitDispatcher::Impl {
         const Header answer = next(worker, request.a, request.b, lossSum);
         int64_t range[2] = {0, 0};
         if (answer.op == static_cast<uint32_t>(Status::Ok)) {
-          const int64_t k = answer.a % unitsPerEpoch_;
-          range[0] = k * options_.unitSamples;
-          range[1] = std::min(range[0] + options_.unitSamples, samplesOf(answer.a / unitsPerEpoch_));
+          const auto [begin, end] = rangeOf(samplesOf(answer.a / unitsPerEpoch_), answer.a % unitsPerEpoch_);
+          range[0] = begin;
+          range[1] = end;
         }
         iovec parts[2] = {{const_cast<Header*>(&answer), sizeof answer}, {range, answer.payload}};
         socket.sendAll(parts, 2, deadline(), "the next unit");
@@ -357,8 +363,23 @@ class UnitDispatcher::Impl {
     const bool shortLast = epoch + 1 == options_.epochs && options_.lastEpochSamples > 0;
     return shortLast ? options_.lastEpochSamples : options_.samplesPerEpoch;
   }
-  int64_t unitsOf(int64_t epoch) const {
-    return (samplesOf(epoch) + options_.unitSamples - 1) / options_.unitSamples;
+  int64_t unitsOf(int64_t epoch) const { return unitsIn(samplesOf(epoch)); }
+  /// An epoch of `samples` samples: cycles of unitsAlike units of unitSamples, then, for what
+  /// is left, unitsAlike equal units (none when nothing is).
+  int64_t wholeUnitsIn(int64_t samples) const {
+    return samples / (options_.unitSamples * options_.unitsAlike) * options_.unitsAlike;
+  }
+  int64_t unitsIn(int64_t samples) const {
+    const int64_t whole = wholeUnitsIn(samples);
+    return whole + (samples > whole * options_.unitSamples ? options_.unitsAlike : 0);
+  }
+  /// Samples [begin, end) of unit `k` of an epoch of `samples` samples.
+  std::pair<int64_t, int64_t> rangeOf(int64_t samples, int64_t k) const {
+    const int64_t whole = wholeUnitsIn(samples);
+    if (k < whole) return {k * options_.unitSamples, (k + 1) * options_.unitSamples};
+    const int64_t shorter = (samples - whole * options_.unitSamples) / options_.unitsAlike;
+    const int64_t begin = whole * options_.unitSamples + (k - whole) * shorter;
+    return {begin, begin + shorter};
   }
 
   int64_t unitsPerEpoch_ = 0;
