@@ -38,12 +38,15 @@ int runFederated(const TrainConfig& config, observe::Logger& logger) {
     f.clientsPerRound = std::max(1, static_cast<int>(std::lround(config.clientFraction * f.clients)));
   f.client.lr = config.lr.value_or(0.05);
   f.client.method = fed::parseMethod(config.algorithm == "auto" ? "fedavg" : config.algorithm);
-  f.client.shuffle = config.shuffle;
-  f.seed = config.seed;
   fed::checkOptions(f);  // bad flags fail before the data is read
+  // The options every trainer reads alike; the rounds are --rounds (federated.rounds).
+  options.seed = config.seed;
+  options.shuffle = config.shuffle;
   options.metricsPath = config.metricsPath;
   options.quiet = config.quiet;
+  options.statusFile = config.statusFile;
   options.logger = &logger;
+  options.describe = {{"model", config.model}, {"lr", f.client.lr}};
   if (const auto seconds = settings::timeout())
     options.storeTimeout = std::chrono::milliseconds(static_cast<int64_t>(*seconds * 1000));
   setNumThreads(config.threads);

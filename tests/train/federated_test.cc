@@ -1,9 +1,12 @@
 // train::trainFederated in one process (the server here, one client host on a thread):
 // FedAvg over clients of a synthetic set learns (accuracy well above chance after a few
 // rounds), reports its rounds, bytes and per-round callbacks, calls the host's hook before
-// every round it serves, and refuses bad options by name (parallel::fed::checkOptions).
+// every round it serves, refuses bad options by name (parallel::fed::checkOptions), and reads
+// the options every trainer shares (RunOptions) in fit's words.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,6 +17,7 @@
 #include "kolo/nn/layers.h"
 #include "kolo/ops.h"
 #include "kolo/train/federated.h"
+#include "kolo/train/fit.h"
 
 namespace kolo::train {
 namespace {
@@ -94,6 +98,56 @@ TEST(TrainFederatedTest, BadOptionsAreNamed) {
   o.federated.dpNoise = 0.1;
   o.federated.simulatedDropRate = 1.0;
   EXPECT_EQ(trainFederated(model, dataset(80, 1), nullptr, o).rounds, 1);
+}
+
+// FederatedTrainOptions speaks fit's words: `steps` are the rounds, `seed` seeds the split and
+// the rounds' clients, `statusFile` keeps the server's line (kolo status); what federated
+// training does not read is refused by name, not ignored.
+TEST(TrainFederatedTest, RunOptionsAreFitsWords) {
+  observe::Logger logger(stderr, observe::LogLevel::Error);
+  FederatedTrainOptions o = options();
+  o.logger = &logger;
+  o.federated.rounds = 1;  // the default: `steps` sets the rounds
+  o.steps = 3;
+  o.seed = 7;
+  const std::string status = ::testing::TempDir() + "federated-status-" + std::to_string(::getpid());
+  o.statusFile = status;
+  const FederatedSummary summary = trainFederated(model, dataset(400, 1), dataset(100, 2), o);
+  EXPECT_EQ(summary.rounds, 3);
+  EXPECT_EQ(summary.steps, 3);
+  const std::vector<RankStatusLine> lines = readRankStatus(status);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].state, "done");
+  EXPECT_EQ(lines[0].step, 3);
+  EXPECT_EQ(lines[0].totalSteps, 3);
+  std::remove((status + ".rank-0").c_str());
+
+  using Change = std::function<void(FederatedTrainOptions&)>;
+  for (const auto& [change, words] : std::vector<std::pair<Change, std::string>>{
+           {[](auto& f) {
+              f.steps = 4;
+              f.federated.rounds = 6;
+            },
+            "FederatedTrainOptions::steps 4 and FederatedOptions::rounds 6 disagree"},
+           {[](auto& f) {
+              f.seed = 3;
+              f.federated.seed = 4;
+            },
+            "FederatedTrainOptions::seed 3 and FederatedOptions::seed 4 disagree"},
+           {[](auto& f) { f.epochs = 2; }, "FederatedTrainOptions::epochs 2 is not read"},
+           {[](auto& f) { f.batch = 64; }, "FederatedTrainOptions::batch 64 is not read"},
+           {[](auto& f) { f.checkpointDir = "ck"; }, "FederatedTrainOptions::checkpointDir, checkpointEvery and "
+                                                      "resumeDir are not available"},
+           {[](auto& f) { f.steps = -1; }, "FederatedTrainOptions::steps must be at least 0, got -1"}}) {
+    FederatedTrainOptions bad = options();
+    change(bad);
+    try {
+      trainFederated(model, dataset(80, 1), nullptr, bad);
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

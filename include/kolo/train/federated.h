@@ -18,23 +18,34 @@
 #include "kolo/parallel/federated.h"
 #include "kolo/parallel/strategy.h"
 #include "kolo/train/fit.h"
+#include "kolo/train/run_options.h"
 
 namespace kolo::train {
 
-struct FederatedTrainOptions {
+/// How a federated job trains: the options every trainer reads (RunOptions), in fit's words,
+/// and federated training's own. A step is one round: the server's one update from the
+/// clients' mean change. What of RunOptions it reads:
+/// - `steps`: the rounds (0: federated.rounds; both set, they must agree);
+/// - `seed`: the clients' split, each round's clients and the clients' shuffling (it sets
+///   federated.seed, which must be left 0 or equal); `shuffle`: whether the clients reshuffle
+///   their samples each local epoch (it sets federated.client.shuffle);
+/// - `metricsPath`: the server's metrics, one JSON line per round (round, clients, dropped,
+///   refused, test_accuracy, bytes_up, bytes_down, round_s, epsilon with DP);
+/// - `quiet`: hides the server's line per round on stderr ("round r/R clients ...
+///   test_accuracy ..."); log lines ("training", warnings) still go to `logger`;
+/// - `statusFile`: each process's line (the server rank 0, client host h rank h + 1), its
+///   rounds as the step; `logger` and `describe` (the "training" line's further fields).
+/// The rest is refused (InvalidArgument naming it) rather than ignored: `epochs` and `batch`
+/// (a client trains federated.client.localEpochs epochs of federated.client.localBatch
+/// samples; there is no global batch), `schedule` (the clients' rate is
+/// federated.client.lr), and checkpoints and resume (`checkpointDir`, `checkpointEvery`,
+/// `resumeDir`: the trained weights are FederatedSummary::model).
+struct FederatedTrainOptions : RunOptions {
   /// Clients, clients per round, rounds, local training (epochs, batch, lr, FedAvg/FedProx),
-  /// server rate, round timeout, secure aggregation, DP-FedAvg, simulated drop-outs, seed.
+  /// server rate, round timeout, secure aggregation, DP-FedAvg, simulated drop-outs.
   parallel::fed::FederatedOptions federated{};
-  /// How the training set is split over the clients (by its labels), seeded by
-  /// federated.seed.
+  /// How the training set is split over the clients (by its labels), seeded by `seed`.
   parallel::fed::PartitionSpec partition{};
-  /// The server's metrics, one JSON line per round (round, clients, dropped, refused,
-  /// test_accuracy, bytes_up, bytes_down, round_s, epsilon with DP); "" : none.
-  std::string metricsPath{};
-  /// The server's line per round on stderr ("round r/R clients ... test_accuracy ...").
-  bool quiet = false;
-  /// Warnings (refused updates, hosts that never came); null: stderr.
-  observe::Logger* logger = nullptr;
   /// How long to reach the job's store, and how long a client host waits for the next round
   /// (default: five round timeouts and five minutes, the server's whole round and an
   /// evaluation).
@@ -71,9 +82,10 @@ struct FederatedSummary : FitSummary {
 /// the clients, evaluating the global model on `validation` (may be null) after each round.
 /// One process: the server and one client host (a thread) over an in-memory store. Under
 /// `kolo run -n N`: rank 0 serves, ranks 1..N-1 host the clients (client c on host c mod
-/// N-1) over the job's store; the launcher must keep serving the store to the end (it
-/// does), so other launchers are refused with the command that works. Blocking until the
-/// last round; collective over the job's processes. Throws InvalidArgument for bad options,
+/// N-1) over the job's store; the launcher must keep serving the store to the end (kolo's
+/// does), so a job without one (KOLO_STORE) is refused. Blocking until the
+/// last round; collective over the job's processes. Throws InvalidArgument for bad options
+/// (naming the option, FederatedTrainOptions::steps or FederatedOptions::clients),
 /// what the server's store throws when the job's store is gone, and a client host's
 /// exception (its model, its data); a client host that vanishes only leaves its clients out
 /// of the rounds.
