@@ -22,7 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     KOLO_FUZZ_REQUIRE(reply.values.size() <= size / 4 && reply.present.size() < size);
     if (reply.status == detail::StoreStatus::Timeout) KOLO_FUZZ_REQUIRE(detail::storeOpWaits(op));
     // A get-available answer: one presence flag and one value (empty when absent) per key.
-    if (op == detail::StoreOp::GetAvailable) KOLO_FUZZ_REQUIRE(reply.present.size() == reply.values.size());
+    if (op == detail::StoreOp::GetAvailable)
+      KOLO_FUZZ_REQUIRE(reply.present.size() == reply.values.size());
     for (const auto& key : reply.missing) KOLO_FUZZ_REQUIRE(key.size() <= kMaxStoreKeyBytes);
   } catch (const kolo::Error&) {
   }

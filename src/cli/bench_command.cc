@@ -222,8 +222,8 @@ Command registerBench(CLI::App& root) {
   app->add_option("--drop", args->drop,
                   "rendezvous: percent of the ranks lost after the first barrier; the survivors regroup");
   app->add_flag("!--no-host-stores", args->hostStores,
-                "rendezvous: every rank connects to the root store (default: each simulated host's ranks "
-                "connect to a host store that forwards to the root in batches, as kolo run's host stores do)");
+                "rendezvous: every rank connects to the root store (default: each simulated "
+                "host's ranks connect to a host store that forwards to the root in batches)");
 
   Command command;
   command.app = app;

@@ -109,8 +109,8 @@ int rendezvous(comm::Store& store, const std::string& prefix, int rank, int size
     comm::native::RankRecord expected = simulatedRecord(neighbours[i], hostOfRank(neighbours[i]));
     expected.pid = records[i].pid;  // the process that runs it
     if (records[i] != expected)
-      KOLO_THROW(Mismatch, "rank ", rank, " read a record under rank ", neighbours[i], "'s key (", prefix,
-                 ") that is not the one rank ", neighbours[i], " published");
+      KOLO_THROW(Mismatch, "rank ", rank, " read a record under rank ", neighbours[i], "'s key (",
+                 prefix, ") that is not the one rank ", neighbours[i], " published");
   }
   if (firstOfHost) comm::native::hostDirectory(store, prefix, rank, size, timeout);
   comm::native::agreeAll(store, prefix, "cma", size, true, timeout);
@@ -133,8 +133,9 @@ void runRank(const Plan& plan, int rank, uint16_t storePort, RankTimes& times, s
     // Generation 0's communicator prefix, as ElasticContext::connect names it.
     const int host = hostOf(plan, rank);
     const bool firstOfHost = rank == 0 || hostOf(plan, rank - 1) != host;
-    times.neighboursChecked += rendezvous(*store, kPrefix + "/g0/comm/native/", rank, plan.ranks, firstOfHost,
-                                          [&](int r) { return hostOf(plan, r); }, plan.timeout);
+    times.neighboursChecked += rendezvous(
+        *store, kPrefix + "/g0/comm/native/", rank, plan.ranks, firstOfHost,
+        [&](int r) { return hostOf(plan, r); }, plan.timeout);
     times.at[kRendezvous] = nowNs();
     comm::native::storeBarrier(*store, kPrefix + "/barrier/g0", plan.ranks, plan.timeout);
     times.at[kBarrier] = nowNs();
@@ -160,9 +161,9 @@ void runRank(const Plan& plan, int rank, uint16_t storePort, RankTimes& times, s
     const int newRank = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
     const int newSize = static_cast<int>(members.size());
     const bool firstSurvivorOfHost = newRank == 0 || hostOf(plan, members[static_cast<size_t>(newRank) - 1]) != host;
-    times.neighboursChecked +=
-        rendezvous(*store, kPrefix + "/g1/comm/native/", newRank, newSize, firstSurvivorOfHost,
-                   [&](int r) { return hostOf(plan, members[static_cast<size_t>(r)]); }, plan.timeout);
+    times.neighboursChecked += rendezvous(
+        *store, kPrefix + "/g1/comm/native/", newRank, newSize, firstSurvivorOfHost,
+        [&](int r) { return hostOf(plan, members[static_cast<size_t>(r)]); }, plan.timeout);
     comm::native::storeBarrier(*store, kPrefix + "/barrier/g1", newSize, plan.timeout);
     times.at[kRegroup] = nowNs();
   } catch (const std::exception& e) {
@@ -250,8 +251,8 @@ int runProcess(const Plan& plan, int first, int last, int goFd, int out) {
         std::unique_lock lock(mutex);
         changed.wait(lock, [&] { return go; });
       }
-      runRank(plan, r, storePort[static_cast<size_t>(r - first)], times[static_cast<size_t>(r - first)],
-              errors[static_cast<size_t>(r - first)]);
+      runRank(plan, r, storePort[static_cast<size_t>(r - first)],
+              times[static_cast<size_t>(r - first)], errors[static_cast<size_t>(r - first)]);
       failedAt[static_cast<size_t>(r - first)] = nowNs();
       if (plan.lostCount > 0 && plan.lost[static_cast<size_t>(r)]) {
         std::lock_guard lock(mutex);
@@ -366,7 +367,8 @@ RendezvousBenchmarkResult benchmarkRendezvous(const RendezvousBenchmarkOptions& 
   RendezvousBenchmarkResult result;
   result.ranks = options.ranks;
   result.fileLimit = raiseFileLimit();
-  const int perProcess = options.ranksPerProcess > 0 ? options.ranksPerProcess : kDefaultRanksPerProcess;
+  const int perProcess =
+      options.ranksPerProcess > 0 ? options.ranksPerProcess : kDefaultRanksPerProcess;
   Plan plan;
   plan.ranks = options.ranks;
   plan.hosts = options.hosts > 0 ? options.hosts : std::max(1, options.ranks / kDefaultRanksPerHost);
@@ -393,8 +395,9 @@ RendezvousBenchmarkResult benchmarkRendezvous(const RendezvousBenchmarkOptions& 
       kSpareFiles;
   if (needed > result.fileLimit)
     KOLO_THROW(InvalidArgument, "rendezvous benchmark: ", options.ranks, " ranks on ", plan.hosts,
-               " hosts need ", needed, " open files in one process, but this process may open at most ",
-               result.fileLimit, " (the hard limit of RLIMIT_NOFILE)");
+               " hosts need ", needed,
+               " open files in one process, but this process may open at most ", result.fileLimit,
+               " (the hard limit of RLIMIT_NOFILE)");
 
   const uint64_t residentBefore = statusField("VmRSS:");
   comm::TcpStoreServerOptions serverOptions;
@@ -519,16 +522,18 @@ std::string rendezvousBenchmarkTable(const RendezvousBenchmarkResult& r) {
                 "  barrier      %9.3f s\n"
                 "  step ops     %9.3f s\n"
                 "%s"
-                "  root store   %9.1f MiB peak   %llu connections   requests %llu   received %.1f MiB   sent %.1f "
+                "  root store   %9.1f MiB peak   %llu connections   requests %llu   received %.1f "
+                "MiB   sent %.1f "
                 "MiB\n",
-                r.ranks, r.hosts, r.hostStores > 0 ? "a host store each" : "every rank at the root", r.processes,
-                static_cast<unsigned long long>(r.fileLimit), r.rendezvousSeconds,
+                r.ranks, r.hosts, r.hostStores > 0 ? "a host store each" : "every rank at the root",
+                r.processes, static_cast<unsigned long long>(r.fileLimit), r.rendezvousSeconds,
                 r.barrierSeconds, r.stepSeconds,
-                r.lost > 0 ? ("  regroup      " + std::to_string(r.regroupSeconds).substr(0, 9) + " s after losing " +
-                              std::to_string(r.lost) + " ranks\n")
+                r.lost > 0 ? ("  regroup      " + std::to_string(r.regroupSeconds).substr(0, 9) +
+                              " s after losing " + std::to_string(r.lost) + " ranks\n")
                                  .c_str()
                            : "",
-                static_cast<double>(r.storePeakBytes) / (1 << 20), static_cast<unsigned long long>(r.storeConnections),
+                static_cast<double>(r.storePeakBytes) / (1 << 20),
+                static_cast<unsigned long long>(r.storeConnections),
                 static_cast<unsigned long long>(r.storeRequests),
                 static_cast<double>(r.storeBytesReceived) / (1 << 20),
                 static_cast<double>(r.storeBytesSent) / (1 << 20));

@@ -76,8 +76,8 @@ RendezvousBenchmarkResult benchmarkRendezvous(const RendezvousBenchmarkOptions& 
 
 /// The result as a table (one phase per line) and as one JSON line with the fields ranks,
 /// hosts, host_stores, processes, lost, rendezvous_s, barrier_s, step_s, regroup_s (with a
-/// drop), neighbours_checked, store_peak_bytes, store_requests, store_connections, store_bytes_received,
-/// store_bytes_sent, file_limit.
+/// drop), neighbours_checked, store_peak_bytes, store_requests, store_connections,
+/// store_bytes_received, store_bytes_sent, file_limit.
 std::string rendezvousBenchmarkTable(const RendezvousBenchmarkResult& result);
 std::string rendezvousBenchmarkJson(const RendezvousBenchmarkResult& result);
 

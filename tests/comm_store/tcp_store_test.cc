@@ -363,7 +363,8 @@ TEST_F(TcpStoreTest, GetAvailableAnswersWhatExistsOnceAnyKeyDoes) {
   ASSERT_TRUE(some[1]);
   EXPECT_EQ(*some[1], (Bytes{'b', 'e', 'e'}));
   // Several arrivals in one request: it waits for the fifth like four ranks would.
-  auto four = std::async(std::launch::async, [&] { return client.arriveMany("ga/barrier", 5, 4, 30s); });
+  auto four =
+      std::async(std::launch::async, [&] { return client.arriveMany("ga/barrier", 5, 4, 30s); });
   for (int spins = 0; other->add("ga/barrier", 0) < 4; ++spins) {
     ASSERT_LT(spins, 30'000) << "the arrivals did not reach the server";
     std::this_thread::sleep_for(1ms);
@@ -395,8 +396,9 @@ TEST_F(TcpStoreTest, HostStoreGivesTheRootAFewConnectionsAndBatchedRequests) {
     threads.emplace_back([&, r] {
       Store& store = *ranks[static_cast<size_t>(r)];
       store.setString("rank/" + std::to_string(r), "addr-" + std::to_string(r));
-      const auto peers = store.multiGet(
-          {"rank/" + std::to_string((r + kRanks - 1) % kRanks), "rank/" + std::to_string((r + 1) % kRanks)}, 30s);
+      const auto peers = store.multiGet({"rank/" + std::to_string((r + kRanks - 1) % kRanks),
+                                         "rank/" + std::to_string((r + 1) % kRanks)},
+                                        30s);
       seen[static_cast<size_t>(r)] = std::string(peers[0].begin(), peers[0].end()) + " " +
                                      std::string(peers[1].begin(), peers[1].end());
       arrivals[static_cast<size_t>(r)] = store.arrive("barrier", kRanks, 30s);
@@ -404,8 +406,8 @@ TEST_F(TcpStoreTest, HostStoreGivesTheRootAFewConnectionsAndBatchedRequests) {
     });
   for (auto& t : threads) t.join();
   for (int r = 0; r < kRanks; ++r)
-    EXPECT_EQ(seen[static_cast<size_t>(r)],
-              "addr-" + std::to_string((r + kRanks - 1) % kRanks) + " addr-" + std::to_string((r + 1) % kRanks));
+    EXPECT_EQ(seen[static_cast<size_t>(r)], "addr-" + std::to_string((r + kRanks - 1) % kRanks) +
+                                                " addr-" + std::to_string((r + 1) % kRanks));
   // Every rank has its own arrival number and its own counter value, as from the root.
   std::sort(arrivals.begin(), arrivals.end());
   std::sort(counts.begin(), counts.end());

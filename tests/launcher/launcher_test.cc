@@ -255,14 +255,15 @@ TEST_F(LauncherTest, MultiNodeNeedsStoreAndSharedToken) {
 }
 
 /// Two launchers on loopback, 2 ranks each, node 0 hosting the store: every rank reaches
-/// the store with the shared token and sees all four.
+/// the store with the shared token and sees all four, node 1's ranks through their host
+/// store (each rank says on stderr which store it was given).
 TEST_F(LauncherTest, TwoNodesOfTwoRanksOnLoopback) {
+  const std::string sayStore = std::string("echo \"store $KOLO_STORE\" >&2; exec ") + kProbe + " store";
   std::string store;
-  Child node0 = startNodeZero({"--timeout", "60", "--", kProbe, "store"},
-                              "shared-token-for-two-nodes", &store);
+  Child node0 = startNodeZero({"--timeout", "60", "--", "sh", "-c", sayStore}, "shared-token-for-two-nodes", &store);
   ASSERT_GT(node0.pid, 0);
   Child node1 = spawnChild({kKolo, "run", "-n", "2", "--nnodes", "2", "--node-rank", "1", "--store",
-                            store, "--timeout", "60", "--", kProbe, "store"},
+                            store, "--timeout", "60", "--", "sh", "-c", sayStore},
                            cleanEnvironment({{"KOLO_TOKEN", "shared-token-for-two-nodes"}}));
   Result r0 = collect(node0);
   Result r1 = collect(node1);
@@ -281,6 +282,12 @@ TEST_F(LauncherTest, TwoNodesOfTwoRanksOnLoopback) {
   EXPECT_EQ(localOf, (std::map<int, int>{{0, 0}, {1, 1}, {2, 0}, {3, 1}}));
   EXPECT_NE(r0.out.find("[rank 0]"), std::string::npos);
   EXPECT_NE(r1.out.find("[rank 3]"), std::string::npos);
+  // Node 0's ranks use the root; node 1's their host's store, which is not the root.
+  EXPECT_NE(r0.err.find("[rank 1] store " + store + "\n"), std::string::npos) << r0.err;
+  std::smatch hostStore;
+  ASSERT_TRUE(std::regex_search(r1.err, hostStore, std::regex(R"(\[rank 3\] store (\S+))"))) << r1.err;
+  EXPECT_NE(hostStore[1].str(), store);
+  EXPECT_NE(r1.err.find("[rank 2] store " + hostStore[1].str()), std::string::npos) << r1.err;
 }
 
 TEST_F(LauncherTest, FailureOnOneNodeStopsTheOther) {

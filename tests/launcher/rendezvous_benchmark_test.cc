@@ -3,11 +3,11 @@
 // rank must read both ring neighbours' records as they published them (in both generations),
 // the JSON line must carry its fields, and host stores must leave the root a few
 // connections per host. No timing is checked.
+#include "launch/rendezvous_benchmark.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-
-#include "launch/rendezvous_benchmark.h"
 
 namespace kolo::launch {
 namespace {
@@ -36,9 +36,10 @@ TEST(RendezvousBenchmarkTest, EveryRankReadsBothNeighboursThroughHostStores) {
   EXPECT_LE(result.storeConnections, uint64_t{4 * 4 + 1});
 
   const auto line = nlohmann::json::parse(rendezvousBenchmarkJson(result));
-  for (const char* field : {"ranks", "hosts", "host_stores", "processes", "lost", "rendezvous_s", "barrier_s",
-                            "step_s", "regroup_s", "neighbours_checked", "store_peak_bytes", "store_requests",
-                            "store_connections", "store_bytes_received", "store_bytes_sent", "file_limit"})
+  for (const char* field :
+       {"ranks", "hosts", "host_stores", "processes", "lost", "rendezvous_s", "barrier_s", "step_s",
+        "regroup_s", "neighbours_checked", "store_peak_bytes", "store_requests",
+        "store_connections", "store_bytes_received", "store_bytes_sent", "file_limit"})
     EXPECT_TRUE(line.contains(field)) << field << " missing from " << line.dump();
   EXPECT_EQ(line["ranks"], 64);
   EXPECT_EQ(line["hosts"], 4);

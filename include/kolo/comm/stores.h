@@ -141,7 +141,8 @@ class TcpStoreClient : public Store {
   int64_t arriveMany(const std::string& key, int64_t count, int64_t arrivals, Millis timeout);
   /// The values of those keys that exist (nullopt for the others), waiting up to `timeout`
   /// until at least one does; at the deadline every answer may be nullopt (no Timeout).
-  std::vector<std::optional<Bytes>> getAvailable(const std::vector<std::string>& keys, Millis timeout);
+  std::vector<std::optional<Bytes>> getAvailable(const std::vector<std::string>& keys,
+                                                 Millis timeout);
   /// Atomically sets `key` to `desired` when it holds `expected` (a missing key counts as
   /// holding an empty value) and returns the value the key holds afterwards (empty when
   /// missing): `desired` when the swap happened.

@@ -67,7 +67,8 @@ struct Reply {
 
 class HostStoreUplink::Impl {
  public:
-  Impl(const TcpStoreClientOptions& root, DeliverReply deliver) : root_(root), deliver_(std::move(deliver)) {
+  Impl(const TcpStoreClientOptions& root, DeliverReply deliver)
+      : root_(root), deliver_(std::move(deliver)) {
     control_ = std::make_unique<TcpStoreClient>(root_);
     watcher_ = std::make_unique<TcpStoreClient>(root_);
     wakePrefix_ = "kolo-host-store/" + randomToken(8) + "/wake/";
@@ -129,7 +130,7 @@ class HostStoreUplink::Impl {
     struct Attached {
       ForwardedRequest request;
       int64_t arrival = 0;
-      bool counted = false;   // its add was answered: `arrival` holds its number
+      bool counted = false;  // its add was answered: `arrival` holds its number
       bool answered = false;
     };
     std::vector<Attached> attached;
@@ -146,7 +147,9 @@ class HostStoreUplink::Impl {
     std::shared_ptr<OpenBarrier> open;
   };
 
-  std::string wakeKey(uint64_t generation) const { return wakePrefix_ + std::to_string(generation); }
+  std::string wakeKey(uint64_t generation) const {
+    return wakePrefix_ + std::to_string(generation);
+  }
 
   void deliverAll(std::vector<Reply>& replies) {
     for (Reply& reply : replies) deliver_(reply.connection, reply.serial, std::move(reply.frame));
@@ -169,7 +172,8 @@ class HostStoreUplink::Impl {
       reads_.clear();
       wanted_.clear();
       for (const BarrierJob& job : barrierJobs_)
-        for (const ForwardedRequest& r : job.requests) closes.push_back({r.connection, r.serial, {}});
+        for (const ForwardedRequest& r : job.requests)
+          closes.push_back({r.connection, r.serial, {}});
       barrierJobs_.clear();
     }
     changed_.notify_all();
@@ -264,9 +268,11 @@ class HostStoreUplink::Impl {
     }
     if (!setKeys.empty()) {
       control_->multiSet(setKeys, setValues);
-      for (const ForwardedRequest* f : setters) replies.push_back({f->connection, f->serial, okFrame()});
+      for (const ForwardedRequest* f : setters)
+        replies.push_back({f->connection, f->serial, okFrame()});
     }
-    for (const ForwardedRequest* f : singles) replies.push_back({f->connection, f->serial, serveSingle(f->request)});
+    for (const ForwardedRequest* f : singles)
+      replies.push_back({f->connection, f->serial, serveSingle(f->request)});
     for (const std::string& key : addOrder) serveAdds(key, adds[key], replies);
     if (!checks.empty()) serveChecks(checks, replies);
     deliverAll(replies);
@@ -326,7 +332,8 @@ class HostStoreUplink::Impl {
     deliverAll(replies);
   }
 
-  static Reply barrierReply(const OpenBarrier& open, const OpenBarrier::Attached& a, const std::string& key) {
+  static Reply barrierReply(const OpenBarrier& open, const OpenBarrier::Attached& a,
+                            const std::string& key) {
     Bytes frame = open.outcome == StoreStatus::Ok        ? counterFrame(a.arrival)
                   : open.outcome == StoreStatus::Timeout ? timeoutFrame({key})
                                                          : errorFrame(open.message);
@@ -356,7 +363,9 @@ class HostStoreUplink::Impl {
       WireWriter out;
       switch (r.op) {
         case StoreOp::CompareSet:
-          return status(out, StoreStatus::Ok).bytes(control_->compareSet(r.keys[0], r.expected, r.value)).finish();
+          return status(out, StoreStatus::Ok)
+              .bytes(control_->compareSet(r.keys[0], r.expected, r.value))
+              .finish();
         case StoreOp::Remove:
           return status(out, StoreStatus::Ok).u8(control_->remove(r.keys[0]) ? 1 : 0).finish();
         default: {
@@ -382,11 +391,13 @@ class HostStoreUplink::Impl {
                  std::vector<Reply>& replies) {
     int64_t sum = 0;
     bool fits = true;
-    for (const ForwardedRequest* f : list) fits = fits && !__builtin_add_overflow(sum, f->request.delta, &sum);
+    for (const ForwardedRequest* f : list)
+      fits = fits && !__builtin_add_overflow(sum, f->request.delta, &sum);
     if (!fits || list.size() == 1) {
       for (const ForwardedRequest* f : list) {
         try {
-          replies.push_back({f->connection, f->serial, counterFrame(control_->add(key, f->request.delta))});
+          replies.push_back(
+              {f->connection, f->serial, counterFrame(control_->add(key, f->request.delta))});
         } catch (const InvalidArgument& e) {
           replies.push_back({f->connection, f->serial, errorFrame(e.what())});
         }
@@ -397,7 +408,8 @@ class HostStoreUplink::Impl {
     try {
       after = control_->add(key, sum);
     } catch (const InvalidArgument& e) {
-      for (const ForwardedRequest* f : list) replies.push_back({f->connection, f->serial, errorFrame(e.what())});
+      for (const ForwardedRequest* f : list)
+        replies.push_back({f->connection, f->serial, errorFrame(e.what())});
       return;
     }
     int64_t running = after - sum;
@@ -407,13 +419,15 @@ class HostStoreUplink::Impl {
     }
   }
 
-  void serveChecks(const std::vector<const ForwardedRequest*>& checks, std::vector<Reply>& replies) {
+  void serveChecks(const std::vector<const ForwardedRequest*>& checks,
+                   std::vector<Reply>& replies) {
     std::vector<std::string> keys;
     std::unordered_map<std::string, size_t> index;
     for (const ForwardedRequest* f : checks)
       for (const auto& key : f->request.keys)
         if (index.emplace(key, keys.size()).second) keys.push_back(key);
-    const std::vector<bool> present = keys.empty() ? std::vector<bool>{} : control_->checkEach(keys);
+    const std::vector<bool> present =
+        keys.empty() ? std::vector<bool>{} : control_->checkEach(keys);
     for (const ForwardedRequest* f : checks) {
       WireWriter out;
       status(out, StoreStatus::Ok);
@@ -517,7 +531,8 @@ class HostStoreUplink::Impl {
     return next;
   }
 
-  /// Answers Timeout, naming the keys still missing, to the reads past their deadline. Under mutex_.
+  /// Answers Timeout, naming the keys still missing, to the reads past their deadline. Under
+  /// mutex_.
   void expireReads(std::vector<Reply>& replies) {
     const auto now = Clock::now();
     for (auto it = reads_.begin(); it != reads_.end();) {
@@ -550,7 +565,8 @@ class HostStoreUplink::Impl {
       uint64_t generation = 0;
       {
         std::unique_lock lock(mutex_);
-        changed_.wait(lock, [&] { return stopping_ || failed_ || (!wanted_.empty() && appeared_.empty()); });
+        changed_.wait(
+            lock, [&] { return stopping_ || failed_ || (!wanted_.empty() && appeared_.empty()); });
         if (stopping_ || failed_) return;
         keys.reserve(wanted_.size() + 1);
         for (const auto& [key, wants] : wanted_) keys.push_back(key);
@@ -591,7 +607,8 @@ class HostStoreUplink::Impl {
   void dispatchBarrier(BarrierJob job) {
     std::lock_guard lock(mutex_);
     barrierJobs_.push_back(std::move(job));
-    if (idleBarrierWorkers_ == 0 && !stopping_) barrierWorkers_.emplace_back([this] { barrierLoop(); });
+    if (idleBarrierWorkers_ == 0 && !stopping_)
+      barrierWorkers_.emplace_back([this] { barrierLoop(); });
     changed_.notify_all();
   }
 
@@ -625,10 +642,12 @@ class HostStoreUplink::Impl {
         }
         closeBarrier(job, StoreStatus::Ok, "", replies);
       } catch (const Timeout&) {
-        for (const ForwardedRequest& r : job.requests) replies.push_back({r.connection, r.serial, timeoutFrame({job.key})});
+        for (const ForwardedRequest& r : job.requests)
+          replies.push_back({r.connection, r.serial, timeoutFrame({job.key})});
         closeBarrier(job, StoreStatus::Timeout, "", replies);
       } catch (const InvalidArgument& e) {
-        for (const ForwardedRequest& r : job.requests) replies.push_back({r.connection, r.serial, errorFrame(e.what())});
+        for (const ForwardedRequest& r : job.requests)
+          replies.push_back({r.connection, r.serial, errorFrame(e.what())});
         closeBarrier(job, StoreStatus::Error, e.what(), replies);
       } catch (const Error&) {
         std::vector<ForwardedRequest> lost = job.requests;

@@ -327,10 +327,12 @@ int64_t TcpStoreClient::arrive(const std::string& key, int64_t count, Millis tim
   return arriveMany(key, count, 1, timeout);
 }
 
-int64_t TcpStoreClient::arriveMany(const std::string& key, int64_t count, int64_t arrivals, Millis timeout) {
+int64_t TcpStoreClient::arriveMany(const std::string& key, int64_t count, int64_t arrivals,
+                                   Millis timeout) {
   detail::checkStoreKey(key);
   if (arrivals < 1 || arrivals > INT32_MAX)
-    KOLO_THROW(InvalidArgument, "TCP barrier '", key, "': ", arrivals, " arrivals in one request (1 to 2^31-1)");
+    KOLO_THROW(InvalidArgument, "TCP barrier '", key, "': ", arrivals,
+               " arrivals in one request (1 to 2^31-1)");
   Bytes request = WireWriter()
                       .u8(static_cast<uint8_t>(StoreOp::Arrive))
                       .str(key)
@@ -347,15 +349,15 @@ int64_t TcpStoreClient::arriveMany(const std::string& key, int64_t count, int64_
 }
 
 std::vector<std::optional<Bytes>> TcpStoreClient::getAvailable(const std::vector<std::string>& keys,
-                                                                Millis timeout) {
+                                                               Millis timeout) {
   if (keys.empty()) return {};
   WireWriter writer;
   keyList(writer.u8(static_cast<uint8_t>(StoreOp::GetAvailable)), keys).u64(wireTimeout(timeout));
   Bytes reply = roundTrip(writer.finish(), replyDeadline(timeout));
   detail::StoreReply parsed = readReply(StoreOp::GetAvailable, reply, serverAddress());
   if (parsed.present.size() != keys.size())
-    KOLO_THROW(FormatError, "TCP store at ", serverAddress(), ": ", parsed.present.size(), " answers for ",
-               keys.size(), " keys");
+    KOLO_THROW(FormatError, "TCP store at ", serverAddress(), ": ", parsed.present.size(),
+               " answers for ", keys.size(), " keys");
   std::vector<std::optional<Bytes>> values(keys.size());
   for (size_t i = 0; i < keys.size(); ++i)
     if (parsed.present[i]) values[i] = std::move(parsed.values[i]);

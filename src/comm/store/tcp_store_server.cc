@@ -114,7 +114,9 @@ class TcpStoreServer::Impl {
       client.requestTimeout = options_.upstreamTimeout;
       try {
         uplink_ = std::make_unique<detail::HostStoreUplink>(
-            client, [this](uint64_t id, uint64_t serial, Bytes frame) { deliver(id, serial, std::move(frame)); });
+            client, [this](uint64_t id, uint64_t serial, Bytes frame) {
+              deliver(id, serial, std::move(frame));
+            });
       } catch (...) {
         ::close(epoll_);
         ::close(wake_[0]);
