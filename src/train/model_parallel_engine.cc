@@ -160,8 +160,11 @@ ModelParallelEngine::ModelParallelEngine(ModelFactory model, parallel::Optimizer
   if (shape.pp > 1) {
     // Under tensor parallelism the two copies are split alike (the plan refuses a tie split
     // two ways), so each tensor rank sums its shards' gradients with its own pipeline's.
+    // A Sequential's layers may carry names of the caller's ("embed"), which ties name.
+    std::vector<std::string> layerNames;
+    for (const auto& [name, child] : layers->children()) layerNames.push_back(name);
     tied_ = std::make_unique<parallel::TiedGradients>(groups_.pipeline, stage_->bounds(), groups_.stage,
-                                                      stage_->module(), ties);
+                                                      stage_->module(), ties, layerNames);
     if (tied_->empty()) tied_.reset();
   }
   countParameters(ties);

@@ -69,6 +69,7 @@ struct Layout {
   bool recompute = false;
   std::optional<parallel::TensorParallelPlan> plan{};  // tp > 1; unset: the default plan
   std::optional<parallel::FsdpOptions> fsdp{};          // the replicas sharded (2-D FSDP x TP)
+  std::function<std::shared_ptr<nn::Sequential>()> model{};  // unset: llama()
 };
 
 // Trains `steps` steps in `layout` and returns the whole model rank 0 gathered.
@@ -76,7 +77,8 @@ std::shared_ptr<nn::Sequential> trainModel(const Layout& layout, int64_t steps,
                                            const std::function<void(FitOptions&)>& change = {}) {
   const auto train = windows(0.1);
   observe::Logger logger(stderr, observe::LogLevel::Warn);
-  auto result = llama();
+  const std::function<std::shared_ptr<nn::Sequential>()> build = layout.model ? layout.model : llama;
+  auto result = build();
   auto run = [&](std::shared_ptr<comm::Communicator> comm) {
     ModelParallelOptions options;
     options.communicator = comm;
@@ -89,7 +91,7 @@ std::shared_ptr<nn::Sequential> trainModel(const Layout& layout, int64_t steps,
     options.fsdp = layout.fsdp;
     if (layout.parts) options.modelPart = llamaPart;
     if (layout.parts && layout.nameTheTie) options.tiedParameters = {{"0.weight", "4.weight"}};
-    ModelParallelEngine engine(llama, sgd, options);
+    ModelParallelEngine engine(build, sgd, options);
     FitOptions fit;
     fit.batch = 8;
     fit.seed = 5;
@@ -143,6 +145,21 @@ TEST(LlamaLayouts, EveryLayoutTakesTheStepsOfOneProcess) {
   // gradients train two different tables.
   const Layout untied{.mesh = {.dp = 1, .pp = 2, .tp = 1}, .splitAt = {2}, .parts = true, .nameTheTie = false};
   EXPECT_GT(maxAbsDiff(trainIn(untied, 10), one), 1e-3) << "the check cannot tell an untied pipeline";
+}
+
+// A Sequential's layers may carry the caller's names ("embed", "head"): the tie between the
+// embedding and the head on two stages is found under those names and summed, as with indices.
+TEST(LlamaLayouts, APipelineOfNamedLayersSumsTheTiedCopies) {
+  const std::vector<float> one = trainIn({}, 10);
+  auto named = [] {
+    auto whole = llama();
+    auto layers = std::make_shared<nn::Sequential>();
+    const std::vector<std::string> names = {"embed", "block0", "block1", "norm", "head"};
+    for (size_t i = 0; i < names.size(); ++i) layers->add(names[i], whole->children().at(i).second);
+    return layers;
+  };
+  const Layout layout{.mesh = {.dp = 1, .pp = 2, .tp = 1}, .splitAt = {2}, .model = named};
+  EXPECT_LT(maxAbsDiff(trainIn(layout, 10), one), 1e-5);
 }
 
 // The default plan splits the table by vocabulary with the head that shares it: 10 SGD steps

@@ -25,17 +25,21 @@ struct TiedParameter {
 std::vector<TiedParameter> tiedParameters(const nn::Module& model);
 
 /// Sums the gradients of tied copies between pipeline stages. The stages are contiguous layer
-/// ranges [bounds[s], bounds[s+1]) of a Sequential whose children are named by their index;
-/// a name's layer is its first component. A tie whose two names are on one stage needs
+/// ranges [bounds[s], bounds[s+1]) of a Sequential; a name's layer is its first component, a
+/// child's name in `layerNames` (the Sequential's children in order, as the caller named
+/// them: "embed", "blocks", ...) or, where `layerNames` is empty or holds no such name, the
+/// layer's index ("0", "5"). A tie whose two names are on one stage needs
 /// nothing (that stage holds one tensor); otherwise the two stages holding them exchange their
 /// gradients over `pipeline` (one rank per stage, rank = stage) and each adds the other's, so
 /// both hold the same sum, bit for bit.
 class TiedGradients {
  public:
   /// `stageModule` is this stage's part with whole-model names (parallel::StageModule); a
-  /// name that lies on this stage but is not one of its parameters throws InvalidArgument.
+  /// name that lies on this stage but is not one of its parameters, or one whose first
+  /// component names no layer, throws InvalidArgument.
   TiedGradients(std::shared_ptr<comm::Communicator> pipeline, std::vector<int> bounds, int stage,
-                const nn::Module& stageModule, const std::vector<TiedParameter>& ties);
+                const nn::Module& stageModule, const std::vector<TiedParameter>& ties,
+                const std::vector<std::string>& layerNames = {});
   /// Exchanges and sums this stage's tied gradients with their partner stages. Blocking;
   /// collective between each tie's two stages (every stage may call it; those without a tie
   /// return at once). Call after backward, before the optimizer step.

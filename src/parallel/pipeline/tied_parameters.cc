@@ -2,6 +2,7 @@
 // between the two stages that hold copies (Megatron-LM's embedding group).
 #include "kolo/parallel/tied_parameters.h"
 
+#include <algorithm>
 #include <map>
 
 #include "kolo/ops.h"
@@ -12,18 +13,24 @@ namespace {
 
 constexpr int kTiedTag = 7190;
 
-// The stage holding the layer that `name` belongs to (its first component, a child index).
-int stageOf(const std::string& name, const std::vector<int>& bounds) {
+// The stage holding the layer that `name` belongs to: its first component is a child's name
+// (a Sequential's children may be named by the caller) or its index.
+int stageOf(const std::string& name, const std::vector<int>& bounds, const std::vector<std::string>& layerNames) {
   const std::string layer = name.substr(0, name.find('.'));
   int index = -1;
-  try {
-    index = std::stoi(layer);
-  } catch (const std::exception&) {
+  const auto named = std::find(layerNames.begin(), layerNames.end(), layer);
+  if (named != layerNames.end()) {
+    index = static_cast<int>(named - layerNames.begin());
+  } else if (!layer.empty() && layer.find_first_not_of("0123456789") == std::string::npos) {
+    try {
+      index = std::stoi(layer);
+    } catch (const std::exception&) {
+    }
   }
   for (size_t s = 0; index >= 0 && s + 1 < bounds.size(); ++s)
     if (index >= bounds[s] && index < bounds[s + 1]) return static_cast<int>(s);
   KOLO_THROW(InvalidArgument, "pipeline: the tied parameter '", name,
-             "' does not name a layer of the model (its first component must be a layer index inside [0, ",
+             "' does not name a layer of the model (its first component must be a layer's name or its index inside [0, ",
              bounds.back(), "))");
 }
 
@@ -41,12 +48,13 @@ std::vector<TiedParameter> tiedParameters(const nn::Module& model) {
 }
 
 TiedGradients::TiedGradients(std::shared_ptr<comm::Communicator> pipeline, std::vector<int> bounds, int stage,
-                             const nn::Module& stageModule, const std::vector<TiedParameter>& ties)
+                             const nn::Module& stageModule, const std::vector<TiedParameter>& ties,
+                             const std::vector<std::string>& layerNames)
     : pipeline_(std::move(pipeline)) {
   std::map<std::string, Tensor> mine;
   for (const auto& [name, tensor] : stageModule.stateDict()) mine.emplace(name, tensor);
   for (const TiedParameter& tie : ties) {
-    const int a = stageOf(tie.first, bounds), b = stageOf(tie.second, bounds);
+    const int a = stageOf(tie.first, bounds, layerNames), b = stageOf(tie.second, bounds, layerNames);
     if (a == b || (stage != a && stage != b)) continue;
     const std::string& name = stage == a ? tie.first : tie.second;
     const auto found = mine.find(name);
