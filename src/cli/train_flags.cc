@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/options.h"
+#include "kolo/comm/init.h"
 #include "kolo/error.h"
 #include "kolo/parallel/elastic.h"
 #include "kolo/parallel/mesh.h"
@@ -517,6 +518,14 @@ void TrainFlags::finish(const CLI::App& app) {
     config.schedule = "auto";
   }
   if (!config.resumeDir.empty() && config.checkpointDir.empty()) config.checkpointDir = config.resumeDir;
+  // Without --strategy, a rank of a job of several (kolo run -n N, torchrun, mpirun, srun)
+  // trains its share of the global batch as multi-worker-mirrored, as a DDP script does under
+  // torchrun, instead of N one-device runs that ignore each other; alone, on one device. The
+  // job shapes that name their own layout keep theirs: --mesh, --stages, --tp, the lm (one
+  // stage), an elastic launch.
+  if (!config.givenFlags.count("--strategy") && config.mesh.empty() && config.stages == 1 && config.tp == 1 &&
+      config.model != "lm" && !parallel::ElasticContext::launchedElastic() && comm::detectLaunch().size > 1)
+    config.strategy = "multi-worker-mirrored";
   train::FaultPlan& faults = config.faults;
   if (!failAt.empty()) faults.fail = train::FaultPlan::parseFail(failAt, "--fail-at-step");
   if (!slowRank.empty()) faults.slow = train::FaultPlan::parseSlow(slowRank, "--debug-slow-rank");

@@ -78,6 +78,15 @@ TEST_F(TrainDistributedTest, StrategiesGiveTheSameWeightsAsOneDevice) {
           << name << " " << got[i].first;
     }
   }
+  // Under kolo run -n 2 without --strategy the ranks train as multi-worker-mirrored.
+  const RunResult job = runKolo("run -n 2 -- " + std::string(KOLO_BINARY_DIR) + "/src/cli/kolo " + common +
+                                "10 --save " + file("run2.safetensors"));
+  ASSERT_EQ(job.exitCode, 0) << job.output;
+  const Weights fromJob = loadWeights(file("run2.safetensors"));
+  ASSERT_EQ(fromJob.size(), expected.size());
+  for (size_t i = 0; i < fromJob.size(); ++i)
+    EXPECT_LE(relativeDifference(expected[i].second, fromJob[i].second), 1e-5) << "run -n 2 " << fromJob[i].first;
+  EXPECT_NE(job.output.find("strategy=multi-worker-mirrored"), std::string::npos) << job.output;
   // The runs trained: the weights moved away from the seeded initialisation.
   ASSERT_EQ(runKolo(common + "1 --save " + file("one_step.safetensors")).exitCode, 0);
   EXPECT_GT(
