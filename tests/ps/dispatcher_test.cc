@@ -32,6 +32,22 @@ DispatchOptions options(int workers, int64_t epochs) {
 
 std::string address(const UnitDispatcher& d) { return "127.0.0.1:" + std::to_string(d.port()); }
 
+/// Every unit one worker (index 0) takes from `dispatcher`, in order, until the job is over.
+std::vector<Unit> unitsOfOneWorker(UnitDispatcher& dispatcher) {
+  std::vector<Unit> units;
+  std::thread worker([&] {
+    UnitClient client(address(dispatcher), 0, kToken, std::chrono::seconds(30));
+    UnitReport report;
+    while (auto unit = client.next(report, nullptr)) {
+      units.push_back(*unit);
+      report = {unit->id, 1.0, 1};
+    }
+  });
+  dispatcher.waitWorkersFinished();
+  worker.join();
+  return units;
+}
+
 TEST(UnitDispatcher, FasterWorkersTakeMoreAndEveryUnitIsDoneOnce) {
   UnitDispatcher dispatcher(options(2, 2));
   std::mutex mutex;
@@ -71,19 +87,9 @@ TEST(UnitDispatcher, AShortLastEpochHandsOutOnlyItsSamples) {
   DispatchOptions o = options(1, 2);
   o.lastEpochSamples = 250;  // units [0, 100), [100, 200), [200, 250) of epoch 1
   UnitDispatcher dispatcher(o);
-  std::vector<Unit> units;
-  std::thread worker([&] {
-    UnitClient client(address(dispatcher), 0, kToken, std::chrono::seconds(30));
-    UnitReport report;
-    while (auto unit = client.next(report, nullptr)) {
-      units.push_back(*unit);
-      report = {unit->id, 1.0, 1};
-    }
-  });
+  const std::vector<Unit> units = unitsOfOneWorker(dispatcher);
   EXPECT_EQ(dispatcher.waitEpoch(0).batches, 10);
   EXPECT_EQ(dispatcher.waitEpoch(1).batches, 3);
-  dispatcher.waitWorkersFinished();
-  worker.join();
   ASSERT_EQ(units.size(), 13u);
   EXPECT_EQ(units[12].epoch, 1);
   EXPECT_EQ(units[12].begin, 200);
@@ -102,18 +108,7 @@ TEST(UnitDispatcher, UnitsAlikeCutWhatIsLeftIntoEqualUnits) {
   o.unitsAlike = 2;
   o.lastEpochSamples = 260;
   UnitDispatcher dispatcher(o);
-  std::vector<Unit> units;
-  std::thread worker([&] {
-    UnitClient client(address(dispatcher), 0, kToken, std::chrono::seconds(30));
-    UnitReport report;
-    while (auto unit = client.next(report, nullptr)) {
-      units.push_back(*unit);
-      report = {unit->id, 1.0, 1};
-    }
-  });
-  dispatcher.waitEpoch(1);
-  dispatcher.waitWorkersFinished();
-  worker.join();
+  const std::vector<Unit> units = unitsOfOneWorker(dispatcher);
   ASSERT_EQ(units.size(), 14u);  // 10 of 100, then 100, 100, 30, 30
   const std::vector<std::pair<int64_t, int64_t>> last = {{0, 100}, {100, 200}, {200, 230}, {230, 260}};
   for (size_t i = 0; i < last.size(); ++i) {
