@@ -61,7 +61,7 @@
   X(flightRecorder, "KOLO_FLIGHT_RECORDER", Integer, "1024", "",                                  \
     "collectives the flight recorder keeps per rank; 0: off")                                      \
   X(statusFile, "KOLO_STATUS_FILE", Text, "", "",                                                 \
-    "kolo train: each rank keeps its step and state in FILE.rank-N (set by kolo run --status-file; read by kolo status FILE)")
+    "fit, the parameter servers and federated training: each process keeps its step and state in FILE.rank-N (set by kolo run --status-file; read by kolo status FILE)")
 
 namespace kolo::settings {
 

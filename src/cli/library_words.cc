@@ -30,6 +30,8 @@ constexpr std::pair<const char*, const char*> kFlags[] = {
     {"parseSplitPoints", "--split-at"},
     {"parseMode", "--ps-mode"},
     {"parseCompression", "--ps-compress"},
+    {"parseCompressSpec", "--compress"},
+    {"FitOptions::metricsPath", "--metrics"},
     {"RunOptions::epochs", "--epochs"},
     {"RunOptions::steps", "--steps"},
     {"RunOptions::checkpointEvery", "--checkpoint-every"},
@@ -78,6 +80,16 @@ constexpr std::pair<const char*, const char*> kFlags[] = {
     {"setTensorMemoryLimit", "--memory-limit"},
 };
 
+// What the library calls kolo's launcher (the program that starts a job's processes and sets
+// their KOLO_* variables) -> the command that does it, longest first.
+constexpr std::pair<const char*, const char*> kLauncherWords[] = {
+    {"kolo's launcher of P servers and W workers", "kolo run --ps P --workers W"},
+    {"kolo's launcher of an elastic job", "kolo run --elastic"},
+    {"kolo's launcher of a job that tolerates failures", "kolo run -n N --tolerate-failures -- PROGRAM ..."},
+    {"the store of kolo's launcher", "kolo run's store"},
+    {"kolo's launcher", "kolo run"},
+};
+
 bool continuesName(const std::string& text, size_t at) {
   if (at >= text.size()) return false;
   const auto c = static_cast<unsigned char>(text[at]);
@@ -88,6 +100,11 @@ bool continuesName(const std::string& text, size_t at) {
 
 std::string inFlagWords(const std::string& message) {
   std::string text = message;
+  for (const auto& [words, command] : kLauncherWords) {
+    const std::string from(words), to(command);
+    for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+      text.replace(at, from.size(), to);
+  }
   for (const auto& [name, flag] : kFlags) {
     const std::string from(name), to(flag);
     for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at)) {

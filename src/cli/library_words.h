@@ -8,7 +8,8 @@
 namespace kolo::cli {
 
 /// `message` with every library option it names (Type::member) replaced by the `kolo` flag
-/// that sets it; names no flag sets are left as they are.
+/// that sets it, and "kolo's launcher" (of an elastic job, of P servers and W workers, ...) by
+/// the `kolo run` command that starts such a job; names no flag sets are left as they are.
 std::string inFlagWords(const std::string& message);
 
 }  // namespace kolo::cli

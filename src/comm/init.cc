@@ -144,7 +144,7 @@ LaunchInfo detectLaunch(const std::map<std::string, std::string>& env) {
     info.localSize = rankNumber(settings::localSize(known), "KOLO_LOCAL_SIZE", info.size);
     info.storeAddress = settings::store(known);
     info.token = token;
-    checkPlace(info, "kolo run (KOLO_*)");
+    checkPlace(info, "KOLO_RANK, KOLO_WORLD_SIZE, KOLO_LOCAL_RANK and KOLO_LOCAL_SIZE");
     return info;
   }
   if (find(env, "RANK") && find(env, "WORLD_SIZE")) {
@@ -248,8 +248,8 @@ std::shared_ptr<Communicator> initFromEnvironment(const InitOptions& options) {
     if (info.size != 1)
       KOLO_THROW(InvalidArgument, "rank ", info.rank, " of ", info.size, " (from ", info.launcher,
                  " variables) has no store address: set MASTER_ADDR and MASTER_PORT (under srun: "
-                 "SLURM_STEP_NODELIST and SLURM_JOB_ID name it), start the job with kolo run, or "
-                 "use the MPI backend");
+                 "SLURM_STEP_NODELIST and SLURM_JOB_ID name it), start the job with kolo's launcher "
+                 "(KOLO_STORE), or use the MPI backend");
     return createNativeCommunicator(makeMemoryStore(), 0, 1, nativeOptions);
   }
 

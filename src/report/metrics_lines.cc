@@ -61,7 +61,7 @@ void readMetricsLines(std::istream& in, const std::string& source, Run& run) {
     if (record.is_discarded() && in.peek() == EOF) break;
     if (record.is_discarded() || !record.is_object())
       KOLO_THROW(FormatError, "kolo report: ", source, ":", number,
-                 " is not a JSON object (a metrics line of kolo train --metrics)");
+                 " is not a JSON object (a metrics line of FitOptions::metricsPath)");
     if (mistyped(record, "kind", &nlohmann::json::is_string) ||
         mistyped(record, "event", &nlohmann::json::is_string) ||
         mistyped(record, "final", &nlohmann::json::is_boolean))

@@ -267,7 +267,7 @@ std::vector<Plot> drawPlots(const std::vector<Run>& runs, const std::string& out
       "Each rank's own pace: its samples over its data and compute time (waiting and exposed "
       "communication left out), so a slow rank stands out below the others.",
       "step", "samples/s", rankRates, "set yrange [0:*]\n",
-      "no interval lines (kolo train writes them every --metrics-every steps)"));
+      "no interval lines (fit writes them every FitOptions::metricsEvery steps)"));
 
   // Step-time breakdown: per run and rank, the mean of the interval lines.
   std::vector<std::pair<std::string, std::vector<double>>> breakdown;

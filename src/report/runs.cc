@@ -46,7 +46,7 @@ Run readRun(const std::string& dir) {
   std::error_code error;
   if (!fs::is_directory(path, error))
     KOLO_THROW(FileError, "kolo report: ", dir, " is not a directory (give the directory of a "
-               "run's --metrics file)");
+               "run's metrics file, FitOptions::metricsPath)");
   Run run;
   run.dir = dir;
   run.name = fs::absolute(path).lexically_normal().filename().string();
@@ -65,7 +65,7 @@ Run readRun(const std::string& dir) {
   }
   if (run.metricsFiles.empty())
     KOLO_THROW(FileError, "kolo report: ", dir, " holds no metrics file (*.jsonl, written by "
-               "kolo train --metrics FILE)");
+               "fit at FitOptions::metricsPath)");
   findCheckpoints(path, run, 2);
   std::sort(run.checkpoints.begin(), run.checkpoints.end());
   return run;

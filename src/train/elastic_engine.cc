@@ -40,7 +40,9 @@ ElasticEngine::ElasticEngine(std::shared_ptr<parallel::ElasticContext> context,
       modelFactory_(std::move(model)),
       optimizerFactory_(std::move(optimizer)),
       options_(std::move(options)) {
-  KOLO_REQUIRE(context_ != nullptr, "ElasticEngine: no elastic context (run under kolo run --elastic)");
+  KOLO_REQUIRE(context_ != nullptr,
+               "ElasticEngine: no elastic context (ElasticContext::fromEnvironment gives one in a job "
+               "of kolo's launcher of an elastic job)");
   const DataParallelOptions& dp = options_.dataParallel;
   KOLO_REQUIRE(dp.strategy.kind == StrategyKind::MultiWorkerMirrored,
                "ElasticEngine: elastic training is multi-worker-mirrored, not ",

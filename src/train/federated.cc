@@ -202,9 +202,9 @@ FederatedSummary trainFederated(parallel::ModelFactory model, std::shared_ptr<co
   // nobody would serve it, and every rank would wait out the store timeout to say so.
   KOLO_REQUIRE(launch.launcher == "kolo" && !launch.storeAddress.empty(), "trainFederated under ",
                launch.launcher, " (rank ", launch.rank, " of ", launch.size,
-               ") needs kolo run's store (KOLO_STORE): start it with kolo run -n N --tolerate-failures -- "
-               "PROGRAM ...; under Slurm one launcher per node: srun --ntasks-per-node=1 kolo run -n G "
-               "--tolerate-failures -- PROGRAM ...");
+               ") needs the store of kolo's launcher (KOLO_STORE), served until every rank has ended: "
+               "start it with kolo's launcher of a job that tolerates failures; under Slurm, one such "
+               "launcher per node (srun --ntasks-per-node=1)");
   auto store = comm::prefixStore(comm::connectTcpStore(launch.storeAddress, launch.token, options.storeTimeout),
                                  "kolo-federated/");
   if (launch.rank == 0)

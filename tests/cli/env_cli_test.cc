@@ -137,6 +137,12 @@ TEST(EnvCli, LibraryOptionsAreShownAsTheirFlags) {
   // Only whole names: a longer name, or one the table does not hold, stays as it is.
   EXPECT_EQ(inFlagWords("FitOptions::stepsDone and MyOptions::batch"),
             "FitOptions::stepsDone and MyOptions::batch");
+  // The launcher the library names is the kolo run command that starts such a job.
+  EXPECT_EQ(inFlagWords("KOLO_ROLE is not set (kolo's launcher of P servers and W workers sets it)"),
+            "KOLO_ROLE is not set (kolo run --ps P --workers W sets it)");
+  EXPECT_EQ(inFlagWords("set by kolo's launcher of an elastic job; KOLO_STORE is not set (kolo's launcher sets it)"),
+            "set by kolo run --elastic; KOLO_STORE is not set (kolo run sets it)");
+  EXPECT_EQ(inFlagWords("parseCompressSpec topk:2: FRACTION ..."), "--compress topk:2: FRACTION ...");
 }
 
 TEST(EnvCli, DivergedRunExitsWithItsOwnCode) {

@@ -362,7 +362,7 @@ TEST(CommHook, BadSpecsAreClearErrors) {
       ADD_FAILURE() << spec << " was accepted";
     } catch (const InvalidArgument& e) {
       const std::string message = e.what();
-      EXPECT_NE(message.find(std::string("--compress ") + spec), std::string::npos) << message;
+      EXPECT_NE(message.find(std::string("parseCompressSpec ") + spec), std::string::npos) << message;
       EXPECT_NE(message.find(expected), std::string::npos) << message;
     }
   }

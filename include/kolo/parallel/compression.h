@@ -64,7 +64,7 @@ struct TopKOptions {
 /// each bucket's residual.
 std::shared_ptr<CommHook> topKHook(TopKOptions options);
 
-/// A parsed `--compress` value.
+/// A parsed compression spec (DataParallelOptions::commHook's, `kolo train --compress`).
 struct CompressSpec {
   std::string method = "none";  // none | fp16 | bf16 | powersgd | topk
   int rank = 0;                 // powersgd
@@ -72,9 +72,9 @@ struct CompressSpec {
 };
 
 /// Parses "none", "fp16", "bf16", "powersgd:RANK" (RANK an integer >= 1) or
-/// "topk:FRACTION" (0 < FRACTION <= 1). Throws InvalidArgument naming `what` (e.g.
-/// "--compress") and the bad value.
-CompressSpec parseCompressSpec(const std::string& spec, const std::string& what = "--compress");
+/// "topk:FRACTION" (0 < FRACTION <= 1). Throws InvalidArgument naming `what` (default:
+/// the parser itself, which `kolo` names --compress) and the bad value.
+CompressSpec parseCompressSpec(const std::string& spec, const std::string& what = "parseCompressSpec");
 
 /// The hook of a spec; nullptr for "none" (the reducer's own all-reduce).
 /// `powerSgdStartStep` is PowerSgdOptions::startStep for "powersgd".

@@ -126,7 +126,8 @@ std::unique_ptr<ElasticContext> ElasticContext::fromEnvironment(ElasticOptions o
   if (!minRanks || !rank || !size || address.empty())
     KOLO_THROW(InvalidArgument,
                "ElasticContext::fromEnvironment: not in an elastic job (KOLO_ELASTIC_MIN_RANKS, "
-               "KOLO_RANK, KOLO_WORLD_SIZE and KOLO_STORE are set by kolo run --elastic)");
+               "KOLO_RANK, KOLO_WORLD_SIZE and KOLO_STORE are set by kolo's launcher of an elastic "
+               "job)");
   options.minRanks = static_cast<int>(*minRanks);
   if (const std::optional<int64_t> maxRanks = settings::elasticMaxRanks())
     options.maxRanks = static_cast<int>(*maxRanks);

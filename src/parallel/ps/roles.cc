@@ -21,9 +21,10 @@ RoleInfo roleFromEnvironment() {
     const auto servers = settings::psServers(env);
     const comm::LaunchInfo launch = comm::detectLaunch(env.variables());
     KOLO_REQUIRE(servers && launch.launcher != "single",
-                 "a parameter-server job runs under kolo run --ps P --workers W, or under mpirun / "
-                 "srun with KOLO_PS_SERVERS=P set (KOLO_ROLE is not set; "
-                 "ParameterServerOptions::role names a role without either)");
+                 "this process has no parameter-server role: KOLO_ROLE is not set (kolo's launcher of "
+                 "P servers and W workers sets it), nor KOLO_PS_SERVERS=P under mpirun / srun (the "
+                 "rank then decides the role); ParameterServerOptions::role names a role without "
+                 "either");
     info.servers = static_cast<int>(*servers);
     info.workers = launch.size - info.servers - 1;
     KOLO_REQUIRE(info.servers >= 1 && info.workers >= 1, "KOLO_PS_SERVERS=", info.servers,
@@ -62,7 +63,7 @@ RoleInfo roleFromEnvironment() {
   const auto workers = settings::psWorkers(env);
   KOLO_REQUIRE(index && servers && workers,
                "KOLO_ROLE_INDEX, KOLO_PS_SERVERS and KOLO_PS_WORKERS must be set with KOLO_ROLE "
-               "(kolo run --ps P --workers W sets them)");
+               "(kolo's launcher of P servers and W workers sets them)");
   info.index = static_cast<int>(*index);
   info.servers = static_cast<int>(*servers);
   info.workers = static_cast<int>(*workers);
@@ -78,7 +79,7 @@ RoleInfo roleFromEnvironment() {
                " is outside 0..", count - 1, " for role ", role);
   info.store = settings::store(env);
   info.token = settings::token(env);
-  KOLO_REQUIRE(!info.store.empty(), "KOLO_STORE is not set (kolo run sets it)");
+  KOLO_REQUIRE(!info.store.empty(), "KOLO_STORE is not set (kolo's launcher sets it)");
   info.local = true;
   return info;
 }
