@@ -145,16 +145,18 @@ class ServingStatus {
  public:
   ServingStatus(detail::RankStatus& status, const ps::ParameterServer& server, const detail::PsJob& job) {
     if (!status.kept()) return;
+    // The first line before any worker can push: a reader sees "serving" from the start.
+    showServing(status, job, server.stats().updates);
     watch_ = std::thread([this, &status, &server, &job] {
       std::unique_lock<std::mutex> lock(mutex_);
-      do {
+      while (!wake_.wait_for(lock, std::chrono::milliseconds(500), [this] { return served_; })) {
         try {
           showServing(status, job, server.stats().updates);
         } catch (...) {
           error_ = std::current_exception();
           return;
         }
-      } while (!wake_.wait_for(lock, std::chrono::milliseconds(500), [this] { return served_; }));
+      }
     });
   }
   ~ServingStatus() { stop(); }
