@@ -38,7 +38,9 @@ IdxArray readIdx(const std::string& path, int64_t maxItems = 0);
 IdxArray parseIdx(const uint8_t* data, size_t size, const std::string& source,
                   int64_t maxItems = 0);
 
-/// One batch: inputs (f32, [B, ...]), labels (i64, [B]) and the dataset indices they came from.
+/// One batch: inputs (f32, [B, ...]), labels (i64, [B]) and the dataset indices they came from;
+/// a language model's windows (ByteWindows) hold token ids instead: inputs and labels both i64
+/// (B, T), the labels one token further.
 struct Batch {
   Tensor inputs;
   Tensor labels;
