@@ -1,6 +1,6 @@
 // `kolo train --strategy federated` (runFederated, train_loop.h): the flags mapped onto
 // train::trainFederated (the server on rank 0, client hosts elsewhere), then --save and the
-// summary line.
+// summary line. Any --data kolo train reads: the clients' partitions are cut from it in memory.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,8 +28,6 @@ int runFederated(const TrainConfig& config, observe::Logger& logger) {
                "--strategy federated counts --rounds and --local-epochs, not --epochs or --steps");
   KOLO_REQUIRE(config.checkpointDir.empty() && config.resumeDir.empty(),
                "--checkpoint-dir and --resume are not available with --strategy federated");
-  KOLO_REQUIRE(readsFashionMnist(config), "--strategy federated reads the Fashion-MNIST directory in --data, not ",
-               config.dataDir);
   train::FederatedTrainOptions options;
   options.partition = fed::parsePartition(config.partition);
   fed::FederatedOptions& f = options.federated = config.federated;
@@ -55,14 +53,27 @@ int runFederated(const TrainConfig& config, observe::Logger& logger) {
   // --fail-at-step ROUND:RANK: that client host fails before serving ROUND (for tests);
   // --debug-kill-rank RANK:ROUND: it is SIGKILLed there.
   callbacks.beforeRound = [&config, rank = launch.rank](int64_t round) { config.faults.strike(rank, round, "round"); };
-  auto model = [&config]() -> std::shared_ptr<nn::Module> { return buildModel(config); };
   const bool server = launch.size <= 1 || launch.rank == 0;
-  std::shared_ptr<const data::TensorDataset> train = loadTrainingSet(config);
+  // The clients partition the training split in memory: Fashion-MNIST's as it is read, any other
+  // --data (a table, arrays, images, shards) gathered whole once read as every strategy reads it.
+  TrainConfig sized = config;  // the built-in model's sizes follow the data
+  std::shared_ptr<const data::TensorDataset> train;
   std::shared_ptr<const data::Dataset> test;
-  if (server) test = std::make_shared<data::FashionMnist>(config.dataDir, false);
+  if (readsFashionMnist(config)) {
+    train = loadTrainingSet(config);
+    if (server) test = std::make_shared<data::FashionMnist>(config.dataDir, false);
+  } else {
+    const RunDatasets sets = loadDatasets(sized, logger);
+    std::vector<int64_t> all(static_cast<size_t>(sets.train->size()));
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+    const data::Batch whole = sets.train->gather(all);
+    train = std::make_shared<data::TensorDataset>(whole.inputs, whole.labels);
+    test = sets.validation;
+  }
+  auto model = [&sized]() -> std::shared_ptr<nn::Module> { return buildModel(sized); };
   const train::FederatedSummary summary = train::trainFederated(model, train, test, options, callbacks);
   if (!summary.server) return 0;
-  saveWeights(config, *summary.model, summary.rounds, logger);
+  saveWeights(sized, *summary.model, summary.rounds, logger);
   std::printf(
       "test_accuracy %.4f rounds %lld clients %d hosts %d bytes_up %lld bytes_down %lld wall_s "
       "%.1f\n",

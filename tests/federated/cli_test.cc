@@ -94,6 +94,43 @@ TEST(FederatedCliFlags, BadFlagsAreNamed) {
   }
 }
 
+// A table of one's own, as every strategy reads it: a CSV with string labels, the classes and
+// the mlp's width from the file, clients on 2 hosts under kolo run, the standardisation saved
+// with the weights.
+TEST(FederatedCli, TrainsOnACsvTable) {
+  const std::string csv = tempPath("table.csv"), weights = tempPath("table.safetensors");
+  {
+    std::ofstream out(csv);
+    out << "x,noise,kind,z\n";
+    uint64_t state = 7;
+    auto uniform = [&state] {  // in [-1, 1)
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      return static_cast<double>(state >> 11) / 4503599627370496.0 - 1.0;
+    };
+    const char* names[] = {"west", "south", "north", "east"};
+    for (int i = 0; i < 1200; ++i) {
+      const double x = uniform(), z = uniform();
+      out << x * 5 << "," << uniform() << "," << names[(x > 0) * 2 + (z > 0)] << "," << z + 3 << "\n";
+    }
+  }
+  const auto result = kolo::testing::runKolo(
+      "run -n 2 -- " + std::string(KOLO_BINARY_DIR) + "/src/cli/kolo train --strategy federated --data " + csv +
+      " --label-column kind --clients 4 --clients-per-round 4 --rounds 8 --local-epochs 2 --local-batch 20 --lr 0.2 --quiet --save " +
+      weights);
+  ASSERT_EQ(result.exitCode, 0) << result.output;
+  EXPECT_NE(result.output.find("labels=east=0,north=1,south=2,west=3"), std::string::npos) << result.output;
+  double accuracy = 0.0;
+  const size_t at = result.output.find("test_accuracy ");
+  ASSERT_NE(at, std::string::npos) << result.output;
+  ASSERT_EQ(std::sscanf(result.output.c_str() + at, "test_accuracy %lf", &accuracy), 1) << result.output;
+  EXPECT_GT(accuracy, 0.8) << result.output;
+  const kolo::checkpoint::SafetensorsFile saved = kolo::checkpoint::loadSafetensors(weights);
+  EXPECT_EQ(saved.find("0.weight").shape()[1], 3) << "the mlp's width is the table's 3 features";
+  EXPECT_TRUE(saved.metadata.count("standardize"));
+  std::remove(csv.c_str());
+  std::remove(weights.c_str());
+}
+
 // --init names the user's file: missing, it is an input-file error (exit code 3) as with
 // every strategy, before any round.
 TEST(FederatedCliFlags, MissingInitFileIsAnInputFileError) {
