@@ -199,7 +199,12 @@ bool writeAll(int fd, const void* data, size_t n) {
 /// A process's ranks [first, last): threads with small stacks, held at a gate until the
 /// parent says go, so that thread creation is not timed. Reports through `out`: the times,
 /// the moment its lost ranks were marked, the first error. Runs in the forked child.
-int runProcess(const Plan& plan, int first, int last, int goFd, int out) {
+int runProcess(const Plan& forked, int first, int last, int goFd, int out) {
+  // The root store's port comes first through the gate: the parent forks before it starts the
+  // store's thread, so that no thread of the parent holds a lock (an allocator's under ASan)
+  // that this copy of the process would inherit held.
+  Plan plan = forked;
+  if (!readAll(goFd, &plan.port, sizeof plan.port)) return 1;
   // In a job the store has a core of its own while each rank waits on its own host; here
   // thousands of simulated ranks share the store's cores, so they yield to it.
   if (::setpriority(PRIO_PROCESS, 0, kRankNice) != 0)
@@ -399,13 +404,6 @@ RendezvousBenchmarkResult benchmarkRendezvous(const RendezvousBenchmarkOptions& 
                " open files in one process, but this process may open at most ", result.fileLimit,
                " (the hard limit of RLIMIT_NOFILE)");
 
-  const uint64_t residentBefore = statusField("VmRSS:");
-  comm::TcpStoreServerOptions serverOptions;
-  serverOptions.host = "127.0.0.1";
-  serverOptions.token = plan.token;
-  comm::TcpStoreServer server(serverOptions);
-  plan.port = server.port();
-
   struct Child {
     pid_t pid = -1;
     int go = -1;   // parent writes
@@ -449,6 +447,25 @@ RendezvousBenchmarkResult benchmarkRendezvous(const RendezvousBenchmarkOptions& 
     children.push_back(child);
   }
   result.processes = static_cast<int>(children.size());
+  // The root store, started once every process is forked; its port opens their gates.
+  const uint64_t residentBefore = statusField("VmRSS:");
+  comm::TcpStoreServerOptions serverOptions;
+  serverOptions.host = "127.0.0.1";
+  serverOptions.token = plan.token;
+  std::unique_ptr<comm::TcpStoreServer> started;
+  try {
+    started = std::make_unique<comm::TcpStoreServer>(serverOptions);
+  } catch (...) {
+    for (Child& child : children) {  // each gate closed: the process ends without starting
+      ::close(child.go);
+      ::close(child.out);
+      ::waitpid(child.pid, nullptr, 0);
+    }
+    throw;
+  }
+  comm::TcpStoreServer& server = *started;
+  plan.port = server.port();
+  for (Child& child : children) writeAll(child.go, &plan.port, sizeof plan.port);
   // Every process has its threads waiting: start them together.
   for (Child& child : children) {
     char byte = 0;
