@@ -92,13 +92,7 @@ std::shared_ptr<nn::Sequential> trainModel(const Layout& layout, int64_t steps,
     if (layout.parts) options.modelPart = llamaPart;
     if (layout.parts && layout.nameTheTie) options.tiedParameters = {{"0.weight", "4.weight"}};
     ModelParallelEngine engine(build, sgd, options);
-    FitOptions fit;
-    fit.batch = 8;
-    fit.seed = 5;
-    fit.quiet = true;
-    fit.logger = &logger;
-    fit.prefetch = 0;
-    fit.steps = steps;
+    FitOptions fit = testing::quietFit(8, steps, logger);
     if (change) change(fit);
     train::fit(engine, train, nullptr, fit);
     engine.gatherModel();

@@ -87,13 +87,7 @@ RunResult trainIn(const Layout& layout, int64_t steps, const std::function<void(
     options.splitAt = layout.splitAt;
     if (layout.measure) options.splitSample = train->gather({0, 1, 2, 3}).inputs;
     ModelParallelEngine engine(model, sgd, options);
-    FitOptions fitOptions;
-    fitOptions.batch = 16;
-    fitOptions.seed = 5;
-    fitOptions.quiet = true;
-    fitOptions.logger = &logger;
-    fitOptions.prefetch = 0;
-    fitOptions.steps = steps;
+    FitOptions fitOptions = testing::quietFit(16, steps, logger);
     if (change) change(fitOptions);
     FitCallbacks mine = callbacks;
     std::vector<double> losses;

@@ -1,5 +1,5 @@
 // What the train layer's tests share: a dataset with something to learn, the SGD they train
-// with, a model's weights flattened, their largest difference, and a fresh directory.
+// with, the quiet fit they run, a model's weights flattened, their largest difference, and a fresh directory.
 #pragma once
 
 #include <unistd.h>
@@ -14,11 +14,26 @@
 #include <gtest/gtest.h>
 
 #include "kolo/data.h"
+#include "kolo/observe.h"
 #include "kolo/ops.h"
 #include "kolo/optim.h"
 #include "kolo/parallel/strategy.h"
+#include "kolo/train/fit.h"
 
 namespace kolo::train::testing {
+
+/// A fit of `steps` steps at global batch `batch` and seed 5 that prints nothing (warnings go
+/// to `logger`) and prefetches nothing, as the equivalence tests run it.
+inline FitOptions quietFit(int64_t batch, int64_t steps, observe::Logger& logger) {
+  FitOptions fit;
+  fit.batch = batch;
+  fit.seed = 5;
+  fit.quiet = true;
+  fit.logger = &logger;
+  fit.prefetch = 0;
+  fit.steps = steps;
+  return fit;
+}
 
 /// `n` samples of `features` normal inputs, labelled by the argmax of a fixed linear map into
 /// `classes` (seeded apart from the inputs), so that there is something to learn.
