@@ -410,10 +410,23 @@ void Engine::progressPeer(int peer) {
     readFrames(peer);
     ch.readsDone();
   } catch (const PeerError& e) {
-    breakPeer(peer, std::string("rank ") + std::to_string(peer) + " is gone: " + e.what(), true);
+    lostPeer(peer, e.what(), true);
   } catch (const IoError& e) {
-    breakPeer(peer, std::string("rank ") + std::to_string(peer) + " is gone: " + e.what());
+    lostPeer(peer, e.what(), false);
   }
+}
+
+void Engine::lostPeer(int peer, const std::string& what, bool vanished) {
+  // A peer that gave up wrote its Abort, the reason, before it closed its communicator: a
+  // write that finds it closed reads what it left first, so that the reason and not its
+  // absence is what this rank's operations report.
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  try {
+    readFrames(peer);
+  } catch (const PeerError&) {
+  } catch (const IoError&) {
+  }
+  if (p.broken.empty()) breakPeer(peer, "rank " + std::to_string(peer) + " is gone: " + what, vanished);
 }
 
 void Engine::progressAll() {

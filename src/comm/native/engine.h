@@ -152,6 +152,9 @@ class Engine {
   void progressAll();
   void progressPeer(int peer);
   void readFrames(int peer);
+  /// A transfer with `peer` failed (`what`): reads the frames it wrote before it left (its
+  /// Abort breaks it with its reason), else breaks it as gone.
+  void lostPeer(int peer, const std::string& what, bool vanished);
   void onHeader(int peer);
   void finishBody(int peer);
   void matchUnexpected(int peer);
