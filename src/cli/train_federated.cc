@@ -1,6 +1,6 @@
 // `kolo train --strategy federated` (runFederated, train_loop.h): the flags mapped onto
 // train::trainFederated (the server on rank 0, client hosts elsewhere), then --save and the
-// summary line. Any --data kolo train reads: the clients' partitions are cut from it in memory.
+// summary line. Any --data kolo train reads: each client gathers only its own samples of it.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -54,20 +54,16 @@ int runFederated(const TrainConfig& config, observe::Logger& logger) {
   // --debug-kill-rank RANK:ROUND: it is SIGKILLed there.
   callbacks.beforeRound = [&config, rank = launch.rank](int64_t round) { config.faults.strike(rank, round, "round"); };
   const bool server = launch.size <= 1 || launch.rank == 0;
-  // The clients partition the training split in memory: Fashion-MNIST's as it is read, any other
-  // --data (a table, arrays, images, shards) gathered whole once read as every strategy reads it.
-  TrainConfig sized = config;  // the built-in model's sizes follow the data
-  std::shared_ptr<const data::TensorDataset> train;
-  std::shared_ptr<const data::Dataset> test;
+  // The clients read their own samples of the training split, whatever --data is (a table,
+  // arrays, images, shards): the built-in model's sizes follow the data.
+  TrainConfig sized = config;
+  std::shared_ptr<const data::Dataset> train, test;
   if (readsFashionMnist(config)) {
     train = loadTrainingSet(config);
     if (server) test = std::make_shared<data::FashionMnist>(config.dataDir, false);
   } else {
     const RunDatasets sets = loadDatasets(sized, logger);
-    std::vector<int64_t> all(static_cast<size_t>(sets.train->size()));
-    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-    const data::Batch whole = sets.train->gather(all);
-    train = std::make_shared<data::TensorDataset>(whole.inputs, whole.labels);
+    train = sets.train;
     test = sets.validation;
   }
   auto model = [&sized]() -> std::shared_ptr<nn::Module> { return buildModel(sized); };

@@ -136,18 +136,18 @@ FederatedSummary serve(const parallel::ModelFactory& makeModel, const data::Data
 }
 
 std::shared_ptr<fed::ClientHost> makeHost(const parallel::ModelFactory& makeModel,
-                                          std::shared_ptr<const data::TensorDataset> train,
+                                          std::shared_ptr<const data::Dataset> train,
                                           const FederatedTrainOptions& options,
                                           const fed::FederatedOptions& federated,
                                           std::shared_ptr<comm::Store> store, int index, int hosts) {
-  auto partition = fed::partitionClients(train->labels(), federated.clients, options.partition, federated.seed);
+  auto partition = fed::partitionClients(*train, federated.clients, options.partition, federated.seed);
   return std::make_shared<fed::ClientHost>(std::move(store), federated, index, hosts, makeModel(),
                                            std::move(train), std::move(partition));
 }
 
 }  // namespace
 
-FederatedSummary trainFederated(parallel::ModelFactory model, std::shared_ptr<const data::TensorDataset> train,
+FederatedSummary trainFederated(parallel::ModelFactory model, std::shared_ptr<const data::Dataset> train,
                                 std::shared_ptr<const data::Dataset> validation,
                                 const FederatedTrainOptions& options, const FederatedCallbacks& callbacks) {
   KOLO_REQUIRE(train != nullptr, "train::trainFederated: no training dataset");

@@ -2,13 +2,18 @@
 // FedAvg over clients of a synthetic set learns (accuracy well above chance after a few
 // rounds), reports its rounds, bytes and per-round callbacks, calls the host's hook before
 // every round it serves, refuses bad options by name (parallel::fed::checkOptions), and reads
-// the options every trainer shares (RunOptions) in fit's words.
+// the options every trainer shares (RunOptions) in fit's words. A dataset that is not in
+// memory (shards made when first read) trains the clients on their own samples, a batch at a
+// time, to the same weights as the same samples in memory.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
+#include <atomic>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +21,7 @@
 #include "kolo/error.h"
 #include "kolo/nn/layers.h"
 #include "kolo/ops.h"
+#include "kolo/sharded.h"
 #include "kolo/train/federated.h"
 #include "kolo/train/fit.h"
 
@@ -148,6 +154,79 @@ TEST(TrainFederatedTest, RunOptionsAreFitsWords) {
       EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
     }
   }
+}
+
+// A sharded dataset whose shards are made when first gathered from, behind a guard that
+// refuses any gather of more than `cap` samples: gathering the whole set into memory fails.
+class CappedShards : public data::Dataset {
+ public:
+  static constexpr int64_t kShards = 8, kPerShard = 160;  // 1280 samples: more than kLabelChunk
+
+  explicit CappedShards(int64_t cap) : cap_(cap) {
+    data::ShardReader reader;
+    reader.count = [](const std::string&) { return data::ShardInfo{.samples = kPerShard, .classes = 4}; };
+    reader.open = [](const std::string& path) -> std::shared_ptr<const data::Dataset> {
+      return shard(std::stoi(path.substr(path.find('-') + 1)));
+    };
+    std::vector<std::string> files;
+    for (int s = 0; s < kShards; ++s) files.push_back("shard-" + std::to_string(s));
+    shards_ = std::make_shared<data::ShardedDataset>(files, reader);
+  }
+  static std::shared_ptr<data::TensorDataset> shard(int s) {
+    Generator gen(100 + static_cast<uint64_t>(s));
+    Tensor inputs = Tensor::randn({kPerShard, 8}, gen);
+    return std::make_shared<data::TensorDataset>(inputs, argmax(inputs.slice(1, 0, 4), 1));
+  }
+  /// The same samples, in memory.
+  static std::shared_ptr<data::TensorDataset> whole() {
+    std::vector<Tensor> inputs, labels;
+    for (int s = 0; s < kShards; ++s) {
+      inputs.push_back(shard(s)->inputs());
+      labels.push_back(shard(s)->labels());
+    }
+    return std::make_shared<data::TensorDataset>(cat(inputs, 0), cat(labels, 0));
+  }
+  int64_t size() const override { return shards_->size(); }
+  data::Batch gather(const std::vector<int64_t>& indices) const override {
+    if (static_cast<int64_t>(indices.size()) > cap_)
+      throw InvalidArgument("CappedShards: a gather of " + std::to_string(indices.size()) + " samples");
+    int64_t seen = largest_.load();
+    while (static_cast<int64_t>(indices.size()) > seen && !largest_.compare_exchange_weak(seen, indices.size())) {
+    }
+    return shards_->gather(indices);
+  }
+  int64_t largestGather() const { return largest_.load(); }
+
+ private:
+  int64_t cap_;
+  std::shared_ptr<data::ShardedDataset> shards_;
+  mutable std::atomic<int64_t> largest_{0};
+};
+
+TEST(TrainFederatedTest, ADatasetNotInMemoryIsReadAClientBatchAtATime) {
+  observe::Logger logger(stderr, observe::LogLevel::Error);
+  FederatedTrainOptions o = options();
+  o.logger = &logger;
+  o.federated.rounds = 3;
+  const auto weights = [](const FederatedSummary& summary) {
+    return parallel::fed::flattenState(*summary.model);
+  };
+  // Iid: nothing is read but each client's own batches of localBatch samples.
+  const auto capped = std::make_shared<CappedShards>(o.federated.client.localBatch);
+  const FederatedSummary sharded = trainFederated(model, capped, dataset(400, 2), o);
+  EXPECT_EQ(capped->largestGather(), o.federated.client.localBatch);
+  const FederatedSummary inMemory = trainFederated(model, CappedShards::whole(), dataset(400, 2), o);
+  EXPECT_EQ(weights(sharded), weights(inMemory));
+  EXPECT_GT(inMemory.validationAccuracy, 0.5) << "four classes: chance is 0.25";
+  std::vector<int64_t> all(static_cast<size_t>(capped->size()));
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_THROW(capped->gather(all), InvalidArgument) << "the guard lets a gather of the whole set through";
+  // A label-skewed split reads the labels, a chunk at a time.
+  o.partition = parallel::fed::parsePartition("shards:2");
+  const auto labelled = std::make_shared<CappedShards>(parallel::fed::kLabelChunk);
+  EXPECT_EQ(weights(trainFederated(model, labelled, nullptr, o)),
+            weights(trainFederated(model, CappedShards::whole(), nullptr, o)));
+  EXPECT_EQ(labelled->largestGather(), parallel::fed::kLabelChunk);
 }
 
 }  // namespace

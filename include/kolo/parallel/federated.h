@@ -45,6 +45,15 @@ PartitionSpec parsePartition(const std::string& text);
 std::vector<std::vector<int64_t>> partitionClients(const Tensor& labels, int clients,
                                                    const PartitionSpec& spec, uint64_t seed);
 
+/// Samples that partitionClients reads the labels of at a time.
+inline constexpr int64_t kLabelChunk = 1024;
+
+/// partitionClients over `data`'s labels, the same split as over a tensor of them: Iid reads
+/// nothing but data.size(); Shards and Dirichlet read the labels through data.gather, at most
+/// kLabelChunk samples at a time, so a dataset that is not in memory is never gathered whole.
+std::vector<std::vector<int64_t>> partitionClients(const data::Dataset& data, int clients,
+                                                   const PartitionSpec& spec, uint64_t seed);
+
 /// The `perRound` distinct clients of round `round` (1-based) out of `clients`, sorted; a
 /// function of (clients, perRound, round, seed) only, so any process can recompute it.
 std::vector<int> sampleClients(int clients, int perRound, int64_t round, uint64_t seed);
@@ -82,11 +91,11 @@ struct LocalTrainingOptions {
 };
 
 /// Local training of one client: loads `global` (flattenState's layout) into `model`, runs
-/// `localEpochs` epochs of plain SGD over batches of `localBatch` of `indices` in `data`, and
-/// returns the update (local state - global), clipped to `dpClip` when set. Not thread-safe per
-/// model.
+/// `localEpochs` epochs of plain SGD over batches of `localBatch` of `indices` in `data`
+/// (gathered a batch at a time: the client reads only its own samples), and returns the update
+/// (local state - global), clipped to `dpClip` when set. Not thread-safe per model.
 std::vector<float> trainClient(nn::Module& model, const std::vector<float>& global,
-                               const data::TensorDataset& data, const std::vector<int64_t>& indices,
+                               const data::Dataset& data, const std::vector<int64_t>& indices,
                                const LocalTrainingOptions& options, int64_t round, int client);
 
 /// The order in which trainClient visits `indices` in local epoch `epoch` (0-based).
@@ -245,11 +254,12 @@ class FederatedServer {
 };
 
 /// Client host `index` of `processes`: hosts clients c with c % processes == index, each
-/// training on its own `partition[c]` of `data` with `model` (one model shared in turn).
+/// training on its own `partition[c]` of `data` with `model` (one model shared in turn), reading
+/// only those samples.
 class ClientHost {
  public:
   ClientHost(std::shared_ptr<comm::Store> store, FederatedOptions options, int index, int processes,
-             std::shared_ptr<nn::Module> model, std::shared_ptr<const data::TensorDataset> data,
+             std::shared_ptr<nn::Module> model, std::shared_ptr<const data::Dataset> data,
              std::vector<std::vector<int64_t>> partition);
   /// Serves rounds until the server says stop; waits up to `idleTimeout` for each round.
   void serve(std::chrono::milliseconds idleTimeout);
@@ -274,7 +284,7 @@ class ClientHost {
   int index_;
   int processes_;
   std::shared_ptr<nn::Module> model_;
-  std::shared_ptr<const data::TensorDataset> data_;
+  std::shared_ptr<const data::Dataset> data_;
   std::vector<std::vector<int64_t>> partition_;
   int64_t round_ = 0;
   std::function<void(Update&)> transform_;

@@ -79,7 +79,10 @@ struct FederatedSummary : FitSummary {
 };
 
 /// Trains `model` (built by every process, seeded alike) federatedly on `train` split over
-/// the clients, evaluating the global model on `validation` (may be null) after each round.
+/// the clients by index (parallel::fed::partitionClients), evaluating the global model on
+/// `validation` (may be null) after each round. `train` may be any dataset, in memory or not:
+/// a client gathers only its own samples, a batch at a time, and a label-skewed partition reads
+/// the labels a chunk at a time, so the set is never gathered whole.
 /// One process: the server and one client host (a thread) over an in-memory store. Under
 /// `kolo run -n N`: rank 0 serves, ranks 1..N-1 host the clients (client c on host c mod
 /// N-1) over the job's store; the launcher must keep serving the store to the end (kolo's
@@ -90,7 +93,7 @@ struct FederatedSummary : FitSummary {
 /// exception (its model, its data); a client host that vanishes only leaves its clients out
 /// of the rounds.
 FederatedSummary trainFederated(parallel::ModelFactory model,
-                                std::shared_ptr<const data::TensorDataset> train,
+                                std::shared_ptr<const data::Dataset> train,
                                 std::shared_ptr<const data::Dataset> validation,
                                 const FederatedTrainOptions& options,
                                 const FederatedCallbacks& callbacks = {});

@@ -82,7 +82,7 @@ std::vector<int64_t> clientEpochOrder(const std::vector<int64_t>& indices,
 }
 
 std::vector<float> trainClient(nn::Module& model, const std::vector<float>& global,
-                               const data::TensorDataset& data, const std::vector<int64_t>& indices,
+                               const data::Dataset& data, const std::vector<int64_t>& indices,
                                const LocalTrainingOptions& options, int64_t round, int client) {
   KOLO_REQUIRE(!indices.empty(), "federated: client ", client, " holds no samples");
   KOLO_REQUIRE(options.localEpochs >= 1, "federated: LocalTrainingOptions::localEpochs must be at least 1, got ",

@@ -32,7 +32,7 @@ bool contains(const std::vector<int>& ids, int id) {
 
 ClientHost::ClientHost(std::shared_ptr<comm::Store> store, FederatedOptions options, int index,
                        int processes, std::shared_ptr<nn::Module> model,
-                       std::shared_ptr<const data::TensorDataset> data,
+                       std::shared_ptr<const data::Dataset> data,
                        std::vector<std::vector<int64_t>> partition)
     : store_(std::move(store)),
       options_(std::move(options)),

@@ -1,8 +1,9 @@
-// How Fashion-MNIST is split over the simulated clients of a federated job (IID, McMahan's
+// How a training set is split over the simulated clients of a federated job (IID, McMahan's
 // label shards, Dirichlet label skew) and which clients a round samples; both are seeded
 // functions, so every process of a job computes the same answer.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <numeric>
 
@@ -81,11 +82,12 @@ PartitionSpec parsePartition(const std::string& text) {
              "' is not accepted: use iid, shards:S (S >= 1) or dirichlet:ALPHA (ALPHA > 0)");
 }
 
-std::vector<std::vector<int64_t>> partitionClients(const Tensor& labels, int clients,
-                                                   const PartitionSpec& spec, uint64_t seed) {
+namespace {
+
+// The split of `n` samples; `labels` (the n labels) is read only by the label-skewed kinds.
+std::vector<std::vector<int64_t>> partition(int64_t n, const std::function<std::vector<double>()>& labels,
+                                            int clients, const PartitionSpec& spec, uint64_t seed) {
   KOLO_REQUIRE(clients >= 1, "federated: FederatedOptions::clients must be at least 1, got ", clients);
-  const std::vector<double> y = labels.toDoubleVector();
-  const int64_t n = static_cast<int64_t>(y.size());
   KOLO_REQUIRE(n >= clients, "federated: ", n, " training samples cannot be split over ", clients,
                " clients");
   Generator generator(mixSeed(seed, 0x9a27));
@@ -98,6 +100,7 @@ std::vector<std::vector<int64_t>> partitionClients(const Tensor& labels, int cli
       parts[c].assign(order.begin() + n * c / clients, order.begin() + n * (c + 1) / clients);
     return parts;
   }
+  const std::vector<double> y = labels();
   if (spec.kind == PartitionSpec::Kind::Shards) {
     const int64_t shards = static_cast<int64_t>(clients) * spec.shards;
     KOLO_REQUIRE(n >= shards, "federated: PartitionSpec::shards ", spec.shards, " needs ", shards,
@@ -148,6 +151,33 @@ std::vector<std::vector<int64_t>> partitionClients(const Tensor& labels, int cli
   }
   for (auto& part : parts) std::sort(part.begin(), part.end());
   return parts;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> partitionClients(const Tensor& labels, int clients,
+                                                   const PartitionSpec& spec, uint64_t seed) {
+  return partition(labels.numel(), [&labels] { return labels.toDoubleVector(); }, clients, spec, seed);
+}
+
+std::vector<std::vector<int64_t>> partitionClients(const data::Dataset& data, int clients,
+                                                   const PartitionSpec& spec, uint64_t seed) {
+  const int64_t n = data.size();
+  const auto labels = [&data, n] {
+    std::vector<double> y;
+    y.reserve(static_cast<size_t>(n));
+    std::vector<int64_t> ids;
+    for (int64_t begin = 0; begin < n; begin += kLabelChunk) {
+      ids.resize(static_cast<size_t>(std::min(kLabelChunk, n - begin)));
+      std::iota(ids.begin(), ids.end(), begin);
+      const std::vector<double> chunk = data.gather(ids).labels.toDoubleVector();
+      KOLO_REQUIRE(chunk.size() == ids.size(), "federated: the training dataset gave ", chunk.size(),
+                   " labels for its samples ", begin, "..", begin + static_cast<int64_t>(ids.size()) - 1);
+      y.insert(y.end(), chunk.begin(), chunk.end());
+    }
+    return y;
+  };
+  return partition(n, labels, clients, spec, seed);
 }
 
 std::vector<int> sampleClients(int clients, int perRound, int64_t round, uint64_t seed) {
