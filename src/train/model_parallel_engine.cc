@@ -176,12 +176,16 @@ ModelParallelEngine::ModelParallelEngine(ModelFactory model, parallel::Optimizer
         groups_.data, *options_.fsdp, [model] { return model; }, std::move(optimizer),
         [loss](nn::Module& m, const Tensor& x, const Tensor& y) { return loss(m(x), y); });
   }
+  // Every rank's own count for the start line, once fsdp has cut its shards.
+  const double mine = static_cast<double>(parameterCount());
+  std::vector<double> all(static_cast<size_t>(worldSize), mine);
+  if (worldSize > 1) world->allgather(&mine, all.data(), 1, DType::F64);
+  rankParameters_.assign(all.begin(), all.end());
 }
 
 void ModelParallelEngine::countParameters(const std::vector<parallel::TiedParameter>& ties) {
   // The whole model's count: each stage's parameters, a split one T times, summed over the
-  // stages, a tied table once (its copy on a stage without the first name is not counted);
-  // and every rank's own count, for the start line.
+  // stages, a tied table once (its copy on a stage without the first name is not counted).
   std::set<std::string> held;
   for (const auto& [name, t] : stage_->module().stateDict()) held.insert(name);
   auto copyOfATie = [&](const std::string& name) {
@@ -199,11 +203,6 @@ void ModelParallelEngine::countParameters(const std::vector<parallel::TiedParame
   if (groups_.pipeline)
     groups_.pipeline->allreduce(&whole, &whole, 1, DType::F64, comm::ReduceOp::Sum);
   modelParameters_ = static_cast<int64_t>(whole);
-  const std::shared_ptr<comm::Communicator>& world = options_.communicator;
-  const double mine = static_cast<double>(parameterCount());
-  std::vector<double> all(static_cast<size_t>(world ? world->size() : 1), mine);
-  if (world && world->size() > 1) world->allgather(&mine, all.data(), 1, DType::F64);
-  rankParameters_.assign(all.begin(), all.end());
 }
 
 ModelParallelEngine::~ModelParallelEngine() = default;
@@ -453,6 +452,12 @@ const std::vector<int>& ModelParallelEngine::bounds() const { return stage_->bou
 parallel::PipelineStage& ModelParallelEngine::stage() { return *stage_; }
 optim::Optimizer& ModelParallelEngine::optimizer() { return fsdp_ ? fsdp_->optimizer() : stage_->optimizer(); }
 
-int64_t ModelParallelEngine::parameterCount() const { return stage_->module().parameterCount(); }
+int64_t ModelParallelEngine::parameterCount() const {
+  if (!fsdp_ || options_.fsdp->shard != parallel::ShardLevel::Full) return stage_->module().parameterCount();
+  // ZeRO-3 keeps only the shards its optimizer steps between steps.
+  int64_t kept = 0;
+  for (const auto& [name, shard] : fsdp_->optimizer().parameters()) kept += shard.numel();
+  return kept;
+}
 
 }  // namespace kolo::train

@@ -232,25 +232,45 @@ TEST(LlamaLayouts, TheTiedTableIsSplitOnceAndCountedOnce) {
 
 // 2-D FSDP x TP: the two ranks holding the same tensor shards shard them again, so the
 // optimizer of each of the four ranks steps about a quarter of the model (its units padded to
-// a multiple of 2), where the tensor shards alone are half.
+// a multiple of 2), where the tensor shards alone are half. The start line's rank_parameters
+// is what a rank keeps between steps: under ZeRO-3 the shards it steps, which the two ranks of
+// a tensor rank's data group sum to its tensor shards; under ZeRO-2 the tensor shards whole.
 TEST(LlamaLayouts, FsdpShardsEachTensorRanksShards) {
   const int64_t whole = llama()->parameterCount();
-  auto make = nativeRanks(4);
-  std::vector<int64_t> held(4), stepped(4);
-  runThreads(4, [&](int rank) {
-    ModelParallelOptions options;
-    options.communicator = make(rank);
-    options.mesh = {.dp = 2, .pp = 1, .tp = 2};
-    options.fsdp = parallel::FsdpOptions{};
-    ModelParallelEngine engine(llama, sgd, options);
-    held[static_cast<size_t>(rank)] = engine.parameterCount();
-    for (const auto& [name, shard] : engine.optimizer().parameters())
-      stepped[static_cast<size_t>(rank)] += shard.numel();
-  });
-  for (int rank = 0; rank < 4; ++rank) {
-    EXPECT_LT(held[rank], whole * 6 / 10) << "rank " << rank << " holds more than its tensor shards";
-    EXPECT_LE(stepped[rank], held[rank] / 2 + 8) << "rank " << rank << " steps more than half its tensor shards";
-    EXPECT_GE(stepped[rank], held[rank] / 2 - 8) << "rank " << rank;
+  for (const parallel::ShardLevel level : {parallel::ShardLevel::Full, parallel::ShardLevel::Gradients}) {
+    SCOPED_TRACE(parallel::shardLevelName(level));
+    auto make = nativeRanks(4);
+    std::vector<int64_t> kept(4), tensorShards(4), stepped(4);
+    std::vector<int> tensorRank(4);
+    std::vector<std::string> start(4);
+    runThreads(4, [&](int rank) {
+      ModelParallelOptions options;
+      options.communicator = make(rank);
+      options.mesh = {.dp = 2, .pp = 1, .tp = 2};
+      options.fsdp = parallel::FsdpOptions{.shard = level};
+      ModelParallelEngine engine(llama, sgd, options);
+      const size_t r = static_cast<size_t>(rank);
+      kept[r] = engine.parameterCount();
+      tensorShards[r] = engine.stage().module().parameterCount();
+      tensorRank[r] = engine.groups().tensorRank;
+      start[r] = engine.describe().json();
+      for (const auto& [name, shard] : engine.optimizer().parameters()) stepped[r] += shard.numel();
+    });
+    for (int rank = 0; rank < 4; ++rank) {
+      EXPECT_LT(tensorShards[rank], whole * 6 / 10) << "rank " << rank << " holds more than its tensor shards";
+      EXPECT_LE(stepped[rank], tensorShards[rank] / 2 + 8) << "rank " << rank << " steps more than half its tensor shards";
+      EXPECT_GE(stepped[rank], tensorShards[rank] / 2 - 8) << "rank " << rank;
+      const int64_t expected = level == parallel::ShardLevel::Full ? stepped[rank] : tensorShards[rank];
+      EXPECT_EQ(kept[rank], expected) << "rank " << rank;
+      EXPECT_NE(start[rank].find("\"rank_parameters\":" + std::to_string(expected) + ","), std::string::npos)
+          << start[rank];
+    }
+    if (level == parallel::ShardLevel::Full) {
+      std::vector<int64_t> sum(2);
+      for (int rank = 0; rank < 4; ++rank) sum[static_cast<size_t>(tensorRank[rank])] += kept[rank];
+      for (int rank = 0; rank < 4; ++rank)
+        EXPECT_EQ(sum[static_cast<size_t>(tensorRank[rank])], tensorShards[rank]) << "rank " << rank;
+    }
   }
 }
 

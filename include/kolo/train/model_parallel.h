@@ -177,7 +177,8 @@ class ModelParallelEngine : public Engine {
   parallel::PipelineStage& stage();
   /// The optimizer of this rank's part (with fsdp: of its shards of it).
   optim::Optimizer& optimizer();
-  /// Elements of this rank's parameters.
+  /// Elements of the parameters this rank keeps between steps: its stage's, tensor shards
+  /// included; under fsdp's ZeRO-3 (FsdpOptions::shard full) only its shards of those.
   int64_t parameterCount() const;
   /// Elements of the whole model's parameters.
   int64_t modelParameterCount() const { return modelParameters_; }
