@@ -67,3 +67,4 @@
 #include "kolo/train/report.h"
 #include "kolo/train/run_options.h"
 #include "kolo/train/state.h"
+#include "kolo/training_data.h"

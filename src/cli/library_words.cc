@@ -78,6 +78,11 @@ constexpr std::pair<const char*, const char*> kFlags[] = {
     {"LocalTrainingOptions::localBatch", "--local-batch"},
     {"PartitionSpec::shards", "--partition shards:"},
     {"setTensorMemoryLimit", "--memory-limit"},
+    {"TrainingDataSpec::path", "--data"},
+    {"TrainingDataSpec::testPath", "--test-data"},
+    {"TrainingDataSpec::labelsPath", "--labels"},
+    {"TrainingDataSpec::testLabelsPath", "--test-labels"},
+    {"TrainingDataSpec::imageSize", "--image-size"},
 };
 
 // What the library calls kolo's launcher (the program that starts a job's processes and sets

@@ -166,13 +166,10 @@ struct RunDatasets {
   std::shared_ptr<const data::Dataset> train, validation;
 };
 
-/// The datasets of --data (train_data.cc): the Fashion-MNIST directory (its test split), a
-/// .csv/.tsv table (--label-column), .npy arrays (--labels) or an .npz archive; the test split
-/// from --test-data (--test-labels), or else a seeded tenth of --data held out. Unless
-/// --no-standardize, tables and arrays are standardised with the training split's statistics.
-/// Sets config.modelData (the samples' shape and the classes) and config.standardizer. Throws
-/// the readers' FileError and FormatError (naming the file and record) and InvalidArgument
-/// for flags that do not fit the data.
+/// The datasets of --data and its flags, through data::openTrainingData (train_data.cc). Sets
+/// config.modelData (the samples' shape and the classes), config.standardizer and
+/// config.channelNormalization. Throws what openTrainingData throws and InvalidArgument for
+/// flags that do not fit the data.
 RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger);
 
 /// Whether --data names the Fashion-MNIST directory (what loadTrainingSet reads) rather than
