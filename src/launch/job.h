@@ -15,6 +15,7 @@
 #include "kolo/comm/stores.h"
 #include "launch/debug.h"
 #include "launch/events.h"
+#include "launch/failure_watch.h"
 #include "launch/launcher.h"
 #include "launch/output.h"
 #include "launch/signals.h"
@@ -144,6 +145,11 @@ class Job {
   void endLostWorkers();
   /// Tells the other nodes' launchers to stop (multi-node only); best effort.
   void publishFailure(const std::string& what);
+  /// Multi-node and elastic jobs: watches the store for another node's failure
+  /// (FailureWatch, its own connection to `storeAddress`).
+  void watchRemoteFailure(const std::string& storeAddress, const std::string& token,
+                          std::chrono::milliseconds timeout);
+  /// The watch has news: another node's failure (or a lost store) stops this node's ranks.
   void checkRemoteFailure();
   /// Node 0 hosts the store, so it stays until every node has finished (or the
   /// rendezvous deadline passes); the other nodes only say that they have finished.
@@ -159,6 +165,7 @@ class Job {
   /// Nodes other than node 0: the store this host's ranks use, in front of node 0's.
   std::unique_ptr<comm::TcpStoreServer> hostStore_;
   std::shared_ptr<comm::Store> store_;
+  std::unique_ptr<FailureWatch> failureWatch_;  // while the ranks run (watchRemoteFailure)
   std::vector<Rank> ranks_;
   std::vector<std::pair<std::string, std::string>> vars_;  // every rank's KOLO_* variables
   comm::CpuBinding bind_ = comm::CpuBinding::None;

@@ -40,7 +40,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr auto kRemoteCheckInterval = 200ms;
 constexpr int kReapIntervalMs = 250;
 // How long the ranks get to write their flight recorders when asked, and how often the
 // launcher looks for them meanwhile.
@@ -211,7 +210,9 @@ int Job::run() {
     }
   }
   if (exitCode_ == 0) sayPids();
+  if (store_) watchRemoteFailure(storeAddress, token, rendezvous);
   loop();
+  failureWatch_.reset();
   if (debug_ && debug_->collecting()) printDiagnosis();
   guard_->release();  // every rank is reaped: nothing is left for the guard to stop
   finishAcrossNodes(rendezvous);
@@ -384,7 +385,6 @@ void Job::beginStop(int sig) {
 }
 
 void Job::loop() {
-  Clock::time_point nextRemoteCheck = Clock::now();
   for (;;) {
     // Output pipes stay open while anyone holds their write end; once every rank is
     // reaped, what is already in them is drained and the job is over.
@@ -397,6 +397,9 @@ void Job::loop() {
     }
     std::vector<pollfd> fds;
     fds.push_back({signals_.fd(), POLLIN, 0});
+    const bool watching = failureWatch_ && !stopping_;
+    if (watching) fds.push_back({failureWatch_->fd(), POLLIN, 0});
+    const size_t firstPipe = fds.size();
     std::vector<std::pair<Rank*, bool>> owners;  // (rank, is stderr) for each pipe
     for (auto& r : ranks_) {
       if (r.outFd >= 0) {
@@ -410,9 +413,6 @@ void Job::loop() {
     }
     int timeoutMs = -1;
     if (stopping_) timeoutMs = remainingMs(killDeadline_);
-    if (store_ && !stopping_)
-      timeoutMs = timeoutMs < 0 ? remainingMs(nextRemoteCheck)
-                                : std::min(timeoutMs, remainingMs(nextRemoteCheck));
     if (survivorsDeadline_ && !stopping_)
       timeoutMs = timeoutMs < 0 ? remainingMs(*survivorsDeadline_)
                                 : std::min(timeoutMs, remainingMs(*survivorsDeadline_));
@@ -420,8 +420,8 @@ void Job::loop() {
     timeoutMs = timeoutMs < 0 ? kReapIntervalMs : std::min(timeoutMs, kReapIntervalMs);
     if (debug_ && debug_->collecting()) timeoutMs = std::min(timeoutMs, kDumpPollMs);
     ::poll(fds.data(), fds.size(), timeoutMs);
-    for (size_t i = 1; i < fds.size(); ++i)
-      if (fds[i].revents) readPipe(*owners[i - 1].first, owners[i - 1].second);
+    for (size_t i = firstPipe; i < fds.size(); ++i)
+      if (fds[i].revents) readPipe(*owners[i - firstPipe].first, owners[i - firstPipe].second);
     if (fds[0].revents & POLLIN) handleSignals();
     reap();
     stopLateSurvivors();
@@ -432,10 +432,7 @@ void Job::loop() {
       signalAll(SIGKILL);
       killed_ = true;
     }
-    if (store_ && !stopping_ && Clock::now() >= nextRemoteCheck) {
-      checkRemoteFailure();
-      nextRemoteCheck = Clock::now() + kRemoteCheckInterval;
-    }
+    if (watching && (fds[1].revents & POLLIN) && !stopping_) checkRemoteFailure();
   }
 }
 

@@ -98,15 +98,18 @@ void Job::publishFailure(const std::string& what) {
   }
 }
 
+void Job::watchRemoteFailure(const std::string& storeAddress, const std::string& token,
+                             std::chrono::milliseconds timeout) {
+  failureWatch_ = std::make_unique<FailureWatch>(storeAddress, token, kFailedKey, timeout);
+}
+
 void Job::checkRemoteFailure() {
-  std::string reason;
-  try {
-    if (!store_->check({kFailedKey})) return;
-    reason = store_->getString(kFailedKey, 5s);
-  } catch (const Error& e) {
-    reason = std::string("lost the store: ") + e.what();
-    store_.reset();
-  }
+  std::optional<FailureWatch::News> news = failureWatch_->news();
+  if (!news) return;
+  failureWatch_.reset();
+  if (!failure_.empty()) return;  // this node's own failure, published (stopAfterDumps may still collect)
+  if (news->storeLost) store_.reset();
+  const std::string reason = news->what;
   say("stopping the ranks of node " + std::to_string(options_.nodeRank) + ": " + reason);
   exitCode_ = 1;
   failure_ = reason;

@@ -308,6 +308,28 @@ TEST_F(LauncherTest, FailureOnOneNodeStopsTheOther) {
   EXPECT_NE(r0.err.find("rank 3"), std::string::npos) << r0.err;
 }
 
+// Node 0's launcher (the store's host) is SIGKILLed while every rank runs: node 1's launcher,
+// whose watch for failures is parked at that store, stops its ranks and says why.
+TEST_F(LauncherTest, LosingTheStoresNodeStopsTheOtherNode) {
+  const std::string script = "touch " + dir_ + "/up.$KOLO_RANK; exec sleep 120";
+  std::string store;
+  Child node0 = startNodeZero({"--", "sh", "-c", script}, "tok", &store);
+  ASSERT_GT(node0.pid, 0);
+  Child node1 = spawnChild({kKolo, "run", "-n", "2", "--nnodes", "2", "--node-rank", "1", "--store",
+                            store, "--", "sh", "-c", script},
+                           cleanEnvironment({{"KOLO_TOKEN", "tok"}}));
+  ASSERT_TRUE(waitFor([&] {
+    for (int r = 0; r < 4; ++r)
+      if (!std::filesystem::exists(dir_ + "/up." + std::to_string(r))) return false;
+    return true;
+  }));
+  ::kill(node0.pid, SIGKILL);
+  collect(node0);
+  Result r1 = collect(node1);
+  EXPECT_EQ(r1.exitCode(), 1) << r1.err;
+  EXPECT_NE(r1.err.find("stopping the ranks of node 1: lost the store"), std::string::npos) << r1.err;
+}
+
 TEST_F(LauncherTest, AnElasticRanksUsageErrorEndsTheJobAcrossNodes) {
   // Status 2 (a flag not accepted) would repeat in every replacement: the launchers end the
   // job instead of replacing ranks that fail the same way while nobody ends it.
