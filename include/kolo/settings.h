@@ -140,6 +140,12 @@ std::string closestName(std::string_view name);
 /// mean KOLO_ALGO? `kolo env` lists them)".
 std::vector<std::string> unknownVariableWarnings(const Environment& env);
 
+/// Every declared setting, one line each, as `kolo env` prints it: name, value in `env`
+/// ("(unset)", "(set, hidden)" for a secret, a flag as 1 or 0), where it came from
+/// ("environment" or "default"), with `help` its help and choices; a value that does not
+/// parse is followed by a line "  ^ not accepted: WHY".
+std::string listing(const Environment& env, bool help = true);
+
 // The typed accessors, one per declaration (NCCL_PARAM's ncclParamX()): read the process
 // environment unless given one. Flag -> bool; Integer -> optional<int64_t>; Seconds ->
 // optional<double>; Choice, Text, Secret -> std::string (empty when unset).

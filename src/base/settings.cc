@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "base/printf_text.h"
 #include "kolo/error.h"
 
 extern char** environ;
@@ -244,6 +245,47 @@ std::vector<std::string> unknownVariableWarnings(const Environment& env) {
                     "`kolo env` lists them)");
   }
   return lines;
+}
+
+namespace {
+
+// The value as the listing shows it.
+std::string shownValue(const Environment& env, const Declaration& declaration) {
+  const std::string text = env.text(declaration.name);
+  if (text.empty()) return "(unset)";
+  if (declaration.type == Type::Secret) return "(set, hidden)";
+  if (declaration.type == Type::Flag && env.problem(declaration.name).empty())
+    return env.flag(declaration.name) ? "1" : "0";
+  return text;
+}
+
+}  // namespace
+
+std::string listing(const Environment& env, bool help) {
+  size_t nameWidth = 0, valueWidth = 0;
+  for (const Declaration& declaration : declarations()) {
+    nameWidth = std::max(nameWidth, declaration.name.size());
+    valueWidth = std::max(valueWidth, shownValue(env, declaration).size());
+  }
+  std::string text;
+  for (const Declaration& declaration : declarations()) {
+    const bool fromEnvironment = env.source(declaration.name) == Source::Environment;
+    text += detail::printfText("%-*s  %-*s  %-11s", static_cast<int>(nameWidth), std::string(declaration.name).c_str(),
+                               static_cast<int>(valueWidth), shownValue(env, declaration).c_str(),
+                               fromEnvironment ? "environment" : "default");
+    if (help) {
+      text += "  " + std::string(declaration.help);
+      if (!declaration.choices.empty()) {
+        std::string choices(declaration.choices);
+        std::replace(choices.begin(), choices.end(), '|', ' ');
+        text += " [" + choices + "]";
+      }
+    }
+    text += "\n";
+    if (const std::string problem = env.problem(declaration.name); !problem.empty())
+      text += "  ^ not accepted: " + problem + "\n";
+  }
+  return text;
 }
 
 #define KOLO_SETTING_DEFINITION_(accessor, name, kind, ...) \

@@ -131,6 +131,27 @@ TEST(Settings, UnknownVariablesGetTheClosestName) {
   EXPECT_EQ(lines[1], "KOLO_COMPLETELY_DIFFERENT is not a kolo setting (`kolo env` lists them)");
 }
 
+// The listing `kolo env` prints: one line a declaration with its value and source, a secret
+// hidden, a bad value followed by why; the help only when asked for.
+TEST(Settings, TheListingShowsValuesSourcesAndProblems) {
+  const Environment env({{"KOLO_ALGO", "ring"}, {"KOLO_TOKEN", "s3cret"}, {"KOLO_TIMEOUT", "soon"}});
+  const std::string full = listing(env);
+  const std::string brief = listing(env, false);
+  const auto lineOf = [](const std::string& text, const std::string& name) {
+    const size_t at = text.find(name + " ");
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  EXPECT_NE(lineOf(brief, "KOLO_ALGO").find(" ring "), std::string::npos) << brief;
+  EXPECT_NE(lineOf(brief, "KOLO_ALGO").find("environment"), std::string::npos) << brief;
+  EXPECT_NE(lineOf(brief, "KOLO_TOKEN").find("(set, hidden)"), std::string::npos) << brief;
+  EXPECT_EQ(brief.find("s3cret"), std::string::npos) << brief;
+  EXPECT_NE(lineOf(brief, "KOLO_RANK").find("(unset)"), std::string::npos) << brief;
+  EXPECT_NE(lineOf(brief, "KOLO_RANK").find("default"), std::string::npos) << brief;
+  EXPECT_NE(brief.find("\n  ^ not accepted: KOLO_TIMEOUT"), std::string::npos) << brief;
+  EXPECT_NE(lineOf(full, "KOLO_ALGO").find("[auto ring halving-doubling"), std::string::npos) << full;
+  EXPECT_EQ(lineOf(brief, "KOLO_ALGO").find("[auto"), std::string::npos) << brief;
+}
+
 TEST(Settings, AccessorsReadTheProcessEnvironment) {
   ::setenv("KOLO_ALGO", "tree", 1);
   EXPECT_EQ(algo(), "tree");
