@@ -21,20 +21,7 @@ int showStatus(const std::string& file) {
                "), or trains in a loop of its own rather than train::fit or the parameter servers");
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  std::printf("%-5s %-8s %-13s %-13s %-6s %-8s %-9s %-10s %s\n", "rank", "pid", "state", "step", "epoch",
-              "loss", "step_ms", "samples/s", "updated");
-  for (const train::RankStatusLine& r : ranks) {
-    const std::string state = r.gone ? r.state + "(gone)" : r.state;
-    char stepText[32];
-    std::snprintf(stepText, sizeof stepText, "%lld/%lld", static_cast<long long>(r.step),
-                  static_cast<long long>(r.totalSteps));
-    std::printf("%-5d %-8lld %-13s %-13s %-6lld %-8.4f %-9.2f %-10.0f %.1f s ago\n", r.rank,
-                static_cast<long long>(r.pid), state.c_str(), stepText, static_cast<long long>(r.epoch),
-                r.loss, 1e3 * r.stepSeconds, r.samplesPerSecond, now - (r.updated > 0 ? r.updated : now));
-  }
-  if (const train::Straggler behind = train::findStraggler(ranks); behind.rank >= 0)
-    std::printf("behind: rank %d (step %lld; the furthest rank is at step %lld)\n", behind.rank,
-                static_cast<long long>(behind.step), static_cast<long long>(behind.furthestStep));
+  std::fputs(train::rankStatusTable(ranks, now).c_str(), stdout);
   return 0;
 }
 

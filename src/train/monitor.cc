@@ -17,6 +17,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/printf_text.h"
 #include "kolo/error.h"
 #include "kolo/settings.h"
 #include "observe/rank_files.h"
@@ -324,6 +325,23 @@ Straggler findStraggler(const std::vector<RankStatusLine>& lines) {
   behind.step = slowest;
   if (behind.rank < 0 || behind.furthestStep <= slowest) behind.rank = -1;
   return behind;
+}
+
+std::string rankStatusTable(const std::vector<RankStatusLine>& lines, double now) {
+  std::string text = kolo::detail::printfText("%-5s %-8s %-13s %-13s %-6s %-8s %-9s %-10s %s\n", "rank", "pid", "state",
+                                        "step", "epoch", "loss", "step_ms", "samples/s", "updated");
+  for (const RankStatusLine& r : lines) {
+    const std::string state = r.gone ? r.state + "(gone)" : r.state;
+    const std::string step = std::to_string(r.step) + "/" + std::to_string(r.totalSteps);
+    text += kolo::detail::printfText("%-5d %-8lld %-13s %-13s %-6lld %-8.4f %-9.2f %-10.0f %.1f s ago\n", r.rank,
+                               static_cast<long long>(r.pid), state.c_str(), step.c_str(),
+                               static_cast<long long>(r.epoch), r.loss, 1e3 * r.stepSeconds, r.samplesPerSecond,
+                               now - (r.updated > 0 ? r.updated : now));
+  }
+  if (const Straggler behind = findStraggler(lines); behind.rank >= 0)
+    text += kolo::detail::printfText("behind: rank %d (step %lld; the furthest rank is at step %lld)\n", behind.rank,
+                               static_cast<long long>(behind.step), static_cast<long long>(behind.furthestStep));
+  return text;
 }
 
 }  // namespace kolo::train

@@ -476,6 +476,17 @@ TEST(FitTest, TheStragglerIsTheTrainingRankFurthestBehind) {
   EXPECT_EQ(behind.furthestStep, 44);
   EXPECT_EQ(findStraggler({line(0, "training", 7), line(1, "training", 7)}).rank, -1);
   EXPECT_EQ(findStraggler({}).rank, -1);
+  // kolo status's table: a gone rank marked, each line's age, the straggler named last.
+  RankStatusLine written = line(1, "training", 31);
+  written.totalSteps = 50;
+  written.updated = 1000.0;
+  const std::string table =
+      rankStatusTable({line(0, "training", 40), written, line(3, "training", 12, true)}, 1002.5);
+  EXPECT_EQ(table.substr(0, table.find('\n')).find("rank  pid"), 0u) << table;
+  EXPECT_NE(table.find("\n1     0        training      31/50"), std::string::npos) << table;
+  EXPECT_NE(table.find("2.5 s ago\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("training(gone)"), std::string::npos) << table;
+  EXPECT_NE(table.find("behind: rank 1 (step 31; the furthest rank is at step 40)\n"), std::string::npos) << table;
 }
 
 // Returns its input: a model whose outputs the test writes itself.

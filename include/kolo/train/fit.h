@@ -204,6 +204,12 @@ struct Straggler {
 };
 Straggler findStraggler(const std::vector<RankStatusLine>& lines);
 
+/// The lines as `kolo status` prints them: a header, then per rank its pid, state ("(gone)"
+/// appended for a vanished process), step/total, epoch, loss, step time (ms), samples/s and
+/// how long before `now` (seconds since the Unix epoch) the line was written; then
+/// "behind: rank R (step S; the furthest rank is at step F)" when findStraggler names one.
+std::string rankStatusTable(const std::vector<RankStatusLine>& lines, double now);
+
 /// Starts recording the timeline of this process into `directory` (or KOLO_TIMELINE's when
 /// "" ; nothing when both are empty), also written at exit so that a failed run leaves its
 /// spans. Call it before joining the job (parallel::init, building the engine), so that the
