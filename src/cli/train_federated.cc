@@ -53,21 +53,12 @@ int runFederated(const TrainConfig& config, observe::Logger& logger) {
   // --fail-at-step ROUND:RANK: that client host fails before serving ROUND (for tests);
   // --debug-kill-rank RANK:ROUND: it is SIGKILLed there.
   callbacks.beforeRound = [&config, rank = launch.rank](int64_t round) { config.faults.strike(rank, round, "round"); };
-  const bool server = launch.size <= 1 || launch.rank == 0;
   // The clients read their own samples of the training split, whatever --data is (a table,
   // arrays, images, shards): the built-in model's sizes follow the data.
   TrainConfig sized = config;
-  std::shared_ptr<const data::Dataset> train, test;
-  if (readsFashionMnist(config)) {
-    train = loadTrainingSet(config);
-    if (server) test = std::make_shared<data::FashionMnist>(config.dataDir, false);
-  } else {
-    const RunDatasets sets = loadDatasets(sized, logger);
-    train = sets.train;
-    test = sets.validation;
-  }
+  const RunDatasets sets = loadDatasets(sized, logger);
   auto model = [&sized]() -> std::shared_ptr<nn::Module> { return buildModel(sized); };
-  const train::FederatedSummary summary = train::trainFederated(model, train, test, options, callbacks);
+  const train::FederatedSummary summary = train::trainFederated(model, sets.train, sets.validation, options, callbacks);
   if (!summary.server) return 0;
   saveWeights(sized, *summary.model, summary.rounds, logger);
   std::printf(

@@ -1,5 +1,5 @@
 // What every `kolo train` runner shares: the recipe's defaults, the built-in model and its
-// --init weights, the training images, the run's identity and --save.
+// --init weights, the run's identity and --save.
 #include "cli/train_loop.h"
 
 #include <set>
@@ -29,11 +29,6 @@ void loadInitialWeights(const std::string& path, nn::Module& model) {
 }
 
 }  // namespace
-
-std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config) {
-  // Only the samples used are read: a short run does not inflate the whole split.
-  return std::make_shared<data::FashionMnist>(config.dataDir, true, config.trainLimit);
-}
 
 // The flag table (train_flags.cc) has checked each value on its own; what is left is which
 // flags the optimizer takes.

@@ -157,10 +157,6 @@ Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch);
 /// pipeline stage never holds the whole model; --init fills what it holds.
 std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin = 0, int end = -1);
 
-/// The Fashion-MNIST training set of --data, cut to its first --train-limit samples when
-/// that is set. Throws FileError naming the directory when the files are missing.
-std::shared_ptr<data::TensorDataset> loadTrainingSet(const TrainConfig& config);
-
 /// The training and test splits of a run over images or tables.
 struct RunDatasets {
   std::shared_ptr<const data::Dataset> train, validation;
@@ -172,8 +168,7 @@ struct RunDatasets {
 /// flags that do not fit the data.
 RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger);
 
-/// Whether --data names the Fashion-MNIST directory (what loadTrainingSet reads) rather than
-/// another kind of data.
+/// Whether --data names the Fashion-MNIST directory rather than another kind of data.
 bool readsFashionMnist(const TrainConfig& config);
 
 /// What fixes the weights' shapes and the data order (model, batch, seed), stored in every

@@ -107,7 +107,7 @@ int runParameterServerRole(const TrainConfig& given, observe::Logger& logger) {
   // by every role first: the model's sizes follow it.
   train::ParameterServerData data;
   if (readsFashionMnist(config)) {
-    data.train = [&config] { return loadTrainingSet(config); };
+    data.train = [&config] { return std::make_shared<data::FashionMnist>(config.dataDir, true, config.trainLimit); };
     if (role.role != ps::Role::Worker)
       data.trainSize =
           data::readIdx(config.dataDir + "/train-labels-idx1-ubyte.gz", config.trainLimit).dims.at(0);
