@@ -27,6 +27,19 @@ std::string number(double value) {
   return text;
 }
 
+// A number above `min` (`strict`) or at least `min`.
+CLI::Validator numberBound(double min, bool strict) {
+  const std::string bound = (strict ? "above " : "at least ") + number(min);
+  return CLI::Validator(
+      [min, strict, bound](std::string& text) -> std::string {
+        double value = 0;
+        if (!parseReal(text, value)) return "must be a number, got '" + text + "'";
+        if (strict ? !(value > min) : value < min) return "must be " + bound + ", got " + text;
+        return "";
+      },
+      (strict ? "NUMBER > " : "NUMBER >= ") + number(min));
+}
+
 }  // namespace
 
 CLI::Validator atLeast(long long min) {
@@ -40,27 +53,8 @@ CLI::Validator atLeast(long long min) {
       "INT >= " + std::to_string(min));
 }
 
-CLI::Validator above(double min) {
-  return CLI::Validator(
-      [min](std::string& text) -> std::string {
-        double value = 0;
-        if (!parseReal(text, value)) return "must be a number, got '" + text + "'";
-        if (!(value > min)) return "must be above " + number(min) + ", got " + text;
-        return "";
-      },
-      "NUMBER > " + number(min));
-}
-
-CLI::Validator notBelow(double min) {
-  return CLI::Validator(
-      [min](std::string& text) -> std::string {
-        double value = 0;
-        if (!parseReal(text, value)) return "must be a number, got '" + text + "'";
-        if (value < min) return "must be at least " + number(min) + ", got " + text;
-        return "";
-      },
-      "NUMBER >= " + number(min));
-}
+CLI::Validator above(double min) { return numberBound(min, true); }
+CLI::Validator notBelow(double min) { return numberBound(min, false); }
 
 std::string listWords(const std::vector<std::string>& words) {
   std::string out;
