@@ -75,6 +75,14 @@ Child startNodeZero(const std::vector<std::string>& args, const std::string& tok
   }
 }
 
+/// Node 1 of a two-node job of 2 ranks a node: `kolo run ... --node-rank 1 --store STORE`
+/// followed by `args`.
+Child startNodeOne(const std::vector<std::string>& args, const std::string& token, const std::string& store) {
+  std::vector<std::string> argv = {kKolo, "run", "-n", "2", "--nnodes", "2", "--node-rank", "1", "--store", store};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return spawnChild(argv, cleanEnvironment({{"KOLO_TOKEN", token}}));
+}
+
 TEST_F(LauncherTest, ThreeRanksGetTheirVariables) {
   Result r =
       kolo({"run", "-n", "3", "--timeout", "42", "--", "sh", "-c",
@@ -262,9 +270,7 @@ TEST_F(LauncherTest, TwoNodesOfTwoRanksOnLoopback) {
   std::string store;
   Child node0 = startNodeZero({"--timeout", "60", "--", "sh", "-c", sayStore}, "shared-token-for-two-nodes", &store);
   ASSERT_GT(node0.pid, 0);
-  Child node1 = spawnChild({kKolo, "run", "-n", "2", "--nnodes", "2", "--node-rank", "1", "--store",
-                            store, "--timeout", "60", "--", "sh", "-c", sayStore},
-                           cleanEnvironment({{"KOLO_TOKEN", "shared-token-for-two-nodes"}}));
+  Child node1 = startNodeOne({"--timeout", "60", "--", "sh", "-c", sayStore}, "shared-token-for-two-nodes", store);
   Result r0 = collect(node0);
   Result r1 = collect(node1);
   ASSERT_EQ(r0.exitCode(), 0) << r0.err;
@@ -298,9 +304,7 @@ TEST_F(LauncherTest, FailureOnOneNodeStopsTheOther) {
   std::string store;
   Child node0 = startNodeZero({"--", "sh", "-c", script}, "tok", &store);
   ASSERT_GT(node0.pid, 0);
-  Child node1 = spawnChild({kKolo, "run", "-n", "2", "--nnodes", "2", "--node-rank", "1", "--store",
-                            store, "--", "sh", "-c", script},
-                           cleanEnvironment({{"KOLO_TOKEN", "tok"}}));
+  Child node1 = startNodeOne({"--", "sh", "-c", script}, "tok", store);
   Result r1 = collect(node1);
   Result r0 = collect(node0);
   EXPECT_EQ(r1.exitCode(), 5) << r1.err;
@@ -315,9 +319,7 @@ TEST_F(LauncherTest, LosingTheStoresNodeStopsTheOtherNode) {
   std::string store;
   Child node0 = startNodeZero({"--", "sh", "-c", script}, "tok", &store);
   ASSERT_GT(node0.pid, 0);
-  Child node1 = spawnChild({kKolo, "run", "-n", "2", "--nnodes", "2", "--node-rank", "1", "--store",
-                            store, "--", "sh", "-c", script},
-                           cleanEnvironment({{"KOLO_TOKEN", "tok"}}));
+  Child node1 = startNodeOne({"--", "sh", "-c", script}, "tok", store);
   ASSERT_TRUE(waitFor([&] {
     for (int r = 0; r < 4; ++r)
       if (!std::filesystem::exists(dir_ + "/up." + std::to_string(r))) return false;
@@ -338,9 +340,7 @@ TEST_F(LauncherTest, AnElasticRanksUsageErrorEndsTheJobAcrossNodes) {
   Child node0 =
       startNodeZero({"--elastic", "--bind", "none", "--", "sh", "-c", script}, "tok", &store);
   ASSERT_GT(node0.pid, 0);
-  Child node1 = spawnChild({kKolo, "run", "--elastic", "-n", "2", "--nnodes", "2", "--node-rank",
-                            "1", "--store", store, "--bind", "none", "--", "sh", "-c", script},
-                           cleanEnvironment({{"KOLO_TOKEN", "tok"}}));
+  Child node1 = startNodeOne({"--elastic", "--bind", "none", "--", "sh", "-c", script}, "tok", store);
   Result r1 = collect(node1);
   Result r0 = collect(node0);
   EXPECT_NE(r0.exitCode(), 0) << r0.err;
