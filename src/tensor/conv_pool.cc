@@ -1,5 +1,6 @@
-// Convolution (im2col + one GEMM per image, NCHW, weights [O, C, kh, kw]; stride-1 f32 ones
-// without im2col, as products over shifted rows of the zero-bordered image) and max-pooling.
+// Convolution (im2col + one GEMM per image, NCHW, weights [O, C, kh, kw]; f32 ones without
+// im2col, as products over shifted rows of the zero-bordered image, split into its phases
+// when strided) and max-pooling.
 // One image's column buffer stays in cache between im2col and its GEMM; backward rebuilds
 // the columns per image instead of keeping N of them alive from forward.
 #include <algorithm>
@@ -153,7 +154,7 @@ bool isPointwise(const ConvGeometry& g, const Conv2dParams& p) {
   return g.kh == 1 && g.kw == 1 && p.strideH == 1 && p.strideW == 1 && p.padH == 0 && p.padW == 0;
 }
 
-// ---- stride-1 f32 convolutions without im2col (shifted rows) ----
+// ---- f32 convolutions without im2col (shifted rows) ----
 //
 // With stride 1, row (c, i, j) of an image's im2col columns is plane c of the zero-bordered
 // image shifted by i rows and j columns. Computed on the bordered width wp instead of ow, each
@@ -165,66 +166,102 @@ bool isPointwise(const ConvGeometry& g, const Conv2dParams& p) {
 // the same product over the output gradient with the kernel flipped and its channels swapped
 // (a stride-1 convolution's adjoint, with padding k - 1 - p), and the weight's gradient the
 // transposed product of the shifted rows with the output gradient (detail::gemmShiftedA).
+//
+// With stride s, each bordered plane is split into its s x s phases (the rows a mod s and
+// the columns b mod s, a and b < s), kept one after the other: tap (i, j) of every output
+// position then reads phase (i mod s, j mod s) shifted by (i / s, j / s), again one window
+// per output row on the phases' width. The weight's gradient is the same transposed product;
+// the input's gradient is, phase by phase, a stride-1 product of the bordered output
+// gradient with the taps of that phase (stridedInputGrad).
 
+// A kernel smaller than its stride (the resnet's 1x1 stride-2 shortcuts) reads a fraction of
+// the image: im2col's gather of those values and a plain GEMM beat the phases there.
 bool shiftedRows(const ConvGeometry& g, const Conv2dParams& p) {
-  return p.strideH == 1 && p.strideW == 1 && !isPointwise(g, p) && detail::shiftedRowsAvailable();
+  return !isPointwise(g, p) && g.kh >= p.strideH && g.kw >= p.strideW && detail::shiftedRowsAvailable();
 }
 
-// A [C, H, W] image with a zero border of ph rows and pw columns, [C, hp, wp], followed by the
-// kw - 1 zeros that the last window's row reads past its end; and each (c, i, j)'s offset.
+// A [C, H, W] image at (top, left) of zero planes [hp, wp], each plane split into its
+// sh x sw phases of [hq, wq] = [ceil(hp / sh), ceil(wp / sw)], phase (a, b) holding the plane's
+// rows a, a + sh, ... and columns b, b + sw, ...: [C, sh, sw, hq, wq], then one row of zeros
+// that the last windows read past their end. With stride 1 a plane is its one phase. A kernel
+// of kh x kw reads only the phases a < kh, b < kw (a 1x1 kernel with stride 2 one of four):
+// load writes only those.
 struct BorderedImage {
-  int64_t c, h, w, ph, pw, kh, kw, hp, wp;
+  int64_t c, h, w, top, left, sh, sw, hq, wq, kh, kw;
   std::vector<float> values;
-  std::vector<int64_t> offsets;
 
-  BorderedImage(int64_t c0, int64_t h0, int64_t w0, int64_t ph0, int64_t pw0, int64_t kh0, int64_t kw0)
-      : c(c0), h(h0), w(w0), ph(ph0), pw(pw0), kh(kh0), kw(kw0), hp(h0 + 2 * ph0), wp(w0 + 2 * pw0),
-        values(static_cast<size_t>(c0 * hp * wp + kw0 - 1), 0.0f) {
+  BorderedImage(int64_t c0, int64_t h0, int64_t w0, int64_t top0, int64_t left0, int64_t hp, int64_t wp,
+                int64_t sh0, int64_t sw0, int64_t kh0, int64_t kw0)
+      : c(c0), h(h0), w(w0), top(top0), left(left0), sh(sh0), sw(sw0), hq((hp + sh0 - 1) / sh0),
+        wq((wp + sw0 - 1) / sw0), kh(kh0), kw(kw0), values(static_cast<size_t>(c0 * sh0 * sw0 * hq * wq + wq), 0.0f) {}
+  int64_t planeSize() const { return sh * sw * hq * wq; }
+  // Where tap (i, j) of channel ci starts: phase (i mod sh, j mod sw) shifted by (i / sh, j / sw).
+  int64_t offset(int64_t ci, int64_t i, int64_t j) const {
+    return ci * planeSize() + ((i % sh) * sw + j % sw) * hq * wq + (i / sh) * wq + j / sw;
+  }
+  // Every (c, i, j) of the kernel, in the weight's order.
+  std::vector<int64_t> kernelOffsets() const {
+    std::vector<int64_t> out;
     for (int64_t ci = 0; ci < c; ++ci)
       for (int64_t i = 0; i < kh; ++i)
-        for (int64_t j = 0; j < kw; ++j) offsets.push_back(ci * hp * wp + i * wp + j);
+        for (int64_t j = 0; j < kw; ++j) out.push_back(offset(ci, i, j));
+    return out;
   }
-  int64_t outHeight() const { return hp - kh + 1; }
-  int64_t outWidth() const { return wp - kw + 1; }
   // The border stays zero from construction: only the interior is written.
   KOLO_ROW_LOOPS void load(const float* __restrict img) {
+    float* __restrict base = values.data();
     for (int64_t ci = 0; ci < c; ++ci)
       for (int64_t y = 0; y < h; ++y) {
-        float* dst = values.data() + (ci * hp + y + ph) * wp + pw;
-        const float* src = img + (ci * h + y) * w;
-        for (int64_t x = 0; x < w; ++x) dst[x] = src[x];
+        const float* __restrict src = img + (ci * h + y) * w;
+        if (sh == 1 && sw == 1) {
+          float* __restrict dst = base + (ci * hq + y + top) * wq + left;
+          for (int64_t x = 0; x < w; ++x) dst[x] = src[x];
+          continue;
+        }
+        if ((y + top) % sh >= kh) continue;
+        for (int64_t b = 0; b < std::min(sw, kw); ++b) {
+          const int64_t x0 = ((b - left) % sw + sw) % sw;  // the first column of phase b
+          float* __restrict dst = base + offset(ci, y + top, b) + (x0 + left) / sw;
+          const int64_t count = (w - x0 + sw - 1) / sw;
+          if (sw == 2) {
+            for (int64_t v = 0; v < count; ++v) dst[v] = src[x0 + 2 * v];
+          } else {
+            for (int64_t v = 0; v < count; ++v) dst[v] = src[x0 + sw * v];
+          }
+        }
       }
   }
 };
 
-// out [O, oh, ow] = the convolution of the loaded image with weight [O, C kh kw], plus bias
-// [O] when given; `wide` is scratch for [O, oh, wp].
-KOLO_ROW_LOOPS void shiftedConv(const BorderedImage& image, const float* weight, int64_t o, const float* bias,
-                                std::vector<float>& wide, float* __restrict out) {
-  const int64_t oh = image.outHeight(), ow = image.outWidth(), rows = oh * image.wp;
+// out [O, oh, ow] = the convolution of the loaded image with weight [O, C kh kw] (rows at
+// `offsets`), plus bias [O] when given; `wide` is scratch for [O, oh, wq].
+KOLO_ROW_LOOPS void shiftedConv(const BorderedImage& image, const std::vector<int64_t>& offsets, const float* weight,
+                                int64_t o, int64_t oh, int64_t ow, const float* bias, std::vector<float>& wide,
+                                float* __restrict out) {
+  const int64_t rows = oh * image.wq;
   wide.resize(static_cast<size_t>(o * rows));
-  const int64_t ckk = image.c * image.kh * image.kw;
-  detail::gemmShiftedB(o, rows, ckk, weight, ckk, image.values.data(), image.offsets.data(), wide.data(), rows);
+  const auto ckk = static_cast<int64_t>(offsets.size());
+  detail::gemmShiftedB(o, rows, ckk, weight, ckk, image.values.data(), offsets.data(), wide.data(), rows);
   for (int64_t r = 0; r < o; ++r) {
     const float b = bias ? bias[r] : 0.0f;
     for (int64_t y = 0; y < oh; ++y) {
-      const float* src = wide.data() + r * rows + y * image.wp;
+      const float* src = wide.data() + r * rows + y * image.wq;
       float* dst = out + (r * oh + y) * ow;
       for (int64_t x = 0; x < ow; ++x) dst[x] = src[x] + b;
     }
   }
 }
 
-// g [O, oh, ow] into gT [oh wp, O] (the rows' extra columns untouched: they stay zero), in
+// g [O, oh, ow] into gT [oh wq, O] (the rows' extra columns untouched: they stay zero), in
 // blocks of 16 positions so that each block's lines of gT stay in L1 while the O rows pass.
-KOLO_ROW_LOOPS void transposeRows(const float* __restrict g, int64_t o, int64_t oh, int64_t ow, int64_t wp,
+KOLO_ROW_LOOPS void transposeRows(const float* __restrict g, int64_t o, int64_t oh, int64_t ow, int64_t wq,
                                   float* __restrict gT) {
   for (int64_t y = 0; y < oh; ++y)
     for (int64_t x0 = 0; x0 < ow; x0 += 16) {
       const int64_t x1 = std::min(ow, x0 + 16);
       for (int64_t r = 0; r < o; ++r) {
         const float* src = g + (r * oh + y) * ow;
-        float* dst = gT + (y * wp) * o + r;
+        float* dst = gT + (y * wq) * o + r;
         for (int64_t x = x0; x < x1; ++x) dst[x * o] = src[x];
       }
     }
@@ -242,6 +279,79 @@ std::vector<float> flippedTransposed(const float* w, const ConvGeometry& g) {
   return out;
 }
 
+// The input gradient of a strided convolution, phase by phase. In the padded input's
+// coordinates, dx[c, s u + a, s v + b] = sum over o, p, q of g[o, u - p, v - q] w[o, c, s p + a,
+// s q + b] (g zero outside its [oh, ow]): for phase (a, b) a stride-1 product of g, bordered
+// by the most taps any phase has less one, with the phase's taps (p, q) as its rows. Each
+// position of dx lies in one phase, so the phases' products, cropped to the unpadded image,
+// write dx once.
+struct StridedInputGrad {
+  struct Phase {
+    int64_t a, b, rows;                 // rows: the phase's rows of the padded input
+    std::vector<float> weight;          // [C, O taps]
+    std::vector<int64_t> offsets;       // (o, p, q) into the bordered gradient
+  };
+  const ConvGeometry& g;
+  const Conv2dParams& p;
+  BorderedImage grad;
+  std::vector<Phase> phases;
+  std::vector<float> wide;
+
+  static int64_t border(int64_t k, int64_t s) { return (k + s - 1) / s - 1; }
+
+  StridedInputGrad(const ConvGeometry& g0, const Conv2dParams& p0, const float* w)
+      : g(g0), p(p0),
+        grad(g0.o, g0.oh, g0.ow, border(g0.kh, p0.strideH), border(g0.kw, p0.strideW),
+             (g0.h + 2 * p0.padH + p0.strideH - 1) / p0.strideH + border(g0.kh, p0.strideH),
+             (g0.w + 2 * p0.padW + p0.strideW - 1) / p0.strideW + border(g0.kw, p0.strideW), 1, 1, 1, 1) {
+    const int64_t sh = p.strideH, sw = p.strideW, hp = g.h + 2 * p.padH;
+    for (int64_t a = 0; a < sh; ++a)
+      for (int64_t b = 0; b < sw; ++b) {
+        Phase ph{a, b, (hp - a + sh - 1) / sh, {}, {}};
+        const int64_t ta = a < g.kh ? (g.kh - a + sh - 1) / sh : 0, tb = b < g.kw ? (g.kw - b + sw - 1) / sw : 0;
+        const int64_t depth = g.o * ta * tb;
+        ph.weight.resize(static_cast<size_t>(g.c * depth));
+        for (int64_t o = 0; o < g.o; ++o)
+          for (int64_t i = 0; i < ta; ++i)
+            for (int64_t j = 0; j < tb; ++j) {
+              const int64_t k = (o * ta + i) * tb + j;
+              ph.offsets.push_back(grad.offset(o, grad.top - i, grad.left - j));
+              for (int64_t c = 0; c < g.c; ++c)
+                ph.weight[static_cast<size_t>(c * depth + k)] =
+                    w[((o * g.c + c) * g.kh + sh * i + a) * g.kw + sw * j + b];
+            }
+        phases.push_back(std::move(ph));
+      }
+  }
+
+  // dx [C, H, W] from one image's output gradient gn [O, oh, ow].
+  KOLO_ROW_LOOPS void run(const float* gn, float* __restrict dx) {
+    grad.load(gn);
+    const int64_t sh = p.strideH, sw = p.strideW, wq = grad.wq;
+    for (const Phase& ph : phases) {
+      const auto depth = static_cast<int64_t>(ph.offsets.size());
+      const int64_t n = ph.rows * wq;
+      wide.resize(static_cast<size_t>(g.c * n));
+      if (depth > 0)  // a phase that no tap reaches (kernel smaller than the stride) gets zeros
+        detail::gemmShiftedB(g.c, n, depth, ph.weight.data(), depth, grad.values.data(), ph.offsets.data(),
+                             wide.data(), n);
+      else
+        std::fill(wide.begin(), wide.end(), 0.0f);
+      // Padded row s u + a is input row s u + a - pad: the phase's rows and columns inside.
+      const int64_t u0 = std::max<int64_t>(0, ceilDiv(p.padH - ph.a, sh));
+      const int64_t u1 = std::min(ph.rows, ceilDiv(g.h + p.padH - ph.a, sh));
+      const int64_t v0 = std::max<int64_t>(0, ceilDiv(p.padW - ph.b, sw));
+      const int64_t v1 = ceilDiv(g.w + p.padW - ph.b, sw);
+      for (int64_t c = 0; c < g.c; ++c)
+        for (int64_t u = u0; u < u1; ++u) {
+          const float* src = wide.data() + c * n + u * wq;
+          float* dst = dx + (c * g.h + sh * u + ph.a - p.padH) * g.w + ph.b - p.padW;
+          for (int64_t v = v0; v < v1; ++v) dst[v * sw] = src[v];
+        }
+    }
+  }
+};
+
 }  // namespace
 
 Tensor conv2dForward(const Tensor& x0, const Tensor& w0, const Tensor& bias, const Conv2dParams& p) {
@@ -255,12 +365,14 @@ Tensor conv2dForward(const Tensor& x0, const Tensor& w0, const Tensor& bias, con
   const int64_t ckk = g.c * g.kh * g.kw, spatial = g.oh * g.ow;
   const bool pointwise = isPointwise(g, p);
   if (x.dtype() == DType::F32 && shiftedRows(g, p)) {
-    BorderedImage image(g.c, g.h, g.w, p.padH, p.padW, g.kh, g.kw);
+    BorderedImage image(g.c, g.h, g.w, p.padH, p.padW, g.h + 2 * p.padH, g.w + 2 * p.padW, p.strideH, p.strideW,
+                        g.kh, g.kw);
+    const std::vector<int64_t> offsets = image.kernelOffsets();
     std::vector<float> wide;
     const Tensor b = bias.defined() ? bias.to(DType::F32).contiguous() : Tensor();
     for (int64_t n = 0; n < g.n; ++n) {
       image.load(x.data<float>() + n * g.c * g.h * g.w);
-      shiftedConv(image, w.data<float>(), g.o, b.defined() ? b.data<float>() : nullptr, wide,
+      shiftedConv(image, offsets, w.data<float>(), g.o, g.oh, g.ow, b.defined() ? b.data<float>() : nullptr, wide,
                   out.data<float>() + n * g.o * spatial);
     }
     return out;
@@ -293,23 +405,33 @@ Tensor conv2dForward(const Tensor& x0, const Tensor& w0, const Tensor& bias, con
 
 namespace {
 
-// conv2dBackward of a stride-1 f32 convolution through shifted rows (see shiftedConv): per
-// image, the weight's gradient transposed, dW^T [C kh kw, O] += rows (c, i, j) of the bordered
-// image [., oh wp] @ g^T [oh wp, O] (g's extra columns zero), and the input's gradient as the
-// convolution of g, bordered by k - 1 - p, with the flipped, transposed kernel.
+// conv2dBackward of an f32 convolution through shifted rows (see shiftedConv): per image, the
+// weight's gradient transposed, dW^T [C kh kw, O] += rows (c, i, j) of the bordered image
+// [., oh wq] @ g^T [oh wq, O] (g's extra columns zero), and the input's gradient, with stride
+// 1, as the convolution of g, bordered by k - 1 - p, with the flipped, transposed kernel,
+// else phase by phase (StridedInputGrad).
 void shiftedBackward(const ConvGeometry& g, const Conv2dParams& p, const Tensor& grad, const Tensor& x,
                      const Tensor& w, Tensor* gradX, Tensor* gradW, Tensor* gradB) {
   const int64_t spatial = g.oh * g.ow, imageSize = g.c * g.h * g.w, ckk = g.c * g.kh * g.kw;
+  const bool strided = p.strideH > 1 || p.strideW > 1;
   const float* pg = grad.data<float>();
   std::optional<BorderedImage> image, gradImage;
+  std::optional<StridedInputGrad> stridedGrad;
+  std::vector<int64_t> offsets, gradOffsets;
   std::vector<float> gradT, weightT, flipped, wide;
   if (gradW) {
-    image.emplace(g.c, g.h, g.w, p.padH, p.padW, g.kh, g.kw);
-    gradT.assign(static_cast<size_t>(g.oh * image->wp * g.o), 0.0f);  // extra columns stay 0
+    image.emplace(g.c, g.h, g.w, p.padH, p.padW, g.h + 2 * p.padH, g.w + 2 * p.padW, p.strideH, p.strideW, g.kh,
+                  g.kw);
+    offsets = image->kernelOffsets();
+    gradT.assign(static_cast<size_t>(g.oh * image->wq * g.o), 0.0f);  // extra columns stay 0
     weightT.assign(static_cast<size_t>(ckk * g.o), 0.0f);
   }
-  if (gradX) {
-    gradImage.emplace(g.o, g.oh, g.ow, g.kh - 1 - p.padH, g.kw - 1 - p.padW, g.kh, g.kw);
+  if (gradX && strided) {
+    stridedGrad.emplace(g, p, w.data<float>());
+  } else if (gradX) {
+    const int64_t bh = g.kh - 1 - p.padH, bw = g.kw - 1 - p.padW;
+    gradImage.emplace(g.o, g.oh, g.ow, bh, bw, g.oh + 2 * bh, g.ow + 2 * bw, 1, 1, g.kh, g.kw);
+    gradOffsets = gradImage->kernelOffsets();
     flipped = flippedTransposed(w.data<float>(), g);
   }
   for (int64_t n = 0; n < g.n; ++n) {
@@ -320,13 +442,16 @@ void shiftedBackward(const ConvGeometry& g, const Conv2dParams& p, const Tensor&
     }
     if (gradW) {
       image->load(x.data<float>() + n * imageSize);
-      transposeRows(gn, g.o, g.oh, g.ow, image->wp, gradT.data());
-      detail::gemmShiftedA(ckk, g.o, g.oh * image->wp, image->values.data(), image->offsets.data(), gradT.data(),
-                           g.o, weightT.data(), g.o);
+      transposeRows(gn, g.o, g.oh, g.ow, image->wq, gradT.data());
+      detail::gemmShiftedA(ckk, g.o, g.oh * image->wq, image->values.data(), offsets.data(), gradT.data(), g.o,
+                           weightT.data(), g.o);
     }
-    if (gradX) {
+    if (stridedGrad) {
+      stridedGrad->run(gn, gradX->data<float>() + n * imageSize);
+    } else if (gradX) {
       gradImage->load(gn);
-      shiftedConv(*gradImage, flipped.data(), g.c, nullptr, wide, gradX->data<float>() + n * imageSize);
+      shiftedConv(*gradImage, gradOffsets, flipped.data(), g.c, g.h, g.w, nullptr, wide,
+                  gradX->data<float>() + n * imageSize);
     }
   }
   if (gradW) {
@@ -350,7 +475,9 @@ void conv2dBackward(const Tensor& grad0, const Tensor& x0, const Tensor& w0, con
   if (gradX) *gradX = Tensor::empty(x.shape(), x.dtype());
   if (gradW) *gradW = Tensor::zeros(w.shape(), w.dtype());
   if (gradB) *gradB = Tensor::zeros({g.o}, w.dtype());
-  if (grad.dtype() == DType::F32 && shiftedRows(g, p) && g.kh - 1 - p.padH >= 0 && g.kw - 1 - p.padW >= 0) {
+  const bool strided = p.strideH > 1 || p.strideW > 1;
+  if (grad.dtype() == DType::F32 && shiftedRows(g, p) &&
+      (strided || (g.kh - 1 - p.padH >= 0 && g.kw - 1 - p.padW >= 0))) {
     shiftedBackward(g, p, grad, x, w, gradX, gradW, gradB);
     return;
   }

@@ -1,6 +1,6 @@
 // Convolution and max-pool kernels against direct (definition-by-sum) references over
-// strides, paddings, rectangular kernels, pointwise convolutions, NaN and ties (f32 stride-1
-// convolutions take the shifted rows where AVX-512 is, the others im2col).
+// strides, paddings, rectangular kernels, pointwise convolutions, NaN and ties (f32
+// convolutions take the shifted rows where AVX-512 is, strided ones by phases, the others im2col).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -99,6 +99,10 @@ INSTANTIATE_TEST_SUITE_P(
                                          ConvCase{2, 4, 12, 12, 5, 5, 5, 1, 0}, // the cnn's second layer shape
                                          ConvCase{3, 5, 11, 9, 7, 3, 3, 1, 1},  // the resnet's 3x3s
                                          ConvCase{2, 1, 10, 10, 16, 3, 3, 1, 1}, // its first, one channel
+                                         ConvCase{2, 3, 14, 14, 5, 3, 3, 2, 1},  // its stride-2 3x3s
+                                         ConvCase{2, 3, 13, 11, 4, 3, 3, 2, 1},  // the same, odd sizes
+                                         ConvCase{2, 3, 9, 8, 5, 1, 1, 2, 0},    // its stride-2 shortcuts
+                                         ConvCase{2, 2, 9, 10, 3, 2, 4, 2, 3},   // stride 2, pad past the kernel
                                          ConvCase{0, 2, 5, 5, 3, 3, 3, 1, 0}),  // empty batch
                        ::testing::Values(DType::F32, DType::F64)));
 
