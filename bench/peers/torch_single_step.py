@@ -4,7 +4,8 @@ backward + SGD momentum 0.9) of the built-in mlp / cnn at batch 128 (or --batch 
 thread, on the first 1024 Fashion-MNIST training images cycled; warm-up 30 / 10, timed
 300 / 40 steps.
 Set OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 before starting (train_step.sh
-does). Prints one JSON line per model with the median step time.
+does). Prints one JSON line per model with the median step time, and the median CPU time
+of a step (the process's: on a machine shared with other work, it leaves out the waits for a core).
 Usage: /usr/bin/python3 bench/peers/torch_single_step.py [--batch B] [mlp] [cnn]
 """
 import json
@@ -48,22 +49,24 @@ def main():
         model = make_model(name)
         opt = torch.optim.SGD(model.parameters(), lr=LR[name], momentum=0.9)
         lossf = nn.CrossEntropyLoss()
-        total = []
+        total, cpu = [], []
         for i in range(WARM[name] + STEPS[name]):
             j = i % (1024 // batch)
             xb, yb = X[batch * j:batch * (j + 1)], Y[batch * j:batch * (j + 1)]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             loss = lossf(model(xb), yb)
             loss.backward()
             opt.step()
             opt.zero_grad()
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             if i >= WARM[name]:
                 total.append(t1 - t0)
+                cpu.append(c1 - c0)
         print(json.dumps({"bench": "torch_train_step", "model": name, "batch": batch,
                           "threads": torch.get_num_threads(), "warmup": WARM[name],
                           "steps": STEPS[name], "step_ms_median": round(median(total) * 1e3, 3),
                           "step_ms_min": round(min(total) * 1e3, 3),
+                          "cpu_ms_median": round(median(cpu) * 1e3, 3),
                           "final_loss": round(float(loss), 4)}), flush=True)
 
 
