@@ -115,6 +115,13 @@ using GroupSum = std::function<void(std::vector<double>& values)>;
 Tensor batchNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& runningMean,
                  const Tensor& runningVar, bool training, double momentum = 0.1, double eps = 1e-5,
                  const GroupSum& groupSum = {});
+/// relu(batchNorm(x, ...) + residual), or relu(batchNorm(x, ...)) with residual undefined, as
+/// one op: the same values and gradients (residual's included) as the three ops, in one pass
+/// over the values forward and two backward instead of their five and four. The residual has
+/// x's shape and dtype (InvalidArgument otherwise); the rest as batchNorm.
+Tensor batchNormRelu(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                     const Tensor& runningMean, const Tensor& runningVar, bool training, double momentum = 0.1,
+                     double eps = 1e-5, const GroupSum& groupSum = {});
 /// Layer normalisation over the trailing dimensions `normalizedShape`; weight and bias
 /// (shape normalizedShape) may be undefined.
 Tensor layerNorm(const Tensor& x, const Shape& normalizedShape, const Tensor& weight, const Tensor& bias,

@@ -1,5 +1,6 @@
 // BatchNorm1d and BatchNorm2d: the module state (parameters, running statistics, the batch
-// counter) around kolo::batchNorm, which normalises and moves the running estimates.
+// counter) around kolo::batchNorm (and batchNormRelu, its fusion with a residual and ReLU),
+// which normalises and moves the running estimates.
 #include "kolo/nn/batch_norm.h"
 
 #include <algorithm>
@@ -18,7 +19,7 @@ BatchNorm::BatchNorm(std::string kind, std::vector<int64_t> ranks, int64_t numFe
   numBatchesTracked = registerBuffer("num_batches_tracked", Tensor::zeros({}, DType::I64));
 }
 
-Tensor BatchNorm::forward(const Tensor& x) {
+void BatchNorm::checkInput(const Tensor& x) const {
   const bool rankTaken = std::find(ranks_.begin(), ranks_.end(), x.dim()) != ranks_.end();
   KOLO_REQUIRE(rankTaken && x.size(1) == numFeatures_, kind_, "(", numFeatures_, "): input ",
                shapeString(x.shape()), " is not ", ranks_.front() == 4 ? "(N, C, H, W)" : "(N, C) or (N, C, L)",
@@ -26,7 +27,19 @@ Tensor BatchNorm::forward(const Tensor& x) {
   const int64_t perChannel = x.numel() / numFeatures_;
   KOLO_REQUIRE(!isTraining() || groupSum_ || perChannel > 1, kind_,
                ": training needs more than one value per channel, input is ", shapeString(x.shape()));
+}
+
+Tensor BatchNorm::forward(const Tensor& x) {
+  checkInput(x);
   Tensor y = batchNorm(x, weight, bias, runningMean, runningVar, isTraining(), momentum_, eps_, groupSum_);
+  if (isTraining()) numBatchesTracked.data<int64_t>()[0] += 1;
+  return y;
+}
+
+Tensor BatchNorm::forwardRelu(const Tensor& x, const Tensor& residual) {
+  checkInput(x);
+  Tensor y =
+      batchNormRelu(x, residual, weight, bias, runningMean, runningVar, isTraining(), momentum_, eps_, groupSum_);
   if (isTraining()) numBatchesTracked.data<int64_t>()[0] += 1;
   return y;
 }

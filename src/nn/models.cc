@@ -16,8 +16,15 @@ BasicBlock::BasicBlock(int64_t in, int64_t out, int64_t stride, Generator& gen) 
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  const Tensor y = relu((*bn1)((*conv1)(x)));  // (N, out, H / stride, W / stride)
-  return relu((*bn2)((*conv2)(y)) + (*shortcut)(x));
+  if (bn1->hasHooks() || bn2->hasHooks()) {  // hooks see each batch norm's own output
+    const Tensor y = relu((*bn1)((*conv1)(x)));  // (N, out, H / stride, W / stride)
+    return relu((*bn2)((*conv2)(y)) + (*shortcut)(x));
+  }
+  // The same steps, each batch norm with the addition and ReLU after it in one pass.
+  const Tensor y = bn1->forwardRelu((*conv1)(x));
+  const Tensor main = (*conv2)(y);
+  const Tensor skip = (*shortcut)(x);
+  return bn2->forwardRelu(main, skip);
 }
 
 std::shared_ptr<Sequential> makeModel(const std::string& name, Generator& gen) { return makeModel(name, gen, {}); }

@@ -34,6 +34,20 @@ Tensor batchNormInputGrad(const Tensor& g, const Tensor& x, const std::vector<do
                           const std::vector<double>& invstd, const Tensor& weight, const std::vector<double>& sumG,
                           const std::vector<double>& sumGCentered, double count);
 
+/// relu(batchNormApply(x, ...) + residual), residual (x's shape) optional: one pass.
+Tensor batchNormReluApply(const Tensor& x, const std::vector<double>& mean, const std::vector<double>& invstd,
+                          const Tensor& weight, const Tensor& bias, const Tensor& residual);
+
+/// batchNormGradSums of the gradient through the ReLU of batchNormReluApply, gz = g where its
+/// output `out` > 0, else 0; gz itself (the residual's gradient) into *gradZ when given.
+void batchNormReluGradSums(const Tensor& g, const Tensor& out, const Tensor& x, const std::vector<double>& mean,
+                           std::vector<double>& sumG, std::vector<double>& sumGCentered, Tensor* gradZ);
+
+/// batchNormInputGrad of that gradient through the ReLU, from g and `out` in the same pass.
+Tensor batchNormReluInputGrad(const Tensor& g, const Tensor& out, const Tensor& x, const std::vector<double>& mean,
+                              const std::vector<double>& invstd, const Tensor& weight, const std::vector<double>& sumG,
+                              const std::vector<double>& sumGCentered, double count);
+
 /// Average pooling of (N, C, H, W) with a square kernel, counting the zero padding in the
 /// divisor (PyTorch's count_include_pad default); the output floor((H + 2p - k) / s) + 1.
 Tensor avgPool2dForward(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding);

@@ -23,6 +23,10 @@ namespace kolo::nn {
 class BatchNorm : public Module {
  public:
   Tensor forward(const Tensor& x) override;
+  /// relu(forward(x) + residual), or relu(forward(x)) with residual undefined, as one op
+  /// (kolo::batchNormRelu): the same values, running statistics and batch count as those
+  /// steps. Hooks on this module do not run; a caller fuses only where hasHooks() is false.
+  Tensor forwardRelu(const Tensor& x, const Tensor& residual = Tensor());
   /// Synchronised batch norm: in training mode each forward's statistics (and its backward's
   /// sums) are summed over a data-parallel group through `groupSum` (kolo::batchNorm), so
   /// that every replica normalises with the global batch's statistics and the running
@@ -40,6 +44,9 @@ class BatchNorm : public Module {
   BatchNorm(std::string kind, std::vector<int64_t> ranks, int64_t numFeatures, double eps, double momentum);
 
  private:
+  // Throws InvalidArgument for an input this module does not take.
+  void checkInput(const Tensor& x) const;
+
   std::string kind_;
   std::vector<int64_t> ranks_;
   int64_t numFeatures_;

@@ -42,7 +42,9 @@ std::shared_ptr<Sequential> makeModel(const std::string& name, Generator& gen, c
 /// relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), 3x3 convolutions without bias, the
 /// first with `stride`; the shortcut an empty Sequential (identity), or a 1x1 convolution
 /// with `stride` and a BatchNorm2d where the stride or the channel count changes. Children
-/// conv1, bn1, conv2, bn2, shortcut, in PyTorch's order.
+/// conv1, bn1, conv2, bn2, shortcut, in PyTorch's order. Forward takes each batch norm with
+/// the addition and ReLU after it as one op (BatchNorm::forwardRelu), and the three steps
+/// apart where a hook is registered on bn1 or bn2.
 class BasicBlock : public Module {
  public:
   BasicBlock(int64_t in, int64_t out, int64_t stride, Generator& gen);
