@@ -105,8 +105,8 @@ write("store_counter_fuzz", "positive", struct.pack("<q", 5) + b"123")
 write("store_counter_fuzz", "negative", struct.pack("<q", -1) + b"-9000")
 write("store_counter_fuzz", "empty", struct.pack("<q", 7))
 
-# Native rendezvous records (rank_record.h): mode byte (even: a rank's record, odd: the
-# host segment record), then the text.
+# Native rendezvous records (rank_record.h): mode byte (even: a rank's record, 1 mod 4: the
+# host segment record, 3 mod 4: the host table after a byte of rank count - 1), then the text.
 write("rank_record_fuzz", "one_address", b"\x00" + b"node0/3f2a-boot/4026531840\n4242\n40123\n"
       b"140737488346112\n9876543210\n0,1,2,3\n10.0.0.5\n")
 write("rank_record_fuzz", "many_addresses", b"\x00" + b"h/b/1\n7\n65535\n0\n18446744073709551615\n"
@@ -114,6 +114,7 @@ write("rank_record_fuzz", "many_addresses", b"\x00" + b"h/b/1\n7\n65535\n0\n1844
 write("rank_record_fuzz", "no_cpus", b"\x02" + b"h\n1\n1\n1\n1\n\n127.0.0.1\n")
 write("rank_record_fuzz", "segment", b"\x01" + b"4242 17")
 write("rank_record_fuzz", "segment_error", b"\x01" + b"error 4 local ranks need 9 MiB of shared memory")
+write("rank_record_fuzz", "host_table", b"\x03" + bytes([11]) + struct.pack("<6I", 4, 0, 4, 1, 4, 0))
 
 
 # Parameter-server wire (wire.h): a mode byte (0: a server reads, 1: the chief's dispatcher,

@@ -28,15 +28,19 @@ Transfer waitFailed(SocketClock::time_point deadline) {
   return {Transfer::Failed, error};
 }
 
-/// Non-blocking connect to one resolved address until `limit`; -1 with the reason.
-int connectOne(const addrinfo* a, SocketClock::time_point limit, std::string* error) {
+/// Non-blocking connect to one resolved address until `limit`; -1 with the reason (and its
+/// errno in *code, 0 for a timeout).
+int connectOne(const addrinfo* a, SocketClock::time_point limit, std::string* error, int* code) {
+  *code = 0;
   const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
   if (fd < 0) {
+    *code = errno;
     *error = std::strerror(errno);
     return -1;
   }
   if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) return fd;
   if (errno != EINPROGRESS) {
+    *code = errno;
     *error = std::strerror(errno);
     ::close(fd);
     return -1;
@@ -50,6 +54,7 @@ int connectOne(const addrinfo* a, SocketClock::time_point limit, std::string* er
   socklen_t len = sizeof soError;
   ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soError, &len);
   if (soError != 0) {
+    *code = soError;
     *error = std::strerror(soError);
     ::close(fd);
     return -1;
@@ -152,7 +157,10 @@ Transfer recvFully(int fd, void* data, size_t bytes, SocketClock::time_point dea
 }
 
 int connectTcp(const std::string& host, int port, SocketClock::time_point deadline, std::string* error,
-               SocketClock::duration perAddress) {
+               SocketClock::duration perAddress, int* errorCode) {
+  int code = 0;
+  if (errorCode == nullptr) errorCode = &code;
+  *errorCode = 0;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -164,12 +172,15 @@ int connectTcp(const std::string& host, int port, SocketClock::time_point deadli
     return -1;
   }
   int fd = -1;
+  bool refused = true;
   for (const addrinfo* a = list; a != nullptr && fd < 0; a = a->ai_next) {
     const auto now = SocketClock::now();
     const auto limit = perAddress < deadline - now ? now + perAddress : deadline;
-    fd = connectOne(a, limit, error);
+    fd = connectOne(a, limit, error, errorCode);
+    refused = refused && (fd >= 0 || *errorCode == ECONNREFUSED);
   }
   ::freeaddrinfo(list);
+  if (fd < 0 && !refused) *errorCode = ETIMEDOUT;
   return fd;
 }
 

@@ -47,9 +47,11 @@ Transfer recvFully(int fd, void* data, size_t bytes, SocketClock::time_point dea
 
 /// Connects to host:port, trying every address `host` resolves to in turn, each until the
 /// sooner of the deadline and `perAddress` after its start. Returns a non-blocking,
-/// close-on-exec descriptor, or -1 with the last reason in *error.
+/// close-on-exec descriptor, or -1 with the last reason in *error and, in *errorCode,
+/// ECONNREFUSED when every address refused (nothing listens there), else another errno
+/// (0 when the name did not resolve).
 int connectTcp(const std::string& host, int port, SocketClock::time_point deadline, std::string* error,
-               SocketClock::duration perAddress = SocketClock::duration::max());
+               SocketClock::duration perAddress = SocketClock::duration::max(), int* errorCode = nullptr);
 
 struct ListenOptions {
   /// Stop at the first address that listens (one socket), instead of one socket per

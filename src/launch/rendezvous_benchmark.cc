@@ -92,30 +92,39 @@ comm::native::RankRecord simulatedRecord(int rank, int host) {
   return record;
 }
 
-/// createNativeCommunicator's store operations for `rank` of `size` under `prefix`, as a
-/// communicator that connects lazily does them: it reads the records of its ring
-/// neighbours only, and the first rank of each host reads the host table (the host's other
-/// ranks would share its copy). `hostOfRank` gives the simulated host of a rank of this
-/// generation. Returns how many neighbours' records were theirs (2); Mismatch naming the
-/// rank when one was not.
-int rendezvous(comm::Store& store, const std::string& prefix, int rank, int size, bool firstOfHost,
+/// createNativeCommunicator's store operations for `rank` of `size` under `prefix`: the
+/// same joinRendezvous (token, host table, the records of this host's ranks and of the
+/// peers the built-in algorithms pair it with), the cross-memory-attach agreement and the
+/// clock exchange. `hostOfRank` gives the simulated host of a rank of this generation.
+/// Every record read must be the one its rank published and the host table must agree with
+/// the simulated hosts (else Mismatch naming the rank). Returns how many ring neighbours'
+/// records were checked (2: a ring neighbour is on this host or among the likely peers).
+int rendezvous(comm::Store& store, const std::string& prefix, int rank, int size,
                const std::function<int(int)>& hostOfRank, std::chrono::milliseconds timeout) {
-  uint8_t token[comm::native::kJobTokenBytes];
-  comm::native::shareJobToken(store, prefix, rank, token, timeout);
-  const std::vector<int> neighbours = {(rank + size - 1) % size, (rank + 1) % size};
-  const std::vector<comm::native::RankRecord> records = comm::native::exchangeRankRecords(
-      store, prefix, rank, simulatedRecord(rank, hostOfRank(rank)), neighbours, timeout);
-  for (size_t i = 0; i < neighbours.size(); ++i) {
-    comm::native::RankRecord expected = simulatedRecord(neighbours[i], hostOfRank(neighbours[i]));
-    expected.pid = records[i].pid;  // the process that runs it
-    if (records[i] != expected)
-      KOLO_THROW(Mismatch, "rank ", rank, " read a record under rank ", neighbours[i], "'s key (",
-                 prefix, ") that is not the one rank ", neighbours[i], " published");
+  const comm::native::RendezvousView view = comm::native::joinRendezvous(
+      store, prefix, rank, size, simulatedRecord(rank, hostOfRank(rank)), /*sharedMemory=*/true, timeout);
+  const auto check = [&](int peer, const comm::native::RankRecord& record) {
+    comm::native::RankRecord expected = simulatedRecord(peer, hostOfRank(peer));
+    expected.pid = record.pid;  // the process that runs it
+    if (record != expected)
+      KOLO_THROW(Mismatch, "rank ", rank, " read a record under rank ", peer, "'s key (", prefix,
+                 ") that is not the one rank ", peer, " published");
+    const bool sameHost = hostOfRank(peer) == hostOfRank(rank);
+    if ((view.hostOf[static_cast<size_t>(peer)] == view.hostOf[static_cast<size_t>(rank)]) != sameHost)
+      KOLO_THROW(Mismatch, "rank ", rank, "'s host table puts rank ", peer, " on ", sameHost ? "another host" : "its host");
+  };
+  for (size_t i = 0; i < view.localRanks.size(); ++i) check(view.localRanks[i], view.localRecords[i]);
+  for (size_t i = 0; i < view.likelyRanks.size(); ++i) check(view.likelyRanks[i], view.likelyRecords[i]);
+  int neighboursChecked = 0;
+  for (int neighbour : {(rank + size - 1) % size, (rank + 1) % size}) {
+    const auto among = [neighbour](const std::vector<int>& ranks) {
+      return std::find(ranks.begin(), ranks.end(), neighbour) != ranks.end();
+    };
+    if (among(view.localRanks) || among(view.likelyRanks)) ++neighboursChecked;
   }
-  if (firstOfHost) comm::native::hostDirectory(store, prefix, rank, size, timeout);
   comm::native::agreeAll(store, prefix, "cma", size, true, timeout);
   comm::detail::alignClocks(store, prefix, rank, size, false, timeout);
-  return static_cast<int>(neighbours.size());
+  return neighboursChecked;
 }
 
 /// One simulated rank, start to end, with its store at `storePort` (the root or its host's
@@ -131,11 +140,9 @@ void runRank(const Plan& plan, int rank, uint16_t storePort, RankTimes& times, s
     client.requestTimeout = plan.timeout;
     auto store = std::make_unique<comm::TcpStoreClient>(client);
     // Generation 0's communicator prefix, as ElasticContext::connect names it.
-    const int host = hostOf(plan, rank);
-    const bool firstOfHost = rank == 0 || hostOf(plan, rank - 1) != host;
     times.neighboursChecked += rendezvous(
-        *store, kPrefix + "/g0/comm/native/", rank, plan.ranks, firstOfHost,
-        [&](int r) { return hostOf(plan, r); }, plan.timeout);
+        *store, kPrefix + "/g0/comm/native/", rank, plan.ranks, [&](int r) { return hostOf(plan, r); },
+        plan.timeout);
     times.at[kRendezvous] = nowNs();
     comm::native::storeBarrier(*store, kPrefix + "/barrier/g0", plan.ranks, plan.timeout);
     times.at[kBarrier] = nowNs();
@@ -160,9 +167,8 @@ void runRank(const Plan& plan, int rank, uint16_t storePort, RankTimes& times, s
     const std::vector<int>& members = agreed.change.members;
     const int newRank = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
     const int newSize = static_cast<int>(members.size());
-    const bool firstSurvivorOfHost = newRank == 0 || hostOf(plan, members[static_cast<size_t>(newRank) - 1]) != host;
     times.neighboursChecked += rendezvous(
-        *store, kPrefix + "/g1/comm/native/", newRank, newSize, firstSurvivorOfHost,
+        *store, kPrefix + "/g1/comm/native/", newRank, newSize,
         [&](int r) { return hostOf(plan, members[static_cast<size_t>(r)]); }, plan.timeout);
     comm::native::storeBarrier(*store, kPrefix + "/barrier/g1", newSize, plan.timeout);
     times.at[kRegroup] = nowNs();

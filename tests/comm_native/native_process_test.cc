@@ -190,7 +190,7 @@ TEST(NativeProcesses, EverySurvivorOfFourNamesTheKilledRankOverTcp) {
   killedRankOfFourCase(options);
 }
 
-TEST(NativeProcesses, StoppedRankGivesTimeoutNamingIt) {
+void stoppedRankCase(const NativeOptions& options) {
   const Ms deadline(1000);
   kolo::testing::ReadinessPipe ready;
   auto codes = runProcesses(
@@ -205,7 +205,7 @@ TEST(NativeProcesses, StoppedRankGivesTimeoutNamingIt) {
         ready.signal();  // this survivor is done with the stopped rank
         return code;
       },
-      {},
+      options,
       [&](const std::vector<pid_t>& pids) {
         // The stopped rank is ended once both survivors have had their Timeout.
         ready.awaitSignals(3);
@@ -213,6 +213,16 @@ TEST(NativeProcesses, StoppedRankGivesTimeoutNamingIt) {
       });
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[2], 0);
+}
+
+TEST(NativeProcesses, StoppedRankGivesTimeoutNamingIt) { stoppedRankCase({}); }
+
+// Over TCP nothing is connected before the all-reduce: the stopped rank's kernel takes the
+// connections (rank 0's waits for an answer to its greeting), and it never reads them.
+TEST(NativeProcesses, StoppedRankGivesTimeoutNamingItOverTcp) {
+  NativeOptions options;
+  options.sharedMemory = false;
+  stoppedRankCase(options);
 }
 
 // Rank 3 of four all-reduces one element fewer. The ranks that receive from it see the

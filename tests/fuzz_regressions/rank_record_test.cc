@@ -1,5 +1,5 @@
-// The native rendezvous records (rank and host segment), fed the fuzzer's seeds, the
-// inputs that once got through, and hand-made records with each field malformed.
+// The native rendezvous records (rank, host segment and host table), fed the fuzzer's
+// seeds, the inputs that once got through, and hand-made records with each field malformed.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -13,13 +13,16 @@ namespace {
 
 using namespace comm::native;
 
-/// The harness's input format: a mode byte (even: a rank's record, odd: the host segment
-/// record), then the text.
+/// The harness's input format: a mode byte (even: a rank's record, 1 mod 4: the host
+/// segment record, 3 mod 4: the host table after a byte of rank count - 1), then the text.
 void parseInput(const std::vector<uint8_t>& b) {
   if (b.empty()) throw FormatError("empty input");
   const std::string text(b.begin() + 1, b.end());
   if (b[0] % 2 == 0) {
     decodeRankRecord(text, 5);
+  } else if (b[0] % 4 == 3) {
+    if (text.empty()) throw FormatError("no rank count");
+    decodeHostTable(text.substr(1), 1 + static_cast<uint8_t>(text[0]));
   } else {
     decodeHostSegmentRecord(text, 5);
   }
@@ -149,6 +152,42 @@ TEST(HostSegmentRecordTest, MalformedRecordsThrowFormatErrorNamingTheRank) {
   }
   EXPECT_EQ(decodeHostSegmentRecord("error out of memory", 9).error, "out of memory");
   EXPECT_EQ(decodeHostSegmentRecord("2147483647 0", 9), (HostSegmentRecord{2147483647, 0, ""}));
+}
+
+std::string words(std::initializer_list<uint32_t> values) {
+  std::string out;
+  for (uint32_t v : values)
+    for (int i = 0; i < 4; ++i) out += static_cast<char>((v >> (8 * i)) & 0xffu);
+  return out;
+}
+
+TEST(HostTableTest, ConsecutiveRanksTakeOneRunPerHost) {
+  const std::vector<uint32_t> hostOf = {0, 0, 0, 1, 1, 1, 2, 2, 2};
+  const std::string table = encodeHostTable(hostOf);
+  EXPECT_EQ(table, words({3, 0, 3, 1, 3, 2}));
+  EXPECT_EQ(decodeHostTable(table, 9), hostOf);
+}
+
+TEST(HostTableTest, InterleavedHostsRoundTrip) {
+  const std::vector<uint32_t> hostOf = {0, 1, 0, 1, 2, 2, 0};
+  EXPECT_EQ(decodeHostTable(encodeHostTable(hostOf), 7), hostOf);
+  EXPECT_EQ(decodeHostTable(encodeHostTable({0}), 1), std::vector<uint32_t>{0});
+}
+
+TEST(HostTableTest, MalformedTablesThrowFormatError) {
+  auto error = [](const std::string& bytes, int size) { return formatErrorOf([&] { decodeHostTable(bytes, size); }); };
+  EXPECT_NE(error(words({3, 0}) + "x", 3).find("whole number"), std::string::npos);
+  EXPECT_NE(error(words({0, 0, 3, 1}), 3).find("empty run"), std::string::npos);
+  EXPECT_NE(error(words({2, 0, 2, 1}), 3).find("more than 3"), std::string::npos);
+  EXPECT_NE(error(words({2, 0}), 3).find("not 3"), std::string::npos);
+  EXPECT_NE(error(words({1, 0, 1, 2, 1, 1}), 3).find("host 2 appears before host 1"), std::string::npos);
+  EXPECT_NE(error(words({1, 0, 2, 0}), 3).find("adjacent"), std::string::npos);
+  EXPECT_NE(error(words({1, 0, 1, 1, 1, 0, 1, 1}), 3).find("more runs than ranks"), std::string::npos);
+  EXPECT_NE(error(words({4294967295u, 0}), 3).find("more than 3"), std::string::npos);
+}
+
+TEST(HostTableTest, EncodeRefusesHostsOutOfOrder) {
+  EXPECT_THROW(encodeHostTable({1, 0}), InvalidArgument);
 }
 
 }  // namespace

@@ -23,24 +23,61 @@ inline constexpr size_t kJobTokenBytes = 16;
 void shareJobToken(Store& store, const std::string& prefix, int rank, uint8_t (&token)[kJobTokenBytes],
                    std::chrono::milliseconds timeout);
 
-/// Publishes `me` as rank `rank`'s record and returns the records of `peers` (in that
-/// order), waiting up to `timeout` for them to be published: one request for all of them.
-/// Collective over the ranks that publish. Throws Timeout naming the ranks that did not
-/// publish, FormatError naming a rank whose record does not decode.
-std::vector<RankRecord> exchangeRankRecords(Store& store, const std::string& prefix, int rank,
-                                            const RankRecord& me, const std::vector<int>& peers,
-                                            std::chrono::milliseconds timeout);
+/// Publishes `me` as rank `rank`'s record.
+void publishRankRecord(Store& store, const std::string& prefix, int rank, const RankRecord& me);
 
-/// Every rank of 0..size-1, for exchangeRankRecords when a rank needs them all (a
-/// communicator that connects to every peer at once).
-std::vector<int> allRanks(int size);
+/// The records of `peers` (in that order), waiting up to `timeout` for them to be
+/// published: one request for all of them. Throws Timeout naming the ranks that did not
+/// publish, FormatError naming a rank whose record does not decode.
+std::vector<RankRecord> fetchRankRecords(Store& store, const std::string& prefix, const std::vector<int>& peers,
+                                         std::chrono::milliseconds timeout);
 
 /// The host of every rank, as indices 0, 1, ... in order of each host's lowest rank. Rank
-/// 0 reads every record in one request and publishes the table under PREFIX/hosts; a rank
-/// that needs it (one per host: the others share its copy) reads it back. Call after the
-/// ranks published their records. Throws Timeout, or FormatError for a malformed table.
+/// 0 reads every record in one request and publishes the table (encodeHostTable: one run
+/// of 8 bytes per host when hosts hold consecutive ranks) under PREFIX/hosts; the others
+/// read it back, one request each. Call after publishing this rank's record. Throws
+/// Timeout, or FormatError for a malformed table or record.
 std::vector<uint32_t> hostDirectory(Store& store, const std::string& prefix, int rank, int size,
                                     std::chrono::milliseconds timeout);
+
+/// The ranks that the built-in algorithms of a group of `size` pair group rank `rank` with
+/// when they are rooted at rank 0: ring and chain neighbours, the dissemination barrier's
+/// partners (rank ± 2^k), the binomial tree's parent and children, and recursive
+/// halving-doubling's partners (after its fold of size - 2^k ranks). At most about
+/// 4 log2(size) ranks, ascending, without `rank`.
+std::vector<int> algorithmPartners(int rank, int size);
+
+/// The peers whose records a rank reads at rendezvous, so that the world group's built-in
+/// collectives rooted at rank 0 connect without the store: algorithmPartners among all
+/// ranks, rank 0 (reduce-to-one and the flat tree pair it with every rank: rank 0's set is
+/// every rank, whose records it reads for the host table anyway), and, for the
+/// hierarchical algorithm, algorithmPartners among the hosts' first ranks (for a first
+/// rank) and among the ranks with this rank's local index (when every host has as many
+/// ranks). Only peers reached over TCP: not those on this host when `sharedMemory` and the
+/// host has other ranks.
+std::vector<int> likelyPeers(int rank, const std::vector<uint32_t>& hostOf, bool sharedMemory);
+
+/// What a rank learns from the store before it touches any peer.
+struct RendezvousView {
+  uint8_t token[kJobTokenBytes] = {};
+  /// Every rank's host index (hostDirectory).
+  std::vector<uint32_t> hostOf;
+  /// This rank's host's ranks, ascending, and their records (this rank's own among them).
+  std::vector<int> localRanks;
+  std::vector<RankRecord> localRecords;
+  /// likelyPeers and their records.
+  std::vector<int> likelyRanks;
+  std::vector<RankRecord> likelyRecords;
+};
+
+/// createNativeCommunicator's rendezvous through the store: publishes `me`, shares the job
+/// token, reads the host table, then the records of this host's ranks and of likelyPeers
+/// (one request for both; none when there are neither). A rank's requests are O(1) and its
+/// bytes O(runs of the host table + ranks on its host + log size); rank 0 reads every
+/// record once, and keeps them. Where other peers listen is left to fetchRankRecords, when a connection
+/// to one is first needed. Collective over the `size` ranks; throws Timeout or FormatError.
+RendezvousView joinRendezvous(Store& store, const std::string& prefix, int rank, int size, const RankRecord& me,
+                              bool sharedMemory, std::chrono::milliseconds timeout);
 
 /// Collective over the `size` ranks: true when every rank passed `mine` = true. Ranks that
 /// say no count themselves on PREFIX/NAME/no before a counter barrier, so a rank makes two

@@ -35,8 +35,39 @@ Engine::Engine(int rank, int size) : rank_(rank), size_(size), peers_(static_cas
 Engine::~Engine() = default;
 
 void Engine::setChannel(int peer, std::unique_ptr<Channel> channel) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  installChannel(peer, std::move(channel));
+}
+
+void Engine::installChannel(int peer, std::unique_ptr<Channel> channel) {
   if (channel->pollFd() >= 0) tcpPeers_.push_back(peer);
+  channelled_.push_back(peer);
   peers_[static_cast<size_t>(peer)].channel = std::move(channel);
+}
+
+void Engine::setConnector(std::unique_ptr<Connector> connector) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  connector_ = std::move(connector);
+}
+
+void Engine::needChannel(int peer, const OpLabel& label) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  if (p.channel || !p.broken.empty()) return;
+  if (!connector_ || !connector_->reaches(peer))
+    KOLO_THROW(InvalidArgument, label.prefix(), ": no channel to rank ", label.groupPeer);
+  connector_->want(peer);
+}
+
+void Engine::pumpConnector() {
+  idlePasses_ = 0;
+  for (Connector::Outcome& o : connector_->progress()) {
+    if (o.channel) {
+      installChannel(o.peer, std::move(o.channel));
+    } else {
+      breakPeer(o.peer, "rank " + std::to_string(o.peer) + (o.vanished ? " is gone: " : ": cannot connect: ") + o.failure,
+                o.vanished);
+    }
+  }
 }
 
 bool Engine::hasChannel(int peer) const { return peers_[static_cast<size_t>(peer)].channel != nullptr; }
@@ -57,7 +88,7 @@ std::shared_ptr<SendOp> Engine::postSend(int peer, const FrameHeader& header, co
   op->bytes = bytes;
   std::lock_guard<std::mutex> lock(mutex_);
   Peer& p = peers_[static_cast<size_t>(peer)];
-  if (!p.channel) KOLO_THROW(InvalidArgument, label.prefix(), ": no channel to rank ", label.groupPeer);
+  needChannel(peer, label);
   if (!p.broken.empty()) {
     failOp(*op, brokenError(p, label));
     return op;
@@ -92,7 +123,7 @@ std::shared_ptr<RecvOp> Engine::postRecv(int peer, FrameKind kind, uint32_t cont
   auto op = makeRecv(peer, kind, context, tag, seq, expected, data, bytes, label);
   std::lock_guard<std::mutex> lock(mutex_);
   Peer& p = peers_[static_cast<size_t>(peer)];
-  if (!p.channel) KOLO_THROW(InvalidArgument, label.prefix(), ": no channel to rank ", label.groupPeer);
+  needChannel(peer, label);
   p.recvs.push_back(op);
   if (!p.unexpected.empty()) matchUnexpected(peer);
   // A peer that has left may still have sent what we ask for (it arrived before its
@@ -112,9 +143,13 @@ std::shared_ptr<RecvOp> Engine::postRecvAny(std::vector<int> from, std::vector<i
   op->from = std::move(from);
   op->fromGroupRanks = std::move(fromGroupRanks);
   std::lock_guard<std::mutex> lock(mutex_);
-  for (int q : op->from)
-    if (!peers_[static_cast<size_t>(q)].channel)
-      KOLO_THROW(InvalidArgument, label.prefix(), ": no channel to engine rank ", q);
+  // Each rank it may come from is connected to: a sender connects to this rank anyway, and
+  // a channel is how this rank sees one leave.
+  for (int q : op->from) {
+    OpLabel named = label;
+    named.groupPeer = q;
+    needChannel(q, named);
+  }
   anyRecvs_.push_back(op);
   // An early arrival from any of them (whole; the lowest rank's first) is taken now.
   for (int q : op->from) {
@@ -430,7 +465,11 @@ void Engine::lostPeer(int peer, const std::string& what, bool vanished) {
 }
 
 void Engine::progressAll() {
-  for (int i = 0; i < size_; ++i) progressPeer(i);
+  // The listener is looked at on every pass while connections are under way, else now and
+  // then (a syscall per pass would slow the spinning waits of shared memory).
+  constexpr unsigned kIdleListenEvery = 256;
+  if (connector_ && (connector_->busy() || ++idlePasses_ >= kIdleListenEvery)) pumpConnector();
+  for (size_t i = 0; i < channelled_.size(); ++i) progressPeer(channelled_[i]);
 }
 
 bool Engine::test(Op& op) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/native/channels.h"
+#include "comm/native/connector.h"
 #include "comm/native/frame.h"
 
 namespace kolo::comm::native {
@@ -72,6 +73,11 @@ class Engine {
 
   /// Installs the channel to `peer` (during rendezvous, before any traffic).
   void setChannel(int peer, std::unique_ptr<Channel> channel);
+  /// Opens the channels to the peers it reaches when an operation first needs them (a
+  /// send, a receive, a receive from any of several), instead of at rendezvous. An
+  /// operation on such a peer queues until its connection is made; a peer found gone
+  /// while connecting fails it with PeerError.
+  void setConnector(std::unique_ptr<Connector> connector);
   /// This rank's doorbell in the host segment (null without shared memory).
   void setDoorbell(Doorbell* bell) { bell_ = bell; }
   bool hasChannel(int peer) const;
@@ -108,6 +114,7 @@ class Engine {
     uint64_t slept = 0;    // complete after sleeping (doorbell futex or poll) at least once
     uint64_t yieldCalls = 0;  // sched_yield calls made by all waits
     uint64_t ringSetups = 0;  // shared-memory rings made or mapped so far (Channel::setups)
+    uint64_t tcpChannels = 0;  // TCP connections made so far (to the peers operations needed)
   };
   WaitCounts waitCounts();
   /// Makes progress once without blocking; returns whether `op` is complete.
@@ -122,6 +129,12 @@ class Engine {
   /// once instead of at its deadline: with Timeout for GaveUp::TimedOut, Mismatch for
   /// GaveUp::Disagreed, else PeerError. Blocks for at most a fraction of a second while the
   /// frames are written; a second call does nothing.
+  ///
+  /// "Every peer" is every peer with a channel or a connection under way, in either
+  /// direction (connections waiting at the listener are taken first, so a rank that is
+  /// connecting to this one because it waits on it is told too). A rank that never needed
+  /// this one has no channel and is not waiting on it: it learns of the loss from the ranks
+  /// it does wait on, whose failed collectives send their own Aborts.
   void abort(const std::string& cause, GaveUp why);
 
  private:
@@ -149,6 +162,13 @@ class Engine {
 
   /// Whether a transfer to or from this peer is queued, posted or under way.
   static bool busy(const Peer& p);
+  /// Before an operation is queued for `peer`: starts connecting when it has no channel
+  /// yet and the connector reaches it; InvalidArgument when nothing does. Under mutex_.
+  void needChannel(int peer, const OpLabel& label);
+  /// Runs the connector's handshakes: installs the channels it settles, breaks the peers
+  /// it found gone. Under mutex_.
+  void pumpConnector();
+  void installChannel(int peer, std::unique_ptr<Channel> channel);
   void progressAll();
   void progressPeer(int peer);
   void readFrames(int peer);
@@ -197,6 +217,11 @@ class Engine {
   Doorbell* bell_ = nullptr;
   std::chrono::microseconds spinTime_{250};
   std::vector<int> tcpPeers_;
+  /// Peers with a channel, in the order they got it: what progress passes look at.
+  std::vector<int> channelled_;
+  std::unique_ptr<Connector> connector_;
+  /// Progress passes since the connector last looked at its listener while idle.
+  unsigned idlePasses_ = 0;
   /// Receives from any source not matched yet, oldest first.
   std::deque<std::shared_ptr<RecvOp>> anyRecvs_;
   /// The first loss this engine saw ("rank 1 (shm peer) has exited"), or the one a peer's

@@ -66,11 +66,18 @@ void Engine::abort(const std::string& cause, GaveUp why) {
 void Engine::sendAborts() {
   if (told_) return;
   told_ = true;
+  // Peers connecting to this rank are told too: they may be waiting on it.
+  if (connector_) pumpConnector();
+  std::vector<int> told = channelled_;
+  if (connector_) {
+    const std::vector<int> connecting = connector_->connectingPeers();
+    told.insert(told.end(), connecting.begin(), connecting.end());
+  }
   std::vector<std::shared_ptr<SendOp>> sent;
-  for (int q = 0; q < size_; ++q) {
+  for (int q : told) {
     Peer& p = peers_[static_cast<size_t>(q)];
     // A peer that is gone reads nothing: writing to it could only wait for ring space.
-    if (q == rank_ || !p.channel || !p.broken.empty() || !p.channel->peerAlive()) continue;
+    if (q == rank_ || !p.broken.empty() || (p.channel && !p.channel->peerAlive())) continue;
     auto s = std::make_shared<SendOp>();
     s->peer = q;
     s->label = OpLabel{.name = "abort", .collective = false, .groupRank = rank_, .groupPeer = q};
@@ -87,6 +94,7 @@ void Engine::sendAborts() {
     return std::any_of(sent.begin(), sent.end(), [](const auto& s) { return !s->complete; });
   };
   while (pending() && Clock::now() < until) {
+    if (connector_ && connector_->busy()) pumpConnector();
     for (const auto& s : sent)
       if (!s->complete) progressPeer(s->peer);
     if (pending()) sched_yield();
@@ -96,9 +104,11 @@ void Engine::sendAborts() {
 std::string Engine::exitedPeers() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::string> gone;
-  for (int q = 0; q < size_; ++q) {
+  std::vector<int> channelled = channelled_;
+  std::sort(channelled.begin(), channelled.end());
+  for (int q : channelled) {
     Peer& p = peers_[static_cast<size_t>(q)];
-    if (q == rank_ || !p.channel) continue;
+    if (q == rank_) continue;
     if (p.vanished || (p.broken.empty() && !p.channel->peerAlive()))
       gone.push_back("rank " + std::to_string(q) + " (" + p.channel->kind() + " peer)");
   }
@@ -113,14 +123,19 @@ void Engine::throwTimeout(const Op& op, std::chrono::milliseconds budget) {
   // A rank waiting on a live peer that waits on a dead one runs out of time naming the live
   // one: the ranks that left are named too, as the likely cause.
   const std::string exited = exitedPeers();
+  std::string connecting;  // why there is no channel to the peer yet, when there is none
+  if (op.peer >= 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (connector_ && connector_->connecting(op.peer)) connecting = " (" + connector_->describe(op.peer) + ")";
+  }
   const bool isSend = dynamic_cast<const SendOp*>(&op) != nullptr;
   if (isSend) {
     KOLO_THROW(Timeout, op.label.prefix(), ": rank ", op.label.groupPeer, " did not take data after ",
-               seconds(budget), exited);
+               seconds(budget), connecting, exited);
   }
   if (op.peer < 0) KOLO_THROW(Timeout, op.label.prefix(), ": no data from any rank after ", seconds(budget), exited);
   KOLO_THROW(Timeout, op.label.prefix(), ": no data from rank ", op.label.groupPeer, " after ",
-             seconds(budget), exited);
+             seconds(budget), connecting, exited);
 }
 
 bool Engine::busy(const Peer& p) {
@@ -134,53 +149,59 @@ void Engine::sleepBriefly(long micros) {
   // transfer is under way (e.g. a hierarchical all-reduce's phases inside the host) the
   // doorbell is the one to wait on, or every ring-full handoff costs a poll() timeout.
   bool tcpBusy = false, shmBusy = false;
-  if (!tcpPeers_.empty()) {
+  if (!tcpPeers_.empty() || connector_) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (int peer : tcpPeers_) tcpBusy = tcpBusy || busy(peers_[static_cast<size_t>(peer)]);
-    // A receive from any source may be answered over either transport.
+    // A receive from any source may be answered over either transport; a connection under
+    // way (an operation waits for it) is TCP work.
     const bool any = !anyRecvs_.empty();
-    tcpBusy = tcpBusy || any;
+    tcpBusy = tcpBusy || any || (connector_ && connector_->busy());
     shmBusy = any && bell_ != nullptr;
     if (tcpBusy && bell_ != nullptr) {
-      for (int i = 0; i < size_ && !shmBusy; ++i) {
-        const Peer& p = peers_[static_cast<size_t>(i)];
-        shmBusy = p.channel && p.channel->pollFd() < 0 && busy(p);
+      for (size_t i = 0; i < channelled_.size() && !shmBusy; ++i) {
+        const Peer& p = peers_[static_cast<size_t>(channelled_[i])];
+        shmBusy = p.channel->pollFd() < 0 && busy(p);
       }
     }
   }
-  if (tcpBusy) {
+  // A nap on sockets: the TCP channels (and their room to write, with `writes`), the
+  // listener and the handshakes; a connection or greeting that arrives is taken at once.
+  const auto napOnSockets = [&](bool writes, long ms) {
     std::vector<pollfd> fds;
+    size_t connectorFds = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (int peer : tcpPeers_) {
         Peer& p = peers_[static_cast<size_t>(peer)];
         if (!p.broken.empty()) continue;
         short events = POLLIN;
-        if (!p.sends.empty()) events |= POLLOUT;
+        if (writes && !p.sends.empty()) events |= POLLOUT;
         fds.push_back({p.channel->pollFd(), events, 0});
       }
+      connectorFds = fds.size();
+      if (connector_) connector_->addPollFds(fds);
     }
+    if (fds.empty()) {
+      sched_yield();
+      return;
+    }
+    if (poll(fds.data(), fds.size(), static_cast<int>(ms)) <= 0) return;
+    for (size_t i = connectorFds; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      std::lock_guard<std::mutex> lock(mutex_);
+      pumpConnector();
+      return;
+    }
+  };
+  if (tcpBusy) {
     // With shared-memory transfers in flight too, a doorbell could ring meanwhile: keep
     // the nap short.
-    const long ms = shmBusy ? 1 : (micros + 999) / 1000;
-    poll(fds.data(), fds.size(), static_cast<int>(ms));
+    napOnSockets(true, shmBusy ? 1 : (micros + 999) / 1000);
     return;
   }
   if (bell_ == nullptr) {
-    if (!tcpPeers_.empty()) {
-      // Nothing in flight anywhere: a nap, woken early by any arrival.
-      std::vector<pollfd> fds;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        for (int peer : tcpPeers_) {
-          Peer& p = peers_[static_cast<size_t>(peer)];
-          if (p.broken.empty()) fds.push_back({p.channel->pollFd(), POLLIN, 0});
-        }
-      }
-      poll(fds.data(), fds.size(), static_cast<int>((micros + 999) / 1000));
-      return;
-    }
-    sched_yield();
+    // Nothing in flight anywhere: a nap, woken early by any arrival.
+    napOnSockets(false, (micros + 999) / 1000);
     return;
   }
   // The doorbell protocol is the store-buffer (Dekker) pattern between two processes:
@@ -207,10 +228,10 @@ void Engine::sleepBriefly(long micros) {
     // gone means there is something to look at: do not sleep.
     std::lock_guard<std::mutex> lock(mutex_);
     const uint64_t movedBefore = bytesMoved_;
-    for (int i = 0; i < size_ && !ready; ++i) {
-      Peer& p = peers_[static_cast<size_t>(i)];
+    for (size_t i = 0; i < channelled_.size() && !ready; ++i) {
+      Peer& p = peers_[static_cast<size_t>(channelled_[i])];
       if (!busy(p)) continue;
-      progressPeer(i);
+      progressPeer(channelled_[i]);
       ready = bytesMoved_ != movedBefore || !p.broken.empty();
     }
   }
@@ -222,8 +243,8 @@ Engine::WaitCounts Engine::waitCounts() {
   WaitCounts counts{spun_.load(std::memory_order_relaxed), yielded_.load(std::memory_order_relaxed),
                     slept_.load(std::memory_order_relaxed), yieldCalls_.load(std::memory_order_relaxed), 0};
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const Peer& p : peers_)
-    if (p.channel) counts.ringSetups += static_cast<uint64_t>(p.channel->setups());
+  for (int q : channelled_) counts.ringSetups += static_cast<uint64_t>(peers_[static_cast<size_t>(q)].channel->setups());
+  counts.tcpChannels = tcpPeers_.size();
   return counts;
 }
 
@@ -276,6 +297,7 @@ void Engine::wait(Op& op, Clock::time_point deadline, std::chrono::milliseconds 
     if (now - lastLiveness >= kLivenessInterval) {
       lastLiveness = now;
       std::lock_guard<std::mutex> lock(mutex_);
+      if (connector_) pumpConnector();
       if (op.peer >= 0) {
         checkAlive(op.peer, op.label.groupPeer);
       } else {  // a receive from any source: each rank it may come from

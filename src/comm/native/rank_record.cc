@@ -154,4 +154,58 @@ HostSegmentRecord decodeHostSegmentRecord(const std::string& text, int rank) {
   return record;
 }
 
+namespace {
+
+void putWord(std::string& out, uint32_t value) {
+  for (int i = 0; i < 4; ++i) out += static_cast<char>((value >> (8 * i)) & 0xffu);
+}
+
+uint32_t wordAt(const std::string& bytes, size_t at) {
+  uint32_t value = 0;
+  for (int i = 0; i < 4; ++i) value |= uint32_t{static_cast<uint8_t>(bytes[at + static_cast<size_t>(i)])} << (8 * i);
+  return value;
+}
+
+}  // namespace
+
+std::string encodeHostTable(const std::vector<uint32_t>& hostOf) {
+  std::string out;
+  uint32_t hosts = 0;
+  for (size_t r = 0; r < hostOf.size();) {
+    const uint32_t host = hostOf[r];
+    if (host > hosts) KOLO_THROW(InvalidArgument, "host table: rank ", r, " is on host ", host, " before host ", hosts);
+    if (host == hosts) ++hosts;
+    size_t end = r + 1;
+    while (end < hostOf.size() && hostOf[end] == host) ++end;
+    putWord(out, static_cast<uint32_t>(end - r));
+    putWord(out, host);
+    r = end;
+  }
+  return out;
+}
+
+std::vector<uint32_t> decodeHostTable(const std::string& bytes, int size) {
+  auto malformed = [&](const auto&... what) {
+    KOLO_THROW(FormatError, "host table of ", bytes.size(), " bytes for ", size, " ranks is malformed: ", what...);
+  };
+  if (size < 1) malformed("no ranks");
+  if (bytes.size() % 8 != 0) malformed("not a whole number of (ranks, host) pairs");
+  if (bytes.size() / 8 > static_cast<size_t>(size)) malformed("more runs than ranks");
+  std::vector<uint32_t> hostOf;
+  hostOf.reserve(static_cast<size_t>(size));
+  uint32_t hosts = 0;
+  for (size_t at = 0; at < bytes.size(); at += 8) {
+    const uint32_t run = wordAt(bytes, at);
+    const uint32_t host = wordAt(bytes, at + 4);
+    if (run == 0) malformed("an empty run");
+    if (run > static_cast<size_t>(size) - hostOf.size()) malformed("runs of more than ", size, " ranks");
+    if (host > hosts) malformed("host ", host, " appears before host ", hosts);
+    if (!hostOf.empty() && hostOf.back() == host) malformed("two adjacent runs on host ", host);
+    if (host == hosts) ++hosts;
+    hostOf.insert(hostOf.end(), run, host);
+  }
+  if (hostOf.size() != static_cast<size_t>(size)) malformed("runs of ", hostOf.size(), " ranks, not ", size);
+  return hostOf;
+}
+
 }  // namespace kolo::comm::native

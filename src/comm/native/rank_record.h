@@ -1,5 +1,6 @@
 // The records the native backend's rendezvous exchanges through the store: one per rank
-// (who and where it is) and one per host (the shared-memory segment its lowest rank made).
+// (who and where it is), one per host (the shared-memory segment its lowest rank made) and
+// the job's host table (which host every rank is on, in runs of consecutive ranks).
 // Any store client can write these keys, so decoding treats them as untrusted bytes.
 #pragma once
 
@@ -67,5 +68,17 @@ std::string encodeHostSegmentRecord(const HostSegmentRecord& record);
 /// anything else than "<pid> <fd>" with pid >= 1 and fd >= 0 in decimal, or "error "
 /// followed by a non-empty message.
 HostSegmentRecord decodeHostSegmentRecord(const std::string& text, int rank);
+
+/// The host of every rank as indices 0, 1, ... in order of each host's lowest rank, kept as
+/// runs of consecutive ranks on one host: pairs of little-endian uint32 (ranks in the run,
+/// host index). A job whose hosts hold consecutive ranks (as `kolo run`, Slurm and
+/// mpirun's block placement give them) has one run per host: 8 bytes a host, not a rank.
+std::string encodeHostTable(const std::vector<uint32_t>& hostOf);
+
+/// Parses a host table for `size` ranks. Throws FormatError for anything encodeHostTable
+/// cannot produce: a length that is not whole pairs, an empty run, runs that do not add
+/// up to `size`, two adjacent runs on one host, or a host index that is not the next new
+/// one where a host first appears.
+std::vector<uint32_t> decodeHostTable(const std::string& bytes, int size);
 
 }  // namespace kolo::comm::native

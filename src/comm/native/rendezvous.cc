@@ -1,5 +1,7 @@
-// createNativeCommunicator: rendezvous through the store, shared-memory segment per host,
-// token-checked TCP connections between hosts, and the cross-memory-attach probe.
+// createNativeCommunicator: rendezvous through the store (the host table and this host's
+// ranks' records, not every rank's), shared-memory segment per host, token-checked TCP
+// connections between hosts opened when first needed (connector.h), and the
+// cross-memory-attach probe.
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
@@ -33,16 +35,6 @@ namespace {
 
 using native::Clock;
 using native::RankRecord;
-
-constexpr uint32_t kHelloMagic = 0x6b6f6c68u;  // "kolh"
-constexpr size_t kTokenBytes = native::kJobTokenBytes;
-
-struct Hello {
-  uint32_t magic;
-  int32_t fromRank;
-  int32_t toRank;
-  uint8_t token[kTokenBytes];
-};
 
 std::vector<int> allowedCpus() {
   std::vector<int> cpus;
@@ -142,7 +134,6 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
     KOLO_THROW(InvalidArgument, "createNativeCommunicator: rank ", rank, " outside a world of ", size);
   if (options.timeout.count() <= 0) KOLO_THROW(InvalidArgument, "createNativeCommunicator: timeout must be positive");
   const auto timeout = options.timeout;
-  const auto deadline = Clock::now() + timeout;
   const std::string prefix = options.storePrefix + "/native/";
 
   auto job = std::make_shared<native::JobState>();
@@ -157,7 +148,9 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
   const int listener = openListener(options.listenAddress, port);
   struct ListenerGuard {
     int fd;
-    ~ListenerGuard() { close(fd); }
+    ~ListenerGuard() {
+      if (fd >= 0) close(fd);
+    }
   } guard{listener};
   auto probe = std::make_shared<uint64_t>(0);
   detail::randomBytes(probe.get(), sizeof(uint64_t));
@@ -169,24 +162,17 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
   me.probeAddress = reinterpret_cast<uint64_t>(probe.get());
   me.probeValue = *probe;
   me.cpus = allowedCpus();
-  // The job token: drawn by rank 0, presented on every TCP connection.
-  uint8_t token[kTokenBytes];
-  native::shareJobToken(*store, prefix, rank, token, timeout);
-  const std::vector<RankRecord> infos = native::exchangeRankRecords(*store, prefix, rank, me, native::allRanks(size), timeout);
-
-  // Hosts in order of their lowest rank.
-  std::map<std::string, int> hostIndex;
-  std::vector<std::vector<int>> hostRanks;
-  job->hostOf.resize(static_cast<size_t>(size));
-  for (int r = 0; r < size; ++r) {
-    auto [it, inserted] = hostIndex.emplace(infos[r].hostId, static_cast<int>(hostRanks.size()));
-    if (inserted) hostRanks.emplace_back();
-    hostRanks[it->second].push_back(r);
-    job->hostOf[r] = it->second;
-    job->pids.push_back(infos[r].pid);
-  }
+  // The job token (drawn by rank 0, presented on every TCP connection), every rank's host,
+  // this host's ranks' records and those of the peers the built-in algorithms pair this rank
+  // with. Where other peers listen is read when a connection to one is first needed.
+  const native::RendezvousView view =
+      native::joinRendezvous(*store, prefix, rank, size, me, options.sharedMemory, timeout);
+  const std::vector<int>& local = view.localRanks;
+  const std::vector<RankRecord>& localInfos = view.localRecords;
+  job->hostOf.assign(view.hostOf.begin(), view.hostOf.end());
+  job->pids.assign(static_cast<size_t>(size), 0);
+  for (size_t i = 0; i < local.size(); ++i) job->pids[static_cast<size_t>(local[i])] = localInfos[i].pid;
   const int myHost = job->hostOf[rank];
-  const std::vector<int>& local = hostRanks[myHost];
   const int localCount = static_cast<int>(local.size());
   int myLocal = 0;
   for (int i = 0; i < localCount; ++i)
@@ -197,8 +183,8 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
     // may be bound to one CPU of its own, as `kolo run` and mpirun bind them).
     std::vector<bool> seen;
     int cores = 0;
-    for (int r : local) {
-      for (int c : infos[r].cpus) {
+    for (const RankRecord& info : localInfos) {
+      for (int c : info.cpus) {
         if (static_cast<size_t>(c) >= seen.size()) seen.resize(static_cast<size_t>(c) + 1, false);
         if (!seen[static_cast<size_t>(c)]) ++cores;
         seen[static_cast<size_t>(c)] = true;
@@ -219,7 +205,7 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
     if (myLocal == 0) {
       try {
         checkSharedMemoryFits(localCount, ringBytes, me.hostId);
-        job->segment = native::HostSegment::create("kolo-" + detail::hexText(token, 4), localCount, ringBytes);
+        job->segment = native::HostSegment::create("kolo-" + detail::hexText(view.token, 4), localCount, ringBytes);
       } catch (const Error& e) {
         native::HostSegmentRecord failed;
         failed.error = e.what();
@@ -258,79 +244,42 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
     for (int i = 0; i < localCount; ++i) {
       if (i == myLocal) continue;
       job->engine->setChannel(local[i], std::make_unique<native::ShmChannel>(job->segment, myLocal, i,
-                                                                             infos[local[i]].pid, timeout));
+                                                                             localInfos[i].pid, timeout));
     }
   }
 
-  // TCP to every other peer: the higher rank connects, the lower accepts, and the
-  // connector proves membership with the job token before the connection is used.
-  auto needsTcp = [&](int peer) { return peer != rank && !(useShm && job->hostOf[peer] == myHost); };
-  for (int peer = 0; peer < rank; ++peer) {
-    if (!needsTcp(peer)) continue;
-    int fd = -1;
-    std::string address, lastError;
-    while (fd < 0) {
-      for (const auto& addr : infos[peer].addresses) {
-        fd = detail::connectTcp(addr, infos[peer].port, deadline, &lastError, std::chrono::seconds(3));
-        address = addr;
-        if (fd >= 0) break;
-      }
-      if (fd >= 0) break;
-      if (Clock::now() >= deadline)
-        KOLO_THROW(Timeout, "rendezvous on rank ", rank, ": cannot connect to rank ", peer, " at any of ",
-                   infos[peer].addresses.size(), " addresses (port ", infos[peer].port, "): ", lastError);
-      usleep(20000);
-    }
-    Hello hello{kHelloMagic, rank, peer, {}};
-    std::memcpy(hello.token, token, kTokenBytes);
-    const detail::Transfer greeted = detail::sendFully(fd, &hello, sizeof(hello), deadline);
-    if (!greeted.ok()) {
-      close(fd);
-      const HostPort where{address, static_cast<uint16_t>(infos[peer].port)};
-      if (greeted.peerGone())
-        KOLO_THROW(PeerError, "rendezvous on rank ", rank, ": rank ", peer, " at ", where.toString(),
-                   " dropped the connection before the greeting: ", greeted.reason());
-      KOLO_THROW(IoError, "rendezvous on rank ", rank, ": cannot greet rank ", peer, " at ", where.toString(), ": ",
-                 greeted.reason());
-    }
-    job->engine->setChannel(peer, std::make_unique<native::TcpChannel>(fd));
-  }
-  int expected = 0;
-  for (int peer = rank + 1; peer < size; ++peer)
-    if (needsTcp(peer)) ++expected;
-  while (expected > 0) {
-    if (!detail::waitForSocket(listener, POLLIN, deadline)) {
-      std::string missing;
-      for (int peer = rank + 1; peer < size; ++peer)
-        if (needsTcp(peer) && !job->engine->hasChannel(peer)) missing += " " + std::to_string(peer);
-      KOLO_THROW(Timeout, "rendezvous on rank ", rank, ": no connection from rank(s)", missing, " after ",
-                 timeout.count() / 1000.0, " s");
-    }
-    int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    Hello hello{};
-    const auto helloDeadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
-    const bool ok = detail::recvFully(fd, &hello, sizeof(hello), helloDeadline).ok() && hello.magic == kHelloMagic &&
-                    std::memcmp(hello.token, token, kTokenBytes) == 0 && hello.toRank == rank &&
-                    hello.fromRank > rank && hello.fromRank < size && needsTcp(hello.fromRank) &&
-                    !job->engine->hasChannel(hello.fromRank);
-    if (!ok) {  // a stranger, a stale job or a duplicate: refuse it and keep waiting
-      close(fd);
-      continue;
-    }
-    job->engine->setChannel(hello.fromRank, std::make_unique<native::TcpChannel>(fd));
-    --expected;
+  // TCP to the peers on other hosts (and, without shared memory, on this one): opened when
+  // an operation first needs one. Shared-memory peers keep the channels made above: a
+  // ShmChannel costs nothing until its first message, which makes its ring.
+  native::ConnectorOptions connector;
+  connector.rank = rank;
+  connector.size = size;
+  std::memcpy(connector.token, view.token, sizeof connector.token);
+  connector.overTcp.resize(static_cast<size_t>(size));
+  for (int peer = 0; peer < size; ++peer)
+    connector.overTcp[static_cast<size_t>(peer)] = peer != rank && !(useShm && job->hostOf[peer] == myHost);
+  for (size_t i = 0; i < view.likelyRanks.size(); ++i)
+    connector.known.emplace(view.likelyRanks[i], view.likelyRecords[i]);
+  connector.lookup = [store, prefix, timeout](const std::vector<int>& peers) {
+    return native::fetchRankRecords(*store, prefix, peers, timeout);
+  };
+  connector.connectTimeout = std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(3));
+  if (std::find(connector.overTcp.begin(), connector.overTcp.end(), true) != connector.overTcp.end()) {
+    connector.listener = listener;
+    guard.fd = -1;  // the connector owns it now
+    job->engine->setConnector(std::make_unique<native::Connector>(std::move(connector)));
   }
 
   // Cross-memory attach: usable only if every rank can read every local peer.
   bool cmaOk = options.crossMemoryAttach;
   if (cmaOk && useShm) {
-    for (int r : local) {
-      if (r == rank) continue;
+    for (size_t i = 0; i < local.size(); ++i) {
+      if (local[i] == rank) continue;
+      const RankRecord& info = localInfos[i];
       uint64_t value = 0;
-      if (!native::readPeerMemory(infos[r].pid, &value, reinterpret_cast<const void*>(infos[r].probeAddress),
+      if (!native::readPeerMemory(info.pid, &value, reinterpret_cast<const void*>(info.probeAddress),
                                   sizeof(value)) ||
-          value != infos[r].probeValue) {
+          value != info.probeValue) {
         cmaOk = false;
       }
     }
