@@ -11,7 +11,8 @@
 namespace kolo::kernels {
 
 /// Per-channel moments of an (N, C, ...) input: the values per channel, each channel's sum,
-/// and its sum of squared deviations from the channel's own mean (two passes; f64 sums).
+/// and its sum of squared deviations from the channel's own mean (f64 sums; planes of 16 or
+/// more values read from memory once, each plane's squares about its own mean combined).
 struct ChannelMoments {
   int64_t count = 0;
   std::vector<double> sum, m2;
