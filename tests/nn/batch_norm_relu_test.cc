@@ -48,25 +48,32 @@ TEST(BatchNormRelu, EqualsBatchNormThenAdditionThenRelu) {
     for (DType dtype : {DType::F32, DType::F64})
       for (bool withResidual : {true, false})
         for (bool training : {true, false}) {
-          SCOPED_TRACE(shapeString(shape) + " " + dtypeName(dtype) + (withResidual ? " residual" : "") +
-                       (training ? " training" : " eval"));
-          Inputs fused = makeInputs(shape, dtype, withResidual, 5), apart = makeInputs(shape, dtype, withResidual, 5);
-          Tensor y = batchNormRelu(fused.x, fused.residual, fused.weight, fused.bias, fused.runningMean,
-                                   fused.runningVar, training);
-          Tensor z = batchNorm(apart.x, apart.weight, apart.bias, apart.runningMean, apart.runningVar, training);
+          SCOPED_TRACE(shapeString(shape) + " " + dtypeName(dtype) +
+                       (withResidual ? " residual" : "") + (training ? " training" : " eval"));
+          Inputs fused = makeInputs(shape, dtype, withResidual, 5),
+                 apart = makeInputs(shape, dtype, withResidual, 5);
+          Tensor y = batchNormRelu(fused.x, fused.residual, fused.weight, fused.bias,
+                                   fused.runningMean, fused.runningVar, training);
+          Tensor z = batchNorm(apart.x, apart.weight, apart.bias, apart.runningMean,
+                               apart.runningVar, training);
           Tensor yApart = relu(withResidual ? z + apart.residual : z);
           sum(y * fused.upstream).backward();
           sum(yApart * apart.upstream).backward();
           const double tol = dtype == DType::F64 ? 1e-12 : 1e-6;
           EXPECT_LE(relativeDifference(y, yApart), tol) << "output";
           EXPECT_LE(relativeDifference(fused.x.grad(), apart.x.grad()), tol) << "input gradient";
-          EXPECT_LE(relativeDifference(fused.weight.grad(), apart.weight.grad()), tol) << "weight gradient";
-          EXPECT_LE(relativeDifference(fused.bias.grad(), apart.bias.grad()), tol) << "bias gradient";
+          EXPECT_LE(relativeDifference(fused.weight.grad(), apart.weight.grad()), tol)
+              << "weight gradient";
+          EXPECT_LE(relativeDifference(fused.bias.grad(), apart.bias.grad()), tol)
+              << "bias gradient";
           if (withResidual) {
-            EXPECT_LE(relativeDifference(fused.residual.grad(), apart.residual.grad()), tol) << "residual gradient";
+            EXPECT_LE(relativeDifference(fused.residual.grad(), apart.residual.grad()), tol)
+                << "residual gradient";
           }
-          EXPECT_LE(relativeDifference(fused.runningMean, apart.runningMean), tol) << "running mean";
-          EXPECT_LE(relativeDifference(fused.runningVar, apart.runningVar), tol) << "running variance";
+          EXPECT_LE(relativeDifference(fused.runningMean, apart.runningMean), tol)
+              << "running mean";
+          EXPECT_LE(relativeDifference(fused.runningVar, apart.runningVar), tol)
+              << "running variance";
         }
 }
 
@@ -75,7 +82,8 @@ TEST(BatchNormRelu, GradcheckInF64) {
     Inputs in = makeInputs({2, 3, 3, 5}, DType::F64, true, 9);
     testing::gradcheck(
         [&](const std::vector<Tensor>&) {
-          return batchNormRelu(in.x, in.residual, in.weight, in.bias, in.runningMean, in.runningVar, training,
+          return batchNormRelu(in.x, in.residual, in.weight, in.bias, in.runningMean, in.runningVar,
+                               training,
                                /*momentum=*/0.0);
         },
         {in.x, in.residual, in.weight, in.bias});
@@ -84,11 +92,11 @@ TEST(BatchNormRelu, GradcheckInF64) {
 
 TEST(BatchNormRelu, RefusesAResidualOfAnotherShape) {
   Inputs in = makeInputs({2, 3, 4, 4}, DType::F32, false, 1);
-  EXPECT_THROW(batchNormRelu(in.x, Tensor::zeros({2, 3, 4, 5}), in.weight, in.bias, in.runningMean, in.runningVar,
-                             true),
-               InvalidArgument);
-  EXPECT_THROW(batchNormRelu(in.x, Tensor::zeros({2, 3, 4, 4}, DType::F64), in.weight, in.bias, in.runningMean,
+  EXPECT_THROW(batchNormRelu(in.x, Tensor::zeros({2, 3, 4, 5}), in.weight, in.bias, in.runningMean,
                              in.runningVar, true),
+               InvalidArgument);
+  EXPECT_THROW(batchNormRelu(in.x, Tensor::zeros({2, 3, 4, 4}, DType::F64), in.weight, in.bias,
+                             in.runningMean, in.runningVar, true),
                InvalidArgument);
 }
 
@@ -109,14 +117,16 @@ TEST(BatchNormRelu, BasicBlockFusedEqualsItsStepsApart) {
     Generator gen(3), genHooked(3);
     nn::BasicBlock fused(4, 6, stride, gen), hooked(4, 6, stride, genHooked);
     int calls = 0;
-    hooked.bn2->addForwardHook([&](nn::Module&, const Tensor&) { ++calls; });  // forces the steps apart
+    hooked.bn2->addForwardHook(
+        [&](nn::Module&, const Tensor&) { ++calls; });  // forces the steps apart
     Generator data(11);
     const Tensor x = Tensor::randn({3, 4, 9, 9}, data);
     const Tensor upstream = Tensor::randn({3, 6, stride == 1 ? 9 : 5, stride == 1 ? 9 : 5}, data);
     const std::vector<Tensor> a = blockStep(fused, x, upstream), b = blockStep(hooked, x, upstream);
     EXPECT_EQ(calls, 1);
     ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_LE(relativeDifference(a[i], b[i]), 1e-6) << "entry " << i;
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_LE(relativeDifference(a[i], b[i]), 1e-6) << "entry " << i;
   }
 }
 
