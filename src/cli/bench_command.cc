@@ -88,20 +88,7 @@ BenchConfig toConfig(const BenchArgs& args) {
 
 // One rank's sweep (rank 0 prints): 0 when every result was correct, else kExitWrong.
 int runRank(comm::Communicator& comm, const BenchConfig& config) {
-  const std::string backend = comm.backendName();
-  const comm::BenchmarkOptions& o = config.options;
-  if (comm.rank() == 0 && !config.json)
-    std::printf("%s\n", comm::benchmarkTableHeader(o, comm.size(), backend).c_str());
-  bool allCorrect = true;
-  for (size_t bytes : config.sizes) {
-    const comm::BenchmarkResult row = comm::benchmarkCollective(comm, o, bytes);
-    allCorrect = allCorrect && row.correct;
-    if (comm.rank() != 0) continue;
-    const std::string line =
-        config.json ? comm::benchmarkJson(o, comm.size(), backend, row) : comm::benchmarkTableRow(row);
-    std::printf("%s\n", line.c_str());
-    std::fflush(stdout);
-  }
+  const bool allCorrect = comm::benchmarkSweep(comm, config.options, config.sizes, config.json, stdout);
   if (!allCorrect && comm.rank() == 0) std::fprintf(stderr, "kolo bench: some results were wrong\n");
   return allCorrect ? 0 : kExitWrong;
 }

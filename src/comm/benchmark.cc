@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -275,6 +276,23 @@ std::string benchmarkJson(const BenchmarkOptions& o, int ranks, const std::strin
   if (row.waitsSlept >= 0) line["waits_slept"] = row.waitsSlept;
   line["correct"] = row.correct;
   return line.dump();
+}
+
+bool benchmarkSweep(Communicator& comm, const BenchmarkOptions& options, const std::vector<size_t>& sizes, bool json,
+                    std::FILE* out) {
+  const std::string backend = comm.backendName();
+  const bool writes = comm.rank() == 0;
+  if (writes && !json) std::fprintf(out, "%s\n", benchmarkTableHeader(options, comm.size(), backend).c_str());
+  bool allCorrect = true;
+  for (const size_t bytes : sizes) {
+    const BenchmarkResult row = benchmarkCollective(comm, options, bytes);
+    allCorrect = allCorrect && row.correct;
+    if (!writes) continue;
+    const std::string line = json ? benchmarkJson(options, comm.size(), backend, row) : benchmarkTableRow(row);
+    std::fprintf(out, "%s\n", line.c_str());
+    std::fflush(out);
+  }
+  return allCorrect;
 }
 
 }  // namespace kolo::comm

@@ -4,6 +4,8 @@
 // are refused on every rank before any communication. No timings are asserted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -103,6 +105,30 @@ TEST(Benchmark, AnchorScheduleSetsCountsBySize) {
   EXPECT_EQ(results[0].warmup, 20);
   EXPECT_EQ(results[0].iters, 200);
   EXPECT_TRUE(results[0].correct);
+}
+
+// A sweep: rank 0 writes the header and one row per size (or a JSON line per size), the
+// other ranks nothing; every result correct.
+TEST(Benchmark, ASweepWritesRankZerosLines) {
+  BenchmarkOptions options;
+  options.warmup = 1;
+  options.iters = 2;
+  for (const bool json : {false, true}) {
+    std::vector<std::string> written(2);
+    std::vector<int> correct(2);
+    runThreads(2, [&](Communicator& comm) {
+      std::FILE* out = std::tmpfile();
+      correct[static_cast<size_t>(comm.rank())] = benchmarkSweep(comm, options, {64, 4096, 1 << 16}, json, out);
+      std::rewind(out);
+      for (int c = std::fgetc(out); c != EOF; c = std::fgetc(out)) written[static_cast<size_t>(comm.rank())] += char(c);
+      std::fclose(out);
+    });
+    EXPECT_EQ(correct, std::vector<int>({1, 1}));
+    EXPECT_EQ(written[1], "") << "only rank 0 writes";
+    const std::string& lines = written[0];
+    EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), json ? 3 : 3 + 3) << lines;  // the header's three lines
+    EXPECT_EQ(lines.rfind(json ? "{" : "# kolo bench allreduce", 0), 0u) << lines;
+  }
 }
 
 // Runs a call that must be refused and returns rank 0's message (every rank refuses).

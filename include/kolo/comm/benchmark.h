@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -117,5 +118,12 @@ std::string benchmarkTableRow(const BenchmarkResult& result);
 /// t_p90_us, t_max_us, algbw_GBps, busbw_GBps, correct (the fields bench/*.sh read).
 std::string benchmarkJson(const BenchmarkOptions& options, int ranks, const std::string& backend,
                           const BenchmarkResult& result);
+
+/// `kolo bench`'s sweep: benchmarkCollective at each of `sizes` in turn; rank 0 writes to
+/// `out` the table's header and a row per size, or with `json` benchmarkJson's line per size,
+/// flushed after each line. Returns whether every result was correct (the same on every rank).
+/// A collective, as benchmarkCollective, whose errors it throws.
+bool benchmarkSweep(Communicator& comm, const BenchmarkOptions& options, const std::vector<size_t>& sizes, bool json,
+                    std::FILE* out);
 
 }  // namespace kolo::comm
