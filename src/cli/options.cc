@@ -56,12 +56,9 @@ CLI::Validator atLeast(long long min) {
 CLI::Validator above(double min) { return numberBound(min, true); }
 CLI::Validator notBelow(double min) { return numberBound(min, false); }
 
-std::string listWords(const std::vector<std::string>& words) {
+std::string listWords(const std::vector<std::string>& words, const std::string& last) {
   std::string out;
-  for (size_t i = 0; i < words.size(); ++i) {
-    if (i > 0) out += i + 1 == words.size() ? " or " : ", ";
-    out += words[i];
-  }
+  for (size_t i = 0; i < words.size(); ++i) out += (i == 0 ? "" : i + 1 == words.size() ? last : ", ") + words[i];
   return out;
 }
 

@@ -21,8 +21,8 @@ CLI::Validator notBelow(double min);
 /// One of `words`: "'resnet' is not accepted: use mlp or cnn".
 CLI::Validator oneOf(std::vector<std::string> words);
 
-/// "a, b or c".
-std::string listWords(const std::vector<std::string>& words);
+/// "a, b or c" (`last` joins the last two).
+std::string listWords(const std::vector<std::string>& words, const std::string& last = " or ");
 
 /// CLI11's failure message for `app` and its subcommands: "kolo: error: MESSAGE" and where
 /// to find the accepted options.

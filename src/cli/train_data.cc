@@ -3,7 +3,6 @@
 #include "cli/train_loop.h"
 #include "kolo/data_files.h"
 #include "kolo/error.h"
-#include "kolo/training_data.h"
 
 namespace kolo::cli {
 namespace {
@@ -23,24 +22,17 @@ nn::ModelData modelDataOf(const Shape& sample, int64_t classes, const std::strin
 }  // namespace
 
 bool readsFashionMnist(const TrainConfig& config) {
-  return data::dataPathKind(config.dataDir) == data::DataPathKind::FashionMnist;
+  return data::dataPathKind(config.data.path) == data::DataPathKind::FashionMnist;
 }
 
 RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger) {
-  const data::DataPathKind kind = data::dataPathKind(config.dataDir);
+  const data::DataPathKind kind = data::dataPathKind(config.data.path);
   KOLO_REQUIRE(kind == data::DataPathKind::Table || kind == data::DataPathKind::Shards ||
                    !config.givenFlags.count("--label-column"),
                "--label-column names a column of the .csv or .tsv files in --data");
-  const data::TrainingData read = data::openTrainingData({.path = config.dataDir,
-                                                          .testPath = config.testData,
-                                                          .labelsPath = config.labelsPath,
-                                                          .testLabelsPath = config.testLabelsPath,
-                                                          .labelColumn = config.labelColumn,
-                                                          .standardize = config.standardize,
-                                                          .augment = config.augment,
-                                                          .imageSize = config.imageSize,
-                                                          .seed = config.seed,
-                                                          .trainLimit = config.trainLimit});
+  data::TrainingDataSpec spec = config.data;
+  spec.seed = config.seed;
+  const data::TrainingData read = data::openTrainingData(spec);
   if (!read.classNames.empty()) {
     std::string labels;
     for (size_t i = 0; i < read.classNames.size(); ++i)
@@ -52,7 +44,7 @@ RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger) {
   // Stored with checkpoints and --save: the weights expect the inputs so transformed.
   config.standardizer = read.standardizer;
   config.channelNormalization = read.channelNormalization;
-  config.modelData = modelDataOf(read.sampleShape, read.classes, config.dataDir);
+  config.modelData = modelDataOf(read.sampleShape, read.classes, config.data.path);
   return {read.train, read.validation};
 }
 

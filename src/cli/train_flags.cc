@@ -91,13 +91,6 @@ std::optional<bool> onOffAuto(const std::string& value) {
   return value == "on";
 }
 
-std::string joined(const std::vector<std::string>& names, const std::string& last) {
-  std::string text;
-  for (size_t i = 0; i < names.size(); ++i)
-    text += (i == 0 ? "" : i + 1 == names.size() ? last : ", ") + names[i];
-  return text;
-}
-
 // How a message names strategies: "--strategy a, b or c", "--model lm", "kolo run --elastic".
 std::string described(const Where& where) {
   std::vector<std::string> strategies, others;
@@ -109,8 +102,8 @@ std::string described(const Where& where) {
     else
       strategies.push_back(w);
   }
-  if (!strategies.empty()) others.insert(others.begin(), "--strategy " + joined(strategies, " or "));
-  return joined(others, " or ");
+  if (!strategies.empty()) others.insert(others.begin(), "--strategy " + listWords(strategies));
+  return listWords(others);
 }
 
 }  // namespace
@@ -179,31 +172,31 @@ FlagScopes addTrainFlags(CLI::App* app, TrainFlags& flags) {
   r.flag(
       "--pad-last", [&c] { c.dropLast = false; },
       "pad a last short global batch with samples from the epoch's start");
-  r.option("--train-limit", c.trainLimit, "train on the first N training samples only, reading no further (0: all)")
+  r.option("--train-limit", c.data.trainLimit, "train on the first N training samples only, reading no further (0: all)")
       ->check(atLeast(0));
-  r.option("--data", c.dataDir,
+  r.option("--data", c.data.path,
            "training data: the directory of the Fashion-MNIST *-ubyte.gz files, a .csv/.tsv table with a header "
            "(--label-column), .npy inputs (--labels), an .npz archive (arrays x and y), a folder of images per class "
            "(DIR/CLASS/*.png|jpg), shards of .npz or .csv files ('DIR/*.npz' or a comma-separated list); --model "
            "lm: a text, or a token file with --token-dtype")
       ->capture_default_str();
-  r.option("--test-data", c.testData,
+  r.option("--test-data", c.data.testPath,
            "the test split, of the same kind as --data (default: a seeded tenth of --data held out; --model lm: the "
            "last tenth of --data)");
-  r.option("--label-column", c.labelColumn, "the header's name of a table's label column (integers, or strings "
+  r.option("--label-column", c.data.labelColumn, "the header's name of a table's label column (integers, or strings "
            "mapped to classes in sorted order)")
       ->capture_default_str();
-  r.option("--labels", c.labelsPath, "the labels of .npy inputs in --data (.npy of integers)");
-  r.option("--test-labels", c.testLabelsPath, "the labels of .npy inputs in --test-data");
+  r.option("--labels", c.data.labelsPath, "the labels of .npy inputs in --data (.npy of integers)");
+  r.option("--test-labels", c.data.testLabelsPath, "the labels of .npy inputs in --test-data");
   r.flag(
-      "--no-standardize", [&c] { c.standardize = false; },
+      "--no-standardize", [&c] { c.data.standardize = false; },
       "keep a table's or arrays' features as they are (default: each standardised with the training split's mean "
       "and standard deviation, stored with checkpoints and --save)");
   r.flag(
-      "--no-augment", [&c] { c.augment = false; },
+      "--no-augment", [&c] { c.data.augment = false; },
       "train on an image folder's images as they are (default: a random crop with 4 pixels of padding and a "
       "horizontal flip per image and epoch, drawn from --seed)");
-  r.option("--image-size", c.imageSize,
+  r.option("--image-size", c.data.imageSize,
            "resize an image folder's images to N x N or H x W (bilinear), e.g. 32 or 64x48 (default: every image "
            "must have the first one's size)");
   r.option("--token-dtype", c.tokenType, "--data is a token file of little-endian u8, u16 or u32 tokens (nanoGPT's "
@@ -566,7 +559,7 @@ std::string flagScopesText(const FlagScopes& scopes) {
   }
   std::ostringstream text;
   text << "Flags that only some strategies accept (given with another, they are refused):\n";
-  for (const auto& [where, flags] : rows) text << "  " << described(where) << ":\n    " << joined(flags, ", ") << "\n";
+  for (const auto& [where, flags] : rows) text << "  " << described(where) << ":\n    " << listWords(flags, ", ") << "\n";
   return text.str();
 }
 

@@ -25,6 +25,7 @@
 #include "kolo/train/faults.h"
 #include "kolo/train/fit.h"
 #include "kolo/train/parameter_server.h"
+#include "kolo/training_data.h"
 
 // CLI11 is heavy to parse: only the command files that build options include it.
 namespace CLI {
@@ -56,15 +57,9 @@ struct TrainConfig {
   uint64_t seed = 0;
   bool shuffle = true;
   bool dropLast = true;
-  int64_t trainLimit = 0;
-  std::string dataDir = data::kFashionMnistDir;
-  // The data files (train_data.cc): the test split, the labels of .npy inputs, a table's label
-  // column, standardisation; the lm's token files.
-  std::string testData, labelsPath, testLabelsPath;
-  std::string labelColumn = "label";
-  bool standardize = true;
-  bool augment = true;    // an image folder's training augmentations
-  std::string imageSize;  // "" : every image the first one's size; "N" or "HxW": resized to it
+  /// --data, --test-data and the data files' flags (train_data.cc; the seed is --seed's); the
+  /// lm reads data.path and data.testPath as texts or token files.
+  data::TrainingDataSpec data;
   std::string tokenType;  // "" : --data is a text, read as bytes
   int64_t vocab = 0;      // a token file's vocabulary (0: its largest token + 1)
   /// Set once the data is read: the built-in models' sizes, and the training split's

@@ -65,7 +65,7 @@ train::ParameterServerOptions psOptions(const TrainConfig& given, const TrainCon
     return optim::makeSchedule(resolveRecipe(config, stepsPerEpoch).schedule, totalSteps);
   };
   options.identity["ps-unit-batches"] = std::to_string(options.unitBatches);
-  options.identity["train-limit"] = std::to_string(config.trainLimit);
+  options.identity["train-limit"] = std::to_string(config.data.trainLimit);
   return options;
 }
 
@@ -107,11 +107,11 @@ int runParameterServerRole(const TrainConfig& given, observe::Logger& logger) {
   // by every role first: the model's sizes follow it.
   train::ParameterServerData data;
   if (readsFashionMnist(config)) {
-    data.train = [&config] { return std::make_shared<data::FashionMnist>(config.dataDir, true, config.trainLimit); };
+    data.train = [&config] { return std::make_shared<data::FashionMnist>(config.data.path, true, config.data.trainLimit); };
     if (role.role != ps::Role::Worker)
       data.trainSize =
-          data::readIdx(config.dataDir + "/train-labels-idx1-ubyte.gz", config.trainLimit).dims.at(0);
-    data.validation = [&config] { return std::make_shared<data::FashionMnist>(config.dataDir, false); };
+          data::readIdx(config.data.path + "/train-labels-idx1-ubyte.gz", config.data.trainLimit).dims.at(0);
+    data.validation = [&config] { return std::make_shared<data::FashionMnist>(config.data.path, false); };
   } else {
     const RunDatasets sets = loadDatasets(config, logger);
     data.train = [sets] { return sets.train; };

@@ -133,10 +133,10 @@ RunData loadRunData(TrainConfig& config, observe::Logger& logger) {
   if (config.model == "lm") {
     // lm without --optimizer and --lr: AdamW at 2e-3, warm-up over a tenth of the run, then
     // cosine decay.
-    const std::string path = config.dataDir == data::kFashionMnistDir ? kDefaultText : config.dataDir;
+    const std::string path = config.data.path == data::kFashionMnistDir ? kDefaultText : config.data.path;
     // One file: its last tenth is held out. With --test-data (nanoGPT's train.bin and val.bin),
     // all of --data trains and the held-out loss is the other file's.
-    const double heldOutFraction = config.testData.empty() ? 0.1 : 0.0;
+    const double heldOutFraction = config.data.testPath.empty() ? 0.1 : 0.0;
     auto open = [&config, heldOutFraction](const std::string& file, int64_t vocab) {
       if (config.tokenType.empty()) {
         KOLO_REQUIRE(config.vocab == 0 || config.vocab == 256, "--vocab ", config.vocab,
@@ -150,9 +150,9 @@ RunData loadRunData(TrainConfig& config, observe::Logger& logger) {
                                                 config.seqLen, heldOutFraction);
     };
     run.corpus = open(path, config.vocab);
-    if (!config.testData.empty()) {
-      run.heldOut = open(config.testData, config.vocab);
-      KOLO_REQUIRE(config.vocab > 0 || run.heldOut->vocab() <= run.corpus->vocab(), "--test-data ", config.testData,
+    if (!config.data.testPath.empty()) {
+      run.heldOut = open(config.data.testPath, config.vocab);
+      KOLO_REQUIRE(config.vocab > 0 || run.heldOut->vocab() <= run.corpus->vocab(), "--test-data ", config.data.testPath,
                    " holds token ", run.heldOut->vocab() - 1, ", beyond --data's largest (", run.corpus->vocab() - 1,
                    "): give the vocabulary with --vocab");
     }
