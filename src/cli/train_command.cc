@@ -3,15 +3,12 @@
 // runners of train_loop.h map onto the library. `--workers N` launches the command on N local
 // ranks.
 #include <cstdio>
-#include <sstream>
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
 #include "cli/train_flags.h"
 #include "cli/train_loop.h"
 #include "kolo/byte_size.h"
-#include "kolo/checkpoint.h"
-#include "kolo/comm/init.h"
 #include "kolo/error.h"
 #include "kolo/memory.h"
 #include "kolo/parallel/elastic.h"

@@ -21,11 +21,7 @@ nn::ModelData modelDataOf(const Shape& sample, int64_t classes, const std::strin
 
 }  // namespace
 
-bool readsFashionMnist(const TrainConfig& config) {
-  return data::dataPathKind(config.data.path) == data::DataPathKind::FashionMnist;
-}
-
-RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger) {
+data::TrainingData loadDatasets(TrainConfig& config, observe::Logger& logger) {
   const data::DataPathKind kind = data::dataPathKind(config.data.path);
   KOLO_REQUIRE(kind == data::DataPathKind::Table || kind == data::DataPathKind::Shards ||
                    !config.givenFlags.count("--label-column"),
@@ -45,7 +41,7 @@ RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger) {
   config.standardizer = read.standardizer;
   config.channelNormalization = read.channelNormalization;
   config.modelData = modelDataOf(read.sampleShape, read.classes, config.data.path);
-  return {read.train, read.validation};
+  return read;
 }
 
 }  // namespace kolo::cli

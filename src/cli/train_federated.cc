@@ -56,7 +56,7 @@ int runFederated(const TrainConfig& config, observe::Logger& logger) {
   // The clients read their own samples of the training split, whatever --data is (a table,
   // arrays, images, shards): the built-in model's sizes follow the data.
   TrainConfig sized = config;
-  const RunDatasets sets = loadDatasets(sized, logger);
+  const data::TrainingData sets = loadDatasets(sized, logger);
   auto model = [&sized]() -> std::shared_ptr<nn::Module> { return buildModel(sized); };
   const train::FederatedSummary summary = train::trainFederated(model, sets.train, sets.validation, options, callbacks);
   if (!summary.server) return 0;

@@ -152,19 +152,11 @@ Recipe resolveRecipe(const TrainConfig& config, int64_t stepsPerEpoch);
 /// pipeline stage never holds the whole model; --init fills what it holds.
 std::shared_ptr<nn::Sequential> buildModel(const TrainConfig& config, int begin = 0, int end = -1);
 
-/// The training and test splits of a run over images or tables.
-struct RunDatasets {
-  std::shared_ptr<const data::Dataset> train, validation;
-};
-
 /// The datasets of --data and its flags, through data::openTrainingData (train_data.cc). Sets
 /// config.modelData (the samples' shape and the classes), config.standardizer and
 /// config.channelNormalization. Throws what openTrainingData throws and InvalidArgument for
 /// flags that do not fit the data.
-RunDatasets loadDatasets(TrainConfig& config, observe::Logger& logger);
-
-/// Whether --data names the Fashion-MNIST directory rather than another kind of data.
-bool readsFashionMnist(const TrainConfig& config);
+data::TrainingData loadDatasets(TrainConfig& config, observe::Logger& logger);
 
 /// What fixes the weights' shapes and the data order (model, batch, seed), stored in every
 /// checkpoint; a resume with other values is refused. The strategy and the rank count may

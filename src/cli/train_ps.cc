@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "cli/train_loop.h"
+#include "kolo/data_files.h"
 #include "kolo/parallel/parameter_server.h"
 #include "kolo/settings.h"
 #include "kolo/threads.h"
@@ -106,14 +107,14 @@ int runParameterServerRole(const TrainConfig& given, observe::Logger& logger) {
   // labels file tells without the 47 MB of images. Other data (a table, arrays, images) is read
   // by every role first: the model's sizes follow it.
   train::ParameterServerData data;
-  if (readsFashionMnist(config)) {
+  if (data::dataPathKind(config.data.path) == data::DataPathKind::FashionMnist) {
     data.train = [&config] { return std::make_shared<data::FashionMnist>(config.data.path, true, config.data.trainLimit); };
     if (role.role != ps::Role::Worker)
       data.trainSize =
           data::readIdx(config.data.path + "/train-labels-idx1-ubyte.gz", config.data.trainLimit).dims.at(0);
     data.validation = [&config] { return std::make_shared<data::FashionMnist>(config.data.path, false); };
   } else {
-    const RunDatasets sets = loadDatasets(config, logger);
+    const data::TrainingData sets = loadDatasets(config, logger);
     data.train = [sets] { return sets.train; };
     data.validation = [sets] { return sets.validation; };
   }

@@ -169,7 +169,7 @@ RunData loadRunData(TrainConfig& config, observe::Logger& logger) {
     return run;
   }
   resolveRecipe(config, 1);  // the flags' values, before the (slow) data loading
-  const RunDatasets sets = loadDatasets(config, logger);
+  const data::TrainingData sets = loadDatasets(config, logger);
   run.train = sets.train;
   run.validation = sets.validation;
   const int64_t perEpoch = train::stepsPerEpoch(run.train->size(), config.batch, config.dropLast);
