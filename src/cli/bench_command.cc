@@ -50,6 +50,7 @@ struct BenchArgs {
   int hosts = 0;       // rendezvous: simulated hosts
   double drop = 0;     // rendezvous: percent of ranks lost
   bool hostStores = true;  // rendezvous: a host store per simulated host
+  bool fullAddressBook = false;  // rendezvous: every rank reads every record too
 };
 
 /// Everything one rank needs to run the sweep.
@@ -144,6 +145,7 @@ int benchRendezvous(const BenchArgs& args) {
   options.hosts = args.hosts;
   options.dropPercent = args.drop;
   options.hostStores = args.hostStores;
+  options.fullAddressBook = args.fullAddressBook;
   options.timeout = std::chrono::milliseconds(static_cast<long long>(args.timeoutSeconds * 1000));
   const launch::RendezvousBenchmarkResult result = launch::benchmarkRendezvous(options);
   const std::string text =
@@ -211,6 +213,9 @@ Command registerBench(CLI::App& root) {
   app->add_flag("!--no-host-stores", args->hostStores,
                 "rendezvous: every rank connects to the root store (default: each simulated "
                 "host's ranks connect to a host store that forwards to the root in batches)");
+  app->add_flag("--full-address-book", args->fullAddressBook,
+                "rendezvous: every rank also reads every rank's record, as a communicator that "
+                "connects to every peer at once must (the baseline)");
 
   Command command;
   command.app = app;

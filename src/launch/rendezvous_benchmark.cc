@@ -69,6 +69,7 @@ struct Plan {
   uint16_t port = 0;
   std::string token;
   bool hostStores = false;
+  bool fullAddressBook = false;
   std::chrono::milliseconds timeout{0};
   std::vector<char> lost;  // by rank
   int lostCount = 0;
@@ -95,14 +96,20 @@ comm::native::RankRecord simulatedRecord(int rank, int host) {
 /// createNativeCommunicator's store operations for `rank` of `size` under `prefix`: the
 /// same joinRendezvous (token, host table, the records of this host's ranks and of the
 /// peers the built-in algorithms pair it with), the cross-memory-attach agreement and the
-/// clock exchange. `hostOfRank` gives the simulated host of a rank of this generation.
+/// clock exchange (with `fullAddressBook`, every record too). `hostOfRank` gives the
+/// simulated host of a rank of this generation.
 /// Every record read must be the one its rank published and the host table must agree with
 /// the simulated hosts (else Mismatch naming the rank). Returns how many ring neighbours'
 /// records were checked (2: a ring neighbour is on this host or among the likely peers).
 int rendezvous(comm::Store& store, const std::string& prefix, int rank, int size,
-               const std::function<int(int)>& hostOfRank, std::chrono::milliseconds timeout) {
+               const std::function<int(int)>& hostOfRank, bool fullAddressBook, std::chrono::milliseconds timeout) {
   const comm::native::RendezvousView view = comm::native::joinRendezvous(
       store, prefix, rank, size, simulatedRecord(rank, hostOfRank(rank)), /*sharedMemory=*/true, timeout);
+  if (fullAddressBook) {
+    std::vector<int> everyRank(static_cast<size_t>(size));
+    std::iota(everyRank.begin(), everyRank.end(), 0);
+    comm::native::fetchRankRecords(store, prefix, everyRank, timeout);
+  }
   const auto check = [&](int peer, const comm::native::RankRecord& record) {
     comm::native::RankRecord expected = simulatedRecord(peer, hostOfRank(peer));
     expected.pid = record.pid;  // the process that runs it
@@ -142,7 +149,7 @@ void runRank(const Plan& plan, int rank, uint16_t storePort, RankTimes& times, s
     // Generation 0's communicator prefix, as ElasticContext::connect names it.
     times.neighboursChecked += rendezvous(
         *store, kPrefix + "/g0/comm/native/", rank, plan.ranks, [&](int r) { return hostOf(plan, r); },
-        plan.timeout);
+        plan.fullAddressBook, plan.timeout);
     times.at[kRendezvous] = nowNs();
     comm::native::storeBarrier(*store, kPrefix + "/barrier/g0", plan.ranks, plan.timeout);
     times.at[kBarrier] = nowNs();
@@ -169,7 +176,7 @@ void runRank(const Plan& plan, int rank, uint16_t storePort, RankTimes& times, s
     const int newSize = static_cast<int>(members.size());
     times.neighboursChecked += rendezvous(
         *store, kPrefix + "/g1/comm/native/", newRank, newSize,
-        [&](int r) { return hostOf(plan, members[static_cast<size_t>(r)]); }, plan.timeout);
+        [&](int r) { return hostOf(plan, members[static_cast<size_t>(r)]); }, plan.fullAddressBook, plan.timeout);
     comm::native::storeBarrier(*store, kPrefix + "/barrier/g1", newSize, plan.timeout);
     times.at[kRegroup] = nowNs();
   } catch (const std::exception& e) {
@@ -385,6 +392,7 @@ RendezvousBenchmarkResult benchmarkRendezvous(const RendezvousBenchmarkOptions& 
   plan.hosts = options.hosts > 0 ? options.hosts : std::max(1, options.ranks / kDefaultRanksPerHost);
   plan.timeout = options.timeout;
   plan.hostStores = options.hostStores;
+  plan.fullAddressBook = options.fullAddressBook;
   plan.lost.assign(static_cast<size_t>(options.ranks), 0);
   plan.lostCount = static_cast<int>(options.ranks * options.dropPercent / 100.0);
   // Spread the lost ranks over the job (every k-th rank), as failures of single ranks are.

@@ -29,6 +29,10 @@ struct RendezvousBenchmarkOptions {
   /// upstream, run by the process that holds the host's ranks, as `kolo run` runs one per
   /// host) that forwards to the root in batches; false: every rank connects to the root.
   bool hostStores = true;
+  /// Every rank also reads every rank's record (one multi-get), as the native communicator
+  /// did when it connected to every peer at rendezvous: the baseline that reading only the
+  /// records a rank needs is measured against.
+  bool fullAddressBook = false;
   /// Deadline of every store wait.
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
 };

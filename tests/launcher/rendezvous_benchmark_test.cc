@@ -2,7 +2,8 @@
 // through host stores and straight to the root, with a regroup after 10 % are lost. Every
 // rank must read both ring neighbours' records as they published them (in both generations),
 // the JSON line must carry its fields, and host stores must leave the root a few
-// connections per host. No timing is checked.
+// connections per host; the eager communicator's full address book is what makes the root
+// send more bytes. No timing is checked.
 #include "launch/rendezvous_benchmark.h"
 
 #include <gtest/gtest.h>
@@ -55,6 +56,19 @@ TEST(RendezvousBenchmarkTest, RanksAtTheRootGiveItAConnectionEach) {
   // The same pattern through host stores reaches the root in fewer requests.
   const RendezvousBenchmarkResult hosted = benchmarkRendezvous(smallJob(true));
   EXPECT_LT(hosted.storeRequests, result.storeRequests);
+}
+
+// Reading every rank's record on every rank, as a communicator that connects to every peer
+// at rendezvous did, passes N records through the root N times: more bytes than the host
+// table, a host's records and the likely peers' that each rank reads now.
+TEST(RendezvousBenchmarkTest, TheFullAddressBookIsTheHeavierBaseline) {
+  RendezvousBenchmarkOptions options = smallJob(false);
+  options.dropPercent = 0;
+  const RendezvousBenchmarkResult needed = benchmarkRendezvous(options);
+  options.fullAddressBook = true;
+  const RendezvousBenchmarkResult full = benchmarkRendezvous(options);
+  EXPECT_EQ(full.neighboursChecked, 2 * 64);
+  EXPECT_GT(full.storeBytesSent, needed.storeBytesSent);
 }
 
 }  // namespace

@@ -41,16 +41,22 @@ struct NativeOptions {
 };
 
 /// Collective over `size` ranks: every rank calls it with its own rank and the same store.
-/// Each rank publishes its host id, process id and TCP endpoints under storePrefix; ranks
-/// with the same host id talk through shared memory that never has a name (a control
-/// block created by the lowest rank of the host, rings created by their writers on first
-/// use; see docs/comm.md), all others over TCP connections that must present a per-job
-/// token drawn by rank 0. Blocks until all ranks have connected; throws Timeout naming the
-/// ranks that did not, PeerError naming the rank (and its host:port or host id) when a peer
-/// drops its connection or exits during rendezvous, IoError when a socket cannot be set up
-/// or the host's shared memory cannot hold the job (the message says how much was needed
-/// and where), InvalidArgument for a bad rank or size. The communicator's operations throw
-/// PeerError when a peer closes or resets its connection or its process exits.
+/// Each rank publishes its host id, process id and TCP endpoint under storePrefix and reads
+/// back the host table, its host's records and those of the peers the built-in algorithms
+/// pair it with (not every rank's: docs/scale.md); ranks with the same host id talk through
+/// shared memory that never has a name (a control block created by the lowest rank of the
+/// host, rings created by their writers on first use; see docs/comm.md), all others over
+/// TCP connections that must present a per-job token drawn by rank 0, each opened when an
+/// operation first needs that peer. Where a peer outside that set listens is read from the
+/// store then, so the store must still be reachable (`kolo run` keeps it for the whole
+/// job); without it the operation waits for the peer to connect and, at its deadline,
+/// throws Timeout saying why. Blocks until all ranks have joined; throws Timeout naming
+/// the ranks that did not, PeerError naming the rank (and its host id) when a local peer
+/// exits during rendezvous, IoError when a socket cannot be set up or the host's shared
+/// memory cannot hold the job (the message says how much was needed and where),
+/// InvalidArgument for a bad rank or size. The communicator's operations throw PeerError
+/// when a peer closes or resets its connection, its process exits, or nothing listens at
+/// its address any more when it is first connected to.
 std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> store, int rank, int size,
                                                        const NativeOptions& options = {});
 
