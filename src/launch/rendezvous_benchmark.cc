@@ -117,7 +117,7 @@ int rendezvous(comm::Store& store, const std::string& prefix, int rank, int size
       KOLO_THROW(Mismatch, "rank ", rank, " read a record under rank ", peer, "'s key (", prefix,
                  ") that is not the one rank ", peer, " published");
     const bool sameHost = hostOfRank(peer) == hostOfRank(rank);
-    if ((view.hostOf[static_cast<size_t>(peer)] == view.hostOf[static_cast<size_t>(rank)]) != sameHost)
+    if ((view.hosts.hostOf(peer) == view.hosts.hostOf(rank)) != sameHost)
       KOLO_THROW(Mismatch, "rank ", rank, "'s host table puts rank ", peer, " on ", sameHost ? "another host" : "its host");
   };
   for (size_t i = 0; i < view.localRanks.size(); ++i) check(view.localRanks[i], view.localRecords[i]);

@@ -190,7 +190,7 @@ TEST(NativeProcesses, EverySurvivorOfFourNamesTheKilledRankOverTcp) {
   killedRankOfFourCase(options);
 }
 
-void stoppedRankCase(const NativeOptions& options) {
+void stoppedRankCase(const NativeOptions& options, const std::string& mustMention) {
   const Ms deadline(1000);
   kolo::testing::ReadinessPipe ready;
   auto codes = runProcesses(
@@ -201,7 +201,7 @@ void stoppedRankCase(const NativeOptions& options) {
           raise(SIGSTOP);
           return 0;
         }
-        const int code = expectFailure<Timeout>(comm, deadline, 2 * deadline, {"rank 1 after 1.0 s"});
+        const int code = expectFailure<Timeout>(comm, deadline, 2 * deadline, {mustMention});
         ready.signal();  // this survivor is done with the stopped rank
         return code;
       },
@@ -215,14 +215,17 @@ void stoppedRankCase(const NativeOptions& options) {
   EXPECT_EQ(codes[2], 0);
 }
 
-TEST(NativeProcesses, StoppedRankGivesTimeoutNamingIt) { stoppedRankCase({}); }
+TEST(NativeProcesses, StoppedRankGivesTimeoutNamingIt) { stoppedRankCase({}, "rank 1 after 1.0 s"); }
 
 // Over TCP nothing is connected before the all-reduce: the stopped rank's kernel takes the
-// connections (rank 0's waits for an answer to its greeting), and it never reads them.
-TEST(NativeProcesses, StoppedRankGivesTimeoutNamingItOverTcp) {
+// connections (rank 0's waits for an answer to its greeting), and it never reads them. A
+// survivor whose ring step waits on the other survivor, itself waiting on the stopped rank,
+// may run out of time naming that survivor before its Abort arrives (their deadlines end
+// together), so only the Timeout and its deadline are required here.
+TEST(NativeProcesses, StoppedRankGivesTimeoutOverTcp) {
   NativeOptions options;
   options.sharedMemory = false;
-  stoppedRankCase(options);
+  stoppedRankCase(options, "after 1.0 s");
 }
 
 // Rank 3 of four all-reduces one element fewer. The ranks that receive from it see the

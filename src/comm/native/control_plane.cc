@@ -46,11 +46,62 @@ std::vector<RankRecord> fetchRankRecords(Store& store, const std::string& prefix
   return records;
 }
 
+HostTable::HostTable(std::vector<HostRun> runs) : runs_(std::move(runs)), nextRun_(runs_.size(), kNoRun) {
+  std::vector<uint32_t> lastRun;
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    const HostRun& run = runs_[i];
+    if (run.host >= counts_.size()) {
+      counts_.resize(run.host + 1, 0);
+      firstRun_.resize(run.host + 1, kNoRun);
+      lastRun.resize(run.host + 1, kNoRun);
+    }
+    const auto index = static_cast<uint32_t>(i);
+    if (firstRun_[run.host] == kNoRun) {
+      firstRun_[run.host] = index;
+    } else {
+      nextRun_[lastRun[run.host]] = index;
+    }
+    lastRun[run.host] = index;
+    counts_[run.host] += static_cast<int>(run.count);
+    size_ += static_cast<int>(run.count);
+  }
+  even_ = std::all_of(counts_.begin(), counts_.end(), [&](int c) { return c == counts_.front(); });
+}
+
+uint32_t HostTable::hostOf(int rank) const {
+  // The last run that starts at or before `rank`.
+  const auto after = std::upper_bound(runs_.begin(), runs_.end(), static_cast<uint32_t>(rank),
+                                      [](uint32_t r, const HostRun& run) { return r < run.first; });
+  return std::prev(after)->host;
+}
+
+std::vector<int> HostTable::ranksOf(uint32_t host) const {
+  std::vector<int> ranks;
+  for (uint32_t i = firstRun_[host]; i != kNoRun; i = nextRun_[i])
+    for (uint32_t k = 0; k < runs_[i].count; ++k) ranks.push_back(static_cast<int>(runs_[i].first + k));
+  return ranks;
+}
+
+int HostTable::rankOf(uint32_t host, int index) const {
+  for (uint32_t i = firstRun_[host]; i != kNoRun; i = nextRun_[i]) {
+    if (index < static_cast<int>(runs_[i].count)) return static_cast<int>(runs_[i].first) + index;
+    index -= static_cast<int>(runs_[i].count);
+  }
+  return -1;
+}
+
+std::vector<uint32_t> HostTable::expand() const {
+  std::vector<uint32_t> hostOf;
+  hostOf.reserve(static_cast<size_t>(size_));
+  for (const HostRun& run : runs_) hostOf.insert(hostOf.end(), run.count, run.host);
+  return hostOf;
+}
+
 namespace {
 
 /// hostDirectory; rank 0 also gets every record it read (empty elsewhere).
-std::vector<uint32_t> readHostDirectory(Store& store, const std::string& prefix, int rank, int size,
-                                        std::chrono::milliseconds timeout, std::vector<RankRecord>* records) {
+HostTable readHostDirectory(Store& store, const std::string& prefix, int rank, int size,
+                            std::chrono::milliseconds timeout, std::vector<RankRecord>* records) {
   const std::string key = prefix + "hosts";
   if (rank == 0) {
     // Only the host id of each record matters here; the records are decoded whole anyway,
@@ -63,16 +114,17 @@ std::vector<uint32_t> readHostDirectory(Store& store, const std::string& prefix,
     for (int r = 0; r < size; ++r)
       hostOf[static_cast<size_t>(r)] =
           index.emplace((*records)[static_cast<size_t>(r)].hostId, static_cast<uint32_t>(index.size())).first->second;
-    store.setString(key, encodeHostTable(hostOf));
-    return hostOf;
+    const std::string table = encodeHostTable(hostOf);
+    store.setString(key, table);
+    return HostTable(decodeHostRuns(table, size));
   }
-  return decodeHostTable(store.getString(key, timeout), size);
+  return HostTable(decodeHostRuns(store.getString(key, timeout), size));
 }
 
 }  // namespace
 
-std::vector<uint32_t> hostDirectory(Store& store, const std::string& prefix, int rank, int size,
-                                    std::chrono::milliseconds timeout) {
+HostTable hostDirectory(Store& store, const std::string& prefix, int rank, int size,
+                        std::chrono::milliseconds timeout) {
   std::vector<RankRecord> records;
   return readHostDirectory(store, prefix, rank, size, timeout, &records);
 }
@@ -107,16 +159,10 @@ std::vector<int> algorithmPartners(int rank, int size) {
   return out;
 }
 
-std::vector<int> likelyPeers(int rank, const std::vector<uint32_t>& hostOf, bool sharedMemory) {
-  const int size = static_cast<int>(hostOf.size());
-  std::vector<std::vector<int>> hostRanks;
-  for (int r = 0; r < size; ++r) {
-    const uint32_t h = hostOf[static_cast<size_t>(r)];
-    if (h >= hostRanks.size()) hostRanks.resize(h + 1);
-    hostRanks[h].push_back(r);
-  }
-  const int myHost = static_cast<int>(hostOf[static_cast<size_t>(rank)]);
-  const std::vector<int>& mine = hostRanks[static_cast<size_t>(myHost)];
+std::vector<int> likelyPeers(int rank, const HostTable& hosts, bool sharedMemory) {
+  const int size = hosts.size();
+  const uint32_t myHost = hosts.hostOf(rank);
+  const std::vector<int> mine = hosts.ranksOf(myHost);
   const int myLocal = static_cast<int>(std::find(mine.begin(), mine.end(), rank) - mine.begin());
   std::vector<int> peers = algorithmPartners(rank, size);
   // Reduce-to-one and the flat tree pair rank 0 with every rank.
@@ -125,16 +171,13 @@ std::vector<int> likelyPeers(int rank, const std::vector<uint32_t>& hostOf, bool
   } else {
     peers.push_back(0);
   }
-  const int hosts = static_cast<int>(hostRanks.size());
-  const std::vector<int> hostPartners = algorithmPartners(myHost, hosts);
+  const std::vector<int> hostPartners = algorithmPartners(static_cast<int>(myHost), hosts.hosts());
   if (myLocal == 0)
-    for (int h : hostPartners) peers.push_back(hostRanks[static_cast<size_t>(h)].front());
-  const bool evenHosts = std::all_of(hostRanks.begin(), hostRanks.end(),
-                                     [&](const std::vector<int>& ranks) { return ranks.size() == mine.size(); });
-  if (evenHosts)
-    for (int h : hostPartners) peers.push_back(hostRanks[static_cast<size_t>(h)][static_cast<size_t>(myLocal)]);
+    for (int h : hostPartners) peers.push_back(hosts.rankOf(static_cast<uint32_t>(h), 0));
+  if (hosts.evenHosts())
+    for (int h : hostPartners) peers.push_back(hosts.rankOf(static_cast<uint32_t>(h), myLocal));
   std::erase_if(peers, [&](int q) {
-    return q == rank || (sharedMemory && mine.size() > 1 && hostOf[static_cast<size_t>(q)] == hostOf[static_cast<size_t>(rank)]);
+    return q == rank || (sharedMemory && mine.size() > 1 && hosts.hostOf(q) == myHost);
   });
   std::sort(peers.begin(), peers.end());
   peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
@@ -147,11 +190,9 @@ RendezvousView joinRendezvous(Store& store, const std::string& prefix, int rank,
   publishRankRecord(store, prefix, rank, me);
   shareJobToken(store, prefix, rank, view.token, timeout);
   std::vector<RankRecord> everyRecord;  // rank 0's, read for the host table
-  view.hostOf = readHostDirectory(store, prefix, rank, size, timeout, &everyRecord);
-  const uint32_t myHost = view.hostOf[static_cast<size_t>(rank)];
-  for (int r = 0; r < size; ++r)
-    if (view.hostOf[static_cast<size_t>(r)] == myHost) view.localRanks.push_back(r);
-  view.likelyRanks = likelyPeers(rank, view.hostOf, sharedMemory);
+  view.hosts = readHostDirectory(store, prefix, rank, size, timeout, &everyRecord);
+  view.localRanks = view.hosts.ranksOf(view.hosts.hostOf(rank));
+  view.likelyRanks = likelyPeers(rank, view.hosts, sharedMemory);
   if (rank == 0) {
     for (int r : view.localRanks) view.localRecords.push_back(everyRecord[static_cast<size_t>(r)]);
     for (int r : view.likelyRanks) view.likelyRecords.push_back(everyRecord[static_cast<size_t>(r)]);

@@ -32,13 +32,46 @@ void publishRankRecord(Store& store, const std::string& prefix, int rank, const 
 std::vector<RankRecord> fetchRankRecords(Store& store, const std::string& prefix, const std::vector<int>& peers,
                                          std::chrono::milliseconds timeout);
 
+/// Which host each rank is on, as indices 0, 1, ... in order of each host's lowest rank,
+/// kept as the host table's runs: O(runs + hosts) memory, so that a rank's rendezvous does
+/// not grow with the job's rank count when hosts hold consecutive ranks.
+class HostTable {
+ public:
+  /// Runs as decodeHostRuns returns them (in rank order, adding up to the size).
+  explicit HostTable(std::vector<HostRun> runs);
+  int size() const { return size_; }
+  int hosts() const { return static_cast<int>(counts_.size()); }
+  /// The host of `rank` (a binary search over the runs).
+  uint32_t hostOf(int rank) const;
+  /// How many ranks `host` has.
+  int countOf(uint32_t host) const { return counts_[host]; }
+  /// The ranks of `host`, ascending.
+  std::vector<int> ranksOf(uint32_t host) const;
+  /// The `index`-th rank of `host` (0 = its lowest); -1 when it has fewer.
+  int rankOf(uint32_t host, int index) const;
+  /// Whether every host has as many ranks.
+  bool evenHosts() const { return even_; }
+  /// Every rank's host, by rank: O(size).
+  std::vector<uint32_t> expand() const;
+
+ private:
+  static constexpr uint32_t kNoRun = ~uint32_t{0};
+  std::vector<HostRun> runs_;
+  // A host's runs as a chain: its first run's index, then each run's next on its host.
+  std::vector<uint32_t> firstRun_;
+  std::vector<uint32_t> nextRun_;
+  std::vector<int> counts_;
+  int size_ = 0;
+  bool even_ = true;
+};
+
 /// The host of every rank, as indices 0, 1, ... in order of each host's lowest rank. Rank
 /// 0 reads every record in one request and publishes the table (encodeHostTable: one run
 /// of 8 bytes per host when hosts hold consecutive ranks) under PREFIX/hosts; the others
 /// read it back, one request each. Call after publishing this rank's record. Throws
 /// Timeout, or FormatError for a malformed table or record.
-std::vector<uint32_t> hostDirectory(Store& store, const std::string& prefix, int rank, int size,
-                                    std::chrono::milliseconds timeout);
+HostTable hostDirectory(Store& store, const std::string& prefix, int rank, int size,
+                        std::chrono::milliseconds timeout);
 
 /// The ranks that the built-in algorithms of a group of `size` pair group rank `rank` with
 /// when they are rooted at rank 0: ring and chain neighbours, the dissemination barrier's
@@ -55,13 +88,13 @@ std::vector<int> algorithmPartners(int rank, int size);
 /// rank) and among the ranks with this rank's local index (when every host has as many
 /// ranks). Only peers reached over TCP: not those on this host when `sharedMemory` and the
 /// host has other ranks.
-std::vector<int> likelyPeers(int rank, const std::vector<uint32_t>& hostOf, bool sharedMemory);
+std::vector<int> likelyPeers(int rank, const HostTable& hosts, bool sharedMemory);
 
 /// What a rank learns from the store before it touches any peer.
 struct RendezvousView {
   uint8_t token[kJobTokenBytes] = {};
-  /// Every rank's host index (hostDirectory).
-  std::vector<uint32_t> hostOf;
+  /// Every rank's host (hostDirectory).
+  HostTable hosts{{HostRun{0, 1, 0}}};
   /// This rank's host's ranks, ascending, and their records (this rank's own among them).
   std::vector<int> localRanks;
   std::vector<RankRecord> localRecords;

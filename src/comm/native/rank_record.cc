@@ -184,27 +184,36 @@ std::string encodeHostTable(const std::vector<uint32_t>& hostOf) {
   return out;
 }
 
-std::vector<uint32_t> decodeHostTable(const std::string& bytes, int size) {
+std::vector<HostRun> decodeHostRuns(const std::string& bytes, int size) {
   auto malformed = [&](const auto&... what) {
     KOLO_THROW(FormatError, "host table of ", bytes.size(), " bytes for ", size, " ranks is malformed: ", what...);
   };
   if (size < 1) malformed("no ranks");
   if (bytes.size() % 8 != 0) malformed("not a whole number of (ranks, host) pairs");
   if (bytes.size() / 8 > static_cast<size_t>(size)) malformed("more runs than ranks");
-  std::vector<uint32_t> hostOf;
-  hostOf.reserve(static_cast<size_t>(size));
+  std::vector<HostRun> runs;
+  runs.reserve(bytes.size() / 8);
+  size_t ranks = 0;
   uint32_t hosts = 0;
   for (size_t at = 0; at < bytes.size(); at += 8) {
     const uint32_t run = wordAt(bytes, at);
     const uint32_t host = wordAt(bytes, at + 4);
     if (run == 0) malformed("an empty run");
-    if (run > static_cast<size_t>(size) - hostOf.size()) malformed("runs of more than ", size, " ranks");
+    if (run > static_cast<size_t>(size) - ranks) malformed("runs of more than ", size, " ranks");
     if (host > hosts) malformed("host ", host, " appears before host ", hosts);
-    if (!hostOf.empty() && hostOf.back() == host) malformed("two adjacent runs on host ", host);
+    if (!runs.empty() && runs.back().host == host) malformed("two adjacent runs on host ", host);
     if (host == hosts) ++hosts;
-    hostOf.insert(hostOf.end(), run, host);
+    runs.push_back(HostRun{static_cast<uint32_t>(ranks), run, host});
+    ranks += run;
   }
-  if (hostOf.size() != static_cast<size_t>(size)) malformed("runs of ", hostOf.size(), " ranks, not ", size);
+  if (ranks != static_cast<size_t>(size)) malformed("runs of ", ranks, " ranks, not ", size);
+  return runs;
+}
+
+std::vector<uint32_t> decodeHostTable(const std::string& bytes, int size) {
+  std::vector<uint32_t> hostOf;
+  hostOf.reserve(static_cast<size_t>(size));
+  for (const HostRun& run : decodeHostRuns(bytes, size)) hostOf.insert(hostOf.end(), run.count, run.host);
   return hostOf;
 }
 

@@ -75,6 +75,18 @@ HostSegmentRecord decodeHostSegmentRecord(const std::string& text, int rank);
 /// mpirun's block placement give them) has one run per host: 8 bytes a host, not a rank.
 std::string encodeHostTable(const std::vector<uint32_t>& hostOf);
 
+/// A run of consecutive ranks on one host: ranks first .. first + count - 1.
+struct HostRun {
+  uint32_t first = 0;
+  uint32_t count = 0;
+  uint32_t host = 0;
+
+  bool operator==(const HostRun&) const = default;
+};
+
+/// The runs of a host table for `size` ranks, in rank order, with decodeHostTable's checks.
+std::vector<HostRun> decodeHostRuns(const std::string& bytes, int size);
+
 /// Parses a host table for `size` ranks. Throws FormatError for anything encodeHostTable
 /// cannot produce: a length that is not whole pairs, an empty run, runs that do not add
 /// up to `size`, two adjacent runs on one host, or a host index that is not the next new

@@ -169,7 +169,8 @@ std::shared_ptr<Communicator> createNativeCommunicator(std::shared_ptr<Store> st
       native::joinRendezvous(*store, prefix, rank, size, me, options.sharedMemory, timeout);
   const std::vector<int>& local = view.localRanks;
   const std::vector<RankRecord>& localInfos = view.localRecords;
-  job->hostOf.assign(view.hostOf.begin(), view.hostOf.end());
+  const std::vector<uint32_t> hostOf = view.hosts.expand();
+  job->hostOf.assign(hostOf.begin(), hostOf.end());
   job->pids.assign(static_cast<size_t>(size), 0);
   for (size_t i = 0; i < local.size(); ++i) job->pids[static_cast<size_t>(local[i])] = localInfos[i].pid;
   const int myHost = job->hostOf[rank];
