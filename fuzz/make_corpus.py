@@ -114,7 +114,7 @@ write("rank_record_fuzz", "many_addresses", b"\x00" + b"h/b/1\n7\n65535\n0\n1844
 write("rank_record_fuzz", "no_cpus", b"\x02" + b"h\n1\n1\n1\n1\n\n127.0.0.1\n")
 write("rank_record_fuzz", "segment", b"\x01" + b"4242 17")
 write("rank_record_fuzz", "segment_error", b"\x01" + b"error 4 local ranks need 9 MiB of shared memory")
-write("rank_record_fuzz", "host_table", b"\x03" + bytes([11]) + struct.pack("<6I", 4, 0, 4, 1, 4, 0))
+write("rank_record_fuzz", "host_table", b"\x03" + bytes([11]) + struct.pack("<6I", 4, 0, 2, 4, 0, 1))
 
 
 # Parameter-server wire (wire.h): a mode byte (0: a server reads, 1: the chief's dispatcher,

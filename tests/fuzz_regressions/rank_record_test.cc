@@ -161,29 +161,38 @@ std::string words(std::initializer_list<uint32_t> values) {
   return out;
 }
 
-TEST(HostTableTest, ConsecutiveRanksTakeOneRunPerHost) {
+TEST(HostTableTest, HostsOfAsManyConsecutiveRanksAreOneGroup) {
   const std::vector<uint32_t> hostOf = {0, 0, 0, 1, 1, 1, 2, 2, 2};
   const std::string table = encodeHostTable(hostOf);
-  EXPECT_EQ(table, words({3, 0, 3, 1, 3, 2}));
+  EXPECT_EQ(table, words({3, 0, 3}));
   EXPECT_EQ(decodeHostTable(table, 9), hostOf);
+  // Uneven hosts: a group for each length.
+  const std::vector<uint32_t> uneven = {0, 0, 1, 1, 2, 3, 3};
+  EXPECT_EQ(encodeHostTable(uneven), words({2, 0, 2, 1, 2, 1, 2, 3, 1}));
+  EXPECT_EQ(decodeHostTable(encodeHostTable(uneven), 7), uneven);
 }
 
 TEST(HostTableTest, InterleavedHostsRoundTrip) {
   const std::vector<uint32_t> hostOf = {0, 1, 0, 1, 2, 2, 0};
+  EXPECT_EQ(encodeHostTable(hostOf), words({1, 0, 2, 1, 0, 2, 2, 2, 1, 1, 0, 1}));
   EXPECT_EQ(decodeHostTable(encodeHostTable(hostOf), 7), hostOf);
   EXPECT_EQ(decodeHostTable(encodeHostTable({0}), 1), std::vector<uint32_t>{0});
 }
 
 TEST(HostTableTest, MalformedTablesThrowFormatError) {
   auto error = [](const std::string& bytes, int size) { return formatErrorOf([&] { decodeHostTable(bytes, size); }); };
-  EXPECT_NE(error(words({3, 0}) + "x", 3).find("whole number"), std::string::npos);
-  EXPECT_NE(error(words({0, 0, 3, 1}), 3).find("empty run"), std::string::npos);
-  EXPECT_NE(error(words({2, 0, 2, 1}), 3).find("more than 3"), std::string::npos);
-  EXPECT_NE(error(words({2, 0}), 3).find("not 3"), std::string::npos);
-  EXPECT_NE(error(words({1, 0, 1, 2, 1, 1}), 3).find("host 2 appears before host 1"), std::string::npos);
-  EXPECT_NE(error(words({1, 0, 2, 0}), 3).find("adjacent"), std::string::npos);
-  EXPECT_NE(error(words({1, 0, 1, 1, 1, 0, 1, 1}), 3).find("more runs than ranks"), std::string::npos);
-  EXPECT_NE(error(words({4294967295u, 0}), 3).find("more than 3"), std::string::npos);
+  EXPECT_NE(error(words({3, 0, 1}) + "x", 3).find("whole number"), std::string::npos);
+  EXPECT_NE(error(words({0, 0, 1, 3, 1, 1}), 3).find("empty run"), std::string::npos);
+  EXPECT_NE(error(words({3, 0, 0}), 3).find("no runs"), std::string::npos);
+  EXPECT_NE(error(words({2, 0, 1, 2, 1, 1}), 3).find("more than 3"), std::string::npos);
+  EXPECT_NE(error(words({1, 0, 4}), 3).find("more than 3"), std::string::npos);
+  EXPECT_NE(error(words({2, 0, 1}), 3).find("not 3"), std::string::npos);
+  EXPECT_NE(error(words({1, 0, 1, 1, 2, 1, 1, 1, 1}), 3).find("host 2 appears before host 1"), std::string::npos);
+  EXPECT_NE(error(words({1, 0, 1, 2, 0, 1}), 3).find("adjacent"), std::string::npos);
+  EXPECT_NE(error(words({1, 0, 1, 1, 1, 1}), 2).find("continues the one before"), std::string::npos);
+  EXPECT_NE(error(words({1, 0, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1}), 3).find("more groups than ranks"), std::string::npos);
+  EXPECT_NE(error(words({4294967295u, 0, 1}), 3).find("more than 3"), std::string::npos);
+  EXPECT_NE(error(words({65536, 0, 65536}), 3).find("more than 3"), std::string::npos);
 }
 
 TEST(HostTableTest, EncodeRefusesHostsOutOfOrder) {

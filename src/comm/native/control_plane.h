@@ -66,8 +66,8 @@ class HostTable {
 };
 
 /// The host of every rank, as indices 0, 1, ... in order of each host's lowest rank. Rank
-/// 0 reads every record in one request and publishes the table (encodeHostTable: one run
-/// of 8 bytes per host when hosts hold consecutive ranks) under PREFIX/hosts; the others
+/// 0 reads every record in one request and publishes the table (encodeHostTable: 12 bytes
+/// when every host holds as many consecutive ranks) under PREFIX/hosts; the others
 /// read it back, one request each. Call after publishing this rank's record. Throws
 /// Timeout, or FormatError for a malformed table or record.
 HostTable hostDirectory(Store& store, const std::string& prefix, int rank, int size,

@@ -169,7 +169,8 @@ uint32_t wordAt(const std::string& bytes, size_t at) {
 }  // namespace
 
 std::string encodeHostTable(const std::vector<uint32_t>& hostOf) {
-  std::string out;
+  // The runs first, then runs of equal length on consecutive hosts merged into one group.
+  std::vector<HostRun> runs;
   uint32_t hosts = 0;
   for (size_t r = 0; r < hostOf.size();) {
     const uint32_t host = hostOf[r];
@@ -177,9 +178,19 @@ std::string encodeHostTable(const std::vector<uint32_t>& hostOf) {
     if (host == hosts) ++hosts;
     size_t end = r + 1;
     while (end < hostOf.size() && hostOf[end] == host) ++end;
-    putWord(out, static_cast<uint32_t>(end - r));
-    putWord(out, host);
+    runs.push_back(HostRun{static_cast<uint32_t>(r), static_cast<uint32_t>(end - r), host});
     r = end;
+  }
+  std::string out;
+  for (size_t g = 0; g < runs.size();) {
+    size_t end = g + 1;
+    while (end < runs.size() && runs[end].count == runs[g].count &&
+           runs[end].host == runs[g].host + static_cast<uint32_t>(end - g))
+      ++end;
+    putWord(out, runs[g].count);
+    putWord(out, runs[g].host);
+    putWord(out, static_cast<uint32_t>(end - g));
+    g = end;
   }
   return out;
 }
@@ -189,22 +200,28 @@ std::vector<HostRun> decodeHostRuns(const std::string& bytes, int size) {
     KOLO_THROW(FormatError, "host table of ", bytes.size(), " bytes for ", size, " ranks is malformed: ", what...);
   };
   if (size < 1) malformed("no ranks");
-  if (bytes.size() % 8 != 0) malformed("not a whole number of (ranks, host) pairs");
-  if (bytes.size() / 8 > static_cast<size_t>(size)) malformed("more runs than ranks");
+  if (bytes.size() % 12 != 0) malformed("not a whole number of (ranks, host, runs) groups");
+  if (bytes.size() / 12 > static_cast<size_t>(size)) malformed("more groups than ranks");
   std::vector<HostRun> runs;
-  runs.reserve(bytes.size() / 8);
   size_t ranks = 0;
   uint32_t hosts = 0;
-  for (size_t at = 0; at < bytes.size(); at += 8) {
+  for (size_t at = 0; at < bytes.size(); at += 12) {
     const uint32_t run = wordAt(bytes, at);
-    const uint32_t host = wordAt(bytes, at + 4);
+    const uint32_t first = wordAt(bytes, at + 4);
+    const uint32_t repeat = wordAt(bytes, at + 8);
     if (run == 0) malformed("an empty run");
-    if (run > static_cast<size_t>(size) - ranks) malformed("runs of more than ", size, " ranks");
-    if (host > hosts) malformed("host ", host, " appears before host ", hosts);
-    if (!runs.empty() && runs.back().host == host) malformed("two adjacent runs on host ", host);
-    if (host == hosts) ++hosts;
-    runs.push_back(HostRun{static_cast<uint32_t>(ranks), run, host});
-    ranks += run;
+    if (repeat == 0) malformed("a group of no runs");
+    if (uint64_t{run} * repeat > static_cast<size_t>(size) - ranks) malformed("runs of more than ", size, " ranks");
+    if (!runs.empty() && runs.back().count == run && uint64_t{runs.back().host} + 1 == first)
+      malformed("a group that continues the one before it");
+    for (uint32_t i = 0; i < repeat; ++i) {
+      const uint32_t host = first + i;  // no wrap: past the first host of a group it throws unless first <= hosts <= size
+      if (host > hosts) malformed("host ", host, " appears before host ", hosts);
+      if (!runs.empty() && runs.back().host == host) malformed("two adjacent runs on host ", host);
+      if (host == hosts) ++hosts;
+      runs.push_back(HostRun{static_cast<uint32_t>(ranks), run, host});
+      ranks += run;
+    }
   }
   if (ranks != static_cast<size_t>(size)) malformed("runs of ", ranks, " ranks, not ", size);
   return runs;

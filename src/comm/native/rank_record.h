@@ -70,9 +70,10 @@ std::string encodeHostSegmentRecord(const HostSegmentRecord& record);
 HostSegmentRecord decodeHostSegmentRecord(const std::string& text, int rank);
 
 /// The host of every rank as indices 0, 1, ... in order of each host's lowest rank, kept as
-/// runs of consecutive ranks on one host: pairs of little-endian uint32 (ranks in the run,
-/// host index). A job whose hosts hold consecutive ranks (as `kolo run`, Slurm and
-/// mpirun's block placement give them) has one run per host: 8 bytes a host, not a rank.
+/// runs of consecutive ranks on one host, and runs of one length on consecutive hosts as one
+/// group: triples of little-endian uint32 (ranks in each run, the first run's host, runs in
+/// the group). A job whose hosts hold as many consecutive ranks each (as `kolo run`, Slurm
+/// and mpirun's block placement give them) is one group: 12 bytes, whatever its size.
 std::string encodeHostTable(const std::vector<uint32_t>& hostOf);
 
 /// A run of consecutive ranks on one host: ranks first .. first + count - 1.
@@ -88,9 +89,10 @@ struct HostRun {
 std::vector<HostRun> decodeHostRuns(const std::string& bytes, int size);
 
 /// Parses a host table for `size` ranks. Throws FormatError for anything encodeHostTable
-/// cannot produce: a length that is not whole pairs, an empty run, runs that do not add
-/// up to `size`, two adjacent runs on one host, or a host index that is not the next new
-/// one where a host first appears.
+/// cannot produce: a length that is not whole triples, an empty run or group, runs that do
+/// not add up to `size`, two adjacent runs on one host, a group that should have been part
+/// of the one before it, or a host index that is not the next new one where a host first
+/// appears.
 std::vector<uint32_t> decodeHostTable(const std::string& bytes, int size);
 
 }  // namespace kolo::comm::native
