@@ -9,21 +9,12 @@
 
 #include "autograd/gradcheck.h"
 #include "kolo/nn/nn.h"
+#include "nn/golden_fixture.h"
 
 namespace kolo {
 namespace {
 
-// max |a - b| / max |b|.
-double relativeDifference(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.toDoubleVector(), y = b.toDoubleVector();
-  EXPECT_EQ(x.size(), y.size());
-  double diff = 0.0, scale = 1e-12;
-  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
-    diff = std::max(diff, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return diff / scale;
-}
+using golden::relativeDifference;
 
 struct Inputs {
   Tensor x, residual, weight, bias, runningMean, runningVar, upstream;

@@ -78,6 +78,18 @@ inline double relativeError(const Tensor& actual, const Record& expected) {
   return maxRef > 0 ? maxDiff / maxRef : maxDiff;
 }
 
+/// max |a - b| / max |b| between two tensors of one size (b the reference).
+inline double relativeDifference(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.toDoubleVector(), y = b.toDoubleVector();
+  EXPECT_EQ(x.size(), y.size());
+  double diff = 0.0, scale = 1e-12;
+  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
+    diff = std::max(diff, std::abs(x[i] - y[i]));
+    scale = std::max(scale, std::abs(y[i]));
+  }
+  return diff / scale;
+}
+
 /// A whole (unstrided) record as a tensor of `dtype`.
 inline Tensor toTensor(const Record& r, DType dtype) {
   KOLO_CHECK_EQ(r.stride, 1, "toTensor of a strided record");

@@ -23,6 +23,7 @@ namespace {
 
 using golden::readFixture;
 using golden::Record;
+using golden::relativeDifference;
 using golden::relativeError;
 using golden::toTensor;
 
@@ -33,18 +34,6 @@ std::map<std::string, Record> fixture() {
 }
 
 Tensor input(const Record& r) { return toTensor(r, DType::F32).setRequiresGrad(true); }
-
-// max |a - b| / max |b|.
-double relativeDifference(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.toDoubleVector(), y = b.toDoubleVector();
-  EXPECT_EQ(x.size(), y.size());
-  double diff = 0.0, scale = 1e-12;
-  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
-    diff = std::max(diff, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return diff / scale;
-}
 
 TEST(GoldenResNet, BatchNorm2dMatchesPyTorchInTrainingAndEval) {
   const auto f = fixture();
