@@ -1,5 +1,5 @@
 // GEMM-backed kernels: 2-d and batched matmul through CBLAS (transposed views are passed
-// as BLAS transpose flags, not copied). Convolution and pooling live in conv_pool.cc.
+// as BLAS transpose flags, not copied). Convolution lives in conv.cc, pooling in max_pool.cc.
 #include <cblas.h>
 
 #include <cstring>
