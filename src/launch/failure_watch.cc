@@ -1,3 +1,5 @@
+// FailureWatch (failure_watch.h): its thread parks a get-available of the failure key at the
+// store, renews it each minute, and tells the launcher's poll loop through a pipe.
 #include "launch/failure_watch.h"
 
 #include <fcntl.h>
@@ -14,23 +16,12 @@ namespace {
 // How long one parked request waits before it is renewed: a request a minute a host.
 constexpr std::chrono::milliseconds kParkFor = std::chrono::minutes(1);
 
-comm::TcpStoreClientOptions clientOptions(const std::string& address, const std::string& token,
-                                          std::chrono::milliseconds connectTimeout) {
-  const comm::HostPort at = comm::parseHostPort(address);
-  comm::TcpStoreClientOptions options;
-  options.host = at.host;
-  options.port = at.port;
-  options.token = token;
-  options.connectTimeout = connectTimeout;
-  options.requestTimeout = connectTimeout;
-  return options;
-}
-
 }  // namespace
 
 FailureWatch::FailureWatch(const std::string& address, const std::string& token, std::string key,
                            std::chrono::milliseconds connectTimeout)
-    : client_(clientOptions(address, token, connectTimeout)), key_(std::move(key)) {
+    : client_(std::static_pointer_cast<comm::TcpStoreClient>(comm::connectTcpStore(address, token, connectTimeout))),
+      key_(std::move(key)) {
   if (::pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) != 0)
     KOLO_THROW(IoError, "kolo run: cannot create the failure watch's pipe: ", std::strerror(errno));
   thread_ = std::thread([this] { run(); });
@@ -38,7 +29,7 @@ FailureWatch::FailureWatch(const std::string& address, const std::string& token,
 
 FailureWatch::~FailureWatch() {
   stopping_ = true;
-  client_.interrupt();
+  client_->interrupt();
   thread_.join();
   ::close(pipe_[0]);
   ::close(pipe_[1]);
@@ -61,7 +52,7 @@ void FailureWatch::tell(News news) {
 void FailureWatch::run() {
   try {
     for (;;) {
-      const auto got = client_.getAvailable({key_}, kParkFor);
+      const auto got = client_->getAvailable({key_}, kParkFor);
       if (got[0]) {
         tell({std::string(got[0]->begin(), got[0]->end()), false});
         return;

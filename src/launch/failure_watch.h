@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -38,7 +39,7 @@ class FailureWatch {
   void run();
   void tell(News news);
 
-  comm::TcpStoreClient client_;
+  std::shared_ptr<comm::TcpStoreClient> client_;
   std::string key_;
   int pipe_[2] = {-1, -1};
   std::mutex mutex_;

@@ -59,13 +59,8 @@ Record run(const std::string& pattern, int ranks, int64_t stopAt, const std::str
     };
     DataParallelEngine engine(model, testing::sgd, options);
     observe::Logger logger(stderr, observe::LogLevel::Warn);
-    FitOptions fit;
-    fit.batch = kBatch;
-    fit.steps = kSteps;
+    FitOptions fit = testing::quietFit(kBatch, kSteps, logger);
     fit.seed = 17;
-    fit.quiet = true;
-    fit.logger = &logger;
-    fit.prefetch = 0;
     fit.checkpointDir = checkpointDir;
     fit.checkpointEvery = 3;
     fit.resumeDir = resumeDir;
